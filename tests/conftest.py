@@ -1,0 +1,92 @@
+"""Shared fixtures: a real Mosquitto on a free loopback port, the shared recordings, unique ids."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MosquittoBroker:
+    """A real Mosquitto process on 127.0.0.1:<port>; can be stopped and restarted on that port."""
+
+    def __init__(self, workdir: Path, extra_config: str = "") -> None:
+        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        if not Path(exe).exists():
+            pytest.fail("mosquitto is not installed: apt-get install -y mosquitto (see .ci/run)")
+        self.exe = exe
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.workdir = workdir
+        self.conf = workdir / "mosquitto.conf"
+        self.log = workdir / "mosquitto.log"
+        body = extra_config or "allow_anonymous true\n"
+        self.conf.write_text(
+            f"listener {self.port} 127.0.0.1\npersistence false\nlog_dest file {self.log}\n"
+            f"log_type all\n{body}"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start (or restart) the broker and wait until it accepts connections."""
+        self.proc = subprocess.Popen([self.exe, "-c", str(self.conf)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"mosquitto did not start on port {self.port}; see {self.log}")
+
+    def stop(self) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL)."""
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[MosquittoBroker]:
+    """A running Mosquitto on a free loopback port, stopped after the test."""
+    broker = MosquittoBroker(tmp_path)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """``../shared/data``; the test is skipped, naming the path, where it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared recordings not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def unique_id(request: pytest.FixtureRequest) -> str:
+    """A name unique to this test run: for LSL source ids, MQTT topics and sessions."""
+    name = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40]
+    return f"{name}-{uuid.uuid4().hex[:8]}"
