@@ -39,6 +39,15 @@ class _Section(BaseModel):
 class IngestSettings(_Section):
     """Where the gaze comes from and how its channels are read."""
 
+    source: Literal["auto", "lsl", "simulated"] = Field(
+        "auto",
+        description="'lsl': wait for a headset stream; 'simulated': built-in simulated headset; "
+        "'auto': resolve an LSL stream and, if none appears and no stream name or source_id is "
+        "configured, start the simulated headset (with a warning)",
+    )
+    simulated_rate_hz: float = Field(120.0, gt=0, description="rate of the simulated headset, Hz")
+    simulated_seed: int = Field(1, description="which simulated person")
+
     stream_type: str = Field("Gaze", description="LSL stream type to resolve ('Gaze' is XDF's)")
     stream_name: str | None = Field(None, description="LSL stream name to resolve")
     source_id: str | None = Field(None, description="LSL source_id to resolve")

@@ -46,7 +46,9 @@ class BudgetExhaustedError(GazeguardError):
         cap: which cap refused the charge (``"session"`` or ``"w-event"``).
     """
 
-    def __init__(self, session: str, requested: float, remaining: float, cap: str = "session") -> None:
+    def __init__(
+        self, session: str, requested: float, remaining: float, cap: str = "session"
+    ) -> None:
         self.session = session
         self.requested = requested
         self.remaining = remaining
