@@ -129,6 +129,9 @@ class LedgerSettings(_Section):
     """The durable per-session ε ledger."""
 
     path: Path = Field(Path("gazeguard-ledger.sqlite"), description="SQLite file")
+    url: str | None = Field(
+        None, description="PostgreSQL URL (postgresql://…) for fleets; when set, replaces path"
+    )
     session_cap: float | None = Field(None, description="max total ε per session (None: no cap)")
     w_event: int | None = Field(None, ge=1, description="w for the w-event cap, chunks")
     w_event_cap: float | None = Field(None, description="max ε over any w consecutive chunks")
