@@ -1,0 +1,112 @@
+"""``gazeguard ledger show``: the accounts of a ledger file or database, for people and scripts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gazeguard.config import load_settings
+from gazeguard.errors import ConfigError
+from gazeguard.ledger._ledger import Ledger, is_url
+
+# ---- gazeguard ledger show ----------------------------------------------------------------
+
+
+def configure_ledger(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``gazeguard ledger``."""
+    sub = parser.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
+    show = sub.add_parser("show", help="per-session ε spent, remaining, chunks, pending outbox")
+    show.add_argument(
+        "--path",
+        help="ledger SQLite file or postgresql:// URL (default: from --config / environment)",
+    )
+    show.add_argument("--config", type=Path, help="configuration file (TOML) naming the ledger")
+    show.add_argument("--session", help="only this session")
+    show.add_argument("--chunks", action="store_true", help="list every chunk's ε per feature")
+    show.add_argument("--json", action="store_true", help="machine-readable JSON")
+
+
+def run_ledger(args: argparse.Namespace) -> int:
+    """``gazeguard ledger show``: print the accounts; exit 1 if the session is unknown."""
+    if args.path is not None:
+        location: str | Path = args.path if is_url(args.path) else Path(args.path)
+    else:
+        settings = load_settings(args.config).ledger
+        location = settings.url if settings.url is not None else settings.path
+    with Ledger(location, create=False) as ledger:
+        names = ledger.sessions()
+        if args.session is not None:
+            if args.session not in names:
+                known = ", ".join(repr(n) for n in names[:10]) or "none"
+                raise ConfigError(
+                    "--session", args.session, f"not in ledger {location}; sessions: {known}"
+                )
+            names = [args.session]
+        report = [_session_report(ledger, name, chunks=args.chunks) for name in names]
+        pending = [
+            {"id": p.id, "session": p.session, "chunk_index": p.chunk_index, "topic": p.topic,
+             "bytes": len(p.payload), "created": p.created}
+            for p in ledger.pending(session=args.session)
+        ]  # fmt: skip
+        where = ledger.backend.location
+    if args.json:
+        doc = {"ledger": where, "sessions": report, "pending": pending}
+        print(json.dumps(doc, indent=2))  # noqa: T201
+        return 0
+    print(_format(where, report, pending))  # noqa: T201
+    return 0
+
+
+def _session_report(ledger: Ledger, session: str, *, chunks: bool) -> dict[str, Any]:
+    history = ledger.charges(session)
+    doc = ledger.state(session).as_dict()
+    per_feature = [e for c in history for e in c.epsilon.values()]
+    doc["max_feature_eps"] = max(per_feature, default=0.0)
+    doc["withheld_chunks"] = [
+        {"chunk_index": i, "requested": r, "reason": why} for i, r, why in ledger.withheld(session)
+    ]
+    if chunks:
+        doc["charges"] = [asdict(c) for c in history]
+    return doc
+
+
+def _format(where: str, report: list[dict[str, Any]], pending: list[dict[str, Any]]) -> str:
+    lines = [f"ledger {where}: {len(report)} session(s), {len(pending)} outbox item(s) pending"]
+    for s in report:
+        cap = "none" if s["session_cap"] is None else f"{s['session_cap']:g}"
+        lines += [
+            "",
+            f"session {s['session']}",
+            f"  chunks released      {s['chunks']}   withheld {s['withheld']}   "
+            f"pending delivery {s['pending']}",
+            f"  user-level ε         {s['spent']:g}   (sequential composition over all released "
+            "chunks: the honest total)",
+            f"  session cap          {cap}   remaining "
+            + ("unlimited" if s["remaining"] is None else f"{s['remaining']:g}"),
+            f"  per-chunk ε          {s['max_chunk_eps']:g} per chunk, {s['max_feature_eps']:g} "
+            "per feature   (parallel-composition view: NOT a user-level guarantee)",
+        ]
+        if s["w_event"] is not None:
+            lines.append(
+                f"  w-event cap          {s['w_event_cap']:g} over any {s['w_event']} chunks: "
+                f"last window spent {s['window_spent']:g}, next chunk may spend "
+                f"{s['window_remaining']:g}"
+            )
+        lines += [
+            f"  withheld chunk {w['chunk_index']}: requested ε {w['requested']:g}: {w['reason']}"
+            for w in s["withheld_chunks"][-5:]
+        ]
+        for c in s.get("charges", []):
+            eps = ", ".join(f"{k}={v:g}" for k, v in c["epsilon"].items())
+            lines.append(f"  chunk {c['chunk_index']:>6}  ε {c['total']:g}  ({eps})")
+    for p in pending[:20]:
+        lines.append(
+            f"pending #{p['id']}: session {p['session']} chunk {p['chunk_index']} -> "
+            f"{p['topic']} ({p['bytes']} bytes)"
+        )
+    if len(pending) > 20:
+        lines.append(f"... and {len(pending) - 20} more pending")
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""PostgreSQL storage for the ε ledger, for fleets of workers that share sessions.
+
+Same tables and the same accounting as the SQLite ledger (:mod:`gazeguard.ledger` holds the
+logic once; this module only stores). Install with ``pip install 'gazeguard[fleet]'`` (psycopg 3)
+and open with ``Ledger("postgresql://user@host/db")``.
+
+Atomic charges across workers: every write runs in one transaction that takes the session's row
+lock (``SELECT … FOR UPDATE``) before it reads the account, so concurrent charges of one session
+are serialised and can never overspend; different sessions proceed in parallel. The session row
+is created with ``INSERT … ON CONFLICT DO NOTHING`` first, so two workers meeting a new session
+race only for the insert, never for the budget. Outbox ids come from an identity column and are
+allocated under the row lock, so they are in commit order *within a session* (which is the order
+that matters for delivery); across sessions, ids of concurrent transactions may commit out of
+order.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from gazeguard.errors import ConfigError, GazeguardError
+from gazeguard.ledger._model import LedgerError, Sql, Synchronous, check_schema
+
+__all__ = ["PostgresBackend"]
+
+POSTGRES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    session TEXT PRIMARY KEY,
+    session_cap BIGINT, w_event BIGINT, w_event_cap BIGINT,
+    spent BIGINT NOT NULL DEFAULT 0, chunks BIGINT NOT NULL DEFAULT 0,
+    withheld BIGINT NOT NULL DEFAULT 0, max_chunk BIGINT NOT NULL DEFAULT 0,
+    last_chunk BIGINT, created DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS charges (
+    session TEXT NOT NULL REFERENCES sessions(session),
+    chunk_index BIGINT NOT NULL, total BIGINT NOT NULL, epsilon TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL, PRIMARY KEY (session, chunk_index));
+CREATE TABLE IF NOT EXISTS withheld (
+    session TEXT NOT NULL REFERENCES sessions(session),
+    chunk_index BIGINT NOT NULL, requested BIGINT NOT NULL, reason TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL, PRIMARY KEY (session, chunk_index));
+CREATE TABLE IF NOT EXISTS outbox (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session TEXT NOT NULL, chunk_index BIGINT NOT NULL, topic TEXT NOT NULL, payload BYTEA,
+    created DOUBLE PRECISION NOT NULL, delivered DOUBLE PRECISION,
+    UNIQUE (session, chunk_index),
+    FOREIGN KEY (session, chunk_index) REFERENCES charges(session, chunk_index));
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE delivered IS NULL;
+"""
+# Serialises schema creation by concurrent workers (CREATE TABLE IF NOT EXISTS is not atomic).
+_SCHEMA_LOCK_KEY = 0x67617A65  # "gaze"
+
+
+def _mask(url: str) -> str:
+    """The URL without its password, for messages."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+class _PgSql:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def one(self, sql: str, params: Sequence[object] = ()) -> tuple[Any, ...] | None:
+        cur = self._conn.execute(sql.replace("?", "%s"), params)
+        row = cur.fetchone() if cur.description is not None else None
+        return None if row is None else tuple(row)
+
+    def all(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._conn.execute(sql.replace("?", "%s"), params).fetchall()]
+
+    def run(self, sql: str, params: Sequence[object] = ()) -> int:
+        return self._conn.execute(sql.replace("?", "%s"), params).rowcount
+
+
+class PostgresBackend:
+    """A ledger in a PostgreSQL database (tables are created on first use).
+
+    Args:
+        url: ``postgresql://user[:password]@host[:port]/dbname`` (libpq syntax).
+        synchronous: ``FULL``/``EXTRA``: ``synchronous_commit=on`` (a committed charge is on the
+            server's disk); ``NORMAL``: ``synchronous_commit=off`` (benchmarks only).
+        timeout_s: connect timeout and ``lock_timeout`` of a writer waiting for a session, s.
+    """
+
+    kind = "postgresql"
+    lock_clause = " FOR UPDATE"  # the session row lock serialises writers of one session
+
+    def __init__(
+        self, url: str, synchronous: Synchronous = "FULL", *, timeout_s: float = 30.0
+    ) -> None:
+        self.location = _mask(url)
+        if synchronous not in ("NORMAL", "FULL", "EXTRA"):
+            raise ConfigError("ledger.synchronous", synchronous, "use FULL, EXTRA or NORMAL")
+        self._lock = threading.RLock()
+        try:
+            self._conn = psycopg.connect(
+                url, autocommit=True, connect_timeout=max(1, round(timeout_s))
+            )
+        except psycopg.Error as exc:
+            raise LedgerError(
+                f"cannot connect to the ledger database {self.location}: {exc}; check "
+                "ledger.url and that the server is reachable"
+            ) from exc
+        try:
+            commit = "off" if synchronous == "NORMAL" else "on"
+            self._conn.execute(f"SET synchronous_commit = {commit}")
+            self._conn.execute(f"SET lock_timeout = {max(1, round(timeout_s * 1000))}")
+            with self.write() as sql:
+                sql.run("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK_KEY,))
+                for statement in POSTGRES_SCHEMA.split(";"):
+                    if statement.strip():
+                        sql.run(statement)
+                check_schema(sql, self.location)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @contextmanager
+    def write(self) -> Iterator[Sql]:
+        """One transaction; the session row lock is taken by the caller's ``FOR UPDATE``."""
+        with self._lock:
+            try:
+                with self._conn.transaction():
+                    yield _PgSql(self._conn)
+            except GazeguardError:
+                raise
+            except psycopg.Error as exc:
+                raise LedgerError(f"ledger {self.location}: {exc}") from exc
+
+    @contextmanager
+    def read(self) -> Iterator[Sql]:
+        """A REPEATABLE READ snapshot (or the open transaction when nested)."""
+        with self._lock:
+            if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                yield _PgSql(self._conn)
+                return
+            try:
+                with self._conn.transaction():
+                    self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    yield _PgSql(self._conn)
+            except psycopg.Error as exc:
+                raise LedgerError(f"ledger {self.location}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self._conn.close()
