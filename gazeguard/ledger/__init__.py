@@ -32,8 +32,9 @@ with ``allow_cap_increase=True`` — a deliberate, logged operator decision. Spe
 
 Concurrency. Each write is one transaction that serialises all writers of a session: SQLite
 ``BEGIN IMMEDIATE`` (threads and processes on one file), PostgreSQL ``SELECT … FOR UPDATE`` on
-the session row (workers of a fleet, ``gazeguard.ledger._postgres``, installed with ``gazeguard[fleet]``). Within a :class:`Ledger`, one
-connection is shared under a lock, so it may be called from ``asyncio.to_thread`` workers.
+the session row (workers of a fleet; ``Ledger("postgresql://…")``, needs ``gazeguard[fleet]``).
+Within a :class:`Ledger`, one connection is shared under a lock, so it may be called from
+``asyncio.to_thread`` workers.
 
 Durability. SQLite runs in WAL mode with ``synchronous=FULL`` by default (a committed charge
 survives power loss); ``NORMAL`` survives a process crash but may lose the last commits on power
