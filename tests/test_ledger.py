@@ -1,0 +1,444 @@
+"""The SQLite ε ledger and its outbox, on real files, with real threads, processes and SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from gazeguard.cli import main
+from gazeguard.config import LedgerSettings
+from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.ledger import DuplicateChargeError, Ledger, LedgerError, LedgerState
+
+EPS = {"fix_rate": 0.25, "sacc_amp": 0.25}  # 0.5 per chunk
+TOPIC = "gazeguard/v1/dev/s/chunks"
+
+
+def integrity(path: Path) -> str:
+    with closing(sqlite3.connect(path)) as db:
+        return str(db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def body(i: int) -> bytes:
+    return f'{{"chunk": {i}}}'.encode()
+
+
+def test_charges_and_outbox_persist_across_close_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path, session_cap=10.0) as ledger:
+        for i in range(3):
+            charge = ledger.charge("s", i, EPS, TOPIC, body(i))
+            assert charge.total == 0.5
+            assert charge.state.spent == pytest.approx(0.5 * (i + 1))
+    with Ledger(path, session_cap=10.0) as ledger:
+        state = ledger.state("s")
+        assert (state.spent, state.chunks, state.remaining, state.last_chunk) == (1.5, 3, 8.5, 2)
+        assert [(p.chunk_index, p.payload, p.topic) for p in ledger.pending()] == [
+            (i, body(i), TOPIC) for i in range(3)
+        ]
+        with pytest.raises(DuplicateChargeError, match="chunk_index=2 of session 's'"):
+            ledger.charge("s", 2, EPS, TOPIC, body(2))
+        assert ledger.charge("s", 3, EPS, TOPIC, body(3)).state.spent == 2.0
+        assert ledger.sessions() == ["s"]
+        assert [c.epsilon for c in ledger.charges("s")] == [EPS] * 4
+        assert ledger.verify() == []
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_session_cap_refuses_writes_nothing_and_withhold_leaves_no_outbox_row(
+    tmp_path: Path,
+) -> None:
+    with Ledger(tmp_path / "l.sqlite", session_cap=1.2) as ledger:
+        ledger.charge("s", 0, EPS, TOPIC, body(0))
+        ledger.charge("s", 1, EPS, TOPIC, body(1))
+        with pytest.raises(
+            BudgetExhaustedError, match=r"requested epsilon=0.5 but only 0.2 remains under the "
+        ) as info:
+            ledger.charge("s", 2, EPS, TOPIC, lambda _: pytest.fail("payload built for refusal"))
+        assert (info.value.cap, info.value.requested) == ("session", 0.5)
+        assert ledger.state("s").chunks == 2
+        assert len(ledger.pending()) == 2
+        state = ledger.withhold("s", 2, info.value.requested, str(info.value))
+        state = ledger.withhold("s", 2, info.value.requested, "again")  # counted once
+        assert (state.withheld, state.chunks, state.pending, state.spent) == (1, 2, 2, 1.0)
+        assert [p.chunk_index for p in ledger.pending()] == [0, 1]
+        assert ledger.withheld("s") == [(2, 0.5, str(info.value))]
+        with pytest.raises(DuplicateChargeError, match="already withheld"):
+            ledger.charge("s", 2, {"x": 0.1}, TOPIC, b"x")
+        with pytest.raises(DuplicateChargeError, match="already charged"):
+            ledger.withhold("s", 1, 0.5, "too late")
+        # A smaller chunk still fits the remaining 0.2.
+        assert ledger.charge("s", 3, {"fix_rate": 0.2}, TOPIC, b"x").state.remaining == 0.0
+        assert ledger.verify() == []
+
+
+def test_integer_accounting_lets_no_tiny_charge_creep_over_the_cap(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite", session_cap=1.0) as ledger:
+        for i in range(10):  # in floats, 0.1 summed ten times is 0.9999999999999999
+            ledger.charge("tenths", i, {"f": 0.1}, TOPIC, b"x")
+        assert ledger.state("tenths").remaining == 0.0
+        with pytest.raises(BudgetExhaustedError):
+            ledger.charge("tenths", 10, {"f": 0.1}, TOPIC, b"x")
+    # 1.0 + 1e-17 == 1.0 in floats, so a float ledger would accept these forever; each costs a
+    # whole micro-ε here, so a cap of 1.00001 admits exactly ten of them after the first 1.0.
+    with Ledger(tmp_path / "m.sqlite", session_cap=1.00001) as ledger:
+        ledger.charge("tiny", 0, {"f": 1.0}, TOPIC, b"x")
+        accepted = 0
+        for i in range(1, 30):
+            try:
+                ledger.charge("tiny", i, {"f": 1e-17}, TOPIC, b"x")
+                accepted += 1
+            except BudgetExhaustedError:
+                pass
+        assert accepted == 10
+        assert ledger.state("tiny").spent == pytest.approx(1.00001, abs=0)
+
+
+def test_w_event_cap_bounds_every_window_even_out_of_order(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite", w_event=4, w_event_cap=1.0) as ledger:
+        released = {}
+        caps = []
+        for i in range(12):
+            try:
+                ledger.charge("s", i, {"f": 0.3}, TOPIC, b"x")
+                released[i] = 0.3
+            except BudgetExhaustedError as exc:
+                caps.append(exc.cap)
+                ledger.withhold("s", i, exc.requested, str(exc))
+        # 0.3 x 3 = 0.9 fits; a 4th in the same window would make 1.2: every 4th is withheld.
+        assert sorted(released) == [0, 1, 2, 4, 5, 6, 8, 9, 10]
+        assert caps == ["w-event"] * 3
+        state = ledger.state("s")
+        assert (state.window_spent, state.window_remaining) == (pytest.approx(0.9), 0.1)
+        assert ledger.state("s").withheld == 3
+        # Out of order: chunk 20 spends 0.9; chunk 17 would share window [17, 20] with it.
+        ledger.charge("s", 20, {"f": 0.9}, TOPIC, b"x")
+        with pytest.raises(BudgetExhaustedError, match="w-event cap"):
+            ledger.charge("s", 17, {"f": 0.2}, TOPIC, b"x")
+        ledger.charge("s", 16, {"f": 0.2}, TOPIC, b"x")  # window [16, 19] holds only itself
+        ledger.charge("s", 23, {"f": 0.1}, TOPIC, b"x")  # [20, 23] = 1.0 exactly
+        with pytest.raises(BudgetExhaustedError):
+            ledger.charge("s", 22, {"f": 0.1}, TOPIC, b"x")
+
+
+def test_payload_callback_sees_post_charge_state_and_its_failure_charges_nothing(
+    tmp_path: Path,
+) -> None:
+    seen: list[LedgerState] = []
+
+    def build(state: LedgerState) -> bytes:
+        seen.append(state)
+        return json.dumps(state.as_dict()).encode()
+
+    with Ledger(tmp_path / "l.sqlite", session_cap=2.0) as ledger:
+        charge = ledger.charge("s", 0, EPS, TOPIC, build)
+        assert seen == [charge.state]
+        assert (charge.state.spent, charge.state.chunks, charge.state.pending) == (0.5, 1, 1)
+        assert json.loads(ledger.pending()[0].payload)["remaining"] == 1.5
+
+        def broken(_: LedgerState) -> bytes:
+            raise RuntimeError("mechanism failed")
+
+        with pytest.raises(RuntimeError, match="mechanism failed"):
+            ledger.charge("s", 1, EPS, TOPIC, broken)
+        with pytest.raises(TypeError, match="payload must be bytes, got str"):
+            ledger.charge("s", 1, EPS, TOPIC, lambda _: "text")  # type: ignore[arg-type,return-value]
+        assert (ledger.state("s").chunks, len(ledger.pending())) == (1, 1)
+        ledger.charge("s", 1, EPS, TOPIC, build)  # the chunk index was not consumed
+        assert ledger.verify() == []
+
+
+def test_outbox_keeps_order_and_delivery_drops_items(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        order = [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2)]
+        ids = [ledger.charge(s, i, EPS, f"t/{s}", f"{s}{i}".encode()).outbox_id for s, i in order]
+        assert ids == sorted(ids)
+        pending = ledger.pending()
+        assert [(p.session, p.chunk_index, p.payload) for p in pending] == [
+            (s, i, f"{s}{i}".encode()) for s, i in order
+        ]
+        assert [p.id for p in ledger.pending(limit=2)] == ids[:2]
+        assert [p.chunk_index for p in ledger.pending(session="a")] == [0, 1, 2]
+        assert ledger.mark_delivered(ids[0]) is True
+        assert ledger.mark_delivered(ids[0]) is False
+        assert ledger.mark_delivered(10_000) is False
+        assert [p.id for p in ledger.pending()] == ids[1:]
+        assert (ledger.state("a").pending, ledger.state("a").chunks) == (2, 3)
+        assert ledger.verify() == []
+
+
+def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite"
+    with Ledger(path, session_cap=2.0, w_event=4, w_event_cap=1.5) as ledger:
+        ledger.charge("s", 0, EPS, TOPIC, b"x")
+    with Ledger(path, session_cap=3.0, w_event=4, w_event_cap=1.5) as ledger:
+        with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill") as info:
+            ledger.charge("s", 1, EPS, TOPIC, b"x")
+        assert "session_cap=2" in str(info.value)
+        ledger.charge("new", 0, EPS, TOPIC, b"x")  # a new session takes the new caps
+        assert ledger.state("new").session_cap == 3.0
+    with (
+        Ledger(path, session_cap=None, w_event=4, w_event_cap=1.5) as ledger,
+        pytest.raises(ConfigError, match="session_cap"),
+    ):
+        ledger.charge("s", 1, EPS, TOPIC, b"x")
+    with Ledger(path, session_cap=1.0, w_event=8, w_event_cap=1.0) as ledger:  # stricter
+        assert ledger.charge("s", 1, EPS, TOPIC, b"x").state.session_cap == 1.0
+    with (
+        Ledger(path, session_cap=2.0, w_event=8, w_event_cap=1.0) as ledger,
+        pytest.raises(ConfigError, match="session_cap"),  # the lower cap was recorded
+    ):
+        ledger.charge("s", 2, EPS, TOPIC, b"x")
+    with (
+        Ledger(path, session_cap=1.0, w_event=2, w_event_cap=1.0) as ledger,
+        pytest.raises(ConfigError, match="w_event_cap"),  # a shorter window is looser
+    ):
+        ledger.charge("s", 2, EPS, TOPIC, b"x")
+    with Ledger(path, session_cap=5.0, allow_cap_increase=True) as ledger:
+        charge = ledger.charge("s", 2, {"f": 0.1}, TOPIC, b"x")
+        assert (charge.state.session_cap, charge.state.w_event) == (5.0, None)
+        assert charge.state.spent == pytest.approx(1.1)  # raised deliberately, never reset
+
+
+def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"'ledger.w_event'.*together"):
+        Ledger(tmp_path / "a.sqlite", w_event=4)
+    with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*-1"):
+        Ledger(tmp_path / "a.sqlite", session_cap=-1)
+    with pytest.raises(ConfigError, match=r"'ledger.synchronous'.*'OFF'"):
+        Ledger(tmp_path / "a.sqlite", synchronous="OFF")  # type: ignore[arg-type]
+    with Ledger(tmp_path / "a.sqlite") as ledger:
+        with pytest.raises(ConfigError, match=r"epsilon\['f'\].*nan"):
+            ledger.charge("s", 0, {"f": float("nan")}, TOPIC, b"x")
+        with pytest.raises(ConfigError, match=r"epsilon\['f'\].*0.0"):
+            ledger.charge("s", 0, {"f": 0.0}, TOPIC, b"x")
+        with pytest.raises(ConfigError, match="at least one feature"):
+            ledger.charge("s", 0, {}, TOPIC, b"x")
+        with pytest.raises(ConfigError, match=r"'chunk_index'.*-1"):
+            ledger.charge("s", -1, EPS, TOPIC, b"x")
+        with pytest.raises(ConfigError, match="'session'"):
+            ledger.charge("", 0, EPS, TOPIC, b"x")
+        assert ledger.sessions() == []
+
+
+def test_files_that_are_not_ledgers_are_refused(tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, this is not a database at all " * 100)
+    with pytest.raises(LedgerError, match="not a usable gazeguard ledger"):
+        Ledger(text)
+    foreign = tmp_path / "other.sqlite"
+    with closing(sqlite3.connect(foreign)) as db:
+        db.execute("CREATE TABLE t (x)")
+        db.commit()
+    with pytest.raises(LedgerError, match="not a gazeguard ledger"):
+        Ledger(foreign, create=False)
+    with pytest.raises(ConfigError, match="ledger file not found"):
+        Ledger(tmp_path / "missing.sqlite", create=False)
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_from_settings_opens_the_configured_ledger(tmp_path: Path) -> None:
+    settings = LedgerSettings(path=tmp_path / "cfg.sqlite", session_cap=0.6)
+    with Ledger.from_settings(settings) as ledger:
+        ledger.charge("s", 0, EPS, TOPIC, b"x")
+        with pytest.raises(BudgetExhaustedError):
+            ledger.charge("s", 1, EPS, TOPIC, b"x")
+    assert (tmp_path / "cfg.sqlite").is_file()
+
+
+def test_threads_sharing_and_not_sharing_a_ledger_never_overspend(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite"
+    cap, per_thread, n_threads = 30.0, 25, 8
+    accepted: list[int] = []
+    refused: list[int] = []
+    lock = threading.Lock()
+    shared = Ledger(path, session_cap=cap)
+
+    def work(t: int) -> None:
+        own = Ledger(path, session_cap=cap) if t % 2 else None
+        ledger = own or shared
+        for j in range(per_thread):
+            index = t * per_thread + j
+            try:
+                ledger.charge("s", index, EPS, TOPIC, body(index))
+                with lock:
+                    accepted.append(index)
+            except BudgetExhaustedError:
+                with lock:
+                    refused.append(index)
+        if own is not None:
+            own.close()
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    shared.close()
+    assert len(accepted) == 60  # cap / 0.5: the cap is filled exactly, never exceeded
+    assert len(refused) == n_threads * per_thread - 60
+    with Ledger(path) as ledger:
+        assert ledger.state("s").spent == cap
+        assert sorted(c.chunk_index for c in ledger.charges("s")) == sorted(accepted)
+        assert sorted(p.chunk_index for p in ledger.pending()) == sorted(accepted)
+        assert ledger.verify() == []
+
+
+WORKER = """
+import json, sys
+from gazeguard.errors import BudgetExhaustedError
+from gazeguard.ledger import Ledger
+path, session, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+accepted = []
+with Ledger(path, session_cap=float(sys.argv[5])) as ledger:
+    print("ready", flush=True)
+    sys.stdin.readline()  # start together
+    for i in range(start, start + count):
+        try:
+            ledger.charge(session, i, {"f": 0.25, "g": 0.25}, "t", str(i).encode())
+            accepted.append(i)
+        except BudgetExhaustedError:
+            pass
+print(json.dumps(accepted))
+"""
+
+
+def test_processes_never_overspend_and_never_lose_a_committed_charge(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite"
+    Ledger(path).close()  # create the file (and WAL mode) once
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(path), "s", str(p * 50), "50", "60"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for p in range(4)
+    ]
+    for proc in procs:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+    accepted = []
+    for proc in procs:
+        out, _ = proc.communicate("go\n", timeout=120)
+        assert proc.returncode == 0
+        accepted += json.loads(out)
+    assert len(accepted) == 120  # 60 ε / 0.5 per chunk, out of 200 attempts
+    with Ledger(path) as ledger:
+        assert ledger.state("s").spent == 60.0
+        assert sorted(c.chunk_index for c in ledger.charges("s")) == sorted(accepted)
+        assert ledger.verify() == []
+
+
+KILLED = """
+import sys, time
+from gazeguard.ledger import Ledger
+path = sys.argv[1]
+def stall(state):
+    print("inside", state.chunks, flush=True)
+    time.sleep(60)  # the parent SIGKILLs us here, inside the open transaction
+    return b"never"
+with Ledger(path, session_cap=100.0) as ledger:
+    for i in range(5):
+        ledger.charge("s", i, {"f": 1.0}, "t", str(i).encode())
+    ledger.charge("s", 5, {"f": 1.0}, "t", stall)
+"""
+
+LOOP = """
+import sys
+from gazeguard.ledger import Ledger
+with Ledger(sys.argv[1]) as ledger:
+    print("ready", flush=True)
+    for i in range(int(sys.argv[2]), 10**6):
+        ledger.charge("s", i, {"f": 0.001}, "t", bytes(2000))
+        if i % 3 == 0:
+            ledger.mark_delivered(ledger.pending(1)[0].id)
+"""
+
+
+def test_sigkill_inside_a_charge_leaves_a_consistent_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite"
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(path)], stdout=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split() == [b"inside", b"6"]
+        os.kill(proc.pid, signal.SIGKILL)
+    with Ledger(path, session_cap=100.0) as ledger:
+        state = ledger.state("s")
+        assert (state.chunks, state.spent, state.pending) == (5, 5.0, 5)
+        assert [p.payload for p in ledger.pending()] == [str(i).encode() for i in range(5)]
+        assert ledger.verify() == []
+        assert ledger.charge("s", 5, {"f": 1.0}, "t", b"5").state.spent == 6.0  # not refilled
+    assert integrity(path) == "ok"
+
+
+def test_sigkill_at_random_moments_never_breaks_charge_outbox_atomicity(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite"
+    start = 0
+    for delay in (0.05, 0.13, 0.31):
+        with subprocess.Popen(
+            [sys.executable, "-c", LOOP, str(path), str(start)], stdout=subprocess.PIPE
+        ) as proc:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"ready\n"
+            threading.Event().wait(delay)
+            os.kill(proc.pid, signal.SIGKILL)
+        with Ledger(path) as ledger:
+            assert ledger.verify() == []
+            state = ledger.state("s") if ledger.sessions() else None
+            start = 0 if state is None or state.last_chunk is None else state.last_chunk + 1
+            if state is not None:
+                assert state.chunks == start  # no gap, no loss: every committed charge is there
+                assert state.spent == pytest.approx(0.001 * start)
+    assert integrity(path) == "ok"
+
+
+def test_cli_show_prints_both_views_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "l.sqlite"
+    with Ledger(path, session_cap=1.2, w_event=4, w_event_cap=1.0) as ledger:
+        ledger.charge("sess-a", 0, EPS, TOPIC, b"payload")
+        ledger.charge("sess-a", 1, EPS, TOPIC, b"payload")
+        ledger.mark_delivered(ledger.pending()[0].id)
+        ledger.withhold("sess-a", 2, 0.5, "session cap reached")
+        ledger.charge("sess-b", 0, {"f": 0.1}, "t/b", b"b")
+    assert main(["ledger", "show", "--path", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 session(s), 2 outbox item(s) pending" in out
+    assert "session sess-a" in out
+    assert "chunks released      2   withheld 1   pending delivery 1" in out
+    assert "user-level ε         1   (sequential composition" in out
+    assert "session cap          1.2   remaining 0.2" in out
+    assert "per-chunk ε          0.5 per chunk, 0.25 per feature" in out
+    assert "w-event cap          1 over any 4 chunks" in out
+    assert "withheld chunk 2: requested ε 0.5: session cap reached" in out
+    assert f"chunk 1 -> {TOPIC} (7 bytes)" in out
+
+    assert main(["ledger", "show", "--path", str(path), "--session", "sess-a", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (a,) = doc["sessions"]
+    assert (a["session"], a["spent"], a["remaining"], a["chunks"]) == ("sess-a", 1.0, 0.2, 2)
+    assert (a["max_chunk_eps"], a["max_feature_eps"], a["withheld"]) == (0.5, 0.25, 1)
+    assert [p["chunk_index"] for p in doc["pending"]] == [1]
+
+    assert main(["ledger", "show", "--path", str(path), "--session", "sess-b", "--chunks"]) == 0
+    assert "chunk      0  ε 0.1  (f=0.1)" in capsys.readouterr().out
+
+    assert main(["ledger", "show", "--path", str(path), "--session", "nope"]) == 1
+    assert "'nope': not in ledger" in capsys.readouterr().err
+    assert main(["ledger", "show", "--path", str(tmp_path / "none.sqlite")]) == 1
+    err = capsys.readouterr().err
+    assert "none.sqlite" in err
+    assert "ledger file not found" in err
