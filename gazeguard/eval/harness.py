@@ -1,0 +1,457 @@
+"""The evaluation harness: privatize a feature table per recording, then score utility and attacks.
+
+For one configuration (mechanism, ε) and one noisy repetition:
+
+1. **Release.** Each recording's feature time series ``(T, F)`` is privatized the way the live
+   service would: LPA/CFPA/DCFPA cut it into consecutive chunks of ``n`` steps with the service's
+   own :class:`~gazeguard.chunking.Chunker` (the incomplete tail is dropped, not padded) and
+   release every chunk ``(F, n)``; FPA releases the whole recording at once (``n = T``, offline
+   only). Only *released* rows take part in what follows; the clean baseline (``none``) uses all
+   rows.
+2. **Utility.** NMSE of each feature in each recording against its clean values (eq. 4) and
+   ``1/|NMSE|`` (eq. 6), averaged per feature over recordings and repetitions, then over
+   features — as in the paper. Also reported: the median NMSE and RMSE as a fraction of each
+   feature's public range, which are robust where ``x̄·x̃̄`` is near zero.
+3. **Attacks and task.** :func:`~gazeguard.eval.attacks.task_recognition` and
+   :func:`~gazeguard.eval.attacks.reidentification` on the released rows, each tested on the
+   release itself (Bozkir et al.'s protocol) and on the raw values of the same rows (David-John
+   et al.'s: train on the release, attack raw data).
+
+ε is per feature per chunk; each row also carries the honest user-level ε of a whole released
+recording, ``ε · F · chunks`` (sequential composition; see
+:func:`~gazeguard.eval.metrics.user_level_epsilon`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from gazeguard.chunking import Chunker
+from gazeguard.dataset import FeatureTable
+from gazeguard.errors import ConfigError
+from gazeguard.eval.attacks import CLASSIFIERS, Scores, reidentification, task_recognition
+from gazeguard.eval.metrics import nmse, user_level_epsilon, utility
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
+
+#: Mechanism families that privatize per recording with gazeguard's own mechanisms.
+STREAM_FAMILIES = ("lpa", "fpa", "cfpa", "dcfpa")
+#: The paper's ε grid, per feature per chunk.
+PAPER_EPSILONS: tuple[float, ...] = (0.48, 2.4, 4.8, 24.0, 48.0)
+#: The full mechanism grid: none, LPA (chunks of 32), FPA, CFPA-/DCFPA-{32,64,128}, dft and dct.
+FULL_MECHANISMS: tuple[str, ...] = (
+    "none",
+    "lpa-32",
+    *(f"fpa-{t}" for t in ("dft", "dct")),
+    *(f"{m}-{n}-{t}" for m in ("cfpa", "dcfpa") for n in (32, 64, 128) for t in ("dft", "dct")),
+)
+QUICK_MECHANISMS: tuple[str, ...] = (
+    "none",
+    "lpa-32",
+    "fpa-dft",
+    "cfpa-32-dft",
+    "dcfpa-32-dft",
+    "dcfpa-32-dct",
+    "dcfpa-128-dft",
+)
+QUICK_EPSILONS: tuple[float, ...] = (0.48, 4.8, 48.0)
+
+
+class Releaser(Protocol):
+    """Anything that privatizes one chunk: ``(F, n)`` float64 in, ``(F, n)`` out."""
+
+    def release(self, x: FloatArray) -> FloatArray:
+        """Privatize one chunk."""
+        ...
+
+
+@dataclass(frozen=True)
+class MechanismSpec:
+    """One mechanism of the grid, parsed from text like ``dcfpa-64-dct``.
+
+    Attributes:
+        family: ``none``, ``lpa``, ``fpa``, ``cfpa`` or ``dcfpa``.
+        n: steps per chunk (LPA/CFPA/DCFPA); None for FPA (whole recording) and none.
+        transform: ``dft`` or ``dct`` for FPA/CFPA/DCFPA, else None.
+    """
+
+    family: str
+    n: int | None = None
+    transform: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Canonical text form, e.g. ``dcfpa-64-dct``."""
+        parts = [self.family]
+        if self.n is not None:
+            parts.append(str(self.n))
+        if self.transform is not None:
+            parts.append(self.transform)
+        return "-".join(parts)
+
+    @property
+    def label(self) -> str:
+        """Display form in the paper's style, e.g. ``DCFPA-64 (dct)``."""
+        if self.family == "none":
+            return "clean (no privacy)"
+        text = self.family.upper() + (f"-{self.n}" if self.n is not None else "")
+        return f"{text} ({self.transform})" if self.transform else text
+
+
+_SPEC = re.compile(r"^(none|lpa|fpa|cfpa|dcfpa)(?:-(\d+))?(?:-(dft|dct))?$")
+
+
+def parse_mechanism(text: str) -> MechanismSpec:
+    """Parse ``none``, ``lpa[-N]``, ``fpa[-dft|-dct]``, ``cfpa-N[-dft|-dct]``, ``dcfpa-N[-…]``.
+
+    Defaults: LPA chunks of 32 steps, transform ``dft``.
+
+    Raises:
+        ConfigError: field ``mechanisms``, quoting the text.
+    """
+    m = _SPEC.match(text.strip().lower())
+    if m is None:
+        raise ConfigError(
+            "mechanisms",
+            text,
+            "expected none, lpa[-N], fpa[-dft|-dct], cfpa-N[-dft|-dct] or "
+            "dcfpa-N[-dft|-dct], e.g. dcfpa-64-dct",
+            "argument",
+        )
+    family, n_text, transform = m.group(1), m.group(2), m.group(3)
+    n = int(n_text) if n_text else None
+    if family == "none":
+        if n is not None or transform is not None:
+            raise ConfigError(
+                "mechanisms", text, "'none' takes no chunk size or transform", "argument"
+            )
+        return MechanismSpec("none")
+    if family == "fpa":
+        if n is not None:
+            raise ConfigError(
+                "mechanisms",
+                text,
+                "FPA works on the whole recording; drop the chunk size",
+                "argument",
+            )
+        return MechanismSpec("fpa", None, transform or "dft")
+    if family == "lpa":
+        if transform is not None:
+            raise ConfigError("mechanisms", text, "LPA has no transform", "argument")
+        n = n or 32
+    elif n is None:
+        raise ConfigError(
+            "mechanisms", text, f"{family} needs a chunk size, e.g. {family}-64", "argument"
+        )
+    if n < 2 or n & (n - 1):
+        raise ConfigError(
+            "mechanisms", text, f"chunk size {n} is not a power of two >= 2", "argument"
+        )
+    return MechanismSpec(family, n, transform if family != "lpa" else None)
+
+
+@dataclass(frozen=True)
+class FeatureBounds:
+    """Public bounds of the released features (subset of the registry), each (F,)."""
+
+    lo: FloatArray
+    hi: FloatArray
+    max_step: FloatArray
+
+
+#: ``factory(spec, n, epsilon, seed) -> Releaser`` builds the mechanism for chunks of n steps.
+MechanismFactory = Callable[[MechanismSpec, int, float, "int | None"], Releaser]
+
+
+def gazeguard_factory(bounds: FeatureBounds, k: int | str) -> MechanismFactory:
+    """The production mechanisms (``gazeguard.mechanisms.make_mechanism``) for these bounds."""
+    from gazeguard.mechanisms import Bounds, make_mechanism  # noqa: PLC0415 - heavy import
+
+    b = Bounds(lo=bounds.lo, hi=bounds.hi, max_step=bounds.max_step)
+
+    def factory(spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
+        kw: dict[str, Any] = {"n": n, "epsilon": epsilon, "bounds": b, "seed": seed}
+        if spec.family != "lpa":
+            kw.update(k=k, transform=spec.transform or "dft")
+        mech: Releaser = make_mechanism(spec.family, **kw)
+        return mech
+
+    return factory
+
+
+@dataclass
+class Released:
+    """One noisy release of a table.
+
+    Attributes:
+        rows: (M,) indices of the released rows in the table.
+        values: (M, F) privatized values of the released features.
+        chunks: chunks per recording, in recording order (0 for the clean baseline).
+    """
+
+    rows: IntArray
+    values: FloatArray
+    chunks: list[int]
+
+
+class MechanismCache:
+    """Mechanisms of one configuration, built once per chunk length and reused.
+
+    Every ``release`` call draws fresh noise, so one mechanism per chunk length serves every
+    recording and repetition; with an insecure seed, chunk length ``n`` gets seed ``seed + n``
+    and its generator advances across calls (reproducible run to run).
+    """
+
+    def __init__(
+        self, spec: MechanismSpec, epsilon: float, factory: MechanismFactory, seed: int | None
+    ) -> None:
+        self.spec = spec
+        self.epsilon = epsilon
+        self.factory = factory
+        self.seed = seed
+        self._by_n: dict[int, Releaser] = {}
+
+    def get(self, n: int) -> Releaser:
+        """The mechanism for chunks of ``n`` steps."""
+        if n not in self._by_n:
+            seed = None if self.seed is None else self.seed + n
+            self._by_n[n] = self.factory(self.spec, n, self.epsilon, seed)
+        return self._by_n[n]
+
+    def k(self) -> dict[int, Any]:
+        """Kept coefficients per chunk length, where the mechanism exposes ``k``."""
+        out: dict[int, Any] = {}
+        for n, mech in self._by_n.items():
+            k = getattr(mech, "k", None)
+            if k is not None:
+                arr = np.asarray(k)
+                out[n] = arr.tolist() if arr.ndim else int(arr)
+        return out
+
+
+def release_table(
+    table: FeatureTable, cols: IntArray, spec: MechanismSpec, mechanisms: MechanismCache | None
+) -> Released:
+    """Privatize the ``cols`` features of every recording of ``table`` once.
+
+    Args:
+        table: clean features.
+        cols: (F,) feature columns to release.
+        spec: the mechanism; ``none`` releases every row unchanged (``mechanisms`` unused).
+        mechanisms: builds and caches the mechanism per chunk length.
+    """
+    rows: list[IntArray] = []
+    vals: list[FloatArray] = []
+    chunks: list[int] = []
+    for _, idx in table.recordings():
+        X = table.X[np.ix_(idx, cols)]
+        if spec.family == "none" or mechanisms is None:
+            rows.append(idx)
+            vals.append(X.copy())
+            chunks.append(0)
+            continue
+        if spec.family == "fpa":
+            if idx.size < 2:
+                chunks.append(0)
+                continue
+            n = int(idx.size)
+            out = [mechanisms.get(n).release(np.ascontiguousarray(X.T))]
+        else:
+            n = int(spec.n or 0)
+            mech = mechanisms.get(n)
+            out = [mech.release(c.values) for c in Chunker(cols.size, n).add(X, table.t[idx])]
+        chunks.append(len(out))
+        if out:
+            rows.append(idx[: len(out) * n])
+            vals.append(np.concatenate([o.T for o in out], axis=0))
+    if not rows:
+        return Released(np.empty(0, np.intp), np.empty((0, cols.size)), chunks)
+    return Released(np.concatenate(rows), np.concatenate(vals), chunks)
+
+
+def _stat(values: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return {"mean": float("nan"), "std": float("nan")}
+    return {"mean": float(a.mean()), "std": float(a.std())}
+
+
+def _collect(
+    acc: dict[str, dict[str, dict[str, list[float]]]], scores: Mapping[str, Mapping[str, Scores]]
+) -> None:
+    for view, per_clf in scores.items():
+        for clf, s in per_clf.items():
+            slot = acc.setdefault(view, {}).setdefault(clf, {"window": [], "vote": []})
+            slot["window"].append(s.window)
+            slot["vote"].append(s.vote)
+
+
+def _summarise(
+    acc: dict[str, dict[str, dict[str, list[float]]]],
+) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    return {
+        view: {clf: {m: _stat(v) for m, v in d.items()} for clf, d in per.items()}
+        for view, per in acc.items()
+    }
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Repetitions and protocol knobs of one evaluation run.
+
+    Attributes:
+        utility_reps: noisy repetitions for NMSE/utility (paper: 100).
+        clf_reps: noisy repetitions for the classification protocols (each re-fits 4 models
+            per fold; fewer than the utility repetitions where the cost is too high).
+        classifiers: which of :data:`~gazeguard.eval.attacks.CLASSIFIERS`.
+        every_task: task recognition uses every n-th window (paper: 10).
+        every_reid: re-identification uses every n-th window (paper: 5).
+        insecure_seed: reproducible (INSECURE) noise seed, or None for the OS CSPRNG.
+    """
+
+    utility_reps: int = 100
+    clf_reps: int = 5
+    classifiers: tuple[str, ...] = CLASSIFIERS
+    every_task: int = 10
+    every_reid: int = 5
+    insecure_seed: int | None = None
+
+
+def _utility_summary(
+    nmse_reps: list[FloatArray], rmse_reps: list[FloatArray], names: Sequence[str]
+) -> dict[str, Any]:
+    """Paper-style utility: 1/|NMSE| averaged per feature over recordings and repetitions, then
+    over features. Undefined values (``x̄·x̃̄ = 0`` or NMSE exactly 0) are left out and counted."""
+    N = np.stack(nmse_reps)  # (reps, R, F)
+    U = utility(N)
+    ok = np.isfinite(U)
+    count = ok.sum(axis=(0, 1))
+    total = np.where(ok, U, 0.0).sum(axis=(0, 1))
+    per_feature = [float(t / c) if c else None for t, c in zip(total, count, strict=True)]
+    defined = [v for v in per_feature if v is not None]
+    per_rep = [float(U[i][ok[i]].mean()) for i in range(U.shape[0]) if ok[i].any()]
+    absn = np.abs(N[np.isfinite(N)])
+    return {
+        "mean": float(np.mean(defined)) if defined else None,
+        "std_over_reps": float(np.std(per_rep)) if per_rep else None,
+        "nmse_median": float(np.median(absn)) if absn.size else None,
+        "rmse_over_range": float(np.mean(np.stack(rmse_reps))),
+        "undefined_fraction": float(1.0 - ok.mean()),
+        "per_feature": dict(zip(names, per_feature, strict=True)),
+    }
+
+
+def evaluate_configuration(
+    table: FeatureTable,
+    cols: IntArray,
+    spec: MechanismSpec,
+    epsilon: float | None,
+    *,
+    factory: MechanismFactory,
+    settings: EvalSettings,
+    bounds: FeatureBounds,
+    job_seed: int = 0,
+) -> dict[str, Any]:
+    """Utility and classification results of one (mechanism, ε), JSON-ready.
+
+    ``epsilon`` is None for ``none``. Utility averages ``settings.utility_reps`` releases;
+    classification uses the first ``settings.clf_reps`` of them (one release serves both).
+    ``job_seed`` makes classifier seeds (and insecure noise seeds) differ between configurations.
+    """
+    t0 = time.perf_counter()
+    clean = spec.family == "none" or epsilon is None
+    eps = 0.0 if epsilon is None else float(epsilon)
+    reps = settings.clf_reps if clean else max(settings.utility_reps, settings.clf_reps)
+    seed = None if settings.insecure_seed is None else settings.insecure_seed + 1_000_003 * job_seed
+    mechanisms = None if clean else MechanismCache(spec, eps, factory, seed)
+    span = np.where(bounds.hi > bounds.lo, bounds.hi - bounds.lo, 1.0)
+    nmse_reps: list[FloatArray] = []  # per rep: (R, F)
+    rmse_reps: list[FloatArray] = []
+    task_acc: dict[str, dict[str, dict[str, list[float]]]] = {}
+    reid_acc: dict[str, dict[str, dict[str, list[float]]]] = {}
+    chunks: list[int] = []
+    released_rows = 0
+    for rep in range(reps):
+        rel = release_table(table, cols, spec, mechanisms)
+        chunks, released_rows = rel.chunks, int(rel.rows.size)
+        if rel.rows.size == 0:
+            break
+        raw = table.X[np.ix_(rel.rows, cols)]
+        recs = table.recording[rel.rows]
+        if not clean and rep < settings.utility_reps:
+            nm, rm = [], []
+            for rid in np.unique(recs):
+                m = recs == rid
+                nm.append(nmse(raw[m].T, rel.values[m].T))
+                rm.append(np.sqrt(np.mean((raw[m] - rel.values[m]) ** 2, axis=0)) / span)
+            nmse_reps.append(np.stack(nm))
+            rmse_reps.append(np.stack(rm))
+        if rep < settings.clf_reps:
+            views = {"release": rel.values} if clean else {"release": rel.values, "raw": raw}
+            who, task = table.person[rel.rows], table.task[rel.rows]
+            clfs, cseed = settings.classifiers, job_seed * 1000 + rep
+            _collect(
+                task_acc,
+                task_recognition(
+                    rel.values,
+                    views,
+                    task,
+                    who,
+                    recs,
+                    classifiers=clfs,
+                    every=settings.every_task,
+                    seed=cseed,
+                ),
+            )
+            _collect(
+                reid_acc,
+                reidentification(
+                    rel.values,
+                    views,
+                    who,
+                    recs,
+                    classifiers=clfs,
+                    every=settings.every_reid,
+                    seed=cseed,
+                ),
+            )
+    n_feat = int(cols.size)
+    per_rec_eps = [user_level_epsilon(eps, n_feat, c) for c in chunks if c > 0]
+    return {
+        "mechanism": spec.key,
+        "label": spec.label,
+        "family": spec.family,
+        "n": spec.n,
+        "transform": spec.transform,
+        "epsilon": None if clean else eps,
+        "epsilon_user": None
+        if clean
+        else {
+            "max": max(per_rec_eps, default=0.0),
+            "mean": float(np.mean(per_rec_eps)) if per_rec_eps else 0.0,
+            "multiplier_max": n_feat * max(chunks, default=0),
+        },
+        "features_released": n_feat,
+        "rows_released": released_rows,
+        "rows_dropped": int(table.n_rows - released_rows),
+        "chunks_per_recording": {"min": min(chunks, default=0), "max": max(chunks, default=0)},
+        "k": None if mechanisms is None else mechanisms.k(),
+        "reps": {"utility": len(nmse_reps), "clf": min(reps, settings.clf_reps)},
+        "utility": _utility_summary(
+            nmse_reps, rmse_reps, [table.feature_names[int(c)] for c in cols]
+        )
+        if nmse_reps
+        else None,
+        "task": _summarise(task_acc),
+        "reid": _summarise(reid_acc),
+        "elapsed_s": time.perf_counter() - t0,
+    }

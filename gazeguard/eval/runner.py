@@ -1,0 +1,319 @@
+"""Run a whole evaluation grid on one dataset: features → jobs (in parallel) → one result dict.
+
+:func:`evaluate_dataset` extracts (or loads cached) features, picks the features to release,
+analyses their temporal correlation, runs every (mechanism, ε) configuration — in worker
+processes with ``jobs > 1`` — reporting progress with elapsed time and ETA, and finally selects
+the best configuration by the criterion "re-identification at chance (within ``tolerance`` of
+1/people) with the highest task accuracy".
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gazeguard import __version__
+from gazeguard.dataset import FeatureTable
+from gazeguard.eval.correlation import correlation_analysis
+from gazeguard.eval.datasets import Dataset
+from gazeguard.eval.harness import (
+    EvalSettings,
+    FeatureBounds,
+    MechanismFactory,
+    MechanismSpec,
+    evaluate_configuration,
+    gazeguard_factory,
+)
+
+IntArray = npt.NDArray[np.intp]
+Progress = Callable[[str], None]
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)  # noqa: T201 - progress output of a CLI command
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """What to evaluate on a dataset.
+
+    Attributes:
+        mechanisms: mechanism grid (``none`` is always evaluated once, as the baseline).
+        epsilons: ε per feature per chunk.
+        k: kept coefficients, an int or ``"auto"`` (from the public prior; never from the data).
+        settings: repetitions and protocol knobs.
+        window_s, step_s: feature window and step, s.
+        jobs: worker processes (1: run in this process).
+        cache_dir: feature cache (None: no cache).
+        tolerance: "at chance" means re-identification ≤ 1/people + tolerance.
+        correlation_lag: largest lag of the correlation analysis, steps.
+    """
+
+    mechanisms: Sequence[MechanismSpec]
+    epsilons: Sequence[float]
+    k: int | str = "auto"
+    settings: EvalSettings = field(default_factory=EvalSettings)
+    window_s: float = 30.0
+    step_s: float = 0.5
+    jobs: int = 1
+    cache_dir: Path | None = None
+    tolerance: float = 0.02
+    correlation_lag: int = 40
+
+
+def public_bounds() -> FeatureBounds:
+    """The registry's public bounds of every feature (``gazeguard.features.feature_bounds``)."""
+    from gazeguard.features import feature_bounds  # noqa: PLC0415 - heavy import
+
+    lo, hi, max_step = feature_bounds(None)
+    return FeatureBounds(
+        np.asarray(lo, np.float64), np.asarray(hi, np.float64), np.asarray(max_step, np.float64)
+    )
+
+
+def select_features(table: FeatureTable) -> tuple[IntArray, dict[str, str]]:
+    """Columns to release: finite everywhere and not constant over the whole dataset.
+
+    A constant feature (e.g. blink rate in a recording without blinks or invalid samples)
+    carries nothing for either side and its NMSE is undefined; releasing it would still cost
+    ε. Returns the kept column indices and ``{excluded name: reason}``.
+    """
+    keep: list[int] = []
+    excluded: dict[str, str] = {}
+    for j, name in enumerate(table.feature_names):
+        col = table.X[:, j]
+        if not np.isfinite(col).all():
+            excluded[name] = f"{int((~np.isfinite(col)).sum())} non-finite values"
+        elif col.size == 0 or np.ptp(col) == 0.0:
+            excluded[name] = "constant in this dataset"
+        else:
+            keep.append(j)
+    return np.asarray(keep, dtype=np.intp), excluded
+
+
+# ------------------------------------------------------------------ worker processes
+_STATE: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What every job of one dataset needs (inherited by forked workers)."""
+
+    table: FeatureTable
+    cols: IntArray
+    bounds: FeatureBounds
+    settings: EvalSettings
+    factory: MechanismFactory
+
+
+def _init(shared: _Shared) -> None:
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    _STATE["shared"] = shared
+
+
+def _job(index: int, spec: MechanismSpec, epsilon: float | None) -> dict[str, Any]:
+    sh: _Shared = _STATE["shared"]
+    return evaluate_configuration(
+        sh.table,
+        sh.cols,
+        spec,
+        epsilon,
+        factory=sh.factory,
+        settings=sh.settings,
+        bounds=sh.bounds,
+        job_seed=index,
+    )
+
+
+def _fmt_time(seconds: float) -> str:
+    s = int(max(seconds, 0.0))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def headline(row: dict[str, Any]) -> str:
+    """One line: utility, best task accuracy, strongest re-identification of a result row."""
+    util = (row.get("utility") or {}).get("mean")
+    parts = [f"utility {util:.3g}" if util is not None else "utility –"]
+    for what in ("task", "reid"):
+        best = best_accuracy(row, what, "release", "window")
+        parts.append(f"{what} {best[1]:.2f} ({best[0]})" if best else f"{what} –")
+    return ", ".join(parts)
+
+
+def best_accuracy(row: dict[str, Any], what: str, view: str, mode: str) -> tuple[str, float] | None:
+    """``(classifier, accuracy)`` of the best classifier for ``what`` (task/reid) in ``view``."""
+    per = row.get(what, {}).get(view, {})
+    vals = [(c, d[mode]["mean"]) for c, d in per.items() if np.isfinite(d[mode]["mean"])]
+    return max(vals, key=lambda cv: cv[1]) if vals else None
+
+
+def run_jobs(
+    table: FeatureTable,
+    cols: IntArray,
+    bounds: FeatureBounds,
+    grid: GridConfig,
+    *,
+    progress: Progress = _print,
+    factory: MechanismFactory | None = None,
+    label: str = "",
+) -> list[dict[str, Any]]:
+    """Evaluate the clean baseline and every (mechanism, ε) of ``grid``; rows in grid order."""
+    jobs: list[tuple[MechanismSpec, float | None]] = [(MechanismSpec("none"), None)]
+    jobs += [(s, float(e)) for s in grid.mechanisms if s.family != "none" for e in grid.epsilons]
+    results: list[dict[str, Any] | None] = [None] * len(jobs)
+    t0 = time.perf_counter()
+    done = 0
+
+    def report(i: int, row: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        results[i] = row
+        elapsed = time.perf_counter() - t0
+        eta = elapsed / done * (len(jobs) - done)
+        eps = "" if row["epsilon"] is None else f" ε={row['epsilon']:g}"
+        progress(
+            f"[{done}/{len(jobs)}] {label}{row['label']}{eps}: {headline(row)} "
+            f"({row['elapsed_s']:.0f}s; elapsed {_fmt_time(elapsed)}, ETA {_fmt_time(eta)})"
+        )
+
+    shared = _Shared(
+        table, cols, bounds, grid.settings, factory or gazeguard_factory(bounds, grid.k)
+    )
+    init_args = (shared,)
+    if grid.jobs <= 1:
+        _init(shared)
+        for i, (spec, eps) in enumerate(jobs):
+            report(i, _job(i, spec, eps))
+    else:
+        ctx = multiprocessing.get_context("fork")
+        with cf.ProcessPoolExecutor(grid.jobs, ctx, initializer=_init, initargs=init_args) as ex:
+            futures = {ex.submit(_job, i, s, e): i for i, (s, e) in enumerate(jobs)}
+            for fut in cf.as_completed(futures):
+                report(futures[fut], fut.result())
+    return [r for r in results if r is not None]
+
+
+def best_configuration(
+    rows: Sequence[dict[str, Any]],
+    n_people: int,
+    tolerance: float = 0.02,
+    view: str = "release",
+    with_vote: bool = False,
+) -> dict[str, Any] | None:
+    """The private row with the highest task accuracy among those whose re-identification is at
+    chance: the strongest classifier's accuracy (per window, and also after the majority vote
+    when ``with_vote``) is at most ``1/n_people + tolerance``.
+
+    Args:
+        rows: result rows of :func:`run_jobs`.
+        n_people: number of persons (chance = 1/n_people).
+        tolerance: allowed excess over chance (0.02 = 2 points).
+        view: ``"release"`` (Bozkir protocol) or ``"raw"`` (David-John protocol).
+        with_vote: also require the majority-vote accuracy at chance.
+
+    Returns:
+        ``{mechanism, label, epsilon, epsilon_user, task: (clf, acc), reid: (clf, acc),
+        reid_vote: (clf, acc)}`` or None when no row qualifies (or no task is defined).
+    """
+    limit = 1.0 / n_people + tolerance
+    best: dict[str, Any] | None = None
+    for row in rows:
+        if row["family"] == "none":
+            continue
+        reid = best_accuracy(row, "reid", view, "window")
+        vote = best_accuracy(row, "reid", view, "vote")
+        task = best_accuracy(row, "task", view, "window")
+        if reid is None or task is None or reid[1] > limit:
+            continue
+        if with_vote and (vote is None or vote[1] > limit):
+            continue
+        if best is None or task[1] > best["task"][1]:
+            best = {
+                "mechanism": row["mechanism"],
+                "label": row["label"],
+                "epsilon": row["epsilon"],
+                "epsilon_user": row["epsilon_user"],
+                "task": task,
+                "reid": reid,
+                "reid_vote": vote,
+            }
+    return best
+
+
+def evaluate_dataset(
+    dataset: Dataset,
+    grid: GridConfig,
+    progress: Progress = _print,
+    factory: MechanismFactory | None = None,
+    bounds: FeatureBounds | None = None,
+) -> dict[str, Any]:
+    """The whole evaluation of one dataset, JSON-ready (see :mod:`gazeguard.eval.report`)."""
+    t0 = time.perf_counter()
+    progress(f"{dataset.name}: extracting features (W={grid.window_s:g} s, step {grid.step_s:g} s)")
+    table = dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress)
+    bounds = bounds or public_bounds()
+    cols, excluded = select_features(table)
+    sub = FeatureBounds(bounds.lo[cols], bounds.hi[cols], bounds.max_step[cols])
+    people = sorted(set(table.person.tolist()))
+    tasks = sorted(set(table.task.tolist()))
+    recs = [r for r, _ in table.recordings()]
+    progress(
+        f"{dataset.name}: {len(people)} people, {len(tasks)} tasks, {len(recs)} recordings, "
+        f"{table.n_rows} windows; releasing {cols.size} of {len(table.feature_names)} features"
+        + (f" (excluded: {', '.join(excluded)})" if excluded else "")
+    )
+    correlation = correlation_analysis(table, cols.tolist(), grid.correlation_lag)
+    rows = run_jobs(
+        table, cols, sub, grid, progress=progress, factory=factory, label=f"{dataset.name}: "
+    )
+    best = {
+        "release_window": best_configuration(rows, len(people), grid.tolerance),
+        "release_window_and_vote": best_configuration(
+            rows, len(people), grid.tolerance, with_vote=True
+        ),
+        "raw_window": best_configuration(rows, len(people), grid.tolerance, view="raw"),
+    }
+    s = grid.settings
+    return {
+        "dataset": dataset.name,
+        "meta": {
+            "gazeguard_version": __version__,
+            "fingerprint": dataset.fingerprint(),
+            "people": people,
+            "tasks": tasks,
+            "recordings": len(recs),
+            "windows": table.n_rows,
+            "window_s": grid.window_s,
+            "step_s": grid.step_s,
+            "chance_reid": 1.0 / len(people),
+            "chance_task": 1.0 / len(tasks) if len(tasks) > 1 else None,
+            "features_released": [table.feature_names[int(c)] for c in cols],
+            "features_excluded": excluded,
+            "k": grid.k,
+            "epsilons": list(grid.epsilons),
+            "mechanisms": [m.key for m in grid.mechanisms],
+            "utility_reps": s.utility_reps,
+            "clf_reps": s.clf_reps,
+            "classifiers": list(s.classifiers),
+            "every_task": s.every_task,
+            "every_reid": s.every_reid,
+            "noise": "OS CSPRNG"
+            if s.insecure_seed is None
+            else f"INSECURE reproducible seed {s.insecure_seed}",
+            "tolerance": grid.tolerance,
+            "elapsed_s": time.perf_counter() - t0,
+        },
+        "correlation": correlation,
+        "rows": rows,
+        "best": best,
+    }
