@@ -155,7 +155,7 @@ def parse_mechanism(text: str) -> MechanismSpec:
         raise ConfigError(
             "mechanisms", text, f"chunk size {n} is not a power of two >= 2", "argument"
         )
-    return MechanismSpec(family, n, transform if family != "lpa" else None)
+    return MechanismSpec(family, n, None if family == "lpa" else transform or "dft")
 
 
 @dataclass(frozen=True)

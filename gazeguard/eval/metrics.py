@@ -95,7 +95,7 @@ def majority_vote_accuracy(
         mask = g == gid
         truths = np.unique(t[mask])
         if truths.size != 1:
-            msg = f"group {gid!r} has {truths.size} different true labels; it must have one"
+            msg = f"group {str(gid)!r} has {truths.size} different true labels; it must have one"
             raise ValueError(msg)
         counts = Counter(p[mask].tolist())
         top = max(counts.values())
