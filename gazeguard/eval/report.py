@@ -259,7 +259,7 @@ def _accuracy_figure(
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.suptitle(f"{result['dataset']}: {title}")
-    fig.tight_layout(rect=(0, 0, 0.86, 0.96))
+    fig.tight_layout(rect=(0, 0, 0.9, 0.96))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
