@@ -16,6 +16,7 @@ from typing import Any, Self
 from gazeguard.config import LedgerSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger._model import (
+    MAX_CAP,
     UNITS_PER_EPSILON,
     Charge,
     ChargeRecord,
@@ -237,7 +238,7 @@ class Ledger:
         """
         _check_chunk(session, chunk_index)
         asked = sum(requested.values()) if isinstance(requested, Mapping) else float(requested)
-        units = 0 if asked == 0 else to_units_up(asked, "requested")
+        units = 0 if asked == 0 else to_units_up(asked, "requested", MAX_CAP)
         with self._backend.write() as sql:
             now = time.time()
             self._lock_session(sql, session, now)

@@ -14,7 +14,9 @@ from gazeguard.errors import ConfigError, GazeguardError
 UNITS_PER_EPSILON = 1_000_000
 """Integer units per ε (micro-ε): the ledger's exact unit of account."""
 MAX_EPSILON = 1e4
-"""Largest ε accepted for one feature or one cap (keeps every sum far inside 64 bits)."""
+"""Largest ε accepted for one feature of one chunk."""
+MAX_CAP = 1e9
+"""Largest cap (or withheld request) accepted: 10¹⁵ units, far inside SQLite's 64-bit integers."""
 SCHEMA_VERSION = "1"
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 Payload = bytes | Callable[["LedgerState"], bytes]
@@ -42,20 +44,20 @@ class DuplicateChargeError(LedgerError):
         )
 
 
-def to_units_up(epsilon: float, field: str = "epsilon") -> int:
+def to_units_up(epsilon: float, field: str = "epsilon", limit: float = MAX_EPSILON) -> int:
     """ε → integer micro-ε, rounded up (a charge never costs less than asked)."""
-    return _to_units(epsilon, field, ROUND_CEILING)
+    return _to_units(epsilon, field, ROUND_CEILING, limit)
 
 
-def to_units_down(epsilon: float, field: str = "cap") -> int:
+def to_units_down(epsilon: float, field: str = "cap", limit: float = MAX_CAP) -> int:
     """ε → integer micro-ε, rounded down (a cap never allows more than configured)."""
-    return _to_units(epsilon, field, ROUND_FLOOR)
+    return _to_units(epsilon, field, ROUND_FLOOR, limit)
 
 
-def _to_units(epsilon: float, field: str, rounding: str) -> int:
+def _to_units(epsilon: float, field: str, rounding: str, limit: float) -> int:
     value = float(epsilon)
-    if not (math.isfinite(value) and 0 < value <= MAX_EPSILON):
-        raise ConfigError(field, epsilon, f"must be a finite number in (0, {MAX_EPSILON:g}]")
+    if not (math.isfinite(value) and 0 < value <= limit):
+        raise ConfigError(field, epsilon, f"must be a finite number in (0, {limit:g}]")
     scaled = Decimal(repr(value)) * UNITS_PER_EPSILON
     return int(scaled.to_integral_value(rounding=rounding))
 
