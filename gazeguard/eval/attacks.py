@@ -13,6 +13,8 @@ Protocols (rows are windows of a :class:`~gazeguard.dataset.FeatureTable`):
 * **Person re-identification** (the attack): train on the first half of every recording, test
   on the second half (:func:`reidentification`). This is the adversary's best case: it has
   already seen each person in the same task.
+* **Task recognition across halves** (David-John et al.'s utility protocol): the same split with
+  task labels (:func:`half_split_protocol`).
 
 Both score per window and after a majority vote over each recording's test windows. Both take
 the training values and one or more *test views* of the same rows: ``"release"`` (the
@@ -155,6 +157,71 @@ def task_recognition(
     return {v: {c: _scores(y[idx], preds[v][c][idx], rec[idx]) for c in classifiers} for v in views}
 
 
+def fit_and_score(
+    X_train: FloatArray,
+    y_train: npt.ArrayLike,
+    tests: Mapping[str, tuple[FloatArray, npt.ArrayLike, npt.ArrayLike]],
+    *,
+    classifiers: Sequence[str] = CLASSIFIERS,
+    seed: int = 0,
+) -> dict[str, dict[str, Scores]]:
+    """Fit each classifier once on ``(X_train, y_train)`` and score it on every test set.
+
+    Args:
+        X_train: (N, F) training rows.
+        y_train: (N,) labels.
+        tests: ``{view: (X (M, F), y (M,), recording (M,))}``; votes are per recording.
+        classifiers: keys of :data:`CLASSIFIERS`.
+        seed: random state of tree-based classifiers.
+
+    Returns:
+        ``{view: {classifier: Scores}}``.
+    """
+    y = np.asarray(y_train).astype(str)
+    out: dict[str, dict[str, Scores]] = {v: {} for v in tests}
+    for c in classifiers:
+        model = make_classifier(c, seed).fit(X_train, y)
+        for v, (Xv, yv, gv) in tests.items():
+            pred = np.asarray(model.predict(Xv)).astype(str)
+            out[v][c] = _scores(np.asarray(yv).astype(str), pred, np.asarray(gv).astype(str))
+    return out
+
+
+def half_split_protocol(
+    X_train: FloatArray,
+    views: Mapping[str, FloatArray],
+    labels: npt.ArrayLike,
+    recording: npt.ArrayLike,
+    *,
+    classifiers: Sequence[str] = CLASSIFIERS,
+    every: int = 5,
+    seed: int = 0,
+) -> dict[str, dict[str, Scores]]:
+    """Train on the first half of every recording, test on the second half.
+
+    With ``labels`` = person this is the re-identification attack (:func:`reidentification`);
+    with ``labels`` = task it is David-John et al.'s utility protocol (the same people appear in
+    training and test, unlike leave-one-person-out).
+
+    Args:
+        X_train: (N, F) values trained on (the release); rows of its first halves are used.
+        views: test views of the same rows, each (N, F); rows of the second halves are scored.
+        labels: (N,) the class to predict.
+        recording: (N,) recording per row: halves are taken per recording, votes per recording.
+        classifiers: keys of :data:`CLASSIFIERS`.
+        every: train and test on every ``every``-th window of each recording.
+        seed: random state of tree-based classifiers.
+    """
+    _check_views(X_train, views)
+    y = np.asarray(labels).astype(str)
+    rec = np.asarray(recording).astype(str)
+    train, test = half_split(rec)
+    tr = subsample(train, rec, every)
+    te = subsample(test, rec, every)
+    tests = {v: (Xv[te], y[te], rec[te]) for v, Xv in views.items()}
+    return fit_and_score(X_train[tr], y[tr], tests, classifiers=classifiers, seed=seed)
+
+
 def reidentification(
     X_train: FloatArray,
     views: Mapping[str, FloatArray],
@@ -165,29 +232,8 @@ def reidentification(
     every: int = 5,
     seed: int = 0,
 ) -> dict[str, dict[str, Scores]]:
-    """Person re-identification: train on first halves, test on second halves.
-
-    Args:
-        X_train: (N, F) values the attacker trains on (the release).
-        views: test views of the same rows, each (N, F); the second halves are scored per view.
-        person: (N,) person per row — the class to predict.
-        recording: (N,) recording per row: halves are taken per recording, votes per recording.
-        classifiers: keys of :data:`CLASSIFIERS` to run.
-        every: train and test on every ``every``-th window of each recording (paper: 5).
-        seed: random state of tree-based classifiers.
-
-    Returns:
-        ``{view: {classifier: Scores}}``; chance level is 1/(number of persons).
-    """
-    _check_views(X_train, views)
-    who = np.asarray(person).astype(str)
-    rec = np.asarray(recording).astype(str)
-    train, test = half_split(rec)
-    tr = subsample(train, rec, every)
-    te = subsample(test, rec, every)
-    out: dict[str, dict[str, Scores]] = {v: {} for v in views}
-    for c in classifiers:
-        model = make_classifier(c, seed).fit(X_train[tr], who[tr])
-        for v, Xv in views.items():
-            out[v][c] = _scores(who[te], np.asarray(model.predict(Xv[te])).astype(str), rec[te])
-    return out
+    """Person re-identification: train on first halves, test on second halves (paper: every 5th
+    window). Chance level is 1/(number of persons). See :func:`half_split_protocol`."""
+    return half_split_protocol(
+        X_train, views, person, recording, classifiers=classifiers, every=every, seed=seed
+    )

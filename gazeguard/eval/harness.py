@@ -36,7 +36,13 @@ import numpy.typing as npt
 from gazeguard.chunking import Chunker
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
-from gazeguard.eval.attacks import CLASSIFIERS, Scores, reidentification, task_recognition
+from gazeguard.eval.attacks import (
+    CLASSIFIERS,
+    Scores,
+    half_split_protocol,
+    reidentification,
+    task_recognition,
+)
 from gazeguard.eval.metrics import nmse, user_level_epsilon, utility
 
 FloatArray = npt.NDArray[np.float64]
@@ -78,23 +84,33 @@ class MechanismSpec:
     """One mechanism of the grid, parsed from text like ``dcfpa-64-dct``.
 
     Attributes:
-        family: ``none``, ``lpa``, ``fpa``, ``cfpa`` or ``dcfpa``.
-        n: steps per chunk (LPA/CFPA/DCFPA); None for FPA (whole recording) and none.
+        family: ``none``, ``lpa``, ``fpa``, ``cfpa``, ``dcfpa`` (stream mechanisms, per
+            recording) or ``ksame``, ``marginals``, ``expdp`` (dataset releases, see
+            :mod:`gazeguard.eval.releases`).
+        n: steps per chunk (LPA/CFPA/DCFPA); None for FPA (whole recording) and the rest.
         transform: ``dft`` or ``dct`` for FPA/CFPA/DCFPA, else None.
+        k: group size (k-same) or plausible-deniability k (Marginals).
+        gamma: plausible-deniability γ (Marginals).
     """
 
     family: str
     n: int | None = None
     transform: str | None = None
+    k: int | None = None
+    gamma: float | None = None
+
+    @property
+    def is_release(self) -> bool:
+        """A dataset-release mechanism (David-John et al.) rather than a stream mechanism."""
+        return self.family in RELEASE_FAMILIES
 
     @property
     def key(self) -> str:
-        """Canonical text form, e.g. ``dcfpa-64-dct``."""
+        """Canonical text form, e.g. ``dcfpa-64-dct``, ``ksame-4``, ``marginals-4-2``."""
         parts = [self.family]
-        if self.n is not None:
-            parts.append(str(self.n))
-        if self.transform is not None:
-            parts.append(self.transform)
+        parts += [str(v) for v in (self.n, self.transform, self.k) if v is not None]
+        if self.gamma is not None:
+            parts.append(f"{self.gamma:g}")
         return "-".join(parts)
 
     @property
@@ -102,28 +118,45 @@ class MechanismSpec:
         """Display form in the paper's style, e.g. ``DCFPA-64 (dct)``."""
         if self.family == "none":
             return "clean (no privacy)"
+        if self.family == "ksame":
+            return f"k-same-select (k={self.k})"
+        if self.family == "marginals":
+            return f"Marginals PD (k={self.k}, γ={self.gamma:g})"
+        if self.family == "expdp":
+            return "Exponential-DP (Steil)"
         text = self.family.upper() + (f"-{self.n}" if self.n is not None else "")
         return f"{text} ({self.transform})" if self.transform else text
 
 
+#: Dataset-release families, evaluated by :mod:`gazeguard.eval.releases`.
+RELEASE_FAMILIES = ("ksame", "marginals", "expdp")
 _SPEC = re.compile(r"^(none|lpa|fpa|cfpa|dcfpa)(?:-(\d+))?(?:-(dft|dct))?$")
+_RELEASE_SPEC = re.compile(r"^(?:(ksame)-(\d+)|(marginals)-(\d+)-(\d+(?:\.\d+)?)|(expdp))$")
 
 
 def parse_mechanism(text: str) -> MechanismSpec:
-    """Parse ``none``, ``lpa[-N]``, ``fpa[-dft|-dct]``, ``cfpa-N[-dft|-dct]``, ``dcfpa-N[-…]``.
+    """Parse ``none``, ``lpa[-N]``, ``fpa[-dft|-dct]``, ``cfpa-N[-dft|-dct]``, ``dcfpa-N[-…]``,
+    ``ksame-K``, ``marginals-K-GAMMA`` or ``expdp``.
 
     Defaults: LPA chunks of 32 steps, transform ``dft``.
 
     Raises:
         ConfigError: field ``mechanisms``, quoting the text.
     """
+    r = _RELEASE_SPEC.match(text.strip().lower())
+    if r is not None:
+        if r.group(1):
+            return MechanismSpec("ksame", k=int(r.group(2)))
+        if r.group(3):
+            return MechanismSpec("marginals", k=int(r.group(4)), gamma=float(r.group(5)))
+        return MechanismSpec("expdp")
     m = _SPEC.match(text.strip().lower())
     if m is None:
         raise ConfigError(
             "mechanisms",
             text,
-            "expected none, lpa[-N], fpa[-dft|-dct], cfpa-N[-dft|-dct] or "
-            "dcfpa-N[-dft|-dct], e.g. dcfpa-64-dct",
+            "expected none, lpa[-N], fpa[-dft|-dct], cfpa-N[-dft|-dct], dcfpa-N[-dft|-dct], "
+            "ksame-K, marginals-K-GAMMA or expdp, e.g. dcfpa-64-dct",
             "argument",
         )
     family, n_text, transform = m.group(1), m.group(2), m.group(3)
@@ -285,9 +318,12 @@ def _stat(values: Sequence[float]) -> dict[str, float]:
     return {"mean": float(a.mean()), "std": float(a.std())}
 
 
-def _collect(
-    acc: dict[str, dict[str, dict[str, list[float]]]], scores: Mapping[str, Mapping[str, Scores]]
-) -> None:
+#: Accumulated accuracies: ``{view: {classifier: {"window" | "vote": [one per repetition]}}}``.
+ScoreLists = dict[str, dict[str, dict[str, list[float]]]]
+
+
+def collect_scores(acc: ScoreLists, scores: Mapping[str, Mapping[str, Scores]]) -> None:
+    """Append one repetition's ``{view: {classifier: Scores}}`` to ``acc``."""
     for view, per_clf in scores.items():
         for clf, s in per_clf.items():
             slot = acc.setdefault(view, {}).setdefault(clf, {"window": [], "vote": []})
@@ -295,9 +331,8 @@ def _collect(
             slot["vote"].append(s.vote)
 
 
-def _summarise(
-    acc: dict[str, dict[str, dict[str, list[float]]]],
-) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+def summarise_scores(acc: ScoreLists) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Mean and standard deviation over repetitions of every accumulated accuracy."""
     return {
         view: {clf: {m: _stat(v) for m, v in d.items()} for clf, d in per.items()}
         for view, per in acc.items()
@@ -376,8 +411,10 @@ def evaluate_configuration(
     span = np.where(bounds.hi > bounds.lo, bounds.hi - bounds.lo, 1.0)
     nmse_reps: list[FloatArray] = []  # per rep: (R, F)
     rmse_reps: list[FloatArray] = []
-    task_acc: dict[str, dict[str, dict[str, list[float]]]] = {}
-    reid_acc: dict[str, dict[str, dict[str, list[float]]]] = {}
+    task_acc: ScoreLists = {}
+    reid_acc: ScoreLists = {}
+    half_acc: ScoreLists = {}
+    has_tasks = np.unique(table.task).size > 1
     chunks: list[int] = []
     released_rows = 0
     for rep in range(reps):
@@ -399,7 +436,7 @@ def evaluate_configuration(
             views = {"release": rel.values} if clean else {"release": rel.values, "raw": raw}
             who, task = table.person[rel.rows], table.task[rel.rows]
             clfs, cseed = settings.classifiers, job_seed * 1000 + rep
-            _collect(
+            collect_scores(
                 task_acc,
                 task_recognition(
                     rel.values,
@@ -412,7 +449,7 @@ def evaluate_configuration(
                     seed=cseed,
                 ),
             )
-            _collect(
+            collect_scores(
                 reid_acc,
                 reidentification(
                     rel.values,
@@ -424,6 +461,19 @@ def evaluate_configuration(
                     seed=cseed,
                 ),
             )
+            if has_tasks:
+                collect_scores(
+                    half_acc,
+                    half_split_protocol(
+                        rel.values,
+                        views,
+                        task,
+                        recs,
+                        classifiers=clfs,
+                        every=settings.every_reid,
+                        seed=cseed,
+                    ),
+                )
     n_feat = int(cols.size)
     per_rec_eps = [user_level_epsilon(eps, n_feat, c) for c in chunks if c > 0]
     return {
@@ -451,7 +501,8 @@ def evaluate_configuration(
         )
         if nmse_reps
         else None,
-        "task": _summarise(task_acc),
-        "reid": _summarise(reid_acc),
+        "task": summarise_scores(task_acc),
+        "task_half": summarise_scores(half_acc),
+        "reid": summarise_scores(reid_acc),
         "elapsed_s": time.perf_counter() - t0,
     }

@@ -70,11 +70,16 @@ class GridConfig:
     correlation_lag: int = 40
 
 
-def public_bounds() -> FeatureBounds:
-    """The registry's public bounds of every feature (``gazeguard.features.feature_bounds``)."""
+def public_bounds(names: Sequence[str], window_s: float, step_s: float) -> FeatureBounds:
+    """The registry's public bounds of ``names`` at this window and step
+    (``gazeguard.features.feature_bounds``); never derived from the data.
+
+    Raises:
+        ConfigError: a feature the registry does not know (e.g. a foreign feature table).
+    """
     from gazeguard.features import feature_bounds  # noqa: PLC0415 - heavy import
 
-    lo, hi, max_step = feature_bounds(None)
+    lo, hi, max_step = feature_bounds(names, window_s, step_s)
     return FeatureBounds(
         np.asarray(lo, np.float64), np.asarray(hi, np.float64), np.asarray(max_step, np.float64)
     )
@@ -261,7 +266,7 @@ def evaluate_dataset(
     t0 = time.perf_counter()
     progress(f"{dataset.name}: extracting features (W={grid.window_s:g} s, step {grid.step_s:g} s)")
     table = dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress)
-    bounds = bounds or public_bounds()
+    bounds = bounds or public_bounds(table.feature_names, grid.window_s, grid.step_s)
     cols, excluded = select_features(table)
     sub = FeatureBounds(bounds.lo[cols], bounds.hi[cols], bounds.max_step[cols])
     people = sorted(set(table.person.tolist()))
