@@ -47,8 +47,10 @@ Name = Annotated[str, Field(min_length=1, max_length=200)]
 SessionState = Literal["starting", "running", "budget_exhausted", "stream_lost", "stopped"]
 NoiseSource = Literal["os-csprng", "INSECURE-seeded"]
 
-# Relative tolerance when checking that per-feature ε add up to the chunk's charged total.
+# Tolerances when comparing ε figures. The ledger keeps ε in integer micro-ε and rounds each
+# feature's ε up, so its figures may exceed the exact float sums by up to 1e-6 per feature.
 _EPS_RTOL = 1e-9
+_EPS_UNIT = 1e-6
 
 
 class _Model(BaseModel):
@@ -230,7 +232,9 @@ class ChunkMessage(_Model):
             msg = f"values must be [F][n] = [{F}][{n}]"
             raise ValueError(msg)
         total = math.fsum(self.mechanism.epsilon)
-        if not math.isclose(total, self.ledger.chunk_epsilon, rel_tol=_EPS_RTOL):
+        if not math.isclose(
+            total, self.ledger.chunk_epsilon, rel_tol=_EPS_RTOL, abs_tol=_EPS_UNIT * F
+        ):
             msg = (
                 f"ledger.chunk_epsilon={self.ledger.chunk_epsilon} but the features' ε sum to "
                 f"{total}: the message must report exactly what was charged"

@@ -80,7 +80,7 @@ class Outbox(Protocol):
     """The part of :class:`gazeguard.ledger.Ledger` the publisher uses (thread-safe)."""
 
     def pending(self, limit: int | None = None) -> Sequence[OutboxEntry]: ...
-    def mark_delivered(self, outbox_id: int) -> None: ...
+    def mark_delivered(self, outbox_id: int) -> object: ...
 
 
 class _Client(aiomqtt.Client):
@@ -91,6 +91,39 @@ class _Client(aiomqtt.Client):
     """
 
     puback_reason: ReasonCode | None = None
+
+    async def __aenter__(self) -> Self:
+        connect = asyncio.ensure_future(super().__aenter__())
+        try:
+            return await asyncio.shield(connect)
+        except BaseException:
+            # aiomqtt 2.5 leaves paho's socket open when a connect attempt is cancelled or ends
+            # after the TCP connection was made (refused login, CONNACK timeout). Let the attempt
+            # finish (it is bounded by the client timeout), then close whatever it opened.
+            if not connect.done():
+                await asyncio.wait({connect})
+            if not connect.cancelled():
+                connect.exception()  # retrieved: it is reported by the caller's exception
+            self._close_socket()
+            raise
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await super().__aexit__(exc_type, exc, tb)
+        finally:
+            self._close_socket()  # a cancelled graceful disconnect leaves it open, too
+
+    def _close_socket(self) -> None:
+        if self._misc_task is not None and not self._misc_task.done():
+            self._misc_task.cancel()
+        if self._client.socket() is not None:
+            # paho's own close: unregisters the socket from the event loop, then closes it.
+            self._client._sock_close()
 
     def _on_publish(
         self,
@@ -235,8 +268,8 @@ class Publisher:
         if self._connect_timeout is not None:
             try:
                 await self._wait_first_connection(self._connect_timeout)
-            except BaseException as exc:
-                await self.__aexit__(type(exc), exc, exc.__traceback__)
+            except BaseException:
+                await self.__aexit__(None, None, None)
                 raise
         return self
 
@@ -246,11 +279,16 @@ class Publisher:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Stop the connection task; undelivered items stay in the outbox for the next run.
+
+        The body's own exception propagates unchanged; a failure of the publisher's task
+        (e.g. the ledger's database failing) is raised as an exception group.
+        """
         if self._task is not None:
             self._task.cancel()
         tg, self._tg, self._task = self._tg, None, None
         if tg is not None:
-            await tg.__aexit__(exc_type, exc, tb)
+            await tg.__aexit__(None, None, None)
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -314,7 +352,7 @@ class Publisher:
             delay = random.uniform(0, min(self.settings.reconnect_max_s, 1.5**attempt))
             log.log(
                 logging.ERROR if refused else logging.WARNING,
-                "MQTT broker %s: %s; charged chunks wait in the outbox; next retry in %.1f s",
+                "MQTT broker %s: %s. Charged chunks wait in the outbox; next retry in %.1f s",
                 self.endpoint,
                 self.last_error,
                 delay,
@@ -410,6 +448,23 @@ class Publisher:
 # Configuration and error helpers
 
 
+class _ClosingSSLSocket(ssl.SSLSocket):
+    """An SSL socket that closes itself when its handshake fails.
+
+    paho-mqtt 2.2 wraps the TCP socket and calls ``do_handshake()`` without closing the socket
+    when the handshake fails (e.g. an untrusted broker certificate), leaking one file descriptor
+    per attempt until the garbage collector finds it. Installed via the documented
+    ``SSLContext.sslsocket_class`` hook.
+    """
+
+    def do_handshake(self, block: bool = False) -> None:
+        try:
+            super().do_handshake(block)
+        except BaseException:
+            self.close()
+            raise
+
+
 def _tls_context(settings: BrokerSettings) -> ssl.SSLContext | None:
     """The TLS context from ``broker.tls/ca_file/cert_file/key_file`` (``None`` without TLS)."""
     files = {"ca_file": settings.ca_file, "cert_file": settings.cert_file}
@@ -436,6 +491,7 @@ def _tls_context(settings: BrokerSettings) -> ssl.SSLContext | None:
             context.load_cert_chain(
                 settings.cert_file, settings.key_file if settings.key_file else None
             )
+        context.sslsocket_class = _ClosingSSLSocket
     except (ssl.SSLError, ValueError) as exc:
         field = "broker.cert_file" if settings.cert_file else "broker.ca_file"
         value = settings.cert_file or settings.ca_file
@@ -487,5 +543,5 @@ def _explain(exc: BaseException | None, settings: BrokerSettings) -> tuple[str, 
             True,
         )
     if "Connection refused" in text:
-        return f"nothing accepts connections there ({text}); is the broker running?", False
+        return f"unreachable ({text}); is the broker running on that host and port?", False
     return text, False
