@@ -182,11 +182,12 @@ def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
     with Ledger(path, session_cap=2.0, w_event=4, w_event_cap=1.5) as ledger:
         ledger.charge("s", 0, EPS, TOPIC, b"x")
     with Ledger(path, session_cap=3.0, w_event=4, w_event_cap=1.5) as ledger:
+        with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill"):
+            ledger.open_session("s")  # refused at session start, before any work
         with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill") as info:
             ledger.charge("s", 1, EPS, TOPIC, b"x")
         assert "session_cap=2" in str(info.value)
-        ledger.charge("new", 0, EPS, TOPIC, b"x")  # a new session takes the new caps
-        assert ledger.state("new").session_cap == 3.0
+        assert ledger.open_session("new").session_cap == 3.0  # a new session takes new caps
     with (
         Ledger(path, session_cap=None, w_event=4, w_event_cap=1.5) as ledger,
         pytest.raises(ConfigError, match="session_cap"),
@@ -229,6 +230,13 @@ def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="'session'"):
             ledger.charge("", 0, EPS, TOPIC, b"x")
         assert ledger.sessions() == []
+        # Caps and a withheld chunk's request may exceed one feature's limit of 1e4 ε.
+        many = {f"f{k}": 1e4 for k in range(52)}
+        assert ledger.withhold("s", 0, many, "too expensive").withheld == 1
+    with Ledger(tmp_path / "b.sqlite", session_cap=6e5) as ledger:
+        assert ledger.charge("s", 0, many, TOPIC, b"x").state.remaining == pytest.approx(8e4)
+        with pytest.raises(ConfigError, match=r"epsilon\['f'\].*must be a finite number in"):
+            ledger.charge("s", 1, {"f": 2e4}, TOPIC, b"x")
 
 
 def test_files_that_are_not_ledgers_are_refused(tmp_path: Path) -> None:

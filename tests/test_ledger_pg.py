@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
+from gazeguard.cli import main
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import DuplicateChargeError, Ledger, LedgerError
 
@@ -108,7 +109,17 @@ def test_same_interface_persists_and_refuses_like_sqlite(url: str) -> None:
         Ledger(url, session_cap=2.0, w_event=4, w_event_cap=1.0) as ledger,
         pytest.raises(ConfigError, match="would refill"),
     ):
-        ledger.charge("s", 10, {"f": 0.1}, "t", b"x")
+        ledger.open_session("s")
+
+
+def test_cli_reads_a_postgresql_ledger(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with Ledger(url, session_cap=3.0) as ledger:
+        ledger.charge("fleet-1", 0, EPS, "t", b"x")
+    assert main(["ledger", "show", "--path", url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(s["session"], s["spent"], s["remaining"]) for s in doc["sessions"]] == [
+        ("fleet-1", 0.5, 2.5)
+    ]
 
 
 def test_failed_payload_rolls_back_the_charge(url: str) -> None:
@@ -155,6 +166,7 @@ def test_concurrent_workers_on_one_session_never_overspend(url: str) -> None:
 
 WORKER = """
 import json, sys
+from gazeguard.cli import main
 from gazeguard.errors import BudgetExhaustedError
 from gazeguard.ledger import Ledger
 url, start = sys.argv[1], int(sys.argv[2])

@@ -256,6 +256,17 @@ class Ledger:
                 sql.run("UPDATE sessions SET withheld = withheld + 1 WHERE session = ?", (session,))
             return _read_state(sql, session)
 
+    def open_session(self, session: str) -> LedgerState:
+        """Register a session with the configured caps, or check them against the recorded ones.
+
+        Call it when a session starts, so that a configuration looser than the caps recorded
+        with the session is refused (ConfigError) before any work, not at its first charge.
+        """
+        _check_chunk(session, 0)
+        with self._backend.write() as sql:
+            self._lock_session(sql, session, time.time())
+            return _read_state(sql, session)
+
     def mark_delivered(self, outbox_id: int) -> bool:
         """Mark an outbox item delivered (after the broker's PUBACK) and drop its payload.
 
