@@ -102,6 +102,7 @@ class Subscriber:
         self.port, self.topic, self.identifier, self.kw = port, topic, identifier, kw
         self.messages: list[aiomqtt.Message] = []
         self.subscribed = asyncio.Event()
+        self.arrived = asyncio.Condition()
 
     async def run(self) -> None:
         while True:
@@ -116,7 +117,9 @@ class Subscriber:
                     await client.subscribe(self.topic, qos=1)
                     self.subscribed.set()
                     async for message in client.messages:
-                        self.messages.append(message)
+                        async with self.arrived:
+                            self.messages.append(message)
+                            self.arrived.notify_all()
             except aiomqtt.MqttError:
                 await asyncio.sleep(0.05)
 
@@ -125,9 +128,8 @@ class Subscriber:
         return [bytes(m.payload) for m in self.messages if isinstance(m.payload, bytes)]
 
     async def wait_for(self, count: int, within: float = 10.0) -> None:
-        async with asyncio.timeout(within):
-            while len(self.messages) < count:
-                await asyncio.sleep(0.01)
+        async with asyncio.timeout(within), self.arrived:
+            await self.arrived.wait_for(lambda: len(self.messages) >= count)
 
 
 @asynccontextmanager
@@ -292,12 +294,14 @@ def test_sigkilled_publisher_restarts_and_delivers_pending(
 
     async def scenario() -> list[bytes]:
         async with subscribed(mosquitto.port, topic) as sub:
-            child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path), str(mosquitto.port)])
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", _CHILD, str(path), str(mosquitto.port)
+            )
             try:
                 await sub.wait_for(5, within=20)
             finally:
                 os.kill(child.pid, signal.SIGKILL)
-                child.wait()
+                await child.wait()
             left = ledger.pending()
             assert 0 < len(left) < 30
             async with Publisher(settings_for(mosquitto), ledger, connect_timeout=5) as pub:
