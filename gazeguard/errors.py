@@ -36,6 +36,10 @@ class StreamError(GazeguardError):
     """The LSL gaze stream is missing, malformed or cannot be interpreted."""
 
 
+class StreamNotFoundError(StreamError):
+    """No LSL stream matching the configuration appeared within the resolve timeout."""
+
+
 class BudgetExhaustedError(GazeguardError):
     """A privacy charge was refused because it would exceed a cap.
 
