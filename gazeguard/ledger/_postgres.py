@@ -75,7 +75,7 @@ class _PgSql:
         return [tuple(r) for r in self._conn.execute(sql.replace("?", "%s"), params).fetchall()]
 
     def run(self, sql: str, params: Sequence[object] = ()) -> int:
-        return self._conn.execute(sql.replace("?", "%s"), params).rowcount
+        return int(self._conn.execute(sql.replace("?", "%s"), params).rowcount)
 
 
 class PostgresBackend:
