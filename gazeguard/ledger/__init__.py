@@ -27,8 +27,9 @@ Cap policy on restart. The caps a session was first seen with are stored with it
 whose configuration is *stricter* (a lower session cap; a w-event cap with ``w' ≥ w`` and
 ``ε_w' ≤ ε_w``; a cap where there was none) adopts it and stores it. A *looser* configuration
 (a higher cap, a removed cap, a shorter window) would refill the budget and is refused with a
-:class:`~gazeguard.errors.ConfigError` at the session's next charge, unless the ledger was opened
-with ``allow_cap_increase=True`` — a deliberate, logged operator decision. Spent ε never resets.
+:class:`~gazeguard.errors.ConfigError` by :meth:`Ledger.open_session` (call it at session start)
+or at the session's next charge, unless the ledger was opened with ``allow_cap_increase=True`` —
+a deliberate, logged operator decision. Spent ε never resets.
 
 Concurrency. Each write is one transaction that serialises all writers of a session: SQLite
 ``BEGIN IMMEDIATE`` (threads and processes on one file), PostgreSQL ``SELECT … FOR UPDATE`` on
