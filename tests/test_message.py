@@ -1,0 +1,267 @@
+"""Payload models: round trips, shipped JSON Schemas, refusal of half-baked messages, topics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from pydantic import ValidationError
+
+from gazeguard.errors import ConfigError
+from gazeguard.ledger import Ledger
+from gazeguard.message import (
+    SCHEMA_FILES,
+    ChunkMessage,
+    LedgerSnapshot,
+    MechanismParams,
+    StatusMessage,
+    chunk_topic,
+    json_schema,
+    main,
+    shipped_schema,
+    status_topic,
+)
+
+F, N = 4, 16
+
+
+def mechanism(**over: Any) -> MechanismParams:
+    fields: dict[str, Any] = {
+        "name": "dcfpa",
+        "transform": "dft",
+        "n": N,
+        "k": 3,
+        "m": 5,
+        "epsilon": [0.5] * F,
+        "lambda": [1.0, 2.0, 3.0, 4.0],
+        "delta2": [0.3] * F,
+        "noise": "os-csprng",
+    }
+    fields.update(over)
+    return MechanismParams.model_validate(fields)
+
+
+def snapshot(**over: Any) -> LedgerSnapshot:
+    fields: dict[str, Any] = {
+        "chunk_epsilon": 2.0,
+        "session_spent": 6.0,
+        "per_chunk_max": 2.0,
+        "remaining": 4.0,
+        "session_cap": 10.0,
+        "w_event": None,
+        "w_event_cap": None,
+    }
+    fields.update(over)
+    return LedgerSnapshot.model_validate(fields)
+
+
+def chunk(values: np.ndarray | None = None, **over: Any) -> ChunkMessage:
+    fields: dict[str, Any] = {
+        "session": "s1",
+        "device": "hmd-7",
+        "chunk_index": 2,
+        "timestamps": 100.0 + 0.5 * np.arange(N),
+        "features": ["fix_rate", "sacc_amp_mean", "pupil_mean", "blink_rate"],
+        "units": ["1/s", "deg", "mm", "1/s"],
+        "values": np.linspace(-1, 1, F * N).reshape(F, N) if values is None else values,
+        "mechanism": mechanism(),
+        "ledger": snapshot(),
+    }
+    fields.update(over)
+    return ChunkMessage.build(**fields)
+
+
+def test_round_trip_is_exact() -> None:
+    values = np.random.default_rng(0).normal(scale=1e3, size=(F, N))
+    msg = chunk(values)
+    back = ChunkMessage.from_payload(msg.to_payload())
+    assert back == msg
+    np.testing.assert_array_equal(back.values_array(), values)  # bit-exact floats
+    assert json.loads(msg.to_payload())["schema"] == "gazeguard.chunk/1"
+    assert json.loads(msg.to_payload())["mechanism"]["lambda"] == [1.0, 2.0, 3.0, 4.0]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        (F, N),
+        elements=st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=True),
+    )
+)
+def test_any_finite_chunk_round_trips_bit_exactly(values: np.ndarray) -> None:
+    back = ChunkMessage.from_payload(chunk(values).to_payload()).values_array()
+    np.testing.assert_array_equal(back, values)
+    assert np.array_equal(np.signbit(back), np.signbit(values))  # -0.0 stays -0.0
+
+
+def test_shipped_schema_files_match_the_models(tmp_path: Path) -> None:
+    for filename, model in SCHEMA_FILES.items():
+        assert shipped_schema(filename) == json_schema(model), (
+            f"gazeguard/data/{filename} is stale: run python -m gazeguard.message --write-schemas"
+        )
+        jsonschema.Draft202012Validator.check_schema(shipped_schema(filename))
+    assert main(["--write-schemas", str(tmp_path)]) == 0
+    for filename in SCHEMA_FILES:
+        assert json.loads((tmp_path / filename).read_text()) == shipped_schema(filename)
+
+
+def test_real_payloads_validate_against_the_schema() -> None:
+    validator = jsonschema.Draft202012Validator(shipped_schema("chunk.schema.json"))
+    payload = json.loads(chunk().to_payload())
+    validator.validate(payload)
+    lpa = chunk(
+        mechanism=mechanism(name="lpa", transform=None, k=None, m=N, noise="INSECURE-seeded")
+    )
+    validator.validate(json.loads(lpa.to_payload()))
+    for broken in (
+        {k: v for k, v in payload.items() if k != "mechanism"},
+        {**payload, "schema": "gazeguard.chunk/2"},
+        {**payload, "values": [["1.0"] * N] * F},
+        {**payload, "raw": [1.0]},  # no extra fields: nothing unprivatized can ride along
+    ):
+        assert not validator.is_valid(broken)
+
+    status = StatusMessage(
+        session="s1",
+        device="hmd-7",
+        state="stopped",
+        time=1.7e9,
+        spent=6.0,
+        remaining=None,
+        session_cap=None,
+        chunks_published=3,
+        chunks_withheld=0,
+        chunks_dropped=1,
+        reason="session ended with 11 steps of a partial chunk (dropped)",
+    )
+    jsonschema.validate(json.loads(status.to_payload()), shipped_schema("status.schema.json"))
+    assert StatusMessage.from_payload(status.to_payload()) == status
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_are_refused(bad: float) -> None:
+    values = np.zeros((F, N))
+    values[2, 5] = bad
+    with pytest.raises(ValidationError, match=r"values\.2\.5"):
+        chunk(values)
+    times = 100.0 + 0.5 * np.arange(N)
+    times[0] = bad
+    with pytest.raises(ValidationError, match=r"timestamps\.0"):
+        chunk(timestamps=times)
+    with pytest.raises(ValidationError, match="finite"):
+        mechanism(**{"lambda": [1.0, bad, 1.0, 1.0]})
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"values": np.zeros((F, N - 1))}, r"values must be \[F\]\[n\]"),
+        ({"values": np.zeros((F - 1, N))}, r"values must be \[F\]\[n\]"),
+        ({"timestamps": np.arange(N - 1.0)}, "timestamps but mechanism.n"),
+        ({"timestamps": np.zeros(N)}, "strictly increasing"),
+        ({"units": ["1/s"]}, "4 features but 1 units"),
+        ({"features": ["a", "a", "b", "c"]}, "unique"),
+        ({"ledger": snapshot(chunk_epsilon=1.5, per_chunk_max=2.0)}, "must report exactly"),
+        ({"session": ""}, "session"),
+        ({"chunk_index": -1}, "chunk_index"),
+    ],
+)
+def test_inconsistent_chunks_are_refused(over: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        chunk(**over)
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"n": 12}, "power of two"),
+        ({"k": 9}, "exceeds n/2"),
+        ({"m": 3}, "keeps m=5"),
+        ({"transform": "dct", "m": 5}, "keeps m=3"),
+        ({"name": "lpa"}, "lpa has no transform"),
+        ({"transform": None}, "needs a transform"),
+        ({"epsilon": [0.5] * (F - 1)}, "one entry per feature"),
+        ({"epsilon": [0.5, 0.5, 0.0, 0.5]}, "greater than 0"),
+        ({"noise": "seeded"}, "noise"),
+    ],
+)
+def test_inconsistent_mechanisms_are_refused(over: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        mechanism(**over)
+
+
+def test_ledger_snapshot_checks() -> None:
+    with pytest.raises(ValidationError, match="exceeds session_spent"):
+        snapshot(per_chunk_max=7.0)
+    with pytest.raises(ValidationError, match="set together"):
+        snapshot(w_event=4)
+
+
+def test_snapshot_from_a_real_ledger_state(tmp_path: Path) -> None:
+    """The chunk payload is built inside the ledger's charge from its post-charge state."""
+    eps = {"fix_rate": 0.1, "sacc_amp_mean": 0.2, "pupil_mean": 0.3, "blink_rate": 0.4}
+    topic = chunk_topic("gazeguard/v1", "hmd-7", "s1")
+    with Ledger(tmp_path / "ledger.sqlite", session_cap=5.0, w_event=4, w_event_cap=3.0) as led:
+        for i in range(3):
+            led.charge(
+                "s1",
+                i,
+                eps,
+                topic=topic,
+                payload=lambda state, i=i: chunk(
+                    chunk_index=i,
+                    mechanism=mechanism(epsilon=list(eps.values())),
+                    ledger=LedgerSnapshot.from_state(sum(eps.values()), state),
+                ).to_payload(),
+            )
+        items = led.pending()
+        state = led.state("s1")
+    assert [it.chunk_index for it in items] == [0, 1, 2]
+    last = ChunkMessage.from_payload(items[-1].payload).ledger
+    assert last.session_spent == pytest.approx(3.0) == state.spent
+    assert last.per_chunk_max == pytest.approx(1.0)
+    assert last.remaining == pytest.approx(2.0)
+    assert (last.session_cap, last.w_event, last.w_event_cap) == (5.0, 4, 3.0)
+    assert ChunkMessage.from_payload(items[0].payload).ledger.session_spent == pytest.approx(1.0)
+
+
+def test_status_needs_a_reason_when_something_is_wrong() -> None:
+    base: dict[str, Any] = {
+        "session": "s1",
+        "device": "d",
+        "time": 1.7e9,
+        "spent": 1.0,
+        "remaining": 0.0,
+        "session_cap": 1.0,
+        "chunks_published": 1,
+        "chunks_withheld": 2,
+        "chunks_dropped": 0,
+    }
+    for state in ("budget_exhausted", "stream_lost"):
+        with pytest.raises(ValidationError, match=f"state '{state}' needs a reason"):
+            StatusMessage.model_validate({**base, "state": state})
+    with pytest.raises(ValidationError, match="state"):
+        StatusMessage.model_validate({**base, "state": "paused"})
+    ok = StatusMessage.model_validate(
+        {**base, "state": "budget_exhausted", "reason": "session cap 1 reached"}
+    )
+    assert json.loads(ok.to_payload())["schema"] == "gazeguard.status/1"
+
+
+def test_topics() -> None:
+    assert chunk_topic("gazeguard/v1", "hmd-7", "s1") == "gazeguard/v1/hmd-7/s1/chunks"
+    assert status_topic("acme/gg", "hmd-7", "s1") == "acme/gg/hmd-7/s1/status"
+    for device, session in [("a/b", "s"), ("d", "s+"), ("d", "#"), ("", "s"), ("d", " s")]:
+        with pytest.raises(ConfigError, match="MQTT topic level"):
+            chunk_topic("gazeguard/v1", device, session)
+    for prefix in ["", "/abs", "trail/", "wild/+", "wild/#"]:
+        with pytest.raises(ConfigError, match=r"broker\.topic_prefix"):
+            status_topic(prefix, "d", "s")
