@@ -1,0 +1,114 @@
+"""``k="auto"``: the number of kept frequencies that minimises the expected error under a public
+prior — never chosen from the data being released.
+
+For each candidate ``k`` (``m`` kept coefficients) and feature ``f`` the expected mean squared
+error per value is
+
+``MSE_f(k) = (R_f²·recon(k) + 2·λ_f(k)²·gain(k)) / n``
+
+* ``recon(k)``: expected energy the reconstruction misses, from the prior
+  (:mod:`gazeguard.mechanisms.prior`, units of ``R²``). Raw chunks (FPA, CFPA): the summed
+  prior energy of the dropped coefficients. Difference chunks (DCFPA): the dropped part of the
+  difference signal is pushed through the cumulative sum, ``trace(H_dd·G_dd)`` over the dropped
+  index set ``d``, with ``G = B A S Aᵀ Bᵀ`` (prior covariance of the difference coefficients) and
+  ``H = B Lᵀ L Bᵀ`` (``L`` the cumulative sum).
+* ``2·λ²·gain(k)``: the perturbation error, Laplace noise of variance ``2λ²`` on each of the
+  ``m`` kept coefficients with ``λ`` exactly as the mechanism will calibrate it. For FPA/CFPA the
+  basis is orthonormal, so ``gain = m`` — DESIGN.md's ``2·m·λ²/n``. **DCFPA departs from that
+  formula on purpose:** its noise is integrated by the cumulative sum, so
+  ``gain = Σ_{i<m} H_ii``, which for the lowest frequencies is of order ``n²/π²`` per
+  coefficient rather than 1 (the noise becomes a random walk inside the chunk). Using ``m`` there
+  would underestimate DCFPA's error by one to two orders of magnitude and pick a far too large k.
+
+The objective is the average over features of ``MSE_f(k)/R_f²`` (each feature in units of its own
+range, so no unit dominates); the output clipping to ``[lo, hi]``, which can only lower the error,
+is ignored. Ties go to the smaller k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.bounds import Bounds, chunk_sensitivity
+from gazeguard.mechanisms.noise import calibrate
+from gazeguard.mechanisms.prior import PriorSpectrum, cumsum_gain, default_prior
+from gazeguard.mechanisms.transforms import TransformName, fft_error_bound, kept_coefficients, max_k
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def expected_mse(
+    name: str,
+    n: int,
+    transform: TransformName,
+    bounds: Bounds,
+    epsilon: FloatArray,
+    *,
+    prior: PriorSpectrum | None = None,
+) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """Expected MSE per value for every admissible k.
+
+    Args:
+        name: ``"fpa"``, ``"cfpa"`` or ``"dcfpa"``.
+        n: chunk (or recording) length.
+        transform: ``"dft"`` or ``"dct"``.
+        bounds: bounds broadcast to (F,).
+        epsilon: float64 (F,).
+        prior: defaults to the shipped prior.
+
+    Returns:
+        ``(ks, mse)``: int64 (K,) candidate k and float64 (K, F) expected MSE per value in each
+        feature's squared unit; ``inf`` where ε cannot pay for that many coefficients.
+    """
+    prior = default_prior() if prior is None else prior
+    difference = name == "dcfpa"
+    r2 = bounds.range**2
+    delta2, l2_max = chunk_sensitivity(difference, bounds, n)
+    input_error = fft_error_bound(n, l2_max)
+    ks = np.arange(1, max_k(transform, n) + 1, dtype=np.int64)
+    ms = np.array([kept_coefficients(transform, int(k)) for k in ks])
+    if difference:
+        g = prior.difference_covariance(n, transform)
+        h = cumsum_gain(n, transform)
+        # tail[m] = Σ_{i,j ≥ m} H_ij·G_ij: reversed 2-D cumulative sums of the elementwise product
+        tail = np.cumsum(np.cumsum((h * g)[::-1, ::-1], axis=0), axis=1)[::-1, ::-1]
+        recon = np.append(np.diag(tail), 0.0)[ms]
+        gain = np.cumsum(np.diag(h))[ms - 1]
+    else:
+        energy = prior.raw_energy(n, transform)
+        recon = np.append(np.cumsum(energy[::-1])[::-1], 0.0)[ms]
+        gain = ms.astype(np.float64)
+    mse = np.full((ks.size, r2.size), np.inf)
+    for i, m in enumerate(ms):
+        try:
+            cal = calibrate(np.sqrt(m) * delta2, int(m), epsilon, input_error)
+        except ConfigError:
+            continue  # ε too small for m coefficients: infeasible candidate
+        mse[i] = (r2 * max(recon[i], 0.0) + 2.0 * cal.scale**2 * gain[i]) / n
+    return ks, mse
+
+
+def choose_k(
+    name: str,
+    n: int,
+    transform: TransformName,
+    bounds: Bounds,
+    epsilon: FloatArray,
+    *,
+    prior: PriorSpectrum | None = None,
+) -> int:
+    """The k minimising the range-normalised expected MSE averaged over features (see module).
+
+    Raises:
+        ConfigError: if no k is feasible for this ε.
+    """
+    f = bounds.n_features or int(np.size(epsilon))
+    b = bounds.broadcast(f)
+    eps = np.broadcast_to(np.asarray(epsilon, dtype=np.float64), (f,))
+    ks, mse = expected_mse(name, n, transform, b, eps, prior=prior)
+    objective = np.mean(mse / (b.range**2), axis=1)
+    if not np.any(np.isfinite(objective)):
+        raise ConfigError("epsilon", float(np.min(eps)), "too small for any k; raise epsilon")
+    return int(ks[int(np.argmin(objective))])

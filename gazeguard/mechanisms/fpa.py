@@ -1,0 +1,395 @@
+"""The perturbation mechanisms — LPA, FPA, CFPA and DCFPA — over a batch of F features.
+
+Each row of a chunk ``x`` (F, n) is one feature; ε is per feature per chunk, and every row is
+privatized independently with its own bounds. Pipeline of one release::
+
+    clip x to [lo, hi] → s = x − lo  (DCFPA: difference chunk D of s, steps clipped to ±d)
+    → m orthonormal coefficients c → γ·(rint(c/γ) + Z), Z discrete Laplace   ← the only private step
+    → zero the other n − m coefficients, invert → (DCFPA: cumulative sum) → + lo → clip [lo, hi]
+
+Why ``λ = √m·Δ2/ε`` (FPA on a vector of length n)
+    1. The kept coefficients are ``c = B_m s`` with ``B_m`` the first m rows of an orthonormal
+       basis (``transforms``). For neighbours, ``‖B_m(s − s')‖₂ ≤ ‖s − s'‖₂ ≤ Δ2``: an orthonormal
+       basis preserves L2 distances (Parseval) and dropping coefficients can only shrink them
+       (Bessel). So the projection's L2 sensitivity is at most the signal's.
+    2. For ``v ∈ ℝ^m``, ``‖v‖₁ = Σ|v_i|·1 ≤ ‖v‖₂·‖(1,…,1)‖₂ = √m·‖v‖₂`` (Cauchy–Schwarz), so the
+       coefficients' L1 sensitivity is at most ``√m·Δ2``.
+    3. i.i.d. Laplace noise of scale ``λ`` on the m coordinates changes the output density by at
+       most ``exp(‖c − c'‖₁/λ) ≤ exp(√m·Δ2/λ)`` between neighbours: ``λ = √m·Δ2/ε`` gives ε-DP.
+    4. Zero-padding, inversion, cumulative sum and clipping never look at the data again: they
+       are post-processing and cost no privacy.
+    This is Bozkir et al.'s corrected scaling ``λ = √n·√k·Δ2/ε`` written in orthonormal units
+    (their DFT is unnormalised, ``F = √n·c``); noising the real *and* imaginary part of each kept
+    frequency is what makes ``m = 2k − 1`` (the DC term is real) rather than k. The discrete
+    sampler adds a tiny, honestly charged inflation of λ (see ``noise.calibrate``).
+
+Sensitivities (``bounds``)
+    Raw chunk (FPA over a whole recording, CFPA per chunk): ``Δ2 = √n·R``. LPA is the same
+    mechanism with the identity basis, ``m = n``, so ``λ = √n·√n·R/ε = Δ1/ε`` with ``Δ1 = n·R``.
+    DCFPA: the difference chunk ``D_1 = x_1 − lo``, ``D_t = clip(x_t − x_{t−1}, −d, d)`` has
+    ``Δ2 = √(R² + (n−1)(2d)²)`` (``|D_1 − D'_1| ≤ R``, ``|D_t − D'_t| ≤ 2d``); FPA on ``D``, then
+    the cumulative sum inside the chunk rebuilds the signal (the paper's Algorithm 1, step 3).
+
+Chunked mechanisms (CFPA, DCFPA) need ``n`` a power of two; FPA and LPA take any length.
+
+Testing without noise
+    :meth:`Mechanism.nonprivate_projection` returns the noise-free reconstruction for tests and
+    evaluation. It is a separate method with a loud name, not a flag: no configuration value or
+    argument can turn :meth:`Mechanism.release` into a non-private release.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.auto_k import choose_k
+from gazeguard.mechanisms.bounds import (
+    Bounds,
+    check_finite_positive,
+    chunk_sensitivity,
+    is_power_of_two,
+)
+from gazeguard.mechanisms.noise import (
+    DiscreteLaplace,
+    GridCalibration,
+    calibrate,
+    random_source,
+)
+from gazeguard.mechanisms.prior import PriorSpectrum
+from gazeguard.mechanisms.transforms import (
+    TRANSFORMS,
+    CoefficientTransform,
+    IdentityTransform,
+    OrthonormalTransform,
+    TransformName,
+    fft_error_bound,
+    kept_coefficients,
+    max_k,
+)
+
+FloatArray = npt.NDArray[np.float64]
+MechanismName = Literal["lpa", "fpa", "cfpa", "dcfpa"]
+MECHANISMS: tuple[MechanismName, ...] = ("lpa", "fpa", "cfpa", "dcfpa")
+CHUNKED: frozenset[str] = frozenset({"cfpa", "dcfpa"})
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Everything a release for F features needs, computed once (arrays (F,), columns (F, 1))."""
+
+    bounds: Bounds
+    epsilon: FloatArray
+    sensitivity_l2: FloatArray
+    calibration: GridCalibration
+    transform: CoefficientTransform
+    sampler: DiscreteLaplace
+    lo: FloatArray
+    hi: FloatArray
+    step: FloatArray
+    grid: FloatArray
+    inv_grid: FloatArray
+
+
+class Mechanism:
+    """One configured mechanism; build it with :func:`make_mechanism`.
+
+    Attributes:
+        name: ``"lpa"``, ``"fpa"``, ``"cfpa"`` or ``"dcfpa"``.
+        transform: ``"dft"``, ``"dct"``, or ``"identity"`` for LPA.
+        n: values per feature per release.
+        k: kept frequencies (resolved when ``k="auto"``; ``n`` for LPA).
+        kept_coefficients: m, real coefficients noised per feature.
+        secure: False when an insecure seeded generator was selected.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        n: int,
+        k: int | str,
+        epsilon: float | npt.ArrayLike,
+        bounds: Bounds,
+        transform: str,
+        seed: int | None,
+        n_features: int | None,
+        prior: PriorSpectrum | None,
+    ) -> None:
+        if name not in MECHANISMS:
+            raise ConfigError("name", name, f"must be one of {MECHANISMS}")
+        if transform not in TRANSFORMS:
+            raise ConfigError("transform", transform, f"must be one of {TRANSFORMS}")
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 2:
+            raise ConfigError("n", n, "must be an integer >= 2")
+        n = int(n)
+        if name in CHUNKED and not is_power_of_two(n):
+            raise ConfigError("n", n, f"{name} needs a power of two (e.g. 32, 64, 128)")
+        if not isinstance(bounds, Bounds):
+            raise ConfigError("bounds", bounds, "must be a gazeguard.mechanisms.Bounds")
+        eps = check_finite_positive("epsilon", epsilon)
+        difference = name == "dcfpa"
+        if difference:
+            bounds.effective_step()  # ConfigError if max_step is missing
+        sizes = {s for s in (bounds.n_features, eps.size if eps.ndim else None) if s is not None}
+        if n_features is not None:
+            sizes.add(int(n_features))
+        if len(sizes) > 1:
+            raise ConfigError(
+                "n_features", sorted(sizes), "bounds, epsilon and n_features disagree on F"
+            )
+        self.name: str = name
+        self.n = n
+        self.n_features: int | None = sizes.pop() if sizes else None
+        self._difference = difference
+        self._bounds = bounds
+        self._epsilon = eps
+        self._source = random_source(seed)
+        self.secure = self._source.secure
+        if not self.secure:
+            log.warning(
+                "%s: INSECURE reproducible noise (seed=%r): for tests and experiments only",
+                name,
+                seed,
+            )
+        if name == "lpa":  # every value is perturbed; k and transform do not apply
+            self.transform: str = "identity"
+            self.k = n
+            self.kept_coefficients = n
+        else:
+            tr: TransformName = "dft" if transform == "dft" else "dct"
+            self.transform = tr
+            self.k = self._resolve_k(k, tr, prior)
+            self.kept_coefficients = kept_coefficients(tr, self.k)
+        self._prepared: dict[int, _Prepared] = {}
+        self._reference = self._prepare(self.n_features or 1)
+
+    def _resolve_k(self, k: int | str, tr: TransformName, prior: PriorSpectrum | None) -> int:
+        top = max_k(tr, self.n)
+        if k == "auto":
+            f = self.n_features or 1
+            eps = np.broadcast_to(self._epsilon, (f,)).copy()
+            return choose_k(self.name, self.n, tr, self._bounds.broadcast(f), eps, prior=prior)
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= top:
+            limit = "n/2" if tr == "dft" else "n"
+            raise ConfigError("k", k, f"must be 'auto' or an integer in 1..{top} ({limit}, {tr})")
+        return int(k)
+
+    def _prepare(self, n_features: int) -> _Prepared:
+        """Parameters, FFTW plans and sampler for F features (cached; never in the hot path once
+        F has been seen)."""
+        p = self._prepared.get(n_features)
+        if p is not None:
+            return p
+        b = self._bounds.broadcast(n_features)
+        if self._epsilon.ndim and self._epsilon.size != n_features:
+            raise ConfigError("x", f"{n_features} rows", f"epsilon has {self._epsilon.size}")
+        eps = np.broadcast_to(self._epsilon, (n_features,)).copy()
+        delta2, l2_max = chunk_sensitivity(self._difference, b, self.n)
+        m = self.kept_coefficients
+        cal = calibrate(np.sqrt(m) * delta2, m, eps, fft_error_bound(self.n, l2_max))
+        transform: CoefficientTransform
+        if self.transform == "identity":
+            transform = IdentityTransform(n_features, self.n)
+        else:
+            tr: TransformName = "dft" if self.transform == "dft" else "dct"
+            transform = OrthonormalTransform(tr, n_features, self.n, m)
+        step = b.effective_step() if self._difference else b.range
+        p = _Prepared(
+            bounds=b,
+            epsilon=eps,
+            sensitivity_l2=delta2,
+            calibration=cal,
+            transform=transform,
+            sampler=DiscreteLaplace(np.repeat(cal.t[:, None], m, axis=1)),
+            lo=b.lo[:, None],
+            hi=b.hi[:, None],
+            step=step[:, None],
+            grid=cal.grid[:, None],
+            inv_grid=1.0 / cal.grid[:, None],
+        )
+        self._prepared[n_features] = p
+        return p
+
+    # ------------------------------------------------------------------ reported parameters
+    @property
+    def epsilon(self) -> FloatArray:
+        """float64 (F,): ε per feature per release (shape (1,) while F is not fixed)."""
+        return self._reference.epsilon.copy()
+
+    @property
+    def noise_scale(self) -> FloatArray:
+        """float64 (F,): Laplace scale λ of each noised coefficient (feature units)."""
+        return self._reference.calibration.scale.copy()
+
+    @property
+    def sensitivity_l2(self) -> FloatArray:
+        """float64 (F,): Δ2 of the transformed signal (raw or difference chunk)."""
+        return self._reference.sensitivity_l2.copy()
+
+    @property
+    def grid(self) -> FloatArray:
+        """float64 (F,): γ, the power-of-two grid of the released coefficients."""
+        return self._reference.calibration.grid.copy()
+
+    def parameters(self) -> dict[str, object]:
+        """The mechanism's public parameters as JSON-ready values (for payloads and logs)."""
+        return {
+            "name": self.name,
+            "transform": self.transform,
+            "n": self.n,
+            "k": self.k,
+            "kept_coefficients": self.kept_coefficients,
+            "epsilon": self.epsilon.tolist(),
+            "noise_scale": self.noise_scale.tolist(),
+            "sensitivity_l2": self.sensitivity_l2.tolist(),
+            "grid": self.grid.tolist(),
+            "secure": self.secure,
+        }
+
+    def __repr__(self) -> str:
+        f = self.n_features if self.n_features is not None else "any"
+        return (
+            f"Mechanism({self.name!r}, transform={self.transform!r}, n={self.n}, k={self.k}, "
+            f"m={self.kept_coefficients}, F={f}, secure={self.secure})"
+        )
+
+    # --------------------------------------------------------------------------- releases
+    def release(self, x: npt.ArrayLike) -> FloatArray:
+        """The ε-DP release of ``x``: float64 (F, n) → new float64 (F, n) within the bounds.
+
+        Raises:
+            ConfigError: ``x`` has the wrong shape or contains NaN (±inf is clipped to bounds).
+        """
+        arr = self._check_x(x)
+        p = self._prepare(arr.shape[0])
+        return self._synthesize(p, self._perturb(p, self._analyze(p, arr)))
+
+    def release_coefficients(self, x: npt.ArrayLike) -> FloatArray:
+        """The ε-DP noisy coefficients of ``x``: (F, m), each an integer multiple of :attr:`grid`.
+
+        :meth:`release` is ``reconstruct(release_coefficients(x))``: both are the same release,
+        so use one or the other for a chunk, never both (that would spend ε twice).
+        """
+        arr = self._check_x(x)
+        p = self._prepare(arr.shape[0])
+        return self._perturb(p, self._analyze(p, arr))
+
+    def reconstruct(self, coefficients: npt.ArrayLike) -> FloatArray:
+        """Post-processing of noisy coefficients (F, m) into a signal (F, n) within the bounds."""
+        c = np.ascontiguousarray(coefficients, dtype=np.float64)
+        if c.ndim != 2 or c.shape[1] != self.kept_coefficients:
+            raise ConfigError(
+                "coefficients",
+                f"array of shape {c.shape}",
+                f"must have shape (F, {self.kept_coefficients})",
+            )
+        return self._synthesize(self._prepare(c.shape[0]), c)
+
+    def nonprivate_projection(self, x: npt.ArrayLike) -> FloatArray:
+        """NOT PRIVATE: the noise-free reconstruction (clip, project on the kept coefficients,
+        invert, cumulative sum for DCFPA, clip). For tests and utility evaluation only; never
+        publish its output."""
+        arr = self._check_x(x)
+        p = self._prepare(arr.shape[0])
+        return self._synthesize(p, self._analyze(p, arr))
+
+    def _check_x(self, x: npt.ArrayLike) -> FloatArray:
+        try:
+            arr = np.ascontiguousarray(x, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("x", type(x).__name__, "must be a float array (F, n)") from exc
+        if arr.ndim != 2 or arr.shape[1] != self.n or arr.shape[0] < 1:
+            raise ConfigError("x", f"array of shape {arr.shape}", f"must have shape (F, {self.n})")
+        if self.n_features is not None and arr.shape[0] != self.n_features:
+            raise ConfigError(
+                "x", f"array of shape {arr.shape}", f"must have F = {self.n_features} rows"
+            )
+        if np.isnan(arr).any():
+            bad = np.argwhere(np.isnan(arr))
+            raise ConfigError(
+                "x",
+                f"{len(bad)} NaN, first at (feature {bad[0][0]}, step {bad[0][1]})",
+                "NaN has no place within the bounds; impute it or drop the chunk",
+            )
+        return arr
+
+    def _analyze(self, p: _Prepared, x: FloatArray) -> FloatArray:
+        """Clip, shift by lo (DCFPA: clipped difference chunk), project: (F, n) → (F, m)."""
+        s = np.clip(x, p.lo, p.hi)
+        s -= p.lo
+        if self._difference:
+            d = np.empty_like(s)
+            d[:, 0] = s[:, 0]
+            np.subtract(s[:, 1:], s[:, :-1], out=d[:, 1:])
+            np.clip(d[:, 1:], -p.step, p.step, out=d[:, 1:])
+            s = d
+        return p.transform.analyze(s)
+
+    def _perturb(self, p: _Prepared, c: FloatArray) -> FloatArray:
+        """The private step: coefficients → integers on the grid + discrete Laplace, × γ."""
+        v = c * p.inv_grid  # exact: γ is a power of two
+        np.rint(v, out=v)  # |v| ≤ ‖s‖₂/γ < 2^46 since γ ≥ 2δ (noise.calibrate): exact integers
+        v += p.sampler.sample_float(self._source)  # integer + integer: exact in float64
+        v *= p.grid  # exact again; every output is an integer multiple of γ
+        return v
+
+    def _synthesize(self, p: _Prepared, c: FloatArray) -> FloatArray:
+        """Post-processing: (F, m) coefficients → (F, n) signal, cumulative sum, + lo, clip."""
+        y = p.transform.synthesize(c)
+        if self._difference:
+            np.cumsum(y, axis=1, out=y)
+        y += p.lo
+        np.clip(y, p.lo, p.hi, out=y)
+        return y
+
+
+def make_mechanism(
+    name: str,
+    *,
+    n: int,
+    k: int | str = "auto",
+    epsilon: float | npt.ArrayLike,
+    bounds: Bounds,
+    transform: str = "dft",
+    seed: int | None = None,
+    n_features: int | None = None,
+    prior: PriorSpectrum | None = None,
+) -> Mechanism:
+    """Build a mechanism; plans, grid and sampler are prepared here, not in :meth:`release`.
+
+    Args:
+        name: ``"lpa"``, ``"fpa"`` (whole recording, offline), ``"cfpa"`` or ``"dcfpa"``.
+        n: values per feature per release; a power of two for cfpa and dcfpa.
+        k: kept frequencies, ``1 ≤ k ≤ n/2`` (dft) or ``≤ n`` (dct), or ``"auto"`` (chosen from
+            the public prior, :mod:`gazeguard.mechanisms.auto_k`). Ignored by LPA.
+        epsilon: ε per feature per release, scalar or (F,), finite and > 0.
+        bounds: public bounds (``max_step`` required for dcfpa).
+        transform: ``"dft"`` or ``"dct"`` (LPA reports ``"identity"``).
+        seed: None (default) for the OS CSPRNG. An integer selects an INSECURE reproducible
+            generator for tests and experiments: every release draws fresh noise from it.
+        n_features: F, if neither bounds nor epsilon are given per feature; otherwise plans for
+            each new F are built on its first release.
+        prior: the prior for ``k="auto"`` (default: the shipped one).
+
+    Raises:
+        ConfigError: naming the argument and value that are invalid.
+    """
+    return Mechanism(
+        name,
+        n=n,
+        k=k,
+        epsilon=epsilon,
+        bounds=bounds,
+        transform=transform,
+        seed=seed,
+        n_features=n_features,
+        prior=prior,
+    )
