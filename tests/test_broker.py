@@ -1,0 +1,122 @@
+"""The embedded amqtt broker with plain aiomqtt clients and with the publisher."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from pathlib import Path
+
+import aiomqtt
+import pytest
+
+from gazeguard.broker import EmbeddedBroker
+from gazeguard.config import BrokerSettings
+from gazeguard.errors import PublishError
+from gazeguard.ledger import Ledger
+from gazeguard.message import StatusMessage, status_topic
+from gazeguard.publish import Publisher
+
+pytestmark = pytest.mark.network
+
+
+def test_plain_aiomqtt_clients_get_qos1_and_retained_messages(unique_id: str) -> None:
+    async def scenario() -> tuple[int, list[aiomqtt.Message]]:
+        async with EmbeddedBroker(port=0) as broker:
+            assert broker.port > 0
+            async with aiomqtt.Client(broker.host, broker.port) as pub:
+                await pub.publish(f"t/{unique_id}/status", b"retained", qos=1, retain=True)
+            got: list[aiomqtt.Message] = []
+            async with aiomqtt.Client(broker.host, broker.port) as sub:
+                await sub.subscribe(f"t/{unique_id}/#", qos=1)
+                async with aiomqtt.Client(broker.host, broker.port) as pub:
+                    await pub.publish(f"t/{unique_id}/chunks", b"chunk", qos=1)
+                async with asyncio.timeout(5):
+                    async for message in sub.messages:
+                        got.append(message)
+                        if len(got) == 2:
+                            break
+            return broker.port, got
+
+    port, got = asyncio.run(scenario())
+    by_payload = {m.payload: m for m in got}
+    assert set(by_payload) == {b"retained", b"chunk"}
+    assert by_payload[b"retained"].retain
+    assert by_payload[b"chunk"].qos == 1
+    # The port is released on exit.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_publisher_falls_back_to_mqtt_311_and_delivers(
+    tmp_path: Path, unique_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """amqtt refuses MQTT 5; a publisher on protocol 'auto' falls back to 3.1.1 and delivers."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.charge(
+        unique_id, 0, {"a": 0.5}, topic=f"gazeguard/v1/d/{unique_id}/chunks", payload=b"c0"
+    )
+    status = StatusMessage(
+        session=unique_id,
+        device="d",
+        state="running",
+        time=time.time(),
+        spent=0.5,
+        remaining=None,
+        session_cap=None,
+        chunks_published=1,
+        chunks_withheld=0,
+        chunks_dropped=0,
+    )
+
+    async def scenario() -> list[aiomqtt.Message]:
+        async with EmbeddedBroker(port=0) as broker:
+            settings = BrokerSettings(host=broker.host, port=broker.port, protocol="auto")
+            async with Publisher(settings, ledger, connect_timeout=5) as pub:
+                pub.publish_status(status)
+                await pub.flush(5)
+            got: list[aiomqtt.Message] = []
+            async with aiomqtt.Client(broker.host, broker.port) as sub:
+                await sub.subscribe(status_topic("gazeguard/v1", "d", unique_id), qos=1)
+                async with asyncio.timeout(5):
+                    async for message in sub.messages:
+                        got.append(message)
+                        break
+            return got
+
+    with caplog.at_level(logging.INFO):
+        got = asyncio.run(scenario())
+    assert ledger.pending() == []
+    assert got[0].retain
+    assert StatusMessage.from_payload(bytes(got[0].payload)) == status  # type: ignore[arg-type]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("does not speak MQTT 5; using 3.1.1" in m for m in messages), messages
+    assert any("embedded MQTT broker" in m and "Mosquitto" in m for m in messages), messages
+    ledger.close()
+
+
+def test_settings_point_at_the_embedded_broker() -> None:
+    async def scenario() -> BrokerSettings:
+        async with EmbeddedBroker(port=0) as broker:
+            return broker.settings(BrokerSettings(topic_prefix="acme/gg", tls=False))
+
+    s = asyncio.run(scenario())
+    assert (s.host, s.protocol, s.tls, s.topic_prefix) == ("127.0.0.1", "3.1.1", False, "acme/gg")
+    assert s.port > 0
+
+
+def test_port_in_use_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        async def scenario() -> None:
+            async with EmbeddedBroker(port=port):
+                pytest.fail("bound a port that is in use")
+
+        with pytest.raises(PublishError, match=rf"127\.0\.0\.1:{port}.*set broker\.port"):
+            asyncio.run(scenario())
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = EmbeddedBroker().port
