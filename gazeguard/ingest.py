@@ -1,0 +1,951 @@
+"""Ingest: a headset's LSL gaze stream in, normalized :class:`~gazeguard.samples.GazeSamples` out.
+
+One gaze sample's way through this module:
+
+1. **Resolve** the stream by ``source_id`` and/or ``name`` (or, if neither is configured, by
+   ``type``, ``Gaze`` by default; Tobii's bridge uses ``Eyetracker``), within
+   ``resolve_timeout_s``; otherwise :class:`~gazeguard.errors.StreamError` says what was looked
+   for, for how long, which streams were visible instead and what to check.
+2. **Interpret** its channels with a preset (:data:`PRESETS`) or the stream's XDF channel metadata
+   (``channels/channel/{label,eye,type,unit}``, preset ``generic``); ``auto`` picks from the
+   stream's name, type and metadata. A wrong channel count or an unknown unit is a startup error.
+3. **Pull** whole chunks in a background thread into a buffer allocated once at connect
+   (``pull_chunk(dest_obj=...)``, C order, the stream's own dtype), with LSL clock synchronisation,
+   dejittering and monotonizing, and ``recover=True`` so that a stream that vanishes and comes
+   back (same ``source_id``) resumes the session.
+4. **Normalize** (vectorised): gaze direction in degrees of visual angle (positive right / up),
+   pupil diameter in mm, a validity flag. Invalid samples (NaN, missing-eye codes, confidence
+   below threshold, pupil loss) become NaN + invalid, never zeros. Absurd values (|angle| > 90°,
+   pupil outside 0.5–10 mm) become invalid and are counted.
+5. **Order**: samples whose timestamp (or, with a sample-index channel, whose index) does not
+   increase are dropped and counted, so every block handed on is strictly increasing in time,
+   also across blocks.
+6. **Hand off** to asyncio through a bounded queue (:mod:`gazeguard._ring`); overflow is counted.
+
+Cost: one wake-up per ``poll_interval_s`` (default 50 ms) drains everything liblsl has buffered,
+so the per-sample Python cost is zero and the per-wake cost is a few dozen numpy calls (see
+``bench/bench_frontend.py`` for measured numbers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import pylsl
+
+from gazeguard._ring import BlockQueue
+from gazeguard.config import IngestSettings
+from gazeguard.errors import StreamError, StreamNotFoundError
+from gazeguard.samples import BoolArray, FloatArray, GazeSamples
+
+logger = logging.getLogger(__name__)
+
+PRESETS = ("gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic")
+PROCESSING_FLAGS = pylsl.proc_clocksync | pylsl.proc_dejitter | pylsl.proc_monotonize
+MAX_ABS_ANGLE_DEG = 90.0  # beyond this a "gaze direction" is not an eye's
+PUPIL_RANGE_MM = (0.5, 10.0)  # physiological pupil diameters (miosis .. full dilation)
+EYELINK_MISSING = 1e7  # EyeLink marks missing gaze with 1e8 (float) or -32768 (int) codes
+
+# The layout of gazeguard's own outlets (simulated headset, CSV replay): the sample index makes
+# order and loss exactly observable. (label, eye, XDF type, unit)
+GAZEGUARD_CHANNELS: tuple[tuple[str, str, str, str], ...] = (
+    ("sample_index", "both", "FrameNumber", "count"),
+    ("gaze_x", "both", "ScreenX", "degrees"),
+    ("gaze_y", "both", "ScreenY", "degrees"),
+    ("pupil_diameter", "both", "Diameter", "mm"),
+    ("validity", "both", "Confidence", "normalized"),
+)
+NEON_IMAGE_PX = (1600.0, 1200.0)  # Neon scene camera, origin top-left
+NEON_FOV_DEG = (103.0, 77.0)
+
+_DEG_UNITS = {"deg", "degree", "degrees"}
+_NORM_UNITS = {"normalized", "normalised", "norm"}
+_PX_UNITS = {"px", "pixel", "pixels"}
+_PUPIL_NOT_MM = {"px", "pixel", "pixels", "arbitrary", "a.u.", "au", "area"}
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelDesc:
+    """One channel's XDF metadata (empty strings where the stream does not say)."""
+
+    label: str = ""
+    eye: str = ""
+    type: str = ""
+    unit: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMeta:
+    """What a stream says about itself: the resolved LSL info plus its full description."""
+
+    name: str
+    type: str
+    source_id: str
+    nominal_srate: float
+    channel_count: int
+    hostname: str = ""
+    uid: str = ""
+    manufacturer: str = ""
+    channels: tuple[ChannelDesc, ...] = ()
+
+    @classmethod
+    def from_lsl(cls, info: pylsl.StreamInfo) -> StreamMeta:
+        """Read name, type, ids, rate and ``desc/channels`` from a (full) pylsl StreamInfo."""
+        desc = info.desc()
+        channels: list[ChannelDesc] = []
+        ch = desc.child("channels").child("channel")
+        while not ch.empty():
+            channels.append(
+                ChannelDesc(*(ch.child_value(k).strip() for k in ("label", "eye", "type", "unit")))
+            )
+            ch = ch.next_sibling("channel")
+        return cls(
+            name=info.name(),
+            type=info.type(),
+            source_id=info.source_id(),
+            nominal_srate=float(info.nominal_srate()),
+            channel_count=int(info.channel_count()),
+            hostname=info.hostname(),
+            uid=info.uid(),
+            manufacturer=desc.child("acquisition").child_value("manufacturer").strip(),
+            channels=tuple(channels),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EyeChannels:
+    """Channel indices of one eye (or of a combined gaze): x, y and optionally pupil."""
+
+    x: int
+    y: int
+    pupil: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How to turn a raw ``(N, C)`` block into degrees, mm and validity.
+
+    ``coords``: ``deg`` (already degrees, y up), ``fov`` (normalized image coordinates through a
+    pinhole camera of field of view ``fov_deg``), ``screen`` (normalized screen coordinates,
+    origin top-left, through the screen geometry) or ``ppd`` (screen pixels divided by the
+    per-sample pixels-per-degree channels). ``image_px`` divides pixel coordinates into
+    normalized ones first.
+    """
+
+    preset: str
+    n_channels: int
+    eyes: tuple[EyeChannels, ...]
+    coords: Literal["deg", "fov", "screen", "ppd"]
+    y_up: bool = False
+    image_px: tuple[float, float] | None = None
+    fov_deg: tuple[float, float] | None = None
+    screen_mm: tuple[float, float] | None = None
+    distance_mm: float | None = None
+    ppd: tuple[int, int] | None = None
+    gaze3d: tuple[int, int, int] | None = None
+    pupil_scale: float | None = 1.0
+    confidence: int | None = None
+    validity: int | None = None
+    index: int | None = None
+    zero_is_missing: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Coordinate conversions (vectorised; shared with gazeguard.simulate for recorded files)
+# ---------------------------------------------------------------------------------------------
+def normalized_to_deg(
+    u: FloatArray, v: FloatArray, fov_deg: tuple[float, float], *, y_up: bool
+) -> tuple[FloatArray, FloatArray]:
+    """Normalized image coordinates (0..1) to degrees through a pinhole camera.
+
+    ``x_deg = atan((2u − 1)·tan(fov_h/2))``; likewise for y, flipped if the image's y axis
+    points down (``y_up=False``). Returns (x_deg, y_deg), positive right and up.
+    """
+    th = math.tan(math.radians(fov_deg[0]) / 2)
+    tv = math.tan(math.radians(fov_deg[1]) / 2)
+    x = np.degrees(np.arctan((2.0 * u - 1.0) * th))
+    dv = (2.0 * v - 1.0) if y_up else (1.0 - 2.0 * v)
+    y = np.degrees(np.arctan(dv * tv))
+    return x, y
+
+
+def screen_to_deg(
+    u: FloatArray, v: FloatArray, screen_mm: tuple[float, float], distance_mm: float
+) -> tuple[FloatArray, FloatArray]:
+    """Normalized screen coordinates (0..1, origin top-left) to degrees from the screen centre.
+
+    With offsets ``dx, dy`` in mm from the centre (dy positive up) and eye distance ``D``:
+    ``x = atan2(dx, D)``, ``y = atan2(dy, √(D² + dx²))``.
+    """
+    dx = (u - 0.5) * screen_mm[0]
+    dy = (0.5 - v) * screen_mm[1]
+    x = np.degrees(np.arctan2(dx, distance_mm))
+    y = np.degrees(np.arctan2(dy, np.hypot(distance_mm, dx)))
+    return x, y
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets
+# ---------------------------------------------------------------------------------------------
+def _fail_count(meta: StreamMeta, preset: str, expected: Sequence[int]) -> StreamError:
+    want = " or ".join(str(n) for n in expected)
+    return StreamError(
+        f"LSL stream {meta.name!r} (type {meta.type!r}) has {meta.channel_count} channels, but "
+        f"preset {preset!r} expects {want}: set ingest.preset to the stream's real layout, or "
+        "'generic' if the stream describes its channels (XDF channel metadata)"
+    )
+
+
+def _screen_geometry(
+    meta: StreamMeta, preset: str, s: IngestSettings
+) -> tuple[tuple[float, float], float]:
+    if s.screen_size_mm is None or s.screen_distance_mm is None:
+        raise StreamError(
+            f"LSL stream {meta.name!r} (preset {preset!r}) reports screen coordinates; set "
+            "ingest.screen_size_mm (width, height in mm) and ingest.screen_distance_mm (eye to "
+            f"screen, mm) to convert them to degrees (got screen_size_mm={s.screen_size_mm}, "
+            f"screen_distance_mm={s.screen_distance_mm})"
+        )
+    return s.screen_size_mm, s.screen_distance_mm
+
+
+def _layout_for(meta: StreamMeta, preset: str, s: IngestSettings) -> Layout:
+    n = meta.channel_count
+    if preset == "gazeguard":
+        if n != len(GAZEGUARD_CHANNELS):
+            raise _fail_count(meta, preset, [len(GAZEGUARD_CHANNELS)])
+        return Layout(preset, n, (EyeChannels(1, 2, 3),), "deg", y_up=True, validity=4, index=0)
+    if preset == "pupil_capture":
+        # labstreaminglayer/App-PupilLabs relay: confidence, norm_pos_x/y, gaze_point_3d_x/y/z,
+        # eye_center{0,1}_3d_x/y/z, gaze_normal{0,1}_x/y/z, diameter{0,1}_2d (px),
+        # diameter{0,1}_3d (mm). norm_pos has its origin bottom-left.
+        if n != 22:
+            raise _fail_count(meta, preset, [22])
+        return Layout(
+            preset,
+            n,
+            (EyeChannels(1, 2, 20), EyeChannels(1, 2, 21)),
+            "fov",
+            y_up=True,
+            fov_deg=s.field_of_view_deg,
+            gaze3d=(3, 4, 5),
+            confidence=0,
+        )
+    if preset == "pupil_neon":
+        return _layout_neon(meta, s)
+    if preset == "tobii":
+        # labstreaminglayer/App-TobiiPro: left_x, left_y, left_pupil, right_x, right_y,
+        # right_pupil; display-area coordinates (0..1, origin top-left), NaN when invalid.
+        if n != 6:
+            raise _fail_count(meta, preset, [6])
+        mm, dist = _screen_geometry(meta, preset, s)
+        eyes = (EyeChannels(0, 1, 2), EyeChannels(3, 4, 5))
+        return Layout(preset, n, eyes, "screen", screen_mm=mm, distance_mm=dist)
+    if preset == "eyelink":
+        return _layout_eyelink(meta, s)
+    if preset == "generic":
+        return _layout_generic(meta, s)
+    raise StreamError(f"unknown ingest.preset {preset!r}; choose one of auto, {', '.join(PRESETS)}")
+
+
+def _layout_neon(meta: StreamMeta, s: IngestSettings) -> Layout:
+    # Neon Companion app: "x", "y" in scene-camera pixels (1600x1200, origin top-left); with
+    # eye state enabled, per eye PupilDiameter (mm), EyeballCenterX/Y/Z and OpticalAxisX/Y/Z.
+    labels = [c.label.lower() for c in meta.channels]
+    n = meta.channel_count
+    if len(labels) == n and "x" in labels and "y" in labels:
+        pupils = [
+            i
+            for i, c in enumerate(meta.channels)
+            if "pupildiameter" in c.label.lower().replace("_", "")
+        ]
+        x, y = labels.index("x"), labels.index("y")
+        eyes = tuple(EyeChannels(x, y, p) for p in pupils) or (EyeChannels(x, y),)
+    elif n == 2:
+        eyes = (EyeChannels(0, 1),)
+    elif n == 16:  # x, y, then left and right: PupilDiameter, EyeballCenter xyz, OpticalAxis xyz
+        eyes = (EyeChannels(0, 1, 2), EyeChannels(0, 1, 9))
+    else:
+        raise _fail_count(meta, "pupil_neon", [2, 16])
+    return Layout(
+        "pupil_neon", n, eyes, "fov", y_up=False, image_px=NEON_IMAGE_PX, fov_deg=NEON_FOV_DEG
+    )
+
+
+def _layout_eyelink(meta: StreamMeta, s: IngestSettings) -> Layout:
+    # labstreaminglayer/App-EyeLink: leftEyeX, leftEyeY, rightEyeX, rightEyeY (screen px),
+    # leftPupilArea, rightPupilArea (arbitrary units), pixelsPerDegreeX/Y, eyelink_timestamp,
+    # LSL_timestamp; a missing eye is all zeros. Pupil *area* has no calibrated mm scale, so
+    # pupil_mm is NaN for EyeLink; area 0 still marks the eye missing.
+    if meta.channel_count != 10:
+        raise _fail_count(meta, "eyelink", [10])
+    if s.screen_resolution_px is None:
+        raise StreamError(
+            f"LSL stream {meta.name!r} (preset 'eyelink') reports screen pixels; set "
+            "ingest.screen_resolution_px (width, height) so that gaze can be measured from the "
+            "screen centre"
+        )
+    res = (float(s.screen_resolution_px[0]), float(s.screen_resolution_px[1]))
+    eyes = (EyeChannels(0, 1, 4), EyeChannels(2, 3, 5))
+    if s.screen_size_mm is not None and s.screen_distance_mm is not None:
+        return Layout(
+            "eyelink",
+            10,
+            eyes,
+            "screen",
+            image_px=res,
+            screen_mm=s.screen_size_mm,
+            distance_mm=s.screen_distance_mm,
+            pupil_scale=None,
+            zero_is_missing=True,
+        )
+    return Layout(
+        "eyelink",
+        10,
+        eyes,
+        "ppd",
+        image_px=res,
+        ppd=(6, 7),
+        pupil_scale=None,
+        zero_is_missing=True,
+    )
+
+
+def _layout_generic(meta: StreamMeta, s: IngestSettings) -> Layout:
+    chans = meta.channels
+    if len(chans) != meta.channel_count or not any(c.type for c in chans):
+        raise StreamError(
+            f"LSL stream {meta.name!r} has {meta.channel_count} channels but describes "
+            f"{len(chans)} in desc/channels; preset 'generic' needs label/eye/type/unit for "
+            "every channel (XDF Gaze meta-data), or choose a preset with ingest.preset"
+        )
+    by_eye: dict[str, dict[str, int]] = {}
+    confidence = index = None
+    pupil_unit = ""
+    for i, c in enumerate(chans):
+        kind, eye = c.type.lower(), (c.eye.lower() or "both")
+        if kind in {"screenx", "screeny", "diameter", "radius"}:
+            by_eye.setdefault(eye, {})[kind] = i
+        elif kind == "confidence":
+            if c.unit.lower() not in _NORM_UNITS | {""}:
+                raise _unit_error(meta, c, "normalized (0..1)")
+            confidence = i
+        elif kind == "framenumber":
+            index = i
+    eyes_found = {e: d for e, d in by_eye.items() if "screenx" in d and "screeny" in d}
+    if not eyes_found:
+        types = sorted({c.type for c in chans if c.type})
+        raise StreamError(
+            f"LSL stream {meta.name!r}: no ScreenX/ScreenY channel pair in its metadata (types "
+            f"found: {types}); preset 'generic' needs them"
+        )
+    units = {chans[d[k]].unit.lower() for d in eyes_found.values() for k in ("screenx", "screeny")}
+    if len(units) != 1:
+        raise StreamError(
+            f"LSL stream {meta.name!r}: gaze channels mix units {sorted(units)}; expected one "
+            "of degrees, normalized or pixels"
+        )
+    unit = units.pop()
+    eyes: list[EyeChannels] = []
+    scale: float | None = 1.0
+    for d in eyes_found.values():
+        p = d.get("diameter", d.get("radius"))
+        if p is not None:
+            pupil_unit = chans[p].unit.lower()
+            if pupil_unit in _PUPIL_NOT_MM:
+                scale = None
+            elif pupil_unit != "mm":
+                raise _unit_error(meta, chans[p], "mm (or pixels / arbitrary, then ignored)")
+            elif "diameter" not in d:
+                scale = 2.0
+        eyes.append(EyeChannels(d["screenx"], d["screeny"], p))
+    common = {
+        "pupil_scale": scale,
+        "confidence": confidence,
+        "index": index,
+        "preset": "generic",
+        "n_channels": meta.channel_count,
+        "eyes": tuple(eyes),
+    }
+    if scale is None:
+        logger.warning(
+            "stream %r: pupil unit %r has no mm scale; pupil diameter will be NaN",
+            meta.name,
+            pupil_unit,
+        )
+    if unit in _DEG_UNITS:
+        return Layout(coords="deg", y_up=True, **common)  # type: ignore[arg-type]
+    if unit in _NORM_UNITS:
+        return Layout(coords="fov", fov_deg=s.field_of_view_deg, **common)  # type: ignore[arg-type]
+    if unit in _PX_UNITS:
+        if s.screen_resolution_px is None:
+            raise StreamError(
+                f"LSL stream {meta.name!r} reports gaze in pixels; set "
+                "ingest.screen_resolution_px, ingest.screen_size_mm and ingest.screen_distance_mm"
+            )
+        mm, dist = _screen_geometry(meta, "generic", s)
+        res = (float(s.screen_resolution_px[0]), float(s.screen_resolution_px[1]))
+        return Layout(
+            coords="screen",
+            image_px=res,
+            screen_mm=mm,
+            distance_mm=dist,
+            **common,  # type: ignore[arg-type]
+        )
+    eye_chan = chans[next(iter(eyes_found.values()))["screenx"]]
+    raise _unit_error(meta, eye_chan, "degrees, normalized or pixels")
+
+
+def _unit_error(meta: StreamMeta, c: ChannelDesc, expected: str) -> StreamError:
+    return StreamError(
+        f"LSL stream {meta.name!r}: channel {c.label!r} (type {c.type!r}) has unknown unit "
+        f"{c.unit!r}; expected {expected}. Fix the stream's metadata or choose a preset"
+    )
+
+
+def detect_preset(meta: StreamMeta) -> str:
+    """The preset ``auto`` picks for a stream, from its name, type and metadata."""
+    name, labels = meta.name.lower(), [c.label.lower() for c in meta.channels]
+    if meta.manufacturer.lower() == "gazeguard" or name.startswith("gazeguard"):
+        return "gazeguard"
+    if name == "pupil_capture" or labels[:3] == ["confidence", "norm_pos_x", "norm_pos_y"]:
+        return "pupil_capture"
+    if name.endswith("neon gaze"):
+        return "pupil_neon"
+    if meta.type.lower() == "eyetracker" or "tobii" in name or "tobii" in meta.manufacturer.lower():
+        return "tobii"
+    if name == "eyelink" or labels[:2] == ["lefteyex", "lefteyey"]:
+        return "eyelink"
+    if meta.channels and any(c.type for c in meta.channels):
+        return "generic"
+    raise StreamError(
+        f"cannot tell the channel layout of LSL stream {meta.name!r} (type {meta.type!r}, "
+        f"{meta.channel_count} channels, no channel metadata); set ingest.preset to one of "
+        f"{', '.join(PRESETS)}"
+    )
+
+
+def build_layout(meta: StreamMeta, settings: IngestSettings) -> Layout:
+    """Choose and check the channel layout for a stream; StreamError if it does not fit."""
+    preset = detect_preset(meta) if settings.preset == "auto" else settings.preset
+    return _layout_for(meta, preset, settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalization
+# ---------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class IngestStats:
+    """Counters of one stream (samples unless said otherwise)."""
+
+    samples: int = 0  # delivered downstream
+    invalid: int = 0  # delivered with valid=False (NaN, codes, low confidence, absurd, blinks)
+    nan: int = 0  # delivered without any finite gaze coordinate from the source
+    absurd: int = 0  # made invalid because |angle| > 90° or pupil outside 0.5–10 mm
+    duplicates: int = 0  # dropped: timestamp (or sample index) equal to the previous one
+    out_of_order: int = 0  # dropped: timestamp (or sample index) before the previous one
+    lost: int = 0  # gaps in the sample-index channel (gazeguard preset only)
+    overflow: int = 0  # dropped because the consumer fell behind (bounded queue full)
+    stalls: int = 0  # times the stream delivered nothing for longer than stall_after_s
+    reconnects: int = 0  # times a new outlet with the same source_id took over
+
+
+@dataclass(slots=True)
+class Normalizer:
+    """Turns raw ``(N, C)`` blocks into GazeSamples for one layout, keeping order state.
+
+    Stateful across blocks: the last delivered timestamp and sample index, so the output is
+    strictly increasing in time across calls. ``reset_index()`` forgets the sample index (a
+    restarted source counts from 0 again).
+    """
+
+    layout: Layout
+    confidence_threshold: float = 0.6
+    stats: IngestStats = field(default_factory=IngestStats)
+    last_t: float = -math.inf
+    last_index: float = -math.inf
+
+    def reset_index(self) -> None:
+        """Forget the last sample index (a new outlet took over)."""
+        self.last_index = -math.inf
+
+    def gaze(
+        self, raw: npt.NDArray[np.float64]
+    ) -> tuple[FloatArray, FloatArray, FloatArray, BoolArray, BoolArray]:
+        """Convert ``raw`` (N, C) float64 to (x_deg, y_deg, pupil_mm, valid, source_nan)."""
+        lay = self.layout
+        n = raw.shape[0]
+        sx = np.zeros(n)
+        sy = np.zeros(n)
+        sp = np.zeros(n)
+        cnt = np.zeros(n)
+        cp = np.zeros(n)
+        any_finite = np.zeros(n, bool)
+        zp = np.zeros(n, bool)  # some eye reports a zero/negative pupil: pupil loss
+        for eye in lay.eyes:
+            rx, ry = raw[:, eye.x], raw[:, eye.y]
+            ok = np.isfinite(rx) & np.isfinite(ry)
+            if lay.zero_is_missing:  # EyeLink: a missing eye is all zeros or a missing code
+                ok &= ~((rx == 0) & (ry == 0))
+                ok &= (np.abs(rx) < EYELINK_MISSING) & (np.abs(ry) < EYELINK_MISSING)
+                ok &= (rx != -32768) & (ry != -32768)
+                if eye.pupil is not None:
+                    ok &= raw[:, eye.pupil] != 0
+            any_finite |= ok
+            x, y = self._to_deg(raw, rx, ry)
+            ok &= np.isfinite(x) & np.isfinite(y)
+            sx += np.where(ok, x, 0.0)
+            sy += np.where(ok, y, 0.0)
+            cnt += ok
+            if eye.pupil is not None and lay.pupil_scale is not None:
+                rp = raw[:, eye.pupil]
+                pok = ok & (rp > 0)  # NaN compares False
+                sp += np.where(pok, rp * lay.pupil_scale, 0.0)
+                cp += pok
+                zp |= ok & (rp <= 0)
+        valid = cnt > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x = sx / cnt
+            y = sy / cnt
+            pupil = np.where(cp > 0, sp / np.maximum(cp, 1), np.nan)
+        if lay.confidence is not None:
+            valid &= raw[:, lay.confidence] >= self.confidence_threshold  # NaN compares False
+        if lay.validity is not None:
+            valid &= raw[:, lay.validity] >= 0.5
+        valid &= ~(zp & (cp == 0))  # a zero pupil is pupil loss (a blink), never a value
+        absurd = valid & (
+            (np.abs(x) > MAX_ABS_ANGLE_DEG)
+            | (np.abs(y) > MAX_ABS_ANGLE_DEG)
+            | (pupil < PUPIL_RANGE_MM[0])
+            | (pupil > PUPIL_RANGE_MM[1])
+        )
+        self.stats.absurd += int(np.count_nonzero(absurd))
+        valid &= ~absurd
+        x[~valid] = np.nan
+        y[~valid] = np.nan
+        pupil[~valid] = np.nan
+        return x, y, pupil, valid, ~any_finite
+
+    def _to_deg(
+        self, raw: npt.NDArray[np.float64], rx: FloatArray, ry: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        lay = self.layout
+        if lay.coords == "deg":
+            return (rx, ry) if lay.y_up else (rx, -ry)
+        if lay.coords == "ppd":
+            assert lay.ppd is not None
+            assert lay.image_px is not None
+            with np.errstate(invalid="ignore", divide="ignore"):
+                x = (rx - lay.image_px[0] / 2) / raw[:, lay.ppd[0]]
+                y = (lay.image_px[1] / 2 - ry) / raw[:, lay.ppd[1]]
+            return x, y
+        u, v = (rx / lay.image_px[0], ry / lay.image_px[1]) if lay.image_px else (rx, ry)
+        if lay.coords == "screen":
+            assert lay.screen_mm is not None
+            assert lay.distance_mm is not None
+            return screen_to_deg(u, v, lay.screen_mm, lay.distance_mm)
+        assert lay.fov_deg is not None
+        x, y = normalized_to_deg(u, v, lay.fov_deg, y_up=lay.y_up)
+        if lay.gaze3d is not None:  # Pupil Capture's 3d mapper: a gaze vector (x right, y down)
+            gx, gy, gz = (raw[:, i] for i in lay.gaze3d)
+            use = np.isfinite(gx) & np.isfinite(gy) & (gz > 0)
+            if use.any():
+                x = np.where(use, np.degrees(np.arctan2(gx, gz)), x)
+                y = np.where(use, np.degrees(np.arctan2(-gy, np.hypot(gx, gz))), y)
+        return x, y
+
+    def __call__(self, raw: npt.NDArray[np.float64], t: FloatArray) -> GazeSamples | None:
+        """Normalize one pulled block; None if every sample was dropped."""
+        keep = self._order(t, raw[:, self.layout.index] if self.layout.index is not None else None)
+        if not keep.all():
+            raw, t = raw[keep], t[keep]
+        if t.shape[0] == 0:
+            return None
+        x, y, pupil, valid, nan = self.gaze(raw)
+        st = self.stats
+        st.samples += t.shape[0]
+        st.invalid += int(t.shape[0] - np.count_nonzero(valid))
+        st.nan += int(np.count_nonzero(nan))
+        return GazeSamples(np.ascontiguousarray(t, np.float64), x, y, pupil, valid)
+
+    def _order(self, t: FloatArray, index: FloatArray | None) -> BoolArray:
+        """Keep samples that advance time (and the sample index); count the others."""
+        prev = np.maximum.accumulate(np.concatenate(([self.last_t], t)))[:-1]
+        keep = t > prev
+        dup = t == prev
+        if index is not None:
+            iprev = np.maximum.accumulate(np.concatenate(([self.last_index], index)))[:-1]
+            keep &= index > iprev
+            dup |= index == iprev
+            kept = index[keep]
+            if kept.shape[0]:
+                steps = np.diff(np.concatenate(([self.last_index], kept)))
+                gaps = steps[np.isfinite(steps)] - 1.0
+                self.stats.lost += int(gaps[gaps > 0].sum())
+                self.last_index = float(kept[-1])
+        n_drop = int(t.shape[0] - np.count_nonzero(keep))
+        if n_drop:
+            n_dup = int(np.count_nonzero(dup & ~keep))
+            self.stats.duplicates += n_dup
+            self.stats.out_of_order += n_drop - n_dup
+        if keep.any():
+            self.last_t = float(t[keep][-1])
+        return keep
+
+
+# ---------------------------------------------------------------------------------------------
+# LSL: outlet description, resolve, the stream
+# ---------------------------------------------------------------------------------------------
+def gazeguard_stream_info(name: str, source_id: str, rate_hz: float) -> pylsl.StreamInfo:
+    """StreamInfo of gazeguard's own outlets (preset ``gazeguard``, type ``Gaze``, float64).
+
+    Channels: sample index, x (deg, positive right), y (deg, positive up), pupil diameter (mm),
+    validity (1 valid, 0 invalid); with XDF channel metadata, so ``generic`` reads it too.
+    """
+    info = pylsl.StreamInfo(
+        name, "Gaze", len(GAZEGUARD_CHANNELS), rate_hz, pylsl.cf_double64, source_id
+    )
+    desc = info.desc()
+    desc.append_child("acquisition").append_child_value("manufacturer", "gazeguard")
+    chans = desc.append_child("channels")
+    for label, eye, kind, unit in GAZEGUARD_CHANNELS:
+        ch = chans.append_child("channel")
+        ch.append_child_value("label", label)
+        ch.append_child_value("eye", eye)
+        ch.append_child_value("type", kind)
+        ch.append_child_value("unit", unit)
+    return info
+
+
+def _xpath_literal(value: str) -> str:
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise StreamError(f"cannot resolve an LSL stream by {value!r}: it contains both quote kinds")
+
+
+def _query(settings: IngestSettings) -> tuple[str, str]:
+    """The XPath predicate to resolve by and a human description of it."""
+    terms = []
+    if settings.source_id:
+        terms.append(("source_id", settings.source_id))
+    if settings.stream_name:
+        terms.append(("name", settings.stream_name))
+    if not terms:  # the type only narrows when nothing more specific was configured
+        terms.append(("type", settings.stream_type))
+    pred = " and ".join(f"{k}={_xpath_literal(v)}" for k, v in terms)
+    what = " and ".join(f"{k}={v!r}" for k, v in terms)
+    return pred, what
+
+
+def resolve_stream(settings: IngestSettings) -> pylsl.StreamInfo:
+    """Find the configured stream within ``resolve_timeout_s`` (blocking).
+
+    Raises:
+        StreamError: nothing matched; the message lists the streams that were visible.
+    """
+    pred, what = _query(settings)
+    found = pylsl.resolve_bypred(pred, 1, settings.resolve_timeout_s)
+    if not found:
+        visible = pylsl.resolve_streams(0.5)
+        seen = ", ".join(
+            f"{i.name()!r} (type {i.type()!r}, source_id {i.source_id()!r})" for i in visible[:10]
+        )
+        raise StreamNotFoundError(
+            f"no LSL stream with {what} appeared within {settings.resolve_timeout_s:g} s. "
+            f"Visible streams: {seen or 'none'}. Check that the headset or its LSL bridge is "
+            "running on this network (LSL multicast must reach this host; see lsl_api.cfg), "
+            "or set ingest.source_id / ingest.stream_name / ingest.stream_type to match it."
+        )
+    if len(found) > 1:
+        logger.warning(
+            "%d LSL streams match %s; using %r on %s. Set ingest.source_id to choose.",
+            len(found),
+            what,
+            found[0].name(),
+            found[0].hostname(),
+        )
+    return found[0]
+
+
+@dataclass(frozen=True, slots=True)
+class GazeStreamInfo:
+    """What the service reports about the stream it reads."""
+
+    name: str
+    type: str
+    source_id: str
+    nominal_srate: float
+    preset: str
+    channel_count: int
+    hostname: str
+
+
+class GazeStream:
+    """An LSL gaze stream as an async iterator of strictly time-ordered GazeSamples blocks.
+
+    ``async with GazeStream(settings.ingest) as stream:`` resolves the stream, reads its full
+    description, checks the channel layout, opens the inlet and starts the pull thread;
+    ``async for block in stream`` yields blocks; ``stream.stats`` counts what happened.
+    Iteration ends only when the stream has been silent for ``end_after_s`` (if set), or raises
+    StreamError if the stream is lost for good.
+
+    Args:
+        settings: ingest settings (resolve, preset, geometry, confidence threshold).
+        poll_interval_s: how often the pull thread drains liblsl's buffer, s.
+        queue_blocks: bound of the hand-off queue, blocks (one per poll at most).
+        stall_after_s: silence after which a log line says the stream stopped, s.
+        end_after_s: silence after which iteration ends (None: wait for the stream forever).
+        processing_flags: liblsl post-processing (clock sync, dejitter, monotonize).
+    """
+
+    def __init__(
+        self,
+        settings: IngestSettings | None = None,
+        *,
+        poll_interval_s: float = 0.05,
+        queue_blocks: int = 64,
+        stall_after_s: float = 1.0,
+        end_after_s: float | None = None,
+        processing_flags: int = PROCESSING_FLAGS,
+    ) -> None:
+        self.settings = settings if settings is not None else IngestSettings()
+        self.poll_interval_s = poll_interval_s
+        self.queue_blocks = queue_blocks
+        self.stall_after_s = stall_after_s
+        self.end_after_s = end_after_s
+        self.processing_flags = processing_flags
+        self._stats = IngestStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._queue: BlockQueue[GazeSamples] | None = None
+        self._info: GazeStreamInfo | None = None
+        self._inlet: pylsl.StreamInlet | None = None
+        self._meta: StreamMeta | None = None
+        self._uid = ""
+        self._last_uid_check = -math.inf
+
+    # -- public ---------------------------------------------------------------------------
+    @property
+    def info(self) -> GazeStreamInfo:
+        """Name, type, source_id, nominal rate, preset and channel count of the open stream."""
+        if self._info is None:
+            raise StreamError("GazeStream is not open; use `async with GazeStream(...)`")
+        return self._info
+
+    @property
+    def stats(self) -> IngestStats:
+        """A snapshot of the counters."""
+        snap = replace(self._stats)
+        if self._queue is not None:
+            snap.overflow = self._queue.overflow_samples
+        return snap
+
+    async def __aenter__(self) -> GazeStream:
+        inlet, meta, layout = await asyncio.to_thread(self._open)
+        self._inlet, self._meta, self._uid = inlet, meta, meta.uid
+        self._info = GazeStreamInfo(
+            meta.name,
+            meta.type,
+            meta.source_id,
+            meta.nominal_srate,
+            layout.preset,
+            meta.channel_count,
+            meta.hostname,
+        )
+        norm = Normalizer(layout, self.settings.confidence_threshold, self._stats)
+        self._queue = BlockQueue(
+            asyncio.get_running_loop(), self.queue_blocks, len, f"LSL stream {meta.name!r}"
+        )
+        self._thread = threading.Thread(
+            target=self._pull_loop,
+            args=(inlet, norm),
+            name=f"gazeguard.ingest[{meta.name}]",
+            daemon=True,
+        )
+        self._thread.start()
+        logger.info(
+            "reading LSL stream %r (type %r, source_id %r, %g Hz, %d channels, preset %r) from %s",
+            meta.name,
+            meta.type,
+            meta.source_id,
+            meta.nominal_srate,
+            meta.channel_count,
+            layout.preset,
+            meta.hostname,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+        if self._inlet is not None:
+            self._inlet.close_stream()
+            self._inlet = None
+
+    def __aiter__(self) -> AsyncIterator[GazeSamples]:
+        return self
+
+    async def __anext__(self) -> GazeSamples:
+        if self._queue is None:
+            raise StreamError("GazeStream is not open; use `async with GazeStream(...)`")
+        return await self._queue.get()
+
+    # -- connect (blocking; runs in a worker thread) --------------------------------------
+    def _open(self) -> tuple[pylsl.StreamInlet, StreamMeta, Layout]:
+        found = resolve_stream(self.settings)
+        inlet = pylsl.StreamInlet(
+            found, max_buflen=60, recover=True, processing_flags=self.processing_flags
+        )
+        try:
+            full = inlet.info(timeout=self.settings.resolve_timeout_s)
+        except pylsl.TimeoutError as exc:
+            raise StreamError(
+                f"LSL stream {found.name()!r} was found but did not send its description within "
+                f"{self.settings.resolve_timeout_s:g} s; check the network between this host "
+                f"and {found.hostname()!r} (TCP must pass, not only multicast)"
+            ) from exc
+        meta = StreamMeta.from_lsl(full)
+        if full.channel_format() == pylsl.cf_string:
+            raise StreamError(f"LSL stream {meta.name!r} carries strings, not gaze samples")
+        layout = build_layout(meta, self.settings)
+        inlet.open_stream(timeout=self.settings.resolve_timeout_s)
+        return inlet, meta, layout
+
+    # -- the pull thread ------------------------------------------------------------------
+    def _pull_loop(self, inlet: pylsl.StreamInlet, norm: Normalizer) -> None:
+        assert self._queue is not None
+        assert self._meta is not None
+        queue, meta = self._queue, self._meta
+        rate = meta.nominal_srate if meta.nominal_srate > 0 else 1200.0
+        cap = max(256, math.ceil(rate * self.poll_interval_s * 4))
+        # Allocated once, in the stream's own dtype (liblsl writes into it directly).
+        buf = np.zeros((cap, meta.channel_count), dtype=inlet.np_dtype)
+        last_data = time.monotonic()
+        stalled = False
+        try:
+            while not self._stop.is_set():
+                got = 0
+                while True:
+                    data, ts = inlet.pull_chunk(0.0, cap, dest_obj=buf, as_numpy=True)
+                    n = ts.shape[0]
+                    if n == 0:
+                        break
+                    got += n
+                    raw = data if data.dtype == np.float64 else data.astype(np.float64)
+                    if (
+                        norm.layout.index is not None
+                        and raw[0, norm.layout.index] <= norm.last_index
+                    ):
+                        self._check_new_outlet(norm)
+                    block = norm(raw, ts)  # copies out of buf before the next pull
+                    if block is not None and not queue.offer(block):
+                        return
+                    if n < cap:
+                        break
+                now = time.monotonic()
+                if got:
+                    if stalled:
+                        logger.warning(
+                            "LSL stream %r resumed after %.1f s of silence",
+                            meta.name,
+                            now - last_data,
+                        )
+                        stalled = False
+                        self._check_new_outlet(norm)
+                    last_data = now
+                elif not stalled and now - last_data > self.stall_after_s:
+                    stalled = True
+                    self._stats.stalls += 1
+                    logger.warning(
+                        "LSL stream %r (source_id %r) sent nothing for %.1f s; waiting for it to "
+                        "come back (the session continues when it does)",
+                        meta.name,
+                        meta.source_id,
+                        now - last_data,
+                    )
+                elif self.end_after_s is not None and now - last_data > self.end_after_s:
+                    logger.warning(
+                        "LSL stream %r silent for %.1f s; ending the stream",
+                        meta.name,
+                        now - last_data,
+                    )
+                    queue.finish()
+                    return
+                self._stop.wait(self.poll_interval_s)
+        except pylsl.LostError as exc:
+            queue.finish(
+                StreamError(
+                    f"LSL stream {meta.name!r} was lost and cannot be recovered (it has no "
+                    "source_id); restart its outlet with a source_id so gazeguard can resume"
+                ).with_traceback(exc.__traceback__)
+            )
+        except Exception as exc:  # fail closed: the consumer learns, nothing half-processed leaks
+            logger.exception("ingest thread of LSL stream %r failed", meta.name)
+            queue.finish(exc)
+
+    def _check_new_outlet(self, norm: Normalizer) -> None:
+        """After silence or a sample-index restart: did a new outlet (same source_id) take over?"""
+        now = time.monotonic()
+        sid = self._meta.source_id if self._meta is not None else ""
+        if not sid or now - self._last_uid_check < 1.0:
+            return
+        self._last_uid_check = now
+        found = pylsl.resolve_byprop("source_id", sid, 1, 1.0)
+        if found and found[0].uid() != self._uid:
+            self._uid = found[0].uid()
+            self._stats.reconnects += 1
+            norm.reset_index()
+            logger.warning(
+                "LSL stream %r: a new outlet (uid %s) took over source_id %r; session continues",
+                found[0].name(),
+                self._uid,
+                sid,
+            )
+
+
+@asynccontextmanager
+async def open_gaze_source(settings: IngestSettings) -> AsyncIterator[GazeStream]:
+    """The gaze source ``settings.source`` asks for, open: an LSL stream or the simulated headset.
+
+    ``lsl``: resolve as configured. ``simulated``: start :class:`gazeguard.simulate.
+    SimulatedHeadset` (``simulated_rate_hz``, ``simulated_seed``) under a fresh source_id and read
+    it through LSL like any headset. ``auto``: resolve; if nothing appears and neither
+    ``stream_name`` nor ``source_id`` is configured, warn and fall back to the simulated headset.
+    """
+    from gazeguard.simulate import SimulatedHeadset  # noqa: PLC0415 - simulate imports ingest
+
+    if settings.source == "simulated":
+        use_sim = True
+    elif settings.source == "lsl" or settings.stream_name or settings.source_id:
+        use_sim = False
+    else:
+        try:
+            await asyncio.to_thread(resolve_stream, settings)
+            use_sim = False
+        except StreamError as exc:
+            logger.warning("%s Starting the simulated headset instead.", exc)
+            use_sim = True
+    if not use_sim:
+        async with GazeStream(settings) as stream:
+            yield stream
+        return
+    with SimulatedHeadset.from_settings(settings) as headset:
+        sim = settings.model_copy(
+            update={"source_id": headset.source_id, "stream_name": None, "preset": "gazeguard"}
+        )
+        async with GazeStream(sim) as stream:
+            yield stream
