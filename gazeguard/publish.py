@@ -40,7 +40,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -155,6 +155,8 @@ class Publisher:
         poll_interval_s: look at the outbox at least this often even without :meth:`notify`
             (picks up items charged by another process or before a restart), s.
         batch: outbox items fetched per query.
+        on_acked: called on the event loop with each outbox item right after its positive
+            PUBACK (before ``mark_delivered`` commits), e.g. to measure latency; must not raise.
         name: prefix of the task names.
 
     Raises:
@@ -169,6 +171,7 @@ class Publisher:
         connect_timeout: float | None = None,
         poll_interval_s: float = 1.0,
         batch: int = 64,
+        on_acked: Callable[[OutboxEntry], None] | None = None,
         name: str = "gazeguard.publish",
     ) -> None:
         if settings.host is None:
@@ -185,6 +188,7 @@ class Publisher:
         self._connect_timeout = connect_timeout
         self._poll_interval_s = poll_interval_s
         self._batch = batch
+        self._on_acked = on_acked
         self._name = name
         self._tls = _tls_context(settings)
         self._credentials = _credentials(settings)
@@ -400,6 +404,8 @@ class Publisher:
                 if item.id not in self._acked:
                     await self._send(client, item.topic, item.payload, retain=False, what=item)
                     self._acked.add(item.id)
+                    if self._on_acked is not None:
+                        self._on_acked(item)
                 await asyncio.to_thread(self._outbox.mark_delivered, item.id)
                 self._acked.discard(item.id)
                 self.delivered += 1

@@ -162,11 +162,18 @@ def test_delivers_outbox_in_order_after_puback(
 
     async def scenario() -> None:
         topic = chunk_topic(PREFIX, DEVICE, unique_id)
+        acked: list[int] = []
         async with (
             subscribed(mosquitto.port, topic) as sub,
-            Publisher(settings_for(mosquitto), ledger, connect_timeout=5) as pub,
+            Publisher(
+                settings_for(mosquitto),
+                ledger,
+                connect_timeout=5,
+                on_acked=lambda item: acked.append(item.id),
+            ) as pub,
         ):
             await pub.flush(10)
+            assert acked == [c.outbox_id for c in charged]
             assert ledger.pending() == []
             assert pub.delivered == 10
             for i in range(10, 15):
