@@ -1,0 +1,288 @@
+"""One session's privacy pipeline, in-process: gaze samples in, charged privatized chunks out.
+
+``events → features → chunks → mechanism → ledger``: the synchronous core that ``gazeguard run``
+drives from LSL and drains to MQTT, and that a headset vendor can embed directly (no LSL, no
+MQTT)::
+
+    from gazeguard.ledger import Ledger
+    from gazeguard.pipeline import Pipeline
+    from gazeguard.samples import GazeSamples
+
+    with Ledger("ledger.sqlite") as ledger:
+        pipe = Pipeline(ledger, session="s1", device="hmd-7", on_release=print)
+        for t, x, y, pupil in my_sample_blocks():   # arrays of shape (N,): s, deg, deg, mm
+            pipe.push(GazeSamples.from_arrays(t, x, y, pupil))
+        pipe.close()
+
+Every released chunk is charged to the ledger *before* anyone sees it: :meth:`Pipeline.push`
+returns (and hands ``on_release``) only chunks whose charge is committed, each with the exact
+payload bytes that sit in the ledger's outbox. A chunk that would exceed a cap is withheld (and
+recorded); a chunk that fails anywhere between the feature buffer and the charge is dropped (and
+recorded). Nothing raw or half-noised is ever returned, on any path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gazeguard.chunking import Chunk, Chunker
+from gazeguard.config import FeatureSettings, MechanismSettings
+from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
+from gazeguard.ledger import UNITS_PER_EPSILON, Ledger, LedgerState, to_units_up
+from gazeguard.mechanisms import Bounds, make_mechanism
+from gazeguard.message import (
+    ChunkMessage,
+    LedgerSnapshot,
+    MechanismParams,
+    SessionState,
+    StatusMessage,
+    chunk_topic,
+)
+from gazeguard.samples import GazeSamples
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedChunk:
+    """A chunk whose charge is committed and whose payload waits in the ledger outbox.
+
+    Attributes:
+        message: the privatized chunk as published (values ``[F][n]``, mechanism, ledger).
+        payload: the exact bytes enqueued (UTF-8 JSON).
+        topic: where the publisher sends them.
+        outbox_id: position in the ledger outbox.
+        state: the session's ledger state right after the charge.
+    """
+
+    message: ChunkMessage
+    payload: bytes
+    topic: str
+    outbox_id: int
+    state: LedgerState
+
+
+@dataclass(slots=True)
+class PipelineStats:
+    """Counters of one session (chunks and steps)."""
+
+    steps: int = 0
+    released: int = 0
+    withheld: int = 0
+    dropped: int = 0
+    tail_steps_dropped: int = 0
+    last_reason: str | None = None
+    state: SessionState = "starting"
+    withheld_indices: list[int] = field(default_factory=list)
+
+
+class Pipeline:
+    """events → features → chunks → mechanism → ledger for one session (synchronous).
+
+    Args:
+        ledger: where every release is charged before it is handed on.
+        session: session id (the ledger account; topics use it).
+        device: device id (topics use it).
+        features: window and step of the feature extractor.
+        mechanism: mechanism, transform, n, k, ε and release profile.
+        topic_prefix: MQTT topic prefix written into the outbox rows.
+        on_release: called with each :class:`ReleasedChunk`, after its charge committed.
+        tap: called with ``(raw chunk, released chunk)`` for in-process diagnostics only
+            (``gazeguard demo`` plots raw against privatized); never wired to any network path.
+
+    Raises:
+        ConfigError: an unknown feature name in the release profile or in
+            ``epsilon_per_feature``, or invalid mechanism parameters.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        session: str,
+        device: str,
+        features: FeatureSettings | None = None,
+        mechanism: MechanismSettings | None = None,
+        topic_prefix: str = "gazeguard/v1",
+        on_release: Callable[[ReleasedChunk], None] | None = None,
+        tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
+    ) -> None:
+        features = features or FeatureSettings()
+        mechanism = mechanism or MechanismSettings()
+        self.ledger = ledger
+        self.session = session
+        self.device = device
+        self.topic = chunk_topic(topic_prefix, device, session)
+        self.on_release = on_release
+        self.tap = tap
+        self.stats = PipelineStats()
+
+        all_names = [f.name for f in FEATURES]
+        names = list(mechanism.features) if mechanism.features is not None else all_names
+        unknown = [n for n in [*names, *mechanism.epsilon_per_feature] if n not in all_names]
+        if unknown or not names:
+            raise ConfigError(
+                "mechanism.features",
+                unknown or names,
+                "unknown feature name(s)" if unknown else "the release profile is empty",
+                None,
+            )
+        self.feature_names = names
+        self._index = np.array([all_names.index(n) for n in names], dtype=np.intp)
+        self.units = [FEATURES[i].unit for i in self._index]
+        self.epsilon = np.array(
+            [mechanism.epsilon_per_feature.get(n, mechanism.epsilon) for n in names]
+        )
+        lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
+        self.mechanism = make_mechanism(
+            mechanism.name,
+            n=mechanism.chunk_steps,
+            k=mechanism.k,
+            epsilon=self.epsilon,
+            bounds=Bounds(lo=lo, hi=hi, max_step=max_step),
+            transform=mechanism.transform,
+            seed=mechanism.insecure_seed,
+        )
+        self._params = MechanismParams.model_validate(
+            {
+                "name": mechanism.name,
+                "transform": None if mechanism.name == "lpa" else mechanism.transform,
+                "n": mechanism.chunk_steps,
+                "k": None if mechanism.name == "lpa" else int(self.mechanism.k),
+                "m": int(self.mechanism.kept_coefficients),
+                "epsilon": self.epsilon.tolist(),
+                "lambda": np.asarray(self.mechanism.noise_scale).tolist(),
+                "delta2": np.asarray(self.mechanism.sensitivity_l2).tolist(),
+                "noise": "os-csprng" if mechanism.insecure_seed is None else "INSECURE-seeded",
+            }
+        )
+        # What the ledger will charge: ε per feature rounded up to micro-ε, summed exactly.
+        self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
+        self._charge_total = sum(to_units_up(e) for e in self._eps_map.values()) / UNITS_PER_EPSILON
+        self.extractor = FeatureExtractor(window_s=features.window_s, step_s=features.step_s)
+        self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, self._next_index())
+        if mechanism.insecure_seed is not None:
+            log.warning(
+                "session %r: INSECURE seeded noise (mechanism.insecure_seed=%d): releases are "
+                "reproducible and NOT differentially private against anyone who knows the seed",
+                session,
+                mechanism.insecure_seed,
+            )
+
+    def _next_index(self) -> int:
+        """First chunk index of this run: after everything charged or withheld before."""
+        state = self.ledger.state(self.session)
+        seen = [i for i, _, _ in self.ledger.withheld(self.session)]
+        if state.last_chunk is not None:
+            seen.append(state.last_chunk)
+        return max(seen) + 1 if seen else 0
+
+    @property
+    def chunk_epsilon(self) -> float:
+        """ε one chunk costs (sum over released features, as the ledger charges it)."""
+        return self._charge_total
+
+    def push(self, block: GazeSamples) -> list[ReleasedChunk]:
+        """Feed a block of samples; return the chunks it completed that were charged."""
+        X, t = self.extractor.push(block)
+        self.stats.steps += len(t)
+        released: list[ReleasedChunk] = []
+        for chunk in self.chunker.add(X, t):
+            out = self._release(chunk)
+            if out is not None:
+                released.append(out)
+        return released
+
+    def close(self) -> int:
+        """End the session: the incomplete tail is dropped (not padded). Returns its steps."""
+        dropped = self.chunker.pending_steps
+        self.stats.tail_steps_dropped = dropped
+        self.stats.state = "stopped"
+        if dropped:
+            log.info(
+                "session %r ended: %d steps of an incomplete chunk dropped (not padded)",
+                self.session,
+                dropped,
+            )
+        return dropped
+
+    def _release(self, chunk: Chunk) -> ReleasedChunk | None:
+        raw = chunk.values[self._index]
+        try:
+            values = self.mechanism.release(raw)
+            if not np.all(np.isfinite(values)):
+                msg = "mechanism produced non-finite values"
+                raise FloatingPointError(msg)  # one fail-closed path for all errors
+            built: list[tuple[ChunkMessage, bytes]] = []
+
+            def payload(state: LedgerState) -> bytes:
+                message = ChunkMessage.build(
+                    session=self.session,
+                    device=self.device,
+                    chunk_index=chunk.index,
+                    timestamps=chunk.timestamps,
+                    features=self.feature_names,
+                    units=self.units,
+                    values=values,
+                    mechanism=self._params,
+                    ledger=LedgerSnapshot.from_state(self._charge_total, state),
+                )
+                body = message.to_payload()
+                built.append((message, body))
+                return body
+
+            charge = self.ledger.charge(
+                self.session, chunk.index, self._eps_map, topic=self.topic, payload=payload
+            )
+        except BudgetExhaustedError as exc:
+            self.ledger.withhold(self.session, chunk.index, self._eps_map, str(exc))
+            self.stats.withheld += 1
+            self.stats.withheld_indices.append(chunk.index)
+            self.stats.last_reason = str(exc)
+            self.stats.state = "budget_exhausted"
+            log.warning("%s", exc)
+            return None
+        except Exception as exc:  # fail closed: the chunk is dropped, never released raw
+            reason = f"chunk {chunk.index} dropped: {type(exc).__name__}: {exc}"
+            log.exception("session %r: %s", self.session, reason)
+            self.stats.dropped += 1
+            self.stats.last_reason = reason
+            try:
+                self.ledger.withhold(self.session, chunk.index, self._eps_map, reason)
+            except Exception:
+                log.exception("session %r: could not record the dropped chunk", self.session)
+            return None
+        message, body = built[-1]
+        out = ReleasedChunk(message, body, self.topic, charge.outbox_id, charge.state)
+        self.stats.released += 1
+        self.stats.state = "running"
+        if self.tap is not None:
+            self.tap(chunk, out)
+        if self.on_release is not None:
+            self.on_release(out)
+        return out
+
+    def status(self, state: SessionState | None = None, reason: str | None = None) -> StatusMessage:
+        """The retained status message for this session, from the ledger and the counters."""
+        led = self.ledger.state(self.session)
+        return StatusMessage.model_validate(
+            {
+                "session": self.session,
+                "device": self.device,
+                "state": state or self.stats.state,
+                "time": time.time(),
+                "spent": led.spent,
+                "remaining": led.remaining,
+                "session_cap": led.session_cap,
+                "chunks_published": self.stats.released,
+                "chunks_withheld": self.stats.withheld,
+                "chunks_dropped": self.stats.dropped,
+                "reason": reason or self.stats.last_reason,
+            }
+        )

@@ -1,0 +1,360 @@
+"""``gazeguard run``: the sidecar. LSL gaze in, charged privatized chunks out over MQTT.
+
+Wiring (asyncio on uvloop, one session per headset stream)::
+
+    GazeStream ──blocks──> Pipeline.push (worker thread: events, features, chunks,
+    (ingest thread)                       mechanism, ledger charge + outbox, one transaction)
+                                  │ notify
+                                  ▼
+                           Publisher (drains the ledger outbox in order, QoS 1, PUBACK)
+
+Resources are async context managers entered in order and left in reverse: ledger, broker
+(embedded when ``broker.host`` is unset), publisher, simulated headset (when the ingest source
+resolves to it), LSL stream. The ingest loop runs as a named task; SIGINT/SIGTERM, ``duration_s``
+or the end of the stream stop it; the incomplete last chunk is dropped, a final retained status
+says ``stopped`` and the publisher gets a few seconds to drain the outbox (what it cannot send
+stays in the ledger and goes out on the next start).
+
+Session id: ``settings.session`` if set, else derived from the stream's ``source_id`` (or name)
+so that a restarted sidecar continues the same ledger account: budgets are never refilled by a
+restart. The simulated headset has a stable ``source_id`` per simulated person for the same
+reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gazeguard.broker import EmbeddedBroker
+from gazeguard.chunking import Chunk
+from gazeguard.config import BrokerSettings, IngestSettings, Settings, load_settings
+from gazeguard.errors import StreamNotFoundError
+from gazeguard.ingest import GazeStream
+from gazeguard.ledger import Ledger
+from gazeguard.message import SessionState
+from gazeguard.pipeline import Pipeline, PipelineStats, ReleasedChunk
+from gazeguard.publish import Publisher
+from gazeguard.simulate import SimulatedHeadset
+
+log = logging.getLogger(__name__)
+
+#: In ``source = "auto"`` with nothing configured, wait this long for a real headset, s.
+AUTO_RESOLVE_S = 2.0
+#: Seconds the publisher gets at shutdown to drain the outbox.
+FLUSH_AT_EXIT_S = 5.0
+#: Republish the retained status at least this often while running, s.
+STATUS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What one ``gazeguard run`` did."""
+
+    session: str
+    device: str
+    stats: PipelineStats
+    spent: float
+    remaining: float | None
+    pending: int
+    broker: str
+    ledger: str
+
+
+def session_id_for(source_id: str, name: str) -> str:
+    """A topic-safe session id derived from the stream identity (stable across restarts)."""
+    raw = source_id or name or "gaze"
+    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", raw)[:120]
+
+
+@contextlib.asynccontextmanager
+async def _broker(settings: BrokerSettings) -> AsyncIterator[BrokerSettings]:
+    if settings.host is not None:
+        yield settings
+        return
+    async with EmbeddedBroker("127.0.0.1", settings.port) as broker:
+        yield broker.settings(settings)
+
+
+@contextlib.asynccontextmanager
+async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
+    """Open the configured gaze stream, or the simulated headset (see ``ingest.source``)."""
+    explicit = settings.source_id is not None or settings.stream_name is not None
+    if settings.source == "lsl" or (settings.source == "auto" and explicit):
+        async with GazeStream(settings) as stream:
+            yield stream
+        return
+    if settings.source == "auto":
+        quick = settings.model_copy(
+            update={"resolve_timeout_s": min(settings.resolve_timeout_s, AUTO_RESOLVE_S)}
+        )
+        found = GazeStream(quick)
+        try:
+            await found.__aenter__()
+        except StreamNotFoundError:
+            log.warning(
+                "no LSL stream of type %r found within %g s: starting the SIMULATED headset "
+                "(set ingest.source = 'lsl' to wait for a real one)",
+                settings.stream_type,
+                quick.resolve_timeout_s,
+            )
+        else:
+            try:
+                yield found
+            finally:
+                await found.__aexit__(None, None, None)
+            return
+    source_id = f"gazeguard-sim-{settings.simulated_seed}"
+    with SimulatedHeadset.from_settings(settings, source_id=source_id):
+        sim = settings.model_copy(update={"source_id": source_id, "preset": "gazeguard"})
+        async with GazeStream(sim) as stream:
+            yield stream
+
+
+async def serve(
+    settings: Settings,
+    *,
+    duration_s: float | None = None,
+    stop: asyncio.Event | None = None,
+    on_release: Callable[[ReleasedChunk], None] | None = None,
+    tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
+    ready: Callable[[Pipeline, str], None] | None = None,
+) -> RunSummary:
+    """Run the sidecar until ``stop`` is set, ``duration_s`` passes or the stream ends.
+
+    Args:
+        settings: the validated configuration.
+        duration_s: stop after this long (None: until stopped).
+        stop: set it to stop (SIGINT/SIGTERM set it in :func:`run_run`).
+        on_release: called (in a worker thread) for each charged chunk.
+        tap: in-process raw-vs-released hook for diagnostics (``gazeguard demo``).
+        ready: called with the pipeline and the broker ``host:port`` once everything is up.
+    """
+    stop = stop or asyncio.Event()
+    async with contextlib.AsyncExitStack() as stack:
+        ledger = stack.enter_context(Ledger.from_settings(settings.ledger))
+        broker = await stack.enter_async_context(_broker(settings.broker))
+        publisher = await stack.enter_async_context(
+            Publisher(broker, ledger, name="gazeguard.publish")
+        )
+        stream = await stack.enter_async_context(_gaze(settings.ingest))
+        info = stream.info
+        session = settings.session or session_id_for(info.source_id, info.name)
+        pipeline = Pipeline(
+            ledger,
+            session=session,
+            device=settings.device,
+            features=settings.features,
+            mechanism=settings.mechanism,
+            topic_prefix=broker.topic_prefix,
+            on_release=on_release,
+            tap=tap,
+        )
+        log.info(
+            "session %r: %s %s n=%d k=%s, %d features, ε %.6g per chunk; broker %s",
+            session,
+            settings.mechanism.name,
+            settings.mechanism.transform,
+            settings.mechanism.chunk_steps,
+            pipeline.mechanism.k,
+            len(pipeline.feature_names),
+            pipeline.chunk_epsilon,
+            publisher.endpoint,
+        )
+        publisher.publish_status(pipeline.status("starting"))
+        if ready is not None:
+            ready(pipeline, publisher.endpoint)
+        failure: BaseException | None = None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                ingest = tg.create_task(
+                    _ingest(stream, pipeline, publisher), name=f"gazeguard[{session}].ingest"
+                )
+                waiter = tg.create_task(stop.wait(), name=f"gazeguard[{session}].stop")
+                await asyncio.wait(
+                    {ingest, waiter}, timeout=duration_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                ingest.cancel()
+                waiter.cancel()
+        except* Exception as group:
+            failure = group.exceptions[0]
+        finally:
+            pipeline.close()
+            final: SessionState = "stream_lost" if failure is not None else "stopped"
+            reason = None if failure is None else f"ingest failed: {failure}"
+            publisher.publish_status(pipeline.status(final, reason))
+            try:
+                await publisher.flush(FLUSH_AT_EXIT_S)
+            except Exception as exc:  # reported; the outbox keeps the chunks
+                log.warning("%s", exc)
+        if failure is not None:
+            raise failure
+        state = ledger.state(session)
+        return RunSummary(
+            session,
+            settings.device,
+            pipeline.stats,
+            state.spent,
+            state.remaining,
+            len(ledger.pending(session=session)),
+            publisher.endpoint,
+            str(settings.ledger.url or settings.ledger.path),
+        )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) -> None:
+    """Feed blocks through the pipeline (in a worker thread) and wake the publisher."""
+    last_status = time.monotonic()
+    last_state = pipeline.stats.state
+    async for block in stream:
+        released = await asyncio.to_thread(pipeline.push, block)
+        if released:
+            publisher.notify()
+        now = time.monotonic()
+        if pipeline.stats.state != last_state or now - last_status > STATUS_EVERY_S:
+            publisher.publish_status(pipeline.status())
+            last_status, last_state = now, pipeline.stats.state
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by ``run`` and ``demo`` (each maps to one setting; flags win over env/file)."""
+    g = parser.add_argument_group("configuration (flags override GAZEGUARD_* env and --config)")
+    g.add_argument("--config", type=Path, help="TOML configuration file")
+    g.add_argument("--device", help="device id in topics (default: host name)")
+    g.add_argument("--session", help="session id (default: derived from the stream source_id)")
+    g.add_argument(
+        "--source",
+        choices=["auto", "lsl", "simulated"],
+        help="gaze source (default auto: an LSL stream, else the simulated headset)",
+    )
+    g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
+    g.add_argument("--stream-name", help="LSL stream name to resolve")
+    g.add_argument("--source-id", help="LSL source_id to resolve")
+    g.add_argument("--mechanism", choices=["lpa", "cfpa", "dcfpa"], help="default dcfpa")
+    g.add_argument("--transform", choices=["dft", "dct"], help="default dft")
+    g.add_argument("--chunk-steps", type=int, help="n, steps per chunk (power of two; 32)")
+    g.add_argument("-k", "--k", dest="k", help="kept frequencies, or 'auto' (default)")
+    g.add_argument("--epsilon", type=float, help="ε per feature per chunk (default 1.0)")
+    g.add_argument("--features", help="comma-separated release profile (default: all)")
+    g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
+    g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
+    g.add_argument("--ledger", type=Path, help="ledger SQLite file")
+    g.add_argument("--session-cap", type=float, help="max total ε per session")
+    g.add_argument("--broker", help="HOST[:PORT] of the MQTT broker (default: embedded)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Load settings from ``--config``, the environment and the flags that were given."""
+    o: dict[str, Any] = {}
+
+    def put(section: str | None, key: str, value: object) -> None:
+        if value is not None:
+            (o.setdefault(section, {}) if section else o)[key] = value
+
+    put(None, "device", args.device)
+    put(None, "session", args.session)
+    put("ingest", "source", args.source)
+    put("ingest", "stream_type", args.stream_type)
+    put("ingest", "stream_name", args.stream_name)
+    put("ingest", "source_id", args.source_id)
+    put("mechanism", "name", args.mechanism)
+    put("mechanism", "transform", args.transform)
+    put("mechanism", "chunk_steps", args.chunk_steps)
+    put("mechanism", "k", args.k)
+    put("mechanism", "epsilon", args.epsilon)
+    if args.features:
+        put("mechanism", "features", [f.strip() for f in args.features.split(",") if f.strip()])
+    put("features", "window_s", args.window_s)
+    put("features", "step_s", args.step_s)
+    put("ledger", "path", args.ledger)
+    put("ledger", "session_cap", args.session_cap)
+    if args.broker:
+        host, _, port = args.broker.rpartition(":") if ":" in args.broker else (args.broker, "", "")
+        put("broker", "host", host)
+        if port:
+            put("broker", "port", port)
+    return load_settings(args.config, **o)
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``gazeguard run``."""
+    parser.description = (
+        "Run the privacy sidecar: read gaze from an LSL stream (or the simulated headset when "
+        "none is configured), compute sliding-window features, privatize each chunk with "
+        "DCFPA (or LPA/CFPA), charge it to the durable ε ledger, publish it over MQTT "
+        "(an embedded broker when none is configured). Stops on Ctrl-C / SIGTERM."
+    )
+    parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--quiet", action="store_true", help="no per-chunk progress lines")
+    add_settings_arguments(parser)
+
+
+def _progress(out: ReleasedChunk) -> None:
+    led = out.message.ledger
+    remaining = "uncapped" if led.remaining is None else f"{led.remaining:.6g} left"
+    print(  # noqa: T201 - progress output of the CLI
+        f"chunk {out.message.chunk_index:>5} charged ε={led.chunk_epsilon:.6g} "
+        f"(session total {led.session_spent:.6g}, {remaining}) → {out.topic}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """``gazeguard run``."""
+    settings = settings_from_args(args)
+
+    async def main() -> RunSummary:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await serve(
+            settings,
+            duration_s=args.duration,
+            stop=stop,
+            on_release=None if args.quiet else _progress,
+            ready=lambda p, ep: print(  # noqa: T201
+                f"gazeguard: session {p.session!r} on broker {ep}; "
+                f"{p.mechanism.name} n={p.chunker.n_steps}, ε={p.chunk_epsilon:.6g} per chunk; "
+                f"first chunk after W + n·s of gaze",
+                file=sys.stderr,
+                flush=True,
+            ),
+        )
+
+    summary = _run_loop(main())
+    s = summary.stats
+    remaining = "no cap" if summary.remaining is None else f"{summary.remaining:.6g} remaining"
+    print(  # noqa: T201
+        f"gazeguard: session {summary.session!r}: {s.released} chunks released, "
+        f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped; "
+        f"ε spent {summary.spent:.6g} ({remaining}); {summary.pending} chunks still in the "
+        f"outbox; ledger {summary.ledger}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _run_loop(coro: Coroutine[Any, Any, RunSummary]) -> RunSummary:
+    """Run ``coro`` on uvloop (the plain asyncio loop where uvloop is unavailable)."""
+    try:
+        import uvloop  # noqa: PLC0415
+
+    except ImportError:  # pragma: no cover - Windows
+        return asyncio.run(coro)
+    return uvloop.run(coro)
