@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -164,6 +165,16 @@ class DetectorStats:
     events: dict[EventKind, int] = field(default_factory=lambda: dict.fromkeys(EventKind, 0))
 
 
+class _Next(NamedTuple):
+    """What follows a run: the next run's class and first sample (or the end of the stream)."""
+
+    cls: int  # -1: end of stream
+    gap: bool  # a gap separates the run from it
+    t: float | None
+    x: float
+    y: float
+
+
 @dataclass(slots=True)
 class _OpenRun:
     """The run still growing at the end of what has been classified so far."""
@@ -215,6 +226,7 @@ class EventDetector:
         *,
         velocity_threshold_deg_s: float = 30.0,
         min_fixation_s: float = 0.04,
+        min_saccade_s: float = 0.01,
         min_blink_s: float = 0.05,
         max_blink_s: float = 0.5,
         velocity_halfwidth_s: float = 0.005,
@@ -223,6 +235,7 @@ class EventDetector:
     ) -> None:
         _check_positive("velocity_threshold_deg_s", velocity_threshold_deg_s)
         _check_positive("min_fixation_s", min_fixation_s)
+        _check_positive("min_saccade_s", min_saccade_s)
         _check_positive("min_blink_s", min_blink_s)
         _check_positive("max_blink_s", max_blink_s)
         _check_positive("velocity_halfwidth_s", velocity_halfwidth_s)
@@ -234,6 +247,7 @@ class EventDetector:
             )
         self.velocity_threshold_deg_s = float(velocity_threshold_deg_s)
         self.min_fixation_s = float(min_fixation_s)
+        self.min_saccade_s = float(min_saccade_s)
         self.min_blink_s = float(min_blink_s)
         self.max_blink_s = float(max_blink_s)
         self.velocity_halfwidth_s = float(velocity_halfwidth_s)
@@ -246,8 +260,7 @@ class EventDetector:
         # Sample buffer: lookback (h + 1 samples) + samples not yet classified.
         cap = 1024
         self._t = np.empty(cap)
-        self._x = np.empty(cap)
-        self._y = np.empty(cap)
+        self._xy = np.empty((cap, 2))  # gaze x, y (deg)
         self._ok = np.empty(cap, dtype=bool)
         self._n = 0  # samples in the buffer
         self._g0 = 0  # global index of buffer[0]
@@ -295,20 +308,12 @@ class EventDetector:
                 return _EMPTY
             self._set_rate()
         events = [self._classify(self._n, final=True)]
+        rows: list[tuple[float, ...]] = []
+        end = _Next(cls=-1, gap=True, t=None, x=np.nan, y=np.nan)
         if self._open is not None:
-            assert self.dt is not None
-            rows: list[tuple[float, ...]] = []
-            self._close(
-                rows,
-                self._open,
-                next_cls=-1,
-                next_gap=True,
-                t_next=None,
-                x_next=np.nan,
-                y_next=np.nan,
-            )
+            self._close(rows, self._open, end)
             self._open = None
-            events.append(Events.from_rows(rows))
+        events.append(Events.from_rows(rows))
         self._finished = True
         return Events.concat(events)
 
@@ -329,9 +334,9 @@ class EventDetector:
         if self._n + n_new > self._t.shape[0]:
             drop = self._n - keep
             cap = max(self._t.shape[0], 2 * need)
-            for name in ("_t", "_x", "_y", "_ok"):
+            for name in ("_t", "_xy", "_ok"):
                 old = getattr(self, name)
-                new = np.empty(cap, dtype=old.dtype) if cap != old.shape[0] else old
+                new = np.empty((cap, *old.shape[1:]), dtype=old.dtype) if cap != len(old) else old
                 new[:keep] = old[drop : self._n]
                 setattr(self, name, new)
             self._g0 += drop
@@ -339,8 +344,8 @@ class EventDetector:
             self._n = keep
         s = slice(self._n, self._n + n_new)
         self._t[s] = block.timestamps
-        self._x[s] = block.x_deg
-        self._y[s] = block.y_deg
+        self._xy[s, 0] = block.x_deg
+        self._xy[s, 1] = block.y_deg
         self._ok[s] = block.valid
         self._n += n_new
 
@@ -353,130 +358,94 @@ class EventDetector:
         a = self._next
         if stop <= a:
             return _EMPTY
-        assert self.dt is not None
-        h, n = self.h, self._n
-        t, x, y, ok = self._t, self._x, self._y, self._ok
-        # Region with context: [r0, r1) covers [a - h, stop + h) within the buffer.
+        h, n, g = self.h, self._n, self.max_gap_s
+        t, xy, ok = self._t, self._xy, self._ok
+        # Context region [r0, r1) = [a - h, stop + h) within the buffer. gap[k]: the interval
+        # before sample r0 + k is a dropout; c: cumulative count of gaps + invalid samples.
         r0, r1 = max(0, a - h), min(n, stop + h)
-        tr = t[r0:r1]
-        gap = np.zeros(r1 - r0, dtype=bool)  # gap[k]: interval before sample r0 + k is a dropout
-        gap[1:] = (tr[1:] - tr[:-1]) > self.max_gap_s
-        if r0 > 0:
-            gap[0] = (t[r0] - t[r0 - 1]) > self.max_gap_s
-        bad = (~ok[r0:r1]).astype(np.int64)
-        # Window [i-h, i+h] is clean iff no invalid sample in it and no gap inside it.
-        cbad = np.concatenate(([0], np.cumsum(bad)))
-        cgap = np.concatenate(([0], np.cumsum(gap.astype(np.int64))))
-        i = np.arange(a, stop)
-        k = i - r0
-        lo_k, hi_k = k - h, k + h  # window bounds relative to r0 (may fall outside the region)
-        inside = (lo_k >= 0) & (hi_k < r1 - r0)
-        lo_c = np.clip(lo_k, 0, r1 - r0)
-        hi_c = np.clip(hi_k + 1, 0, r1 - r0)
-        dirty = (cbad[hi_c] - cbad[lo_c]) + (cgap[hi_c] - cgap[np.clip(lo_c + 1, 0, r1 - r0)])
-        clean = inside & (dirty == 0)
+        gap = np.empty(r1 - r0, dtype=bool)
+        gap[0] = r0 > 0 and t[r0] - t[r0 - 1] > g
+        np.greater(t[r0 + 1 : r1] - t[r0 : r1 - 1], g, out=gap[1:])
+        c = np.zeros(r1 - r0 + 1, dtype=np.int64)
+        np.cumsum(gap.astype(np.int64) + ~ok[r0:r1], out=c[1:])
+        cls = np.full(stop - a, _C_UNDEF, dtype=np.int8)
         v = np.full(stop - a, np.nan)
-        if np.any(clean):
-            j0 = max(a, h)  # first index with a full lookback
-            j1 = min(stop, n - h)
-            if j1 > j0:
-                sx = np.zeros(j1 - j0)
-                sy = np.zeros(j1 - j0)
-                st = np.zeros(j1 - j0)
-                for j in range(1, h + 1):  # loop over the h shifts, not over samples
-                    sx += x[j0 + j : j1 + j] - x[j0 - j : j1 - j]
-                    sy += y[j0 + j : j1 + j] - y[j0 - j : j1 - j]
-                    st += t[j0 + j : j1 + j] - t[j0 - j : j1 - j]
-                vv = np.hypot(sx, sy) / st
-                seg = v[j0 - a : j1 - a]
-                seg[clean[j0 - a : j1 - a]] = vv[clean[j0 - a : j1 - a]]
+        # Samples whose whole window [i - h, i + h] lies in the region get a velocity.
+        i0, i1 = max(a, r0 + h), min(stop, r1 - h)
+        if i1 > i0:
+            m, lo = i1 - i0, i0 - h - r0
+            # Window clean iff no invalid sample in it and no gap inside it (gap[lo] is outside).
+            dirty = c[lo + 2 * h + 1 : lo + 2 * h + 1 + m] - c[lo : lo + m] - gap[lo : lo + m]
+            d = xy[i0 + 1 : i1 + 1] - xy[i0 - 1 : i1 - 1]
+            dt = t[i0 + 1 : i1 + 1] - t[i0 - 1 : i1 - 1]
+            for j in range(2, h + 1):  # loop over the h shifts, not over samples
+                d += xy[i0 + j : i1 + j] - xy[i0 - j : i1 - j]
+                dt += t[i0 + j : i1 + j] - t[i0 - j : i1 - j]
+            vv = np.hypot(d[:, 0], d[:, 1]) / dt
+            vv[dirty > 0] = np.nan
+            v[i0 - a : i1 - a] = vv
+            thr = self.velocity_threshold_deg_s
+            cls[i0 - a : i1 - a] = (vv < thr) * np.int8(_C_SLOW) + (vv >= thr) * np.int8(_C_FAST)
         okc = ok[a:stop]
-        cls = np.where(
-            ~okc,
-            _C_INVALID,
-            np.where(np.isnan(v), _C_UNDEF, np.where(v < self.velocity_threshold_deg_s, 1, 2)),
-        ).astype(np.int8)
+        cls[~okc] = _C_INVALID
         gap_a = gap[a - r0 : stop - r0]
         self.stats.gaps += int(np.count_nonzero(gap_a))
-        # Run boundaries inside [a, stop).
-        boundary = np.empty(stop - a, dtype=bool)
-        boundary[1:] = (cls[1:] != cls[:-1]) | gap_a[1:]
-        boundary[0] = self._open is None or self._open.cls != cls[0] or bool(gap_a[0])
-        starts = np.flatnonzero(boundary)
-        seg_starts = starts if starts.size and starts[0] == 0 else np.concatenate(([0], starts))
-        # Per-segment order-independent reductions.
-        xa, ya = x[a:stop], y[a:stop]
-        xq = _quantise(np.where(okc, xa, 0.0))
-        yq = _quantise(np.where(okc, ya, 0.0))
-        xs = np.where(okc, xa, np.nan)
-        ys = np.where(okc, ya, np.nan)
-        seg_n = np.diff(np.concatenate((seg_starts, [stop - a])))
-        seg_sx = np.add.reduceat(xq, seg_starts)
-        seg_sy = np.add.reduceat(yq, seg_starts)
-        with np.errstate(invalid="ignore"):
-            seg_xmin = np.fmin.reduceat(xs, seg_starts)
-            seg_xmax = np.fmax.reduceat(xs, seg_starts)
-            seg_ymin = np.fmin.reduceat(ys, seg_starts)
-            seg_ymax = np.fmax.reduceat(ys, seg_starts)
-            seg_vmax = np.fmax.reduceat(v, seg_starts)
+        # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
+        starts = np.flatnonzero((cls[1:] != cls[:-1]) | gap_a[1:]) + 1
+        seg_starts = np.concatenate(([0], starts))
+        cont = self._open is not None and self._open.cls == cls[0] and not gap_a[0]
+        # Per-segment order-independent reductions (integer sums, min, max).
+        pos = xy[a:stop]
+        q = _quantise(np.where(okc[:, None], pos, 0.0))
+        pos = np.where(okc[:, None], pos, np.nan)
+        seg_q = np.add.reduceat(q, seg_starts, axis=0).tolist()
+        seg_min = np.fmin.reduceat(pos, seg_starts, axis=0).tolist()
+        seg_max = np.fmax.reduceat(pos, seg_starts, axis=0).tolist()
+        seg_v = np.fmax.reduceat(v, seg_starts).tolist()
+        seg_end = [*starts.tolist(), stop - a]
         rows: list[tuple[float, ...]] = []
         for si, s0 in enumerate(seg_starts.tolist()):  # loop over runs (events), not samples
             b = a + s0
-            if boundary[s0]:
-                if self._open is not None:
-                    self._close(
-                        rows,
-                        self._open,
-                        next_cls=int(cls[s0]),
-                        next_gap=bool(gap_a[s0]),
-                        t_next=float(t[b]),
-                        x_next=float(x[b]),
-                        y_next=float(y[b]),
-                    )
+            if si > 0 or not cont:
+                nxt = _Next(int(cls[s0]), bool(gap_a[s0]), float(t[b]), *xy[b].tolist())
                 prev = self._open
+                if prev is not None:
+                    self._close(rows, prev, nxt)
                 has_prev = b > 0
                 self._open = _OpenRun(
-                    cls=int(cls[s0]),
+                    cls=nxt.cls,
                     start=self._g0 + b,
                     t_start=float(t[b]),
                     t_last=float(t[b]),
                     prev_cls=prev.cls if prev is not None else -1,
-                    gap_before=bool(gap_a[s0]) or prev is None,
-                    x_before=float(x[b - 1]) if has_prev else np.nan,
-                    y_before=float(y[b - 1]) if has_prev else np.nan,
+                    gap_before=nxt.gap or prev is None,
+                    x_before=float(xy[b - 1, 0]) if has_prev else np.nan,
+                    y_before=float(xy[b - 1, 1]) if has_prev else np.nan,
                 )
             run = self._open
             assert run is not None
-            run.n += int(seg_n[si])
-            run.t_last = float(t[a + s0 + int(seg_n[si]) - 1])
-            run.sx += int(seg_sx[si])
-            run.sy += int(seg_sy[si])
-            run.xmin = min(run.xmin, float(seg_xmin[si]))
-            run.xmax = max(run.xmax, float(seg_xmax[si]))
-            run.ymin = min(run.ymin, float(seg_ymin[si]))
-            run.ymax = max(run.ymax, float(seg_ymax[si]))
-            if not np.isnan(seg_vmax[si]):
-                run.vmax = max(run.vmax, float(seg_vmax[si]))
-        self._next = stop
+            e = seg_end[si]
+            run.n += e - s0
+            run.t_last = float(t[a + e - 1])
+            if run.cls in (_C_SLOW, _C_FAST):  # valid samples only: no NaN below
+                run.sx += seg_q[si][0]
+                run.sy += seg_q[si][1]
+                run.xmin = min(run.xmin, seg_min[si][0])
+                run.ymin = min(run.ymin, seg_min[si][1])
+                run.xmax = max(run.xmax, seg_max[si][0])
+                run.ymax = max(run.ymax, seg_max[si][1])
+                run.vmax = max(run.vmax, seg_v[si])
+        self._next = n if final else stop
         self.last_classified_t = float(t[stop - 1])
-        if final:
-            self._next = n
         return Events.from_rows(rows) if rows else _EMPTY
 
-    def _close(
-        self,
-        rows: list[tuple[float, ...]],
-        run: _OpenRun,
-        *,
-        next_cls: int,
-        next_gap: bool,
-        t_next: float | None,
-        x_next: float,
-        y_next: float,
-    ) -> None:
-        """Turn a completed run into an event row (see the module docstring for the rules)."""
+    def _t_end(self, run: _OpenRun, nxt: _Next) -> float:
         assert self.dt is not None
-        t_end = run.t_last + self.dt if (next_gap or t_next is None) else t_next
+        return run.t_last + self.dt if (nxt.gap or nxt.t is None) else nxt.t
+
+    def _close(self, rows: list[tuple[float, ...]], run: _OpenRun, nxt: _Next) -> None:
+        """Turn a completed run into an event row (see the module docstring for the rules)."""
+        t_end = self._t_end(run, nxt)
         duration = t_end - run.t_start
         nan = np.nan
         x = y = dx = dy = amp = vpk = disp = nan
@@ -486,18 +455,17 @@ class EventDetector:
             vpk = run.vmax
             disp = (run.xmax - run.xmin) + (run.ymax - run.ymin)
         elif run.cls == _C_FAST:
-            flanked = (
-                run.prev_cls == _C_SLOW and not run.gap_before and next_cls == _C_SLOW
-            ) and not next_gap
-            kind = EventKind.SACCADE if flanked else EventKind.UNDEFINED
-            x, y = x_next, y_next
-            dx, dy = x_next - run.x_before, y_next - run.y_before
+            flanked = run.prev_cls == _C_SLOW and not run.gap_before
+            flanked = flanked and nxt.cls == _C_SLOW and not nxt.gap
+            long_enough = duration >= self.min_saccade_s
+            kind = EventKind.SACCADE if flanked and long_enough else EventKind.UNDEFINED
+            x, y = nxt.x, nxt.y
+            dx, dy = nxt.x - run.x_before, nxt.y - run.y_before
             amp = float(np.hypot(dx, dy))
             vpk = run.vmax
         elif run.cls == _C_INVALID:
-            bounded = (
-                run.prev_cls >= 0 and not run.gap_before and not next_gap and t_next is not None
-            )
+            bounded = run.prev_cls >= 0 and not run.gap_before
+            bounded = bounded and not nxt.gap and nxt.t is not None
             plausible = self.min_blink_s <= duration <= self.max_blink_s
             kind = EventKind.BLINK if bounded and plausible else EventKind.LOSS
         else:
