@@ -28,8 +28,9 @@ Bozkir et al. (PLOS ONE 2021) and David-John et al. (ETRA 2022).
 
 Pipeline per dataset: raw gaze -> the service's own feature extraction (window W, step s; cached)
 -> each mechanism applied per recording (LPA/CFPA/DCFPA on consecutive chunks of n steps, the
-incomplete tail dropped as the live service does; FPA on the whole recording) -> utility and
-attacks:
+incomplete tail dropped as the live service does; FPA on the whole recording), or to the whole
+table for the dataset releases of David-John et al. (k-same-select, plausible-deniability
+Marginals, Exponential-DP) -> utility and attacks:
   * utility: NMSE and 1/|NMSE| per feature (paper eqs 4-6), averaged over recordings and noisy
     repetitions, then over features; also RMSE as a fraction of each feature's public range;
   * task recognition, leave one person out (utility), and person re-identification, first half
@@ -119,8 +120,9 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
         "--mechanisms",
         metavar="LIST",
         help="comma-separated: none, lpa[-N], fpa[-dft|-dct], cfpa-N[-dft|-dct], "
-        "dcfpa-N[-dft|-dct] (default: none, lpa-32, fpa and cfpa/dcfpa-{32,64,128}, each with "
-        "dft and dct)",
+        "dcfpa-N[-dft|-dct] (stream mechanisms, per recording) and the dataset releases "
+        "ksame-K, marginals-K-GAMMA, expdp (default: none, lpa-32, fpa and cfpa/dcfpa-"
+        "{32,64,128} each with dft and dct, ksame-{2,4,8}, marginals-{2,4,8}-{2,4}, expdp)",
     )
     g.add_argument(
         "--epsilons",

@@ -52,12 +52,17 @@ IntArray = npt.NDArray[np.intp]
 STREAM_FAMILIES = ("lpa", "fpa", "cfpa", "dcfpa")
 #: The paper's ε grid, per feature per chunk.
 PAPER_EPSILONS: tuple[float, ...] = (0.48, 2.4, 4.8, 24.0, 48.0)
-#: The full mechanism grid: none, LPA (chunks of 32), FPA, CFPA-/DCFPA-{32,64,128}, dft and dct.
+#: The full grid: none, LPA (chunks of 32), FPA, CFPA-/DCFPA-{32,64,128} with dft and dct, and
+#: the dataset releases of David-John et al.: k-same k ∈ {2,4,8}, Marginals (k, γ) ∈ {2,4,8} ×
+#: {2,4}, Exponential-DP over the ε grid.
 FULL_MECHANISMS: tuple[str, ...] = (
     "none",
     "lpa-32",
     *(f"fpa-{t}" for t in ("dft", "dct")),
     *(f"{m}-{n}-{t}" for m in ("cfpa", "dcfpa") for n in (32, 64, 128) for t in ("dft", "dct")),
+    *(f"ksame-{k}" for k in (2, 4, 8)),
+    *(f"marginals-{k}-{g}" for g in (2, 4) for k in (2, 4, 8)),
+    "expdp",
 )
 QUICK_MECHANISMS: tuple[str, ...] = (
     "none",
@@ -66,7 +71,7 @@ QUICK_MECHANISMS: tuple[str, ...] = (
     "cfpa-32-dft",
     "dcfpa-32-dft",
     "dcfpa-32-dct",
-    "dcfpa-128-dft",
+    "ksame-4",
 )
 QUICK_EPSILONS: tuple[float, ...] = (0.48, 4.8, 48.0)
 

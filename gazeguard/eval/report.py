@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gazeguard.eval.attacks import CLASSIFIER_LABELS
+from gazeguard.eval.harness import RELEASE_FAMILIES
 
 Result = dict[str, Any]
 
@@ -44,16 +45,17 @@ def _num(v: float | None, digits: int = 2) -> str:
 
 
 def _cell(row: Result, what: str, view: str, mode: str, classifiers: Sequence[str]) -> str:
-    per = row.get(what, {}).get(view, {})
+    per = (row.get(what) or {}).get(view, {})
     if not per:
         return "–"
     return r" \| ".join(_num(per[c][mode]["mean"]) if c in per else "–" for c in classifiers)
 
 
 def _rows_by_mechanism(result: Result) -> dict[str, dict[float, Result]]:
+    """Stream-mechanism rows (LPA/FPA/CFPA/DCFPA) by mechanism and ε."""
     out: dict[str, dict[float, Result]] = {}
     for row in result["rows"]:
-        if row["family"] != "none":
+        if row["family"] not in ("none", *RELEASE_FAMILIES) and "error" not in row:
             out.setdefault(row["mechanism"], {})[row["epsilon"]] = row
     return out
 
@@ -123,9 +125,11 @@ def _best_lines(result: Result) -> list[str]:
         "",
     ]
     names = {
-        "release_window": "Bozkir protocol (train and test on the release), per window",
-        "release_window_and_vote": "Bozkir protocol, per window and after majority vote",
-        "raw_window": "David-John protocol (train on the release, test on raw), per window",
+        "bozkir": "Bozkir protocol (train and test on the release; task leave one person out), "
+        "per window",
+        "bozkir_with_vote": "Bozkir protocol, per window and after majority vote",
+        "david_john": "David-John protocol (train on the release of first halves, test on raw "
+        "second halves; task across halves)",
     }
     for key, text in names.items():
         b = result["best"].get(key)
@@ -133,11 +137,49 @@ def _best_lines(result: Result) -> list[str]:
             lines.append(f"- {text}: no configuration qualifies.")
             continue
         eu = (b.get("epsilon_user") or {}).get("max")
+        eps = "" if b["epsilon"] is None else f", ε={b['epsilon']:g}"
+        user = "" if eu is None else f" (user-level ε {eu:.4g})"
         lines.append(
-            f"- {text}: **{b['label']}, ε={b['epsilon']:g}** (user-level ε {eu:.4g}): task "
-            f"{b['task'][1]:.3f} ({CLASSIFIER_LABELS[b['task'][0]]}), re-identification "
-            f"{b['reid'][1]:.3f} ({CLASSIFIER_LABELS[b['reid'][0]]})"
+            f"- {text}: **{b['label']}{eps}**{user}: task {b['task'][1]:.3f} "
+            f"({CLASSIFIER_LABELS[b['task'][0]]}), re-identification {b['reid'][1]:.3f} "
+            f"({CLASSIFIER_LABELS[b['reid'][0]]})"
         )
+    lines.append("")
+    return lines
+
+
+def _release_table(result: Result) -> list[str]:
+    rows = [r for r in result["rows"] if r["family"] in RELEASE_FAMILIES]
+    if not rows:
+        return []
+    clfs = result["meta"]["classifiers"]
+    head = " \\| ".join(CLASSIFIER_LABELS[c] for c in clfs)
+    cols = [
+        ("task", "release", "task LOPO, release"),
+        ("task_half", "release", "task halves, release"),
+        ("task_half", "raw", "task halves, raw (DJ)"),
+        ("reid", "release", "re-id, release"),
+        ("reid", "raw", "re-id, raw (DJ)"),
+    ]
+    lines = [
+        f"**Dataset releases (David-John et al. 2022)** ({head}; per window; mean over "
+        f"{result['meta']['clf_reps']} releases). *release*: trained and tested on the release "
+        "of the whole table (for k-same and Marginals the held-out person is part of the "
+        "release, so LOPO there is not a held-out test); *raw (DJ)*: trained on the release of "
+        "the first halves, tested on the raw second halves.",
+        "",
+        "| Mechanism | ε | user-level ε | " + " | ".join(c[2] for c in cols) + " |",
+        "|---" * (len(cols) + 3) + "|",
+    ]
+    for r in rows:
+        eps = "–" if r["epsilon"] is None else f"{r['epsilon']:g}"
+        if "error" in r:
+            lines.append(f"| {r['label']} | {eps} | – | skipped: {r['error']} |")
+            continue
+        eu = (r.get("epsilon_user") or {}).get("max")
+        cells = [_cell(r, what, view, "window", clfs) for what, view, _ in cols]
+        user = "–" if eu is None else f"{eu:.4g}"
+        lines.append(f"| {r['label']} | {eps} | {user} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines
 
@@ -193,8 +235,20 @@ def markdown(results: Sequence[Result]) -> str:
                 meta["chance_reid"],
             ),
         ]
+        if chance_t is not None:
+            tables.append(
+                (
+                    "task_half",
+                    "raw",
+                    "window",
+                    "Task across halves, David-John protocol (train on the release of first "
+                    "halves, test on raw second halves)",
+                    chance_t,
+                )
+            )
         for what, view, mode, title, chance in tables:
             out += _accuracy_table(res, what=what, view=view, mode=mode, title=title, chance=chance)
+        out += _release_table(res)
         if chance_t is not None:
             out += _best_lines(res)
         out += _correlation_lines(res)

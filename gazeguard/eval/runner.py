@@ -23,9 +23,11 @@ import numpy.typing as npt
 
 from gazeguard import __version__
 from gazeguard.dataset import FeatureTable
+from gazeguard.errors import GazeguardError
 from gazeguard.eval.correlation import correlation_analysis
 from gazeguard.eval.datasets import Dataset
 from gazeguard.eval.harness import (
+    RELEASE_FAMILIES,
     EvalSettings,
     FeatureBounds,
     MechanismFactory,
@@ -33,6 +35,7 @@ from gazeguard.eval.harness import (
     evaluate_configuration,
     gazeguard_factory,
 )
+from gazeguard.eval.releases import evaluate_release_configuration
 
 IntArray = npt.NDArray[np.intp]
 Progress = Callable[[str], None]
@@ -128,16 +131,37 @@ def _init(shared: _Shared) -> None:
 
 def _job(index: int, spec: MechanismSpec, epsilon: float | None) -> dict[str, Any]:
     sh: _Shared = _STATE["shared"]
-    return evaluate_configuration(
-        sh.table,
-        sh.cols,
-        spec,
-        epsilon,
-        factory=sh.factory,
-        settings=sh.settings,
-        bounds=sh.bounds,
-        job_seed=index,
-    )
+    t0 = time.perf_counter()
+    try:
+        if spec.is_release:
+            return evaluate_release_configuration(
+                sh.table,
+                sh.cols,
+                spec,
+                epsilon,
+                settings=sh.settings,
+                bounds=sh.bounds,
+                job_seed=index,
+            )
+        return evaluate_configuration(
+            sh.table,
+            sh.cols,
+            spec,
+            epsilon,
+            factory=sh.factory,
+            settings=sh.settings,
+            bounds=sh.bounds,
+            job_seed=index,
+        )
+    except GazeguardError as exc:  # e.g. k-same with k above the number of people
+        return {
+            "mechanism": spec.key,
+            "label": spec.label,
+            "family": spec.family,
+            "epsilon": epsilon,
+            "error": str(exc),
+            "elapsed_s": time.perf_counter() - t0,
+        }
 
 
 def _fmt_time(seconds: float) -> str:
@@ -157,7 +181,7 @@ def headline(row: dict[str, Any]) -> str:
 
 def best_accuracy(row: dict[str, Any], what: str, view: str, mode: str) -> tuple[str, float] | None:
     """``(classifier, accuracy)`` of the best classifier for ``what`` (task/reid) in ``view``."""
-    per = row.get(what, {}).get(view, {})
+    per = (row.get(what) or {}).get(view, {})
     vals = [(c, d[mode]["mean"]) for c, d in per.items() if np.isfinite(d[mode]["mean"])]
     return max(vals, key=lambda cv: cv[1]) if vals else None
 
@@ -174,7 +198,13 @@ def run_jobs(
 ) -> list[dict[str, Any]]:
     """Evaluate the clean baseline and every (mechanism, ε) of ``grid``; rows in grid order."""
     jobs: list[tuple[MechanismSpec, float | None]] = [(MechanismSpec("none"), None)]
-    jobs += [(s, float(e)) for s in grid.mechanisms if s.family != "none" for e in grid.epsilons]
+    for spec in grid.mechanisms:
+        if spec.family == "none":
+            continue
+        if spec.family in ("ksame", "marginals"):  # no ε: one row each
+            jobs.append((spec, None))
+        else:
+            jobs += [(spec, float(e)) for e in grid.epsilons]
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     t0 = time.perf_counter()
     done = 0
@@ -186,8 +216,9 @@ def run_jobs(
         elapsed = time.perf_counter() - t0
         eta = elapsed / done * (len(jobs) - done)
         eps = "" if row["epsilon"] is None else f" ε={row['epsilon']:g}"
+        what = f"SKIPPED: {row['error']}" if "error" in row else headline(row)
         progress(
-            f"[{done}/{len(jobs)}] {label}{row['label']}{eps}: {headline(row)} "
+            f"[{done}/{len(jobs)}] {label}{row['label']}{eps}: {what} "
             f"({row['elapsed_s']:.0f}s; elapsed {_fmt_time(elapsed)}, ETA {_fmt_time(eta)})"
         )
 
@@ -212,32 +243,37 @@ def best_configuration(
     rows: Sequence[dict[str, Any]],
     n_people: int,
     tolerance: float = 0.02,
-    view: str = "release",
+    protocol: str = "bozkir",
     with_vote: bool = False,
 ) -> dict[str, Any] | None:
     """The private row with the highest task accuracy among those whose re-identification is at
     chance: the strongest classifier's accuracy (per window, and also after the majority vote
     when ``with_vote``) is at most ``1/n_people + tolerance``.
 
-    Args:
-        rows: result rows of :func:`run_jobs`.
-        n_people: number of persons (chance = 1/n_people).
-        tolerance: allowed excess over chance (0.02 = 2 points).
-        view: ``"release"`` (Bozkir protocol) or ``"raw"`` (David-John protocol).
-        with_vote: also require the majority-vote accuracy at chance.
+    Protocols:
+
+    * ``"bozkir"`` — re-identification and task (leave one person out) trained and tested on
+      the release. Dataset-release rows are left out: their release mixes the held-out person
+      into the training data (k-same averages, Marginals' task marginals), so leave-one-person-out
+      on the release is not a held-out test for them.
+    * ``"david-john"`` — train on the release of the first halves, test on the raw second halves,
+      for re-identification and for the task (``task_half``, raw view); every row takes part.
 
     Returns:
         ``{mechanism, label, epsilon, epsilon_user, task: (clf, acc), reid: (clf, acc),
         reid_vote: (clf, acc)}`` or None when no row qualifies (or no task is defined).
     """
+    view, task_key = ("release", "task") if protocol == "bozkir" else ("raw", "task_half")
     limit = 1.0 / n_people + tolerance
     best: dict[str, Any] | None = None
     for row in rows:
-        if row["family"] == "none":
+        if row["family"] == "none" or "error" in row:
+            continue
+        if protocol == "bozkir" and row["family"] in RELEASE_FAMILIES:
             continue
         reid = best_accuracy(row, "reid", view, "window")
         vote = best_accuracy(row, "reid", view, "vote")
-        task = best_accuracy(row, "task", view, "window")
+        task = best_accuracy(row, task_key, view, "window")
         if reid is None or task is None or reid[1] > limit:
             continue
         if with_vote and (vote is None or vote[1] > limit):
@@ -281,12 +317,11 @@ def evaluate_dataset(
     rows = run_jobs(
         table, cols, sub, grid, progress=progress, factory=factory, label=f"{dataset.name}: "
     )
+    n = len(people)
     best = {
-        "release_window": best_configuration(rows, len(people), grid.tolerance),
-        "release_window_and_vote": best_configuration(
-            rows, len(people), grid.tolerance, with_vote=True
-        ),
-        "raw_window": best_configuration(rows, len(people), grid.tolerance, view="raw"),
+        "bozkir": best_configuration(rows, n, grid.tolerance),
+        "bozkir_with_vote": best_configuration(rows, n, grid.tolerance, with_vote=True),
+        "david_john": best_configuration(rows, n, grid.tolerance, protocol="david-john"),
     }
     s = grid.settings
     return {
