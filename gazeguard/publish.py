@@ -306,7 +306,7 @@ class Publisher:
         finally:
             connected.cancel()
             refused.cancel()
-        if self._connected.is_set():
+        if self.connections:
             return
         if refused in done:
             msg = f"MQTT broker {self.endpoint} refused gazeguard: {self.last_error}"

@@ -1,0 +1,277 @@
+"""Cost of getting a charged chunk onto the broker: charge → PUBACK latency, against Mosquitto.
+
+Tracks, over many chunks sent one at a time (as the service does: a chunk every n·s seconds):
+
+- ``gazeguard charge→PUBACK``: ``Ledger.charge`` (SQLite WAL, synchronous=FULL, in a worker
+  thread as the service calls it) + ``Publisher.notify`` + outbox query + QoS 1 publish until the
+  broker's PUBACK (``Publisher(on_acked=...)``).
+- ``gazeguard notify→PUBACK``: the same without the charge (items already in the outbox): the
+  publisher's own overhead.
+- ``chunk message build``: validating and serialising one ``ChunkMessage`` (part of the charge:
+  the ledger calls the payload builder inside its transaction).
+- ``paho-mqtt publish→PUBACK``: what a user would otherwise write: a plain paho-mqtt client with
+  its network thread, ``publish(qos=1).wait_for_publish()``, same payload, same broker, same run.
+
+The payload is a real ``gazeguard.chunk/1`` message of 52 features × 32 steps (~40 kB of JSON).
+Mosquitto runs on a free loopback port, MQTT 5 for both clients. Run
+``python bench/bench_publish.py [--chunks N]``; prints a table and writes
+``bench/results/publish.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+
+from gazeguard.config import BrokerSettings
+from gazeguard.ledger import Ledger, LedgerState
+from gazeguard.message import ChunkMessage, LedgerSnapshot, MechanismParams, chunk_topic
+from gazeguard.publish import OutboxEntry, Publisher
+
+RESULTS = Path(__file__).resolve().parent / "results" / "publish.json"
+N_FEATURES, N_STEPS = 52, 32
+EPS = {f"feature_{k:02d}": 0.05 for k in range(N_FEATURES)}
+PREFIX, DEVICE, SESSION = "gazeguard/v1", "bench", "bench-session"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def mosquitto(workdir: Path) -> Iterator[int]:
+    exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    port = free_port()
+    conf = workdir / "mosquitto.conf"
+    conf.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nuser root\n"
+        "log_type none\n"
+    )
+    proc = subprocess.Popen([exe, "-c", str(conf)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def chunk_payload(index: int, state: LedgerState, rng: np.random.Generator) -> bytes:
+    mechanism = MechanismParams.model_validate(
+        {
+            "name": "dcfpa",
+            "transform": "dft",
+            "n": N_STEPS,
+            "k": 8,
+            "m": 15,
+            "epsilon": list(EPS.values()),
+            "lambda": [3.0] * N_FEATURES,
+            "delta2": [0.7] * N_FEATURES,
+            "noise": "os-csprng",
+        }
+    )
+    return ChunkMessage.build(
+        session=SESSION,
+        device=DEVICE,
+        chunk_index=index,
+        timestamps=0.5 * (index * N_STEPS + np.arange(N_STEPS)),
+        features=list(EPS),
+        units=["1"] * N_FEATURES,
+        values=rng.normal(size=(N_FEATURES, N_STEPS)),
+        mechanism=mechanism,
+        ledger=LedgerSnapshot.from_state(sum(EPS.values()), state),
+    ).to_payload()
+
+
+def stats(lat_s: list[float]) -> dict[str, float]:
+    ms = np.asarray(lat_s) * 1e3
+    return {
+        "n": len(ms),
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "max_ms": float(ms.max()),
+    }
+
+
+async def bench_gazeguard(port: int, workdir: Path, chunks: int) -> dict[str, list[float]]:
+    """Charge → PUBACK, one chunk at a time; then notify → PUBACK for pre-charged chunks."""
+    rng = np.random.default_rng(42)
+    ledger = Ledger(workdir / "ledger.sqlite", synchronous="FULL")
+    topic = chunk_topic(PREFIX, DEVICE, SESSION)
+    acked: dict[int, float] = {}
+    arrived = asyncio.Event()
+
+    def on_acked(item: OutboxEntry) -> None:
+        acked[item.id] = time.perf_counter()
+        arrived.set()
+
+    async def wait_acked(outbox_id: int) -> float:
+        while outbox_id not in acked:
+            arrived.clear()
+            await arrived.wait()
+        return acked[outbox_id]
+
+    def charge_now(index: int) -> int:
+        def payload(state: LedgerState) -> bytes:
+            return chunk_payload(index, state, rng)
+
+        return ledger.charge(SESSION, index, EPS, topic, payload).outbox_id
+
+    charge_lat: list[float] = []
+    e2e: list[float] = []
+    notify_lat: list[float] = []
+    settings = BrokerSettings(host="127.0.0.1", port=port, protocol="5")
+    async with Publisher(settings, ledger, connect_timeout=5, on_acked=on_acked) as pub:
+        await pub.flush(5)
+        for i in range(chunks):
+            t0 = time.perf_counter()
+            outbox_id = await asyncio.to_thread(charge_now, i)
+            t1 = time.perf_counter()
+            pub.notify()
+            done = await wait_acked(outbox_id)
+            charge_lat.append(t1 - t0)
+            e2e.append(done - t0)
+            await pub.flush(5)  # mark_delivered committed: chunks come seconds apart in service
+        await pub.flush(10)
+
+    # A backlog charged while no publisher ran (an outage), drained at once on start; then the
+    # publisher's own overhead: chunks charged beforehand, timed from notify() to PUBACK.
+    ids = [charge_now(chunks + i) for i in range(chunks)]
+    t0 = time.perf_counter()
+    async with Publisher(settings, ledger, on_acked=on_acked, poll_interval_s=3600) as pub:
+        await pub.flush(60)
+        drain_s = time.perf_counter() - t0
+        for i in range(chunks):
+            outbox_id = charge_now(2 * chunks + i)
+            t0 = time.perf_counter()
+            pub.notify()
+            notify_lat.append(await wait_acked(outbox_id) - t0)
+            await pub.flush(5)
+        await pub.flush(10)
+    assert all(i in acked for i in ids)
+    ledger.close()
+    return {"charge": charge_lat, "e2e": e2e, "notify": notify_lat, "drain_s": [drain_s]}
+
+
+def bench_paho(port: int, payload: bytes, chunks: int) -> list[float]:
+    """A plain paho-mqtt publisher: network thread, publish(qos=1), wait for the PUBACK."""
+    client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+    connected = threading.Event()
+    client.on_connect = lambda *_: connected.set()
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        if not connected.wait(5):
+            msg = "paho did not connect"
+            raise RuntimeError(msg)
+        topic = chunk_topic(PREFIX, DEVICE, "paho-baseline")
+        lat = []
+        for _ in range(chunks):
+            t0 = time.perf_counter()
+            client.publish(topic, payload, qos=1).wait_for_publish(5)
+            lat.append(time.perf_counter() - t0)
+        return lat
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=500, help="chunks per measurement")
+    args = parser.parse_args()
+    try:
+        import uvloop  # noqa: PLC0415 - optional, as in the service
+
+        loop_name = "uvloop"
+        runner: Callable[[Any], Any] = uvloop.run
+    except ImportError:
+        loop_name, runner = "asyncio", asyncio.run
+
+    with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as port:
+        gg = runner(bench_gazeguard(port, Path(tmp), args.chunks))
+        with Ledger(Path(tmp) / "ledger.sqlite") as ledger:
+            state = ledger.state(SESSION)
+        rng = np.random.default_rng(0)
+        build = []
+        for i in range(args.chunks):
+            t0 = time.perf_counter()
+            payload = chunk_payload(i, state, rng)
+            build.append(time.perf_counter() - t0)
+        baseline = bench_paho(port, payload, args.chunks)
+
+    rows = {
+        "paho-mqtt publish→PUBACK (baseline)": stats(baseline),
+        "gazeguard notify→PUBACK": stats(gg["notify"]),
+        "chunk message build (pydantic+JSON)": stats(build),
+        "gazeguard charge (SQLite FULL)": stats(gg["charge"]),
+        "gazeguard charge→PUBACK": stats(gg["e2e"]),
+    }
+    base = rows["paho-mqtt publish→PUBACK (baseline)"]
+    print(f"payload {len(payload) / 1e3:.1f} kB, {args.chunks} chunks per row, {loop_name}")
+    print(f"{'path':40s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p50 ×':>7s} {'p99 ×':>7s}")
+    for name, row in rows.items():
+        print(
+            f"{name:40s} {row['p50_ms']:8.3f} {row['p99_ms']:8.3f} {row['max_ms']:8.2f} "
+            f"{row['p50_ms'] / base['p50_ms']:7.2f} {row['p99_ms'] / base['p99_ms']:7.2f}"
+        )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "benchmark": "publish",
+                "chunks": args.chunks,
+                "payload_bytes": len(payload),
+                "features": N_FEATURES,
+                "steps": N_STEPS,
+                "event_loop": loop_name,
+                "python": platform.python_version(),
+                "machine": platform.machine(),
+                "rows": rows,
+                "backlog_drain_chunks_per_s": args.chunks / gg["drain_s"][0],
+                "ratios_vs_paho": {
+                    name: {
+                        "p50": row["p50_ms"] / base["p50_ms"],
+                        "p99": row["p99_ms"] / base["p99_ms"],
+                    }
+                    for name, row in rows.items()
+                },
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(
+        f"outbox backlog of {args.chunks} chunks drained at {args.chunks / gg['drain_s'][0]:.0f}/s"
+    )
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
