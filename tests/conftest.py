@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -38,9 +39,12 @@ class MosquittoBroker:
         self.conf = workdir / "mosquitto.conf"
         self.log = workdir / "mosquitto.log"
         body = extra_config or "allow_anonymous true\n"
+        # As root, Mosquitto drops to user "mosquitto", which cannot write the test's tmp dir.
+        user = "user root\n" if os.geteuid() == 0 else ""
         self.conf.write_text(
-            f"listener {self.port} 127.0.0.1\npersistence false\nlog_dest file {self.log}\n"
+            f"listener {self.port} 127.0.0.1\n{user}log_dest file {self.log}\n"
             f"log_type all\n{body}"
+            + ("" if "persistence" in body else "persistence false\n")
         )
         self.proc: subprocess.Popen[bytes] | None = None
 
