@@ -537,11 +537,14 @@ class _ReplayPusher(_Pusher):
         rel_t: FloatArray,
         speed: float,
         name: str,
+        wait_s: float,
     ) -> None:
         super().__init__(outlet, f"gazeguard.replay[{name}]", 0.01)
-        self.rows, self.rel_t, self.speed = rows, rel_t, speed
+        self.rows, self.rel_t, self.speed, self.wait_s = rows, rel_t, speed, wait_s
 
     def run(self) -> None:
+        if self.wait_s > 0 and not self.outlet.wait_for_consumers(self.wait_s):
+            logger.warning("replay: no consumer after %g s; starting anyway", self.wait_s)
         t_start = pylsl.local_clock()
         n = self.rows.shape[0]
         while not self._stop.is_set() and self.samples_sent < n:
@@ -779,11 +782,9 @@ class Replay:
 
     def __enter__(self) -> Replay:
         outlet = pylsl.StreamOutlet(self.info, 0, 360)
-        if self.wait_s > 0 and not outlet.wait_for_consumers(self.wait_s):
-            logger.warning(
-                "replay %r: no consumer after %g s; starting anyway", self.name, self.wait_s
-            )
-        self._pusher = _ReplayPusher(outlet, self.rows, self.rel_t, self.speed, self.name)
+        self._pusher = _ReplayPusher(
+            outlet, self.rows, self.rel_t, self.speed, self.name, self.wait_s
+        )
         self._pusher.start()
         return self
 
