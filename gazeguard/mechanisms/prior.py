@@ -256,8 +256,8 @@ def estimate_prior(
         recordings: arrays (F, T) of consecutive feature vectors (one per recording), in the
             features' units; any (feature, recording) series containing NaN is skipped.
         lo, hi: float64 (F,) or scalars, the declared bounds used for normalisation.
-        max_lag: H; autocovariances beyond it are dropped after a Bartlett taper (which keeps the
-            sequence positive semi-definite).
+        max_lag: H; autocovariances beyond it are dropped after a Parzen taper (which keeps the
+            sequence positive semi-definite and barely touches short lags).
         source: provenance text stored in the file.
 
     Raises:
@@ -288,8 +288,9 @@ def estimate_prior(
         ac = np.fft.irfft(np.abs(spec) ** 2, 2 * y.size)[: min(lags, y.size)]
         acov[: ac.size] += ac
     acov /= total  # biased estimator: a positive semi-definite sequence
-    if longest > lags:
-        acov *= 1.0 - np.arange(lags) / lags
+    if longest > lags:  # Parzen taper: flat near lag 0 and keeps the sequence PSD
+        u = np.arange(lags) / lags
+        acov *= np.where(u <= 0.5, 1 - 6 * u**2 + 6 * u**3, 2 * (1 - u) ** 3)
     variance = float(acov[0])
     r = acov / variance if variance > 0 else np.eye(1, lags)[0]
     note = f"{source}: {len(series)} series, {total} steps"
