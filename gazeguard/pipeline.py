@@ -130,7 +130,9 @@ class Pipeline:
             raise ConfigError(
                 "mechanism.features",
                 unknown or names,
-                "unknown feature name(s)" if unknown else "the release profile is empty",
+                f"unknown feature name(s); known: {', '.join(all_names)}"
+                if unknown
+                else "the release profile is empty",
                 None,
             )
         self.feature_names = names

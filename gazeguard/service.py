@@ -91,6 +91,7 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
     """Open the configured gaze stream, or the simulated headset (see ``ingest.source``)."""
     explicit = settings.source_id is not None or settings.stream_name is not None
     if settings.source == "lsl" or (settings.source == "auto" and explicit):
+        # (with source = "simulated", a configured source_id names the simulated outlet)
         async with GazeStream(settings) as stream:
             yield stream
         return
@@ -114,7 +115,7 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
             finally:
                 await found.__aexit__(None, None, None)
             return
-    source_id = f"gazeguard-sim-{settings.simulated_seed}"
+    source_id = settings.source_id or f"gazeguard-sim-{settings.simulated_seed}"
     with SimulatedHeadset.from_settings(settings, source_id=source_id):
         sim = settings.model_copy(update={"source_id": source_id, "preset": "gazeguard"})
         async with GazeStream(sim) as stream:

@@ -1,0 +1,268 @@
+"""End to end: simulated headset (real LSL outlet) → `gazeguard run` (a real subprocess) →
+real Mosquitto → a real subscriber; the ledger is a real SQLite file read back by the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import paho.mqtt.client as mqtt
+import pytest
+from conftest import MosquittoBroker, free_port
+
+from gazeguard.ledger import Ledger
+from gazeguard.message import ChunkMessage, StatusMessage, json_schema
+
+pytestmark = pytest.mark.network
+
+# Many small chunks quickly: a 2 s window, a step every 20 ms, 32 steps (0.64 s) per chunk.
+FAST = ["--window-s", "2", "--step-s", "0.02", "--chunk-steps", "32", "--epsilon", "0.5"]
+# Five released features at ε 0.5 each: a chunk costs 2.5.
+FEATURES = "fixation_rate,saccade_rate,saccade_amplitude_mean,blink_rate,pupil_mean"
+CHUNK_EPS = 2.5
+
+
+class Subscriber:
+    """A paho-mqtt client collecting every message on ``#`` (persistent session, QoS 1)."""
+
+    def __init__(self, broker: MosquittoBroker, client_id: str) -> None:
+        self.messages: list[tuple[str, bytes, bool]] = []
+        self.lock = threading.Lock()
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False
+        )
+        self.client.on_connect = lambda c, *_: c.subscribe("#", qos=1)
+        self.client.on_message = self._on_message
+        self.client.reconnect_delay_set(0.1, 0.5)
+        self.client.connect(broker.host, broker.port)
+        self.client.loop_start()
+
+    def _on_message(self, _c: object, _u: object, msg: mqtt.MQTTMessage) -> None:
+        with self.lock:
+            self.messages.append((msg.topic, bytes(msg.payload), bool(msg.retain)))
+
+    def chunks(self) -> list[ChunkMessage]:
+        with self.lock:
+            return [
+                ChunkMessage.from_payload(p) for t, p, _ in self.messages if t.endswith("/chunks")
+            ]
+
+    def statuses(self) -> list[StatusMessage]:
+        with self.lock:
+            return [
+                StatusMessage.from_payload(p) for t, p, _ in self.messages if t.endswith("/status")
+            ]
+
+    def wait_for(self, predicate: object, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():  # type: ignore[operator]
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+@pytest.fixture
+def persistent_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+    """Mosquitto that keeps sessions and queued QoS-1 messages across a restart."""
+    broker = MosquittoBroker(
+        tmp_path,
+        extra_config=(
+            f"allow_anonymous true\npersistence true\npersistence_location {tmp_path}/\n"
+            "autosave_interval 1\n"
+        ),
+    )
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def gazeguard_run(
+    tmp_path: Path, broker: MosquittoBroker | str, source_id: str, *extra: str
+) -> subprocess.Popen[str]:
+    """Start `gazeguard run` on the simulated headset as a subprocess."""
+    address = broker if isinstance(broker, str) else f"{broker.host}:{broker.port}"
+    cmd = [
+        sys.executable, "-m", "gazeguard", "run", "--source", "simulated",
+        "--source-id", source_id, "--session", "s1", "--device", "hmd",
+        "--broker", address, "--ledger", str(tmp_path / "ledger.sqlite"),
+        "--features", FEATURES, *FAST, *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 30) -> str:
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return err
+
+
+def ledger_indices(tmp_path: Path, session: str = "s1") -> list[int]:
+    with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
+        return [c.chunk_index for c in ledger.charges(session)]
+
+
+def test_end_to_end_chunks_are_schema_valid_and_match_the_ledger(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    sub = Subscriber(mosquitto, f"sub-{unique_id}")
+    try:
+        finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--duration", "6"))
+        indices = ledger_indices(tmp_path)
+        assert len(indices) >= 3
+        assert sub.wait_for(lambda: len(sub.chunks()) >= len(indices), 10)
+        chunk_schema = json_schema(ChunkMessage)
+        with sub.lock:
+            raw = [(t, p) for t, p, _ in sub.messages]
+        for topic, payload in raw:
+            assert topic.startswith("gazeguard/v1/hmd/s1/"), topic
+            if topic.endswith("/chunks"):
+                jsonschema.validate(json.loads(payload), chunk_schema)
+        chunks = sub.chunks()
+        assert [c.chunk_index for c in chunks] == indices
+        with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
+            records = {r.chunk_index: r for r in ledger.charges("s1")}
+            spent = ledger.state("s1").spent
+        for c in chunks:
+            assert c.values_array().shape == (5, 32)
+            assert c.features == FEATURES.split(",")
+            assert c.mechanism.name == "dcfpa"
+            assert c.mechanism.noise == "os-csprng"
+            assert sum(c.mechanism.epsilon) == pytest.approx(CHUNK_EPS)
+            assert c.ledger.chunk_epsilon == pytest.approx(records[c.chunk_index].total)
+        assert chunks[-1].ledger.session_spent == pytest.approx(spent)
+        assert spent == pytest.approx(CHUNK_EPS * len(indices))
+        assert sub.statuses()[-1].state == "stopped"
+    finally:
+        sub.close()
+
+
+def test_broker_outage_loses_and_duplicates_nothing(
+    tmp_path: Path, persistent_broker: MosquittoBroker, unique_id: str
+) -> None:
+    sub = Subscriber(persistent_broker, f"sub-{unique_id}")
+    try:
+        assert sub.wait_for(sub.client.is_connected, 5)
+        proc = gazeguard_run(tmp_path, persistent_broker, unique_id, "--duration", "11")
+        assert sub.wait_for(lambda: len(sub.chunks()) >= 1, 15)
+        persistent_broker.stop()  # chunks charged now wait in the outbox
+        time.sleep(3)
+        persistent_broker.start()
+        finish(proc)
+        indices = ledger_indices(tmp_path)
+        assert sub.wait_for(lambda: len(sub.chunks()) >= len(indices), 15)
+        time.sleep(0.5)  # a late duplicate would arrive now
+        received = [c.chunk_index for c in sub.chunks()]
+        assert received == indices, "every charged chunk exactly once, in order"
+    finally:
+        sub.close()
+
+
+def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    # Run 1 charges chunks while its broker is unreachable, then dies by SIGKILL.
+    dead = f"127.0.0.1:{free_port()}"
+    proc = gazeguard_run(tmp_path, dead, unique_id, "--session-cap", "20")
+    ledger_file = tmp_path / "ledger.sqlite"
+    deadline = time.monotonic() + 30
+    charged: list[int] = []
+    while time.monotonic() < deadline and len(charged) < 3:
+        time.sleep(0.2)
+        if ledger_file.exists():
+            charged = ledger_indices(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=10)
+    assert len(charged) >= 3, err
+    assert dead in err  # the unreachable broker was named
+    before = ledger_indices(tmp_path)
+    with Ledger(ledger_file, create=False) as ledger:
+        spent_before = ledger.state("s1").spent
+        assert len(ledger.pending(session="s1")) == len(before)
+
+    # Run 2: same session, reachable broker. The outbox goes out first, the budget continues.
+    sub = Subscriber(mosquitto, f"sub-{unique_id}")
+    try:
+        assert sub.wait_for(sub.client.is_connected, 5)
+        err = finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "20",
+                                   "--duration", "8"))  # fmt: skip
+        after = ledger_indices(tmp_path)
+        assert after[: len(before)] == before
+        assert after == sorted(after)
+        assert len(after) == 8, "a cap of 20 at 2.5 per chunk allows exactly 8 chunks in total"
+        with Ledger(ledger_file, create=False) as ledger:
+            state = ledger.state("s1")
+            assert state.spent == pytest.approx(20.0)
+            assert state.spent > spent_before
+            assert ledger.pending(session="s1") == []
+            assert state.withheld >= 1
+        assert sub.wait_for(lambda: len(sub.chunks()) >= len(after), 10)
+        assert [c.chunk_index for c in sub.chunks()] == after
+        last = sub.statuses()[-1]
+        assert last.chunks_withheld >= 1
+        assert "budget" in err or "cap" in err
+    finally:
+        sub.close()
+
+
+def test_budget_exhaustion_withholds_and_nothing_raw_is_published(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    sub = Subscriber(mosquitto, f"sub-{unique_id}")
+    try:
+        assert sub.wait_for(sub.client.is_connected, 5)
+        finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "6",
+                             "--duration", "6"))  # fmt: skip
+        assert ledger_indices(tmp_path) == [0, 1]  # 2 × 2.5 ≤ 6 < 3 × 2.5
+        assert sub.wait_for(lambda: any(s.state == "budget_exhausted" for s in sub.statuses()), 10)
+        exhausted = next(s for s in sub.statuses() if s.state == "budget_exhausted")
+        assert exhausted.reason is not None
+        assert "session cap" in exhausted.reason
+        assert exhausted.chunks_withheld >= 1
+        # Every message on every topic is a schema-valid privatized chunk or a status.
+        with sub.lock:
+            raw = list(sub.messages)
+        for topic, payload, _ in raw:
+            if topic.endswith("/chunks"):
+                msg = ChunkMessage.from_payload(payload)
+                assert msg.chunk_index in (0, 1)
+                assert msg.ledger.session_spent <= 6.0
+            else:
+                assert topic.endswith("/status"), f"unexpected topic {topic}"
+                StatusMessage.from_payload(payload)
+        assert len(sub.chunks()) == 2
+    finally:
+        sub.close()
+
+
+def test_bad_config_is_refused_with_field_and_value(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gazeguard", "run", "--chunk-steps", "48"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "mechanism.chunk_steps" in out.stderr
+    assert "48" in out.stderr
+    assert "power of two" in out.stderr
+    env = {**os.environ, "GAZEGUARD_MECHANISM__EPSILON": "-1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "gazeguard", "run"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "GAZEGUARD_MECHANISM__EPSILON" in out.stderr
+    assert "'mechanism.epsilon'" in out.stderr
