@@ -1,0 +1,88 @@
+"""Dataset release: privatize a recorded feature dataset before it leaves the lab.
+
+Every mechanism has the same signature, so the evaluation can add a row for each::
+
+    from gazeguard.release import RELEASE_MECHANISMS
+    rel = RELEASE_MECHANISMS["ksame"](table, {"k": 4}, seed=None)
+    rel.table      # privatized FeatureTable, same feature columns
+    rel.manifest   # mechanism, parameters, guarantee (words + numbers), seed policy, details
+
+Mechanisms (David-John et al., ETRA 2022, and gazeguard's own):
+
+``ksame``
+    k-same-select sequence, k-anonymity (:mod:`gazeguard.release.ksame`).
+``marginals``
+    task-based Marginals with the (k, γ) plausible-deniability test
+    (:mod:`gazeguard.release.marginals`).
+``expdp``
+    Exponential-DP of Steil et al. 2019 (:mod:`gazeguard.release.expdp`).
+
+``seed=None`` draws from the OS CSPRNG; an int seed is reproducible and insecure (experiments and
+tests only). ``gazeguard release`` (:mod:`gazeguard.release.cli`) runs any of them on a file and
+writes the released table plus a manifest (:mod:`gazeguard.release.manifest`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from gazeguard.dataset import FeatureTable
+from gazeguard.errors import ConfigError
+from gazeguard.release._common import Progress, Release, ReleaseRandom, no_progress
+from gazeguard.release.expdp import expdp_release
+from gazeguard.release.ksame import ksame_release
+from gazeguard.release.marginals import marginals_release
+
+
+class ReleaseMechanism(Protocol):
+    """``(table, params, seed=None, progress=...) -> Release``."""
+
+    def __call__(
+        self,
+        table: FeatureTable,
+        params: Mapping[str, object],
+        seed: int | None = None,
+        progress: Progress = no_progress,
+    ) -> Release:
+        """Privatize ``table``; raise ``ConfigError`` naming any bad parameter."""
+        ...
+
+
+RELEASE_MECHANISMS: dict[str, ReleaseMechanism] = {
+    "ksame": ksame_release,
+    "marginals": marginals_release,
+    "expdp": expdp_release,
+}
+
+
+def release(
+    name: str,
+    table: FeatureTable,
+    params: Mapping[str, object],
+    seed: int | None = None,
+    progress: Progress = no_progress,
+) -> Release:
+    """Run the mechanism called ``name`` (see :data:`RELEASE_MECHANISMS`).
+
+    Raises:
+        ConfigError: unknown mechanism name, or a bad parameter.
+    """
+    try:
+        mechanism = RELEASE_MECHANISMS[name]
+    except KeyError:
+        raise ConfigError(
+            "mechanism",
+            name,
+            f"unknown release mechanism; use one of {', '.join(RELEASE_MECHANISMS)}",
+        ) from None
+    return mechanism(table, params, seed=seed, progress=progress)
+
+
+__all__ = [
+    "RELEASE_MECHANISMS",
+    "Release",
+    "ReleaseMechanism",
+    "ReleaseRandom",
+    "release",
+]

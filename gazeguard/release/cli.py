@@ -1,0 +1,164 @@
+"""``gazeguard release``: privatize a recorded feature dataset and write it with a manifest.
+
+Examples::
+
+    gazeguard release ksame features.csv -o released.csv --k 4
+    gazeguard release marginals features.npz -o synth.npz --k 5 --gamma 2 --range data
+    gazeguard release expdp --dataset gazegraph -o gg_expdp.parquet --epsilon 2
+
+The released table has the input's format (by the output suffix: .csv, .npz or .parquet) and a
+manifest JSON next to it (``released.manifest.json`` unless ``--manifest`` says otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gazeguard.dataset import FeatureTable, file_sha256
+from gazeguard.errors import ConfigError, DatasetError
+from gazeguard.release import RELEASE_MECHANISMS, release
+from gazeguard.release.manifest import build_manifest, manifest_path_for, write_manifest
+
+_FORMATS = (".csv", ".npz", ".parquet")
+#: CLI option dest → mechanism parameter name; only options given on the command line are passed.
+_PARAM_OPTIONS = ("k", "leftover", "gamma", "bins", "omega", "max_attempts", "epsilon", "range")
+
+
+def configure_release(parser: argparse.ArgumentParser) -> None:
+    """Declare the arguments of ``gazeguard release``."""
+    parser.add_argument("mechanism", choices=sorted(RELEASE_MECHANISMS), help="release mechanism")
+    parser.add_argument(
+        "input", nargs="?", type=Path, help="feature table to privatize (.csv, .npz or .parquet)"
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, required=True, help="released table (.csv, .npz, .parquet)"
+    )
+    parser.add_argument(
+        "--manifest", type=Path, help="manifest path (default: OUTPUT.manifest.json)"
+    )
+    src = parser.add_argument_group("raw recordings instead of a feature table")
+    src.add_argument(
+        "--dataset",
+        metavar="SPEC",
+        help="extract features first from gazegraph, irf, synthetic or csv:PATH",
+    )
+    src.add_argument("--data-dir", type=Path, help="where gazegraph/irf live (default: auto)")
+    src.add_argument("--window-s", type=float, default=30.0, help="feature window W, s")
+    src.add_argument("--step-s", type=float, default=0.5, help="feature step, s")
+    mech = parser.add_argument_group("mechanism parameters (each applies to the mechanisms named)")
+    mech.add_argument("--k", type=int, help="ksame: group size; marginals: plausible seeds")
+    mech.add_argument("--leftover", choices=("drop", "merge"), help="ksame: leftover people")
+    mech.add_argument("--gamma", type=float, help="marginals: plausibility factor γ > 1")
+    mech.add_argument("--bins", type=int, help="marginals: bins per feature (default 30)")
+    mech.add_argument("--omega", type=int, help="marginals: features re-drawn (default all)")
+    mech.add_argument("--max-attempts", type=int, help="marginals: candidates per row")
+    mech.add_argument("--epsilon", type=float, help="expdp: per-feature ε > 0")
+    mech.add_argument(
+        "--range",
+        choices=("public", "data"),
+        help="expdp, marginals: feature ranges from public bounds (default) or from the data",
+    )
+    mech.add_argument(
+        "--bounds",
+        type=Path,
+        metavar="FILE.json",
+        help='public bounds {"feature": [lo, hi, max_step], ...} (default: gazeguard registry)',
+    )
+    parser.add_argument(
+        "--insecure-seed",
+        type=int,
+        metavar="N",
+        help="reproducible NON-cryptographic randomness (experiments only; never for a release)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def _progress_printer(name: str, quiet: bool) -> Any:
+    def progress(done: int, total: int, what: str) -> None:
+        if not quiet:
+            sys.stderr.write(f"release {name}: [{done}/{total}] {what}\n")
+            sys.stderr.flush()
+
+    return progress
+
+
+def _load_input(args: argparse.Namespace, progress: Any) -> tuple[FeatureTable, str, str]:
+    """(table, source description, checksum)."""
+    if (args.input is None) == (args.dataset is None):
+        raise ConfigError("input", args.input, "give either an INPUT feature table or --dataset")
+    if args.input is not None:
+        path = Path(args.input)
+        table = FeatureTable.load(path)
+        return table, str(path), file_sha256(path)
+    from gazeguard.eval.datasets import open_dataset  # noqa: PLC0415 - heavy, only for --dataset
+
+    dataset = open_dataset(args.dataset, args.data_dir)
+    table = dataset.features(
+        window_s=args.window_s,
+        step_s=args.step_s,
+        progress=lambda line: progress(0, 1, line),
+    )
+    return (
+        table,
+        f"dataset {args.dataset} (window {args.window_s} s, step {args.step_s} s)",
+        (dataset.fingerprint()),
+    )
+
+
+def _params(args: argparse.Namespace) -> dict[str, object]:
+    params: dict[str, object] = {
+        name: getattr(args, name) for name in _PARAM_OPTIONS if getattr(args, name) is not None
+    }
+    if args.bounds is not None:
+        try:
+            params["bounds"] = json.loads(Path(args.bounds).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DatasetError(args.bounds, f"cannot read bounds JSON: {exc}") from exc
+    return params
+
+
+def run_release(args: argparse.Namespace) -> int:
+    """Run ``gazeguard release``; returns the exit status."""
+    out = Path(args.output)
+    if out.suffix.lower() not in _FORMATS:
+        raise ConfigError("output", str(out), f"the suffix must be one of {', '.join(_FORMATS)}")
+    if args.input is not None and out.resolve() == Path(args.input).resolve():
+        raise ConfigError("output", str(out), "must differ from the input file")
+    progress = _progress_printer(args.mechanism, args.quiet)
+    table, source, checksum = _load_input(args, progress)
+    params = _params(args)
+
+    started = datetime.now(UTC)
+    result = release(args.mechanism, table, params, seed=args.insecure_seed, progress=progress)
+    finished = datetime.now(UTC)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}{out.suffix}")
+    result.table.save(tmp)
+    tmp.replace(out)
+    manifest = build_manifest(
+        result,
+        input_table=table,
+        input_source=source,
+        input_sha256=checksum,
+        output_path=out,
+        started=started,
+        finished=finished,
+    )
+    manifest_path = write_manifest(manifest, args.manifest or manifest_path_for(out))
+    sys.stdout.write(
+        f"released {result.table.n_rows} rows (input {table.n_rows}) with {args.mechanism} "
+        f"in {manifest['duration_s']:.2f} s -> {out}\nmanifest: {manifest_path}\n"
+        f"guarantee: {manifest['guarantee']['statement']}\n"
+    )
+    if args.insecure_seed is not None:
+        sys.stderr.write(
+            "WARNING: --insecure-seed makes the randomness reproducible; do not publish this.\n"
+        )
+    return 0

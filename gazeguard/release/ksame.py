@@ -1,0 +1,179 @@
+"""k-same-select sequence (David-John et al., ETRA 2022, Sec. 3.3): k-anonymity for a dataset of
+feature-vector sequences.
+
+For each task separately:
+
+1. The task's people are put in a random order (OS CSPRNG shuffle by default) and cut into
+   ``H = ⌊N/k⌋`` groups of exactly k — one grouping for the whole task sequence, so a person is
+   averaged with the same k−1 others at every step.
+2. Every person's sequence is padded to the task's longest sequence ``t_max`` by repeating its
+   last feature vector (the paper's padding).
+3. At each step i the group's average of the i-th vectors is released once per member, so the k
+   members of a group release identical sequences of ``t_max`` vectors: nothing in the released
+   values tells them apart, and a linking attack succeeds with probability at most 1/k.
+
+Leftover people. When N is not a multiple of k, ``N mod k`` people remain after the groups of k
+are formed. The paper forms groups "of size k" whose average "is then released k times", so by
+default (``leftover="drop"``) the leftover people of that task are suppressed: none of their rows
+is released, and the manifest counts them per task. ``leftover="merge"`` instead adds them, one
+each, to randomly chosen groups (groups of k to 2k−1 people, as k-Same does for faces): nobody is
+dropped, the guarantee is still ≥ k, but those groups average more than k vectors.
+
+Released rows: for each member, ``t_max`` rows with the group's average values, the member's own
+``person``/``task`` labels, the recording label of the member's own row at that step (its last
+one on padded steps), and the step times of the task's longest sequence (the same for all
+members, so the time column does not single anyone out either).
+
+k-same is not differential privacy: it bounds re-identification by linking, not what the
+averages reveal about a group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gazeguard.dataset import FeatureTable
+from gazeguard.release._common import (
+    FloatArray,
+    Params,
+    Progress,
+    Release,
+    ReleaseRandom,
+    concat_tables,
+    no_progress,
+    padded,
+    task_sequences,
+)
+
+NAME = "ksame"
+LEFTOVER_POLICIES = ("drop", "merge")
+
+
+def form_groups(
+    people: list[str], k: int, leftover: str, rng: ReleaseRandom
+) -> tuple[list[list[str]], list[str]]:
+    """Randomly partition ``people`` into groups of k.
+
+    Returns:
+        ``(groups, dropped)``: with ``leftover="drop"`` all groups have exactly k members and the
+        ``len(people) mod k`` people left over are returned as dropped; with ``"merge"`` they are
+        added one each to distinct random groups (cycling if there are more leftovers than
+        groups) and nobody is dropped.
+    """
+    order = list(people)
+    rng.shuffle(order)
+    n_groups = len(order) // k
+    groups = [order[g * k : (g + 1) * k] for g in range(n_groups)]
+    rest = order[n_groups * k :]
+    if leftover == "drop":
+        return groups, rest
+    # The shuffle already made the group order random: add leftovers to groups 0, 1, 2, ...
+    for j, person in enumerate(rest):
+        groups[j % n_groups].append(person)
+    return groups, []
+
+
+def ksame_release(
+    table: FeatureTable,
+    params: Mapping[str, object],
+    seed: int | None = None,
+    progress: Progress = no_progress,
+) -> Release:
+    """Release ``table`` with k-same-select sequence.
+
+    Args:
+        table: N feature vectors with person, task and recording labels.
+        params: ``k`` (int ≥ 2, default 2), ``leftover`` (``"drop"`` default, or ``"merge"``).
+        seed: ``None`` for the OS CSPRNG; an int only for reproducible experiments (insecure).
+        progress: called once per task.
+
+    Raises:
+        ConfigError: naming ``k`` when a task has fewer than k people (that task cannot be made
+            k-anonymous: lower k or remove the task), or for a bad parameter.
+    """
+    p = Params(NAME, params)
+    k = p.integer("k", 2, minimum=2)
+    leftover = p.choice("leftover", "drop", LEFTOVER_POLICIES)
+    effective = p.finish()
+    rng = ReleaseRandom(seed)
+
+    sequences = task_sequences(table)
+    for task, seqs in sequences.items():
+        if len(seqs) < k:
+            raise p.error(
+                "k",
+                k,
+                f"task {task!r} has only {len(seqs)} people ({', '.join(seqs)}); k-same needs at "
+                f"least k people per task. Choose k <= {len(seqs)} or leave that task out",
+            )
+
+    parts: list[FeatureTable] = []
+    per_task: dict[str, dict[str, Any]] = {}
+    for n_done, (task, seqs) in enumerate(sequences.items()):
+        groups, dropped = form_groups(list(seqs), k, leftover, rng)
+        kept = [person for g in groups for person in g]
+        t_max = max(seqs[person].size for person in kept)
+        longest = max(kept, key=lambda person: (seqs[person].size, person))
+        t_ref = table.t[padded(seqs[longest], t_max)]
+        for group in groups:
+            rows = np.stack([padded(seqs[person], t_max) for person in group])  # (g, t_max)
+            mean: FloatArray = table.X[rows].mean(axis=0)  # (t_max, F)
+            for person, member_rows in zip(group, rows, strict=True):
+                parts.append(
+                    FeatureTable(
+                        mean.copy(),
+                        t_ref.copy(),
+                        np.full(t_max, person),
+                        np.full(t_max, task),
+                        table.recording[member_rows],
+                        table.feature_names,
+                        table.feature_units,
+                    )
+                )
+        per_task[task] = {
+            "people": len(seqs),
+            "groups": [sorted(g) for g in groups],
+            "group_sizes": [len(g) for g in groups],
+            "dropped_people": sorted(dropped),
+            "t_max": int(t_max),
+            "rows_released": int(t_max * len(kept)),
+        }
+        progress(n_done + 1, len(sequences), f"task {task!r}: {len(groups)} groups")
+
+    out = concat_tables(parts, table)
+    min_size = min((min(t["group_sizes"]) for t in per_task.values()), default=k)
+    dropped_total = sum(len(t["dropped_people"]) for t in per_task.values())
+    statement = (
+        f"k-anonymity with k={k}: within each task every released feature-vector sequence is the "
+        f"step-wise average of a fixed group of {'exactly' if leftover == 'drop' else 'at least'} "
+        f"{k} people and is released identically for each of them, so linking a released "
+        f"sequence to a person succeeds with probability at most 1/{min_size}. Not differential "
+        "privacy."
+    )
+    if leftover == "drop":
+        statement += (
+            f" People left over when a task's head count is not a multiple of k are not released "
+            f"({dropped_total} person-task sequences dropped)."
+        )
+    return Release(
+        out,
+        {
+            "mechanism": NAME,
+            "parameters": effective,
+            "guarantee": {
+                "kind": "k-anonymity",
+                "statement": statement,
+                "numbers": {
+                    "k": k,
+                    "smallest_group": int(min_size),
+                    "max_reidentification_probability": 1.0 / min_size,
+                    "dropped_person_task_sequences": int(dropped_total),
+                },
+            },
+            "seed_policy": rng.policy,
+            "details": {"tasks": per_task},
+        },
+    )
