@@ -35,7 +35,6 @@ import math
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -915,37 +914,3 @@ class GazeStream:
                 self._uid,
                 sid,
             )
-
-
-@asynccontextmanager
-async def open_gaze_source(settings: IngestSettings) -> AsyncIterator[GazeStream]:
-    """The gaze source ``settings.source`` asks for, open: an LSL stream or the simulated headset.
-
-    ``lsl``: resolve as configured. ``simulated``: start :class:`gazeguard.simulate.
-    SimulatedHeadset` (``simulated_rate_hz``, ``simulated_seed``) under a fresh source_id and read
-    it through LSL like any headset. ``auto``: resolve; if nothing appears and neither
-    ``stream_name`` nor ``source_id`` is configured, warn and fall back to the simulated headset.
-    """
-    from gazeguard.simulate import SimulatedHeadset  # noqa: PLC0415 - simulate imports ingest
-
-    if settings.source == "simulated":
-        use_sim = True
-    elif settings.source == "lsl" or settings.stream_name or settings.source_id:
-        use_sim = False
-    else:
-        try:
-            await asyncio.to_thread(resolve_stream, settings)
-            use_sim = False
-        except StreamError as exc:
-            logger.warning("%s Starting the simulated headset instead.", exc)
-            use_sim = True
-    if not use_sim:
-        async with GazeStream(settings) as stream:
-            yield stream
-        return
-    with SimulatedHeadset.from_settings(settings) as headset:
-        sim = settings.model_copy(
-            update={"source_id": headset.source_id, "stream_name": None, "preset": "gazeguard"}
-        )
-        async with GazeStream(sim) as stream:
-            yield stream

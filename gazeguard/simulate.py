@@ -529,35 +529,6 @@ class _HeadsetPusher(_Pusher):
             self._stop.wait(self.push_interval_s)
 
 
-class _ReplayPusher(_Pusher):
-    def __init__(
-        self,
-        outlet: pylsl.StreamOutlet,
-        rows: npt.NDArray[np.float64],
-        rel_t: FloatArray,
-        speed: float,
-        name: str,
-        wait_s: float,
-    ) -> None:
-        super().__init__(outlet, f"gazeguard.replay[{name}]", 0.01)
-        self.rows, self.rel_t, self.speed, self.wait_s = rows, rel_t, speed, wait_s
-
-    def run(self) -> None:
-        if self.wait_s > 0 and not self.outlet.wait_for_consumers(self.wait_s):
-            logger.warning("replay: no consumer after %g s; starting anyway", self.wait_s)
-        t_start = pylsl.local_clock()
-        n = self.rows.shape[0]
-        while not self._stop.is_set() and self.samples_sent < n:
-            elapsed = (pylsl.local_clock() - t_start) * self.speed
-            due = int(np.searchsorted(self.rel_t, elapsed, side="right"))
-            if due > self.samples_sent:
-                sl = slice(self.samples_sent, due)
-                # Timestamps keep the recording's own spacing (also when speed != 1).
-                self.outlet.push_chunk(self.rows[sl], list(t_start + self.rel_t[sl]))
-                self.samples_sent = due
-            self._stop.wait(self.push_interval_s)
-
-
 # ---------------------------------------------------------------------------------------------
 # Recorded files
 # ---------------------------------------------------------------------------------------------
@@ -782,9 +753,7 @@ class Replay:
 
     def __enter__(self) -> Replay:
         outlet = pylsl.StreamOutlet(self.info, 0, 360)
-        self._pusher = _ReplayPusher(
-            outlet, self.rows, self.rel_t, self.speed, self.name, self.wait_s
-        )
+        self._pusher = _ReplayPusher(self, outlet)
         self._pusher.start()
         return self
 
@@ -798,6 +767,28 @@ class Replay:
         if self._pusher is not None:
             pusher, self._pusher = self._pusher, None
             pusher.stop()
+
+
+class _ReplayPusher(_Pusher):
+    def __init__(self, replay: Replay, outlet: pylsl.StreamOutlet) -> None:
+        super().__init__(outlet, f"gazeguard.replay[{replay.name}]", 0.01)
+        self.replay = replay
+
+    def run(self) -> None:
+        rp = self.replay
+        if rp.wait_s > 0 and not self.outlet.wait_for_consumers(rp.wait_s):
+            logger.warning("replay %r: no consumer after %g s; starting anyway", rp.name, rp.wait_s)
+        t_start = pylsl.local_clock()
+        n = rp.rows.shape[0]
+        while not self._stop.is_set() and self.samples_sent < n:
+            elapsed = (pylsl.local_clock() - t_start) * rp.speed
+            due = int(np.searchsorted(rp.rel_t, elapsed, side="right"))
+            if due > self.samples_sent:
+                sl = slice(self.samples_sent, due)
+                # Timestamps keep the recording's own spacing (also when speed != 1).
+                self.outlet.push_chunk(rp.rows[sl], list(t_start + rp.rel_t[sl]))
+                self.samples_sent = due
+            self._stop.wait(self.push_interval_s)
 
 
 # ---------------------------------------------------------------------------------------------

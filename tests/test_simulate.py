@@ -107,9 +107,11 @@ def test_fixations_blinks_and_pupil_are_plausible(seed: int) -> None:
     n_blinks, blink_dur = blinks(s)
     assert n_blinks / 120 == pytest.approx(p.blink_rate_hz, rel=0.5)
     assert blink_dur == pytest.approx(p.blink_duration_s, rel=0.3)
-    assert np.isnan(s.x_deg[~s.valid]).all() and np.isnan(s.pupil_mm[~s.valid]).all()
+    assert np.isnan(s.x_deg[~s.valid]).all()
+    assert np.isnan(s.pupil_mm[~s.valid]).all()
     assert np.nanmean(s.pupil_mm) == pytest.approx(p.pupil_mm, abs=0.3)
-    assert np.nanmax(np.abs(s.x_deg)) < 30 and np.nanmax(np.abs(s.y_deg)) < 25
+    assert np.nanmax(np.abs(s.x_deg)) < 30
+    assert np.nanmax(np.abs(s.y_deg)) < 25
 
 
 def test_people_are_distinguishable_by_oculomotor_traits() -> None:
@@ -224,8 +226,8 @@ def test_gazeguard_replay_csv_at_original_timing(tmp_path: Path, unique_id: str)
     fov = (90.0, 70.0)
     write_csv(tmp_path / "rec.csv", truth, fov)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gazeguard", "replay", str(tmp_path / "rec.csv"), "--fov", "90", "70",
-         "--source-id", unique_id, "--speed", "2", "--wait", "20"],
+        [sys.executable, "-m", "gazeguard", "replay", str(tmp_path / "rec.csv"),
+         "--fov", "90", "70", "--source-id", unique_id, "--speed", "2", "--wait", "20"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
@@ -253,7 +255,7 @@ def write_xdf(
     data: np.ndarray[Any, Any],
     ts: np.ndarray[Any, Any],
 ) -> None:
-    """A minimal XDF 1.0 file with one double64 stream (FileHeader, StreamHeader, Samples, Footer)."""
+    """A minimal XDF 1.0 file: one double64 stream (FileHeader, StreamHeader, Samples, Footer)."""
 
     def chunk(tag: int, content: bytes) -> bytes:
         body = struct.pack("<H", tag) + content
