@@ -282,6 +282,11 @@ class EventDetector:
         if n_new == 0:
             return _EMPTY
         t = block.timestamps
+        if not np.all(np.isfinite(t)):
+            raise StreamError(
+                f"gaze timestamps must be finite; block of {n_new} samples has "
+                f"{int(np.count_nonzero(~np.isfinite(t)))} non-finite; drop them before this stage"
+            )
         if (self._n and t[0] <= self._t[self._n - 1]) or (n_new > 1 and np.any(t[1:] <= t[:-1])):
             raise StreamError(
                 "gaze timestamps must be strictly increasing across blocks; got a block starting "

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.errors import ConfigError
+from gazeguard.errors import ConfigError, StreamError
 from gazeguard.events import EventDetector, EventKind, Events
 from gazeguard.samples import FloatArray, GazeSamples
 
@@ -63,7 +63,7 @@ __all__ = [
 # bounds how many events a usable window holds, which bounds how far a mean over them can move.
 FIXATION_RATE = (1.0, 5.0)
 SACCADE_RATE = (1.0, 5.0)
-BLINK_RATE = (0.1, 1.0)  # spontaneous blinking is 6-30/min; 60/min is a generous ceiling
+BLINK_RATE = (0.1, 2.0)  # spontaneous blinking is 6-30/min; double blinks end 0.2-0.5 s apart
 FIXATION_DURATION_MAX_S = 2.0  # longer I-VT fixations (staring) count as 2 s
 FIXATION_DISPERSION_MAX_DEG = 5.0  # drift + microsaccades stay within ~2 deg; more is pursuit
 SACCADE_AMPLITUDE_MAX_DEG = 30.0  # in headsets gaze shifts beyond ~20 deg recruit the head
@@ -79,6 +79,7 @@ LARGE_SACCADE_DEG = 8.0  # "large" saccades: >= 8 deg
 WORD_SPLIT_DEG = 4.0  # wordbook letters: 8 directions x (amplitude < 4 deg, >= 4 deg)
 WORDBOOK_LETTERS = 16
 WORDBOOK_NS = (1, 2, 3, 4)
+_WORD_STATS = ("distinct", "max", "min", "range", "mean")
 
 Rule = Callable[[float, float], float]  # (window_s, step_s) -> value
 
@@ -213,10 +214,12 @@ def _wordbook(n: int) -> list[Feature]:
     letters (8 directions x 2 amplitude classes); the wordbook counts each distinct n-gram of
     consecutive letters. With S saccades there are S-n+1 n-grams and S <= floor(5*W)+1. In one
     step each entering saccade adds one n-gram and each leaving one removes one (at most m each):
-    ``distinct`` and ``max`` change by at most m (exact). ``min``, ``range``, ``mean`` and
-    ``var`` are over the non-zero entries; when they move by more than the plausible steps given
-    here (an isolated rare n-gram leaving), the mechanism clips the difference. Empty wordbook:
-    all six are 0."""
+    ``distinct`` and ``max`` change by at most m (exact). ``min``, ``range`` and ``mean`` are over
+    the occurring n-grams (Bulling's statistics over all 16^n entries are constant 0 for the
+    minimum and redundant for the mean); when they move by more than the plausible steps given
+    here (a rare n-gram leaving, a new letter in a very repetitive window), the mechanism clips
+    the difference. The variance of the counts is left out: no useful step bound holds for it.
+    Empty wordbook: all five are 0."""
 
     def total(w: float, s: float) -> float:
         return float(max(1, math.floor(SACCADE_RATE[1] * w) + 1 - n + 1))
@@ -241,10 +244,6 @@ def _wordbook(n: int) -> list[Feature]:
                 lambda w, s: 2 * m(w, s)),
         Feature(f"{p}_mean", "count", f"mean count of the occurring {what}s",
                 "<= S_max-n+1; plausible step m (clipped beyond)", _c(0.0), total, m),
-        Feature(f"{p}_var", "count²", f"variance of the counts of the occurring {what}s",
-                "<= (S_max-n+1)²/4; plausible step m·sqrt(S_max) (clipped beyond)", _c(0.0),
-                lambda w, s: total(w, s) ** 2 / 4,
-                lambda w, s: m(w, s) * math.sqrt(total(w, s) + n - 1)),
     ]  # fmt: skip
 
 
@@ -430,6 +429,8 @@ class FeatureExtractor:
             return np.empty((0, len(FEATURES))), np.empty(0)
         ts = block.timestamps
         if self._t0 is None:
+            if not math.isfinite(ts[0]):
+                raise StreamError(f"first gaze timestamp is {ts[0]!r}; timestamps must be finite")
             self._t0 = float(ts[0])
         # Walk the block one step interval at a time so buffers stay bounded for long blocks.
         j = np.floor((ts - self._t0) / self.step_s)
@@ -440,8 +441,9 @@ class FeatureExtractor:
             [0, *cuts.tolist()], [*cuts.tolist(), len(block)], strict=True
         ):  # loop over step intervals
             piece = block.slice(a, b)
+            events = self.detector.push(piece)  # validates the timestamps first
             self._bin_samples(piece)
-            self._add_events(self.detector.push(piece))
+            self._add_events(events)
             self._emit(xs, times)
         if not xs:
             return np.empty((0, len(FEATURES))), np.empty(0)
@@ -595,35 +597,23 @@ def _run_starts(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 def _window_values(ev: FloatArray, w: float) -> dict[str, float]:
     """Event statistics of one window (rows of the event ring); NaN where undefined."""
-    nan = math.nan
+    v = dict.fromkeys(NAMES, math.nan)
     kind = ev[:, _K]
     fix = ev[kind == _FIX]
     sac = ev[kind == _SAC]
     blk = ev[kind == _BLINK]
     nf, ns, nb = len(fix), len(sac), len(blk)
-    v: dict[str, float] = {
-        "fixation_rate": nf / w,
-        "saccade_rate": ns / w,
-        "blink_rate": nb / w,
-        "saccade_fixation_ratio": ns / nf if nf else nan,
-    }
+    v["fixation_rate"], v["saccade_rate"], v["blink_rate"] = nf / w, ns / w, nb / w
     if nf:
         d = fix[:, _DUR]
-        v |= {
-            "fixation_duration_mean": float(d.mean()),
-            "fixation_duration_var": float(d.var()),
-            "fixation_duration_max": float(d.max()),
-            "fixation_dispersion_mean": float(fix[:, _DISP].mean()),
-        }
-    else:
-        v |= dict.fromkeys(
-            ("fixation_duration_mean", "fixation_duration_var", "fixation_duration_max",
-             "fixation_dispersion_mean"), nan
-        )  # fmt: skip
+        v["fixation_duration_mean"] = float(d.mean())
+        v["fixation_duration_var"] = float(d.var())
+        v["fixation_duration_max"] = float(d.max())
+        v["fixation_dispersion_mean"] = float(fix[:, _DISP].mean())
+        v["saccade_fixation_ratio"] = ns / nf
     if ns:
         amp = sac[:, _AMP]
         theta = np.degrees(np.arctan2(sac[:, _DY], sac[:, _DX]))  # (-180, 180], 0 = right
-        sector8 = sac[:, _SYM] % 8
         v |= {
             "saccade_amplitude_mean": float(amp.mean()),
             "saccade_amplitude_var": float(amp.var()),
@@ -637,27 +627,16 @@ def _window_values(ev: FloatArray, w: float) -> dict[str, float]:
             "saccade_up_ratio": float(np.mean((theta > 45) & (theta <= 135))),
             "saccade_left_ratio": float(np.mean((theta > 135) | (theta <= -135))),
             "saccade_down_ratio": float(np.mean((theta > -135) & (theta <= -45))),
-            "saccade_diagonal_ratio": float(np.mean(sector8 % 2 == 1)),
+            "saccade_diagonal_ratio": float(np.mean(sac[:, _SYM] % 2 == 1)),
         }
-    else:
-        v |= dict.fromkeys(
-            ("saccade_amplitude_mean", "saccade_amplitude_var", "saccade_amplitude_max",
-             "saccade_peak_velocity_mean", "saccade_peak_velocity_max", "saccade_duration_mean",
-             "saccade_small_ratio", "saccade_large_ratio", "saccade_right_ratio",
-             "saccade_up_ratio", "saccade_left_ratio", "saccade_down_ratio",
-             "saccade_diagonal_ratio"), nan
-        )  # fmt: skip
     if nb:
-        d = blk[:, _DUR]
-        v |= {"blink_duration_mean": float(d.mean()), "blink_duration_var": float(d.var())}
-    else:
-        v |= {"blink_duration_mean": nan, "blink_duration_var": nan}
+        v["blink_duration_mean"] = float(blk[:, _DUR].mean())
+        v["blink_duration_var"] = float(blk[:, _DUR].var())
     sym = sac[:, _SYM].astype(np.int64)
     for n in WORDBOOK_NS:
         p = f"wordbook{n}"
-        if ns < n:
-            v |= dict.fromkeys((f"{p}_distinct", f"{p}_max", f"{p}_min", f"{p}_range",
-                                f"{p}_mean", f"{p}_var"), 0.0)  # fmt: skip
+        if ns < n:  # an empty wordbook is defined: all its statistics are 0
+            v |= dict.fromkeys((f"{p}_{stat}" for stat in _WORD_STATS), 0.0)
             continue
         codes = np.zeros(ns - n + 1, dtype=np.int64)
         for j in range(n):  # n-gram code: base-16 digits of consecutive letters
@@ -670,7 +649,6 @@ def _window_values(ev: FloatArray, w: float) -> dict[str, float]:
             f"{p}_min": float(c.min()),
             f"{p}_range": float(c.max() - c.min()),
             f"{p}_mean": float(c.mean()),
-            f"{p}_var": float(c.var()),
         }
     return v
 
