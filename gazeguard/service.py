@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gazeguard.broker import EmbeddedBroker
 from gazeguard.chunking import Chunk
@@ -48,6 +48,7 @@ from gazeguard.publish import Publisher
 from gazeguard.simulate import SimulatedHeadset
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: In ``source = "auto"`` with nothing configured, wait this long for a real headset, s.
 AUTO_RESOLVE_S = 2.0
@@ -338,7 +339,7 @@ def run_run(args: argparse.Namespace) -> int:
             ),
         )
 
-    summary = _run_loop(main())
+    summary = run_loop(main())
     s = summary.stats
     remaining = "no cap" if summary.remaining is None else f"{summary.remaining:.6g} remaining"
     print(  # noqa: T201
@@ -351,7 +352,7 @@ def run_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_loop(coro: Coroutine[Any, Any, RunSummary]) -> RunSummary:
+def run_loop(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run ``coro`` on uvloop (the plain asyncio loop where uvloop is unavailable)."""
     try:
         import uvloop  # noqa: PLC0415
