@@ -29,7 +29,7 @@ from gazeguard.chunking import Chunk
 from gazeguard.config import Settings
 from gazeguard.message import ChunkMessage, StatusMessage
 from gazeguard.pipeline import Pipeline, ReleasedChunk
-from gazeguard.service import run_loop, add_settings_arguments, serve, settings_from_args
+from gazeguard.service import add_settings_arguments, run_loop, serve, settings_from_args
 
 SPARK = "▁▂▃▄▅▆▇█"
 SHOWN = ("fixation_rate", "saccade_amplitude_mean", "pupil_mean", "blink_rate")
