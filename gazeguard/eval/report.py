@@ -311,7 +311,8 @@ def _accuracy_figure(
             if c == 0:
                 ax.set_ylabel("accuracy")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
+    if handles:
+        fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.suptitle(f"{result['dataset']}: {title}")
     fig.tight_layout(rect=(0, 0, 0.9, 0.96))
     fig.savefig(path, dpi=90)
@@ -337,7 +338,8 @@ def _utility_figure(result: Result, path: Path) -> Path:
     axes[0].set_title("utility (paper eq. 6; higher is better)")
     axes[1].set(xscale="log", xlabel="ε per feature per chunk", ylabel="RMSE / public range")
     axes[1].set_title("error relative to the public range (lower is better)")
-    axes[1].legend(fontsize=7, ncol=2)
+    if axes[1].get_legend_handles_labels()[0]:
+        axes[1].legend(fontsize=7, ncol=2)
     fig.suptitle(f"{result['dataset']}: utility vs ε")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
