@@ -59,6 +59,8 @@ class ReleasedChunk:
         topic: where the publisher sends them.
         outbox_id: position in the ledger outbox.
         state: the session's ledger state right after the charge.
+        completed_at: ``time.perf_counter()`` when the chunk's last feature vector existed, s.
+        charged_at: ``time.perf_counter()`` when its charge had committed, s.
     """
 
     message: ChunkMessage
@@ -66,6 +68,8 @@ class ReleasedChunk:
     topic: str
     outbox_id: int
     state: LedgerState
+    completed_at: float
+    charged_at: float
 
 
 @dataclass(slots=True)
@@ -195,8 +199,9 @@ class Pipeline:
         X, t = self.extractor.push(block)
         self.stats.steps += len(t)
         released: list[ReleasedChunk] = []
+        completed_at = time.perf_counter()
         for chunk in self.chunker.add(X, t):
-            out = self._release(chunk)
+            out = self._release(chunk, completed_at)
             if out is not None:
                 released.append(out)
         return released
@@ -214,7 +219,7 @@ class Pipeline:
             )
         return dropped
 
-    def _release(self, chunk: Chunk) -> ReleasedChunk | None:
+    def _release(self, chunk: Chunk, completed_at: float) -> ReleasedChunk | None:
         raw = chunk.values[self._index]
         try:
             values = self.mechanism.release(raw)
@@ -261,7 +266,15 @@ class Pipeline:
                 log.exception("session %r: could not record the dropped chunk", self.session)
             return None
         message, body = built[-1]
-        out = ReleasedChunk(message, body, self.topic, charge.outbox_id, charge.state)
+        out = ReleasedChunk(
+            message,
+            body,
+            self.topic,
+            charge.outbox_id,
+            charge.state,
+            completed_at,
+            time.perf_counter(),
+        )
         self.stats.released += 1
         self.stats.state = "running"
         if self.tap is not None:
