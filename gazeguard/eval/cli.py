@@ -208,7 +208,9 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     )
     o = parser.add_argument_group("running and output")
     o.add_argument("--out", type=Path, default=Path("gazeguard-eval"), help="output directory")
-    o.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    o.add_argument(
+        "--jobs", type=int, help="worker processes, one configuration each (default 1; quick 2)"
+    )
 
 
 def _mechanisms(text: str | None, quick: bool) -> list[MechanismSpec]:
@@ -245,7 +247,7 @@ def run_eval(args: argparse.Namespace) -> int:
         settings=settings,
         window_s=args.window,
         step_s=args.step,
-        jobs=args.jobs,
+        jobs=args.jobs or (2 if quick else 1),
         cache_dir=None if args.no_cache else args.cache_dir,
         tolerance=args.tolerance,
     )
