@@ -116,12 +116,10 @@ class Feature:
     behaviour: bool = True  # False: data-quality feature, computed even in low-quality windows
 
     def bounds(self, window_s: float = 30.0, step_s: float = 0.5) -> tuple[float, float, float]:
-        """``(lo, hi, max_step)`` for a window of ``window_s`` s advanced by ``step_s`` s."""
-        return (
-            self.lo_rule(window_s, step_s),
-            self.hi_rule(window_s, step_s),
-            self.step_rule(window_s, step_s),
-        )
+        """``(lo, hi, max_step)`` for a window of ``window_s`` s advanced by ``step_s`` s; no step
+        exceeds the range."""
+        lo, hi = self.lo_rule(window_s, step_s), self.hi_rule(window_s, step_s)
+        return lo, hi, min(self.step_rule(window_s, step_s), hi - lo)
 
     @property
     def lo(self) -> float:
@@ -450,11 +448,20 @@ class FeatureExtractor:
         return np.vstack(xs), np.array(times)
 
     # --- sample bins ---------------------------------------------------------------------------
+    def _edge(self, j: float, sub: bool = False) -> float:
+        """Bin edge: start of step interval ``j`` (+ r for its second half). Window k spans
+        ``[edge(k), edge(k + q, sub=True))``; samples and events are compared against these
+        same floats, so nothing at an edge can fall into two windows or none."""
+        assert self._t0 is not None
+        return self._t0 + j * self.step_s + (self._r if sub else 0.0)
+
     def _bin_ids(self, ts: FloatArray) -> npt.NDArray[np.int64]:
         assert self._t0 is not None
-        u = ts - self._t0
-        j = np.floor(u / self.step_s)
-        sub = (u - j * self.step_s) >= self._r  # False: the first r s of the interval
+        t0, s = self._t0, self.step_s
+        j = np.floor((ts - t0) / s)
+        j -= ts < t0 + j * s  # the division may round across an edge: compare with the edge
+        j += ts >= t0 + (j + 1) * s
+        sub = ts >= t0 + j * s + self._r  # False: the first r s of the interval
         return (2 * j + sub).astype(np.int64)
 
     def _bin_samples(self, piece: GazeSamples) -> None:
@@ -542,8 +549,8 @@ class FeatureExtractor:
         if t_done is None or self._t0 is None:
             return
         while True:
-            start = self._t0 + self._k * self.step_s
-            end = start + self.window_s
+            start = self._edge(self._k)
+            end = self._edge(self._k + self._q, sub=True)
             if t_done < end:
                 return
             xs.append(self._vector(start, end)[None, :])
