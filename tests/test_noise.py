@@ -41,11 +41,13 @@ def chi2_against_pmf(draws: IntArray, t: float) -> float:
     return float(stats.chisquare(observed[keep], expected[keep]).pvalue)
 
 
+@pytest.mark.parametrize("stage_length", [11.0, 1.0])
 @pytest.mark.parametrize("t", [1.0, 1.7, 3.7, 12.5])
-def test_sampler_matches_the_exact_discrete_laplace(t: float) -> None:
-    """Small t exercises every branch: rejection of (−, 0) is frequent at t = 1 and the stage
-    restart (E beyond K/t) happens for about 1.8% of the draws."""
-    draws = DiscreteLaplace(np.full(200_000, t)).sample(InsecureSeededRandom(1))
+def test_sampler_matches_the_exact_discrete_laplace(t: float, stage_length: float) -> None:
+    """Small t makes the rejection of (−, 0) frequent; stages of length 1 make the restart
+    (E beyond the stage, J += 1) happen for 37% of the draws instead of 0.002%."""
+    sampler = DiscreteLaplace(np.full(200_000, t), stage_length=stage_length)
+    draws = sampler.sample(InsecureSeededRandom(1))
     assert draws.dtype == np.int64
     assert chi2_against_pmf(draws, t) > 1e-3
     assert abs(float(np.mean(draws))) < 6 * math.sqrt(2) * t / math.sqrt(draws.size) + 0.01
@@ -93,6 +95,12 @@ def test_per_draw_parameters_and_shapes() -> None:
 def test_sampler_refuses_parameters_outside_its_analysis(bad: float) -> None:
     with pytest.raises(ConfigError, match="'t'"):
         DiscreteLaplace(np.array([bad]))
+
+
+@pytest.mark.parametrize("bad", [0.4, 12.5, math.nan])
+def test_sampler_refuses_stages_outside_its_analysis(bad: float) -> None:
+    with pytest.raises(ConfigError, match="'stage_length'"):
+        DiscreteLaplace(np.array([2.0]), stage_length=bad)
 
 
 def test_sources() -> None:

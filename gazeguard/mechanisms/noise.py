@@ -21,8 +21,8 @@ The grid and its cost, charged honestly (:func:`calibrate`)
     * Discrete Laplace with parameter ``t`` on integers is ``(‖u − u'‖₁/t)``-DP, so with
       ``λ = t·γ`` the loss is ``(Δ1 + 2mγ)/λ``.
     * Our sampler is exact up to floating-point error in ``log`` and in the 64-bit uniforms; we
-      bound the relative error of every integer's probability by ``ETA = 2^-22`` (derivation in
-      :class:`DiscreteLaplace`), which adds at most ``ln((1+ETA)/(1−ETA)) ≈ 4.8e-7`` per
+      bound the relative error of every integer's probability by ``ETA = 2^-21`` (derivation in
+      :class:`DiscreteLaplace`), which adds at most ``ln((1+ETA)/(1−ETA)) ≈ 9.5e-7`` per
       coordinate to the privacy loss.
     * Hence ``λ = (Δ1 + 2mγ) / (ε − m·ln((1+ETA)/(1−ETA)))``: slightly larger than the ideal
       ``Δ1/ε``; the stated ε is the true bound. ``γ`` is the largest power of two ``≤ λ·2^-20``
@@ -52,16 +52,17 @@ from gazeguard.errors import ConfigError
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 #: Bound on the relative error of the probability of any single integer under our sampler.
-ETA = 2.0**-22
+ETA = 2.0**-21
 #: Privacy loss added per noised coordinate by the sampler's inexactness, ``ln((1+η)/(1−η))``.
 SAMPLER_LOSS_PER_COORDINATE = math.log((1.0 + ETA) / (1.0 - ETA))
 #: ``log2`` of the target ratio noise scale / grid (``t ≈ 2^20``).
 GRID_LOG2_BELOW_SCALE = 20
 #: The sampler's error analysis holds for ``1 ≤ t < T_MAX``.
-T_MAX = 2.0**23
+T_MAX = 2.0**22
+#: Stage length of the geometric sampler in units of E ~ Exp(1) (see :class:`DiscreteLaplace`).
+STAGE_LENGTH = 11.0
 #: Below this ``t`` the grid is too coarse for the noise to be Laplace-like; refused.
 T_MIN = 2.0**10
 
@@ -127,14 +128,14 @@ _TOP_BIT = np.uint64(1 << 63)
 _LOW_BITS = np.uint64((1 << 63) - 1)
 
 
-def _uniforms_and_signs(source: RandomSource, n: int) -> tuple[FloatArray, BoolArray]:
-    """``n`` uniforms in (0, 1] from 63 random bits each, and ``n`` fair sign bits (the 64th)."""
+def _uniforms(source: RandomSource, n: int) -> tuple[FloatArray, npt.NDArray[np.uint64]]:
+    """``n`` uniforms in (0, 1) from the low 63 bits of ``n`` random words, and the words (their
+    top bit is an independent fair sign)."""
     words = np.frombuffer(source.bytes(8 * n), dtype="<u8")
-    negative = words >= _TOP_BIT
     u = np.bitwise_and(words, _LOW_BITS).astype(np.float64)
     u += 0.5
     u *= 2.0**-63
-    return u, negative
+    return u, words
 
 
 class DiscreteLaplace:
@@ -143,42 +144,50 @@ class DiscreteLaplace:
 
     Construction
         ``Z = ±G`` with a fair sign, rejecting (−, 0) so that zero is not counted twice; ``G`` is
-        geometric, ``P(G ≥ g) = e^{−g/t}``. We draw ``G = ⌊t·E⌋`` for ``E ~ Exp(1)``, in stages
-        of length ``c = K/t`` with ``K = 2^(⌈log2 t⌉+2)`` (so ``c ∈ [4, 8)``): a uniform ``U``
-        with ``U ≥ e^{−c}`` gives ``G = K·J + min(⌊−t·log U⌋, K−1)``; ``U < e^{−c}`` (probability
-        ``≤ e^{−4}``) means ``E > c`` and, by memorylessness, restarts with ``J += 1``. The stage
-        offset ``K·J`` is exact integer arithmetic, so precision never degrades in the tail.
+        geometric, ``P(G ≥ g) = e^{−g/t}``. We draw ``G = ⌊t·E⌋`` for ``E ~ Exp(1)`` in stages
+        of length ``c = K/t`` with the integer ``K = ⌈11·t⌉`` (so ``c ∈ [11, 12]``): for a
+        uniform ``U ≥ e^{−c}``, ``G = K·J + ⌊−t·log U⌋``; ``U < e^{−c}`` (probability
+        ``≤ e^{−11} ≈ 1.7e-5``, so about one chunk in 75 of 780 draws) means ``E > c`` and, by
+        memorylessness, restarts with ``J += 1``. The offset ``K·J`` is exact integer arithmetic,
+        so precision never degrades in the tail. One 64-bit word per draw: 63 bits for ``U``, the
+        top bit for the sign.
 
-    Error analysis (relative error of any integer's probability, for ``1 ≤ t < 2^23``)
-        * Granularity: ``U = fl(w + ½)·2^-63`` for a uniform 63-bit word ``w`` (the 64th bit is
-          the sign); ``U`` is monotone in ``w`` and within half an ulp (relative ``2^-53``) of
-          ``(w + ½)·2^-63``. The ``U``-interval of one integer in a stage has length
-          ``ℓ ≥ e^{−8}/(2t)``, so the number of words landing in it is ``ℓ·2^63`` up to
-          ``±2(2^10 + e^8)``: relative ``≤ 2^-26``.
-        * Rounding: ``t·(−log U) < K ≤ 8t`` is computed with absolute error ``≤ t·2^-47.7``
-          (up to four ulps of numpy's ``log``, half an ulp of the product), which shifts each
-          integer's end points by that much; the density varies by ``e^{1/t}`` across one
-          integer, so the relative mass error is ``≤ 2^-23.7`` (``< 2^-35`` for ``t < 2^10``).
-        * Stages: the continuation probability ``e^{−c}`` is realised up to relative ``2^-49.5``
-          per stage, ``≤ 2^-29.5`` over ``J ≤ 2^20`` stages; ``J > 2^20`` has probability
-          ``< e^{−4·2^20}``, which is zero in double precision, so no δ term arises in practice.
-        * Hence ``η_G ≤ 2^-23.4`` for ``G``; the sign is an exact fair bit and the rejection
-          normaliser adds at most another ``η_G``, so every probability of ``Z`` is within
-          relative :data:`ETA` ``= 2^-22`` of the exact discrete Laplace.
+    Error analysis (relative error of any integer's probability, for ``1 ≤ t < 2^22``)
+        * Granularity: ``U = fl(w + ½)·2^-63`` for a uniform 63-bit word ``w``; ``U`` is monotone
+          in ``w`` and within relative ``2^-53`` of ``(w + ½)·2^-63``. The ``U``-interval of one
+          integer has length ``ℓ ≥ U/(2t)`` with ``U ≥ e^{−12}``; it holds ``ℓ·2^63`` words up to
+          ``±2(2^10·U + 1)``: relative ``≤ 2^-31 + 4t·e^{12}·2^-63 ≤ 2^-24.1``.
+        * Rounding: ``t·(−log U) < K < 2^25.5`` is computed with absolute error
+          ``≤ t·2^-47 + 2^-28 ≤ 2^-24.8`` (four ulps of numpy's ``log``, half an ulp of the
+          product). That moves each integer's end points (and the stage boundary, which is
+          ``fl(e^{−K/t})``, another ``t·2^-51``) by at most that much; the density varies by
+          ``e^{1/t}`` over one integer, so the relative mass error is ``≤ 2^-23.7``. A draw at
+          the very end of a stage may round up to ``K``, the first integer of the next stage:
+          that is the same boundary shift, not an error of its own.
+        * Stages: the continuation probability is realised up to relative ``2^-46`` per stage,
+          ``≤ 2^-36`` over ``J ≤ 2^10`` stages; ``J > 2^10`` has probability ``< e^{−11264}``,
+          zero in double precision, so no δ term arises in practice.
+        * Hence ``η_G ≤ 2^-22.9`` for ``G``; the sign is an exact fair bit and the rejection
+          normaliser adds at most another ``η_G``: every probability of ``Z`` is within relative
+          :data:`ETA` ``= 2^-21`` of the exact discrete Laplace (``2^-22.3`` for the
+          ``t < 2^21`` that the mechanisms use).
     """
 
-    def __init__(self, t: npt.ArrayLike) -> None:
+    def __init__(self, t: npt.ArrayLike, stage_length: float = STAGE_LENGTH) -> None:
+        """``t``: parameters (any shape); ``stage_length``: ``c`` in [0.5, 12], shorter stages
+        restart more often (tests use 1 to exercise the restart path)."""
+        if not 0.5 <= stage_length <= 12.0:
+            raise ConfigError("stage_length", stage_length, "must lie in [0.5, 12]")
         t_arr = np.asarray(t, dtype=np.float64)
         if not np.all(np.isfinite(t_arr)) or np.any(t_arr < 1.0) or np.any(t_arr >= T_MAX):
             raise ConfigError(
-                "t", t, f"the discrete Laplace parameter must lie in [1, 2^23) (got {t_arr!r})"
+                "t", t, f"the discrete Laplace parameter must lie in [1, 2^22) (got {t_arr!r})"
             )
         self.shape: tuple[int, ...] = t_arr.shape
         self._t = np.ascontiguousarray(t_arr.reshape(-1))
-        self._K = 2.0 ** (np.ceil(np.log2(self._t)) + 2.0)
-        self._thr = np.exp(-self._K / self._t)
         self._neg_t = -self._t
-        self._K_1 = self._K - 1.0
+        self._K = np.ceil(stage_length * self._t)
+        self._thr = np.exp(-self._K / self._t)
         self._thr_max = float(self._thr.max()) if self._t.size else 0.0
 
     @property
@@ -193,9 +202,9 @@ class DiscreteLaplace:
     def sample_float(self, source: RandomSource) -> FloatArray:
         """One draw per parameter as integer-valued float64 of shape :attr:`shape`.
 
-        Exact: every value is below 2^47 (outside an event of probability < e^{−4·2^20}), so it
-        adds to other integers in float64 without rounding. The hot path: about 14 numpy
-        operations on the whole chunk.
+        Exact: every value is below 2^40 (outside an event of probability < e^{−11264}), so it
+        adds to other integers in float64 without rounding. The hot path: about ten numpy
+        operations on the whole chunk and one ``os.urandom`` call.
         """
         if not self._t.size:
             return np.zeros(self.shape)
@@ -204,41 +213,41 @@ class DiscreteLaplace:
     def _draw(self, source: RandomSource, idx: npt.NDArray[np.intp] | None) -> FloatArray:
         """Discrete Laplace draws for all parameters (``idx`` None) or the flat indices ``idx``."""
         if idx is None:
-            neg_t, k_1, thr, thr_max = self._neg_t, self._K_1, self._thr, self._thr_max
+            neg_t, thr, thr_max = self._neg_t, self._thr, self._thr_max
         else:
-            neg_t, k_1, thr = self._neg_t[idx], self._K_1[idx], self._thr[idx]
+            neg_t, thr = self._neg_t[idx], self._thr[idx]
             thr_max = float(thr.max())
-        u, negative = _uniforms_and_signs(source, neg_t.size)
+        u, words = _uniforms(source, neg_t.size)
         g = np.log(u)
         g *= neg_t
         np.floor(g, out=g)
-        np.minimum(g, k_1, out=g)  # rounding at the stage boundary
-        if u.min() < thr_max:  # some E beyond the first stage (probability ≤ e^-4 per draw)
+        if u.min() < thr_max:  # some E beyond the first stage (probability ≤ e^-11 per draw)
             more = np.flatnonzero(u < thr)
             if more.size:
                 sub = more if idx is None else idx[more]
                 g[more] = self._K[sub] + self._geometric_tail(source, sub)
+        # The word's top bit is the sign: viewing the word as a double puts that bit in the sign
+        # position, and copysign reads nothing else.
+        np.copysign(g, words.view(np.float64), out=g)
         if np.count_nonzero(g) < g.size:  # reject (−, 0): zero must not be counted twice
-            redo = np.flatnonzero((g == 0) & negative)
+            redo = np.flatnonzero((g == 0) & np.signbit(g))
             if redo.size:
-                negative[redo] = False
                 g[redo] = self._draw(source, redo if idx is None else idx[redo])
-        np.negative(g, out=g, where=negative)
         return g
 
     def _geometric_tail(self, source: RandomSource, idx: npt.NDArray[np.intp]) -> FloatArray:
         """``G`` (integer-valued float) for the flat parameter indices ``idx``: stages until one
         ends inside (memorylessness of the exponential), ``G = K·J + ⌊t·E'⌋``."""
-        t, K, thr = self._t[idx], self._K[idx], self._thr[idx]
+        neg_t, K, thr = self._neg_t[idx], self._K[idx], self._thr[idx]
         g = np.zeros(idx.size)
         offset = np.zeros(idx.size)
         todo = np.arange(idx.size)
         while todo.size:
-            u, _ = _uniforms_and_signs(source, todo.size)
-            g[todo] = np.minimum(np.floor(-np.log(u) * t[todo]), K[todo] - 1.0)
-            again = u < thr[todo]
-            offset[todo[again]] += K[todo[again]]
-            todo = todo[again]
+            u, _ = _uniforms(source, todo.size)
+            g[todo] = np.floor(np.log(u) * neg_t[todo])
+            again = todo[u < thr[todo]]
+            offset[again] += K[again]
+            todo = again
         return offset + g
 
 
