@@ -423,18 +423,21 @@ def test_prior_cli_writes_and_shows(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_plans_are_built_once_and_reused() -> None:
-    before = len(tr_mod._PLANS)
     mech = make_mechanism("cfpa", n=128, k=3, epsilon=1.0, bounds=Bounds(0.0, 1.0), n_features=13)
-    mid = len(tr_mod._PLANS)
-    assert mid <= before + 1
+    built = tr_mod.plans_built
     for _ in range(5):
         mech.release(np.zeros((13, 128)))
-    assert len(tr_mod._PLANS) == mid
     twin = make_mechanism(
         "dcfpa", n=128, k=5, epsilon=2.0, bounds=Bounds(0.0, 1.0, 0.1), n_features=13
     )
     twin.release(np.zeros((13, 128)))
-    assert len(tr_mod._PLANS) == mid  # same (F, n, transform): the same plans and buffers
+    assert tr_mod.plans_built == built  # no planning in release; same shape, same plans
+    # A mechanism whose F is only known at its first release plans then, once.
+    lazy = make_mechanism("cfpa", n=64, k=2, epsilon=1.0, bounds=Bounds(0.0, 1.0))
+    lazy.release(np.zeros((11, 64)))
+    after_first = tr_mod.plans_built
+    lazy.release(np.zeros((11, 64)))
+    assert tr_mod.plans_built == after_first
 
 
 def test_wisdom_round_trip(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import base64
 import json
 import math
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -71,7 +72,10 @@ class _Plans:
 
     def __init__(self, n_features: int, n: int, transform: TransformName) -> None:
         shape = (n_features, n)
-        effort = "FFTW_MEASURE" if n <= 1024 and n_features * n <= 2**18 else "FFTW_ESTIMATE"
+        # Chunk shapes (powers of two) get measured plans; odd whole-recording lengths (FPA,
+        # offline) and large batches are planned by estimate, which takes microseconds.
+        measure = n & (n - 1) == 0 and n <= 1024 and n_features * n <= 2**18
+        effort = "FFTW_MEASURE" if measure else "FFTW_ESTIMATE"
         self.lock = threading.Lock()
         self.time_in = pyfftw.empty_aligned(shape, dtype=np.float64)
         self.time_out = pyfftw.empty_aligned(shape, dtype=np.float64)
@@ -107,16 +111,28 @@ class _Plans:
             buf[...] = 0
 
 
-_PLANS: dict[tuple[int, int, str], _Plans] = {}
+#: Plans by (F, n, transform), least recently used first. Mechanisms keep references to their
+#: own plans, so evicting an entry never breaks a live mechanism; it only bounds the memory an
+#: offline evaluation over many recording lengths can pin.
+_PLANS: OrderedDict[tuple[int, int, str], _Plans] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
+MAX_CACHED_PLANS = 64
+#: How many plan pairs this process has built (tests check that releases build none).
+plans_built = 0
 
 
 def _plans_for(n_features: int, n: int, transform: TransformName) -> _Plans:
+    global plans_built  # noqa: PLW0603 - a process-wide counter is the point
     key = (n_features, n, transform)
     with _PLANS_LOCK:
         plans = _PLANS.get(key)
         if plans is None:
             plans = _PLANS[key] = _Plans(n_features, n, transform)
+            plans_built += 1
+            if len(_PLANS) > MAX_CACHED_PLANS:
+                _PLANS.popitem(last=False)
+        else:
+            _PLANS.move_to_end(key)
         return plans
 
 
