@@ -24,9 +24,10 @@ Per sample (all vectorised with shifted slices and masks; Python loops run over 
 4. **Runs** of one class, also split at every time gap, become events when the next run starts:
 
    - fixation candidate lasting at least ``min_fixation_s`` → ``FIXATION``, else ``UNDEFINED``;
-   - saccade candidate directly between two fixation-candidate runs with no gap → ``SACCADE``
-     (amplitude from the last sample before to the first sample after the run); a fast run that
-     touches invalid data or a gap (e.g. eyelid artefacts at a blink) → ``UNDEFINED``;
+   - saccade candidate lasting at least ``min_saccade_s``, directly between two
+     fixation-candidate runs with no gap → ``SACCADE`` (amplitude from the last sample before to
+     the first sample after the run); a shorter one (a noise blip) or one that touches invalid
+     data or a gap (e.g. eyelid artefacts at a blink) → ``UNDEFINED``;
    - invalid run between valid samples, with no gap, lasting ``min_blink_s..max_blink_s`` →
      ``BLINK``; shorter, longer or gap-adjacent invalid runs → ``LOSS`` (data loss, not a blink);
    - runs of undefined velocity → ``UNDEFINED``.
@@ -215,6 +216,7 @@ class EventDetector:
     Args:
         velocity_threshold_deg_s: saccade threshold on angular velocity, deg/s (default 30).
         min_fixation_s: shorter fixation candidates become UNDEFINED, s.
+        min_saccade_s: shorter saccade candidates (noise blips) become UNDEFINED, s.
         min_blink_s, max_blink_s: invalid runs of this duration are blinks; others are LOSS, s.
         velocity_halfwidth_s: velocity smoothing half-width, s (h samples each side, h >= 1).
         sampling_rate_hz: nominal rate; None: estimated from the first 17 samples.
