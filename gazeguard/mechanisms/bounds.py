@@ -37,7 +37,7 @@ def _as_vector(name: str, value: ArrayLike | None) -> FloatArray | None:
     return arr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays have no single truth value: compare fields instead
 class Bounds:
     """Declared public bounds of F features.
 

@@ -353,9 +353,7 @@ class Mechanism:
 
     def _synthesize(self, p: _Prepared, c: FloatArray) -> FloatArray:
         """Post-processing: (F, m) coefficients → (F, n) signal, cumulative sum, + lo, clip."""
-        y = p.transform.synthesize(c)
-        if self._difference:
-            np.cumsum(y, axis=1, out=y)
+        y = p.transform.synthesize(c, cumulative=self._difference)
         y += p.lo
         np.maximum(y, p.lo, out=y)
         np.minimum(y, p.hi, out=y)

@@ -148,8 +148,8 @@ class CoefficientTransform(Protocol):
         """(F, n) signal → new (F, m) array of kept orthonormal coefficients."""
         ...
 
-    def synthesize(self, c: FloatArray) -> FloatArray:
-        """(F, m) kept coefficients (the rest zero) → new (F, n) signal."""
+    def synthesize(self, c: FloatArray, *, cumulative: bool = False) -> FloatArray:
+        """(F, m) kept coefficients (the rest zero) → new (F, n) signal (or its row cumsum)."""
         ...
 
 
@@ -203,8 +203,9 @@ class OrthonormalTransform:
             np.multiply(spec[:, lo : lo + m - 1], self._w_fwd, out=out[:, 1:])
         return out
 
-    def synthesize(self, c: FloatArray) -> FloatArray:
-        """Signal (F, n) whose coefficients are ``c`` (F, m) followed by zeros."""
+    def synthesize(self, c: FloatArray, *, cumulative: bool = False) -> FloatArray:
+        """Signal (F, n) whose coefficients are ``c`` (F, m) followed by zeros; with
+        ``cumulative``, its cumulative sum along each row (taken straight from FFTW's buffer)."""
         p, m = self._plans, self.m
         with p.lock:
             spec = p.freq_in.view(np.float64) if self.name == "dft" else p.freq_in
@@ -214,7 +215,7 @@ class OrthonormalTransform:
             np.multiply(c[:, 1:], self._w_inv, out=spec[:, lo : lo + m - 1])
             spec[:, lo + m - 1 :] = 0.0  # c2r and REDFT01 may destroy their input: rewrite all
             p.inverse.execute()
-            out: FloatArray = p.time_out.copy()
+            out: FloatArray = np.cumsum(p.time_out, axis=1) if cumulative else p.time_out.copy()
         return out
 
 
@@ -232,9 +233,9 @@ class IdentityTransform:
         """A copy of ``s``."""
         return np.array(s, dtype=np.float64, copy=True)
 
-    def synthesize(self, c: FloatArray) -> FloatArray:
-        """A copy of ``c``."""
-        return np.array(c, dtype=np.float64, copy=True)
+    def synthesize(self, c: FloatArray, *, cumulative: bool = False) -> FloatArray:
+        """A copy of ``c`` (its cumulative sum with ``cumulative``)."""
+        return np.cumsum(c, axis=1) if cumulative else np.array(c, dtype=np.float64, copy=True)
 
 
 def _check_2d(name: str, a: npt.ArrayLike) -> FloatArray:
