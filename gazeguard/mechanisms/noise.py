@@ -154,9 +154,10 @@ class DiscreteLaplace:
 
     Error analysis (relative error of any integer's probability, for ``1 ≤ t < 2^22``)
         * Granularity: ``U = fl(w + ½)·2^-63`` for a uniform 63-bit word ``w``; ``U`` is monotone
-          in ``w`` and within relative ``2^-53`` of ``(w + ½)·2^-63``. The ``U``-interval of one
-          integer has length ``ℓ ≥ U/(2t)`` with ``U ≥ e^{−12}``; it holds ``ℓ·2^63`` words up to
-          ``±2(2^10·U + 1)``: relative ``≤ 2^-31 + 4t·e^{12}·2^-63 ≤ 2^-24.1``.
+          in ``w`` and within relative ``2^-53`` of ``(w + ½)·2^-63``. The ``U``-interval
+          ``(e^{−(r+1)/t}, e^{−r/t}]`` of one integer has length ``ℓ ≥ U/(2t)`` (``U`` its upper
+          end, ``U ≥ e^{−c}``, ``c ≤ 11 + 1/t``); it holds ``ℓ·2^63`` words up to
+          ``±2(2^10·U + 1)``: relative ``≤ 2^12·t·2^-63 + 4t·e^c·2^-63 ≤ 2^-23.0``.
         * Rounding: ``t·(−log U) < K < 2^25.5`` is computed with absolute error
           ``≤ t·2^-47 + 2^-28 ≤ 2^-24.8`` (four ulps of numpy's ``log``, half an ulp of the
           product). That moves each integer's end points (and the stage boundary, which is
@@ -167,10 +168,10 @@ class DiscreteLaplace:
         * Stages: the continuation probability is realised up to relative ``2^-46`` per stage,
           ``≤ 2^-36`` over ``J ≤ 2^10`` stages; ``J > 2^10`` has probability ``< e^{−11264}``,
           zero in double precision, so no δ term arises in practice.
-        * Hence ``η_G ≤ 2^-22.9`` for ``G``; the sign is an exact fair bit and the rejection
+        * Hence ``η_G ≤ 2^-22.3`` for ``G``; the sign is an exact fair bit and the rejection
           normaliser adds at most another ``η_G``: every probability of ``Z`` is within relative
-          :data:`ETA` ``= 2^-21`` of the exact discrete Laplace (``2^-22.3`` for the
-          ``t < 2^21`` that the mechanisms use).
+          :data:`ETA` ``= 2^-21`` of the exact discrete Laplace (``2^-22.4`` for the
+          ``t < 2^21`` that the mechanisms normally use).
     """
 
     def __init__(self, t: npt.ArrayLike, stage_length: float = STAGE_LENGTH) -> None:
