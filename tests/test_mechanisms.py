@@ -101,15 +101,20 @@ def orthonormal_dft_coefficients(s: FloatArray, k: int) -> FloatArray:
     return out
 
 
-@pytest.mark.parametrize("transform", ["dft", "dct"])
-def test_noise_on_kept_coefficients_has_the_reported_scale(transform: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "transform"), [("cfpa", "dft"), ("cfpa", "dct"), ("dcfpa", "dft")]
+)
+def test_noise_on_kept_coefficients_has_the_reported_scale(name: str, transform: str) -> None:
     n, k, f = 32, 4, 400
     rng = np.random.default_rng(4)
     x = rng.uniform(LO, HI, (f, n))
     mech = make_mechanism(
-        "cfpa", n=n, k=k, epsilon=2.0, bounds=Bounds(LO, HI), transform=transform, seed=11
+        name, n=n, k=k, epsilon=2.0, bounds=Bounds(LO, HI, STEP), transform=transform, seed=11
     )
     s = x - LO
+    if name == "dcfpa":
+        s = np.diff(s, axis=1, prepend=0.0)
+        s[:, 1:] = np.clip(s[:, 1:], -STEP, STEP)
     exact = (
         orthonormal_dft_coefficients(s, k)
         if transform == "dft"
