@@ -330,22 +330,29 @@ class Mechanism:
 
     def _analyze(self, p: _Prepared, x: FloatArray) -> FloatArray:
         """Clip, shift by lo (DCFPA: clipped difference chunk), project: (F, n) → (F, m)."""
-        s = np.maximum(x, p.lo)
-        np.minimum(s, p.hi, out=s)
-        s -= p.lo
-        if self._difference:
-            d = np.empty_like(s)
-            d[:, 0] = s[:, 0]
+        if not self._difference:
+
+            def fill(s: FloatArray) -> None:  # s = clip(x, lo, hi) − lo, written in place
+                np.maximum(x, p.lo, out=s)
+                np.minimum(s, p.hi, out=s)
+                s -= p.lo
+
+            return p.transform.analyze_with(fill)
+
+        def fill_difference(d: FloatArray) -> None:  # D_1 = x_1 − lo, D_t = clip(Δx_t, ±d)
+            clipped = np.maximum(x, p.lo)
+            np.minimum(clipped, p.hi, out=clipped)
             steps = d[:, 1:]
-            np.subtract(s[:, 1:], s[:, :-1], out=steps)
+            np.subtract(clipped[:, 1:], clipped[:, :-1], out=steps)
+            np.subtract(clipped[:, 0], p.lo[:, 0], out=d[:, 0])
             np.maximum(steps, p.neg_step, out=steps)
             np.minimum(steps, p.step, out=steps)
-            s = d
-        return p.transform.analyze(s)
+
+        return p.transform.analyze_with(fill_difference)
 
     def _perturb(self, p: _Prepared, c: FloatArray) -> FloatArray:
         """The private step: coefficients → integers on the grid + discrete Laplace, × γ."""
-        v = c * p.inv_grid  # exact: γ is a power of two
+        v = np.multiply(c, p.inv_grid, out=c)  # exact: γ is a power of two
         np.rint(v, out=v)  # |v| ≤ ‖s‖₂/γ < 2^46 since γ ≥ 2δ (noise.calibrate): exact integers
         v += p.sampler.sample_float(self._source)  # integer + integer: exact in float64
         v *= p.grid  # exact again; every output is an integer multiple of γ

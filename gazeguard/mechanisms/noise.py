@@ -219,14 +219,14 @@ class DiscreteLaplace:
             neg_t, thr = self._neg_t[idx], self._thr[idx]
             thr_max = float(thr.max())
         u, words = _uniforms(source, neg_t.size)
-        g = np.log(u)
+        # E beyond the first stage (probability ≤ e^-11 per draw): found before u is overwritten.
+        more = np.flatnonzero(u < thr) if u.min() < thr_max else None
+        g = np.log(u, out=u)
         g *= neg_t
         np.floor(g, out=g)
-        if u.min() < thr_max:  # some E beyond the first stage (probability ≤ e^-11 per draw)
-            more = np.flatnonzero(u < thr)
-            if more.size:
-                sub = more if idx is None else idx[more]
-                g[more] = self._K[sub] + self._geometric_tail(source, sub)
+        if more is not None and more.size:
+            sub = more if idx is None else idx[more]
+            g[more] = self._K[sub] + self._geometric_tail(source, sub)
         # The word's top bit is the sign: viewing the word as a double puts that bit in the sign
         # position, and copysign reads nothing else.
         np.copysign(g, words.view(np.float64), out=g)

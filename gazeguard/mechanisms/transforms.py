@@ -30,6 +30,7 @@ import json
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -148,6 +149,11 @@ class CoefficientTransform(Protocol):
         """(F, n) signal → new (F, m) array of kept orthonormal coefficients."""
         ...
 
+    def analyze_with(self, fill: Callable[[FloatArray], object]) -> FloatArray:
+        """Like :meth:`analyze` for the signal that ``fill(buffer)`` writes into an (F, n)
+        buffer (the transform's own aligned input, when it has one: no copy)."""
+        ...
+
     def synthesize(self, c: FloatArray, *, cumulative: bool = False) -> FloatArray:
         """(F, m) kept coefficients (the rest zero) → new (F, n) signal (or its row cumsum)."""
         ...
@@ -192,10 +198,14 @@ class OrthonormalTransform:
 
     def analyze(self, s: FloatArray) -> FloatArray:
         """Orthonormal coefficients ``[0, m)`` of each row of ``s`` (F, n) → new (F, m)."""
+        return self.analyze_with(lambda buf: np.copyto(buf, s))
+
+    def analyze_with(self, fill: Callable[[FloatArray], object]) -> FloatArray:
+        """Coefficients ``[0, m)`` of the signal ``fill`` writes into FFTW's aligned input."""
         p, m = self._plans, self.m
         out = np.empty((self.n_features, m))
         with p.lock:
-            np.copyto(p.time_in, s)
+            fill(p.time_in)
             p.forward.execute()
             spec = p.freq_out.view(np.float64) if self.name == "dft" else p.freq_out
             np.multiply(spec[:, 0], self._w0_fwd, out=out[:, 0])
@@ -232,6 +242,12 @@ class IdentityTransform:
     def analyze(self, s: FloatArray) -> FloatArray:
         """A copy of ``s``."""
         return np.array(s, dtype=np.float64, copy=True)
+
+    def analyze_with(self, fill: Callable[[FloatArray], object]) -> FloatArray:
+        """The signal ``fill`` writes into a new (F, n) array."""
+        out = np.empty((self.n_features, self.n))
+        fill(out)
+        return out
 
     def synthesize(self, c: FloatArray, *, cumulative: bool = False) -> FloatArray:
         """A copy of ``c`` (its cumulative sum with ``cumulative``)."""
