@@ -266,34 +266,95 @@ def _kernel_has_mdwe() -> bool:
     return bool(ctypes.CDLL(None).prctl(66, 0, 0, 0, 0) >= 0)
 
 
+class Sidecar:
+    """``gazeguard run --config deploy/config/simulated.toml`` in a subprocess against the broker.
+
+    Feature window 2 s, step 0.05 s, 32 steps per chunk: the first chunk after about 4 s. Runs
+    under PR_SET_MDWE (no writable+executable memory, as the systemd unit's
+    MemoryDenyWriteExecute=yes) where the kernel has it. stderr is collected line by line.
+    """
+
+    def __init__(
+        self, broker: ExampleBroker, ledger: Path, session: str, username: str = DEVICE
+    ) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
+        env |= {
+            "GAZEGUARD_BROKER__PORT": str(broker.port),
+            "GAZEGUARD_BROKER__USERNAME": username,
+            "GAZEGUARD_BROKER__PASSWORD": broker.passwords[username],
+            "GAZEGUARD_LEDGER__PATH": str(ledger),
+            # A simulated person (and LSL source_id) no other test on this network uses.
+            "GAZEGUARD_INGEST__SIMULATED_SEED": str(secrets.randbelow(10**9) + 10**6),
+        }
+        command = [sys.executable, "-m", "gazeguard", "run", "--config"]
+        command += [str(DEPLOY / "config" / "simulated.toml"), "--session", session, "--quiet"]
+        command += ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
+        prefix = _deny_write_execute_then_exec() if _kernel_has_mdwe() else []
+        self.proc = subprocess.Popen(
+            prefix + command, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        )
+        self.lines: list[str] = []
+        self._new_line = threading.Condition()
+        self._reader = threading.Thread(target=self._read, name="sidecar-stderr", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._new_line:
+                self.lines.append(line)
+                self._new_line.notify_all()
+
+    @property
+    def stderr(self) -> str:
+        """Everything the service wrote to stderr so far."""
+        return "".join(self.lines)
+
+    def alive(self) -> None:
+        """Fail the test, with the service's stderr, if it has exited."""
+        assert self.proc.poll() is None, f"gazeguard run exited: {self.stderr}"
+
+    def wait_for_line(self, pattern: str, timeout: float) -> str:
+        """The first stderr line matching ``pattern``; fails after ``timeout`` s."""
+        with self._new_line:
+            found = self._new_line.wait_for(
+                lambda: any(re.search(pattern, line) for line in self.lines), timeout
+            )
+        assert found, f"no {pattern!r} in the service's stderr within {timeout} s: {self.stderr}"
+        return next(line for line in self.lines if re.search(pattern, line))
+
+    def stop(self) -> int:
+        """SIGTERM, as systemd and Docker stop it; the exit status."""
+        self.proc.send_signal(signal.SIGTERM)
+        status = self.proc.wait(30)
+        self._reader.join(WAIT_S)
+        return status
+
+    def __enter__(self) -> Sidecar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(WAIT_S)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
 def test_sidecar_publishes_with_its_credentials_and_consumer_reads_over_tls(
     example_broker: ExampleBroker, clients: list[Client], tmp_path: Path, unique_id: str
 ) -> None:
     consumer = connect(clients, example_broker, CONSUMER, tls=True)
     chunks, status = (f"{PREFIX}/{DEVICE}/{unique_id}/{kind}" for kind in ("chunks", "status"))
     consumer.subscribe(chunks, status)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
-    env |= {
-        "GAZEGUARD_BROKER__PORT": str(example_broker.port),
-        "GAZEGUARD_BROKER__PASSWORD": example_broker.passwords[DEVICE],
-        "GAZEGUARD_LEDGER__PATH": str(tmp_path / "ledger.sqlite"),
-        # A simulated person (and LSL source_id) no other test on this network uses.
-        "GAZEGUARD_INGEST__SIMULATED_SEED": str(secrets.randbelow(10**9) + 10**6),
-    }
-    command = [sys.executable, "-m", "gazeguard", "run", "--config"]
-    command += [str(DEPLOY / "config" / "simulated.toml"), "--session", unique_id, "--quiet"]
-    command += ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
-    prefix = _deny_write_execute_then_exec() if _kernel_has_mdwe() else []
-    service = subprocess.Popen(
-        prefix + command, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
-    )
-    try:
+    with Sidecar(example_broker, tmp_path / "ledger.sqlite", unique_id) as sidecar:
         received: list[ChunkMessage] = []
         states: list[str] = []
         deadline = time.monotonic() + 40
         while len(received) < 2:
-            assert service.poll() is None, f"gazeguard run exited: {service.communicate()[1]}"
-            assert time.monotonic() < deadline, "no privatized chunks within 40 s"
+            sidecar.alive()
+            assert time.monotonic() < deadline, f"no chunks within 40 s: {sidecar.stderr}"
             try:
                 msg = consumer.messages.get(timeout=0.5)
             except queue.Empty:
@@ -302,14 +363,8 @@ def test_sidecar_publishes_with_its_credentials_and_consumer_reads_over_tls(
                 received.append(ChunkMessage.model_validate_json(msg.payload))
             else:
                 states.append(StatusMessage.model_validate_json(msg.payload).state)
-        service.send_signal(signal.SIGTERM)
-        _, stderr = service.communicate(timeout=30)
-    finally:
-        if service.poll() is None:
-            service.kill()
-            service.wait()
-    assert service.returncode == 0, stderr
-    assert "chunks released" in stderr
+        assert sidecar.stop() == 0, sidecar.stderr
+    assert "chunks released" in sidecar.stderr
 
     assert [c.chunk_index for c in received] == [0, 1]
     for c in received:
@@ -329,6 +384,28 @@ def test_sidecar_publishes_with_its_credentials_and_consumer_reads_over_tls(
         state = ledger.state(unique_id)
     assert state.pending == 0
     assert state.chunks == final.chunks_published >= len(received)
+
+
+def test_sidecar_with_another_devices_login_is_refused_and_keeps_its_chunks(
+    example_broker: ExampleBroker, clients: list[Client], tmp_path: Path, unique_id: str
+) -> None:
+    """device = hmd-01 but logged in as hmd-02: every publish is refused and says why."""
+    observer = connect(clients, example_broker, OBSERVER)
+    observer.subscribe("#")
+    ledger_path = tmp_path / "ledger.sqlite"
+    with Sidecar(example_broker, ledger_path, unique_id, username=OTHER_DEVICE) as sidecar:
+        line = sidecar.wait_for_line(r"broker refused chunk 0 ", 40)
+        assert f"'{PREFIX}/{DEVICE}/{unique_id}/chunks'" in line
+        assert "Not authorized" in line
+        assert sidecar.stop() == 0, sidecar.stderr
+    with Ledger(ledger_path, create=False) as ledger:
+        state = ledger.state(unique_id)
+    assert state.chunks >= 1
+    assert state.pending == state.chunks  # charged, refused, kept for delivery
+    device = connect(clients, example_broker, DEVICE)
+    sentinel = f"sentinel {unique_id}".encode()
+    assert not device.publish(f"{PREFIX}/{DEVICE}/{unique_id}/chunks", sentinel).is_failure
+    assert_only_sentinel_arrives(observer, sentinel)
 
 
 # ---------------------------------------------------------------------------------------------
