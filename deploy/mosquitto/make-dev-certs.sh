@@ -55,7 +55,7 @@ subjectKeyIdentifier=hash
 authorityKeyIdentifier=keyid
 EOF
 openssl x509 -req -sha256 -days 397 -in server.csr -CA ca.crt -CAkey ca.key \
-    -CAcreateserial -extfile server.ext -out server.crt 2>/dev/null
+    -CAcreateserial -extfile server.ext -out server.crt
 rm -f server.csr server.ext ca.srl
 
 chmod 0644 ca.crt server.crt
