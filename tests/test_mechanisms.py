@@ -3,6 +3,7 @@ their refusals, k="auto" and FFTW plan reuse."""
 
 from __future__ import annotations
 
+import doctest
 import json
 import math
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy.typing as npt
 import pytest
 import scipy.fft
 
+import gazeguard.mechanisms as mechanisms_package
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError, DatasetError
 from gazeguard.mechanisms import (
@@ -454,3 +456,9 @@ def test_wisdom_round_trip(tmp_path: Path) -> None:
     path.write_text("{}")
     with pytest.raises(ConfigError, match="fftw_wisdom"):
         load_wisdom(path)
+
+
+def test_package_docstring_example_runs() -> None:
+    result = doctest.testmod(mechanisms_package, verbose=False)
+    assert result.attempted >= 3
+    assert result.failed == 0
