@@ -39,9 +39,10 @@ class _Section(BaseModel):
 class IngestSettings(_Section):
     """Where the gaze comes from and how its channels are read."""
 
-    source: Literal["auto", "lsl", "simulated"] = Field(
+    source: Literal["auto", "lsl", "simulated", "mqtt"] = Field(
         "auto",
         description="'lsl': wait for a headset stream; 'simulated': built-in simulated headset; "
+        "'mqtt': raw gaze from an MQTT topic inside a trusted network (fleet mode only); "
         "'auto': resolve an LSL stream and, if none appears and no stream name or source_id is "
         "configured, start the simulated headset (with a warning)",
     )
@@ -163,6 +164,25 @@ class BrokerSettings(_Section):
     topic_prefix: str = Field("gazeguard/v1", description="topics: {prefix}/{device}/{session}/…")
 
 
+class FleetSettings(_Section):
+    """One process serving many sessions; many processes sharing one (PostgreSQL) ledger."""
+
+    enabled: bool = Field(False, description="serve every stream found, one session each")
+    worker_id: str | None = Field(None, description="this worker's id (default: host-pid)")
+    raw_broker: BrokerSettings | None = Field(
+        None,
+        description="broker carrying raw gaze (trusted network) for ingest.source='mqtt'; "
+        "default: the publishing broker",
+    )
+    raw_prefix: str = Field("gazeguard/raw/v1", description="raw gaze topics: {prefix}/…")
+    share_group: str = Field(
+        "gazeguard", description="MQTT v5 shared-subscription group of the workers"
+    )
+    idle_timeout_s: float = Field(10.0, gt=0, description="close a silent session after, s")
+    max_sessions: int = Field(1000, ge=1, description="sessions one process accepts")
+    discover_every_s: float = Field(2.0, gt=0, description="LSL stream discovery period, s")
+
+
 class Settings(BaseSettings):
     """Everything ``gazeguard run`` needs. Defaults run out of the box."""
 
@@ -181,6 +201,7 @@ class Settings(BaseSettings):
     mechanism: MechanismSettings = MechanismSettings()
     ledger: LedgerSettings = LedgerSettings()
     broker: BrokerSettings = BrokerSettings()
+    fleet: FleetSettings = FleetSettings()
 
     @classmethod
     def settings_customise_sources(
