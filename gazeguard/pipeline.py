@@ -173,6 +173,7 @@ class Pipeline:
         self._charge_total = sum(to_units_up(e) for e in self._eps_map.values()) / UNITS_PER_EPSILON
         self.extractor = FeatureExtractor(window_s=features.window_s, step_s=features.step_s)
         self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, self._next_index())
+        self._completed_at = 0.0
         if mechanism.insecure_seed is not None:
             log.warning(
                 "session %r: INSECURE seeded noise (mechanism.insecure_seed=%d): releases are "
@@ -196,15 +197,21 @@ class Pipeline:
 
     def push(self, block: GazeSamples) -> list[ReleasedChunk]:
         """Feed a block of samples; return the chunks it completed that were charged."""
+        released = (self.release(chunk) for chunk in self.feed(block))
+        return [out for out in released if out is not None]
+
+    def feed(self, block: GazeSamples) -> list[Chunk]:
+        """Events, features and chunking only: the (raw) chunks this block completed.
+
+        Cheap and CPU-only; :meth:`release` does the privatizing and the durable charge. The
+        chunks returned are raw: hand them to :meth:`release` and nowhere else.
+        """
         X, t = self.extractor.push(block)
         self.stats.steps += len(t)
-        released: list[ReleasedChunk] = []
-        completed_at = time.perf_counter()
-        for chunk in self.chunker.add(X, t):
-            out = self._release(chunk, completed_at)
-            if out is not None:
-                released.append(out)
-        return released
+        chunks = self.chunker.add(X, t)
+        if chunks:
+            self._completed_at = time.perf_counter()
+        return chunks
 
     def close(self) -> int:
         """End the session: the incomplete tail is dropped (not padded). Returns its steps."""
@@ -219,7 +226,13 @@ class Pipeline:
             )
         return dropped
 
-    def _release(self, chunk: Chunk, completed_at: float) -> ReleasedChunk | None:
+    def release(self, chunk: Chunk) -> ReleasedChunk | None:
+        """Privatize ``chunk``, charge it with its payload, hand it on; or withhold or drop it.
+
+        Returns the released chunk, or ``None`` when a cap withheld it or an error dropped it
+        (both recorded in the ledger and the counters). Blocks on the ledger's durable commit.
+        """
+        completed_at = self._completed_at
         raw = chunk.values[self._index]
         try:
             values = self.mechanism.release(raw)
