@@ -39,7 +39,8 @@ from typing import Any, TypeVar
 from gazeguard.broker import EmbeddedBroker
 from gazeguard.chunking import Chunk
 from gazeguard.config import BrokerSettings, IngestSettings, Settings, load_settings
-from gazeguard.errors import StreamNotFoundError
+from gazeguard.errors import ConfigError, StreamNotFoundError
+from gazeguard.fleet import Fleet
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
 from gazeguard.message import SessionState
@@ -215,6 +216,54 @@ async def serve(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+async def serve_fleet(
+    settings: Settings,
+    *,
+    duration_s: float | None = None,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[Fleet], None] | None = None,
+) -> Fleet:
+    """Fleet mode: serve every session that appears (LSL streams or MQTT raw gaze).
+
+    Returns the :class:`~gazeguard.fleet.Fleet` (its ``closed`` sessions and counters).
+    """
+    if settings.ingest.source not in ("lsl", "mqtt"):
+        raise ConfigError(
+            "ingest.source",
+            settings.ingest.source,
+            "fleet mode serves real streams: set ingest.source to 'lsl' or 'mqtt'",
+        )
+    stop = stop or asyncio.Event()
+    async with contextlib.AsyncExitStack() as stack:
+        ledger = stack.enter_context(Ledger.from_settings(settings.ledger))
+        broker = await stack.enter_async_context(_broker(settings.broker))
+        publisher = await stack.enter_async_context(
+            Publisher(broker, ledger, name="gazeguard.publish")
+        )
+        fleet = Fleet(settings, ledger, publisher)
+        log.info(
+            "fleet worker %s: %s sessions, publishing to %s",
+            fleet.worker_id,
+            settings.ingest.source,
+            publisher.endpoint,
+        )
+        if ready is not None:
+            ready(fleet)
+        run = fleet.run_mqtt if settings.ingest.source == "mqtt" else fleet.run_lsl
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(run(stop), name="gazeguard.fleet")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(duration_s):
+                    await stop.wait()
+            stop.set()
+        try:
+            await publisher.flush(FLUSH_AT_EXIT_S)
+        except Exception as exc:  # reported; the outbox keeps the chunks
+            log.warning("%s", exc)
+        return fleet
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) -> None:
     """Feed blocks through the pipeline (in a worker thread) and wake the publisher."""
     last_status = time.monotonic()
@@ -240,8 +289,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--session", help="session id (default: derived from the stream source_id)")
     g.add_argument(
         "--source",
-        choices=["auto", "lsl", "simulated"],
-        help="gaze source (default auto: an LSL stream, else the simulated headset)",
+        choices=["auto", "lsl", "simulated", "mqtt"],
+        help="gaze source (default auto: an LSL stream, else the simulated headset; "
+        "mqtt: raw gaze over MQTT in fleet mode, trusted networks only)",
     )
     g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
     g.add_argument("--stream-name", help="LSL stream name to resolve")
@@ -257,6 +307,12 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ledger", type=Path, help="ledger SQLite file")
     g.add_argument("--session-cap", type=float, help="max total ε per session")
     g.add_argument("--broker", help="HOST[:PORT] of the MQTT broker (default: embedded)")
+    g.add_argument(
+        "--fleet",
+        action="store_true",
+        default=None,
+        help="serve every stream found (LSL) or claimed (ingest.source=mqtt), one session each",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -282,6 +338,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         put("mechanism", "features", [f.strip() for f in args.features.split(",") if f.strip()])
     put("features", "window_s", args.window_s)
     put("features", "step_s", args.step_s)
+    put("fleet", "enabled", args.fleet)
     put("ledger", "path", args.ledger)
     put("ledger", "session_cap", args.session_cap)
     if args.broker:
@@ -339,6 +396,8 @@ def run_run(args: argparse.Namespace) -> int:
             ),
         )
 
+    if settings.fleet.enabled:
+        return _run_fleet(settings, args.duration)
     summary = run_loop(main())
     s = summary.stats
     remaining = "no cap" if summary.remaining is None else f"{summary.remaining:.6g} remaining"
@@ -347,6 +406,23 @@ def run_run(args: argparse.Namespace) -> int:
         f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped; "
         f"ε spent {summary.spent:.6g} ({remaining}); {summary.pending} chunks still in the "
         f"outbox; ledger {summary.ledger}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _run_fleet(settings: Settings, duration_s: float | None) -> int:
+    async def main() -> Fleet:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await serve_fleet(settings, duration_s=duration_s, stop=stop)
+
+    fleet = run_loop(main())
+    print(  # noqa: T201
+        f"gazeguard fleet worker {fleet.worker_id}: {len(fleet.closed)} sessions served, "
+        f"{len(fleet.sessions)} open at exit, {fleet.refused} refused",
         file=sys.stderr,
     )
     return 0

@@ -1,0 +1,436 @@
+"""Fleet mode: one process serving many sessions, many processes sharing one ledger.
+
+Two ways in:
+
+* **LSL** (``ingest.source = "lsl"``): every ``fleet.discover_every_s`` the worker resolves all
+  streams of ``ingest.stream_type`` (whose name starts with ``ingest.stream_name``, if set);
+  each new ``source_id`` becomes a session with its own
+  :class:`~gazeguard.ingest.GazeStream` and :class:`~gazeguard.pipeline.Pipeline`. A stream
+  silent for ``fleet.idle_timeout_s`` ends its session.
+* **MQTT raw gaze** (``ingest.source = "mqtt"``, inside a trusted network only: raw gaze is on
+  the wire): devices publish gaze blocks in the compact binary format below. Sessions are spread
+  over worker processes with an MQTT v5 **shared subscription** — but a session's feature window
+  must live in one worker, and a shared subscription hands out *messages*, not sessions
+  (Mosquitto round-robins them). So sessions are *claimed*: a device publishes a hello on
+  ``{raw}/hello``; the workers share-subscribe ``$share/{group}/{raw}/hello``, so exactly one of
+  them receives it, subscribes to the session's gaze topic and publishes the retained owner
+  ``{raw}/{device}/{session}/owner``; the device starts sending gaze once it sees an owner
+  (:class:`RawGazeSender`). Should two workers ever both serve a session, the ledger is the
+  arbiter: a chunk index is charged once, so nothing is released twice or overspent.
+
+Topics (raw side): ``{raw}/hello`` (JSON ``{"device", "session"}``),
+``{raw}/{device}/{session}/gaze`` (binary blocks, QoS 1), ``{raw}/{device}/{session}/owner``
+(retained JSON ``{"worker", "time"}``; emptied when the worker closes the session).
+
+Raw block format (little-endian): ``b"GGR1"``, ``uint32`` N, then four float64 arrays of N:
+timestamps (s), x (deg), y (deg), pupil (mm; NaN if absent). NaN gaze marks invalid samples.
+Samples whose timestamp does not increase are dropped and counted, as LSL ingest does.
+
+For fleets, point ``ledger.url`` at PostgreSQL so that every worker charges one ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import aiomqtt
+import numpy as np
+import pylsl
+
+from gazeguard.config import BrokerSettings, Settings
+from gazeguard.errors import PublishError, StreamError
+from gazeguard.ingest import GazeStream
+from gazeguard.ledger import Ledger
+from gazeguard.pipeline import Pipeline
+from gazeguard.publish import Publisher, _credentials, _tls_context
+from gazeguard.samples import GazeSamples
+
+log = logging.getLogger(__name__)
+
+RAW_MAGIC = b"GGR1"
+_HEADER = struct.Struct("<4sI")
+MAX_BLOCK_SAMPLES = 1 << 20
+
+
+def encode_gaze(block: GazeSamples) -> bytes:
+    """The raw wire format of a block (see the module docstring)."""
+    body = np.stack([block.timestamps, block.x_deg, block.y_deg, block.pupil_mm]).astype("<f8")
+    return _HEADER.pack(RAW_MAGIC, len(block)) + body.tobytes()
+
+
+def decode_gaze(payload: bytes) -> GazeSamples:
+    """Parse a raw block; invalid where x or y is not finite.
+
+    Raises:
+        StreamError: wrong magic, a length that does not match, non-finite timestamps.
+    """
+    if len(payload) < _HEADER.size:
+        msg = f"raw gaze block of {len(payload)} bytes is shorter than its header"
+        raise StreamError(msg)
+    magic, n = _HEADER.unpack_from(payload)
+    if magic != RAW_MAGIC:
+        msg = f"raw gaze block starts with {magic!r}, expected {RAW_MAGIC!r}"
+        raise StreamError(msg)
+    if n > MAX_BLOCK_SAMPLES or len(payload) != _HEADER.size + 32 * n:
+        msg = f"raw gaze block says {n} samples but carries {len(payload) - _HEADER.size} bytes"
+        raise StreamError(msg)
+    a = np.frombuffer(payload, dtype="<f8", offset=_HEADER.size).reshape(4, n)
+    if not np.all(np.isfinite(a[0])):
+        msg = "raw gaze block has non-finite timestamps"
+        raise StreamError(msg)
+    return GazeSamples.from_arrays(a[0], a[1], a[2], a[3])
+
+
+@dataclass(frozen=True, slots=True)
+class RawTopics:
+    """The raw-gaze topics of one session."""
+
+    gaze: str
+    owner: str
+
+    @classmethod
+    def of(cls, prefix: str, device: str, session: str) -> RawTopics:
+        """Topics under ``prefix`` for ``device``/``session``."""
+        for name, value in (("device", device), ("session", session)):
+            if not value or any(c in value for c in "/+#\0"):
+                msg = f"{name} {value!r} is not a valid topic level"
+                raise StreamError(msg)
+        base = f"{prefix}/{device}/{session}"
+        return cls(f"{base}/gaze", f"{base}/owner")
+
+
+def _client(settings: BrokerSettings, identifier: str) -> aiomqtt.Client:
+    username, password = _credentials(settings)
+    return aiomqtt.Client(
+        settings.host or "127.0.0.1",
+        settings.port,
+        username=username,
+        password=password,
+        identifier=identifier,
+        protocol=aiomqtt.ProtocolVersion.V5,
+        keepalive=settings.keepalive_s,
+        tls_context=_tls_context(settings),
+    )
+
+
+@dataclass
+class _Session:
+    pipeline: Pipeline
+    topics: RawTopics | None
+    last_t: float = -np.inf
+    last_seen: float = field(default_factory=time.monotonic)
+    dropped_samples: int = 0
+    bad_blocks: int = 0
+
+
+class Fleet:
+    """Many sessions in one process, all charging one ledger and draining one publisher.
+
+    Args:
+        settings: the service settings (``fleet`` section, ``ingest.source`` "lsl" or "mqtt").
+        ledger: shared ledger (PostgreSQL for several processes).
+        publisher: shared publisher of privatized chunks.
+    """
+
+    def __init__(self, settings: Settings, ledger: Ledger, publisher: Publisher) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.publisher = publisher
+        self.worker_id = settings.fleet.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.sessions: dict[str, _Session] = {}
+        self.refused = 0
+        self.closed: list[str] = []
+
+    def _open_session(self, session: str, topics: RawTopics | None) -> _Session | None:
+        if session in self.sessions:
+            return self.sessions[session]
+        if len(self.sessions) >= self.settings.fleet.max_sessions:
+            self.refused += 1
+            log.warning(
+                "worker %s: refusing session %r: fleet.max_sessions=%d reached",
+                self.worker_id,
+                session,
+                self.settings.fleet.max_sessions,
+            )
+            return None
+        pipeline = Pipeline(
+            self.ledger,
+            session=session,
+            device=self.settings.device,
+            features=self.settings.features,
+            mechanism=self.settings.mechanism,
+            topic_prefix=self.publisher.settings.topic_prefix,
+        )
+        self.sessions[session] = _Session(pipeline, topics)
+        self.publisher.publish_status(pipeline.status("starting"))
+        log.info("worker %s: session %r opened", self.worker_id, session)
+        return self.sessions[session]
+
+    def _close_session(self, session: str) -> None:
+        entry = self.sessions.pop(session, None)
+        if entry is None:
+            return
+        entry.pipeline.close()
+        self.publisher.publish_status(entry.pipeline.status("stopped"))
+        self.closed.append(session)
+        log.info(
+            "worker %s: session %r closed (%d chunks released)",
+            self.worker_id,
+            session,
+            entry.pipeline.stats.released,
+        )
+
+    async def _process(self, entry: _Session, block: GazeSamples) -> None:
+        """Features inline (cheap), privatize + durable charge in a worker thread."""
+        chunks = entry.pipeline.feed(block)
+        if not chunks:
+            return
+        for chunk in chunks:
+            await asyncio.to_thread(entry.pipeline.release, chunk)
+        self.publisher.notify()
+        self.publisher.publish_status(entry.pipeline.status())
+
+    # ------------------------------------------------------------------ MQTT raw gaze
+    async def run_mqtt(self, stop: asyncio.Event) -> None:
+        """Claim sessions from the shared hello subscription and serve their gaze topics.
+
+        Reconnects with jittered backoff when the raw broker goes away; sessions keep their
+        state and their gaze subscriptions are renewed.
+        """
+        attempt = 0
+        while not stop.is_set():
+            try:
+                await self._run_mqtt_once(stop)
+            except* aiomqtt.MqttError as group:
+                attempt += 1
+                cap = (self.settings.fleet.raw_broker or self.publisher.settings).reconnect_max_s
+                delay = random.uniform(0, min(cap, 1.5**attempt))
+                log.warning(
+                    "worker %s: raw gaze broker: %s; reconnecting in %.1f s",
+                    self.worker_id,
+                    group.exceptions[0],
+                    delay,
+                )
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
+            else:
+                return
+
+    async def _run_mqtt_once(self, stop: asyncio.Event) -> None:
+        fleet = self.settings.fleet
+        raw = fleet.raw_broker or self.publisher.settings
+        hello = f"{fleet.raw_prefix}/hello"
+        async with _client(raw, f"gazeguard-worker-{self.worker_id}") as client:
+            await client.subscribe(f"$share/{fleet.share_group}/{hello}", qos=1)
+            for session, entry in self.sessions.items():  # resubscribe after a reconnect
+                if entry.topics is not None:
+                    await client.subscribe(entry.topics.gaze, qos=1)
+                    log.debug("resubscribed %s", session)
+            log.info("worker %s: waiting for sessions on %s", self.worker_id, hello)
+            async with asyncio.TaskGroup() as tg:
+                reader = tg.create_task(self._read(client, hello), name="gazeguard.fleet.read")
+                sweeper = tg.create_task(self._sweep(client), name="gazeguard.fleet.sweep")
+                await stop.wait()
+                reader.cancel()
+                sweeper.cancel()
+            for session in list(self.sessions):
+                await self._release_claim(client, session)
+
+    async def _read(self, client: aiomqtt.Client, hello: str) -> None:
+        async for message in client.messages:
+            payload = message.payload
+            if not isinstance(payload, bytes | bytearray):
+                continue
+            topic = str(message.topic)
+            if topic == hello:
+                await self._claim(client, bytes(payload))
+            elif topic.endswith("/gaze"):
+                await self._on_gaze(topic, bytes(payload))
+
+    async def _claim(self, client: aiomqtt.Client, payload: bytes) -> None:
+        try:
+            hello = json.loads(payload)
+            device, session = str(hello["device"]), str(hello["session"])
+            topics = RawTopics.of(self.settings.fleet.raw_prefix, device, session)
+        except (ValueError, KeyError, TypeError, StreamError) as exc:
+            log.warning("worker %s: ignoring malformed hello %r: %s", self.worker_id, payload, exc)
+            return
+        key = f"{device}.{session}"
+        if self._open_session(key, topics) is None:
+            return
+        await client.subscribe(topics.gaze, qos=1)
+        owner = json.dumps({"worker": self.worker_id, "time": time.time()}).encode()
+        await client.publish(topics.owner, owner, qos=1, retain=True)
+
+    async def _release_claim(self, client: aiomqtt.Client, session: str) -> None:
+        entry = self.sessions.get(session)
+        self._close_session(session)
+        if entry is not None and entry.topics is not None:
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.unsubscribe(entry.topics.gaze)
+                await client.publish(entry.topics.owner, b"", qos=1, retain=True)
+
+    async def _on_gaze(self, topic: str, payload: bytes) -> None:
+        parts = topic.split("/")
+        key = f"{parts[-3]}.{parts[-2]}"
+        entry = self.sessions.get(key)
+        if entry is None:
+            return  # a late block of a closed session: nothing to attach it to
+        entry.last_seen = time.monotonic()
+        try:
+            block = decode_gaze(payload)
+        except StreamError as exc:
+            entry.bad_blocks += 1
+            log.warning("session %r: malformed gaze block dropped: %s", key, exc)
+            return
+        # Keep strictly increasing time across blocks (drop and count the rest).
+        t = block.timestamps
+        keep = t > np.maximum.accumulate(np.concatenate(([entry.last_t], t[:-1])))
+        if not keep.all():
+            entry.dropped_samples += int((~keep).sum())
+            idx = np.flatnonzero(keep)
+            block = GazeSamples(
+                t[idx], block.x_deg[idx], block.y_deg[idx], block.pupil_mm[idx], block.valid[idx]
+            )
+        if len(block) == 0:
+            return
+        entry.last_t = float(block.timestamps[-1])
+        await self._process(entry, block)
+
+    async def _sweep(self, client: aiomqtt.Client) -> None:
+        idle = self.settings.fleet.idle_timeout_s
+        while True:
+            await asyncio.sleep(min(1.0, idle / 2))
+            now = time.monotonic()
+            for session, entry in list(self.sessions.items()):
+                if now - entry.last_seen > idle:
+                    await self._release_claim(client, session)
+
+    # ------------------------------------------------------------------ LSL
+    async def run_lsl(self, stop: asyncio.Event) -> None:
+        """Discover LSL gaze streams and serve each as its own session until ``stop``."""
+        fleet = self.settings.fleet
+        ingest = self.settings.ingest
+        pred = f"type='{ingest.stream_type}'"
+        if ingest.stream_name:  # narrows discovery to streams whose name starts with it
+            pred += f" and starts-with(name,'{ingest.stream_name}')"
+        tasks: dict[str, asyncio.Task[None]] = {}
+        async with asyncio.TaskGroup() as tg:
+            while not stop.is_set():
+                found = await asyncio.to_thread(pylsl.resolve_bypred, pred, 0, 1.0)
+                for info in found:
+                    sid = info.source_id() or info.name()
+                    if sid in tasks and not tasks[sid].done():
+                        continue
+                    tasks[sid] = tg.create_task(
+                        self._serve_lsl(sid, stop), name=f"gazeguard.fleet[{sid}]"
+                    )
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(fleet.discover_every_s):
+                        await stop.wait()
+            for task in tasks.values():
+                task.cancel()
+
+    async def _serve_lsl(self, source_id: str, stop: asyncio.Event) -> None:
+        from gazeguard.service import session_id_for  # noqa: PLC0415 - avoids a cycle
+
+        ingest = self.settings.ingest.model_copy(update={"source_id": source_id})
+        session = session_id_for(source_id, "")
+        try:
+            async with GazeStream(ingest, end_after_s=self.settings.fleet.idle_timeout_s) as s:
+                entry = self._open_session(session, None)
+                if entry is None:
+                    return
+                async for block in s:
+                    entry.last_seen = time.monotonic()
+                    await self._process(entry, block)
+                    if stop.is_set():
+                        break
+        except StreamError as exc:
+            log.warning("worker %s: stream %r: %s", self.worker_id, source_id, exc)
+        finally:
+            self._close_session(session)
+
+
+class RawGazeSender:
+    """Device side of MQTT raw-gaze ingest (trusted network): hello, await owner, send blocks.
+
+    ``async with RawGazeSender(broker, "hmd-7", "s1") as sender: await sender.send(block)``.
+
+    Args:
+        settings: the raw broker.
+        device, session: identity of the session.
+        prefix: raw topic prefix (``fleet.raw_prefix``).
+        claim_timeout_s: give up if no worker claims the session within this, s.
+    """
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        device: str,
+        session: str,
+        *,
+        prefix: str = "gazeguard/raw/v1",
+        claim_timeout_s: float = 15.0,
+    ) -> None:
+        self.topics = RawTopics.of(prefix, device, session)
+        self.hello = f"{prefix}/hello"
+        self.identity = {"device": device, "session": session}
+        self.claim_timeout_s = claim_timeout_s
+        self.owner: str | None = None
+        self._client = _client(settings, f"gazeguard-device-{device}-{session}")
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Self:
+        client = await self._stack.enter_async_context(self._client)
+        try:
+            await client.subscribe(self.topics.owner, qos=1)
+            async with asyncio.timeout(self.claim_timeout_s):
+                self.owner = await self._await_owner(client)
+        except TimeoutError:
+            await self._stack.aclose()
+            msg = (
+                f"no gazeguard worker claimed session {self.identity} within "
+                f"{self.claim_timeout_s:g} s; is `gazeguard run` running in fleet mode with "
+                "ingest.source = 'mqtt' on this broker?"
+            )
+            raise PublishError(msg) from None
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def _await_owner(self, client: aiomqtt.Client) -> str:
+        hello = json.dumps(self.identity).encode()
+        while True:
+            await client.publish(self.hello, hello, qos=1)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2.0):
+                    async for message in client.messages:
+                        if str(message.topic) == self.topics.owner and message.payload:
+                            owner = json.loads(bytes(message.payload))
+                            return str(owner["worker"])
+
+    async def send(self, block: GazeSamples) -> None:
+        """Publish one block (QoS 1)."""
+        await self._client.publish(self.topics.gaze, encode_gaze(block), qos=1)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
