@@ -14,14 +14,13 @@ import pytest
 from gazeguard.cli import main
 from gazeguard.dataset import FeatureTable
 from gazeguard.eval.datasets import Synthetic
+from gazeguard.eval.grid import MechanismSpec, parse_mechanism
 from gazeguard.eval.harness import (
     EvalSettings,
     FeatureBounds,
-    MechanismSpec,
     Releaser,
     evaluate_configuration,
     gazeguard_factory,
-    parse_mechanism,
 )
 from gazeguard.eval.runner import best_configuration, public_bounds, select_features
 from gazeguard.mechanisms import Bounds, make_mechanism

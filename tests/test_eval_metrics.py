@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gazeguard.errors import ConfigError
-from gazeguard.eval.harness import MechanismSpec, parse_mechanism
+from gazeguard.eval.grid import MechanismSpec, parse_mechanism
 from gazeguard.eval.metrics import (
     accuracy,
     half_split,

@@ -1,7 +1,8 @@
 """Privacy–utility evaluation of gazeguard's mechanisms (``gazeguard eval``).
 
 Read in data-flow order: :mod:`~gazeguard.eval.datasets` (recordings → cached feature tables),
-:mod:`~gazeguard.eval.harness` (per-recording release, utility, one configuration),
+:mod:`~gazeguard.eval.grid` (mechanisms and ε), :mod:`~gazeguard.eval.harness` (per-recording
+release, utility, one configuration), :mod:`~gazeguard.eval.releases` (dataset-release rows),
 :mod:`~gazeguard.eval.attacks` (classifiers and protocols), :mod:`~gazeguard.eval.metrics`,
 :mod:`~gazeguard.eval.correlation`, :mod:`~gazeguard.eval.runner` (the grid, in parallel) and
 :mod:`~gazeguard.eval.report` (JSON, Markdown, PNG).
@@ -18,12 +19,11 @@ from gazeguard.eval.datasets import (
     TableDataset,
     open_dataset,
 )
+from gazeguard.eval.grid import MechanismSpec, parse_mechanism
 from gazeguard.eval.harness import (
     EvalSettings,
     FeatureBounds,
-    MechanismSpec,
     evaluate_configuration,
-    parse_mechanism,
     release_table,
 )
 from gazeguard.eval.metrics import majority_vote_accuracy, nmse, user_level_epsilon, utility

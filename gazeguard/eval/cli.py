@@ -10,15 +10,15 @@ from pathlib import Path
 from gazeguard.errors import ConfigError
 from gazeguard.eval.attacks import CLASSIFIERS
 from gazeguard.eval.datasets import open_dataset
-from gazeguard.eval.harness import (
+from gazeguard.eval.grid import (
     FULL_MECHANISMS,
     PAPER_EPSILONS,
     QUICK_EPSILONS,
     QUICK_MECHANISMS,
-    EvalSettings,
     MechanismSpec,
     parse_mechanism,
 )
+from gazeguard.eval.harness import EvalSettings
 from gazeguard.eval.report import markdown, write_json, write_markdown, write_plots
 from gazeguard.eval.runner import GridConfig, evaluate_dataset
 

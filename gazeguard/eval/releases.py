@@ -27,10 +27,10 @@ import numpy.typing as npt
 
 from gazeguard.dataset import FeatureTable
 from gazeguard.eval.attacks import fit_and_score, half_split_protocol, task_recognition
+from gazeguard.eval.grid import MechanismSpec
 from gazeguard.eval.harness import (
     EvalSettings,
     FeatureBounds,
-    MechanismSpec,
     ScoreLists,
     collect_scores,
     summarise_scores,

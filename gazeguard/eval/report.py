@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gazeguard.eval.attacks import CLASSIFIER_LABELS
-from gazeguard.eval.harness import RELEASE_FAMILIES
+from gazeguard.eval.grid import RELEASE_FAMILIES
 
 Result = dict[str, Any]
 

@@ -26,12 +26,11 @@ from gazeguard.dataset import FeatureTable
 from gazeguard.errors import GazeguardError
 from gazeguard.eval.correlation import correlation_analysis
 from gazeguard.eval.datasets import Dataset
+from gazeguard.eval.grid import RELEASE_FAMILIES, MechanismSpec
 from gazeguard.eval.harness import (
-    RELEASE_FAMILIES,
     EvalSettings,
     FeatureBounds,
     MechanismFactory,
-    MechanismSpec,
     evaluate_configuration,
     gazeguard_factory,
 )
