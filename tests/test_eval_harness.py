@@ -212,6 +212,11 @@ def test_cli_writes_json_markdown_and_plots(
     assert "k-same-select (k=2)" in md
     for png in ("utility", "reid", "reid-raw", "task", "correlation"):
         assert (out / f"synthetic-{png}.png").stat().st_size > 10_000
+    # The tables and plots can be re-rendered from the JSON alone.
+    again = tmp_path / "rendered"
+    assert main(["eval", "--render", str(out / "results.json"), "--out", str(again)]) == 0
+    assert (again / "results.md").read_text() == md
+    assert (again / "synthetic-reid.png").stat().st_size > 10_000
     # Second run: features come from the cache.
     assert main([*args[:-2], "--out", str(tmp_path / "again"), "--mechanisms", "none"]) == 0
     assert "features from cache" in capsys.readouterr().out

@@ -19,7 +19,7 @@ from gazeguard.eval.grid import (
     parse_mechanism,
 )
 from gazeguard.eval.harness import EvalSettings
-from gazeguard.eval.report import markdown, write_json, write_markdown, write_plots
+from gazeguard.eval.report import markdown, read_json, write_json, write_markdown, write_plots
 from gazeguard.eval.runner import GridConfig, evaluate_dataset
 
 DESCRIPTION = """\
@@ -209,6 +209,13 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     o = parser.add_argument_group("running and output")
     o.add_argument("--out", type=Path, default=Path("gazeguard-eval"), help="output directory")
     o.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="no evaluation: rewrite results.md and the plots in --out from an existing "
+        "results.json",
+    )
+    o.add_argument(
         "--jobs", type=int, help="worker processes, one configuration each (default 1; quick 2)"
     )
 
@@ -221,8 +228,21 @@ def _mechanisms(text: str | None, quick: bool) -> list[MechanismSpec]:
     return specs
 
 
+def _render(source: Path, out: Path) -> int:
+    if not source.is_file():
+        raise ConfigError("render", str(source), "file not found", "argument")
+    results = read_json(source)
+    write_markdown(results, out / "results.md")
+    for res in results:
+        write_plots(res, out)
+    print(f"rendered {out / 'results.md'} and plots in {out} from {source}")  # noqa: T201
+    return 0
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Run the evaluation; write JSON, Markdown and PNGs to ``--out``; return 0."""
+    if args.render is not None:
+        return _render(args.render, args.out)
     quick = bool(args.quick)
     classifiers = tuple(c.strip() for c in args.classifiers.split(",") if c.strip())
     unknown = [c for c in classifiers if c not in CLASSIFIERS]

@@ -21,23 +21,52 @@ Result = dict[str, Any]
 
 
 def _clean(obj: Any) -> Any:
-    """JSON-safe copy: NaN/inf → None, tuples → lists, numpy scalars → Python."""
+    """JSON-safe copy: NaN/inf → None, tuples → lists, numpy scalars → Python, floats rounded
+    to 6 significant digits (far below the repetition-to-repetition spread)."""
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [_clean(v) for v in obj]
     if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+        return float(f"{obj:.6g}") if math.isfinite(obj) else None
     if hasattr(obj, "item"):
         return _clean(obj.item())
     return obj
 
 
 def write_json(results: Sequence[Result], path: Path) -> Path:
-    """Write every dataset's results as one JSON document ``{"datasets": [...]}``."""
+    """Write every dataset's results as one JSON document ``{"datasets": [...]}``: one line per
+    result row (and per correlation feature), so the file stays small and diffs stay readable."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean({"datasets": list(results)}), indent=1) + "\n")
+    lines = ['{"datasets": [']
+    for i, res in enumerate(results):
+        clean = _clean(res)
+        head = {k: v for k, v in clean.items() if k not in ("rows", "correlation")}
+        corr = clean["correlation"]
+        lines.append(json.dumps(head, ensure_ascii=False)[:-1] + ', "correlation": {')
+        lines.append(f' "max_lag": {corr["max_lag"]}, "step_s": {corr["step_s"]}, "features": {{')
+        feats = list(corr["features"].items())
+        lines += [
+            f"  {json.dumps(n)}: {json.dumps(v, ensure_ascii=False)}"
+            + ("," if j < len(feats) - 1 else "")
+            for j, (n, v) in enumerate(feats)
+        ]
+        lines.append(' }}, "rows": [')
+        rows = clean["rows"]
+        lines += [
+            " " + json.dumps(r, ensure_ascii=False) + ("," if j < len(rows) - 1 else "")
+            for j, r in enumerate(rows)
+        ]
+        lines.append("]}" + ("," if i < len(results) - 1 else ""))
+    lines.append("]}")
+    path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def read_json(path: Path) -> list[Result]:
+    """The per-dataset results of a file written by :func:`write_json`."""
+    data: dict[str, Any] = json.loads(Path(path).read_text())
+    return list(data["datasets"])
 
 
 def _num(v: float | None, digits: int = 2) -> str:
@@ -315,7 +344,7 @@ def _accuracy_figure(
         fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.suptitle(f"{result['dataset']}: {title}")
     fig.tight_layout(rect=(0, 0, 0.9, 0.96))
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
 
@@ -342,7 +371,7 @@ def _utility_figure(result: Result, path: Path) -> Path:
         axes[1].legend(fontsize=7, ncol=2)
     fig.suptitle(f"{result['dataset']}: utility vs ε")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
 
@@ -381,7 +410,7 @@ def _correlation_figure(result: Result, path: Path) -> Path | None:
         )
     fig.suptitle(f"{result['dataset']}: temporal correlation, raw vs difference signals")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
 
