@@ -74,6 +74,12 @@ class FeatureSettings(_Section):
 
     window_s: float = Field(30.0, gt=0, description="window length W, s")
     step_s: float = Field(0.5, gt=0, description="step s between feature vectors, s")
+    saccade_threshold_deg_s: float = Field(
+        30.0, gt=0, description="I-VT angular velocity threshold, deg/s"
+    )
+    min_valid_fraction: float = Field(
+        0.5, ge=0, le=1, description="windows with less valid data repeat the previous vector"
+    )
 
     @field_validator("step_s")
     @classmethod

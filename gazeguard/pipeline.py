@@ -33,6 +33,7 @@ import numpy as np
 from gazeguard.chunking import Chunk, Chunker
 from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.events import EventDetector
 from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
 from gazeguard.ledger import UNITS_PER_EPSILON, Ledger, LedgerState, to_units_up
 from gazeguard.mechanisms import Bounds, make_mechanism
@@ -171,7 +172,12 @@ class Pipeline:
         # What the ledger will charge: ε per feature rounded up to micro-ε, summed exactly.
         self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
         self._charge_total = sum(to_units_up(e) for e in self._eps_map.values()) / UNITS_PER_EPSILON
-        self.extractor = FeatureExtractor(window_s=features.window_s, step_s=features.step_s)
+        self.extractor = FeatureExtractor(
+            window_s=features.window_s,
+            step_s=features.step_s,
+            min_valid_fraction=features.min_valid_fraction,
+            detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
+        )
         self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, self._next_index())
         self._completed_at = 0.0
         if mechanism.insecure_seed is not None:
