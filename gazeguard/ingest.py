@@ -22,7 +22,7 @@ One gaze sample's way through this module:
    also across blocks.
 6. **Hand off** to asyncio through a bounded queue (:mod:`gazeguard._ring`); overflow is counted.
 
-Cost: one wake-up per ``poll_interval_s`` (default 50 ms) drains everything liblsl has buffered,
+Cost: one wake-up per ``poll_interval_s`` (default 250 ms) drains everything liblsl has buffered,
 so the per-sample Python cost is zero and the per-wake cost is a few dozen numpy calls (see
 ``bench/bench_frontend.py`` for measured numbers).
 """
@@ -484,13 +484,10 @@ class Normalizer:
         """Convert ``raw`` (N, C) float64 to (x_deg, y_deg, pupil_mm, valid, source_nan)."""
         lay = self.layout
         n = raw.shape[0]
-        sx = np.zeros(n)
-        sy = np.zeros(n)
-        sp = np.zeros(n)
-        cnt = np.zeros(n)
-        cp = np.zeros(n)
+        eyes: list[tuple[FloatArray, FloatArray, BoolArray, FloatArray, BoolArray]] = []
         any_finite = np.zeros(n, bool)
         zp = np.zeros(n, bool)  # some eye reports a zero/negative pupil: pupil loss
+        no_pupil = np.full(n, np.nan)
         for eye in lay.eyes:
             rx, ry = raw[:, eye.x], raw[:, eye.y]
             ok = np.isfinite(rx) & np.isfinite(ry)
@@ -503,37 +500,42 @@ class Normalizer:
             any_finite |= ok
             x, y = self._to_deg(raw, rx, ry)
             ok &= np.isfinite(x) & np.isfinite(y)
-            sx += np.where(ok, x, 0.0)
-            sy += np.where(ok, y, 0.0)
-            cnt += ok
+            p, pok = no_pupil, np.zeros(n, bool)
             if eye.pupil is not None and lay.pupil_scale is not None:
-                rp = raw[:, eye.pupil]
-                pok = ok & (rp > 0)  # NaN compares False
-                sp += np.where(pok, rp * lay.pupil_scale, 0.0)
-                cp += pok
-                zp |= ok & (rp <= 0)
-        valid = cnt > 0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            x = sx / cnt
-            y = sy / cnt
-            pupil = np.where(cp > 0, sp / np.maximum(cp, 1), np.nan)
+                p = raw[:, eye.pupil] * lay.pupil_scale
+                pok = ok & (p > 0)  # NaN compares False
+                zp |= ok & (p <= 0)
+            eyes.append((x, y, ok, p, pok))
+        if len(eyes) == 1:
+            x, y, valid, pupil, pok = eyes[0]
+            pupil = np.where(pok, pupil, np.nan)
+        else:  # mean over the eyes that are valid in each sample
+            cnt = np.sum([e[2] for e in eyes], axis=0)
+            cp = np.sum([e[4] for e in eyes], axis=0)
+            valid = cnt > 0
+            with np.errstate(invalid="ignore", divide="ignore"):
+                x = np.sum([np.where(e[2], e[0], 0.0) for e in eyes], axis=0) / cnt
+                y = np.sum([np.where(e[2], e[1], 0.0) for e in eyes], axis=0) / cnt
+                pupil = np.sum([np.where(e[4], e[3], 0.0) for e in eyes], axis=0) / cp
+            pok = cp > 0
         if lay.confidence is not None:
             valid &= raw[:, lay.confidence] >= self.confidence_threshold  # NaN compares False
         if lay.validity is not None:
             valid &= raw[:, lay.validity] >= 0.5
-        valid &= ~(zp & (cp == 0))  # a zero pupil is pupil loss (a blink), never a value
-        absurd = valid & (
-            (np.abs(x) > MAX_ABS_ANGLE_DEG)
-            | (np.abs(y) > MAX_ABS_ANGLE_DEG)
-            | (pupil < PUPIL_RANGE_MM[0])
-            | (pupil > PUPIL_RANGE_MM[1])
-        )
-        self.stats.absurd += int(np.count_nonzero(absurd))
-        valid &= ~absurd
-        x[~valid] = np.nan
-        y[~valid] = np.nan
-        pupil[~valid] = np.nan
-        return x, y, pupil, valid, ~any_finite
+        valid &= ~(zp & ~pok)  # a zero pupil is pupil loss (a blink), never a value
+        with np.errstate(invalid="ignore"):
+            absurd = valid & (
+                (np.abs(x) > MAX_ABS_ANGLE_DEG)
+                | (np.abs(y) > MAX_ABS_ANGLE_DEG)
+                | (pupil < PUPIL_RANGE_MM[0])
+                | (pupil > PUPIL_RANGE_MM[1])
+            )
+        if absurd.any():
+            self.stats.absurd += int(np.count_nonzero(absurd))
+            valid &= ~absurd
+        # np.where copies: x and y may be views of the pull buffer
+        x, y = np.where(valid, x, np.nan), np.where(valid, y, np.nan)
+        return x, y, np.where(valid, pupil, np.nan), valid, ~any_finite
 
     def _to_deg(
         self, raw: npt.NDArray[np.float64], rx: FloatArray, ry: FloatArray
@@ -578,14 +580,30 @@ class Normalizer:
         return GazeSamples(np.ascontiguousarray(t, np.float64), x, y, pupil, valid)
 
     def _order(self, t: FloatArray, index: FloatArray | None) -> BoolArray:
-        """Keep samples that advance time (and the sample index); count the others."""
-        prev = np.maximum.accumulate(np.concatenate(([self.last_t], t)))[:-1]
-        keep = t > prev
-        dup = t == prev
+        """Keep the samples that advance both the last kept timestamp and (if the layout has
+        one) the last kept sample index; count the others as duplicates (equal) or out of order.
+
+        The state is only the last *kept* sample, so the result does not depend on how the
+        stream was cut into blocks. Vectorised; a Python loop runs only over a block whose
+        index channel misbehaves (a repeated or reordered index).
+        """
+        if index is None:
+            # A dropped sample never exceeds the running maximum, so the running maximum over
+            # all samples equals the one over kept samples.
+            prev = np.maximum.accumulate(np.concatenate(([self.last_t], t)))[:-1]
+            keep, dup = t > prev, t == prev
+        elif (t[0] > self.last_t and index[0] > self.last_index and np.all(np.diff(t) > 0)
+              and np.all(np.diff(index) > 0)):  # fmt: skip
+            keep, dup = np.ones(t.shape[0], bool), np.zeros(t.shape[0], bool)
+        else:
+            keep, dup = np.zeros(t.shape[0], bool), np.zeros(t.shape[0], bool)
+            last_t, last_i = self.last_t, self.last_index
+            for k, (tk, ik) in enumerate(zip(t.tolist(), index.tolist(), strict=True)):
+                if tk > last_t and ik > last_i:
+                    keep[k], last_t, last_i = True, tk, ik
+                else:
+                    dup[k] = tk == last_t or ik == last_i
         if index is not None:
-            iprev = np.maximum.accumulate(np.concatenate(([self.last_index], index)))[:-1]
-            keep &= index > iprev
-            dup |= index == iprev
             kept = index[keep]
             if kept.shape[0]:
                 steps = np.diff(np.concatenate(([self.last_index], kept)))
@@ -713,7 +731,7 @@ class GazeStream:
         self,
         settings: IngestSettings | None = None,
         *,
-        poll_interval_s: float = 0.05,
+        poll_interval_s: float = 0.25,
         queue_blocks: int = 64,
         stall_after_s: float = 1.0,
         end_after_s: float | None = None,
@@ -752,38 +770,28 @@ class GazeStream:
         return snap
 
     async def __aenter__(self) -> GazeStream:
+        if self._stop.is_set() or self._thread is not None:
+            raise StreamError("a GazeStream can be opened once; create a new one to reconnect")
         inlet, meta, layout = await asyncio.to_thread(self._open)
         self._inlet, self._meta, self._uid = inlet, meta, meta.uid
         self._info = GazeStreamInfo(
-            meta.name,
-            meta.type,
-            meta.source_id,
-            meta.nominal_srate,
-            layout.preset,
-            meta.channel_count,
-            meta.hostname,
-        )
+            meta.name, meta.type, meta.source_id, meta.nominal_srate, layout.preset,
+            meta.channel_count, meta.hostname,
+        )  # fmt: skip
         norm = Normalizer(layout, self.settings.confidence_threshold, self._stats)
         self._queue = BlockQueue(
             asyncio.get_running_loop(), self.queue_blocks, len, f"LSL stream {meta.name!r}"
         )
         self._thread = threading.Thread(
-            target=self._pull_loop,
-            args=(inlet, norm),
-            name=f"gazeguard.ingest[{meta.name}]",
+            target=self._pull_loop, args=(inlet, norm), name=f"gazeguard.ingest[{meta.name}]",
             daemon=True,
-        )
+        )  # fmt: skip
         self._thread.start()
         logger.info(
             "reading LSL stream %r (type %r, source_id %r, %g Hz, %d channels, preset %r) from %s",
-            meta.name,
-            meta.type,
-            meta.source_id,
-            meta.nominal_srate,
-            meta.channel_count,
-            layout.preset,
-            meta.hostname,
-        )
+            meta.name, meta.type, meta.source_id, meta.nominal_srate, meta.channel_count,
+            layout.preset, meta.hostname,
+        )  # fmt: skip
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -886,15 +894,17 @@ class GazeStream:
                     return
                 self._stop.wait(self.poll_interval_s)
         except pylsl.LostError as exc:
-            queue.finish(
-                StreamError(
-                    f"LSL stream {meta.name!r} was lost and cannot be recovered (it has no "
-                    "source_id); restart its outlet with a source_id so gazeguard can resume"
-                ).with_traceback(exc.__traceback__)
+            err = StreamError(
+                f"LSL stream {meta.name!r} was lost and cannot be recovered (it has no "
+                "source_id); restart its outlet with a source_id so gazeguard can resume"
             )
+            err.__cause__ = exc
+            queue.finish(err)
         except Exception as exc:  # fail closed: the consumer learns, nothing half-processed leaks
             logger.exception("ingest thread of LSL stream %r failed", meta.name)
-            queue.finish(exc)
+            err = StreamError(f"ingest of LSL stream {meta.name!r} failed: {exc!r}")
+            err.__cause__ = exc
+            queue.finish(err)
 
     def _check_new_outlet(self, norm: Normalizer) -> None:
         """After silence or a sample-index restart: did a new outlet (same source_id) take over?"""

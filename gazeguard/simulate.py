@@ -803,6 +803,13 @@ def configure_simulate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="seconds (default: forever)")
     parser.add_argument("--name", default="gazeguard-sim", help="LSL stream name")
     parser.add_argument("--source-id", default=None, help="LSL source_id (default: unique)")
+    parser.add_argument(
+        "--push-interval",
+        type=float,
+        default=0.01,
+        help="push due samples every this many s (default 0.01; 0: one push per sample, as "
+        "vendor bridges do)",
+    )
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -815,6 +822,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         source_id=args.source_id,
         name=args.name,
         duration_s=args.duration,
+        push_interval_s=args.push_interval or 1.0 / args.rate,
     )
     with headset:
         print(  # noqa: T201

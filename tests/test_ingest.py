@@ -128,10 +128,10 @@ def _cat(blocks: list[GazeSamples]) -> GazeSamples:
         e = np.zeros(0)
         return GazeSamples(e, e, e, e, np.zeros(0, bool))
     return GazeSamples(
-        *(
-            np.concatenate([getattr(b, f) for b in blocks])
-            for f in ("timestamps", "x_deg", "y_deg", "pupil_mm")
-        ),
+        np.concatenate([b.timestamps for b in blocks]),
+        np.concatenate([b.x_deg for b in blocks]),
+        np.concatenate([b.y_deg for b in blocks]),
+        np.concatenate([b.pupil_mm for b in blocks]),
         np.concatenate([b.valid for b in blocks]),
     )
 
@@ -392,7 +392,7 @@ def test_duplicated_and_reordered_sample_indices_are_dropped(
     rel = np.arange(len(idx)) * 0.004  # timestamps all increase: only the index tells
     outlets.start(unique_id, data, meta, rel_t=rel)
     s, stats, _ = collect(
-        IngestSettings(source_id=unique_id), lambda s: len(s) and s.x_deg[-1] >= 1.9 - 1e-9
+        IngestSettings(source_id=unique_id), lambda s: len(s) > 0 and s.x_deg[-1] >= 1.9 - 1e-9
     )
     np.testing.assert_allclose(s.x_deg, np.r_[0:5, 6:20] * 0.1, atol=1e-12)
     assert (stats.duplicates, stats.out_of_order, stats.lost) == (1, 1, 1)
