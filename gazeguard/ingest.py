@@ -342,6 +342,8 @@ def _layout_generic(meta: StreamMeta, s: IngestSettings) -> Layout:
         elif kind == "framenumber":
             index = i
     eyes_found = {e: d for e, d in by_eye.items() if "screenx" in d and "screeny" in d}
+    if "both" in eyes_found:  # a combined gaze channel pair wins over per-eye ones
+        eyes_found = {"both": eyes_found["both"]}
     if not eyes_found:
         types = sorted({c.type for c in chans if c.type})
         raise StreamError(

@@ -32,6 +32,7 @@ import logging
 import math
 import threading
 import uuid
+from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,7 +370,7 @@ def simulate_gaze(
 # ---------------------------------------------------------------------------------------------
 # Real-time LSL outlets
 # ---------------------------------------------------------------------------------------------
-class _Pusher:
+class _Pusher(ABC):
     """Background thread that pushes rows into an outlet on a real-time schedule."""
 
     def __init__(self, outlet: pylsl.StreamOutlet, name: str, push_interval_s: float) -> None:
@@ -399,8 +400,9 @@ class _Pusher:
         finally:
             self.done.set()
 
-    def run(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def run(self) -> None:
+        """Push until done or stopped (in the thread)."""
 
 
 class SimulatedHeadset:
@@ -706,7 +708,13 @@ class Replay:
         if isinstance(recording, GazeSamples):
             t = recording.timestamps
             self.name = name or "gazeguard-replay"
-            rate = (len(t) - 1) / (t[-1] - t[0]) if len(t) > 1 else 0.0
+            # Declare a nominal rate only for a regularly sampled recording: liblsl dejitters
+            # regular streams, which would smooth a jittery recording's own timing.
+            dt = np.diff(t)
+            regular = dt.size > 0 and bool(
+                np.all(np.abs(dt - np.median(dt)) < 0.01 * np.median(dt))
+            )
+            rate = 1.0 / float(np.median(dt)) if regular else 0.0
             self.info = gazeguard_stream_info(self.name, self.source_id, rate)
             self.rows = np.column_stack(
                 [
