@@ -55,6 +55,8 @@ from gazeguard.message import StatusMessage, status_topic
 
 log = logging.getLogger(__name__)
 
+# How long to wait for the broker's CONNACK after the TCP (and TLS) connection is up, s.
+_CONNACK_TIMEOUT_S = 10.0
 # CONNACK codes meaning "this protocol version is not spoken here" (3.1.1: 1; v5: 0x84).
 _UNSUPPORTED_PROTOCOL = {1, 0x84}
 # CONNACK codes meaning "your credentials are wrong": retrying will not help until they change.
@@ -91,6 +93,7 @@ class _Client(aiomqtt.Client):
     """
 
     puback_reason: ReasonCode | None = None
+    socket_opened = False  # paho created the socket (set from paho's connect thread)
 
     async def __aenter__(self) -> Self:
         connect = asyncio.ensure_future(super().__aenter__())
@@ -98,10 +101,14 @@ class _Client(aiomqtt.Client):
             return await asyncio.shield(connect)
         except BaseException:
             # aiomqtt 2.5 leaves paho's socket open when a connect attempt is cancelled or ends
-            # after the TCP connection was made (refused login, CONNACK timeout). Let the attempt
-            # finish (it is bounded by the client timeout), then close whatever it opened.
-            if not connect.done():
-                await asyncio.wait({connect})
+            # after the TCP connection was made (refused login, CONNACK timeout). While paho
+            # connects (TCP + TLS, in a worker thread, bounded by its 5 s connect timeout) let
+            # it finish, so no socket appears after we closed; once the socket exists, stop the
+            # attempt. Then close whatever it opened.
+            while not connect.done():
+                if self.socket_opened:
+                    connect.cancel()
+                await asyncio.wait({connect}, timeout=0.05)
             if not connect.cancelled():
                 connect.exception()  # retrieved: it is reported by the caller's exception
             self._close_socket()
@@ -124,6 +131,10 @@ class _Client(aiomqtt.Client):
         if self._client.socket() is not None:
             # paho's own close: unregisters the socket from the event loop, then closes it.
             self._client._sock_close()
+
+    def _on_socket_open(self, client: Any, userdata: Any, sock: Any) -> None:
+        self.socket_opened = True
+        super()._on_socket_open(client, userdata, sock)
 
     def _on_publish(
         self,
@@ -329,7 +340,7 @@ class Publisher:
             protocol=self._protocol,
             keepalive=self.settings.keepalive_s,
             tls_context=self._tls,
-            timeout=self._publish_timeout_s,
+            timeout=_CONNACK_TIMEOUT_S,
         )
 
     async def _connection_loop(self) -> None:
@@ -437,7 +448,7 @@ class Publisher:
         """Publish with QoS 1 and return after a positive PUBACK."""
         client.puback_reason = None
         started = time.monotonic()
-        await client.publish(topic, payload, qos=1, retain=retain)
+        await client.publish(topic, payload, qos=1, retain=retain, timeout=self._publish_timeout_s)
         reason = client.puback_reason
         if reason is not None and reason.is_failure:
             item = f"chunk {what.chunk_index} of session {what.session!r}" if what else "status"
@@ -547,6 +558,12 @@ def _explain(exc: BaseException | None, settings: BrokerSettings) -> tuple[str, 
             f"TLS handshake failed ({text}); check broker.ca_file (the CA that signed the "
             "broker's certificate) and that the certificate names broker.host",
             True,
+        )
+    if text == "Operation timed out":  # aiomqtt: no CONNACK (or PUBACK) in time
+        return (
+            "connected, but the broker did not answer in time; check that the port speaks "
+            "MQTT, and broker.tls / broker.cert_file if it requires TLS or a client certificate",
+            False,
         )
     if "Connection refused" in text:
         return f"unreachable ({text}); is the broker running on that host and port?", False

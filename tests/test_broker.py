@@ -18,7 +18,7 @@ from gazeguard.ledger import Ledger
 from gazeguard.message import StatusMessage, status_topic
 from gazeguard.publish import Publisher
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
 
 def test_plain_aiomqtt_clients_get_qos1_and_retained_messages(unique_id: str) -> None:

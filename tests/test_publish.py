@@ -48,7 +48,7 @@ from gazeguard.message import (
 )
 from gazeguard.publish import Publisher
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
 PREFIX = "gazeguard/v1"
 DEVICE = "hmd"
@@ -204,7 +204,7 @@ def test_broker_restart_loses_nothing_duplicates_nothing(
     """Broker stopped mid-stream, chunks charged meanwhile, broker restarted: all arrive once."""
     broker = MosquittoBroker(
         tmp_path,
-        f"allow_anonymous true\npersistence true\npersistence_location {tmp_path}/\nuser root\n",
+        f"allow_anonymous true\npersistence true\npersistence_location {tmp_path}/\n",
     )
     broker.start()
     ledger = Ledger(tmp_path / "ledger.sqlite")
@@ -435,26 +435,35 @@ def _pem(path: Path, obj: x509.Certificate | ec.EllipticCurvePrivateKey) -> Path
 
 @pytest.fixture
 def tls_broker(tmp_path: Path) -> Any:
-    """Mosquitto with TLS (self-signed CA), a password file and an ACL; yields (broker, files)."""
+    """Mosquitto with TLS (self-signed CA), a password file and an ACL; yields (broker, files).
+
+    A second listener (``files["mtls_port"]``) requires a client certificate signed by the CA
+    and takes the certificate's common name as the user name (mutual TLS, no password).
+    """
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = _cert("gazeguard test CA", ca_key, None, None)
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server = _cert("localhost", server_key, ca, ca_key)
+    client_key = ec.generate_private_key(ec.SECP256R1())
     other_key = ec.generate_private_key(ec.SECP256R1())
-    files = {
+    files: dict[str, Any] = {
         "ca": _pem(tmp_path / "ca.pem", ca),
         "other_ca": _pem(tmp_path / "other-ca.pem", _cert("someone else", other_key, None, None)),
-        "cert": _pem(tmp_path / "server.pem", server),
+        "cert": _pem(tmp_path / "server.pem", _cert("localhost", server_key, ca, ca_key)),
         "key": _pem(tmp_path / "server.key", server_key),
+        "client_cert": _pem(tmp_path / "client.pem", _cert("alice", client_key, ca, ca_key)),
+        "client_key": _pem(tmp_path / "client.key", client_key),
+        "mtls_port": free_port(),
     }
     passwd = tmp_path / "passwd"
     subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwd), "alice", "s3cret"], check=True)
     acl = tmp_path / "acl"
     acl.write_text(f"user alice\ntopic readwrite {PREFIX}/#\ntopic read denied/#\n")
+    tls = f"cafile {files['ca']}\ncertfile {files['cert']}\nkeyfile {files['key']}\n"
     broker = MosquittoBroker(
         tmp_path,
-        f"cafile {files['ca']}\ncertfile {files['cert']}\nkeyfile {files['key']}\n"
-        f"allow_anonymous false\npassword_file {passwd}\nacl_file {acl}\nuser root\n",
+        f"{tls}allow_anonymous false\npassword_file {passwd}\nacl_file {acl}\n"
+        f"listener {files['mtls_port']} 127.0.0.1\n{tls}"
+        "require_certificate true\nuse_identity_as_username true\n",
     )
     broker.start()
     yield broker, files
@@ -484,6 +493,37 @@ def test_tls_and_password_deliver(tls_broker: Any, tmp_path: Path, unique_id: st
             return sub.payloads
 
     assert chunk_indexes(asyncio.run(scenario())) == [0, 1, 2]
+    ledger.close()
+
+
+def test_client_certificate_delivers(tls_broker: Any, tmp_path: Path, unique_id: str) -> None:
+    """Mutual TLS: the broker requires our certificate; without it there is no connection."""
+    _, files = tls_broker
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    charge_chunk(ledger, unique_id, 0)
+    settings = BrokerSettings(
+        host="127.0.0.1",
+        port=files["mtls_port"],
+        tls=True,
+        ca_file=files["ca"],
+        cert_file=files["client_cert"],
+        key_file=files["client_key"],
+    )
+
+    async def deliver() -> None:
+        async with Publisher(settings, ledger, connect_timeout=5) as pub:
+            await pub.flush(10)
+
+    async def without_certificate() -> None:
+        anonymous = settings.model_copy(update={"cert_file": None, "key_file": None})
+        async with Publisher(anonymous, ledger, connect_timeout=2):
+            pytest.fail("connected without the required client certificate")
+
+    asyncio.run(deliver())
+    assert ledger.pending() == []
+    assert ledger.state(unique_id).chunks == 1
+    with pytest.raises(PublishError, match=rf"127\.0\.0\.1:{files['mtls_port']}"):
+        asyncio.run(without_certificate())
     ledger.close()
 
 
