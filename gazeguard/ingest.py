@@ -455,7 +455,7 @@ class IngestStats:
     absurd: int = 0  # made invalid because |angle| > 90° or pupil outside 0.5–10 mm
     duplicates: int = 0  # dropped: timestamp (or sample index) equal to the previous one
     out_of_order: int = 0  # dropped: timestamp (or sample index) before the previous one
-    lost: int = 0  # gaps in the sample-index channel (gazeguard preset only)
+    lost: int = 0  # gaps in the sample-index channel (layouts that have one)
     overflow: int = 0  # dropped because the consumer fell behind (bounded queue full)
     stalls: int = 0  # times the stream delivered nothing for longer than stall_after_s
     reconnects: int = 0  # times a new outlet with the same source_id took over

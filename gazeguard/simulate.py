@@ -31,6 +31,7 @@ import csv
 import logging
 import math
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import deque
@@ -419,6 +420,8 @@ class SimulatedHeadset:
         seed: which simulated person; ``task`` and ``session`` as in :class:`GazeGenerator`.
         source_id: LSL source_id (default: a fresh unique one); name: LSL stream name.
         duration_s: seconds of gaze to stream (None: until stopped).
+        push_interval_s: how often due samples are pushed, s (vendor bridges push every sample:
+            ``1 / rate_hz``).
     """
 
     def __init__(
@@ -440,6 +443,7 @@ class SimulatedHeadset:
         self.total = None if duration_s is None else round(duration_s * rate_hz)
         self.push_interval_s = push_interval_s
         self._pusher: _HeadsetPusher | None = None
+        self._sent = 0  # samples pushed by outlets that were stopped
 
     @classmethod
     def from_settings(
@@ -460,7 +464,7 @@ class SimulatedHeadset:
     @property
     def samples_sent(self) -> int:
         """Samples pushed so far."""
-        return self._pusher.samples_sent if self._pusher is not None else 0
+        return self._sent + (self._pusher.samples_sent if self._pusher is not None else 0)
 
     @property
     def done(self) -> threading.Event:
@@ -488,8 +492,8 @@ class SimulatedHeadset:
         """Stop pushing and destroy the outlet (inlets see the stream vanish)."""
         if self._pusher is not None:
             pusher, self._pusher = self._pusher, None
-            pusher.stop()
-            del pusher  # the outlet goes with it
+            self._sent += pusher.samples_sent
+            pusher.stop()  # the outlet goes with the pusher
 
     def __enter__(self) -> SimulatedHeadset:
         self.start()
@@ -753,11 +757,12 @@ class Replay:
         self.speed = speed
         self.wait_s = wait_s
         self._pusher: _ReplayPusher | None = None
+        self._sent = 0
 
     @property
     def samples_sent(self) -> int:
         """Samples pushed so far."""
-        return self._pusher.samples_sent if self._pusher is not None else 0
+        return self._sent + (self._pusher.samples_sent if self._pusher is not None else 0)
 
     def __enter__(self) -> Replay:
         outlet = pylsl.StreamOutlet(self.info, 0, 360)
@@ -774,6 +779,7 @@ class Replay:
     ) -> None:
         if self._pusher is not None:
             pusher, self._pusher = self._pusher, None
+            self._sent += pusher.samples_sent
             pusher.stop()
 
 
@@ -882,5 +888,6 @@ def run_replay(args: argparse.Namespace) -> int:
             flush=True,
         )
         rp.wait()
+        time.sleep(0.5)  # let the last samples reach the inlets before the outlet goes away
     print(f"sent {rp.samples_sent} samples", flush=True)  # noqa: T201
     return 0

@@ -235,6 +235,7 @@ def test_gazeguard_replay_csv_at_original_timing(tmp_path: Path, unique_id: str)
         assert "replaying" in proc.stdout.readline()
         got = read_blocks(IngestSettings(source_id=unique_id), len(truth))
         assert proc.wait(10) == 0
+        assert f"sent {len(truth)} samples" in proc.stdout.read()
     finally:
         proc.kill()
         proc.wait()
