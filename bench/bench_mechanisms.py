@@ -36,13 +36,26 @@ RNG = np.random.default_rng(42)
 
 def median_us(fn: Callable[[], object], budget_s: float = 0.25, repeat: int = 15) -> float:
     """Median time per call in µs over ``repeat`` batches sized to fill ``budget_s`` in total."""
-    fn()
-    t0 = timeit.default_timer()
-    fn()
-    one = max(timeit.default_timer() - t0, 1e-7)
-    number = max(1, int(budget_s / repeat / one))
-    times = timeit.repeat(fn, number=number, repeat=repeat)
-    return statistics.median(times) / number * 1e6
+    return interleaved_us([fn], budget_s, repeat)[0]
+
+
+def interleaved_us(
+    fns: list[Callable[[], object]], budget_s: float = 0.25, repeat: int = 21
+) -> list[float]:
+    """Median µs per call of each function, timed in interleaved rounds (one batch of each per
+    round), so that load from other processes on a shared machine hits all of them alike."""
+    numbers = []
+    for fn in fns:
+        fn()
+        t0 = timeit.default_timer()
+        fn()
+        one = max(timeit.default_timer() - t0, 1e-7)
+        numbers.append(max(1, int(budget_s / repeat / one)))
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, (fn, number) in enumerate(zip(fns, numbers, strict=True)):
+            times[i].append(timeit.timeit(fn, number=number) / number * 1e6)
+    return [statistics.median(t) for t in times]
 
 
 # ----------------------------------------------------------------- plain reference implementations
@@ -183,9 +196,13 @@ def main() -> dict[str, Any]:
                     np.testing.assert_allclose(
                         silent.release(x), mech.nonprivate_projection(x), atol=1e-9
                     )
-                ours = median_us(lambda m=mech, x=x: m.release(x))
-                t_np = median_us(lambda p=plain, x=x: p.release(x))
-                t_sp = median_us(lambda p=sci, x=x: p.release(x))
+                ours, t_np, t_sp = interleaved_us(
+                    [
+                        lambda m=mech, x=x: m.release(x),
+                        lambda p=plain, x=x: p.release(x),
+                        lambda p=sci, x=x: p.release(x),
+                    ]
+                )
                 t_od = math.nan
                 if opendp_noise is not None:
                     od = PlainMechanism(*args, backend="numpy", noise=opendp_noise)
@@ -214,11 +231,18 @@ def main() -> dict[str, Any]:
     shape = (F, 64)
     sampler = DiscreteLaplace(np.full(shape, 2.0**20))
     src = OsRandom()
-    sampling = {
+    ours_s, numpy_s, urandom_s = interleaved_us(
+        [
+            lambda: sampler.sample_float(src),
+            lambda: RNG.laplace(0.0, 1.0, shape),
+            lambda: os.urandom(8 * F * 64),
+        ]
+    )
+    sampling: dict[str, Any] = {
         "shape": list(shape),
-        "gazeguard_secure_us": median_us(lambda: sampler.sample_float(src)),
-        "numpy_unsafe_us": median_us(lambda: RNG.laplace(0.0, 1.0, shape)),
-        "os_urandom_bytes_only_us": median_us(lambda: os.urandom(8 * F * 64)),
+        "gazeguard_secure_us": ours_s,
+        "numpy_unsafe_us": numpy_s,
+        "os_urandom_bytes_only_us": urandom_s,
     }
     if opendp_noise is not None:
         sampling["opendp_float_us"] = median_us(
