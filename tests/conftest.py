@@ -58,6 +58,7 @@ class MosquittoBroker:
                     return
             except OSError:
                 time.sleep(0.05)
+        self.stop()
         raise RuntimeError(f"mosquitto did not start on port {self.port}; see {self.log}")
 
     def stop(self) -> None:
