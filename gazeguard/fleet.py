@@ -53,7 +53,7 @@ from gazeguard.errors import PublishError, StreamError
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
 from gazeguard.pipeline import Pipeline
-from gazeguard.publish import Publisher, _credentials, _tls_context
+from gazeguard.publish import Publisher, credentials, tls_context
 from gazeguard.samples import GazeSamples
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class RawTopics:
 
 
 def _client(settings: BrokerSettings, identifier: str) -> aiomqtt.Client:
-    username, password = _credentials(settings)
+    username, password = credentials(settings)
     return aiomqtt.Client(
         settings.host or "127.0.0.1",
         settings.port,
@@ -120,7 +120,7 @@ def _client(settings: BrokerSettings, identifier: str) -> aiomqtt.Client:
         identifier=identifier,
         protocol=aiomqtt.ProtocolVersion.V5,
         keepalive=settings.keepalive_s,
-        tls_context=_tls_context(settings),
+        tls_context=tls_context(settings),
     )
 
 

@@ -201,8 +201,8 @@ class Publisher:
         self._batch = batch
         self._on_acked = on_acked
         self._name = name
-        self._tls = _tls_context(settings)
-        self._credentials = _credentials(settings)
+        self._tls = tls_context(settings)
+        self._credentials = credentials(settings)
         self._protocol = (
             aiomqtt.ProtocolVersion.V311
             if settings.protocol == "3.1.1"
@@ -482,7 +482,7 @@ class _ClosingSSLSocket(ssl.SSLSocket):
             raise
 
 
-def _tls_context(settings: BrokerSettings) -> ssl.SSLContext | None:
+def tls_context(settings: BrokerSettings) -> ssl.SSLContext | None:
     """The TLS context from ``broker.tls/ca_file/cert_file/key_file`` (``None`` without TLS)."""
     files = {"ca_file": settings.ca_file, "cert_file": settings.cert_file}
     files["key_file"] = settings.key_file
@@ -516,7 +516,8 @@ def _tls_context(settings: BrokerSettings) -> ssl.SSLContext | None:
     return context
 
 
-def _credentials(settings: BrokerSettings) -> tuple[str | None, str | None]:
+def credentials(settings: BrokerSettings) -> tuple[str | None, str | None]:
+    """``(username, password)`` from ``broker.username/password`` (password revealed here only)."""
     if settings.password is not None and settings.username is None:
         raise ConfigError("broker.username", None, "broker.password is set; set the username too")
     password = settings.password.get_secret_value() if settings.password else None
