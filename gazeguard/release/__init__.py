@@ -16,6 +16,9 @@ Mechanisms (David-John et al., ETRA 2022, and gazeguard's own):
     (:mod:`gazeguard.release.marginals`).
 ``expdp``
     Exponential-DP of Steil et al. 2019 (:mod:`gazeguard.release.expdp`).
+``lpa``, ``fpa``, ``cfpa``, ``dcfpa``
+    gazeguard's own DP mechanisms, chunk by chunk per recording
+    (:mod:`gazeguard.release.recording`).
 
 ``seed=None`` draws from the OS CSPRNG; an int seed is reproducible and insecure (experiments and
 tests only). ``gazeguard release`` (:mod:`gazeguard.release.cli`) runs any of them on a file and
@@ -33,6 +36,7 @@ from gazeguard.release._common import Progress, Release, ReleaseRandom, no_progr
 from gazeguard.release.expdp import expdp_release
 from gazeguard.release.ksame import ksame_release
 from gazeguard.release.marginals import marginals_release
+from gazeguard.release.recording import DP_MECHANISMS, recording_release
 
 
 class ReleaseMechanism(Protocol):
@@ -49,10 +53,25 @@ class ReleaseMechanism(Protocol):
         ...
 
 
+def _dp(name: str) -> ReleaseMechanism:
+    def run(
+        table: FeatureTable,
+        params: Mapping[str, object],
+        seed: int | None = None,
+        progress: Progress = no_progress,
+    ) -> Release:
+        return recording_release(name, table, params, seed=seed, progress=progress)
+
+    run.__name__ = f"{name}_release"
+    run.__doc__ = f"{name.upper()} per recording: see :mod:`gazeguard.release.recording`."
+    return run
+
+
 RELEASE_MECHANISMS: dict[str, ReleaseMechanism] = {
     "ksame": ksame_release,
     "marginals": marginals_release,
     "expdp": expdp_release,
+    **{name: _dp(name) for name in DP_MECHANISMS},
 }
 
 

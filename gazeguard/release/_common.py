@@ -51,6 +51,16 @@ class Release:
     manifest: dict[str, Any]
 
 
+def seed_policy(insecure_seed: int | None, secure_source: str, insecure_source: str) -> str:
+    """The manifest's ``seed_policy`` line."""
+    if insecure_seed is None:
+        return f"OS CSPRNG ({secure_source}); no seed exists that could reproduce the noise"
+    return (
+        f"INSECURE reproducible seed {insecure_seed} ({insecure_source}): anyone with the seed "
+        "can reproduce and remove the randomness; for experiments only, never for a real release"
+    )
+
+
 class ReleaseRandom:
     """Uniform randomness for release mechanisms: OS CSPRNG unless an insecure seed is given.
 
@@ -72,11 +82,10 @@ class ReleaseRandom:
     @property
     def policy(self) -> str:
         """One line for the manifest: where the randomness came from."""
-        if self.insecure_seed is None:
-            return "OS CSPRNG (os.urandom for uniform draws, secrets.SystemRandom for shuffles)"
-        return (
-            f"INSECURE reproducible seed {self.insecure_seed} (numpy PCG64 and random.Random): "
-            "anyone with the seed can remove the randomness; not for a real release"
+        return seed_policy(
+            self.insecure_seed,
+            "os.urandom uniforms, secrets.SystemRandom shuffles",
+            "numpy PCG64 and random.Random",
         )
 
     def uniform(self, shape: int | tuple[int, ...]) -> FloatArray:
@@ -247,16 +256,15 @@ class FeatureRanges:
         return self.hi - self.lo
 
 
-def feature_ranges(
-    table: FeatureTable, source: str, bounds: object, params: Params
-) -> FeatureRanges:
+def feature_ranges(table: FeatureTable, source: str, params: Params) -> FeatureRanges:
     """Each feature's range for ``table``.
 
     Args:
         source: ``"public"`` or ``"data"`` (see :data:`RANGE_SOURCES`).
-        bounds: for ``public``: ``None`` (ask ``gazeguard.features.feature_bounds``) or a mapping
-            ``{feature name: (lo, hi[, max_step])}`` covering every feature of the table.
-        params: for error messages.
+        params: the mechanism's parameters; for ``public`` it reads ``bounds`` — a mapping
+            ``{feature name: (lo, hi[, max_step])}`` covering every feature — or, without it,
+            asks ``gazeguard.features.feature_bounds`` at the ``window_s``/``step_s`` the table
+            was extracted with (defaults 30 s and 0.5 s).
 
     Raises:
         ConfigError: naming ``bounds`` when a feature has no declared bounds or lo ≥ hi.
@@ -265,10 +273,14 @@ def feature_ranges(
     if source == "data":
         if table.n_rows == 0:
             raise params.error("range", source, "the input has no rows to take ranges from")
+        require_finite(table, params)
         return FeatureRanges(table.X.min(axis=0), table.X.max(axis=0), None, "data")
+    bounds = params.optional("bounds")
     step: FloatArray | None
     if bounds is None:
-        lo, hi, step = _registry_bounds(names, params)
+        window_s = params.number("window_s", 30.0, greater_than=0.0)
+        step_s = params.number("step_s", 0.5, greater_than=0.0)
+        lo, hi, step = _registry_bounds(names, window_s, step_s, params)
     else:
         lo, hi, step = _mapping_bounds(names, bounds, params)
     bad = np.flatnonzero(~(lo < hi))
@@ -282,8 +294,22 @@ def feature_ranges(
     return FeatureRanges(lo, hi, step, "public")
 
 
+def require_finite(table: FeatureTable, params: Params) -> None:
+    """Refuse a table with NaN or infinite values, naming the first such feature."""
+    bad = ~np.isfinite(table.X)
+    if bad.any():
+        counts = bad.sum(axis=0)
+        j = int(np.flatnonzero(counts)[0])
+        raise params.error(
+            "input",
+            f"feature {table.feature_names[j]!r}: {int(counts[j])} non-finite values",
+            "release mechanisms need complete rows; drop those rows or features, or impute "
+            "them, before releasing",
+        )
+
+
 def _registry_bounds(
-    names: tuple[str, ...], params: Params
+    names: tuple[str, ...], window_s: float, step_s: float, params: Params
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     try:
         from gazeguard.features import feature_bounds  # noqa: PLC0415 - optional stage
@@ -295,7 +321,7 @@ def _registry_bounds(
             "({name: (lo, hi, max_step)}, CLI --bounds FILE.json) or range='data'",
         ) from exc
     try:
-        lo, hi, step = feature_bounds(list(names))
+        lo, hi, step = feature_bounds(list(names), window_s=window_s, step_s=step_s)
     except (KeyError, ValueError) as exc:
         raise params.error(
             "bounds",

@@ -27,7 +27,24 @@ from gazeguard.release.manifest import build_manifest, manifest_path_for, write_
 
 _FORMATS = (".csv", ".npz", ".parquet")
 #: CLI option dest → mechanism parameter name; only options given on the command line are passed.
-_PARAM_OPTIONS = ("k", "leftover", "gamma", "bins", "omega", "max_attempts", "epsilon", "range")
+_PARAM_OPTIONS = (
+    "k",
+    "leftover",
+    "gamma",
+    "bins",
+    "omega",
+    "max_attempts",
+    "epsilon",
+    "range",
+    "n",
+    "keep",
+    "transform",
+    "tail",
+)
+
+
+def _keep(text: str) -> int | str:
+    return text if text == "auto" else int(text)
 
 
 def configure_release(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +75,19 @@ def configure_release(parser: argparse.ArgumentParser) -> None:
     mech.add_argument("--bins", type=int, help="marginals: bins per feature (default 30)")
     mech.add_argument("--omega", type=int, help="marginals: features re-drawn (default all)")
     mech.add_argument("--max-attempts", type=int, help="marginals: candidates per row")
-    mech.add_argument("--epsilon", type=float, help="expdp: per-feature ε > 0")
+    mech.add_argument(
+        "--epsilon",
+        type=float,
+        help="expdp: per-feature ε; lpa/fpa/cfpa/dcfpa: per feature per chunk",
+    )
+    mech.add_argument("--n", type=int, help="lpa/cfpa/dcfpa: chunk steps (default 32)")
+    mech.add_argument(
+        "--keep", type=_keep, help="fpa/cfpa/dcfpa: kept frequencies, an int or 'auto' (default)"
+    )
+    mech.add_argument("--transform", choices=("dft", "dct"), help="fpa/cfpa/dcfpa: basis")
+    mech.add_argument(
+        "--tail", choices=("drop", "pad"), help="lpa/cfpa/dcfpa: steps after the last full chunk"
+    )
     mech.add_argument(
         "--range",
         choices=("public", "data"),

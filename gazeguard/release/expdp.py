@@ -42,6 +42,7 @@ from gazeguard.release._common import (
     ReleaseRandom,
     feature_ranges,
     no_progress,
+    require_finite,
     task_sequences,
 )
 
@@ -97,9 +98,10 @@ def expdp_release(
     p = Params(NAME, params)
     epsilon = p.number("epsilon", None, greater_than=0.0)
     range_source = p.choice("range", "public", RANGE_SOURCES)
-    ranges = feature_ranges(table, range_source, p.optional("bounds"), p)
+    ranges = feature_ranges(table, range_source, p)
     effective = p.finish()
     effective.pop("bounds", None)  # recorded below as numbers, not as the caller's object
+    require_finite(table, p)
     rng = ReleaseRandom(seed)
 
     delta = ranges.width

@@ -45,6 +45,7 @@ from gazeguard.release._common import (
     concat_tables,
     no_progress,
     padded,
+    require_finite,
     task_sequences,
 )
 
@@ -98,6 +99,7 @@ def ksame_release(
     k = p.integer("k", 2, minimum=2)
     leftover = p.choice("leftover", "drop", LEFTOVER_POLICIES)
     effective = p.finish()
+    require_finite(table, p)
     rng = ReleaseRandom(seed)
 
     sequences = task_sequences(table)

@@ -59,6 +59,7 @@ from gazeguard.release._common import (
     ReleaseRandom,
     feature_ranges,
     no_progress,
+    require_finite,
     task_sequences,
 )
 
@@ -85,21 +86,29 @@ def from_bins(
 
 
 def _log_elementary(weights: FloatArray, order: int) -> FloatArray:
-    """log e_0..e_order of each row's weights, (n, order+1); −inf where e_r = 0.
+    """log e_0..e_order of each row's non-negative weights, (n, order+1); −inf where e_r = 0.
 
-    Rows are rescaled after every feature so that long products neither overflow nor underflow.
+    ``e_r`` only grows as features are added and lies between (min positive weight)^r and
+    C(F, r)·(max weight)^r; when those bounds could leave float64's range the rows are rescaled
+    after every feature, otherwise (the common case) not at all.
     """
-    n = weights.shape[0]
-    E = np.zeros((n, order + 1))
-    E[:, 0] = 1.0
+    n, f = weights.shape
+    W = np.ascontiguousarray(weights.T)  # (F, n): contiguous rows for the update below
+    E = np.zeros((order + 1, n))
+    E[0] = 1.0
     log_scale = np.zeros(n)
-    for j in range(weights.shape[1]):
-        E[:, 1:] += weights[:, j, None] * E[:, :-1]
-        s = E.max(axis=1)
-        E /= s[:, None]
-        log_scale += np.log(s)
+    positive = weights[weights > 0]
+    top = math.log(max(float(positive.max()), 1.0)) if positive.size else 0.0
+    bottom = math.log(min(float(positive.min()), 1.0)) if positive.size else 0.0
+    rescale = order * top + math.log(math.comb(f, order)) > 600 or order * bottom < -600
+    for j in range(f):
+        E[1:] += W[j] * E[:-1]  # right side evaluated first: e_r += w_j · e_{r−1} (old values)
+        if rescale:
+            s = E.max(axis=0)
+            E /= s
+            log_scale += np.log(s)
     with np.errstate(divide="ignore"):
-        return np.log(E) + log_scale[:, None]
+        return (np.log(E) + log_scale).T
 
 
 @dataclass(frozen=True)
@@ -173,12 +182,15 @@ class TaskModel:
             out[s0 : s0 + step] = np.where(a <= omega, val - log_comb, -np.inf)
         return out
 
-    def plausible_seeds(self, Y: BinArray, seeds: IndexArray, gamma: float) -> IndexArray:
+    def plausible_seeds(
+        self, Y: BinArray, seeds: IndexArray, gamma: float, enough: int | None = None
+    ) -> IndexArray:
         """k' for each candidate ``Y[c]`` made from seed row ``seeds[c]``, (C,).
 
         k' counts the task's records whose ``Pr{y = M(d_a)}`` is positive and falls in the
         seed's γ-bucket ``⌊−log_γ Pr{y = M(d)}⌋`` (the seed itself included); 0 if the seed
-        cannot produce y.
+        cannot produce y. Records are visited in blocks; a candidate stops being counted once
+        it has ``enough`` (the test needs no more), so its k' is then a lower bound ≥ enough.
         """
         n, f = self.bins.shape
         log_gamma = math.log(gamma)
@@ -191,27 +203,36 @@ class TaskModel:
         own = self.log_prob_pairs(Y, c_all, seeds)
         if self.omega == f:  # seed-independent model: every record has the seed's probability
             return np.where(np.isfinite(own), n, 0).astype(np.intp)
+        own_bucket = bucket(own)
         counts = np.zeros(Y.shape[0], dtype=np.intp)
+        active = c_all[np.isfinite(own)]
         columns = np.ascontiguousarray(self.bins.T)  # (F, N)
-        chunk = max(1, (1 << 20) // n)  # candidates per (chunk, N) match-count matrix
-        for c0 in range(0, Y.shape[0], chunk):
-            Yc = Y[c0 : c0 + chunk]
-            matches = np.zeros((Yc.shape[0], n), dtype=np.int16)
-            for j in range(f):
-                matches += columns[j][None, :] == Yc[:, j, None]
-            ci, ni = np.nonzero(f - matches <= self.omega)
-            ci = ci.astype(np.intp) + c0
-            log_pr = self.log_prob_pairs(Y, ci, ni.astype(np.intp))
-            hit = np.isfinite(log_pr) & np.isfinite(own[ci])
-            hit[hit] = bucket(log_pr[hit]) == bucket(own[ci[hit]])
-            counts[c0 : c0 + chunk] = np.bincount(ci[hit] - c0, minlength=Yc.shape[0])
+        r0, block = 0, 4 * (enough or 8)  # small first blocks: most candidates pass early
+        while r0 < n and active.size:
+            cols = columns[:, r0 : r0 + block]
+            chunk = max(1, (1 << 20) // cols.shape[1])  # bound the (chunk, block) matrices
+            for c0 in range(0, active.size, chunk):
+                cand = active[c0 : c0 + chunk]
+                matches = np.zeros((cand.size, cols.shape[1]), dtype=np.int16)
+                for j in range(f):
+                    matches += cols[j][None, :] == Y[cand, j, None]
+                ci, ni = np.nonzero(f - matches <= self.omega)
+                ci = cand[ci]
+                log_pr = self.log_prob_pairs(Y, ci, ni.astype(np.intp) + r0)
+                hit = np.isfinite(log_pr)
+                hit[hit] = bucket(log_pr[hit]) == own_bucket[ci[hit]]
+                counts += np.bincount(ci[hit], minlength=counts.size)
+            if enough is not None:
+                active = active[counts[active] < enough]
+            r0 += block
+            block = min(2 * block, 1024)
         return counts
 
 
 def pd_test(model: TaskModel, y: BinArray, seed: int, k: int, gamma: float) -> bool:
     """The (k, γ) privacy test for one candidate ``y`` (F,) made from seed row ``seed``: True
     iff at least k records (seed included) share the seed's γ-bucket of ``Pr{y = M(·)}``."""
-    counts = model.plausible_seeds(y[None, :], np.array([seed], dtype=np.intp), gamma)
+    counts = model.plausible_seeds(y[None, :], np.array([seed], dtype=np.intp), gamma, k)
     return bool(counts[0] >= k)
 
 
@@ -246,9 +267,10 @@ def marginals_release(
         raise p.error("omega", omega, f"cannot re-draw more features than the table has ({f})")
     max_attempts = p.integer("max_attempts", 50, minimum=1)
     range_source = p.choice("range", "public", RANGE_SOURCES)
-    ranges = feature_ranges(table, range_source, p.optional("bounds"), p)
+    ranges = feature_ranges(table, range_source, p)
     effective = p.finish()
     effective.pop("bounds", None)
+    require_finite(table, p)
     rng = ReleaseRandom(seed)
 
     sequences = task_sequences(table)
@@ -278,7 +300,7 @@ def marginals_release(
                 break
             cand = model.candidates(pending, rng)
             tried += pending.size
-            passed = model.plausible_seeds(cand, pending, gamma) >= k
+            passed = model.plausible_seeds(cand, pending, gamma, k) >= k
             released[pending[passed]] = cand[passed]
             ok[pending[passed]] = True
             done += int(passed.sum())
