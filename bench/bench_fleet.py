@@ -1,0 +1,510 @@
+"""Fleet scaling (issue 7): concurrent 120 Hz sessions per worker process over MQTT raw gaze.
+
+Per *level* (L sessions, W worker processes), everything fresh: a local Mosquitto ($SYS every
+second), W × ``gazeguard run --fleet --source mqtt`` (default features: W = 30 s, s = 0.5 s,
+n = 32, all 52 features, DCFPA; one SQLite ledger shared by the workers), one or two
+load-generator processes (this script with ``--generator``) running L ``RawGazeSender`` devices
+in real time — a 12-sample block (100 ms of 120 Hz gaze from ``simulate_gaze``) every 100 ms per
+session, session starts spread uniformly over one chunk period (16 s) so that chunk completions
+are spread as in a real fleet — and a paho-mqtt subscriber (this process) on every privatized
+chunk topic.
+
+Latency of a chunk: from the wall-clock moment the generator handed the block that completed the
+chunk to its MQTT client, to the subscriber's receipt of the privatized chunk. Which block
+completes which chunk is computed offline by running the same blocks through the same
+``FeatureExtractor`` and ``Chunker`` (features are block-split invariant and deterministic). This
+includes both broker hops, so it is an upper bound of "block arrival → chunk published".
+
+A level is **sustained** when: no sample loss (Mosquitto's ``$SYS/broker/publish/messages/dropped``
+did not grow, and every chunk the sent blocks complete was received), p99 ≤ 50 ms, and the load
+generators kept real time (p99 send lag ≤ 50 ms; otherwise the level is marked generator-limited).
+Worker CPU% (of one core, psutil, all threads) is measured while every session emits feature
+vectors. Levels ramp (``--levels``) until one fails, first with 1 worker, then 2.
+``--profile`` runs py-spy on worker 0 of the largest level (``pip install py-spy``).
+
+    python bench/bench_fleet.py [--levels 50,100,200,400,800] [--repeats 2] [--quick]
+
+prints a table and writes ``bench/results/fleet.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import functools
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import uvloop
+from _harness import (
+    Broker,
+    ProcessMeter,
+    Subscriber,
+    latency_stats,
+    load_now,
+    machine,
+    mosquitto,
+    write_results,
+)
+
+from gazeguard.chunking import Chunker
+from gazeguard.config import BrokerSettings
+from gazeguard.features import FEATURES, FeatureExtractor
+from gazeguard.fleet import RawGazeSender
+from gazeguard.ledger import Ledger
+from gazeguard.samples import GazeSamples
+from gazeguard.simulate import simulate_gaze
+
+RATE_HZ = 120.0
+BLOCK = 12  # samples per raw block: 100 ms at 120 Hz
+BLOCK_S = BLOCK / RATE_HZ
+N_STEPS = 32
+PERSONS = 16  # distinct simulated people; session i is person i % PERSONS
+P99_TARGET_MS = 50.0
+LAG_LIMIT_MS = 50.0
+TARGET_PER_CORE = 200
+DEVICE = "gen"
+
+
+# ------------------------------------------------------------------------------ gaze and chunks
+def person_gaze(person: int, seconds: float) -> GazeSamples:
+    """``seconds`` of simulated person ``person`` at 120 Hz (deterministic)."""
+    return simulate_gaze(seconds + 1.0, RATE_HZ, 1000 + person)
+
+
+@functools.cache
+def completing_blocks(person: int, seconds: float, window_s: float, step_s: float) -> list[int]:
+    """For chunk c = 0, 1, …: the index of the 12-sample block whose arrival completes it."""
+    gaze = person_gaze(person, seconds)
+    blocks = round(seconds / BLOCK_S)
+    fx = FeatureExtractor(window_s, step_s)
+    chunker = Chunker(len(FEATURES), N_STEPS, 0)
+    out: list[int] = []
+    for b in range(blocks):
+        X, t = fx.push(gaze.slice(BLOCK * b, BLOCK * (b + 1)))
+        out.extend(b for _ in chunker.add(X, t))
+    return out
+
+
+# ------------------------------------------------------------------------------ load generator
+async def generate(args: argparse.Namespace) -> None:
+    """``--generator``: run sessions ``first … first+count-1`` in real time, save send times."""
+    count, blocks = args.count, round(args.gaze_s / BLOCK_S)
+    persons = sorted({(args.first + i) % PERSONS for i in range(count)})
+    gaze = {p: person_gaze(p, args.gaze_s) for p in persons}
+    rng = np.random.default_rng(args.first)
+    offsets = rng.uniform(0.0, args.stagger, count)
+    sends = np.full((count, blocks), np.nan)
+    lags = np.full((count, blocks), np.nan)
+    claimed = np.full(count, np.nan)
+    owners = [""] * count
+    errors: list[str] = []
+    broker = BrokerSettings(host="127.0.0.1", port=args.port)
+    base = args.start_at
+
+    async def session(i: int) -> None:
+        idx = args.first + i
+        g = gaze[idx % PERSONS]
+        await asyncio.sleep(max(0.0, base + offsets[i] - time.time()))
+        try:
+            name = f"{args.tag}s{idx}"
+            async with RawGazeSender(broker, DEVICE, name, claim_timeout_s=60.0) as sender:
+                t0 = claimed[i] = time.time()
+                owners[i] = sender.owner or ""
+                for b in range(blocks):
+                    due = t0 + (b + 1) * BLOCK_S
+                    delay = due - time.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    now = time.time()
+                    sends[i, b], lags[i, b] = now, now - due
+                    await sender.send(g.slice(BLOCK * b, BLOCK * (b + 1)))
+        except Exception as exc:  # reported in the results, the level fails
+            errors.append(f"session {idx}: {type(exc).__name__}: {exc}")
+
+    await asyncio.gather(*(session(i) for i in range(count)))
+    np.savez(
+        args.out,
+        index=np.arange(args.first, args.first + count),
+        sends=sends,
+        lags=lags,
+        claimed=claimed,
+        owners=np.array(owners),
+        errors=np.array(json.dumps(errors)),
+    )
+
+
+# ------------------------------------------------------------------------------ one level
+class Worker:
+    """A ``gazeguard run --fleet --source mqtt`` process; stderr drained by a thread."""
+
+    def __init__(self, broker: Broker, ledger: Path, extra: list[str]) -> None:
+        cmd = [
+            sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--source", "mqtt",
+            "--device", "fleet", "--broker", broker.address, "--ledger", str(ledger), *extra,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        self.ready = threading.Event()
+        self.tail: collections.deque[str] = collections.deque(maxlen=30)
+        self.warnings = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.tail.append(line.rstrip())
+            if "waiting for sessions" in line:
+                self.ready.set()
+            if "WARNING" in line or "ERROR" in line:
+                self.warnings += 1
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_generators(
+    port: int, sessions: int, gaze_s: float, stagger: float, start_at: float, tag: str, tmp: Path
+) -> list[tuple[subprocess.Popen[bytes], Path]]:
+    """One load generator up to 100 sessions, else two, splitting the sessions between them."""
+    n = 1 if sessions <= 100 else 2
+    out = []
+    for g in range(n):
+        first, stop = g * sessions // n, (g + 1) * sessions // n
+        path = tmp / f"gen{g}.npz"
+        cmd = [sys.executable, __file__, "--generator", "--port", str(port), "--first", str(first),
+               "--count", str(stop - first), "--gaze-s", f"{gaze_s:g}", "--stagger", f"{stagger:g}",
+               "--start-at", repr(start_at), "--tag", tag, "--out", str(path)]  # fmt: skip
+        out.append((subprocess.Popen(cmd), path))
+    return out
+
+
+def chunk_latencies(
+    files: list[Path], received: dict[tuple[str, int], float], tag: str, gaze_s: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:  # fmt: skip
+    """Send → receipt per chunk, chunks never received, generator lag, owners and errors."""
+    gen = [np.load(f) for f in files]
+    sends = np.concatenate([g["sends"] for g in gen])
+    lags = np.concatenate([g["lags"] for g in gen])
+    owners = np.concatenate([g["owners"] for g in gen])
+    latencies, missing = [], 0
+    for row, idx in enumerate(np.concatenate([g["index"] for g in gen])):
+        key = f"{DEVICE}.{tag}s{idx}"
+        for c, b in enumerate(completing_blocks(idx % PERSONS, gaze_s, args.window, args.step)):
+            if not np.isfinite(sends[row, b]):
+                continue  # the block that would complete it was never sent
+            got = received.get((key, c))
+            if got is None:
+                missing += 1
+            else:
+                latencies.append(got - sends[row, b])
+    return {
+        "latency": latency_stats(latencies),
+        "missing": missing,
+        "lag": latency_stats(lags[np.isfinite(lags)].tolist()),
+        "owners": collections.Counter(str(o) for o in owners).most_common(),
+        "errors": [e for g in gen for e in json.loads(str(g["errors"]))],
+    }
+
+
+def run_level(
+    sessions: int, workers: int, args: argparse.Namespace, tag: str, profile: bool
+) -> dict[str, Any]:
+    """One level: ``sessions`` devices against ``workers`` worker processes (see docstring)."""
+    period = N_STEPS * args.step
+    gaze_s = args.window + period + args.seconds
+    received: dict[tuple[str, int], float] = {}
+    dropped: list[float] = []
+
+    def on_message(topic: str, payload: bytes, _perf: float, wall: float) -> None:
+        if topic.startswith("$SYS"):
+            dropped.append(float(payload))
+        else:
+            received[(topic.split("/")[3], int(json.loads(payload)["chunk_index"]))] = wall
+
+    extra = ["--window-s", f"{args.window:g}", "--step-s", f"{args.step:g}"]
+    with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as broker:
+        ledger = Path(tmp) / "ledger.sqlite"
+        pool = [Worker(broker, ledger, extra) for _ in range(workers)]
+        try:
+            for w in pool:
+                if not w.ready.wait(60):
+                    raise RuntimeError("fleet worker did not start:\n" + "\n".join(w.tail))
+            topics = ["gazeguard/v1/fleet/+/chunks", "$SYS/broker/publish/messages/dropped"]
+            sub = Subscriber(broker.host, broker.port, topics, on_message)
+            time.sleep(1.5)  # a first $SYS sample
+            dropped_before = dropped[-1] if dropped else 0.0
+            start_at = time.time() + 3.0  # generators import and build their gaze first
+            gens = start_generators(broker.port, sessions, gaze_s, period, start_at, tag, Path(tmp))
+            # Every session emits feature vectors from stagger + claim + window on; measure
+            # until the first sessions stop sending.
+            time.sleep(max(0.0, start_at + period + args.window + 3.0 - time.time()))
+            meters = [ProcessMeter(w.proc.pid) for w in pool]
+            others = [ProcessMeter(broker.proc.pid)] + [ProcessMeter(g.pid) for g, _ in gens]
+            for m in meters + others:
+                m.start()
+            spy = Path(tmp) / "profile.txt"
+            spying = None
+            if profile and shutil.which("py-spy"):
+                spying = subprocess.Popen(
+                    ["py-spy", "record", "-p", str(pool[0].proc.pid), "-d", "20", "-r", "50",
+                     "-f", "raw", "-o", str(spy)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+            time.sleep(max(1.0, start_at + gaze_s - time.time()))
+            worker_fp = [m.stop() for m in meters]
+            other_fp = [m.stop() for m in others]
+            for g, _ in gens:
+                g.wait(timeout=period + 120)
+            time.sleep(3.0)  # the last chunks are charged, published and received
+            sub.close()
+            lost = (dropped[-1] - dropped_before) if dropped else float("nan")
+            if spying is not None:
+                spying.wait(60)
+            profile_top = summarize_profile(spy) if spy.is_file() else None
+        finally:
+            for w in pool:
+                w.stop()
+        with Ledger(ledger, create=False) as led:
+            charged = sum(len(led.charges(s)) for s in led.sessions())
+            withheld = sum(len(led.withheld(s)) for s in led.sessions())
+        res = chunk_latencies([f for _, f in gens], received, tag, gaze_s, args)
+    lat, lag = res["latency"], res["lag"]
+    no_loss = res["missing"] == 0 and lost == 0 and not res["errors"] and withheld == 0
+    kept_up = lag["p99_ms"] <= LAG_LIMIT_MS
+    return {
+        "sessions": sessions,
+        "workers": workers,
+        "generators": len(gens),
+        "chunks_received": lat["n"],
+        "chunks_missing": res["missing"],
+        "chunks_charged": charged,
+        "chunks_withheld": withheld,
+        "broker_dropped": lost,
+        "sender_errors": res["errors"][:5],
+        "sessions_per_worker": res["owners"],
+        "latency": lat,
+        "generator_lag": lag,
+        "worker_cpu_pct": [f.cpu_pct for f in worker_fp],
+        "worker_rss_max_mb": [f.rss_max_mb for f in worker_fp],
+        "broker_cpu_pct": other_fp[0].cpu_pct,
+        "generator_cpu_pct": [f.cpu_pct for f in other_fp[1:]],
+        "cpu_window_s": worker_fp[0].wall_s,
+        "worker_warnings": sum(w.warnings for w in pool),
+        "no_loss": no_loss,
+        "generator_kept_up": kept_up,
+        "sustained": no_loss and kept_up and lat["p99_ms"] <= P99_TARGET_MS,
+        "load_after": load_now(),
+        "profile_top": profile_top,
+    }
+
+
+FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*?)(?::\d+)?\)$")
+
+
+def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
+    """Self (leaf) and inclusive share of samples per function from py-spy's raw output.
+
+    Each raw line is ``frame;frame;… count`` with frames ``function (file:line)``; a function is
+    named ``function (file name)``. py-spy samples only threads that are not idle, so the shares
+    are of the worker's busy time.
+    """
+    self_t: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = []
+        for frame in stack.split(";"):
+            m = FRAME.match(frame)
+            frames.append(f"{m['func']} ({Path(m['file']).name})" if m else frame)
+        n = int(count)
+        total += n
+        self_t[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+
+    def share(c: collections.Counter[str]) -> list[tuple[str, float]]:
+        return [(f, round(100.0 * v / total, 1)) for f, v in c.most_common(top)]
+
+    return {"samples": total, "self_pct": share(self_t), "inclusive_pct": share(incl)}
+
+
+# ------------------------------------------------------------------------------ main
+def level_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over repeated runs of one level; sustained only if every run sustained it."""
+
+    def med(xs: list[float]) -> float:
+        return float(np.median(xs))
+
+    return {
+        "sessions": runs[0]["sessions"],
+        "workers": runs[0]["workers"],
+        "p50_ms": med([r["latency"]["p50_ms"] for r in runs]),
+        "p99_ms": med([r["latency"]["p99_ms"] for r in runs]),
+        "max_ms": med([r["latency"]["max_ms"] for r in runs]),
+        "worker_cpu_pct_total": med([sum(r["worker_cpu_pct"]) for r in runs]),
+        "worker_rss_max_mb": med([max(r["worker_rss_max_mb"]) for r in runs]),
+        "generator_lag_p99_ms": med([r["generator_lag"]["p99_ms"] for r in runs]),
+        "chunks_missing": sum(r["chunks_missing"] for r in runs),
+        "broker_dropped": sum(r["broker_dropped"] for r in runs),
+        "no_loss": all(r["no_loss"] for r in runs),
+        "generator_kept_up": all(r["generator_kept_up"] for r in runs),
+        "sustained": all(r["sustained"] for r in runs),
+    }
+
+
+def run_line(res: dict[str, Any], rep: int) -> str:
+    """One progress line for a level run."""
+    lat, cpu = res["latency"], "+".join(f"{c:.0f}" for c in res["worker_cpu_pct"])
+    gens = "+".join(f"{c:.0f}" for c in res["generator_cpu_pct"])
+    verdict = "sustained" if res["sustained"] else "NOT sustained"
+    return (
+        f"{res['workers']} worker(s) {res['sessions']:4d} sessions run {rep + 1}: "
+        f"p50 {lat['p50_ms']:.1f} p99 {lat['p99_ms']:.1f} max {lat['max_ms']:.1f} ms over "
+        f"{lat['n']} chunks; CPU% worker {cpu}, broker {res['broker_cpu_pct']:.0f}, generators "
+        f"{gens}; send lag p99 {res['generator_lag']['p99_ms']:.0f} ms; missing "
+        f"{res['chunks_missing']}, dropped {res['broker_dropped']:g} → {verdict} "
+        f"(load {res['load_after']})"
+    )
+
+
+def profile_run(summary: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any] | None:
+    """The last 1-worker level once more, under py-spy (its sampling perturbs the worker)."""
+    one_worker = [s["sessions"] for s in summary if s["workers"] == 1]
+    if not one_worker or not shutil.which("py-spy"):
+        return None
+    at = one_worker[-1]
+    res = run_level(at, 1, args, f"profile{at}", profile=True)
+    prof = {"sessions": at, "latency": res["latency"], "worker_cpu_pct": res["worker_cpu_pct"]}
+    prof.update(res["profile_top"] or {})
+    print(f"\npy-spy on the worker at {at} sessions (share of busy samples, %):")
+    for kind in ("self", "inclusive"):
+        for name, pct in prof.get(f"{kind}_pct", []):
+            print(f"  {kind:9s} {pct:5.1f}  {name}")
+    return prof
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--levels", default="50,100,200,400,800", help="session counts to ramp")
+    ap.add_argument("--workers", default="1,2", help="worker process counts")
+    ap.add_argument("--repeats", type=int, default=2, help="runs per level (medians reported)")
+    ap.add_argument("--window", type=float, default=30.0, help="feature window W, s")
+    ap.add_argument("--step", type=float, default=0.5, help="feature step s, s")
+    ap.add_argument("--seconds", type=float, default=32.0, help="gaze after the first chunk, s")
+    ap.add_argument("--profile", action="store_true", help="py-spy the last 1-worker level")
+    ap.add_argument("--quick", action="store_true", help="levels 25,50; W 10 s; 1 run, 1 worker")
+    ap.add_argument("--generator", action="store_true", help=argparse.SUPPRESS)
+    for name in ("--port", "--first", "--count"):
+        ap.add_argument(name, type=int, help=argparse.SUPPRESS)
+    for name in ("--gaze-s", "--stagger", "--start-at"):
+        ap.add_argument(name, type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--tag", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.generator:
+        uvloop.run(generate(args))
+        return
+    if args.quick:
+        args.levels, args.workers, args.window = "25,50", "1", 10.0
+        args.repeats, args.seconds = 1, 16.0
+    levels = [int(x) for x in args.levels.split(",")]
+    load_before = load_now()
+    print(f"load average before: {load_before}")
+    runs: list[dict[str, Any]] = []
+    summary: list[dict[str, Any]] = []
+    for workers in [int(x) for x in args.workers.split(",")]:
+        for sessions in levels:
+            level_runs = []
+            for rep in range(args.repeats):
+                tag = f"w{workers}l{sessions}r{rep}"
+                level_runs.append(run_level(sessions, workers, args, tag, profile=False))
+                print(run_line(level_runs[-1], rep), flush=True)
+            runs.extend(level_runs)
+            summary.append(level_summary(level_runs))
+            if not summary[-1]["sustained"]:
+                break
+    profile = profile_run(summary, args) if args.profile else None
+    best: dict[int, int] = {}
+    for s in summary:
+        cores = s["worker_cpu_pct_total"] / 100.0
+        s["sessions_per_busy_core"] = s["sessions"] / cores if cores > 0 else float("nan")
+        if s["sustained"]:
+            best[s["workers"]] = max(best.get(s["workers"], 0), s["sessions"])
+    print(
+        f"\n{'workers':>7s} {'sessions':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'worker CPU%':>11s} "
+        f"{'sess/core':>9s} {'lag p99':>8s} {'loss':>5s}  result"
+    )
+    for s in summary:
+        print(
+            f"{s['workers']:7d} {s['sessions']:8d} {s['p50_ms']:8.1f} {s['p99_ms']:8.1f} "
+            f"{s['worker_cpu_pct_total']:11.0f} {s['sessions_per_busy_core']:9.0f} "
+            f"{s['generator_lag_p99_ms']:8.0f} {'no' if s['no_loss'] else 'YES':>5s}  "
+            f"{'sustained' if s['sustained'] else 'not sustained'}"
+        )
+    one = [s for s in summary if s["workers"] == 1 and s["sustained"]]
+    per_core = one[-1]["sessions_per_busy_core"] if one else float("nan")
+    targets = {
+        "sessions_per_core": {
+            "value": per_core,
+            "target": f">= {TARGET_PER_CORE}",
+            "met": bool(per_core >= TARGET_PER_CORE),
+            "note": "sessions of the largest sustained 1-worker level / worker CPU cores used",
+        },
+        "max_sustained_sessions": best,
+    }
+    print(
+        f"max sustained sessions by worker count: {best}; at the largest sustained 1-worker "
+        f"level: {per_core:.0f} sessions per busy core (target >= {TARGET_PER_CORE})"
+    )
+    settings = {
+        "rate_hz": RATE_HZ,
+        "block_samples": BLOCK,
+        "window_s": args.window,
+        "step_s": args.step,
+        "chunk_steps": N_STEPS,
+        "features": len(FEATURES),
+        "levels": levels,
+        "repeats": args.repeats,
+        "p99_target_ms": P99_TARGET_MS,
+        "generator_lag_limit_ms": LAG_LIMIT_MS,
+    }
+    path = write_results(
+        "fleet",
+        {
+            "benchmark": "bench/bench_fleet.py",
+            "machine": machine(),
+            "load_before": load_before,
+            "load_after": load_now(),
+            "settings": settings,
+            "summary": summary,
+            "runs": runs,
+            "targets": targets,
+            "profile": profile,
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

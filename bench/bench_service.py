@@ -1,0 +1,336 @@
+"""The sidecar's own numbers (issue 4): chunk-completion → PUBACK latency, CPU% and RSS.
+
+1. **Latency.** The real service (``gazeguard.service.serve``, on uvloop as ``gazeguard run``
+   runs it) reads a simulated headset (``gazeguard simulate``: a real LSL outlet at 120 Hz in
+   another process) and publishes to a local Mosquitto. For every chunk: from
+   ``ReleasedChunk.completed_at`` (``perf_counter`` when its last feature vector existed) to the
+   broker's PUBACK (``Publisher(on_acked=...)``, called on the event loop right after the PUBACK),
+   split at ``charged_at`` (mechanism + durable SQLite charge, synchronous=FULL) and the publish.
+   A short feature step (window 2 s, step 0.01 s, n = 32: a chunk every 0.32 s) gives many
+   chunks; all 52 features are released. The first ``WARMUP_CHUNKS`` chunks are not counted.
+2. **Footprint.** ``gazeguard run`` with default settings (W = 30 s, s = 0.5 s, n = 32, all
+   features, DCFPA dft) as a subprocess against a 120 Hz ``gazeguard simulate`` process and a
+   local Mosquitto; psutil measures its CPU time (all threads) and RSS from its first chunk on,
+   for ``--seconds`` (≥ 60 s: four chunks at the default 16 s per chunk).
+
+Targets: p99 < 5 ms; < 2 % of one core; RSS < 120 MB. Each part runs ``--repeats`` times (the
+machine is shared: medians of the runs are the headline). Run::
+
+    python bench/bench_service.py [--chunks 500] [--seconds 64] [--repeats 2] [--quick]
+
+prints a table and writes ``bench/results/service.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from _harness import (
+    Broker,
+    ProcessMeter,
+    Subscriber,
+    latency_stats,
+    load_now,
+    machine,
+    median_of,
+    mosquitto,
+    simulated_headset,
+    write_results,
+)
+
+import gazeguard.service
+from gazeguard.config import Settings, load_settings
+from gazeguard.pipeline import ReleasedChunk
+from gazeguard.publish import OutboxEntry, Publisher
+
+TARGETS = {"p99_ms": 5.0, "cpu_pct": 2.0, "rss_max_mb": 120.0}
+FAST_FEATURES = {"window_s": 2.0, "step_s": 0.01}
+WARMUP_CHUNKS = 3
+LoopRunner = Callable[[Coroutine[Any, Any, Any]], Any]
+LOOPS: dict[str, LoopRunner] = {"asyncio": asyncio.run, "uvloop": uvloop.run}
+
+
+# ------------------------------------------------------------------------------ latency
+@contextlib.contextmanager
+def publisher_hook(on_acked: Callable[[OutboxEntry], None]) -> Iterator[None]:
+    """Make ``serve()`` build its (real) Publisher with ``on_acked`` — the PUBACK timestamp.
+
+    ``serve`` constructs ``Publisher(broker, ledger, name=...)`` itself; this swaps in the same
+    class with the documented ``on_acked`` argument bound, for the duration of the block.
+    """
+    namespace = vars(gazeguard.service)
+    original = namespace["Publisher"]
+    namespace["Publisher"] = functools.partial(Publisher, on_acked=on_acked)
+    try:
+        yield
+    finally:
+        namespace["Publisher"] = original
+
+
+def fast_settings(sid: str, broker: Broker, ledger: Path, session: str) -> Settings:
+    """Service settings for the latency runs: the LSL outlet ``sid``, many chunks quickly."""
+    return load_settings(
+        session=session,
+        device="bench",
+        ingest={"source": "lsl", "source_id": sid},
+        features=FAST_FEATURES,
+        broker={"host": broker.host, "port": broker.port},
+        ledger={"path": ledger},
+    )
+
+
+def latency_run(
+    sid: str,
+    broker: Broker,
+    workdir: Path,
+    chunks: int,
+    loop: str = "uvloop",
+    subscribe: bool = False,
+) -> dict[str, Any]:
+    """Run ``serve()`` until ``chunks`` (+ warm-up) were acknowledged (and received).
+
+    Returns latency statistics (ms) from chunk completion to charge, to PUBACK, and (with
+    ``subscribe``) to receipt by a paho-mqtt subscriber thread in this process.
+    """
+    session = f"lat-{loop}-{time.monotonic_ns()}"
+    settings = fast_settings(sid, broker, workdir / f"{session}.sqlite", session)
+    released: dict[int, ReleasedChunk] = {}  # outbox id → chunk
+    acked: dict[int, float] = {}  # outbox id → perf_counter at PUBACK
+    received: dict[int, float] = {}  # chunk index → perf_counter at receipt
+    want = chunks + WARMUP_CHUNKS
+
+    def on_release(out: ReleasedChunk) -> None:
+        released[out.outbox_id] = out
+
+    wake: list[Callable[[], None]] = []  # set inside main(): wakes the stop check on the loop
+
+    def on_acked(item: OutboxEntry) -> None:
+        acked[item.id] = time.perf_counter()
+        for w in wake:
+            w()
+
+    def on_message(topic: str, payload: bytes, perf: float, _wall: float) -> None:
+        if topic.endswith("/chunks"):
+            received[int(json.loads(payload)["chunk_index"])] = perf
+            for w in wake:
+                w()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def check() -> None:
+            if len(acked) >= want and (not subscribe or len(received) >= want):
+                stop.set()
+
+        def threadsafe_check() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to stop
+                loop.call_soon_threadsafe(check)
+
+        wake.append(threadsafe_check)
+        try:
+            await gazeguard.service.serve(settings, stop=stop, on_release=on_release)
+        finally:
+            wake.clear()
+
+    sub = None
+    if subscribe:
+        sub = Subscriber(
+            broker.host, broker.port, [f"gazeguard/v1/bench/{session}/chunks"], on_message
+        )
+    try:
+        with publisher_hook(on_acked):
+            LOOPS[loop](asyncio.wait_for(main(), timeout=120 + 2 * want))
+    finally:
+        if sub is not None:
+            sub.close()
+    rows = [
+        (out, acked[oid])
+        for oid, out in sorted(released.items())
+        if oid in acked and out.message.chunk_index >= WARMUP_CHUNKS
+    ]
+    out: dict[str, Any] = {
+        "loop": loop,
+        "chunks": len(rows),
+        "payload_bytes": len(rows[0][0].payload) if rows else 0,
+        "features": len(rows[0][0].message.features) if rows else 0,
+        "completion_to_charged": latency_stats([c.charged_at - c.completed_at for c, _ in rows]),
+        "charged_to_puback": latency_stats([a - c.charged_at for c, a in rows]),
+        "completion_to_puback": latency_stats([a - c.completed_at for c, a in rows]),
+    }
+    if subscribe:
+        recv = [
+            received[c.message.chunk_index] - c.completed_at
+            for c, _ in rows
+            if c.message.chunk_index in received
+        ]
+        out["completion_to_receipt"] = latency_stats(recv)
+    return out
+
+
+# ------------------------------------------------------------------------------ footprint
+def gazeguard_run_cmd(sid: str, broker: Broker, ledger: Path, *extra: str) -> list[str]:
+    """``gazeguard run`` on LSL stream ``sid`` with default settings (plus ``extra`` flags)."""
+    return [
+        sys.executable, "-m", "gazeguard", "run", "--source", "lsl", "--source-id", sid,
+        "--broker", broker.address, "--ledger", str(ledger), "--session", ledger.stem,
+        "--device", "bench", *extra,
+    ]  # fmt: skip
+
+
+def measure_footprint(
+    cmd: Sequence[str], seconds: float, first_chunk_within_s: float
+) -> dict[str, Any]:
+    """Start ``cmd``; from its first ``chunk …`` stderr line on, measure CPU%/RSS for ``seconds``.
+
+    Returns the footprint row plus the chunks it reported during the measured interval.
+    """
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    chunk_times: list[float] = []
+    first = threading.Event()
+    tail: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("chunk "):
+                chunk_times.append(time.monotonic())
+                first.set()
+            else:
+                tail.append(line.rstrip())
+                del tail[:-20]
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        if not first.wait(first_chunk_within_s):
+            raise RuntimeError(
+                f"{cmd[2:4]} released no chunk within {first_chunk_within_s:g} s:\n"
+                + "\n".join(tail)
+            )
+        meter = ProcessMeter(proc.pid)
+        t0 = time.monotonic()
+        meter.start()
+        time.sleep(seconds)
+        fp = meter.stop()
+        t1 = time.monotonic()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+    return {**fp.row(), "chunks_in_window": sum(t0 <= t <= t1 for t in chunk_times)}
+
+
+# ------------------------------------------------------------------------------ main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chunks", type=int, default=500, help="chunks per latency run")
+    ap.add_argument(
+        "--seconds", type=float, default=64.0, help="measured seconds per footprint run"
+    )
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each part (medians reported)")
+    ap.add_argument("--quick", action="store_true", help="100 chunks, 20 s, one run")
+    args = ap.parse_args()
+    if args.quick:
+        args.chunks, args.seconds, args.repeats = 100, 20.0, 1
+    load_before = load_now()
+    print(f"load average before: {load_before}")
+    latency: list[dict[str, Any]] = []
+    footprint: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as broker:
+        work = Path(tmp)
+        with simulated_headset(120.0) as sid:
+            for r in range(args.repeats):
+                res = latency_run(sid, broker, work, args.chunks)
+                latency.append(res)
+                s = res["completion_to_puback"]
+                print(
+                    f"latency run {r + 1}: {res['chunks']} chunks, completion→PUBACK "
+                    f"p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} max {s['max_ms']:.2f} ms "
+                    f"(load {load_now()})",
+                    flush=True,
+                )
+            for r in range(args.repeats):
+                ledger = work / f"footprint-{r}.sqlite"
+                row = measure_footprint(
+                    gazeguard_run_cmd(sid, broker, ledger), args.seconds, first_chunk_within_s=120
+                )
+                footprint.append(row)
+                print(
+                    f"footprint run {r + 1}: {row['cpu_pct']:.2f}% of a core, RSS max "
+                    f"{row['rss_max_mb']:.1f} MB, {row['chunks_in_window']} chunks in "
+                    f"{row['wall_s']:.0f} s (load {load_now()})",
+                    flush=True,
+                )
+    parts = ("completion_to_charged", "charged_to_puback", "completion_to_puback")
+    lat_median = {
+        p: median_of([r[p] for r in latency], ("p50_ms", "p99_ms", "max_ms")) for p in parts
+    }
+    fp_median = median_of(footprint, ("cpu_pct", "rss_max_mb", "rss_mean_mb"))
+    checks = {
+        "p99_ms": lat_median["completion_to_puback"]["p99_ms"],
+        "cpu_pct": fp_median["cpu_pct"],
+        "rss_max_mb": fp_median["rss_max_mb"],
+    }
+    targets = {
+        k: {"value": v, "target": f"< {TARGETS[k]:g}", "met": v < TARGETS[k]}
+        for k, v in checks.items()
+    }
+    print(f"\n{'path (ms, median of runs)':28s} {'p50':>8s} {'p99':>8s} {'max':>8s}")
+    for p in parts:
+        m = lat_median[p]
+        print(f"{p:28s} {m['p50_ms']:8.3f} {m['p99_ms']:8.3f} {m['max_ms']:8.2f}")
+    print(
+        f"\nfootprint (120 Hz, defaults): {fp_median['cpu_pct']:.2f}% of one core, RSS max "
+        f"{fp_median['rss_max_mb']:.1f} MB (mean {fp_median['rss_mean_mb']:.1f} MB)"
+    )
+    for k, t in targets.items():
+        print(f"target {k} {t['target']}: {t['value']:.2f} → {'met' if t['met'] else 'MISSED'}")
+    path = write_results(
+        "service",
+        {
+            "benchmark": "bench/bench_service.py",
+            "machine": machine(),
+            "load_before": load_before,
+            "load_after": load_now(),
+            "settings": {
+                "latency": {
+                    "rate_hz": 120.0,
+                    **FAST_FEATURES,
+                    "chunk_steps": 32,
+                    "loop": "uvloop",
+                    "chunks_per_run": args.chunks,
+                    "warmup_chunks": WARMUP_CHUNKS,
+                },
+                "footprint": {"rate_hz": 120.0, "settings": "defaults", "seconds": args.seconds},
+                "repeats": args.repeats,
+            },
+            "latency_runs": latency,
+            "latency_median": lat_median,
+            "footprint_runs": footprint,
+            "footprint_median": fp_median,
+            "targets": targets,
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
