@@ -7,8 +7,9 @@ of a few features. The raw traces come from an in-process tap for this plot only
 published.
 
 Defaults differ from ``gazeguard run`` so that chunks arrive every few seconds: a 10 s window, a
-0.1 s step, 32-step chunks (one chunk per 3.2 s after the first window), a throw-away ledger in a
-temporary directory (``--ledger`` to keep it), and a free port for the embedded broker.
+0.1 s step, 32-step chunks (one chunk per 3.2 s after the first window), a release profile of
+the four plotted features at ε = 24 each (a value from the paper's grid), a throw-away ledger in
+a temporary directory (``--ledger`` to keep it), and a free port for the embedded broker.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy.typing as npt
 
 from gazeguard.chunking import Chunk
 from gazeguard.config import Settings
+from gazeguard.features import FEATURES, feature_bounds
 from gazeguard.message import ChunkMessage, StatusMessage
 from gazeguard.pipeline import Pipeline, ReleasedChunk
 from gazeguard.service import add_settings_arguments, run_loop, serve, settings_from_args
@@ -36,7 +38,8 @@ SHOWN = ("fixation_rate", "saccade_amplitude_mean", "pupil_mean", "blink_rate")
 
 
 def sparkline(values: npt.NDArray[np.float64], lo: float, hi: float, width: int = 16) -> str:
-    """Unicode sparkline of ``values`` scaled to ``[lo, hi]``, resampled to ``width`` cells."""
+    """Unicode sparkline of ``values`` on the scale ``[lo, hi]`` (the feature's public bounds),
+    resampled to ``width`` cells."""
     idx = np.linspace(0, len(values) - 1, width).round().astype(int)
     span = hi - lo if hi > lo else 1.0
     level = np.clip((values[idx] - lo) / span, 0, 1) * (len(SPARK) - 1)
@@ -53,7 +56,9 @@ class _Trace:
     raw: list[npt.NDArray[np.float64]] = field(default_factory=list)
     released: list[npt.NDArray[np.float64]] = field(default_factory=list)
     epsilon: float = 0.0
+    mechanism: str = ""
     received: int = 0
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def _demo_settings(args: argparse.Namespace, ledger_dir: Path) -> Settings:
@@ -62,6 +67,9 @@ def _demo_settings(args: argparse.Namespace, ledger_dir: Path) -> Settings:
         "ledger": ledger_dir / "demo-ledger.sqlite",
         "source_id": f"gazeguard-demo-{uuid.uuid4().hex[:8]}",
         "session": "demo",
+        # Release only the plotted features, at an ε from the paper's grid: the default profile
+        # (all features at ε 1) is mostly noise at the chunk level (see the README).
+        "features": ",".join(SHOWN), "epsilon": 24.0,
     }  # fmt: skip
     for key, value in defaults.items():
         if getattr(args, key, None) is None:
@@ -96,7 +104,7 @@ async def _subscribe(endpoint: asyncio.Future[tuple[str, int, str]], trace: _Tra
             for name in SHOWN:
                 if name in chunk.features:
                     i = chunk.features.index(name)
-                    lo, hi = float(values[i].min()), float(values[i].max())
+                    lo, hi = trace.bounds[name]
                     cells.append(f"{name[:14]:>14} {sparkline(values[i], lo, hi)}")
             led = chunk.ledger
             print(  # noqa: T201
@@ -126,7 +134,10 @@ def _plot(trace: _Trace, out: Path) -> Path:
         ax.grid(alpha=0.3)
     np.atleast_1d(axes)[0].legend(loc="upper right", fontsize=8)
     np.atleast_1d(axes)[-1].set_xlabel("time since first released step [s]")
-    fig.suptitle(f"gazeguard demo: raw vs privatized features (ε = {trace.epsilon:g} per chunk)")
+    fig.suptitle(
+        f"gazeguard demo: raw vs privatized features ({trace.mechanism}, ε = {trace.epsilon:g} "
+        f"per chunk; {len(trace.t)} chunks: user-level ε = {trace.epsilon * len(trace.t):g})"
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -177,13 +188,18 @@ async def _demo(settings: Settings, duration_s: float, trace: _Trace) -> None:
         trace.names = [n for n in SHOWN if n in pipeline.feature_names]
         trace.units = [pipeline.units[pipeline.feature_names.index(n)] for n in trace.names]
         trace.epsilon = pipeline.chunk_epsilon
+        trace.mechanism = f"{pipeline.mechanism.name}/{pipeline.mechanism.transform}"
+        lo, hi, _ = feature_bounds(
+            trace.names, settings.features.window_s, settings.features.step_s
+        )
+        trace.bounds = {
+            n: (float(a), float(b)) for n, a, b in zip(trace.names, lo, hi, strict=True)
+        }
         loop.call_soon_threadsafe(
             endpoint.set_result, (host, int(port), settings.broker.topic_prefix)
         )
 
     def tap(raw: Chunk, out: ReleasedChunk) -> None:
-        from gazeguard.features import FEATURES  # noqa: PLC0415
-
         names = [f.name for f in FEATURES]
         msg = out.message
         trace.t.append(raw.timestamps.copy())
