@@ -275,8 +275,10 @@ class Pipeline:
             log.warning("%s", exc)
             return None
         except Exception as exc:  # fail closed: the chunk is dropped, never released raw
-            reason = f"chunk {chunk.index} dropped: {type(exc).__name__}: {exc}"
-            log.exception("session %r: %s", self.session, reason)
+            # The published reason names only the error type: an exception's message may quote
+            # raw values, which must not reach the status topic. The full error stays local.
+            reason = f"chunk {chunk.index} dropped: {type(exc).__name__} (see the sidecar log)"
+            log.exception("session %r: chunk %d dropped", self.session, chunk.index)
             self.stats.dropped += 1
             self.stats.last_reason = reason
             try:

@@ -1,0 +1,108 @@
+"""The in-process pipeline (the vendor API): samples in, charged privatized chunks out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gazeguard.config import FeatureSettings, MechanismSettings
+from gazeguard.errors import ConfigError
+from gazeguard.ledger import Ledger
+from gazeguard.message import ChunkMessage
+from gazeguard.pipeline import Pipeline, ReleasedChunk
+from gazeguard.simulate import simulate_gaze
+
+NAMES = ["fixation_rate", "saccade_rate", "pupil_mean"]
+FAST = FeatureSettings(window_s=2.0, step_s=0.05)
+
+
+def mechanism(**kw: object) -> MechanismSettings:
+    return MechanismSettings.model_validate({"features": NAMES, "epsilon": 0.5, **kw})
+
+
+def feed(pipe: Pipeline, seconds: float = 20.0, seed: int = 3) -> list[ReleasedChunk]:
+    gaze = simulate_gaze(seconds, 120.0, seed)
+    out: list[ReleasedChunk] = []
+    for start in range(0, len(gaze), 12):
+        out += pipe.push(gaze.slice(start, start + 12))
+    return out
+
+
+def test_released_chunks_are_charged_first_and_report_what_was_spent(tmp_path: Path) -> None:
+    seen: list[ReleasedChunk] = []
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        pipe = Pipeline(
+            ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism(),
+            on_release=seen.append,
+        )  # fmt: skip
+        out = feed(pipe)
+        assert len(out) >= 9
+        assert out == seen
+        charges = {c.chunk_index: c for c in ledger.charges("u1")}
+        pending = {p.id: p for p in ledger.pending()}
+        for i, c in enumerate(out):
+            assert c.message.chunk_index == i
+            assert c.message.ledger.chunk_epsilon == pytest.approx(1.5) == charges[i].total
+            assert c.message.ledger.session_spent == pytest.approx(1.5 * (i + 1))
+            assert pending[c.outbox_id].payload == c.payload  # the bytes that were charged
+            assert ChunkMessage.from_payload(c.payload) == c.message
+            assert c.completed_at <= c.charged_at
+            lo = np.array([0.0, 0.0, 1.5])
+            assert np.all(c.message.values_array() >= lo[:, None])
+        ledger.mark_delivered(out[0].outbox_id)
+        assert len(ledger.pending()) == len(out) - 1
+        dropped_tail = pipe.close()
+        assert 0 <= dropped_tail < 32
+
+
+def test_restart_continues_the_chunk_numbering_and_the_budget(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        first = feed(Pipeline(ledger, session="u1", device="hmd", features=FAST,
+                              mechanism=mechanism()))  # fmt: skip
+        again = feed(Pipeline(ledger, session="u1", device="hmd", features=FAST,
+                              mechanism=mechanism()), seed=4)  # fmt: skip
+        assert again[0].message.chunk_index == len(first)
+        assert ledger.state("u1").spent == pytest.approx(1.5 * (len(first) + len(again)))
+
+
+def test_a_second_pipeline_on_the_same_session_cannot_release_twice(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        a = Pipeline(ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism())
+        b = Pipeline(ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism())
+        released_a = feed(a)
+        released_b = feed(b)
+        assert released_a
+        assert released_b == []  # every index was charged by a: b's chunks are dropped
+        assert b.stats.dropped == len(released_a)
+        reason = b.stats.last_reason or ""
+        assert "DuplicateChargeError" in reason
+        assert "see the sidecar log" in reason
+        assert not any(ch.isdigit() for ch in reason.split("dropped:")[1])  # no values leak
+        assert len(ledger.pending()) == len(released_a)
+        assert b.status().chunks_dropped == len(released_a)
+
+
+def test_cap_withholds_and_status_says_why(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite", session_cap=4.0) as ledger:
+        pipe = Pipeline(ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism())
+        out = feed(pipe)
+        assert [c.message.chunk_index for c in out] == [0, 1]
+        assert pipe.stats.withheld >= 1
+        status = pipe.status()
+        assert status.state == "budget_exhausted"
+        assert status.reason is not None
+        assert "session cap" in status.reason
+        assert ledger.state("u1").spent == pytest.approx(3.0)
+
+
+def test_unknown_feature_in_the_profile_is_refused_with_the_known_names(tmp_path: Path) -> None:
+    with (
+        Ledger(tmp_path / "l.sqlite") as ledger,
+        pytest.raises(
+            ConfigError, match=r"'mechanism.features'.*fixaton_rate.*known: fixation_rate"
+        ),
+    ):
+        Pipeline(ledger, session="u1", device="hmd",
+                 mechanism=MechanismSettings(features=["fixaton_rate"]))  # fmt: skip
