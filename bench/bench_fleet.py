@@ -316,37 +316,65 @@ def run_level(
     }
 
 
-FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*?)(?::\d+)?\)$")
+FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+#: Where a profile sample's time goes: the innermost frame whose file matches (numpy and other
+#: unlisted frames count towards the nearest listed caller).
+COMPONENTS = (
+    ("gazeguard/events.py", "event detection"),
+    ("gazeguard/features.py", "features"),
+    ("gazeguard/samples.py", "features"),
+    ("gazeguard/chunking.py", "chunking"),
+    ("gazeguard/mechanisms/", "mechanism (FFTW, noise)"),
+    ("gazeguard/ledger/", "ledger (SQLite charge)"),
+    ("sqlite3", "ledger (SQLite charge)"),
+    ("gazeguard/message.py", "chunk message (pydantic, JSON)"),
+    ("pydantic", "chunk message (pydantic, JSON)"),
+    ("json/", "chunk message (pydantic, JSON)"),
+    ("gazeguard/fleet.py", "fleet: raw block decode, dispatch"),
+    ("gazeguard/pipeline.py", "pipeline glue"),
+    ("gazeguard/publish.py", "publisher"),
+    ("paho/", "MQTT client (paho, aiomqtt)"),
+    ("aiomqtt/", "MQTT client (paho, aiomqtt)"),
+    ("concurrent/futures/", "worker threads (to_thread)"),
+    ("threading.py", "worker threads (to_thread)"),
+    ("asyncio/", "event loop (uvloop, socket I/O)"),
+)
+
+
+def _component(paths: list[str]) -> str:
+    for path in reversed(paths):
+        for pattern, name in COMPONENTS:
+            if pattern in path:
+                return name
+    return "other"
 
 
 def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
-    """Self (leaf) and inclusive share of samples per function from py-spy's raw output.
+    """Where the worker's busy time goes, from py-spy's raw (collapsed stack) output.
 
-    Each raw line is ``frame;frame;… count`` with frames ``function (file:line)``; a function is
-    named ``function (file name)``. py-spy samples only threads that are not idle, so the shares
-    are of the worker's busy time.
+    Each raw line is ``frame;frame;… count`` with frames ``function (file:line)``. py-spy
+    samples only threads that are not idle, so shares are of busy samples. Returns the share
+    per component (see :data:`COMPONENTS`) and per function (self time, leaf frame).
     """
     self_t: collections.Counter[str] = collections.Counter()
-    incl: collections.Counter[str] = collections.Counter()
+    parts: collections.Counter[str] = collections.Counter()
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
-        frames = []
-        for frame in stack.split(";"):
-            m = FRAME.match(frame)
-            frames.append(f"{m['func']} ({Path(m['file']).name})" if m else frame)
+        matches = [FRAME.match(f) for f in stack.split(";")]
+        paths = [m["file"] if m else "" for m in matches]
+        leaf = matches[-1]
         n = int(count)
         total += n
-        self_t[frames[-1]] += n
-        for f in set(frames):
-            incl[f] += n
+        self_t[f"{leaf['func']} ({Path(leaf['file']).name})" if leaf else "?"] += n
+        parts[_component(paths)] += n
 
-    def share(c: collections.Counter[str]) -> list[tuple[str, float]]:
-        return [(f, round(100.0 * v / total, 1)) for f, v in c.most_common(top)]
+    def share(c: collections.Counter[str], k: int | None = None) -> list[tuple[str, float]]:
+        return [(f, round(100.0 * v / total, 1)) for f, v in c.most_common(k)]
 
-    return {"samples": total, "self_pct": share(self_t), "inclusive_pct": share(incl)}
+    return {"samples": total, "components_pct": share(parts), "self_pct": share(self_t, top)}
 
 
 # ------------------------------------------------------------------------------ main
@@ -398,9 +426,9 @@ def profile_run(summary: list[dict[str, Any]], args: argparse.Namespace) -> dict
     prof = {"sessions": at, "latency": res["latency"], "worker_cpu_pct": res["worker_cpu_pct"]}
     prof.update(res["profile_top"] or {})
     print(f"\npy-spy on the worker at {at} sessions (share of busy samples, %):")
-    for kind in ("self", "inclusive"):
+    for kind in ("components", "self"):
         for name, pct in prof.get(f"{kind}_pct", []):
-            print(f"  {kind:9s} {pct:5.1f}  {name}")
+            print(f"  {kind:10s} {pct:5.1f}  {name}")
     return prof
 
 
