@@ -271,6 +271,8 @@ def feature_ranges(table: FeatureTable, source: str, params: Params) -> FeatureR
     """
     names = table.feature_names
     if source == "data":
+        if params.optional("bounds") is not None:
+            raise params.error("bounds", "(given)", "applies only with range='public'")
         if table.n_rows == 0:
             raise params.error("range", source, "the input has no rows to take ranges from")
         require_finite(table, params)
