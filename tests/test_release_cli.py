@@ -137,4 +137,5 @@ def test_console_script_releases_raw_gaze_via_dataset(tmp_path: Path) -> None:
     assert np.array_equal(released.X[released.person == "a"], released.X[released.person == "b"])
     manifest = json.loads(manifest_path_for(out).read_text())
     assert manifest["input"]["source"].startswith(f"dataset csv:{raw}")
-    assert manifest["input"]["sha256"]
+    assert manifest["input"]["fingerprint"]
+    assert "sha256" not in manifest["input"]

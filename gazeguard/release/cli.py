@@ -66,8 +66,18 @@ def configure_release(parser: argparse.ArgumentParser) -> None:
         help="extract features first from gazegraph, irf, synthetic or csv:PATH",
     )
     src.add_argument("--data-dir", type=Path, help="where gazegraph/irf live (default: auto)")
-    src.add_argument("--window-s", type=float, default=30.0, help="feature window W, s")
-    src.add_argument("--step-s", type=float, default=0.5, help="feature step, s")
+    src.add_argument(
+        "--window-s",
+        type=float,
+        default=30.0,
+        help="feature window W, s (also selects the registry's public bounds)",
+    )
+    src.add_argument(
+        "--step-s",
+        type=float,
+        default=0.5,
+        help="feature step, s (also selects the registry's public bounds)",
+    )
     mech = parser.add_argument_group("mechanism parameters (each applies to the mechanisms named)")
     mech.add_argument("--k", type=int, help="ksame: group size; marginals: plausible seeds")
     mech.add_argument("--leftover", choices=("drop", "merge"), help="ksame: leftover people")
@@ -117,14 +127,16 @@ def _progress_printer(name: str, quiet: bool) -> Any:
     return progress
 
 
-def _load_input(args: argparse.Namespace, progress: Any) -> tuple[FeatureTable, str, str]:
-    """(table, source description, checksum)."""
+def _load_input(
+    args: argparse.Namespace, progress: Any
+) -> tuple[FeatureTable, str, dict[str, str]]:
+    """(table, source description, checksum for the manifest)."""
     if (args.input is None) == (args.dataset is None):
         raise ConfigError("input", args.input, "give either an INPUT feature table or --dataset")
     if args.input is not None:
         path = Path(args.input)
         table = FeatureTable.load(path)
-        return table, str(path), file_sha256(path)
+        return table, str(path), {"sha256": file_sha256(path)}
     from gazeguard.eval.datasets import open_dataset  # noqa: PLC0415 - heavy, only for --dataset
 
     dataset = open_dataset(args.dataset, args.data_dir)
@@ -133,17 +145,18 @@ def _load_input(args: argparse.Namespace, progress: Any) -> tuple[FeatureTable, 
         step_s=args.step_s,
         progress=lambda line: progress(0, 1, line),
     )
-    return (
-        table,
-        f"dataset {args.dataset} (window {args.window_s} s, step {args.step_s} s)",
-        (dataset.fingerprint()),
-    )
+    source = f"dataset {args.dataset} (window {args.window_s} s, step {args.step_s} s)"
+    return table, source, {"fingerprint": dataset.fingerprint()}
 
 
 def _params(args: argparse.Namespace) -> dict[str, object]:
     params: dict[str, object] = {
         name: getattr(args, name) for name in _PARAM_OPTIONS if getattr(args, name) is not None
     }
+    if args.mechanism != "ksame" and args.range != "data" and args.bounds is None:
+        # Public bounds from the feature registry depend on the window and step.
+        params["window_s"] = args.window_s
+        params["step_s"] = args.step_s
     if args.bounds is not None:
         try:
             params["bounds"] = json.loads(Path(args.bounds).read_text())
@@ -175,7 +188,7 @@ def run_release(args: argparse.Namespace) -> int:
         result,
         input_table=table,
         input_source=source,
-        input_sha256=checksum,
+        input_checksum=checksum,
         output_path=out,
         started=started,
         finished=finished,

@@ -9,7 +9,8 @@ Layout (``format`` ``gazeguard-release-manifest/1``)::
 
     {"format", "gazeguard_version", "created_utc", "started_utc", "finished_utc", "duration_s",
      "mechanism", "parameters", "guarantee": {"kind", "statement", "numbers"}, "seed_policy",
-     "input": {"source", "sha256", "rows", "features", "people", "tasks"},
+     "input": {"source", "sha256" (file) or "fingerprint" (raw recordings), "rows", "features",
+               "people", "tasks"},
      "output": {"path", "sha256", "rows", "people", "tasks"}, "details": {...}}
 """
 
@@ -64,7 +65,7 @@ def build_manifest(
     *,
     input_table: FeatureTable,
     input_source: str,
-    input_sha256: str,
+    input_checksum: dict[str, str],
     output_path: Path,
     started: datetime,
     finished: datetime,
@@ -75,8 +76,9 @@ def build_manifest(
         release: the mechanism's result (its table must already be saved at ``output_path``).
         input_table: the table the mechanism read.
         input_source: the input file path, or the dataset spec it was extracted from.
-        input_sha256: SHA-256 of the input file (``gazeguard.dataset.file_sha256``), or the
-            dataset's content fingerprint when features were extracted from raw recordings.
+        input_checksum: ``{"sha256": …}`` of the input file (``gazeguard.dataset.file_sha256``),
+            or ``{"fingerprint": …}``, the dataset's content fingerprint (SHA-256 of its files
+            plus the conversion parameters), when features were extracted from raw recordings.
         output_path: where the released table was written.
         started, finished: timezone-aware times around the mechanism run.
     """
@@ -94,7 +96,7 @@ def build_manifest(
         "seed_policy": m["seed_policy"],
         "input": {
             "source": input_source,
-            "sha256": input_sha256,
+            **input_checksum,
             "features": len(input_table.feature_names),
             **_table_summary(input_table),
         },
