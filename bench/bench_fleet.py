@@ -264,7 +264,7 @@ def run_level(
             spying = None
             if profile and shutil.which("py-spy"):
                 spying = subprocess.Popen(
-                    ["py-spy", "record", "-p", str(pool[0].proc.pid), "-d", "20", "-r", "50",
+                    ["py-spy", "record", "-p", str(pool[0].proc.pid), "-d", "25", "-r", "100",
                      "-f", "raw", "-o", str(spy)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )  # fmt: skip
@@ -432,10 +432,40 @@ def profile_run(summary: list[dict[str, Any]], args: argparse.Namespace) -> dict
     return prof
 
 
+def level(
+    sessions: int, workers: int, args: argparse.Namespace, runs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``--repeats`` runs of one level, each printed and appended to ``runs``; their summary."""
+    level_runs = []
+    for rep in range(args.repeats):
+        tag = f"w{workers}l{sessions}r{rep}"
+        level_runs.append(run_level(sessions, workers, args, tag, profile=False))
+        print(run_line(level_runs[-1], rep), flush=True)
+    runs.extend(level_runs)
+    return level_summary(level_runs)
+
+
+def ramp(
+    workers: int, levels: list[int], args: argparse.Namespace, runs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Levels in order until one is not sustained; then once the midpoint (to 25 sessions)
+    between the last sustained level and the failed one."""
+    out: list[dict[str, Any]] = []
+    for sessions in levels:
+        out.append(level(sessions, workers, args, runs))
+        if not out[-1]["sustained"]:
+            ok = [s["sessions"] for s in out if s["sustained"]]
+            mid = 25 * round((ok[-1] + sessions) / 50) if ok else 0
+            if ok and ok[-1] < mid < sessions:
+                out.insert(-1, level(mid, workers, args, runs))
+            break
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--levels", default="50,100,200,400,800", help="session counts to ramp")
-    ap.add_argument("--workers", default="1,2", help="worker process counts")
+    ap.add_argument("--levels", help="session counts to ramp (default 50,100,200,400,800)")
+    ap.add_argument("--workers", help="worker process counts (default 1,2)")
     ap.add_argument("--repeats", type=int, default=2, help="runs per level (medians reported)")
     ap.add_argument("--window", type=float, default=30.0, help="feature window W, s")
     ap.add_argument("--step", type=float, default=0.5, help="feature step s, s")
@@ -454,24 +484,19 @@ def main() -> None:
         uvloop.run(generate(args))
         return
     if args.quick:
-        args.levels, args.workers, args.window = "25,50", "1", 10.0
-        args.repeats, args.seconds = 1, 16.0
+        args.levels, args.workers = args.levels or "25,50", args.workers or "1"
+        args.window, args.repeats, args.seconds = 10.0, 1, 16.0
+    args.levels, args.workers = args.levels or "50,100,200,400,800", args.workers or "1,2"
     levels = [int(x) for x in args.levels.split(",")]
     load_before = load_now()
     print(f"load average before: {load_before}")
     runs: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
+    floor = 0  # more workers start at the largest level fewer workers sustained
     for workers in [int(x) for x in args.workers.split(",")]:
-        for sessions in levels:
-            level_runs = []
-            for rep in range(args.repeats):
-                tag = f"w{workers}l{sessions}r{rep}"
-                level_runs.append(run_level(sessions, workers, args, tag, profile=False))
-                print(run_line(level_runs[-1], rep), flush=True)
-            runs.extend(level_runs)
-            summary.append(level_summary(level_runs))
-            if not summary[-1]["sustained"]:
-                break
+        done = ramp(workers, [n for n in levels if n >= floor] or levels[-1:], args, runs)
+        summary.extend(done)
+        floor = max([s["sessions"] for s in done if s["sustained"]], default=floor)
     profile = profile_run(summary, args) if args.profile else None
     best: dict[int, int] = {}
     for s in summary:

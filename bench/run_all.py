@@ -32,16 +32,16 @@ from _harness import RESULTS, load_now, machine
 BENCH = Path(__file__).resolve().parent
 LOGS = RESULTS / "logs"
 
-#: script → (arguments for --quick, result file stem)
-KNOWN: dict[str, tuple[list[str], str]] = {
-    "bench_mechanisms.py": ([], "mechanisms"),
-    "bench_frontend.py": (["--seconds", "4", "--window", "5"], "frontend"),
-    "bench_ledger.py": (["--charges", "120", "--rounds", "2"], "ledger"),
-    "bench_publish.py": (["--chunks", "100"], "publish"),
-    "validate_events.py": (["--no-bounds"], "event_validation"),
-    "bench_service.py": (["--quick"], "service"),
-    "bench_e2e.py": (["--quick"], "e2e"),
-    "bench_fleet.py": (["--quick"], "fleet"),
+#: script → (arguments of the full run, arguments of --quick)
+KNOWN: dict[str, tuple[list[str], list[str]]] = {
+    "bench_mechanisms.py": ([], []),
+    "bench_frontend.py": ([], ["--seconds", "4", "--window", "5"]),
+    "bench_ledger.py": ([], ["--charges", "120", "--rounds", "2"]),
+    "bench_publish.py": ([], ["--chunks", "100"]),
+    "validate_events.py": ([], ["--no-bounds"]),
+    "bench_service.py": ([], ["--quick"]),
+    "bench_e2e.py": ([], ["--quick"]),
+    "bench_fleet.py": (["--profile"], ["--quick"]),
 }
 
 Row = tuple[str, str, str, str, str]  # benchmark, metric, value, target, result
@@ -56,7 +56,7 @@ def scripts() -> list[str]:
 
 def run(script: str, quick: bool) -> dict[str, Any]:
     """Run one benchmark, its output to the console and ``results/logs/<script>.log``."""
-    args = KNOWN.get(script, ([], ""))[0] if quick else []
+    args = KNOWN.get(script, ([], []))[1 if quick else 0]
     LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"{Path(script).stem}.log"
     print(f"\n=== {script} {' '.join(args)} (load {load_now()})", flush=True)
