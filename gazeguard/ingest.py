@@ -32,10 +32,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -48,6 +50,22 @@ from gazeguard.errors import StreamError, StreamNotFoundError
 from gazeguard.samples import BoolArray, FloatArray, GazeSamples
 
 logger = logging.getLogger(__name__)
+
+
+def _quiet_liblsl() -> None:
+    """liblsl prints INFO lines to stderr at startup; keep only its warnings and errors.
+
+    Only when the user has not configured LSL (``LSLAPICFG`` or an ``lsl_api.cfg`` in the places
+    liblsl looks), so a site's own LSL configuration always wins.
+    """
+    places = [Path("lsl_api.cfg"), Path.home() / "lsl_api" / "lsl_api.cfg"]
+    places.append(Path("/etc/lsl_api/lsl_api.cfg"))
+    if os.environ.get("LSLAPICFG") or any(p.is_file() for p in places):
+        return
+    pylsl.set_config_content("[log]\nlevel = -1\n")
+
+
+_quiet_liblsl()
 
 PRESETS = ("gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic")
 PROCESSING_FLAGS = pylsl.proc_clocksync | pylsl.proc_dejitter | pylsl.proc_monotonize
