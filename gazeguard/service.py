@@ -362,6 +362,26 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser)
 
 
+def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
+    first = settings.features.window_s + settings.mechanism.chunk_steps * settings.features.step_s
+    cap = settings.ledger.session_cap
+    budget = (
+        f"session cap {cap:g}"
+        if cap is not None
+        else "no session cap: the user-level ε grows with every chunk (set ledger.session_cap)"
+    )
+    print(  # noqa: T201 - startup banner of the CLI
+        f"gazeguard: session {pipeline.session!r} → broker {endpoint}; "
+        f"{pipeline.mechanism.name}/{pipeline.mechanism.transform} n={pipeline.chunker.n_steps} "
+        f"k={pipeline.mechanism.k}, {len(pipeline.feature_names)} features, "
+        f"ε {pipeline.chunk_epsilon:g} per chunk; {budget}. "
+        f"First chunk after about {first:g} s of gaze, then one every "
+        f"{settings.mechanism.chunk_steps * settings.features.step_s:g} s.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _progress(out: ReleasedChunk) -> None:
     led = out.message.ledger
     remaining = "uncapped" if led.remaining is None else f"{led.remaining:.6g} left"
@@ -387,13 +407,7 @@ def run_run(args: argparse.Namespace) -> int:
             duration_s=args.duration,
             stop=stop,
             on_release=None if args.quiet else _progress,
-            ready=lambda p, ep: print(  # noqa: T201
-                f"gazeguard: session {p.session!r} on broker {ep}; "
-                f"{p.mechanism.name} n={p.chunker.n_steps}, ε={p.chunk_epsilon:.6g} per chunk; "
-                f"first chunk after W + n·s of gaze",
-                file=sys.stderr,
-                flush=True,
-            ),
+            ready=lambda p, ep: _banner(p, ep, settings),
         )
 
     if settings.fleet.enabled:
