@@ -45,7 +45,7 @@ import pylsl
 
 from gazeguard.config import IngestSettings
 from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.ingest import gazeguard_stream_info, normalized_to_deg
+from gazeguard.presets import gazeguard_stream_info, normalized_to_deg
 from gazeguard.samples import FloatArray, GazeSamples
 
 logger = logging.getLogger(__name__)

@@ -41,9 +41,9 @@ from pydantic import SecretStr
 from gazeguard.cli import main as gazeguard_main
 from gazeguard.config import BrokerSettings, load_settings
 from gazeguard.errors import PublishError
-from gazeguard.ingest import PRESETS, ChannelDesc, StreamMeta, build_layout
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage, StatusMessage
+from gazeguard.presets import PRESETS, ChannelDesc, StreamMeta, build_layout
 from gazeguard.publish import Publisher
 
 DEPLOY = REPO / "deploy"

@@ -23,10 +23,10 @@ import pytest
 from gazeguard.config import IngestSettings
 from gazeguard.errors import StreamError
 from gazeguard.features import FeatureExtractor, extract_features
-from gazeguard.ingest import (
+from gazeguard.ingest import GazeStream
+from gazeguard.presets import (
     GAZEGUARD_CHANNELS,
     EyeChannels,
-    GazeStream,
     IngestStats,
     Layout,
     Normalizer,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gazeguard.ingest import EyeChannels, Layout, Normalizer
+from gazeguard.presets import EyeChannels, Layout, Normalizer
 from gazeguard.simulate import GazeGenerator, simulate_gaze
 
 GG = Layout("gazeguard", 5, (EyeChannels(1, 2, 3),), "deg", y_up=True, validity=4, index=0)
