@@ -38,7 +38,7 @@ COMMANDS: dict[str, Command] = {
         "gazeguard.simulate", "stream a simulated person's gaze as a real LSL outlet"
     ),
     "replay": Command(
-        "gazeguard.simulate", "stream a recorded CSV or XDF file as an LSL outlet at its timing"
+        "gazeguard.replay", "stream a recorded CSV or XDF file as an LSL outlet at its timing"
     ),
     "ledger": Command("gazeguard.ledger", "inspect the durable privacy-budget ledger"),
     "config": Command("gazeguard.config", "validate a configuration file"),
