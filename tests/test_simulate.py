@@ -19,15 +19,9 @@ import pytest
 from gazeguard.config import IngestSettings
 from gazeguard.errors import ConfigError, DatasetError
 from gazeguard.ingest import GazeStream
+from gazeguard.replay import Replay, load_csv, load_xdf
 from gazeguard.samples import GazeSamples
-from gazeguard.simulate import (
-    GazeGenerator,
-    Person,
-    Replay,
-    load_csv,
-    load_xdf,
-    simulate_gaze,
-)
+from gazeguard.simulate import GazeGenerator, Person, simulate_gaze
 
 FIELDS = ("timestamps", "x_deg", "y_deg", "pupil_mm", "valid")
 
