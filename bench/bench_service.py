@@ -13,6 +13,12 @@
    local Mosquitto; psutil measures its CPU time (all threads) and RSS from its first chunk on,
    for ``--seconds`` (≥ 60 s: four chunks at the default 16 s per chunk).
 
+3. **Where the latency goes** (context, offline, same process): the same ``Pipeline`` fed
+   ``simulate_gaze`` with the fast settings; per chunk, ``Pipeline.release`` in total, the
+   mechanism alone, the ledger charge alone (a second ledger, the finished payload bytes), the
+   rest being message building; and a bare append + ``fsync`` of the payload to a log file in the
+   same directory (the disk's own durability cost).
+
 Targets: p99 < 5 ms; < 2 % of one core; RSS < 120 MB. Each part runs ``--repeats`` times (the
 machine is shared: medians of the runs are the headline). Run::
 
@@ -28,6 +34,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -52,9 +59,11 @@ from _harness import (
 )
 
 import gazeguard.service
-from gazeguard.config import Settings, load_settings
-from gazeguard.pipeline import ReleasedChunk
+from gazeguard.config import FeatureSettings, Settings, load_settings
+from gazeguard.ledger import Ledger
+from gazeguard.pipeline import Pipeline, ReleasedChunk
 from gazeguard.publish import OutboxEntry, Publisher
+from gazeguard.simulate import simulate_gaze
 
 TARGETS = {"p99_ms": 5.0, "cpu_pct": 2.0, "rss_max_mb": 120.0}
 FAST_FEATURES = {"window_s": 2.0, "step_s": 0.01}
@@ -181,6 +190,38 @@ def latency_run(
     return out
 
 
+# ------------------------------------------------------------------------------ breakdown
+def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
+    """Per chunk, offline: release in total, mechanism, ledger charge, bare append + fsync."""
+    fast = FeatureSettings(**FAST_FEATURES)
+    gaze = simulate_gaze(FAST_FEATURES["window_s"] + 0.32 * (chunks + 2), 120.0, 7)
+    times: dict[str, list[float]] = {k: [] for k in ("release", "mechanism", "charge", "fsync")}
+    with (
+        Ledger(workdir / "breakdown.sqlite") as ledger,
+        Ledger(workdir / "breakdown-charge.sqlite") as bare,
+        (workdir / "append.log").open("ab") as log,
+    ):
+        pipe = Pipeline(ledger, session="breakdown", device="bench", features=fast)
+        eps = dict.fromkeys(pipe.feature_names, 1.0)
+        for chunk in pipe.feed(gaze)[:chunks]:
+            t0 = time.perf_counter()
+            out = pipe.release(chunk)
+            t1 = time.perf_counter()
+            pipe.mechanism.release(chunk.values)
+            t2 = time.perf_counter()
+            bare.charge(
+                "bare", chunk.index, eps, out.topic if out else "t", out.payload if out else b""
+            )
+            t3 = time.perf_counter()
+            log.write(out.payload if out else b"")
+            log.flush()
+            os.fsync(log.fileno())
+            t4 = time.perf_counter()
+            for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                times[key].append(dt)
+    return {k: latency_stats(v) for k, v in times.items()}
+
+
 # ------------------------------------------------------------------------------ footprint
 def gazeguard_run_cmd(sid: str, broker: Broker, ledger: Path, *extra: str) -> list[str]:
     """``gazeguard run`` on LSL stream ``sid`` with default settings (plus ``extra`` flags)."""
@@ -267,6 +308,7 @@ def main() -> None:
                     f"(load {load_now()})",
                     flush=True,
                 )
+            parts_offline = breakdown(work, args.chunks)
             for r in range(args.repeats):
                 ledger = work / f"footprint-{r}.sqlite"
                 row = measure_footprint(
@@ -297,6 +339,9 @@ def main() -> None:
     for p in parts:
         m = lat_median[p]
         print(f"{p:28s} {m['p50_ms']:8.3f} {m['p99_ms']:8.3f} {m['max_ms']:8.2f}")
+    print("\nwhere it goes (offline, same components, one chunk at a time)")
+    for name, m in parts_offline.items():
+        print(f"{name:28s} {m['p50_ms']:8.3f} {m['p99_ms']:8.3f} {m['max_ms']:8.2f}")
     print(
         f"\nfootprint (120 Hz, defaults): {fp_median['cpu_pct']:.2f}% of one core, RSS max "
         f"{fp_median['rss_max_mb']:.1f} MB (mean {fp_median['rss_mean_mb']:.1f} MB)"
@@ -324,6 +369,7 @@ def main() -> None:
             },
             "latency_runs": latency,
             "latency_median": lat_median,
+            "breakdown_offline": parts_offline,
             "footprint_runs": footprint,
             "footprint_median": fp_median,
             "targets": targets,
