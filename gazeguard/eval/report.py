@@ -22,13 +22,13 @@ Result = dict[str, Any]
 
 def _clean(obj: Any) -> Any:
     """JSON-safe copy: NaN/inf → None, tuples → lists, numpy scalars → Python, floats rounded
-    to 6 significant digits (far below the repetition-to-repetition spread)."""
+    to 4 significant digits (finer than the repetition-to-repetition spread)."""
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [_clean(v) for v in obj]
     if isinstance(obj, float):
-        return float(f"{obj:.6g}") if math.isfinite(obj) else None
+        return float(f"{obj:.4g}") if math.isfinite(obj) else None
     if hasattr(obj, "item"):
         return _clean(obj.item())
     return obj

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -123,8 +122,6 @@ class _Shared:
 
 
 def _init(shared: _Shared) -> None:
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
     _STATE["shared"] = shared
 
 
