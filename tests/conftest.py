@@ -43,8 +43,7 @@ class MosquittoBroker:
         user = "user root\n" if os.geteuid() == 0 else ""
         self.conf.write_text(
             f"listener {self.port} 127.0.0.1\n{user}log_dest file {self.log}\n"
-            f"log_type all\n{body}"
-            + ("" if "persistence" in body else "persistence false\n")
+            f"log_type all\n{body}" + ("" if "persistence" in body else "persistence false\n")
         )
         self.proc: subprocess.Popen[bytes] | None = None
 
