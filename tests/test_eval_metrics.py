@@ -15,6 +15,7 @@ from gazeguard.eval.metrics import (
     lopo_splits,
     majority_vote_accuracy,
     nmse,
+    split_point,
     subsample,
     user_level_epsilon,
     utility,
@@ -80,6 +81,16 @@ def test_half_split_and_subsample_per_recording() -> None:
     assert subsample(test, rec, 2).tolist() == [1, 5]
     with pytest.raises(ValueError, match="every=0"):
         subsample(test, rec, 0)
+
+
+def test_split_point_never_cuts_a_released_chunk() -> None:
+    assert split_point(512, 32) == 256  # 16 chunks: 8 train, 8 test
+    assert split_point(96, 32) == 64  # 3 chunks: the nearest chunk boundary to 48, rounded up
+    assert split_point(540, 1) == 270
+    assert split_point(540, 540) == 270  # a single chunk (FPA) cannot be cut between chunks
+    train, test = half_split(["a"] * 96 + ["b"] * 64, block=32)
+    assert train.tolist() == [*range(64), *range(96, 128)]
+    assert test.tolist() == [*range(64, 96), *range(128, 160)]
 
 
 def test_user_level_epsilon_composes_over_features_and_chunks() -> None:

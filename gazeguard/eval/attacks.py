@@ -196,6 +196,7 @@ def half_split_protocol(
     classifiers: Sequence[str] = CLASSIFIERS,
     every: int = 5,
     seed: int = 0,
+    block: int = 1,
 ) -> dict[str, dict[str, Scores]]:
     """Train on the first half of every recording, test on the second half.
 
@@ -211,11 +212,13 @@ def half_split_protocol(
         classifiers: keys of :data:`CLASSIFIERS`.
         every: train and test on every ``every``-th window of each recording.
         seed: random state of tree-based classifiers.
+        block: cut each recording at a multiple of ``block`` rows (the chunk length), see
+            :func:`~gazeguard.eval.metrics.split_point`.
     """
     _check_views(X_train, views)
     y = np.asarray(labels).astype(str)
     rec = np.asarray(recording).astype(str)
-    train, test = half_split(rec)
+    train, test = half_split(rec, block)
     tr = subsample(train, rec, every)
     te = subsample(test, rec, every)
     tests = {v: (Xv[te], y[te], rec[te]) for v, Xv in views.items()}
@@ -231,9 +234,17 @@ def reidentification(
     classifiers: Sequence[str] = CLASSIFIERS,
     every: int = 5,
     seed: int = 0,
+    block: int = 1,
 ) -> dict[str, dict[str, Scores]]:
     """Person re-identification: train on first halves, test on second halves (paper: every 5th
     window). Chance level is 1/(number of persons). See :func:`half_split_protocol`."""
     return half_split_protocol(
-        X_train, views, person, recording, classifiers=classifiers, every=every, seed=seed
+        X_train,
+        views,
+        person,
+        recording,
+        classifiers=classifiers,
+        every=every,
+        seed=seed,
+        block=block,
     )

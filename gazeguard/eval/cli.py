@@ -291,14 +291,15 @@ def run_eval(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     results = []
     out: Path = args.out
+    written: list[dict[str, object]] = []
     for ds in datasets:
-        res = evaluate_dataset(ds, grid)
-        results.append(res)
-        # Written after every dataset so a long run leaves usable partial output.
-        write_json(results, out / "results.json")
-        write_markdown(results, out / "results.md")
-        write_plots(res, out)
-    print(markdown(results))  # noqa: T201
+        results.append(evaluate_dataset(ds, grid))
+        # Written after every dataset so a long run leaves usable partial output; tables and
+        # plots are drawn from the JSON as written, so they show exactly its (rounded) numbers.
+        written = read_json(write_json(results, out / "results.json"))
+        write_markdown(written, out / "results.md")
+        write_plots(written[-1], out)
+    print(markdown(written))  # noqa: T201
     print(  # noqa: T201
         f"\nwrote {out / 'results.json'}, {out / 'results.md'} and plots in {out} "
         f"({time.perf_counter() - t0:.0f} s)"

@@ -301,6 +301,9 @@ def evaluate_configuration(
             views = {"release": rel.values} if clean else {"release": rel.values, "raw": raw}
             who, task = table.person[rel.rows], table.task[rel.rows]
             clfs, cseed = settings.classifiers, job_seed * 1000 + rep
+            # Cut train/test between released chunks; FPA's chunk is the whole recording (longer
+            # than any cut allows), so its cut falls inside the one chunk: see split_point.
+            block = table.n_rows if spec.family == "fpa" else int(spec.n or 1)
             collect_scores(
                 task_acc,
                 task_recognition(
@@ -324,6 +327,7 @@ def evaluate_configuration(
                     classifiers=clfs,
                     every=settings.every_reid,
                     seed=cseed,
+                    block=block,
                 ),
             )
             if has_tasks:
@@ -337,6 +341,7 @@ def evaluate_configuration(
                         classifiers=clfs,
                         every=settings.every_reid,
                         seed=cseed,
+                        block=block,
                     ),
                 )
     n_feat = int(cols.size)
@@ -359,6 +364,9 @@ def evaluate_configuration(
         "rows_released": released_rows,
         "rows_dropped": int(table.n_rows - released_rows),
         "chunks_per_recording": {"min": min(chunks, default=0), "max": max(chunks, default=0)},
+        # Recordings whose train/test cut falls inside one released chunk (a single chunk, e.g.
+        # FPA): one noise draw on both sides, so "re-identification" links two halves of it.
+        "split_inside_chunk": 0 if clean else sum(1 for c in chunks if c == 1),
         "k": None if mechanisms is None else mechanisms.k(),
         "reps": {"utility": len(nmse_reps), "clf": min(reps, settings.clf_reps)},
         "utility": _utility_summary(

@@ -116,12 +116,26 @@ def lopo_splits(person: npt.ArrayLike) -> Iterator[tuple[str, IntArray, IntArray
         yield str(who), train, test
 
 
-def half_split(recording: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+def split_point(m: int, block: int = 1) -> int:
+    """Where to cut a recording of ``m`` rows into a training and a test half.
+
+    The cut is the multiple of ``block`` nearest to ``m/2`` (halves rounded up), so that a
+    released chunk of ``block`` rows never lies on both sides: otherwise one noise draw would be
+    in training and test alike, and "re-identification" would only link two halves of the same
+    noisy chunk. When that is impossible (``m < 2·block``, e.g. FPA's single whole-recording
+    release) the cut falls back to ``m // 2``.
+    """
+    if block > 1 and m >= 2 * block:
+        return block * int(m / (2 * block) + 0.5)
+    return m // 2
+
+
+def half_split(recording: npt.ArrayLike, block: int = 1) -> tuple[IntArray, IntArray]:
     """Split every recording's rows in time order: first half trains, second half tests.
 
     Rows of one recording must be consecutive and in time order (as in a
-    :class:`~gazeguard.dataset.FeatureTable`). A recording with an odd number m of rows gives
-    ``m // 2`` rows to training and the rest to testing.
+    :class:`~gazeguard.dataset.FeatureTable`); each is cut at :func:`split_point` (with
+    ``block=1``, ``m // 2`` rows train and the rest test).
 
     Returns:
         (train row indices, test row indices), each sorted.
@@ -131,9 +145,9 @@ def half_split(recording: npt.ArrayLike) -> tuple[IntArray, IntArray]:
     test: list[IntArray] = []
     for rid in np.unique(rec):
         rows = np.flatnonzero(rec == rid)
-        half = rows.size // 2
-        train.append(rows[:half])
-        test.append(rows[half:])
+        cut = split_point(rows.size, block)
+        train.append(rows[:cut])
+        test.append(rows[cut:])
     if not train:
         return np.empty(0, np.intp), np.empty(0, np.intp)
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
