@@ -15,7 +15,10 @@ For one configuration (mechanism, ε) and one noisy repetition:
 3. **Attacks and task.** :func:`~gazeguard.eval.attacks.task_recognition` and
    :func:`~gazeguard.eval.attacks.reidentification` on the released rows, each tested on the
    release itself (Bozkir et al.'s protocol) and on the raw values of the same rows (David-John
-   et al.'s: train on the release, attack raw data).
+   et al.'s: train on the release, attack raw data). The first-half/second-half cut of a
+   recording falls between released chunks (:func:`~gazeguard.eval.metrics.split_point`), so no
+   noise draw is on both sides — except for FPA, whose one release spans the recording; such
+   rows carry ``split_inside_chunk`` and the tables mark them.
 
 ε is per feature per chunk; each row also carries the honest user-level ε of a whole released
 recording, ``ε · F · chunks`` (sequential composition; see
