@@ -89,6 +89,25 @@ async def _broker(settings: BrokerSettings) -> AsyncIterator[BrokerSettings]:
 
 
 @contextlib.asynccontextmanager
+async def _outbound(settings: Settings) -> AsyncIterator[tuple[Ledger, Publisher]]:
+    """The ledger, the broker (embedded if none is configured) and the publisher draining the
+    ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
+    left (what it cannot send stays in the outbox for the next start)."""
+    with Ledger.from_settings(settings.ledger) as ledger:
+        async with (
+            _broker(settings.broker) as broker,
+            Publisher(broker, ledger, name="gazeguard.publish") as publisher,
+        ):
+            try:
+                yield ledger, publisher
+            finally:
+                try:
+                    await publisher.flush(FLUSH_AT_EXIT_S)
+                except Exception as exc:  # reported; the outbox keeps the chunks
+                    log.warning("%s", exc)
+
+
+@contextlib.asynccontextmanager
 async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
     """Open the configured gaze stream, or the simulated headset (see ``ingest.source``)."""
     explicit = settings.source_id is not None or settings.stream_name is not None
@@ -144,13 +163,7 @@ async def serve(
         ready: called with the pipeline and the broker ``host:port`` once everything is up.
     """
     stop = stop or asyncio.Event()
-    async with contextlib.AsyncExitStack() as stack:
-        ledger = stack.enter_context(Ledger.from_settings(settings.ledger))
-        broker = await stack.enter_async_context(_broker(settings.broker))
-        publisher = await stack.enter_async_context(
-            Publisher(broker, ledger, name="gazeguard.publish")
-        )
-        stream = await stack.enter_async_context(_gaze(settings.ingest))
+    async with _outbound(settings) as (ledger, publisher), _gaze(settings.ingest) as stream:
         info = stream.info
         session = settings.session or session_id_for(info.source_id, info.name)
         pipeline = Pipeline(
@@ -159,7 +172,7 @@ async def serve(
             device=settings.device,
             features=settings.features,
             mechanism=settings.mechanism,
-            topic_prefix=broker.topic_prefix,
+            topic_prefix=publisher.settings.topic_prefix,
             on_release=on_release,
             tap=tap,
         )
@@ -196,10 +209,6 @@ async def serve(
             final: SessionState = "stream_lost" if failure is not None else "stopped"
             reason = None if failure is None else f"ingest failed: {failure}"
             publisher.publish_status(pipeline.status(final, reason))
-            try:
-                await publisher.flush(FLUSH_AT_EXIT_S)
-            except Exception as exc:  # reported; the outbox keeps the chunks
-                log.warning("%s", exc)
         if failure is not None:
             raise failure
         state = ledger.state(session)
@@ -234,12 +243,7 @@ async def serve_fleet(
             "fleet mode serves real streams: set ingest.source to 'lsl' or 'mqtt'",
         )
     stop = stop or asyncio.Event()
-    async with contextlib.AsyncExitStack() as stack:
-        ledger = stack.enter_context(Ledger.from_settings(settings.ledger))
-        broker = await stack.enter_async_context(_broker(settings.broker))
-        publisher = await stack.enter_async_context(
-            Publisher(broker, ledger, name="gazeguard.publish")
-        )
+    async with _outbound(settings) as (ledger, publisher):
         fleet = Fleet(settings, ledger, publisher)
         log.info(
             "fleet worker %s: %s sessions, publishing to %s",
@@ -256,10 +260,6 @@ async def serve_fleet(
                 async with asyncio.timeout(duration_s):
                     await stop.wait()
             stop.set()
-        try:
-            await publisher.flush(FLUSH_AT_EXIT_S)
-        except Exception as exc:  # reported; the outbox keeps the chunks
-            log.warning("%s", exc)
         return fleet
     raise AssertionError("unreachable")  # pragma: no cover
 
