@@ -209,11 +209,17 @@ def rows_fleet(d: dict[str, Any]) -> list[Row]:
     ]
     for w, n in sorted(best.items()):
         out.append((b, f"max sustained sessions, {w} worker(s)", str(n), "", "—"))
+    one = d["targets"].get("sessions_one_process")
+    if one is not None:
+        out.append(
+            (b, "max sustained sessions, one worker process", str(one["value"]), ">= 200",
+             _verdict(one["met"]))
+        )  # fmt: skip
     t = d["targets"]["sessions_per_core"]
     out.append(
         (
             b,
-            "sessions per busy worker core (largest sustained 1-worker level)",
+            "CPU efficiency: sessions per busy worker core (largest sustained 1-worker level)",
             f"{t['value']:.0f}",
             ">= 200",
             _verdict(t["met"]),
