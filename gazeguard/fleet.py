@@ -151,6 +151,7 @@ class Fleet:
         self.sessions: dict[str, _Session] = {}
         self.refused = 0
         self.closed: list[str] = []
+        self._attempt = 0  # failed raw-broker connections in a row
 
     def _open_session(self, session: str, topics: RawTopics | None) -> _Session | None:
         if session in self.sessions:
@@ -208,14 +209,13 @@ class Fleet:
         Reconnects with jittered backoff when the raw broker goes away; sessions keep their
         state and their gaze subscriptions are renewed.
         """
-        attempt = 0
         while not stop.is_set():
             try:
                 await self._run_mqtt_once(stop)
             except* aiomqtt.MqttError as group:
-                attempt += 1
+                self._attempt += 1
                 cap = (self.settings.fleet.raw_broker or self.publisher.settings).reconnect_max_s
-                delay = random.uniform(0, min(cap, 1.5**attempt))
+                delay = random.uniform(0, min(cap, 1.5**self._attempt))
                 log.warning(
                     "worker %s: raw gaze broker: %s; reconnecting in %.1f s",
                     self.worker_id,
@@ -233,6 +233,7 @@ class Fleet:
         raw = fleet.raw_broker or self.publisher.settings
         hello = f"{fleet.raw_prefix}/hello"
         async with _client(raw, f"gazeguard-worker-{self.worker_id}") as client:
+            self._attempt = 0  # connected: the next outage starts its backoff afresh
             await client.subscribe(f"$share/{fleet.share_group}/{hello}", qos=1)
             for session, entry in self.sessions.items():  # resubscribe after a reconnect
                 if entry.topics is not None:
