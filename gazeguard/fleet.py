@@ -27,6 +27,10 @@ timestamps (s), x (deg), y (deg), pupil (mm; NaN if absent). NaN gaze marks inva
 Samples whose timestamp does not increase are dropped and counted, as LSL ingest does.
 
 For fleets, point ``ledger.url`` at PostgreSQL so that every worker charges one ledger.
+
+Limitation: a worker that stops cleanly empties its owner topics, but one that crashes leaves
+them; its devices must open a new :class:`RawGazeSender` (a new hello) to be claimed again, and
+the new worker's feature window starts empty (the ledger and chunk numbering continue).
 """
 
 from __future__ import annotations
