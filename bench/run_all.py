@@ -77,7 +77,22 @@ def run(script: str, quick: bool) -> dict[str, Any]:
         code = proc.wait()
     seconds = time.monotonic() - t0
     print(f"=== {script}: exit {code} after {seconds:.0f} s", flush=True)
-    return {"script": script, "args": args, "exit": code, "seconds": round(seconds, 1)}
+    finished = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    row = {"script": script, "args": args, "exit": code, "seconds": round(seconds, 1)}
+    return {**row, "finished": finished}
+
+
+def remember(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge ``runs`` into ``results/run_all.json`` (the latest run of each script); return all."""
+    path = RESULTS / "run_all.json"
+    known: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        known = {r["script"]: r for r in json.loads(path.read_text())}
+    known.update({r["script"]: r for r in runs})
+    order = {s: i for i, s in enumerate(KNOWN)}
+    rows = sorted(known.values(), key=lambda r: (order.get(r["script"], len(order)), r["script"]))
+    path.write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
 
 
 # ------------------------------------------------------------------------------ summary rows
@@ -319,9 +334,10 @@ def summary(runs: list[dict[str, Any]], quick: bool) -> str:
         "# Benchmark summary",
         "",
         f"Written by `python bench/run_all.py{' --quick' if quick else ''}` on "
-        f"{datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}. Each row comes "
-        "from the JSON file named in its section; medians over repeated runs where the "
-        "benchmark repeats. The machine is shared with other work: note the load averages.",
+        f"{datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')} from the JSON "
+        "files in this directory (the latest run of each script); medians over repeated runs "
+        "where the benchmark repeats. The machine is shared with other work: note the load "
+        "averages.",
         "",
         f"**Machine:** {m['nproc']} CPUs ({m['cpu_model']}), Python {m['python']}, "
         f"{m['platform']}; load average now {' '.join(str(x) for x in m['load_avg'])} "
@@ -330,9 +346,11 @@ def summary(runs: list[dict[str, Any]], quick: bool) -> str:
         "",
     ]
     if runs:
-        lines += ["| script | exit | seconds |", "|---|---|---|"]
+        lines += ["Latest run of each script:", ""]
+        lines += ["| script | exit | seconds | finished |", "|---|---|---|---|"]
         lines += [
-            f"| {r['script']} {' '.join(r['args'])} | {r['exit']} | {r['seconds']:.0f} |"
+            f"| {r['script']} {' '.join(r['args'])} | {r['exit']} | {r['seconds']:.0f} | "
+            f"{r.get('finished', '')} |"
             for r in runs
         ]
         lines.append("")
@@ -374,7 +392,7 @@ def main() -> int:
         todo = [s for s in todo if Path(s).stem.removeprefix("bench_") in wanted]
     runs = [] if args.summary_only else [run(s, args.quick) for s in todo]
     path = RESULTS / "SUMMARY.md"
-    path.write_text(summary(runs, args.quick))
+    path.write_text(summary(remember(runs), args.quick))
     print(f"\nwrote {path}")
     return max((r["exit"] for r in runs), default=0)
 
