@@ -215,7 +215,7 @@ def rows_fleet(d: dict[str, Any]) -> list[Row]:
     out: list[Row] = [
         (
             b,
-            f"{s['workers']} worker(s), {s['sessions']} sessions: p99 / worker CPU",
+            f"{s['workers']} worker(s), {s['sessions']} sessions: p99 (run median) / worker CPU",
             f"{s['p99_ms']:.1f} ms / {s['worker_cpu_pct_total']:.0f} %",
             "p99 < 50 ms, no loss",
             _verdict(s["sustained"]),
