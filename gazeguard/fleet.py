@@ -201,9 +201,8 @@ class Fleet:
         chunks = entry.pipeline.feed(block)
         if not chunks:
             return
-        for chunk in chunks:
-            await asyncio.to_thread(entry.pipeline.release, chunk)
-        self.publisher.notify()
+        released = [await asyncio.to_thread(entry.pipeline.release, chunk) for chunk in chunks]
+        self.publisher.notify([out for out in released if out is not None])
         self.publisher.publish_status(entry.pipeline.status())
 
     # ------------------------------------------------------------------ MQTT raw gaze

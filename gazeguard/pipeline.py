@@ -72,6 +72,22 @@ class ReleasedChunk:
     completed_at: float
     charged_at: float
 
+    # The outbox-entry view (``gazeguard.publish.OutboxEntry``): hand it to Publisher.notify.
+    @property
+    def id(self) -> int:
+        """Position in the ledger outbox (same as :attr:`outbox_id`)."""
+        return self.outbox_id
+
+    @property
+    def session(self) -> str:
+        """Session id."""
+        return self.message.session
+
+    @property
+    def chunk_index(self) -> int:
+        """Chunk number within the session."""
+        return self.message.chunk_index
+
 
 @dataclass(slots=True)
 class PipelineStats:

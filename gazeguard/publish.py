@@ -217,6 +217,9 @@ class Publisher:
         self._connected = asyncio.Event()
         self._refused = asyncio.Event()
         self._acked: set[int] = set()  # PUBACK received, mark_delivered not yet committed
+        self._handed: dict[int, OutboxEntry] = {}  # charged here, handed over by notify()
+        self._read_table = True  # the next pass reads the outbox table
+        self._table_read_at = -float("inf")  # time.monotonic() of the latest table read
         self._status_latest: dict[str, bytes] = {}
         self._status_unsent: set[str] = set()
         self._tg: asyncio.TaskGroup | None = None
@@ -241,8 +244,19 @@ class Publisher:
         """Whether a broker connection is up right now."""
         return self._connected.is_set()
 
-    def notify(self) -> None:
-        """Wake the publisher: a chunk was charged into the outbox. Call from the event loop."""
+    def notify(self, charged: Sequence[OutboxEntry] = ()) -> None:
+        """Wake the publisher: chunks were charged into the outbox. Call from the event loop.
+
+        Args:
+            charged: the outbox items just committed by this process (e.g. the
+                :class:`~gazeguard.pipeline.ReleasedChunk` objects a pipeline returned). They are
+                sent straight from memory, skipping a read of the outbox table; without them
+                the publisher reads the table. Either way the table stays the source of truth:
+                it is read after every (re)connection, on :meth:`flush`, and at least every
+                ``poll_interval_s`` (items charged by other processes, backlog).
+        """
+        for item in charged:
+            self._handed[item.id] = item
         self._wake.set()
 
     def publish_status(self, status: StatusMessage) -> None:
@@ -263,6 +277,7 @@ class Publisher:
         """
         async with self._idle:
             target = self._passes_started + 1
+            self._read_table = True
             self._wake.set()
             try:
                 async with asyncio.timeout(within_s):
@@ -404,13 +419,31 @@ class Publisher:
 
     # -- delivery --------------------------------------------------------------------------------
 
+    async def _next_items(self) -> tuple[Sequence[OutboxEntry], bool]:
+        """The next items to send, oldest first, and whether more may wait in the table.
+
+        Reads the outbox table when due (after a connection, on flush, every
+        ``poll_interval_s``, while a backlog lasts); otherwise takes the items handed over by
+        :meth:`notify`, which are all this process charged since the last table read.
+        """
+        due = time.monotonic() - self._table_read_at >= self._poll_interval_s
+        if self._read_table or due or not self._handed:
+            self._read_table = False
+            self._table_read_at = time.monotonic()
+            items = await asyncio.to_thread(self._outbox.pending, self._batch)
+            self._read_table = len(items) == self._batch
+            return items, self._read_table
+        ids = sorted(self._handed)[: self._batch]
+        return [self._handed[i] for i in ids], len(ids) == self._batch
+
     async def _drain(self, client: _Client) -> None:
         """Deliver outbox items oldest first, then the latest statuses; sleep until notified."""
+        self._read_table = True  # what happened while disconnected is only in the table
         while True:
             self._wake.clear()
             self._passes_started += 1
             this_pass = self._passes_started
-            items = await asyncio.to_thread(self._outbox.pending, self._batch)
+            items, more = await self._next_items()
             for item in items:
                 if item.id not in self._acked:
                     await self._send(client, item.topic, item.payload, retain=False, what=item)
@@ -419,15 +452,16 @@ class Publisher:
                         self._on_acked(item)
                 await asyncio.to_thread(self._outbox.mark_delivered, item.id)
                 self._acked.discard(item.id)
+                self._handed.pop(item.id, None)
                 self.delivered += 1
-            if len(items) == self._batch:
+            if more:
                 continue
             for topic in list(self._status_unsent):
                 payload = self._status_latest[topic]
                 await self._send(client, topic, payload, retain=True, what=None)
                 if self._status_latest[topic] is payload:
                     self._status_unsent.discard(topic)
-            if items or self._status_unsent:
+            if items or self._status_unsent or self._handed:
                 continue
             async with self._idle:
                 self._last_idle_pass = this_pass

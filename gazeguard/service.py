@@ -271,7 +271,7 @@ async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) 
     async for block in stream:
         released = await asyncio.to_thread(pipeline.push, block)
         if released:
-            publisher.notify()
+            publisher.notify(released)
         now = time.monotonic()
         if pipeline.stats.state != last_state or now - last_status > STATUS_EVERY_S:
             publisher.publish_status(pipeline.status())

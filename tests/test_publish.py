@@ -198,6 +198,54 @@ def test_delivers_outbox_in_order_after_puback(
     ledger.close()
 
 
+def test_handed_over_items_and_other_writers_both_arrive_in_order(
+    mosquitto: MosquittoBroker, tmp_path: Path, unique_id: str
+) -> None:
+    """notify(items) sends from memory, yet items charged elsewhere still arrive while it streams.
+
+    Session A is charged here and handed over on every notify (every 50 ms); session B is charged
+    without a notify, as another process sharing the ledger would. B must be delivered within the
+    poll interval although the publisher is never idle, and each session arrives in order, once.
+    """
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    a, b = f"{unique_id}-a", f"{unique_id}-b"
+
+    async def scenario() -> None:
+        acked: dict[int, float] = {}
+        async with (
+            subscribed(mosquitto.port, f"{PREFIX}/{DEVICE}/+/chunks") as sub,
+            Publisher(
+                settings_for(mosquitto),
+                ledger,
+                connect_timeout=5,
+                poll_interval_s=0.3,
+                on_acked=lambda item: acked.setdefault(item.id, time.monotonic()),
+            ) as pub,
+        ):
+            other: list[Charge] = []
+            for i in range(30):
+                charge = charge_chunk(ledger, a, i)
+                (item,) = [it for it in ledger.pending() if it.id == charge.outbox_id]
+                pub.notify([item])
+                if i in (3, 4, 5):
+                    other.append(charge_chunk(ledger, b, i - 3))
+                await asyncio.sleep(0.05)
+            streaming_ended = time.monotonic()
+            assert all(acked.get(c.outbox_id, float("inf")) < streaming_ended for c in other)
+            await pub.flush(10)
+            await sub.wait_for(33)
+            await asyncio.sleep(0.2)  # a duplicate would arrive now
+        by_session: dict[str, list[int]] = {a: [], b: []}
+        for payload in sub.payloads:
+            message = ChunkMessage.from_payload(payload)
+            by_session[message.session].append(message.chunk_index)
+        assert by_session == {a: list(range(30)), b: [0, 1, 2]}
+
+    asyncio.run(scenario())
+    assert ledger.pending() == []
+    ledger.close()
+
+
 def test_broker_restart_loses_nothing_duplicates_nothing(
     tmp_path: Path, unique_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
