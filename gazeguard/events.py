@@ -210,6 +210,26 @@ def _check_positive(name: str, value: float | None, allow_none: bool = False) ->
         raise ConfigError(name, value, "must be a finite number > 0", "argument")
 
 
+def check_timestamps(t: FloatArray, after: float | None) -> None:
+    """Refuse a block whose timestamps ``t`` (s, shape (N,), N >= 1) are not finite or not
+    strictly increasing, within the block and after ``after`` (the previous block's last).
+
+    Raises:
+        StreamError: naming the problem and the times involved.
+    """
+    if not np.all(np.isfinite(t)):
+        raise StreamError(
+            f"gaze timestamps must be finite; block of {len(t)} samples has "
+            f"{int(np.count_nonzero(~np.isfinite(t)))} non-finite; drop them before this stage"
+        )
+    if (after is not None and t[0] <= after) or (len(t) > 1 and np.any(t[1:] <= t[:-1])):
+        raise StreamError(
+            "gaze timestamps must be strictly increasing across blocks; got a block starting "
+            f"at t={float(t[0])!r} after t={after!r}"
+            "; repair the recording (sort, drop duplicates) before feature extraction"
+        )
+
+
 class EventDetector:
     """Incremental I-VT fixation/saccade detector with blink detection (see the module docstring).
 
@@ -283,18 +303,7 @@ class EventDetector:
         n_new = len(block)
         if n_new == 0:
             return _EMPTY
-        t = block.timestamps
-        if not np.all(np.isfinite(t)):
-            raise StreamError(
-                f"gaze timestamps must be finite; block of {n_new} samples has "
-                f"{int(np.count_nonzero(~np.isfinite(t)))} non-finite; drop them before this stage"
-            )
-        if (self._n and t[0] <= self._t[self._n - 1]) or (n_new > 1 and np.any(t[1:] <= t[:-1])):
-            raise StreamError(
-                "gaze timestamps must be strictly increasing across blocks; got a block starting "
-                f"at t={float(t[0])!r} after t={float(self._t[self._n - 1]) if self._n else None!r}"
-                "; repair the recording (sort, drop duplicates) before feature extraction"
-            )
+        check_timestamps(block.timestamps, float(self._t[self._n - 1]) if self._n else None)
         self._append(block)
         self.stats.samples += n_new
         self.stats.invalid_samples += int(n_new - np.count_nonzero(block.valid))

@@ -54,7 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.errors import ConfigError, StreamError
-from gazeguard.events import EventDetector, EventKind, Events
+from gazeguard.events import EventDetector, EventKind, Events, check_timestamps
 from gazeguard.samples import FloatArray, GazeSamples
 
 __all__ = [
@@ -391,6 +391,9 @@ class FeatureExtractor:
         step_s: step s between vectors, s (<= W).
         min_valid_fraction: windows with less valid data hold their behaviour features.
         detector: the event detector to use (default: ``EventDetector()``), owned afterwards.
+        coalesce: hold (copies of) blocks that cannot complete a step and process them with
+            the next block that can, or that enters a new step interval: the same vectors,
+            returned by the same :meth:`push` calls, for fewer detector passes (small blocks).
     """
 
     def __init__(
@@ -400,6 +403,7 @@ class FeatureExtractor:
         *,
         min_valid_fraction: float = 0.5,
         detector: EventDetector | None = None,
+        coalesce: bool = True,
     ) -> None:
         if not (math.isfinite(window_s) and window_s > 0):
             raise ConfigError("features.window_s", window_s, "must be a finite number > 0")
@@ -429,6 +433,11 @@ class FeatureExtractor:
         self._bmax = np.full(64, -np.inf)
         self._bin_base = 0  # bin id of row 0
         self._bin_top = -1  # highest bin id written
+        # Coalescing: blocks that cannot complete a step wait here (copied) until one can.
+        self._coalesce = coalesce
+        self._held: list[GazeSamples] = []
+        self._held_until = -math.inf  # a block whose last sample is at or after this is processed
+        self._last_t: float | None = None  # newest timestamp accepted, s
 
     def push(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
         """Feed a block; return ``X`` float64 (k, F) and ``t`` float64 (k,) for the k steps it
@@ -440,6 +449,28 @@ class FeatureExtractor:
             if not math.isfinite(ts[0]):
                 raise StreamError(f"first gaze timestamp is {ts[0]!r}; timestamps must be finite")
             self._t0 = float(ts[0])
+        # Coalesce: a block that ends before the next possible vector and inside the step
+        # interval of the held samples is only validated and held (no vector can depend on it
+        # yet), so a stream of small blocks costs one detector pass per step interval or so.
+        check_timestamps(ts, self._last_t)
+        self._last_t = float(ts[-1])
+        if self._last_t < self._held_until:
+            self._held.append(GazeSamples.concat([block]))  # a copy: blocks may be borrowed
+            return np.empty((0, len(FEATURES))), np.empty(0)
+        if self._held:
+            block = GazeSamples.concat([*self._held, block])
+            ts = block.timestamps
+            self._held.clear()
+        xs, times = self._process(block)
+        if self._coalesce:
+            step = math.floor((self._last_t - self._t0) / self.step_s)
+            self._held_until = min(self._edge(step + 1), self._edge(self._k + self._q, sub=True))
+        return xs, times
+
+    def _process(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
+        """Detector, bins, events and vectors for ``block`` (validated, not held)."""
+        assert self._t0 is not None
+        ts = block.timestamps
         # Walk the block one step interval at a time so buffers stay bounded for long blocks.
         j = np.floor((ts - self._t0) / self.step_s)
         cuts = np.flatnonzero(j[1:] != j[:-1]) + 1

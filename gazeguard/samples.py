@@ -6,6 +6,7 @@ clock (or the recording's clock), gaze direction in degrees of visual angle, pup
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +66,17 @@ class GazeSamples:
         y[~valid] = np.nan
         p[~valid] = np.nan
         return cls(t, x, y, p, valid)
+
+    @classmethod
+    def concat(cls, blocks: Sequence[GazeSamples]) -> GazeSamples:
+        """One block holding ``blocks`` back to back (copied; at least one block)."""
+        return cls(
+            np.concatenate([b.timestamps for b in blocks]),
+            np.concatenate([b.x_deg for b in blocks]),
+            np.concatenate([b.y_deg for b in blocks]),
+            np.concatenate([b.pupil_mm for b in blocks]),
+            np.concatenate([b.valid for b in blocks]),
+        )
 
     def slice(self, start: int, stop: int) -> GazeSamples:
         """Samples ``start:stop`` as views (borrowed: copy before the source is overwritten)."""

@@ -90,6 +90,20 @@ def test_features_do_not_depend_on_block_boundaries(
 
 
 @settings(max_examples=60, deadline=None)
+@given(block=recordings(), ws=WINDOWS, sizes=SIZES)
+def test_coalescing_never_delays_a_vector(
+    block: GazeSamples, ws: tuple[float, float], sizes: list[int]
+) -> None:
+    """Holding blocks that cannot complete a step returns every vector from the same push."""
+    held = FeatureExtractor(*ws)
+    eager = FeatureExtractor(*ws, coalesce=False)
+    for p in pieces(block, sizes):
+        a, b = held.push(p), eager.push(p)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+@settings(max_examples=60, deadline=None)
 @given(block=recordings(), sizes=SIZES)
 def test_events_do_not_depend_on_block_boundaries_and_tile_the_stream(
     block: GazeSamples, sizes: list[int]
