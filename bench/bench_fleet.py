@@ -22,7 +22,7 @@ Worker CPU% (of one core, psutil, all threads) is measured while every session e
 vectors. Levels ramp (``--levels``) until one fails, first with 1 worker, then 2.
 ``--profile`` runs py-spy on worker 0 of the largest level (``pip install py-spy``).
 
-    python bench/bench_fleet.py [--levels 50,100,200,400,800] [--repeats 2] [--quick]
+    python bench/bench_fleet.py [--levels 50,100,200,300,400,600,800] [--repeats 2] [--quick]
 
 prints a table and writes ``bench/results/fleet.json``.
 """
@@ -477,7 +477,7 @@ def ramp(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--levels", help="session counts to ramp (default 50,100,200,400,800)")
+    ap.add_argument("--levels", help="session counts to ramp (default 50,100,200,300,400,600,800)")
     ap.add_argument("--workers", help="worker process counts (default 1,2)")
     ap.add_argument("--repeats", type=int, default=2, help="runs per level (medians reported)")
     ap.add_argument("--window", type=float, default=30.0, help="feature window W, s")
@@ -500,7 +500,7 @@ def main() -> None:
     if args.quick:
         args.levels, args.workers = args.levels or "25,50", args.workers or "1"
         args.window, args.repeats, args.seconds = 10.0, 1, 16.0
-    args.levels, args.workers = args.levels or "50,100,200,400,800", args.workers or "1,2"
+    args.levels, args.workers = args.levels or "50,100,200,300,400,600,800", args.workers or "1,2"
     levels = [int(x) for x in args.levels.split(",")]
     load_before = load_now()
     print(f"load average before: {load_before}")
