@@ -2,7 +2,7 @@
 
 Per *level* (L sessions, W worker processes), everything fresh: a local Mosquitto ($SYS every
 second), W × ``gazeguard run --fleet --source mqtt`` (default features: W = 30 s, s = 0.5 s,
-n = 32, all 52 features, DCFPA; one SQLite ledger shared by the workers), one or two
+n = 32, all 48 features, DCFPA; one SQLite ledger shared by the workers), one or two
 load-generator processes (this script with ``--generator``) running L ``RawGazeSender`` devices
 in real time — a 12-sample block (100 ms of 120 Hz gaze from ``simulate_gaze``) every 100 ms per
 session, session starts spread uniformly over one chunk period (16 s) so that chunk completions

@@ -7,7 +7,7 @@
    broker's PUBACK (``Publisher(on_acked=...)``, called on the event loop right after the PUBACK),
    split at ``charged_at`` (mechanism + durable SQLite charge, synchronous=FULL) and the publish.
    A short feature step (window 2 s, step 0.01 s, n = 32: a chunk every 0.32 s) gives many
-   chunks; all 52 features are released. The first ``WARMUP_CHUNKS`` chunks are not counted.
+   chunks; all 48 features are released. The first ``WARMUP_CHUNKS`` chunks are not counted.
 2. **Footprint.** ``gazeguard run`` with default settings (W = 30 s, s = 0.5 s, n = 32, all
    features, DCFPA dft) as a subprocess against a 120 Hz ``gazeguard simulate`` process and a
    local Mosquitto; psutil measures its CPU time (all threads) and RSS from its first chunk on,
