@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import re
 import signal
@@ -188,6 +189,7 @@ async def serve(
             publisher.endpoint,
         )
         publisher.publish_status(pipeline.status("starting"))
+        freeze_startup_objects()
         if ready is not None:
             ready(pipeline, publisher.endpoint)
         failure: BaseException | None = None
@@ -245,6 +247,7 @@ async def serve_fleet(
     stop = stop or asyncio.Event()
     async with _outbound(settings) as (ledger, publisher):
         fleet = Fleet(settings, ledger, publisher)
+        freeze_startup_objects()
         log.info(
             "fleet worker %s: %s sessions, publishing to %s",
             fleet.worker_id,
@@ -262,6 +265,18 @@ async def serve_fleet(
             stop.set()
         return fleet
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def freeze_startup_objects() -> None:
+    """Collect once, then exempt everything alive from later collections (``gc.freeze``).
+
+    The ~70,000 objects of the imported libraries and the service's setup never die, yet every
+    full (generation-2) collection walks them: ~17 ms on the benchmark machine, a stall that hit
+    every session at once every 12-18 s in fleet runs. Frozen, a full collection only walks what
+    was allocated since. Process-wide; the service calls it once everything is set up.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) -> None:

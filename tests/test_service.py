@@ -3,6 +3,7 @@ real Mosquitto → a real subscriber; the ledger is a real SQLite file read back
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from conftest import MosquittoBroker, free_port
 
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage, StatusMessage, json_schema
+from gazeguard.service import freeze_startup_objects
 
 pytestmark = pytest.mark.network
 
@@ -266,3 +268,13 @@ def test_bad_config_is_refused_with_field_and_value(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "GAZEGUARD_MECHANISM__EPSILON" in out.stderr
     assert "'mechanism.epsilon'" in out.stderr
+
+
+def test_startup_objects_are_frozen_out_of_full_collections() -> None:
+    """What is alive at startup leaves the collector's generations (gc.freeze)."""
+    try:
+        freeze_startup_objects()
+        assert gc.get_freeze_count() > 10_000  # the imported libraries alone
+        assert sum(gc.get_count()) < 1_000
+    finally:
+        gc.unfreeze()
