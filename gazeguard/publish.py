@@ -253,10 +253,15 @@ class Publisher:
                 sent straight from memory, skipping a read of the outbox table; without them
                 the publisher reads the table. Either way the table stays the source of truth:
                 it is read after every (re)connection, on :meth:`flush`, and at least every
-                ``poll_interval_s`` (items charged by other processes, backlog).
+                ``poll_interval_s`` (items charged by other processes, backlog). At most
+                ``batch`` items are held in memory; beyond that (a broker outage) the
+                publisher forgets them and reads the table.
         """
         for item in charged:
             self._handed[item.id] = item
+        if len(self._handed) > self._batch:
+            self._handed.clear()
+            self._read_table = True
         self._wake.set()
 
     def publish_status(self, status: StatusMessage) -> None:

@@ -246,8 +246,9 @@ def test_handed_over_items_and_other_writers_both_arrive_in_order(
     ledger.close()
 
 
+@pytest.mark.parametrize("batch", [64, 2])  # 2: more handed-over items than it keeps in memory
 def test_broker_restart_loses_nothing_duplicates_nothing(
-    tmp_path: Path, unique_id: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, unique_id: str, caplog: pytest.LogCaptureFixture, batch: int
 ) -> None:
     """Broker stopped mid-stream, chunks charged meanwhile, broker restarted: all arrive once."""
     broker = MosquittoBroker(
@@ -274,7 +275,7 @@ def test_broker_restart_loses_nothing_duplicates_nothing(
         # A persistent subscriber session: the broker keeps its queue across the restart.
         async with (
             subscribed(broker.port, topic, identifier=f"sub-{unique_id}") as sub,
-            Publisher(settings_for(broker), ledger, connect_timeout=5) as pub,
+            Publisher(settings_for(broker), ledger, connect_timeout=5, batch=batch) as pub,
         ):
             for i in range(5):
                 charge_chunk(ledger, unique_id, i)
@@ -285,8 +286,8 @@ def test_broker_restart_loses_nothing_duplicates_nothing(
             await asyncio.sleep(0.2)  # let the subscriber's PUBACKs reach the broker
             broker.stop()
             for i in range(5, 10):
-                charge_chunk(ledger, unique_id, i)
-                pub.notify()
+                charge = charge_chunk(ledger, unique_id, i)
+                pub.notify([it for it in ledger.pending() if it.id == charge.outbox_id])
             await asyncio.sleep(1.0)  # retries fail and are logged meanwhile
             assert not pub.connected
             assert len(ledger.pending()) == 5
