@@ -174,7 +174,11 @@ class FleetSettings(_Section):
     """One process serving many sessions; many processes sharing one (PostgreSQL) ledger."""
 
     enabled: bool = Field(False, description="serve every stream found, one session each")
-    worker_id: str | None = Field(None, description="this worker's id (default: host-pid)")
+    worker_id: str | None = Field(
+        None,
+        pattern=r"^[^/+#\s]+$",
+        description="this worker's id, one MQTT topic level (default: host-pid)",
+    )
     raw_broker: BrokerSettings | None = Field(
         None,
         description="broker carrying raw gaze (trusted network) for ingest.source='mqtt'; "

@@ -14,23 +14,33 @@ Two ways in:
   (Mosquitto round-robins them). So sessions are *claimed*: a device publishes a hello on
   ``{raw}/hello``; the workers share-subscribe ``$share/{group}/{raw}/hello``, so exactly one of
   them receives it, subscribes to the session's gaze topic and publishes the retained owner
-  ``{raw}/{device}/{session}/owner``; the device starts sending gaze once it sees an owner
-  (:class:`RawGazeSender`). Should two workers ever both serve a session, the ledger is the
-  arbiter: a chunk index is charged once, so nothing is released twice or overspent.
+  ``{raw}/{device}/{session}/owner``, echoing the hello's nonce; the device starts sending
+  gaze once it sees an owner for *its* hello (:class:`RawGazeSender`), so a stale retained
+  owner left by a dead worker is never mistaken for a live one. Should two workers ever both
+  serve a session, the ledger is the arbiter: a chunk index is charged once, so nothing is
+  released twice or overspent.
 
-Topics (raw side): ``{raw}/hello`` (JSON ``{"device", "session"}``),
+**Failover.** Each worker keeps a retained ``{raw}/workers/{worker}`` = ``online`` and leaves
+an MQTT will that sets it to ``offline``: the broker publishes it when the worker's connection
+dies (at once for a killed process, after 1.5 keepalives for a vanished host). A device watches
+its owner's topic and its session's owner topic; when the owner goes offline or lets the session
+go, the device buffers its blocks (bounded) and says hello again until another worker claims the
+session, then sends the buffer in order. The new worker's feature window starts empty (the first
+vector comes W seconds later); the ledger continues the chunk numbering and the spent budget,
+and any chunk the dead worker had charged but not delivered is published from the shared outbox
+by the surviving workers. Blocks the device sent between the death and the will are lost (with
+a killed process, that window is one round trip).
+
+Topics (raw side): ``{raw}/hello`` (JSON ``{"device", "session", "nonce"}``),
 ``{raw}/{device}/{session}/gaze`` (binary blocks, QoS 1), ``{raw}/{device}/{session}/owner``
-(retained JSON ``{"worker", "time"}``; emptied when the worker closes the session).
+(retained JSON ``{"worker", "time", "nonce"}``; emptied when the worker closes the session),
+``{raw}/workers/{worker}`` (retained ``online``/``offline``).
 
 Raw block format (little-endian): ``b"GGR1"``, ``uint32`` N, then four float64 arrays of N:
 timestamps (s), x (deg), y (deg), pupil (mm; NaN if absent). NaN gaze marks invalid samples.
 Samples whose timestamp does not increase are dropped and counted, as LSL ingest does.
 
 For fleets, point ``ledger.url`` at PostgreSQL so that every worker charges one ledger.
-
-Limitation: a worker that stops cleanly empties its owner topics, but one that crashes leaves
-them; its devices must open a new :class:`RawGazeSender` (a new hello) to be claimed again, and
-the new worker's feature window starts empty (the ledger and chunk numbering continue).
 """
 
 from __future__ import annotations
@@ -41,9 +51,11 @@ import json
 import logging
 import os
 import random
+import secrets
 import socket
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -114,7 +126,14 @@ class RawTopics:
         return cls(f"{base}/gaze", f"{base}/owner")
 
 
-def _client(settings: BrokerSettings, identifier: str) -> aiomqtt.Client:
+def worker_topic(prefix: str, worker: str) -> str:
+    """The retained liveness topic of ``worker`` (``online``/``offline``) under ``prefix``."""
+    return f"{prefix}/workers/{worker}"
+
+
+def _client(
+    settings: BrokerSettings, identifier: str, will: aiomqtt.Will | None = None
+) -> aiomqtt.Client:
     username, password = credentials(settings)
     return aiomqtt.Client(
         settings.host or "127.0.0.1",
@@ -125,6 +144,7 @@ def _client(settings: BrokerSettings, identifier: str) -> aiomqtt.Client:
         protocol=aiomqtt.ProtocolVersion.V5,
         keepalive=settings.keepalive_s,
         tls_context=tls_context(settings),
+        will=will,
     )
 
 
@@ -235,8 +255,11 @@ class Fleet:
         fleet = self.settings.fleet
         raw = fleet.raw_broker or self.publisher.settings
         hello = f"{fleet.raw_prefix}/hello"
-        async with _client(raw, f"gazeguard-worker-{self.worker_id}") as client:
+        alive = worker_topic(fleet.raw_prefix, self.worker_id)
+        will = aiomqtt.Will(alive, b"offline", qos=1, retain=True)
+        async with _client(raw, f"gazeguard-worker-{self.worker_id}", will) as client:
             self._attempt = 0  # connected: the next outage starts its backoff afresh
+            await client.publish(alive, b"online", qos=1, retain=True)
             await client.subscribe(f"$share/{fleet.share_group}/{hello}", qos=1)
             for session, entry in self.sessions.items():  # resubscribe after a reconnect
                 if entry.topics is not None:
@@ -251,6 +274,8 @@ class Fleet:
                 sweeper.cancel()
             for session in list(self.sessions):
                 await self._release_claim(client, session)
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.publish(alive, b"offline", qos=1, retain=True)
 
     async def _read(self, client: aiomqtt.Client, hello: str) -> None:
         async for message in client.messages:
@@ -267,6 +292,7 @@ class Fleet:
         try:
             hello = json.loads(payload)
             device, session = str(hello["device"]), str(hello["session"])
+            nonce = str(hello.get("nonce", ""))
             topics = RawTopics.of(self.settings.fleet.raw_prefix, device, session)
         except (ValueError, KeyError, TypeError, StreamError) as exc:
             log.warning("worker %s: ignoring malformed hello %r: %s", self.worker_id, payload, exc)
@@ -275,8 +301,8 @@ class Fleet:
         if self._open_session(key, topics) is None:
             return
         await client.subscribe(topics.gaze, qos=1)
-        owner = json.dumps({"worker": self.worker_id, "time": time.time()}).encode()
-        await client.publish(topics.owner, owner, qos=1, retain=True)
+        owner = {"worker": self.worker_id, "time": time.time(), "nonce": nonce}
+        await client.publish(topics.owner, json.dumps(owner).encode(), qos=1, retain=True)
 
     async def _release_claim(self, client: aiomqtt.Client, session: str) -> None:
         entry = self.sessions.get(session)
@@ -373,11 +399,21 @@ class RawGazeSender:
 
     ``async with RawGazeSender(broker, "hmd-7", "s1") as sender: await sender.send(block)``.
 
+    Entering waits until a worker claims the session (or raises :class:`PublishError` after
+    ``claim_timeout_s``). Afterwards the sender follows its owner: when the owner's liveness
+    topic turns ``offline`` (its will, or a clean stop) or the owner lets the session go, blocks
+    are buffered (at most ``max_buffered``; the oldest are dropped and counted in
+    :attr:`dropped_blocks`) while a background task says hello again until another worker
+    claims the session; then the buffer is sent in order. :attr:`owners` lists every worker that
+    has served the session.
+
     Args:
         settings: the raw broker.
         device, session: identity of the session.
         prefix: raw topic prefix (``fleet.raw_prefix``).
-        claim_timeout_s: give up if no worker claims the session within this, s.
+        claim_timeout_s: give up if no worker claims the session within this, s (on entry only;
+            a re-claim after failover keeps trying).
+        max_buffered: blocks kept while no worker owns the session.
     """
 
     def __init__(
@@ -388,12 +424,21 @@ class RawGazeSender:
         *,
         prefix: str = "gazeguard/raw/v1",
         claim_timeout_s: float = 15.0,
+        max_buffered: int = 600,
     ) -> None:
         self.topics = RawTopics.of(prefix, device, session)
+        self.prefix = prefix
         self.hello = f"{prefix}/hello"
         self.identity = {"device": device, "session": session}
         self.claim_timeout_s = claim_timeout_s
         self.owner: str | None = None
+        self.owners: list[str] = []
+        self.dropped_blocks = 0
+        self._buffer: deque[bytes] = deque(maxlen=max_buffered)
+        self._nonce = ""
+        self._claimed = asyncio.Event()
+        self._ready = False  # claimed and the buffer sent: blocks go straight out
+        self._reclaim: asyncio.Task[None] | None = None
         self._client = _client(settings, f"gazeguard-device-{device}-{session}")
         self._stack = contextlib.AsyncExitStack()
 
@@ -401,8 +446,11 @@ class RawGazeSender:
         client = await self._stack.enter_async_context(self._client)
         try:
             await client.subscribe(self.topics.owner, qos=1)
+            watcher = asyncio.create_task(self._watch(client), name="gazeguard.sender.watch")
+            self._stack.push_async_callback(self._cancel, watcher)
+            self._stack.push_async_callback(lambda: self._cancel(self._reclaim))
             async with asyncio.timeout(self.claim_timeout_s):
-                self.owner = await self._await_owner(client)
+                await self._claim(client)
         except TimeoutError:
             await self._stack.aclose()
             msg = (
@@ -416,20 +464,79 @@ class RawGazeSender:
             raise
         return self
 
-    async def _await_owner(self, client: aiomqtt.Client) -> str:
-        hello = json.dumps(self.identity).encode()
-        while True:
+    @staticmethod
+    async def _cancel(task: asyncio.Task[None] | None) -> None:
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+            await task
+
+    async def _claim(self, client: aiomqtt.Client) -> None:
+        """Say hello (again every 2 s, same nonce) until a worker claims it, then flush."""
+        self._nonce = secrets.token_hex(8)
+        hello = json.dumps({**self.identity, "nonce": self._nonce}).encode()
+        while not self._claimed.is_set():
             await client.publish(self.hello, hello, qos=1)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2.0):
-                    async for message in client.messages:
-                        if str(message.topic) == self.topics.owner and message.payload:
-                            owner = json.loads(bytes(message.payload))
-                            return str(owner["worker"])
+                    await self._claimed.wait()
+        while self._buffer:  # blocks sent meanwhile are appended and go out in order
+            await client.publish(self.topics.gaze, self._buffer.popleft(), qos=1)
+        self._ready = True
+
+    async def _watch(self, client: aiomqtt.Client) -> None:
+        """Follow the owner topic and the owner's liveness topic."""
+        async for message in client.messages:
+            payload = message.payload
+            if not isinstance(payload, bytes | bytearray):
+                continue
+            topic = str(message.topic)
+            if topic == self.topics.owner and payload:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    owner = json.loads(payload)
+                    if not self._claimed.is_set() and owner.get("nonce") == self._nonce:
+                        self.owner = str(owner["worker"])
+                        self.owners.append(self.owner)
+                        await client.subscribe(worker_topic(self.prefix, self.owner), qos=1)
+                        self._claimed.set()
+            elif self.owner is not None and (
+                (topic == self.topics.owner and not payload)
+                or (topic == worker_topic(self.prefix, self.owner) and payload == b"offline")
+            ):
+                await self._lost(client, offline=bool(payload))
+
+    async def _lost(self, client: aiomqtt.Client, *, offline: bool) -> None:
+        """The owner died (re-claim at once) or let the session go (re-claim on the next send:
+        an idle device is not re-claimed just to be released again)."""
+        old, self.owner = self.owner, None
+        self._ready = False
+        self._claimed.clear()
+        why = "is offline" if offline else "released the session"
+        log.warning("session %s: worker %s %s; asking for a new one", self.identity, old, why)
+        with contextlib.suppress(aiomqtt.MqttError):
+            await client.unsubscribe(worker_topic(self.prefix, str(old)))
+        if offline:
+            self._start_claim()
+
+    def _start_claim(self) -> None:
+        if self._reclaim is not None and self._reclaim.done() and not self._reclaim.cancelled():
+            self._reclaim.result()  # a failed re-claim (the broker went away) is raised here
+        if self._reclaim is None or self._reclaim.done():
+            self._reclaim = asyncio.create_task(
+                self._claim(self._client), name="gazeguard.sender.claim"
+            )
 
     async def send(self, block: GazeSamples) -> None:
-        """Publish one block (QoS 1)."""
-        await self._client.publish(self.topics.gaze, encode_gaze(block), qos=1)
+        """Publish one block (QoS 1), or buffer it while no worker owns the session."""
+        payload = encode_gaze(block)
+        if self._ready:
+            await self._client.publish(self.topics.gaze, payload, qos=1)
+            return
+        if len(self._buffer) == self._buffer.maxlen:
+            self.dropped_blocks += 1
+        self._buffer.append(payload)
+        self._start_claim()
 
     async def __aexit__(
         self,

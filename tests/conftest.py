@@ -7,12 +7,16 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pytest
+
+from gazeguard.message import ChunkMessage, StatusMessage
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -70,6 +74,50 @@ class MosquittoBroker:
                 self.proc.kill()
                 self.proc.wait()
             self.proc = None
+
+
+class Subscriber:
+    """A paho-mqtt client collecting every message on ``#`` (persistent session, QoS 1)."""
+
+    def __init__(self, broker: MosquittoBroker, client_id: str) -> None:
+        self.messages: list[tuple[str, bytes, bool]] = []
+        self.lock = threading.Lock()
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False
+        )
+        self.client.on_connect = lambda c, *_: c.subscribe("#", qos=1)
+        self.client.on_message = self._on_message
+        self.client.reconnect_delay_set(0.1, 0.5)
+        self.client.connect(broker.host, broker.port)
+        self.client.loop_start()
+
+    def _on_message(self, _c: object, _u: object, msg: mqtt.MQTTMessage) -> None:
+        with self.lock:
+            self.messages.append((msg.topic, bytes(msg.payload), bool(msg.retain)))
+
+    def chunks(self) -> list[ChunkMessage]:
+        with self.lock:
+            return [
+                ChunkMessage.from_payload(p) for t, p, _ in self.messages if t.endswith("/chunks")
+            ]
+
+    def statuses(self) -> list[StatusMessage]:
+        with self.lock:
+            return [
+                StatusMessage.from_payload(p) for t, p, _ in self.messages if t.endswith("/status")
+            ]
+
+    def wait_for(self, predicate: object, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():  # type: ignore[operator]
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
 
 
 @pytest.fixture

@@ -4,14 +4,18 @@ with MQTT v5 shared subscriptions, real LSL outlets, one SQLite ledger shared by
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import paho.mqtt.publish as publish
 import pytest
-from conftest import MosquittoBroker
+from conftest import MosquittoBroker, Subscriber
 
 from gazeguard.config import BrokerSettings
 from gazeguard.errors import StreamError
@@ -73,6 +77,12 @@ def test_mqtt_fleet_spreads_sessions_over_workers_and_charges_each_once(
     try:
         time.sleep(2.5)  # both workers import and subscribe
         broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+        # A stale retained owner (a worker that died long ago) must not pass for a claim.
+        ghost = json.dumps({"worker": "ghost", "time": 0.0, "nonce": "old"})
+        publish.single(
+            "gazeguard/raw/v1/hmd/s0/owner", ghost, qos=1, retain=True,
+            hostname=mosquitto.host, port=mosquitto.port,
+        )  # fmt: skip
 
         async def devices() -> list[str]:
             return await asyncio.gather(*(_device(broker, f"s{i}", i) for i in range(6)))
@@ -82,6 +92,7 @@ def test_mqtt_fleet_spreads_sessions_over_workers_and_charges_each_once(
     finally:
         errs = [stop_worker(w) for w in workers]
     assert len(set(owners)) == 2, f"both workers should serve sessions: {owners}"
+    assert "ghost" not in owners
     with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
         for i in range(6):
             indices = [c.chunk_index for c in ledger.charges(f"hmd.s{i}")]
@@ -125,3 +136,130 @@ def test_lsl_fleet_serves_every_discovered_stream(
         for h in heads:
             h.stop()
     assert done == {f"{name}-{i}" for i in range(3)}, err  # one session per outlet
+
+
+def liveness(sub: Subscriber) -> dict[str, bytes]:
+    """The last liveness message of every worker the subscriber saw."""
+    with sub.lock:
+        return {t.rsplit("/", 1)[1]: p for t, p, _ in sub.messages if "/workers/" in t}
+
+
+async def until(predicate: Callable[[], bool], within_s: float) -> None:
+    """Poll ``predicate`` every 20 ms until it holds or ``within_s`` seconds pass."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.network
+def test_a_killed_workers_session_moves_to_another_worker(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """SIGKILL the worker serving a session: its will marks it offline, the device buffers and is
+    claimed by the other worker, chunk numbering and the spent budget continue, and every
+    charged chunk reaches a subscriber."""
+    workers = [start_worker(tmp_path, mosquitto, "--source", "mqtt") for _ in "ab"]
+    procs = {w.pid: w for w in workers}
+    sub = Subscriber(mosquitto, f"sub-{unique_id}")
+    ledger_path = tmp_path / "ledger.sqlite"
+    session = "hmd.failover"
+    gaze = simulate_gaze(40.0, 120.0, seed=5)
+    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    before_kill = 0
+
+    def charged() -> int:
+        if not ledger_path.exists():
+            return 0
+        with Ledger(ledger_path, create=False) as ledger:
+            return len(ledger.charges(session))
+
+    async def device() -> RawGazeSender:
+        nonlocal before_kill
+        broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+        async with RawGazeSender(broker, "hmd", "failover") as sender:
+            for block in blocks[:120]:  # 12 s of gaze: ~6 chunks at a 2 s window, 1.6 s chunks
+                await sender.send(block)
+                await asyncio.sleep(0.005)
+            await until(lambda: charged() >= 4, 20)
+            before_kill = charged()
+            owner = procs[int(str(sender.owner).rsplit("-", 1)[1])]
+            owner.send_signal(signal.SIGKILL)
+            owner.communicate(timeout=10)  # reap it and close its stderr pipe
+            await until(lambda: sender.owner != sender.owners[0], 10)  # the will arrives
+            for block in blocks[120:]:  # buffered until the other worker claims, then in order
+                await sender.send(block)
+                await asyncio.sleep(0.005)
+            await until(lambda: sender.owner is not None, 10)
+            return sender
+
+    try:
+        time.sleep(2.5)  # both workers import and subscribe
+        sender = asyncio.run(device())
+        # 28 s more gaze on the new worker: its window starts empty, then ~16 more chunks.
+        assert sub.wait_for(lambda: charged() >= before_kill + 12, timeout=30), charged()
+        time.sleep(1.0)  # the last charges are published
+        n = charged()
+        assert sub.wait_for(
+            lambda: {c.chunk_index for c in sub.chunks() if c.session == session} == set(range(n)),
+            timeout=15,
+        ), "every charged chunk, the dead worker's included, reaches the subscriber"
+    finally:
+        errs = [stop_worker(p) for p in procs.values() if p.poll() is None]
+        sub.wait_for(
+            lambda: len(liveness(sub)) == 2 and set(liveness(sub).values()) == {b"offline"}, 5
+        )
+        sub.close()
+    assert len(sender.owners) == 2, sender.owners
+    a, b = sender.owners
+    assert a != b
+    assert sender.dropped_blocks == 0
+    assert before_kill >= 4
+    with Ledger(ledger_path, create=False) as ledger:
+        records = ledger.charges(session)
+        assert [c.chunk_index for c in records] == list(range(len(records))), errs
+        assert ledger.pending(session=session) == []
+        per_chunk = {round(c.total, 6) for c in records}
+        assert len(per_chunk) == 1, "the new worker charges what the old one did"
+        assert ledger.state(session).spent == pytest.approx(sum(c.total for c in records))
+    alive = liveness(sub)
+    assert alive[a] == b"offline", "the killed worker's will was published"
+    assert alive[b] == b"offline", "a clean stop says so too"
+
+
+@pytest.mark.network
+def test_a_released_session_is_claimed_again_when_the_device_resumes(
+    tmp_path: Path, mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device silent past fleet.idle_timeout_s is let go; its next block re-claims it."""
+    monkeypatch.setenv("GAZEGUARD_FLEET__IDLE_TIMEOUT_S", "1")
+    worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
+    gaze = simulate_gaze(12.0, 120.0, seed=2)
+    broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+
+    async def device() -> tuple[RawGazeSender, str | None]:
+        async with RawGazeSender(broker, "hmd", "pause") as sender:
+            await sender.send(gaze.slice(0, 12))
+            await until(lambda: sender.owner is None, 5)  # idle: the worker lets go
+            during_pause = sender.owner
+            for start in range(12, len(gaze), 12):
+                await sender.send(gaze.slice(start, start + 12))
+                await asyncio.sleep(0.005)
+            await until(lambda: sender.owner is not None, 5)
+            return sender, during_pause
+
+    try:
+        time.sleep(2.5)  # the worker imports and subscribes
+        sender, during_pause = asyncio.run(device())
+        time.sleep(1.5)  # the last chunks are charged
+    finally:
+        err = stop_worker(worker)
+    assert during_pause is None
+    assert len(sender.owners) == 2, (sender.owners, err)
+    assert sender.dropped_blocks == 0
+    with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
+        indices = [c.chunk_index for c in ledger.charges("hmd.pause")]
+    # ~11.9 s after the pause at a 2 s window and 1.6 s chunks: 6 chunks
+    assert len(indices) >= 5, (indices, err)
+    assert indices == list(range(len(indices)))

@@ -9,15 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
-import paho.mqtt.client as mqtt
 import pytest
-from conftest import MosquittoBroker, free_port
+from conftest import MosquittoBroker, Subscriber, free_port
 
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage, StatusMessage, json_schema
@@ -30,50 +28,6 @@ FAST = ["--window-s", "2", "--step-s", "0.02", "--chunk-steps", "32", "--epsilon
 # Five released features at ε 0.5 each: a chunk costs 2.5.
 FEATURES = "fixation_rate,saccade_rate,saccade_amplitude_mean,blink_rate,pupil_mean"
 CHUNK_EPS = 2.5
-
-
-class Subscriber:
-    """A paho-mqtt client collecting every message on ``#`` (persistent session, QoS 1)."""
-
-    def __init__(self, broker: MosquittoBroker, client_id: str) -> None:
-        self.messages: list[tuple[str, bytes, bool]] = []
-        self.lock = threading.Lock()
-        self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False
-        )
-        self.client.on_connect = lambda c, *_: c.subscribe("#", qos=1)
-        self.client.on_message = self._on_message
-        self.client.reconnect_delay_set(0.1, 0.5)
-        self.client.connect(broker.host, broker.port)
-        self.client.loop_start()
-
-    def _on_message(self, _c: object, _u: object, msg: mqtt.MQTTMessage) -> None:
-        with self.lock:
-            self.messages.append((msg.topic, bytes(msg.payload), bool(msg.retain)))
-
-    def chunks(self) -> list[ChunkMessage]:
-        with self.lock:
-            return [
-                ChunkMessage.from_payload(p) for t, p, _ in self.messages if t.endswith("/chunks")
-            ]
-
-    def statuses(self) -> list[StatusMessage]:
-        with self.lock:
-            return [
-                StatusMessage.from_payload(p) for t, p, _ in self.messages if t.endswith("/status")
-            ]
-
-    def wait_for(self, predicate: object, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():  # type: ignore[operator]
-                return True
-            time.sleep(0.05)
-        return False
-
-    def close(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
 
 
 @pytest.fixture
