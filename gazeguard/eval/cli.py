@@ -19,6 +19,7 @@ from gazeguard.eval.grid import (
     parse_mechanism,
 )
 from gazeguard.eval.harness import EvalSettings
+from gazeguard.eval.paper import NOT_PRIVATE
 from gazeguard.eval.report import markdown, read_json, write_json, write_markdown, write_plots
 from gazeguard.eval.runner import GridConfig, evaluate_dataset
 
@@ -130,6 +131,14 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="epsilon per feature per chunk, comma-separated (default: "
         f"{','.join(f'{e:g}' for e in PAPER_EPSILONS)})",
+    )
+    g.add_argument(
+        "--sensitivity",
+        choices=("public", "paper"),
+        default="public",
+        help="public: sensitivities from the registry's public bounds (the product's "
+        "guarantee; default). paper: Bozkir et al.'s eq. 7, read off the data being released "
+        "(CFPA/DCFPA only) -- NOT differentially private, to reproduce the paper's tables",
     )
     g.add_argument(
         "--k",
@@ -270,6 +279,7 @@ def run_eval(args: argparse.Namespace) -> int:
         jobs=args.jobs or (2 if quick else 1),
         cache_dir=None if args.no_cache else args.cache_dir,
         tolerance=args.tolerance,
+        sensitivity=args.sensitivity,
     )
     datasets = [
         open_dataset(
@@ -283,6 +293,8 @@ def run_eval(args: argparse.Namespace) -> int:
         )
         for spec in (args.dataset or ["gazegraph", "synthetic"])
     ]
+    if args.sensitivity == "paper":
+        print(f"WARNING: --sensitivity paper: {NOT_PRIVATE}", file=sys.stderr)  # noqa: T201
     if args.insecure_seed is not None:
         print(  # noqa: T201
             f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private",

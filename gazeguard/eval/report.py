@@ -256,6 +256,8 @@ def markdown(results: Sequence[Result]) -> str:
             f"re-identification windows every {meta['every_reid']}.",
             "",
         ]
+        if meta.get("sensitivity", "public") != "public":
+            out += [f"**Sensitivity: {meta['sensitivity']}.**", ""]
         out += _utility_table(res)
         chance_t = meta["chance_task"]
         tables: list[tuple[str, str, str, str, float | None]] = []

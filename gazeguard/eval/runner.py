@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ from gazeguard.eval.harness import (
     evaluate_configuration,
     gazeguard_factory,
 )
+from gazeguard.eval.paper import NOT_PRIVATE, paper_factory
 from gazeguard.eval.releases import evaluate_release_configuration
 
 IntArray = npt.NDArray[np.intp]
@@ -57,6 +58,9 @@ class GridConfig:
         cache_dir: feature cache (None: no cache).
         tolerance: "at chance" means re-identification ≤ 1/people + tolerance.
         correlation_lag: largest lag of the correlation analysis, steps.
+        sensitivity: ``"public"`` (the registry's bounds: the product's guarantee) or
+            ``"paper"`` (Bozkir et al.'s data-dependent eq. 7, CFPA/DCFPA only; NOT private,
+            to reproduce the paper: :mod:`gazeguard.eval.paper`).
     """
 
     mechanisms: Sequence[MechanismSpec]
@@ -69,6 +73,7 @@ class GridConfig:
     cache_dir: Path | None = None
     tolerance: float = 0.02
     correlation_lag: int = 40
+    sensitivity: Literal["public", "paper"] = "public"
 
 
 def public_bounds(names: Sequence[str], window_s: float, step_s: float) -> FeatureBounds:
@@ -310,6 +315,9 @@ def evaluate_dataset(
         + (f" (excluded: {', '.join(excluded)})" if excluded else "")
     )
     correlation = correlation_analysis(table, cols.tolist(), grid.correlation_lag)
+    if grid.sensitivity == "paper" and factory is None:
+        progress(f"{dataset.name}: {NOT_PRIVATE}")
+        factory = paper_factory(table, cols, sub, grid.k)
     rows = run_jobs(
         table, cols, sub, grid, progress=progress, factory=factory, label=f"{dataset.name}: "
     )
@@ -347,6 +355,7 @@ def evaluate_dataset(
             if s.insecure_seed is None
             else f"INSECURE reproducible seed {s.insecure_seed}",
             "tolerance": grid.tolerance,
+            "sensitivity": "public" if grid.sensitivity == "public" else NOT_PRIVATE,
             "elapsed_s": time.perf_counter() - t0,
         },
         "correlation": correlation,
