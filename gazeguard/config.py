@@ -67,6 +67,12 @@ class IngestSettings(_Section):
     confidence_threshold: float = Field(
         0.6, ge=0, le=1, description="samples below this confidence are invalid"
     )
+    pupil_area_scale_mm: float | None = Field(
+        None,
+        gt=0,
+        description="EyeLink: pupil diameter = this × √(pupil area), mm per √unit; calibrate "
+        "once per setup with an artificial pupil of known size (unset: pupil is NaN)",
+    )
 
 
 class FeatureSettings(_Section):

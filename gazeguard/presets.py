@@ -162,6 +162,7 @@ class Layout:
     ppd: tuple[int, int] | None = None
     gaze3d: tuple[int, int, int] | None = None
     pupil_scale: float | None = 1.0
+    pupil_area: bool = False  # the pupil channel is an area: diameter = pupil_scale·√value
     confidence: int | None = None
     validity: int | None = None
     index: int | None = None
@@ -293,8 +294,9 @@ def _layout_neon(meta: StreamMeta, s: IngestSettings) -> Layout:
 def _layout_eyelink(meta: StreamMeta, s: IngestSettings) -> Layout:
     # labstreaminglayer/App-EyeLink: leftEyeX, leftEyeY, rightEyeX, rightEyeY (screen px),
     # leftPupilArea, rightPupilArea (arbitrary units), pixelsPerDegreeX/Y, eyelink_timestamp,
-    # LSL_timestamp; a missing eye is all zeros. Pupil *area* has no calibrated mm scale, so
-    # pupil_mm is NaN for EyeLink; area 0 still marks the eye missing.
+    # LSL_timestamp; a missing eye is all zeros. Pupil *area* has no mm scale of its own: with
+    # ingest.pupil_area_scale_mm (a per-setup calibration) the diameter is scale·√area, else
+    # pupil_mm is NaN; area 0 still marks the eye missing.
     if meta.channel_count != 10:
         raise _fail_count(meta, "eyelink", [10])
     if s.screen_resolution_px is None:
@@ -314,7 +316,8 @@ def _layout_eyelink(meta: StreamMeta, s: IngestSettings) -> Layout:
             image_px=res,
             screen_mm=s.screen_size_mm,
             distance_mm=s.screen_distance_mm,
-            pupil_scale=None,
+            pupil_scale=s.pupil_area_scale_mm,
+            pupil_area=True,
             zero_is_missing=True,
         )
     return Layout(
@@ -324,7 +327,8 @@ def _layout_eyelink(meta: StreamMeta, s: IngestSettings) -> Layout:
         "ppd",
         image_px=res,
         ppd=(6, 7),
-        pupil_scale=None,
+        pupil_scale=s.pupil_area_scale_mm,
+        pupil_area=True,
         zero_is_missing=True,
     )
 
@@ -513,7 +517,10 @@ class Normalizer:
             ok &= np.isfinite(x) & np.isfinite(y)
             p, pok = no_pupil, np.zeros(n, bool)
             if eye.pupil is not None and lay.pupil_scale is not None:
-                p = raw[:, eye.pupil] * lay.pupil_scale
+                p = raw[:, eye.pupil]
+                if lay.pupil_area:
+                    p = np.sqrt(np.where(p > 0, p, 0.0))  # NaN stays NaN; ≤ 0 is pupil loss
+                p = p * lay.pupil_scale
                 pok = ok & (p > 0)  # NaN compares False
                 zp |= ok & (p <= 0)
             eyes.append((x, y, ok, p, pok))

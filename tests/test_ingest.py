@@ -292,6 +292,20 @@ def test_eyelink_with_screen_geometry(outlets: Outlets, unique_id: str) -> None:
     assert s.valid.all()  # the right eye is all zeros (missing), the left eye carries the gaze
 
 
+def test_eyelink_pupil_area_becomes_mm_with_a_calibration(outlets: Outlets, unique_id: str) -> None:
+    data, meta, settings = enc_eyelink()
+    scale = 0.2  # mm per √(area unit), as measured with an artificial pupil
+    area = (P_TRUE / scale) ** 2
+    for col in (4, 5):
+        data[:, col] = np.where(data[:, col] == 0.0, 0.0, area)  # missing eyes stay missing
+    outlets.start(unique_id, data, meta)
+    settings = settings.model_copy(update={"source_id": unique_id, "pupil_area_scale_mm": scale})
+    s, _, _ = collect(settings, has(N))
+    np.testing.assert_array_equal(s.valid, ~INVALID)
+    np.testing.assert_allclose(s.pupil_mm[~INVALID], P_TRUE[~INVALID], atol=1e-9)
+    assert np.isnan(s.pupil_mm[INVALID]).all()
+
+
 def test_absurd_values_become_invalid_and_are_counted(outlets: Outlets, unique_id: str) -> None:
     data, meta, _ = enc_gazeguard()
     data[:, 4] = 1.0
