@@ -210,7 +210,7 @@ def test_cli_writes_json_markdown_and_plots(
     assert "| Method | ε=2.4 | ε_user/ε |" in md
     assert "| DCFPA-32 (dct) |" in md
     assert "k-same-select (k=2)" in md
-    for png in ("utility", "reid", "reid-raw", "task", "correlation"):
+    for png in ("utility", "reid", "reid-raw", "task", "tradeoff", "correlation"):
         assert (out / f"synthetic-{png}.png").stat().st_size > 10_000
     # The tables and plots can be re-rendered from the JSON alone.
     again = tmp_path / "rendered"

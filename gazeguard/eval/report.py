@@ -428,8 +428,83 @@ def _correlation_figure(result: Result, path: Path) -> Path | None:
     return path
 
 
+def tradeoff_points(result: Result) -> list[tuple[str, float | None, float, float]]:
+    """``(mechanism key, ε, re-identification, task)`` of every stream-mechanism row: the
+    strongest classifier's per-window accuracy on the release (the criterion of the best
+    configuration; dataset releases are left out, as there: leave-one-person-out on a release
+    that mixes the held-out person in is no held-out test; so are rows whose train/test cut
+    falls inside one release, marked † in the tables)."""
+    from gazeguard.eval.runner import best_accuracy  # noqa: PLC0415 - runner imports this module
+
+    points = []
+    for row in result["rows"]:
+        if row["family"] in ("none", *RELEASE_FAMILIES) or "error" in row:
+            continue
+        if row.get("split_inside_chunk"):  # FPA: one noise draw on both halves (see † tables)
+            continue
+        reid = best_accuracy(row, "reid", "release", "window")
+        task = best_accuracy(row, "task", "release", "window")
+        if reid is not None and task is not None:
+            points.append((str(row["mechanism"]), row["epsilon"], reid[1], task[1]))
+    return points
+
+
+def tradeoff_figure(runs: Sequence[tuple[str, Result]], path: Path) -> Path:
+    """Task accuracy against re-identification for every row of one or more runs of the same
+    dataset (e.g. public vs the paper's sensitivity), with each run's frontier (the best task at
+    or below each re-identification level), chance and the clean baseline."""
+    import matplotlib as mpl  # noqa: PLC0415
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(7.5, 6))
+    colors = ("tab:blue", "tab:red", "tab:green", "tab:purple")
+    markers = {"cfpa": "o", "dcfpa": "^", "lpa": "s", "fpa": "D"}
+    first = runs[0][1]
+    for i, (label, result) in enumerate(runs):
+        color = colors[i % len(colors)]
+        pts = tradeoff_points(result)
+        for key, _eps, reid, task in pts:
+            family = key.split("-")[0]
+            ax.scatter(reid, task, s=18, color=color, marker=markers.get(family, "x"), alpha=0.6)
+        frontier: list[tuple[float, float]] = []
+        for _k, _e, reid, task in sorted(pts, key=lambda p: (p[2], -p[3])):
+            if not frontier or task > frontier[-1][1]:
+                frontier.append((reid, task))
+        if frontier:
+            xs, ys = zip(*frontier, strict=True)
+            ax.step(xs, ys, where="post", color=color, lw=1.5, label=f"{label}: frontier")
+    meta = first["meta"]
+    clean = _clean_row(first)
+    if clean is not None:
+        reid = max(d["window"]["mean"] for d in clean["reid"]["release"].values())
+        task = max(d["window"]["mean"] for d in clean["task"]["release"].values())
+        ax.scatter(reid, task, s=120, marker="*", color="black", label="clean", zorder=3)
+    ax.axvline(meta["chance_reid"], color="black", lw=1, label="chance")
+    ax.axvspan(0, meta["chance_reid"] + meta["tolerance"], color="0.9", zorder=0)
+    if meta["chance_task"] is not None:
+        ax.axhline(meta["chance_task"], color="black", lw=1)
+    for family, marker in markers.items():
+        ax.scatter([], [], marker=marker, color="0.4", label=family.upper())
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1),
+        xlabel="person re-identification (strongest classifier, per window)",
+        ylabel="task accuracy (strongest classifier, leave one person out)",
+        title=f"{first['dataset']}: what a release keeps vs whom it reveals\n"
+        "(shaded: re-identification at chance; every mechanism × ε is a point)",
+    )
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def write_plots(result: Result, out_dir: Path) -> list[Path]:
-    """PNG plots of one dataset: utility, re-identification, task accuracy, correlation."""
+    """PNG plots of one dataset: utility, re-identification, task accuracy, task vs
+    re-identification trade-off, correlation."""
     out_dir.mkdir(parents=True, exist_ok=True)
     name = result["dataset"]
     meta = result["meta"]
@@ -459,6 +534,8 @@ def write_plots(result: Result, out_dir: Path) -> list[Path]:
                 path=out_dir / f"{name}-{suffix}.png",
             )
         )
+    if meta["chance_task"] is not None:
+        paths.append(tradeoff_figure([(name, result)], out_dir / f"{name}-tradeoff.png"))
     corr = _correlation_figure(result, out_dir / f"{name}-correlation.png")
     if corr is not None:
         paths.append(corr)
