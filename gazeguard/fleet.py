@@ -473,17 +473,21 @@ class RawGazeSender:
             await task
 
     async def _claim(self, client: aiomqtt.Client) -> None:
-        """Say hello (again every 2 s, same nonce) until a worker claims it, then flush."""
-        self._nonce = secrets.token_hex(8)
-        hello = json.dumps({**self.identity, "nonce": self._nonce}).encode()
-        while not self._claimed.is_set():
-            await client.publish(self.hello, hello, qos=1)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2.0):
-                    await self._claimed.wait()
-        while self._buffer:  # blocks sent meanwhile are appended and go out in order
-            await client.publish(self.topics.gaze, self._buffer.popleft(), qos=1)
-        self._ready = True
+        """Say hello (again every 2 s, same nonce) until a worker claims it, then flush; start
+        over with a new nonce if the new owner is lost during the flush."""
+        while True:
+            self._nonce = secrets.token_hex(8)
+            hello = json.dumps({**self.identity, "nonce": self._nonce}).encode()
+            while not self._claimed.is_set():
+                await client.publish(self.hello, hello, qos=1)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(2.0):
+                        await self._claimed.wait()
+            while self._buffer and self._claimed.is_set():  # blocks sent meanwhile join the end
+                await client.publish(self.topics.gaze, self._buffer.popleft(), qos=1)
+            if self._claimed.is_set():
+                self._ready = True
+                return
 
     async def _watch(self, client: aiomqtt.Client) -> None:
         """Follow the owner topic and the owner's liveness topic."""
