@@ -31,6 +31,14 @@ and any chunk the dead worker had charged but not delivered is published from th
 by the surviving workers. Blocks the device sent between the death and the will are lost (with
 a killed process, that window is one round trip).
 
+**Broker outage.** Workers and devices reconnect with jittered backoff. A worker that reconnects
+subscribes to its sessions' gaze topics again and republishes their owner messages with the
+nonces it answered (a broker without persistence has forgotten them); a reconnected device waits
+for that renewed claim (``resume_timeout_s``) before saying hello to anyone else, and meanwhile
+buffers. A broker that shuts down first publishes every client's will, so a device treats an
+``offline`` owner as dead only if its own connection survives ``OFFLINE_GRACE_S``. The session
+keeps its worker, its feature window and every sample.
+
 Topics (raw side): ``{raw}/hello`` (JSON ``{"device", "session", "nonce"}``),
 ``{raw}/{device}/{session}/gaze`` (binary blocks, QoS 1), ``{raw}/{device}/{session}/owner``
 (retained JSON ``{"worker", "time", "nonce"}``; emptied when the worker closes the session),
@@ -154,8 +162,14 @@ class _Session:
     topics: RawTopics | None
     last_t: float = -np.inf
     last_seen: float = field(default_factory=time.monotonic)
+    samples: int = 0  # accepted (timestamps increasing)
     dropped_samples: int = 0
     bad_blocks: int = 0
+    nonce: str = ""  # of the hello this worker answered: its retained claim echoes it
+
+    def owner_payload(self, worker: str) -> bytes:
+        """The retained owner message of this session when served by ``worker``."""
+        return json.dumps({"worker": worker, "time": time.time(), "nonce": self.nonce}).encode()
 
 
 class Fleet:
@@ -210,9 +224,13 @@ class Fleet:
         self.publisher.publish_status(entry.pipeline.status("stopped"))
         self.closed.append(session)
         log.info(
-            "worker %s: session %r closed (%d chunks released)",
+            "worker %s: session %r closed (%d samples, %d dropped as not newer, %d bad blocks; "
+            "%d chunks released)",
             self.worker_id,
             session,
+            entry.samples,
+            entry.dropped_samples,
+            entry.bad_blocks,
             entry.pipeline.stats.released,
         )
 
@@ -261,10 +279,16 @@ class Fleet:
             self._attempt = 0  # connected: the next outage starts its backoff afresh
             await client.publish(alive, b"online", qos=1, retain=True)
             await client.subscribe(f"$share/{fleet.share_group}/{hello}", qos=1)
-            for session, entry in self.sessions.items():  # resubscribe after a reconnect
+            now = time.monotonic()
+            for session, entry in self.sessions.items():  # resume after a reconnect
+                entry.last_seen = now  # the outage is not the device's silence
                 if entry.topics is not None:
                     await client.subscribe(entry.topics.gaze, qos=1)
-                    log.debug("resubscribed %s", session)
+                    # Claim it again: a broker without persistence forgot the retained owner,
+                    # and the device waits for this (its last nonce) before asking anyone else.
+                    payload = entry.owner_payload(self.worker_id)
+                    await client.publish(entry.topics.owner, payload, qos=1, retain=True)
+                    log.debug("resumed %s", session)
             log.info("worker %s: waiting for sessions on %s", self.worker_id, hello)
             async with asyncio.TaskGroup() as tg:
                 reader = tg.create_task(self._read(client, hello), name="gazeguard.fleet.read")
@@ -297,12 +321,12 @@ class Fleet:
         except (ValueError, KeyError, TypeError, StreamError) as exc:
             log.warning("worker %s: ignoring malformed hello %r: %s", self.worker_id, payload, exc)
             return
-        key = f"{device}.{session}"
-        if self._open_session(key, topics) is None:
+        entry = self._open_session(f"{device}.{session}", topics)
+        if entry is None:
             return
+        entry.nonce = nonce
         await client.subscribe(topics.gaze, qos=1)
-        owner = {"worker": self.worker_id, "time": time.time(), "nonce": nonce}
-        await client.publish(topics.owner, json.dumps(owner).encode(), qos=1, retain=True)
+        await client.publish(topics.owner, entry.owner_payload(self.worker_id), qos=1, retain=True)
 
     async def _release_claim(self, client: aiomqtt.Client, session: str) -> None:
         entry = self.sessions.get(session)
@@ -337,6 +361,7 @@ class Fleet:
         if len(block) == 0:
             return
         entry.last_t = float(block.timestamps[-1])
+        entry.samples += len(block)
         await self._process(entry, block)
 
     async def _sweep(self, client: aiomqtt.Client) -> None:
@@ -394,26 +419,40 @@ class Fleet:
             self._close_session(session)
 
 
+#: After an owner's ``offline``, how long a device waits before asking for a new owner, s.
+OFFLINE_GRACE_S = 1.0
+
+
 class RawGazeSender:
     """Device side of MQTT raw-gaze ingest (trusted network): hello, await owner, send blocks.
 
     ``async with RawGazeSender(broker, "hmd-7", "s1") as sender: await sender.send(block)``.
 
-    Entering waits until a worker claims the session (or raises :class:`PublishError` after
-    ``claim_timeout_s``). Afterwards the sender follows its owner: when the owner's liveness
-    topic turns ``offline`` (its will, or a clean stop) or the owner lets the session go, blocks
-    are buffered (at most ``max_buffered``; the oldest are dropped and counted in
-    :attr:`dropped_blocks`) while a background task says hello again until another worker
-    claims the session; then the buffer is sent in order. :attr:`owners` lists every worker that
-    has served the session.
+    Entering connects and waits until a worker claims the session (or raises
+    :class:`PublishError` after ``claim_timeout_s``; an unreachable broker raises at once).
+    Afterwards :meth:`send` never fails for an outage; blocks are buffered (at most
+    ``max_buffered``; the oldest are dropped and counted in :attr:`dropped_blocks`) and sent in
+    order once the session is owned again:
+
+    * **Failover.** When the owner's liveness topic turns ``offline`` (its will, or a clean
+      stop) or the owner lets the session go, the sender says hello again until another worker
+      claims the session.
+    * **Broker outage.** The sender reconnects with jittered backoff (counted in
+      :attr:`reconnects`), then waits up to ``resume_timeout_s`` for its owner to renew the
+      claim (workers republish their claims when they reconnect) before asking anyone else, so
+      the session keeps its worker and its feature window.
+
+    :attr:`owners` lists the worker of every claim, in order (a claim renewed after an outage
+    is not a new one).
 
     Args:
         settings: the raw broker.
         device, session: identity of the session.
         prefix: raw topic prefix (``fleet.raw_prefix``).
-        claim_timeout_s: give up if no worker claims the session within this, s (on entry only;
-            a re-claim after failover keeps trying).
+        claim_timeout_s: give up if no worker claims the session within this on entry, s
+            (later re-claims keep trying).
         max_buffered: blocks kept while no worker owns the session.
+        resume_timeout_s: after a reconnect, wait this long for the owner before saying hello, s.
     """
 
     def __init__(
@@ -425,30 +464,38 @@ class RawGazeSender:
         prefix: str = "gazeguard/raw/v1",
         claim_timeout_s: float = 15.0,
         max_buffered: int = 600,
+        resume_timeout_s: float = 10.0,
     ) -> None:
         self.topics = RawTopics.of(prefix, device, session)
         self.prefix = prefix
         self.hello = f"{prefix}/hello"
         self.identity = {"device": device, "session": session}
         self.claim_timeout_s = claim_timeout_s
+        self.resume_timeout_s = resume_timeout_s
         self.owner: str | None = None
         self.owners: list[str] = []
         self.dropped_blocks = 0
+        self.reconnects = 0
+        self._settings = settings
+        self._identifier = f"gazeguard-device-{device}-{session}"
         self._buffer: deque[bytes] = deque(maxlen=max_buffered)
         self._nonce = ""
         self._claimed = asyncio.Event()
         self._ready = False  # claimed and the buffer sent: blocks go straight out
+        self._resuming = False  # reconnected, waiting for the owner to renew its claim
+        self._client: aiomqtt.Client | None = None
+        self._conn: contextlib.AsyncExitStack | None = None
         self._reclaim: asyncio.Task[None] | None = None
-        self._client = _client(settings, f"gazeguard-device-{device}-{session}")
+        self._recover: asyncio.Task[None] | None = None
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Self:
-        client = await self._stack.enter_async_context(self._client)
+        # Closed last-in first-out: stop the background tasks, then the connection.
+        self._stack.push_async_callback(self._disconnect)
+        self._stack.push_async_callback(lambda: self._cancel(self._reclaim))
+        self._stack.push_async_callback(lambda: self._cancel(self._recover))
         try:
-            await client.subscribe(self.topics.owner, qos=1)
-            watcher = asyncio.create_task(self._watch(client), name="gazeguard.sender.watch")
-            self._stack.push_async_callback(self._cancel, watcher)
-            self._stack.push_async_callback(lambda: self._cancel(self._reclaim))
+            client = await self._connect()
             async with asyncio.timeout(self.claim_timeout_s):
                 await self._claim(client)
         except TimeoutError:
@@ -464,6 +511,28 @@ class RawGazeSender:
             raise
         return self
 
+    async def _connect(self) -> aiomqtt.Client:
+        """A new connection that watches the session's owner topic."""
+        conn = contextlib.AsyncExitStack()
+        client = _client(self._settings, self._identifier)
+        try:
+            await conn.enter_async_context(client)
+            await client.subscribe(self.topics.owner, qos=1)
+            watcher = asyncio.create_task(self._watch(client), name="gazeguard.sender.watch")
+            conn.push_async_callback(self._cancel, watcher)
+        except BaseException:
+            with contextlib.suppress(aiomqtt.MqttError):
+                await conn.aclose()
+            raise
+        self._conn, self._client = conn, client
+        return client
+
+    async def _disconnect(self) -> None:
+        conn, self._conn, self._client = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(aiomqtt.MqttError):
+                await conn.aclose()
+
     @staticmethod
     async def _cancel(task: asyncio.Task[None] | None) -> None:
         if task is None:
@@ -473,42 +542,67 @@ class RawGazeSender:
             await task
 
     async def _claim(self, client: aiomqtt.Client) -> None:
-        """Say hello (again every 2 s, same nonce) until a worker claims it, then flush; start
-        over with a new nonce if the new owner is lost during the flush."""
+        """Unless claimed already, say hello (again every 2 s, same nonce) until a worker claims
+        the session; then flush the buffer. Start over with a new nonce if the owner is lost
+        during the flush."""
         while True:
-            self._nonce = secrets.token_hex(8)
-            hello = json.dumps({**self.identity, "nonce": self._nonce}).encode()
-            while not self._claimed.is_set():
-                await client.publish(self.hello, hello, qos=1)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(2.0):
-                        await self._claimed.wait()
+            if not self._claimed.is_set():
+                self._nonce = secrets.token_hex(8)
+                hello = json.dumps({**self.identity, "nonce": self._nonce}).encode()
+                while not self._claimed.is_set():
+                    await client.publish(self.hello, hello, qos=1)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(2.0):
+                            await self._claimed.wait()
             while self._buffer and self._claimed.is_set():  # blocks sent meanwhile join the end
-                await client.publish(self.topics.gaze, self._buffer.popleft(), qos=1)
+                item = self._buffer.popleft()
+                try:
+                    await client.publish(self.topics.gaze, item, qos=1)
+                except aiomqtt.MqttError:
+                    self._buffer.appendleft(item)  # resent after the reconnect
+                    raise
             if self._claimed.is_set():
                 self._ready = True
                 return
 
+    async def _claim_in_background(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        client = self._client
+        if client is None or (self._recover is not None and not self._recover.done()):
+            return  # an outage, not a dead owner: the recovery resumes the claim
+        try:
+            await self._claim(client)
+        except aiomqtt.MqttError as exc:
+            self._connection_lost(exc)
+
     async def _watch(self, client: aiomqtt.Client) -> None:
-        """Follow the owner topic and the owner's liveness topic."""
-        async for message in client.messages:
-            payload = message.payload
-            if not isinstance(payload, bytes | bytearray):
-                continue
-            topic = str(message.topic)
-            if topic == self.topics.owner and payload:
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    owner = json.loads(payload)
-                    if not self._claimed.is_set() and owner.get("nonce") == self._nonce:
-                        self.owner = str(owner["worker"])
+        """Follow the owner topic and the owner's liveness topic; notice a dead connection."""
+        try:
+            async for message in client.messages:
+                await self._on_message(client, message)
+        except aiomqtt.MqttError as exc:
+            self._connection_lost(exc)
+
+    async def _on_message(self, client: aiomqtt.Client, message: aiomqtt.Message) -> None:
+        payload = message.payload
+        if not isinstance(payload, bytes | bytearray):
+            return
+        topic = str(message.topic)
+        if topic == self.topics.owner and payload:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                owner = json.loads(payload)
+                if not self._claimed.is_set() and owner.get("nonce") == self._nonce:
+                    self.owner = str(owner["worker"])
+                    if not self._resuming:  # a renewed claim is not a new owner
                         self.owners.append(self.owner)
-                        await client.subscribe(worker_topic(self.prefix, self.owner), qos=1)
-                        self._claimed.set()
-            elif self.owner is not None and (
-                (topic == self.topics.owner and not payload)
-                or (topic == worker_topic(self.prefix, self.owner) and payload == b"offline")
-            ):
-                await self._lost(client, offline=bool(payload))
+                    await client.subscribe(worker_topic(self.prefix, self.owner), qos=1)
+                    self._claimed.set()
+        elif self.owner is not None and (
+            (topic == self.topics.owner and not payload)
+            or (topic == worker_topic(self.prefix, self.owner) and payload == b"offline")
+        ):
+            await self._lost(client, offline=bool(payload))
 
     async def _lost(self, client: aiomqtt.Client, *, offline: bool) -> None:
         """The owner died (re-claim at once) or let the session go (re-claim on the next send:
@@ -521,22 +615,62 @@ class RawGazeSender:
         with contextlib.suppress(aiomqtt.MqttError):
             await client.unsubscribe(worker_topic(self.prefix, str(old)))
         if offline:
-            self._start_claim()
+            # A broker that shuts down publishes every client's will first: wait a moment, and
+            # if our own connection dies too, resume the claim after the outage instead.
+            self._start_claim(delay=OFFLINE_GRACE_S)
 
-    def _start_claim(self) -> None:
-        if self._reclaim is not None and self._reclaim.done() and not self._reclaim.cancelled():
-            self._reclaim.result()  # a failed re-claim (the broker went away) is raised here
+    def _start_claim(self, delay: float = 0.0) -> None:
+        if self._recover is not None and not self._recover.done():
+            return  # reconnecting: the recovery claims when it is connected
         if self._reclaim is None or self._reclaim.done():
             self._reclaim = asyncio.create_task(
-                self._claim(self._client), name="gazeguard.sender.claim"
+                self._claim_in_background(delay), name="gazeguard.sender.claim"
             )
 
-    async def send(self, block: GazeSamples) -> None:
-        """Publish one block (QoS 1), or buffer it while no worker owns the session."""
-        payload = encode_gaze(block)
-        if self._ready:
-            await self._client.publish(self.topics.gaze, payload, qos=1)
+    def _connection_lost(self, exc: BaseException) -> None:
+        """The broker went away: keep the claim's nonce, buffer, reconnect in the background."""
+        self._ready = False
+        self._claimed.clear()
+        self.owner = None
+        if self._recover is None or self._recover.done():
+            log.warning("session %s: raw gaze broker lost (%s); reconnecting", self.identity, exc)
+            self._recover = asyncio.create_task(self._reconnect(), name="gazeguard.sender.recover")
+
+    async def _reconnect(self) -> None:
+        """Reconnect with jittered backoff; resume the old claim (the owner renews it with the
+        same nonce when it reconnects) or, after ``resume_timeout_s``, ask for a new owner."""
+        attempt = 0
+        while True:
+            await self._disconnect()
+            try:
+                client = await self._connect()
+            except aiomqtt.MqttError:
+                attempt += 1
+                await asyncio.sleep(random.uniform(0, min(5.0, 0.2 * 1.5**attempt)))
+                continue
+            self.reconnects += 1
+            self._resuming = True
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.resume_timeout_s):
+                    await self._claimed.wait()  # the watcher accepts the old nonce
+            self._resuming = False
+            try:
+                await self._claim(client)
+            except aiomqtt.MqttError:
+                continue  # lost again while claiming or flushing
             return
+
+    async def send(self, block: GazeSamples) -> None:
+        """Publish one block (QoS 1), or buffer it while no worker owns the session or the
+        broker is away."""
+        payload = encode_gaze(block)
+        if self._ready and self._client is not None:
+            try:
+                await self._client.publish(self.topics.gaze, payload, qos=1)
+            except aiomqtt.MqttError as exc:
+                self._connection_lost(exc)  # resent after recovery; a duplicate is dropped
+            else:  # by the worker (timestamps must increase)
+                return
         if len(self._buffer) == self._buffer.maxlen:
             self.dropped_blocks += 1
         self._buffer.append(payload)
