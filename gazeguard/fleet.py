@@ -23,11 +23,12 @@ Two ways in:
 **Failover.** Each worker keeps a retained ``{raw}/workers/{worker}`` = ``online`` and leaves
 an MQTT will that sets it to ``offline``: the broker publishes it when the worker's connection
 dies (at once for a killed process, after 1.5 keepalives for a vanished host). A device watches
-its owner's topic and its session's owner topic; when the owner goes offline or lets the session
-go, the device buffers its blocks (bounded) and says hello again until another worker claims the
-session, then sends the buffer in order. The new worker's feature window starts empty (the first
-vector comes W seconds later); the ledger continues the chunk numbering and the spent budget,
-and any chunk the dead worker had charged but not delivered is published from the shared outbox
+its owner's liveness topic and its session's owner topic; when the owner goes offline or lets
+the session go, the device buffers its blocks (bounded) and says hello again until another
+worker claims the session, then sends the buffer in order. The new worker's feature window
+starts empty (the first vector comes W seconds later); the ledger continues the chunk numbering
+and the spent budget, and any chunk the dead worker had charged but not delivered is published
+from the shared outbox
 by the surviving workers. Blocks the device sent between the death and the will are lost (with
 a killed process, that window is one round trip).
 
