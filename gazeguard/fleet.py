@@ -28,9 +28,8 @@ the session go, the device buffers its blocks (bounded) and says hello again unt
 worker claims the session, then sends the buffer in order. The new worker's feature window
 starts empty (the first vector comes W seconds later); the ledger continues the chunk numbering
 and the spent budget, and any chunk the dead worker had charged but not delivered is published
-from the shared outbox
-by the surviving workers. Blocks the device sent between the death and the will are lost (with
-a killed process, that window is one round trip).
+from the shared outbox by the surviving workers. Blocks the device sent between the death and
+the will are lost (with a killed process, that window is one round trip).
 
 **Broker outage.** Workers and devices reconnect with jittered backoff. A worker that reconnects
 subscribes to its sessions' gaze topics again and republishes their owner messages with the
