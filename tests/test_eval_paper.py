@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gazeguard.cli import main
 from gazeguard.dataset import FeatureTable
@@ -104,3 +106,42 @@ def test_cli_paper_mode_says_it_is_not_private_everywhere(
     (res,) = json.loads((out / "results.json").read_text())["datasets"]
     assert "NOT differentially private" in res["meta"]["sensitivity"]
     assert "NOT differentially private" in (out / "results.md").read_text()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_rec=st.integers(2, 5),
+    steps=st.integers(2, 12),
+    n=st.sampled_from([2, 4]),
+    difference=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_paper_sensitivity_matches_brute_force(
+    n_rec: int, steps: int, n: int, difference: bool, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, steps + 1, n_rec)
+    people = rng.choice(["A", "B", "C"], n_rec)
+    f = 2
+    xs = [rng.uniform(-5, 5, (int(t), f)) for t in lengths]
+    table = FeatureTable(
+        X=np.concatenate(xs),
+        t=np.concatenate([np.arange(len(x), dtype=np.float64) for x in xs]),
+        person=np.repeat(people, lengths),
+        task=np.repeat(np.array(["x"] * n_rec), lengths),
+        recording=np.repeat(np.array([f"r{i}" for i in range(n_rec)]), lengths),
+        feature_names=("a", "b"),
+    )
+    expected = np.zeros(f)
+    for i in range(n_rec):
+        for j in range(n_rec):
+            if people[i] == people[j]:
+                continue
+            for c in range(min(len(xs[i]), len(xs[j])) // n):
+                a, b = xs[i][c * n : (c + 1) * n], xs[j][c * n : (c + 1) * n]
+                if difference:
+                    a = np.concatenate([a[:1], np.diff(a, axis=0)])
+                    b = np.concatenate([b[:1], np.diff(b, axis=0)])
+                expected = np.maximum(expected, np.sqrt(((a - b) ** 2).sum(axis=0)))
+    got = paper_sensitivity(table, np.arange(f), n, difference=difference)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
