@@ -40,6 +40,10 @@ COMMANDS: dict[str, Command] = {
     "replay": Command(
         "gazeguard.replay", "stream a recorded CSV or XDF file as an LSL outlet at its timing"
     ),
+    "forward": Command(
+        "gazeguard.forward",
+        "device side of an MQTT fleet: send this headset's LSL gaze to the fleet's workers",
+    ),
     "ledger": Command("gazeguard.ledger", "inspect the durable privacy-budget ledger"),
     "config": Command("gazeguard.config", "validate a configuration file"),
     "eval": Command(

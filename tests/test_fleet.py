@@ -322,3 +322,34 @@ def test_a_broker_restart_loses_no_block_and_keeps_the_sessions_worker(
     closed = re.search(r"session 'hmd\.outage' closed \((\d+) samples", "".join(errs))
     assert closed is not None, errs
     assert int(closed.group(1)) == len(gaze)
+
+
+@pytest.mark.network
+def test_forward_sends_a_headsets_lsl_stream_to_a_fleet_worker(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """`gazeguard forward` (real LSL outlet → raw MQTT) feeds `gazeguard run --fleet`."""
+    name = f"fwd-{unique_id}"
+    head = SimulatedHeadset(120, seed=3, name=name, source_id=f"{name}-src")
+    head.start()
+    worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
+    try:
+        time.sleep(2.5)  # the worker imports and subscribes
+        cmd = [
+            sys.executable, "-m", "gazeguard", "forward", "--broker",
+            f"{mosquitto.host}:{mosquitto.port}", "--device", "hmd", "--stream-name", name,
+            "--duration", "9",
+        ]  # fmt: skip
+        fwd = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        time.sleep(1.0)  # the last chunk is charged
+    finally:
+        err = stop_worker(worker)
+        head.stop()
+    assert fwd.returncode == 0, fwd.stderr
+    assert f"session hmd.{name}-src" in fwd.stderr
+    assert "claimed by worker" in fwd.stderr
+    with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
+        indices = [c.chunk_index for c in ledger.charges(f"hmd.{name}-src")]
+    # ~9 s of gaze, a 2 s window and 1.6 s chunks: 4 chunks (minus stream start-up).
+    assert len(indices) >= 3, (indices, fwd.stderr, err)
+    assert indices == list(range(len(indices)))
