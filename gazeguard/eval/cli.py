@@ -137,8 +137,9 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
         choices=("public", "paper"),
         default="public",
         help="public: sensitivities from the registry's public bounds (the product's "
-        "guarantee; default). paper: Bozkir et al.'s eq. 7, read off the data being released "
-        "(CFPA/DCFPA only) -- NOT differentially private, to reproduce the paper's tables",
+        "guarantee; default). paper: Bozkir et al.'s eq. 7 sensitivity and per-chunk 'optimal "
+        "k', both read off the data being released (CFPA/DCFPA only) -- NOT differentially "
+        "private, to test whether they explain the paper's results",
     )
     g.add_argument(
         "--k",
