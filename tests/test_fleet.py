@@ -139,6 +139,14 @@ def test_lsl_fleet_serves_every_discovered_stream(
     assert done == {f"{name}-{i}" for i in range(3)}, err  # one session per outlet
 
 
+def charges(ledger_path: Path, session: str) -> int:
+    """Chunks charged to ``session`` so far (0 before the workers created the ledger)."""
+    if not ledger_path.exists():
+        return 0
+    with Ledger(ledger_path, create=False) as ledger:
+        return len(ledger.charges(session))
+
+
 def liveness(sub: Subscriber) -> dict[str, bytes]:
     """The last liveness message of every worker the subscriber saw."""
     with sub.lock:
@@ -171,10 +179,7 @@ def test_a_killed_workers_session_moves_to_another_worker(
     before_kill = 0
 
     def charged() -> int:
-        if not ledger_path.exists():
-            return 0
-        with Ledger(ledger_path, create=False) as ledger:
-            return len(ledger.charges(session))
+        return charges(ledger_path, session)
 
     async def device() -> RawGazeSender:
         nonlocal before_kill
@@ -280,10 +285,7 @@ def test_a_broker_restart_loses_no_block_and_keeps_the_sessions_worker(
     session = "hmd.outage"
 
     def charged() -> int:
-        if not ledger_path.exists():
-            return 0
-        with Ledger(ledger_path, create=False) as ledger:
-            return len(ledger.charges(session))
+        return charges(ledger_path, session)
 
     async def device() -> RawGazeSender:
         broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
