@@ -257,6 +257,12 @@ def _source_of(loc: tuple[str | int, ...], overrides: dict[str, Any], path: Path
     return f"file {path}" if path is not None else "defaults"
 
 
+def broker_address(text: str) -> dict[str, str]:
+    """``HOST[:PORT]`` (a ``--broker`` flag) as ``broker`` settings overrides."""
+    host, sep, port = text.rpartition(":")
+    return {"host": host, "port": port} if sep else {"host": text}
+
+
 def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     """Load settings from ``path`` (TOML), the environment and ``overrides``.
 

@@ -22,15 +22,15 @@ import argparse
 import asyncio
 import signal
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gazeguard.config import BrokerSettings, Settings, load_settings
+from gazeguard.config import BrokerSettings, Settings, broker_address, load_settings
 from gazeguard.errors import ConfigError
 from gazeguard.fleet import RawGazeSender
-from gazeguard.ingest import GazeStream
+from gazeguard.ingest import GazeStream, GazeStreamInfo
 from gazeguard.service import session_id_for
 
 
@@ -66,15 +66,19 @@ def raw_broker(settings: Settings) -> BrokerSettings:
     return raw
 
 
+#: ``ready(summary, stream info, owning worker)``, called once the session is claimed.
+Ready = Callable[[ForwardSummary, GazeStreamInfo, "str | None"], None]
+
+
 async def forward(
     settings: Settings,
     *,
     duration_s: float | None = None,
     stop: asyncio.Event | None = None,
-    ready: Any = None,
+    ready: Ready | None = None,
 ) -> ForwardSummary:
     """Forward the configured LSL gaze stream to the fleet until ``stop``, ``duration_s`` or the
-    stream ends (``ready(summary, stream_info)`` is called once the session is claimed)."""
+    stream ends."""
     stop = stop or asyncio.Event()
     raw = raw_broker(settings)
     summary = ForwardSummary()
@@ -86,28 +90,21 @@ async def forward(
         ) as sender:
             if ready is not None:
                 ready(summary, info, sender.owner)
-            deadline = None if duration_s is None else time.monotonic() + duration_s
-            blocks = aiter(stream)
-            while not stop.is_set():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                waiter = asyncio.ensure_future(anext(blocks))
-                stopper = asyncio.ensure_future(stop.wait())
-                done, _ = await asyncio.wait(
-                    {waiter, stopper}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+
+            async def pump() -> None:
+                async for block in stream:
+                    await sender.send(block)
+                    summary.blocks += 1
+                    summary.samples += len(block)
+
+            async with asyncio.TaskGroup() as tg:  # as serve(): the first of stop/time/end
+                pumping = tg.create_task(pump(), name="gazeguard.forward.pump")
+                waiter = tg.create_task(stop.wait(), name="gazeguard.forward.stop")
+                await asyncio.wait(
+                    {pumping, waiter}, timeout=duration_s, return_when=asyncio.FIRST_COMPLETED
                 )
-                stopper.cancel()
-                if waiter not in done:
-                    waiter.cancel()
-                    break
-                try:
-                    block = waiter.result()
-                except StopAsyncIteration:
-                    break
-                await sender.send(block)
-                summary.blocks += 1
-                summary.samples += len(block)
+                pumping.cancel()
+                waiter.cancel()
             summary.owners = list(sender.owners)
             summary.reconnects = sender.reconnects
             summary.dropped_blocks = sender.dropped_blocks
@@ -145,8 +142,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if getattr(args, key) is not None:
             o["ingest"][key] = getattr(args, key)
     if args.broker:
-        host, sep, port = args.broker.rpartition(":")
-        o["broker"] = {"host": host, "port": port} if sep else {"host": args.broker}
+        o["broker"] = broker_address(args.broker)
     return load_settings(args.config, **o)
 
 
@@ -155,7 +151,7 @@ def run_forward(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     raw_broker(settings)  # fail before resolving the stream
 
-    def banner(summary: ForwardSummary, info: Any, owner: str | None) -> None:
+    def banner(summary: ForwardSummary, info: GazeStreamInfo, owner: str | None) -> None:
         print(  # noqa: T201 - startup banner of the CLI
             f"gazeguard forward: LSL {info.name!r} ({info.preset}, {info.nominal_srate:g} Hz) → "
             f"session {settings.device}.{summary.session} on "

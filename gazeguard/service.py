@@ -39,7 +39,13 @@ from typing import Any, TypeVar
 
 from gazeguard.broker import EmbeddedBroker
 from gazeguard.chunking import Chunk
-from gazeguard.config import BrokerSettings, IngestSettings, Settings, load_settings
+from gazeguard.config import (
+    BrokerSettings,
+    IngestSettings,
+    Settings,
+    broker_address,
+    load_settings,
+)
 from gazeguard.errors import ConfigError, StreamNotFoundError
 from gazeguard.fleet import Fleet
 from gazeguard.ingest import GazeStream
@@ -357,10 +363,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     put("ledger", "path", args.ledger)
     put("ledger", "session_cap", args.session_cap)
     if args.broker:
-        host, _, port = args.broker.rpartition(":") if ":" in args.broker else (args.broker, "", "")
-        put("broker", "host", host)
-        if port:
-            put("broker", "port", port)
+        o["broker"] = broker_address(args.broker)
     return load_settings(args.config, **o)
 
 

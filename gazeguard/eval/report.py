@@ -428,24 +428,30 @@ def _correlation_figure(result: Result, path: Path) -> Path | None:
     return path
 
 
+def _reid_and_task(row: Result) -> tuple[float, float] | None:
+    """Strongest classifier's per-window re-identification and task accuracy on the release."""
+    from gazeguard.eval.runner import best_accuracy  # noqa: PLC0415 - runner imports this module
+
+    reid = best_accuracy(row, "reid", "release", "window")
+    task = best_accuracy(row, "task", "release", "window")
+    return None if reid is None or task is None else (reid[1], task[1])
+
+
 def tradeoff_points(result: Result) -> list[tuple[str, float | None, float, float]]:
     """``(mechanism key, ε, re-identification, task)`` of every stream-mechanism row: the
     strongest classifier's per-window accuracy on the release (the criterion of the best
     configuration; dataset releases are left out, as there: leave-one-person-out on a release
     that mixes the held-out person in is no held-out test; so are rows whose train/test cut
     falls inside one release, marked † in the tables)."""
-    from gazeguard.eval.runner import best_accuracy  # noqa: PLC0415 - runner imports this module
-
     points = []
     for row in result["rows"]:
         if row["family"] in ("none", *RELEASE_FAMILIES) or "error" in row:
             continue
         if row.get("split_inside_chunk"):  # FPA: one noise draw on both halves (see † tables)
             continue
-        reid = best_accuracy(row, "reid", "release", "window")
-        task = best_accuracy(row, "task", "release", "window")
-        if reid is not None and task is not None:
-            points.append((str(row["mechanism"]), row["epsilon"], reid[1], task[1]))
+        scores = _reid_and_task(row)
+        if scores is not None:
+            points.append((str(row["mechanism"]), row["epsilon"], *scores))
     return points
 
 
@@ -477,10 +483,9 @@ def tradeoff_figure(runs: Sequence[tuple[str, Result]], path: Path) -> Path:
             ax.step(xs, ys, where="post", color=color, lw=1.5, label=f"{label}: frontier")
     meta = first["meta"]
     clean = _clean_row(first)
-    if clean is not None:
-        reid = max(d["window"]["mean"] for d in clean["reid"]["release"].values())
-        task = max(d["window"]["mean"] for d in clean["task"]["release"].values())
-        ax.scatter(reid, task, s=120, marker="*", color="black", label="clean", zorder=3)
+    clean_scores = None if clean is None else _reid_and_task(clean)
+    if clean_scores is not None:
+        ax.scatter(*clean_scores, s=120, marker="*", color="black", label="clean", zorder=3)
     ax.axvline(meta["chance_reid"], color="black", lw=1, label="chance")
     ax.axvspan(0, meta["chance_reid"] + meta["tolerance"], color="0.9", zorder=0)
     if meta["chance_task"] is not None:
