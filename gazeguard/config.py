@@ -26,9 +26,9 @@ from pydantic_settings import (
 )
 
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, mechanism_kind, noise_kind
 
 Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic"]
-MechanismName = Literal["lpa", "cfpa", "dcfpa"]
 Transform = Literal["dft", "dct"]
 
 
@@ -98,7 +98,11 @@ class FeatureSettings(_Section):
 class MechanismSettings(_Section):
     """How each chunk is privatized and what a consumer receives (the release profile)."""
 
-    name: MechanismName = Field("dcfpa", description="lpa | cfpa | dcfpa (fpa is offline only)")
+    name: str = Field(
+        "dcfpa",
+        description=f"{' | '.join(ONLINE_MECHANISMS)} (fpa needs whole recordings: offline only)",
+    )
+    noise: str = Field("laplace", description=f"noise family: {' | '.join(NOISE)}")
     transform: Transform = Field("dft", description="dft | dct")
     chunk_steps: int = Field(32, description="n, steps per chunk; a power of two")
     k: int | Literal["auto"] = Field("auto", description="kept frequencies, or 'auto'")
@@ -114,6 +118,22 @@ class MechanismSettings(_Section):
         description="INSECURE: seed a reproducible generator instead of the OS CSPRNG "
         "(experiments and tests only)",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _known_mechanism(cls, v: str) -> str:
+        try:
+            return mechanism_kind(v, online=True).name
+        except ConfigError as exc:
+            raise ValueError(exc.reason) from exc
+
+    @field_validator("noise")
+    @classmethod
+    def _known_noise(cls, v: str) -> str:
+        try:
+            return noise_kind(v).name
+        except ConfigError as exc:
+            raise ValueError(exc.reason) from exc
 
     @field_validator("chunk_steps")
     @classmethod

@@ -35,6 +35,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.registry import ONLINE_MECHANISMS, MechanismKind, mechanism_kind
 
 CHUNK_SCHEMA: Final = "gazeguard.chunk/1"
 STATUS_SCHEMA: Final = "gazeguard.status/1"
@@ -71,7 +72,7 @@ class MechanismParams(_Model):
             difference chunk, then cumulative sum).
         transform: ``dft`` or ``dct`` for the Fourier mechanisms; ``None`` for ``lpa``.
         n: steps per chunk, a power of two.
-        k: kept frequencies (``None`` for ``lpa``), 1 ≤ k ≤ n/2.
+        k: kept frequencies (``None`` for ``lpa``), 1 ≤ k ≤ n/2 (dft) or n (dct).
         m: kept real coefficients: ``2k − 1`` for ``dft``, ``k`` for ``dct``; ``n`` for ``lpa``.
         epsilon: ε per feature for this chunk, (F,).
         noise_scale: λ per feature, the Laplace scale actually used, in the feature's unit, (F,).
@@ -79,7 +80,7 @@ class MechanismParams(_Model):
         noise: ``os-csprng`` in production; ``INSECURE-seeded`` when a reproducible seed was set.
     """
 
-    name: Literal["lpa", "cfpa", "dcfpa"]
+    name: str = Field(json_schema_extra={"enum": list(ONLINE_MECHANISMS)})
     transform: Literal["dft", "dct"] | None
     n: int = Field(ge=2)
     k: int | None = Field(ge=1)
@@ -94,21 +95,27 @@ class MechanismParams(_Model):
         if self.n & (self.n - 1):
             msg = f"n must be a power of two, got {self.n}"
             raise ValueError(msg)
-        if self.name == "lpa":
-            if self.transform is not None or self.k is not None or self.m != self.n:
-                msg = "lpa has no transform and no k, and m must equal n"
-                raise ValueError(msg)
-        else:
-            if self.transform is None or self.k is None:
-                msg = f"{self.name} needs a transform and k"
-                raise ValueError(msg)
-            if self.k > self.n // 2:
-                msg = f"k={self.k} exceeds n/2={self.n // 2}"
-                raise ValueError(msg)
-            want = 2 * self.k - 1 if self.transform == "dft" else self.k
-            if self.m != want:
-                msg = f"m={self.m} but {self.transform} with k={self.k} keeps m={want}"
-                raise ValueError(msg)
+        try:
+            kind = mechanism_kind(self.name, online=True, field="mechanism.name")
+            if not kind.transformed:
+                if self.transform is not None or self.k is not None or self.m != self.n:
+                    msg = f"{self.name} has no transform and no k, and m must equal n"
+                    raise ValueError(msg)
+            else:
+                if self.transform is None or self.k is None:
+                    msg = f"{self.name} needs a transform and k"
+                    raise ValueError(msg)
+                top = kind.max_k(self.transform, self.n)
+                if self.k > top:
+                    limit = "n/2" if self.transform == "dft" else "n"
+                    msg = f"k={self.k} exceeds {limit}={top} ({self.transform})"
+                    raise ValueError(msg)
+                want = kind.kept(self.transform, self.k, self.n)
+                if self.m != want:
+                    msg = f"m={self.m} but {self.transform} with k={self.k} keeps m={want}"
+                    raise ValueError(msg)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.field}={exc.value!r}: {exc.reason}") from exc
         if not len(self.epsilon) == len(self.noise_scale) == len(self.sensitivity_l2):
             msg = (
                 f"epsilon, lambda and delta2 must have one entry per feature, got "
@@ -116,6 +123,33 @@ class MechanismParams(_Model):
             )
             raise ValueError(msg)
         return self
+
+    @classmethod
+    def from_mechanism(cls, mechanism: MechanismLike) -> MechanismParams:
+        """The parameters a configured :class:`gazeguard.mechanisms.Mechanism` reports."""
+        p = mechanism.parameters()
+        transformed = mechanism.kind.transformed
+        return cls.model_validate(
+            {
+                "name": p["name"],
+                "transform": p["transform"] if transformed else None,
+                "n": p["n"],
+                "k": p["k"] if transformed else None,
+                "m": p["kept_coefficients"],
+                "epsilon": p["epsilon"],
+                "lambda": p["noise_scale"],
+                "delta2": p["sensitivity_l2"],
+                "noise": "os-csprng" if p["secure"] else "INSECURE-seeded",
+            }
+        )
+
+
+class MechanismLike(Protocol):
+    """What :meth:`MechanismParams.from_mechanism` reads (``gazeguard.mechanisms.Mechanism``)."""
+
+    @property
+    def kind(self) -> MechanismKind: ...
+    def parameters(self) -> dict[str, Any]: ...
 
 
 class LedgerStateLike(Protocol):

@@ -170,21 +170,10 @@ class Pipeline:
             epsilon=self.epsilon,
             bounds=Bounds(lo=lo, hi=hi, max_step=max_step),
             transform=mechanism.transform,
+            noise=mechanism.noise,
             seed=mechanism.insecure_seed,
         )
-        self._params = MechanismParams.model_validate(
-            {
-                "name": mechanism.name,
-                "transform": None if mechanism.name == "lpa" else mechanism.transform,
-                "n": mechanism.chunk_steps,
-                "k": None if mechanism.name == "lpa" else int(self.mechanism.k),
-                "m": int(self.mechanism.kept_coefficients),
-                "epsilon": self.epsilon.tolist(),
-                "lambda": np.asarray(self.mechanism.noise_scale).tolist(),
-                "delta2": np.asarray(self.mechanism.sensitivity_l2).tolist(),
-                "noise": "os-csprng" if mechanism.insecure_seed is None else "INSECURE-seeded",
-            }
-        )
+        self._params = MechanismParams.from_mechanism(self.mechanism)
         # What the ledger will charge: ε per feature rounded up to micro-ε, summed exactly.
         self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
         self._charge_total = sum(to_units_up(e) for e in self._eps_map.values()) / UNITS_PER_EPSILON

@@ -50,6 +50,7 @@ from gazeguard.errors import ConfigError, StreamNotFoundError
 from gazeguard.fleet import Fleet
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
+from gazeguard.mechanisms import ONLINE_MECHANISMS
 from gazeguard.message import SessionState
 from gazeguard.pipeline import Pipeline, PipelineStats, ReleasedChunk
 from gazeguard.publish import Publisher
@@ -317,7 +318,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
     g.add_argument("--stream-name", help="LSL stream name to resolve")
     g.add_argument("--source-id", help="LSL source_id to resolve")
-    g.add_argument("--mechanism", choices=["lpa", "cfpa", "dcfpa"], help="default dcfpa")
+    g.add_argument("--mechanism", choices=ONLINE_MECHANISMS, help="default dcfpa")
     g.add_argument("--transform", choices=["dft", "dct"], help="default dft")
     g.add_argument("--chunk-steps", type=int, help="n, steps per chunk (power of two; 32)")
     g.add_argument("-k", "--k", dest="k", help="kept frequencies, or 'auto' (default)")

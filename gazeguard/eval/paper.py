@@ -137,7 +137,7 @@ def paper_factory(
     """
     from gazeguard.mechanisms import Bounds, make_mechanism  # noqa: PLC0415 - heavy import
     from gazeguard.mechanisms.bounds import chunk_sensitivity  # noqa: PLC0415
-    from gazeguard.mechanisms.transforms import max_k  # noqa: PLC0415
+    from gazeguard.mechanisms.registry import max_k  # noqa: PLC0415
 
     b = Bounds(lo=bounds.lo, hi=bounds.hi, max_step=bounds.max_step)
     ratios: dict[tuple[str, int], FloatArray] = {}

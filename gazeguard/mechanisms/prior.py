@@ -47,7 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.mechanisms.transforms import TRANSFORMS, TransformName, forward
+from gazeguard.mechanisms.registry import TRANSFORMS, TransformName
+from gazeguard.mechanisms.transforms import forward
 
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_PATH = Path(str(resources.files("gazeguard"))) / "data" / "prior_spectrum.json"

@@ -35,6 +35,7 @@ import numpy as np
 
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.registry import MECHANISMS, mechanism_kind
 from gazeguard.release._common import (
     FloatArray,
     IndexArray,
@@ -47,7 +48,7 @@ from gazeguard.release._common import (
     seed_policy,
 )
 
-DP_MECHANISMS = ("lpa", "fpa", "cfpa", "dcfpa")
+DP_MECHANISMS = tuple(MECHANISMS)
 TAIL_POLICIES = ("drop", "pad")
 #: make_mechanism's argument names → this module's parameter names (for error messages).
 _PARAM_NAMES = {"k": "keep", "n": "n", "epsilon": "epsilon", "transform": "transform"}
@@ -85,22 +86,24 @@ def recording_release(
     """
     from gazeguard.mechanisms import Bounds, Mechanism, make_mechanism  # noqa: PLC0415
 
+    kind = mechanism_kind(name, field="mechanism")
+    whole = not kind.online  # FPA: one release per recording
     p = Params(name, params)
     epsilon = p.number("epsilon", None, greater_than=0.0)
-    n = 0 if name == "fpa" else p.integer("n", 32, minimum=2)
+    n = 0 if whole else p.integer("n", 32, minimum=2)
     keep: int | str = "auto"
     transform = "dft"
-    if name != "lpa":
+    if kind.transformed:
         if p.optional("keep") not in (None, "auto"):
             keep = p.integer("keep", 1, minimum=1)
         transform = p.choice("transform", "dft", ("dft", "dct"))
-    tail = "drop" if name == "fpa" else p.choice("tail", "drop", TAIL_POLICIES)
+    tail = "drop" if whole else p.choice("tail", "drop", TAIL_POLICIES)
     ranges = feature_ranges(table, "public", p)
     effective = p.finish()
     effective.pop("bounds", None)
     require_finite(table, p)
-    if name == "dcfpa" and ranges.max_step is None:
-        raise p.error("bounds", "(lo, hi)", "dcfpa needs max_step for every feature")
+    if kind.difference and ranges.max_step is None:
+        raise p.error("bounds", "(lo, hi)", f"{name} needs max_step for every feature")
     public = Bounds(ranges.lo, ranges.hi, ranges.max_step)
     f = len(table.feature_names)
 
@@ -131,7 +134,7 @@ def recording_release(
     recordings = list(table.recordings())
     for done, (rec, rows) in enumerate(recordings, start=1):
         size = rows.size
-        if name == "fpa":
+        if whole:
             plan: list[tuple[IndexArray, int]] = [(rows, size)] if size >= 2 else []
         else:
             full, tail_real = _chunk_plan(size, n, tail)
@@ -165,17 +168,15 @@ def recording_release(
     )
     per_chunk = f * epsilon
     max_chunks = max(chunks_per_person.values(), default=0)
-    resolved_keep: Any = sorted({m.k for m in cache.values()}) if name != "lpa" else None
-    unit, units = (
-        ("recording", "recordings") if name == "fpa" else (f"chunk of {n} steps", "chunks")
-    )
+    resolved_keep: Any = sorted({m.k for m in cache.values()}) if kind.transformed else None
+    unit, units = ("recording", "recordings") if whole else (f"chunk of {n} steps", "chunks")
     statement = (
         f"{name.upper()} (Bozkir et al. 2021) with epsilon={epsilon:g} per feature per {unit} "
         f"from public bounds: epsilon={per_chunk:g} per {unit} over all {f} features; a "
         f"person's whole release (up to {max_chunks} {units}) is "
         f"epsilon={per_chunk * max_chunks:g}-DP at the user level (sequential composition)."
     )
-    if name != "fpa":
+    if not whole:
         dropped = table.n_rows - int(released.sum())
         statement += (
             f" Tails shorter than a chunk were {'padded' if tail == 'pad' else 'dropped'}"
