@@ -12,7 +12,7 @@ Tracks, over many chunks sent one at a time (as the service does: a chunk every 
 - ``paho-mqtt publish→PUBACK``: what a user would otherwise write: a plain paho-mqtt client with
   its network thread, ``publish(qos=1).wait_for_publish()``, same payload, same broker, same run.
 
-The payload is a real ``gazeguard.chunk/1`` message of 52 features × 32 steps (~40 kB of JSON).
+The payload is a real ``gazeguard.chunk/2`` message of 52 features × 32 steps (~40 kB of JSON).
 Mosquitto runs on a free loopback port, MQTT 5 for both clients. Run
 ``python bench/bench_publish.py [--chunks N]``; prints a table and writes
 ``bench/results/publish.json``.
@@ -138,10 +138,9 @@ async def bench_gazeguard(port: int, workdir: Path, chunks: int) -> dict[str, li
         return acked[outbox_id]
 
     def charge_now(index: int) -> int:
-        def payload(state: LedgerState) -> bytes:
-            return chunk_payload(index, state, rng)
-
-        return ledger.charge(SESSION, index, EPS, topic, payload).outbox_id
+        preview = ledger.preview(SESSION, EPS)
+        body = chunk_payload(index, preview.state, rng)
+        return ledger.charge(SESSION, index, EPS, topic, body, version=preview.version).outbox_id
 
     charge_lat: list[float] = []
     e2e: list[float] = []

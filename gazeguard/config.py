@@ -159,23 +159,51 @@ class MechanismSettings(_Section):
 
 
 class LedgerSettings(_Section):
-    """The durable per-session ε ledger."""
+    """The durable per-session privacy ledger: caps in ε at ``delta``, windows in gaze time."""
 
     path: Path = Field(Path("gazeguard-ledger.sqlite"), description="SQLite file")
     url: str | None = Field(
         None, description="PostgreSQL URL (postgresql://…) for fleets; when set, replaces path"
     )
-    session_cap: float | None = Field(None, description="max total ε per session (None: no cap)")
-    w_event: int | None = Field(None, ge=1, description="w for the w-event cap, chunks")
-    w_event_cap: float | None = Field(None, description="max ε over any w consecutive chunks")
+    delta: float = Field(
+        1e-6,
+        description="δ of every user-level (ε, δ) figure and cap; keep it far below 1/people",
+    )
+    session_cap: float | None = Field(
+        None, description="max user-level ε (at delta) per session (None: no cap)"
+    )
+    window_cap: float | None = Field(
+        None, description="max user-level ε (at delta) over any window_s seconds of gaze"
+    )
+    window_s: float = Field(3600.0, gt=0, description="window of window_cap, seconds of gaze")
     synchronous: Literal["FULL", "EXTRA"] = Field("FULL", description="SQLite synchronous mode")
+    w_event: int | None = Field(
+        None, description="REMOVED: the w-event cap now counts gaze time, not chunks"
+    )
+    w_event_cap: float | None = Field(None, description="REMOVED: see w_event")
 
-    @field_validator("session_cap", "w_event_cap")
+    @field_validator("session_cap", "window_cap")
     @classmethod
     def _positive_cap(cls, v: float | None) -> float | None:
         if v is not None and not (math.isfinite(v) and v > 0):
             raise ValueError("must be a finite number > 0")
         return v
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, v: float) -> float:
+        if not (0.0 < v < 1e-2):
+            raise ValueError("must lie in (0, 0.01); 1e-6 is the usual choice")
+        return v
+
+    @field_validator("w_event", "w_event_cap")
+    @classmethod
+    def _removed(cls, v: object) -> None:
+        if v is not None:
+            raise ValueError(
+                "the w-event cap counts gaze time now: set ledger.window_cap (ε at ledger.delta) "
+                "and ledger.window_s (seconds of gaze, default 3600) instead"
+            )
 
 
 class BrokerSettings(_Section):

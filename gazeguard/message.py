@@ -3,7 +3,7 @@
 Two messages leave gazeguard, both JSON described by pydantic models with an exported JSON Schema
 (``gazeguard/data/*.schema.json``; regenerate with ``python -m gazeguard.message --write-schemas``):
 
-- :class:`ChunkMessage` (``"schema": "gazeguard.chunk/1"``), one per privatized chunk, on
+- :class:`ChunkMessage` (``"schema": "gazeguard.chunk/2"``), one per privatized chunk, on
   ``{prefix}/{device}/{session}/chunks`` (QoS 1, not retained). It carries the privatized values
   ``[F][n]``, the step timestamps, feature names and units, the mechanism parameters that produced
   them and the ledger state right after this chunk was charged.
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import ONLINE_MECHANISMS, MechanismKind, mechanism_kind
 
-CHUNK_SCHEMA: Final = "gazeguard.chunk/1"
+CHUNK_SCHEMA: Final = "gazeguard.chunk/2"
 STATUS_SCHEMA: Final = "gazeguard.status/1"
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
@@ -156,6 +156,14 @@ class LedgerStateLike(Protocol):
     """What :meth:`LedgerSnapshot.from_state` reads from the ledger's post-charge state."""
 
     @property
+    def epsilon(self) -> float: ...
+    @property
+    def delta(self) -> float: ...
+    @property
+    def epsilon_window(self) -> float: ...
+    @property
+    def window_s(self) -> float: ...
+    @property
     def spent(self) -> float: ...
     @property
     def remaining(self) -> float | None: ...
@@ -164,45 +172,66 @@ class LedgerStateLike(Protocol):
     @property
     def session_cap(self) -> float | None: ...
     @property
-    def w_event(self) -> int | None: ...
-    @property
-    def w_event_cap(self) -> float | None: ...
+    def window_cap(self) -> float | None: ...
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 class LedgerSnapshot(_Model):
     """The session's ledger right after this chunk was charged (ε is dimensionless).
 
     Attributes:
-        chunk_epsilon: this chunk's cost, the sum of its features' ε (sequential composition).
-        session_spent: everything the session spent so far, this chunk included: the honest
-            user-level ε (sequential composition over chunks).
-        per_chunk_max: the largest single-chunk ε of the session: the paper's per-chunk
+        epsilon: the session's user-level ε at ``delta`` so far, this chunk included: the
+            accountant's composition of every release (never above ``session_spent``).
+        delta: the δ of ``epsilon``, ``epsilon_window`` and the caps.
+        epsilon_window: user-level ε at ``delta`` of the releases in the trailing ``window_s``
+            seconds of gaze (default one hour: ε per hour of gaze).
+        window_s: that window, seconds of gaze.
+        chunk_epsilon: this chunk's pure ε, the sum of its features' ε; ``None`` for noise
+            without a pure guarantee (Gaussian).
+        session_spent: sequential pure ε of the session so far (the conservative view);
+            ``None`` once anything without a pure guarantee was released.
+        per_chunk_max: the largest single-chunk pure ε of the session: the paper's per-chunk
             (parallel composition) view, which is NOT a user-level guarantee.
-        remaining: ε still available under the binding cap; ``None`` when uncapped.
-        session_cap: per-session cap, or ``None``.
-        w_event: w of the w-event cap (chunks), or ``None``.
-        w_event_cap: ε allowed over any w consecutive chunks, or ``None``.
+        remaining: ``session_cap − epsilon``; ``None`` when uncapped.
+        session_cap: cap on ``epsilon``, or ``None``.
+        window_cap: cap on the ε of any ``window_s`` seconds of gaze, or ``None``.
     """
 
-    chunk_epsilon: Positive
-    session_spent: Positive
-    per_chunk_max: Positive
+    epsilon: NonNegative
+    delta: float = Field(gt=0.0, lt=1.0)
+    epsilon_window: NonNegative
+    window_s: Positive
+    chunk_epsilon: Positive | None
+    session_spent: Positive | None
+    per_chunk_max: NonNegative
     remaining: NonNegative | None
     session_cap: Positive | None
-    w_event: int | None = Field(ge=1)
-    w_event_cap: Positive | None
+    window_cap: Positive | None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        tol = _EPS_RTOL * max(1.0, self.session_spent)
-        if self.chunk_epsilon > self.per_chunk_max + tol:
-            msg = f"chunk_epsilon={self.chunk_epsilon} exceeds per_chunk_max={self.per_chunk_max}"
-            raise ValueError(msg)
-        if self.per_chunk_max > self.session_spent + tol:
-            msg = f"per_chunk_max={self.per_chunk_max} exceeds session_spent={self.session_spent}"
-            raise ValueError(msg)
-        if (self.w_event is None) != (self.w_event_cap is None):
-            msg = "w_event and w_event_cap are set together or not at all"
+        if self.session_spent is not None:
+            tol = _EPS_RTOL * max(1.0, self.session_spent)
+            if self.chunk_epsilon is not None and self.chunk_epsilon > self.per_chunk_max + tol:
+                msg = (
+                    f"chunk_epsilon={self.chunk_epsilon} exceeds per_chunk_max={self.per_chunk_max}"
+                )
+                raise ValueError(msg)
+            if self.per_chunk_max > self.session_spent + tol:
+                msg = (
+                    f"per_chunk_max={self.per_chunk_max} exceeds session_spent={self.session_spent}"
+                )
+                raise ValueError(msg)
+            if self.epsilon > self.session_spent + tol:
+                msg = f"epsilon={self.epsilon} exceeds the pure session_spent={self.session_spent}"
+                raise ValueError(msg)
+        if self.epsilon_window > self.epsilon + _EPS_RTOL * max(1.0, self.epsilon):
+            msg = (
+                f"epsilon_window={self.epsilon_window} exceeds the session's epsilon={self.epsilon}"
+            )
             raise ValueError(msg)
         return self
 
@@ -210,18 +239,21 @@ class LedgerSnapshot(_Model):
     def from_state(cls, chunk_epsilon: float, state: LedgerStateLike) -> LedgerSnapshot:
         """Build from the ledger's post-charge state (``gazeguard.ledger.LedgerState``)."""
         return cls(
-            chunk_epsilon=chunk_epsilon,
-            session_spent=state.spent,
+            epsilon=state.epsilon,
+            delta=state.delta,
+            epsilon_window=state.epsilon_window,
+            window_s=state.window_s,
+            chunk_epsilon=_finite_or_none(chunk_epsilon),
+            session_spent=_finite_or_none(state.spent),
             per_chunk_max=state.max_chunk_eps,
             remaining=state.remaining,
             session_cap=state.session_cap,
-            w_event=state.w_event,
-            w_event_cap=state.w_event_cap,
+            window_cap=state.window_cap,
         )
 
 
 class ChunkMessage(_Model):
-    """One privatized chunk of one session (``gazeguard.chunk/1``).
+    """One privatized chunk of one session (``gazeguard.chunk/2``).
 
     Attributes:
         session: session id; device: device id (as in the topic).
@@ -233,7 +265,7 @@ class ChunkMessage(_Model):
         ledger: the ledger state after this chunk was charged.
     """
 
-    schema_: Literal["gazeguard.chunk/1"] = Field(CHUNK_SCHEMA, alias="schema")
+    schema_: Literal["gazeguard.chunk/2"] = Field(CHUNK_SCHEMA, alias="schema")
     session: Name
     device: Name
     chunk_index: int = Field(ge=0)
@@ -266,7 +298,7 @@ class ChunkMessage(_Model):
             msg = f"values must be [F][n] = [{F}][{n}]"
             raise ValueError(msg)
         total = math.fsum(self.mechanism.epsilon)
-        if not math.isclose(
+        if self.ledger.chunk_epsilon is not None and not math.isclose(
             total, self.ledger.chunk_epsilon, rel_tol=_EPS_RTOL, abs_tol=_EPS_UNIT * F
         ):
             msg = (
@@ -433,10 +465,10 @@ SCHEMA_FILES: dict[str, type[_Model]] = {
 def json_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a payload model, as shipped in ``gazeguard/data``."""
     schema = model.model_json_schema(by_alias=True, mode="serialization")
-    name = "chunk" if model is ChunkMessage else "status"
+    tag = str(model.model_fields["schema_"].default).removeprefix("gazeguard.")  # e.g. chunk/2
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://gazeguard.invalid/schemas/{name}/1",
+        "$id": f"https://gazeguard.invalid/schemas/{tag}",
         **schema,
     }
 

@@ -6,7 +6,7 @@ MQTT)::
 
     from gazeguard.ledger import Ledger
     from gazeguard.pipeline import Pipeline
-    from gazeguard.samples import GazeSamples
+    from gazeguard.samples import GazeSamples, lsl_unix_offset
 
     with Ledger("ledger.sqlite") as ledger:
         pipe = Pipeline(ledger, session="s1", device="hmd-7", on_release=print)
@@ -35,7 +35,13 @@ from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.events import EventDetector
 from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
-from gazeguard.ledger import UNITS_PER_EPSILON, Ledger, LedgerState, to_units_up
+from gazeguard.ledger import (
+    UNITS_PER_EPSILON,
+    Ledger,
+    LedgerState,
+    StaleStateError,
+    to_units_up,
+)
 from gazeguard.mechanisms import Bounds, make_mechanism
 from gazeguard.message import (
     ChunkMessage,
@@ -45,9 +51,12 @@ from gazeguard.message import (
     StatusMessage,
     chunk_topic,
 )
-from gazeguard.samples import GazeSamples
+from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 log = logging.getLogger(__name__)
+
+#: Previews a release may be rebuilt for when other writers keep charging the same session.
+_STALE_RETRIES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +125,9 @@ class Pipeline:
         on_release: called with each :class:`ReleasedChunk`, after its charge committed.
         tap: called with ``(raw chunk, released chunk)`` for in-process diagnostics only
             (``gazeguard demo`` plots raw against privatized); never wired to any network path.
+        clock_offset_s: Unix time minus sample time, s; ``None`` (default): samples are on the
+            LSL clock of this host (``time.time() − pylsl.local_clock()``). The ledger counts
+            its per-hour window in this gaze time.
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -133,6 +145,7 @@ class Pipeline:
         topic_prefix: str = "gazeguard/v1",
         on_release: Callable[[ReleasedChunk], None] | None = None,
         tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
+        clock_offset_s: float | None = None,
     ) -> None:
         features = features or FeatureSettings()
         mechanism = mechanism or MechanismSettings()
@@ -142,6 +155,7 @@ class Pipeline:
         self.topic = chunk_topic(topic_prefix, device, session)
         self.on_release = on_release
         self.tap = tap
+        self.clock_offset_s = clock_offset_s
         self.stats = PipelineStats()
 
         all_names = [f.name for f in FEATURES]
@@ -183,7 +197,8 @@ class Pipeline:
             min_valid_fraction=features.min_valid_fraction,
             detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
         )
-        self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, self._next_index())
+        self.opened = ledger.open_session(session)  # refuses caps looser than the recorded ones
+        self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, ledger.next_index(session))
         self._completed_at = 0.0
         if mechanism.insecure_seed is not None:
             log.warning(
@@ -193,13 +208,10 @@ class Pipeline:
                 mechanism.insecure_seed,
             )
 
-    def _next_index(self) -> int:
-        """First chunk index of this run: after everything charged or withheld before."""
-        state = self.ledger.state(self.session)
-        seen = [i for i, _, _ in self.ledger.withheld(self.session)]
-        if state.last_chunk is not None:
-            seen.append(state.last_chunk)
-        return max(seen) + 1 if seen else 0
+    def _gaze_span(self, chunk: Chunk) -> tuple[float, float]:
+        """Unix times of the chunk's first and last step (LSL clock + the clock offset)."""
+        offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
+        return float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset
 
     @property
     def chunk_epsilon(self) -> float:
@@ -250,9 +262,9 @@ class Pipeline:
             if not np.all(np.isfinite(values)):
                 msg = "mechanism produced non-finite values"
                 raise FloatingPointError(msg)  # one fail-closed path for all errors
-            built: list[tuple[ChunkMessage, bytes]] = []
-
-            def payload(state: LedgerState) -> bytes:
+            gaze = self._gaze_span(chunk)
+            for attempt in range(_STALE_RETRIES):
+                preview = self.ledger.preview(self.session, self._eps_map, gaze=gaze)
                 message = ChunkMessage.build(
                     session=self.session,
                     device=self.device,
@@ -262,15 +274,18 @@ class Pipeline:
                     units=self.units,
                     values=values,
                     mechanism=self._params,
-                    ledger=LedgerSnapshot.from_state(self._charge_total, state),
+                    ledger=LedgerSnapshot.from_state(self._charge_total, preview.state),
                 )
                 body = message.to_payload()
-                built.append((message, body))
-                return body
-
-            charge = self.ledger.charge(
-                self.session, chunk.index, self._eps_map, topic=self.topic, payload=payload
-            )
+                try:
+                    charge = self.ledger.charge(
+                        self.session, chunk.index, self._eps_map, self.topic, body,
+                        gaze=gaze, version=preview.version,
+                    )  # fmt: skip
+                    break
+                except StaleStateError:  # another writer charged this session meanwhile
+                    if attempt == _STALE_RETRIES - 1:
+                        raise
         except BudgetExhaustedError as exc:
             self.ledger.withhold(self.session, chunk.index, self._eps_map, str(exc))
             self.stats.withheld += 1
@@ -291,7 +306,6 @@ class Pipeline:
             except Exception:
                 log.exception("session %r: could not record the dropped chunk", self.session)
             return None
-        message, body = built[-1]
         out = ReleasedChunk(
             message,
             body,

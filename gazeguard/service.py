@@ -42,6 +42,7 @@ from gazeguard.chunking import Chunk
 from gazeguard.config import (
     BrokerSettings,
     IngestSettings,
+    LedgerSettings,
     Settings,
     broker_address,
     load_settings,
@@ -101,7 +102,7 @@ async def _outbound(settings: Settings) -> AsyncIterator[tuple[Ledger, Publisher
     """The ledger, the broker (embedded if none is configured) and the publisher draining the
     ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
     left (what it cannot send stays in the outbox for the next start)."""
-    with Ledger.from_settings(settings.ledger) as ledger:
+    with open_ledger(settings.ledger) as ledger:
         async with (
             _broker(settings.broker) as broker,
             Publisher(broker, ledger, name="gazeguard.publish") as publisher,
@@ -149,6 +150,19 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
         sim = settings.model_copy(update={"source_id": source_id, "preset": "gazeguard"})
         async with GazeStream(sim) as stream:
             yield stream
+
+
+def open_ledger(settings: LedgerSettings, **kwargs: Any) -> Ledger:
+    """The ledger ``settings`` describe (``url`` when set, else ``path``), with its caps."""
+    return Ledger(
+        settings.url if settings.url is not None else settings.path,
+        settings.synchronous,
+        settings.session_cap,
+        settings.window_cap,
+        window_s=settings.window_s,
+        delta=settings.delta,
+        **kwargs,
+    )
 
 
 async def serve(

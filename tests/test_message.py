@@ -50,13 +50,16 @@ def mechanism(**over: Any) -> MechanismParams:
 
 def snapshot(**over: Any) -> LedgerSnapshot:
     fields: dict[str, Any] = {
+        "epsilon": 5.5,
+        "delta": 1e-6,
+        "epsilon_window": 5.5,
+        "window_s": 3600.0,
         "chunk_epsilon": 2.0,
         "session_spent": 6.0,
         "per_chunk_max": 2.0,
-        "remaining": 4.0,
+        "remaining": 4.5,
         "session_cap": 10.0,
-        "w_event": None,
-        "w_event_cap": None,
+        "window_cap": None,
     }
     fields.update(over)
     return LedgerSnapshot.model_validate(fields)
@@ -84,7 +87,7 @@ def test_round_trip_is_exact() -> None:
     back = ChunkMessage.from_payload(msg.to_payload())
     assert back == msg
     np.testing.assert_array_equal(back.values_array(), values)  # bit-exact floats
-    assert json.loads(msg.to_payload())["schema"] == "gazeguard.chunk/1"
+    assert json.loads(msg.to_payload())["schema"] == "gazeguard.chunk/2"
     assert json.loads(msg.to_payload())["mechanism"]["lambda"] == [1.0, 2.0, 3.0, 4.0]
 
 
@@ -123,7 +126,7 @@ def test_real_payloads_validate_against_the_schema() -> None:
     validator.validate(json.loads(lpa.to_payload()))
     for broken in (
         {k: v for k, v in payload.items() if k != "mechanism"},
-        {**payload, "schema": "gazeguard.chunk/2"},
+        {**payload, "schema": "gazeguard.chunk/1"},
         {**payload, "values": [["1.0"] * N] * F},
         {**payload, "raw": [1.0]},  # no extra fields: nothing unprivatized can ride along
     ):
@@ -201,35 +204,40 @@ def test_inconsistent_mechanisms_are_refused(over: dict[str, Any], match: str) -
 def test_ledger_snapshot_checks() -> None:
     with pytest.raises(ValidationError, match="exceeds session_spent"):
         snapshot(per_chunk_max=7.0)
-    with pytest.raises(ValidationError, match="set together"):
-        snapshot(w_event=4)
+    with pytest.raises(ValidationError, match="exceeds the pure session_spent"):
+        snapshot(epsilon=6.5, epsilon_window=6.5)
+    with pytest.raises(ValidationError, match="exceeds the session's epsilon"):
+        snapshot(epsilon_window=6.0)
+    with pytest.raises(ValidationError, match="delta"):
+        snapshot(delta=0.0)
+    gaussian = snapshot(chunk_epsilon=None, session_spent=None, epsilon=12.0, epsilon_window=3.0)
+    assert gaussian.session_spent is None  # no pure bound, only (ε, δ)
 
 
 def test_snapshot_from_a_real_ledger_state(tmp_path: Path) -> None:
-    """The chunk payload is built inside the ledger's charge from its post-charge state."""
+    """The chunk payload quotes the ledger's post-charge state, from a preview."""
     eps = {"fix_rate": 0.1, "sacc_amp_mean": 0.2, "pupil_mean": 0.3, "blink_rate": 0.4}
     topic = chunk_topic("gazeguard/v1", "hmd-7", "s1")
-    with Ledger(tmp_path / "ledger.sqlite", session_cap=5.0, w_event=4, w_event_cap=3.0) as led:
+    with Ledger(tmp_path / "ledger.sqlite", session_cap=5.0, window_cap=3.0) as led:
         for i in range(3):
-            led.charge(
-                "s1",
-                i,
-                eps,
-                topic=topic,
-                payload=lambda state, i=i: chunk(
-                    chunk_index=i,
-                    mechanism=mechanism(epsilon=list(eps.values())),
-                    ledger=LedgerSnapshot.from_state(sum(eps.values()), state),
-                ).to_payload(),
-            )
+            preview = led.preview("s1", eps)
+            body = chunk(
+                chunk_index=i,
+                mechanism=mechanism(epsilon=list(eps.values())),
+                ledger=LedgerSnapshot.from_state(sum(eps.values()), preview.state),
+            ).to_payload()
+            led.charge("s1", i, eps, topic, body, version=preview.version)
         items = led.pending()
         state = led.state("s1")
     assert [it.chunk_index for it in items] == [0, 1, 2]
     last = ChunkMessage.from_payload(items[-1].payload).ledger
     assert last.session_spent == pytest.approx(3.0) == state.spent
+    assert last.epsilon == pytest.approx(state.epsilon)
+    assert last.epsilon <= last.session_spent
     assert last.per_chunk_max == pytest.approx(1.0)
-    assert last.remaining == pytest.approx(2.0)
-    assert (last.session_cap, last.w_event, last.w_event_cap) == (5.0, 4, 3.0)
+    assert last.remaining == pytest.approx(5.0 - state.epsilon)
+    assert (last.session_cap, last.window_cap) == (5.0, 3.0)
+    assert (last.window_s, last.delta) == (3600.0, 1e-6)
     assert ChunkMessage.from_payload(items[0].payload).ledger.session_spent == pytest.approx(1.0)
 
 
