@@ -196,9 +196,14 @@ def split_unit(name: str) -> tuple[str, str | None]:
     return text, None
 
 
-def did_you_mean(wanted: Iterable[str], header: Sequence[str]) -> str:
-    """`` did you mean 'X'?`` for the header name closest to any wanted name, else ``""``."""
-    lowered = {h.strip().lower(): h for h in header}
+def did_you_mean(wanted: Iterable[str], header: Sequence[str], known: Iterable[str] = ()) -> str:
+    """`` did you mean 'X'?`` for the header name closest to a wanted name, else ``""``.
+
+    Names that already are wanted or ``known`` (columns the reader understands) are no
+    suggestion."""
+    wanted = [w.lower() for w in wanted]
+    skip = set(wanted) | {k.lower() for k in known}
+    lowered = {h.strip().lower(): h for h in header if h.strip().lower() not in skip}
     best: tuple[float, str] | None = None
     for w in wanted:
         for cand in difflib.get_close_matches(w, list(lowered), n=1, cutoff=0.6):
