@@ -608,12 +608,12 @@ class CsvGaze(Dataset):
         self.labels = labels
         self._pattern = _label_pattern(labels) if labels else None
         if self.path.is_dir():
-            self.units = _find_recordings(self.path)
+            self.sources = _find_recordings(self.path)
         elif self.path.is_file():
-            self.units = [self.path]
+            self.sources = [self.path]
         else:
             raise DatasetError(self.path, "no such file or directory")
-        if not self.units:
+        if not self.sources:
             raise DatasetError(
                 self.path,
                 "folder holds no recordings (*.csv, *.tsv, *.asc or Pupil Player exports)",
@@ -623,14 +623,14 @@ class CsvGaze(Dataset):
     def fingerprint(self) -> str:
         """Hash of the files plus the reading options and the label pattern."""
         files: list[Path] = []
-        for u in self.units:
+        for u in self.sources:
             files += sorted(u.rglob("*_positions.csv")) if u.is_dir() else [u]
         return f"{_sha256_files(files)}:{self.options}:{self.labels}"
 
     def recordings(self) -> Iterator[Recording]:
         """One recording per file (or per person/task/recording group of a file)."""
         seen: set[str] = set()
-        for unit in self.units:
+        for unit in self.sources:
             rel = (
                 unit.relative_to(self.path).with_suffix("").as_posix()
                 if unit != self.path

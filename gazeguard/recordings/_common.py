@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -258,11 +259,23 @@ class Table:
 
     def numbers(self, name: str, *, required: bool = False) -> FloatArray:
         """Column ``name`` as float64; missing cells are NaN (an error if ``required``)."""
-        out = np.empty(len(self.lines), np.float64)
-        for i, cell in enumerate(self.cells[name]):
-            out[i] = parse_number(
-                cell, self.path, self.lines[i], name, self.decimal_comma, required=required
-            )
+        cells = self.cells[name]
+        out: FloatArray | None
+        try:  # fast path: numpy parses the text itself
+            out = np.array(cells, dtype=np.float64)
+        except ValueError:
+            try:
+                out = np.array(
+                    ["nan" if c.lower() in MISSING else c for c in cells], dtype=np.float64
+                )
+            except ValueError:
+                out = None
+        if out is None or (required and not np.isfinite(out).all()):
+            out = np.empty(len(cells), np.float64)  # slow path: finds and names the bad cell
+            for i, cell in enumerate(cells):
+                out[i] = parse_number(
+                    cell, self.path, self.lines[i], name, self.decimal_comma, required=required
+                )
         return out
 
 
@@ -332,46 +345,45 @@ def read_table(
         RecordingError: empty file, a row with the wrong number of fields.
     """
     stream = lines if lines is not None else open_text(path)
+    line_of: list[int] = []
 
-    def content() -> Iterator[tuple[int, str]]:
+    def content() -> Iterator[str]:  # the lines that matter; their numbers go to line_of
         if first is not None:
-            yield first
+            line_of.append(first[0])
+            yield first[1]
         for lineno, text in stream:
             if not text.strip() or (comments and text.lstrip().startswith("#")):
                 continue
-            yield lineno, text
+            line_of.append(lineno)
+            yield text
 
     it = content()
     head = next(it, None)
     if head is None and header is None:
         raise RecordingError(path, "the file is empty (no header line, no samples)")
-    delim = sniff_delimiter(head[1] if head is not None else ",")
+    delim = sniff_delimiter(head if head is not None else ",")
     if header is None:
         assert head is not None
-        names = [c.strip() for c in next(csv.reader([head[1]], delimiter=delim))]
-        header_line = head[0]
-        rest: Iterable[tuple[int, str]] = it
+        names = [c.strip() for c in next(csv.reader([head], delimiter=delim))]
+        header_line = line_of.pop()
+        rest: Iterable[str] = it
     else:
         names = list(header)
         header_line = 0
-        rest = ([head] if head is not None else []) + list(it)
-    keep = list(range(len(names))) if want is None else [names.index(w) for w in want]
-    cells: dict[str, list[str]] = {names[k]: [] for k in keep}
-    cols = [cells[names[k]] for k in keep]
-    line_of: list[int] = []
+        rest = itertools.chain([head] if head is not None else [], it)
     n = len(names)
-    for lineno, text in rest:
-        fields = next(csv.reader([text], delimiter=delim))
+    rows: list[list[str]] = []
+    for fields in csv.reader(rest, delimiter=delim):
         if len(fields) != n and not (len(fields) > n and not "".join(fields[n:]).strip()):
             raise RecordingError(
                 path,
                 f"{len(fields)} fields, expected {n} ({delim.join(names)}); "
                 "a row must have one field per header column",
-                lineno,
+                line_of[len(rows)],
             )
-        for k, col in zip(keep, cols, strict=True):
-            col.append(fields[k].strip())
-        line_of.append(lineno)
+        rows.append(fields)
+    keep = list(range(n)) if want is None else [names.index(w) for w in want]
+    cells = {names[k]: [r[k].strip() for r in rows] for k in keep}
     return Table(path, names, header_line, cells, line_of, decimal_comma=delim in "\t;")
 
 

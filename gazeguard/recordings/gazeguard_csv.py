@@ -214,15 +214,13 @@ def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:
     }
 
     # -- one recording per label group, in order of first appearance
-    keys = list(
-        zip(
-            *(labels.get(r, [""] * n) for r in ("person", "task", "recording")),
-            strict=True,
-        )
-    )
     groups: dict[tuple[str, str, str], list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(key, []).append(i)
+    if labels:
+        cols = [labels.get(r, [""] * n) for r in ("person", "task", "recording")]
+        for i, key in enumerate(zip(*cols, strict=True)):
+            groups.setdefault(key, []).append(i)
+    else:
+        groups[("", "", "")] = list(range(n))
 
     if gaze_unit == "deg" and unit is None and opts.units is None:
         _check_degrees(

@@ -88,8 +88,9 @@ def read_pupil_player(path: Path, opts: ReadOptions) -> list[GazeRecording]:
         raise RecordingError(
             gaze_file,
             f"column {missing[0]!r} missing from this Pupil Player gaze export (needs "
-            f"{', '.join(REQUIRED)}){did_you_mean(missing, header, REQUIRED + GAZE_3D)}; export again with Pupil "
-            "Player's Raw Data Exporter, or pass --format csv to read it as gazeguard CSV",
+            f"{', '.join(REQUIRED)}){did_you_mean(missing, header, REQUIRED + GAZE_3D)}; export "
+            "again with Pupil Player's Raw Data Exporter, or pass --format csv to read it as "
+            "gazeguard CSV",
             table.header_line,
             missing[0],
         )

@@ -236,44 +236,49 @@ def tobii_legacy() -> None:
 
 
 # --------------------------------------------------------------------------- EyeLink ASC
-ASC_PREAMBLE = """\
-** CONVERTED FROM D:\\data\\{name}.edf using edfapi 4.2.1 Win32  Jun 21 2023 on Fri May 17 10:20:11 2024
-** DATE: Fri May 17 09:58:42 2024
-** TYPE: EDF_FILE BINARY EVENT SAMPLE TAGGED
-** VERSION: EYELINK II 1
-** SOURCE: EYELINK CL
-** EYELINK II CL v6.12 Feb  1 2018 (EyeLink Portable Duo)
-** CAMERA: EyeLink USBCAM Version 1.01
-** SERIAL NUMBER: CLU-DAB50
-** CAMERA_CONFIG: DAB50200.SCD
-** RECORDED BY experiment.py
-** SREB2.2.299 WIN32 LID:20A87A96 Mod:2024.05.17 09:58 CEST
-**
-
-MSG	{t0m} DISPLAY_COORDS 0 0 1919 1079
-MSG	{t0m} RETRACE_INTERVAL  16.6666666667
-MSG	{t0c} !CAL
->>>>>>> CALIBRATION (HV9,P-CR) FOR {eye_word}: <<<<<<<<<
-MSG	{t0c} !CAL Calibration points:
-MSG	{t0c} !CAL -25.3, -30.7         0,     73
-MSG	{t0c} !CAL eye check box: (L,R,T,B)
-	  -59     5   -46   -17
-
-MSG	{t0c} !CAL Cal coeff:(X=a+bx+cy+dxx+eyy,Y=f+gx+goaly+ixx+jyy)
-   0.0002854  137.26  1.2339  0.40941  1.528
-   72.764 -6.3857  168.73  0.055881  1.5252
-
-MSG	{t0c} !CAL VALIDATION HV9 {e} {eye_word}  GOOD ERROR 0.31 avg. 0.70 max  OFFSET 0.14 deg. 2.1,5.3 pix.
-MSG	{t0v} TRIALID 1
-MSG	{t0v} RECCFG CR {rate:.0f} 2 1 {eyes}
-MSG	{t0v} GAZE_COORDS 0.00 0.00 1919.00 1079.00
-START	{t0} 	{eye_words}	SAMPLES	EVENTS
-PRESCALER	1
-VPRESCALER	1
-PUPIL	{pupil}
-EVENTS	GAZE	{eye_words}	RATE	{rate:.2f}	TRACKING	CR	FILTER	2
-SAMPLES	GAZE	{eye_words}	RATE	{rate:.2f}	TRACKING	CR	FILTER	2{extra}
-"""
+ASC_PREAMBLE = "\n".join(  # what edf2asc writes before the first recording block
+    [
+        "** CONVERTED FROM D:\\data\\{name}.edf using edfapi 4.2.1 Win32  Jun 21 2023 on "
+        "Fri May 17 10:20:11 2024",
+        "** DATE: Fri May 17 09:58:42 2024",
+        "** TYPE: EDF_FILE BINARY EVENT SAMPLE TAGGED",
+        "** VERSION: EYELINK II 1",
+        "** SOURCE: EYELINK CL",
+        "** EYELINK II CL v6.12 Feb  1 2018 (EyeLink Portable Duo)",
+        "** CAMERA: EyeLink USBCAM Version 1.01",
+        "** SERIAL NUMBER: CLU-DAB50",
+        "** CAMERA_CONFIG: DAB50200.SCD",
+        "** RECORDED BY experiment.py",
+        "** SREB2.2.299 WIN32 LID:20A87A96 Mod:2024.05.17 09:58 CEST",
+        "**",
+        "",
+        "MSG\t{t0m} DISPLAY_COORDS 0 0 1919 1079",
+        "MSG\t{t0m} RETRACE_INTERVAL  16.6666666667",
+        "MSG\t{t0c} !CAL",
+        ">>>>>>> CALIBRATION (HV9,P-CR) FOR {eye_word}: <<<<<<<<<",
+        "MSG\t{t0c} !CAL Calibration points:",
+        "MSG\t{t0c} !CAL -25.3, -30.7         0,     73",
+        "MSG\t{t0c} !CAL eye check box: (L,R,T,B)",
+        "\t  -59     5   -46   -17",
+        "",
+        "MSG\t{t0c} !CAL Cal coeff:(X=a+bx+cy+dxx+eyy,Y=f+gx+goaly+ixx+jyy)",
+        "   0.0002854  137.26  1.2339  0.40941  1.528",
+        "   72.764 -6.3857  168.73  0.055881  1.5252",
+        "",
+        "MSG\t{t0c} !CAL VALIDATION HV9 {e} {eye_word}  GOOD ERROR 0.31 avg. 0.70 max  "
+        "OFFSET 0.14 deg. 2.1,5.3 pix.",
+        "MSG\t{t0v} TRIALID 1",
+        "MSG\t{t0v} RECCFG CR {rate:.0f} 2 1 {eyes}",
+        "MSG\t{t0v} GAZE_COORDS 0.00 0.00 1919.00 1079.00",
+        "START\t{t0} \t{eye_words}\tSAMPLES\tEVENTS",
+        "PRESCALER\t1",
+        "VPRESCALER\t1",
+        "PUPIL\t{pupil}",
+        "EVENTS\tGAZE\t{eye_words}\tRATE\t{rate:.2f}\tTRACKING\tCR\tFILTER\t2",
+        "SAMPLES\tGAZE\t{eye_words}\tRATE\t{rate:.2f}\tTRACKING\tCR\tFILTER\t2{extra}",
+        "",
+    ]
+)
 
 
 def eyelink(name: str, binocular: bool, pupil_kind: str, res: bool) -> None:
@@ -297,7 +302,8 @@ def eyelink(name: str, binocular: bool, pupil_kind: str, res: bool) -> None:
         else:
             px, py = to_screen_px(ex, y, g["screen_mm"], g["distance_mm"], g["resolution_px"])
         pu = (p / scale) ** 2 if pupil_kind == "AREA" else p / scale
-        per_eye[e] = (np.round(px, 1), np.round(py, 1), np.round(pu, 0 if pupil_kind == "AREA" else 1))
+        digits = 0 if pupil_kind == "AREA" else 1
+        per_eye[e] = (np.round(px, 1), np.round(py, 1), np.round(pu, digits))
     # what a reader gets back from the written values
     if res:
         xs = [(per_eye[e][0] - cx) / ppd[0] for e in eyes]
@@ -308,7 +314,8 @@ def eyelink(name: str, binocular: bool, pupil_kind: str, res: bool) -> None:
         xs, ys = [c[0] for c in conv], [c[1] for c in conv]
     pm = [np.sqrt(per_eye[e][2]) * scale if pupil_kind == "AREA" else per_eye[e][2] * scale
           for e in eyes]  # fmt: skip
-    keep_truth(name, tm * 1e-3, np.mean(xs, axis=0), np.mean(ys, axis=0), np.mean(pm, axis=0), (x, y))
+    mean = [np.mean(v, axis=0) for v in (xs, ys, pm)]
+    keep_truth(name, tm * 1e-3, *mean, (x, y))
     eye_words = "\t".join("LEFT" if e == "L" else "RIGHT" for e in eyes)
     extra = ("\tVEL\tRES" if res else "") + "\tINPUT"
     out = [ASC_PREAMBLE.format(
@@ -320,11 +327,13 @@ def eyelink(name: str, binocular: bool, pupil_kind: str, res: bool) -> None:
     out.append(f"INPUT\t{t0}\t127")
     ok = np.isfinite(x)
     fix_start = None
+    blink_start = tm[0]
     for i in range(len(t)):
         ti = f"{tm[i]:.1f}" if rate > 1000 else f"{tm[i]:.0f}"
         if i and ok[i - 1] and not ok[i]:
             if fix_start is not None:
-                out.append(f"EFIX {eyes[0]}   {fix_start}\t{tm[i - 1]:.0f}\t{tm[i - 1] - fix_start + 1:.0f}"
+                end = tm[i - 1]
+                out.append(f"EFIX {eyes[0]}   {fix_start}\t{end:.0f}\t{end - fix_start + 1:.0f}"
                            "\t  960.0\t  540.0\t   1200")  # fmt: skip
                 fix_start = None
             out.extend(f"SBLINK {e} {ti}" for e in eyes)
