@@ -65,12 +65,13 @@ def load_csv(
     Raises:
         DatasetError: naming the file, the line and the column, and what to do.
     """
+    base = options or ReadOptions()
     opts = replace(
-        options or ReadOptions(),
+        base,
         format="csv",
-        columns=tuple(columns) if columns is not None else (options.columns if options else None),
-        rate_hz=rate_hz if rate_hz is not None else (options.rate_hz if options else None),
-        fov_deg=fov_deg if fov_deg is not None else (options.fov_deg if options else None),
+        columns=tuple(columns) if columns is not None else base.columns,
+        rate_hz=rate_hz if rate_hz is not None else base.rate_hz,
+        fov_deg=fov_deg if fov_deg is not None else base.fov_deg,
     )
     return read_recording(path, opts).samples
 
