@@ -91,9 +91,11 @@ def chunk_payload(index: int, state: LedgerState, rng: np.random.Generator) -> b
             "k": 8,
             "m": 15,
             "epsilon": list(EPS.values()),
-            "lambda": [3.0] * N_FEATURES,
-            "delta2": [0.7] * N_FEATURES,
-            "noise": "os-csprng",
+            "noise_scale": [3.0] * N_FEATURES,
+            "sensitivity": [0.7] * N_FEATURES,
+            "noise_multiplier": [2.0] * N_FEATURES,
+            "noise": "laplace",
+            "randomness": "os-csprng",
         }
     )
     return ChunkMessage.build(
@@ -106,6 +108,7 @@ def chunk_payload(index: int, state: LedgerState, rng: np.random.Generator) -> b
         values=rng.normal(size=(N_FEATURES, N_STEPS)),
         mechanism=mechanism,
         ledger=LedgerSnapshot.from_state(sum(EPS.values()), state),
+        unix_offset=1.7e9,
     ).to_payload()
 
 

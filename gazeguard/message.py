@@ -35,7 +35,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gazeguard.errors import ConfigError
-from gazeguard.mechanisms.registry import ONLINE_MECHANISMS, MechanismKind, mechanism_kind
+from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, MechanismKind, mechanism_kind
 
 CHUNK_SCHEMA: Final = "gazeguard.chunk/2"
 STATUS_SCHEMA: Final = "gazeguard.status/1"
@@ -65,30 +65,41 @@ class _Model(BaseModel):
 
 
 class MechanismParams(_Model):
-    """How a chunk was privatized (DESIGN.md "Mechanisms"); lists have one entry per feature.
+    """How a chunk was privatized (docs/design.md "Mechanisms"); lists have one entry per feature.
 
     Attributes:
-        name: ``lpa`` (Laplace on every value), ``cfpa`` (FPA per chunk) or ``dcfpa`` (FPA on the
+        name: ``lpa`` (noise on every value), ``cfpa`` (FPA per chunk) or ``dcfpa`` (FPA on the
             difference chunk, then cumulative sum).
+        noise: the noise family: ``laplace`` (discrete Laplace, pure ε-DP, pays the L1
+            sensitivity) or ``gaussian`` (discrete Gaussian, (ε, δ)-DP, pays the L2 sensitivity).
         transform: ``dft`` or ``dct`` for the Fourier mechanisms; ``None`` for ``lpa``.
         n: steps per chunk, a power of two.
         k: kept frequencies (``None`` for ``lpa``), 1 ≤ k ≤ n/2 (dft) or n (dct).
-        m: kept real coefficients: ``2k − 1`` for ``dft``, ``k`` for ``dct``; ``n`` for ``lpa``.
-        epsilon: ε per feature for this chunk, (F,).
-        noise_scale: λ per feature, the Laplace scale actually used, in the feature's unit, (F,).
-        sensitivity_l2: Δ2 per feature from the public bounds, in the feature's unit, (F,).
-        noise: ``os-csprng`` in production; ``INSECURE-seeded`` when a reproducible seed was set.
+        m: noised real coefficients per feature: ``2k − 1`` for ``dft``, ``k`` for ``dct``;
+            ``n`` for ``lpa``.
+        epsilon: pure ε per feature for this chunk, (F,); ``None`` entries for Gaussian noise,
+            which has no pure guarantee (its (ε, δ) is in the ledger snapshot).
+        noise_scale: per feature, the noise actually added to each coefficient in the
+            feature's unit: the Laplace scale λ, or the Gaussian standard deviation σ, (F,).
+        sensitivity: per feature, the sensitivity the noise pays (L1 for Laplace, L2 for
+            Gaussian) of the noised coefficients, from the public bounds, (F,).
+        noise_multiplier: ``noise_scale / effective sensitivity`` per feature (what the
+            accountant composes), (F,).
+        randomness: ``os-csprng`` in production; ``INSECURE-seeded`` when a reproducible seed
+            was set.
     """
 
     name: str = Field(json_schema_extra={"enum": list(ONLINE_MECHANISMS)})
+    noise: str = Field("laplace", json_schema_extra={"enum": list(NOISE)})
     transform: Literal["dft", "dct"] | None
     n: int = Field(ge=2)
     k: int | None = Field(ge=1)
     m: int = Field(ge=1)
-    epsilon: list[Positive] = Field(min_length=1)
-    noise_scale: list[Positive] = Field(alias="lambda", min_length=1)
-    sensitivity_l2: list[Positive] = Field(alias="delta2", min_length=1)
-    noise: NoiseSource
+    epsilon: list[Positive | None] = Field(min_length=1)
+    noise_scale: list[Positive] = Field(min_length=1)
+    sensitivity: list[Positive] = Field(min_length=1)
+    noise_multiplier: list[Positive] = Field(min_length=1)
+    randomness: NoiseSource
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -116,10 +127,25 @@ class MechanismParams(_Model):
                     raise ValueError(msg)
         except ConfigError as exc:
             raise ValueError(f"{exc.field}={exc.value!r}: {exc.reason}") from exc
-        if not len(self.epsilon) == len(self.noise_scale) == len(self.sensitivity_l2):
+        lengths = {
+            len(x)
+            for x in (self.epsilon, self.noise_scale, self.sensitivity, self.noise_multiplier)
+        }
+        if len(lengths) != 1:
             msg = (
-                f"epsilon, lambda and delta2 must have one entry per feature, got "
-                f"{len(self.epsilon)}, {len(self.noise_scale)}, {len(self.sensitivity_l2)}"
+                "epsilon, noise_scale, sensitivity and noise_multiplier must have one entry per "
+                f"feature, got {len(self.epsilon)}, {len(self.noise_scale)}, "
+                f"{len(self.sensitivity)}, {len(self.noise_multiplier)}"
+            )
+            raise ValueError(msg)
+        if self.noise not in NOISE:
+            msg = f"noise {self.noise!r} is not one of {', '.join(NOISE)}"
+            raise ValueError(msg)
+        pure = self.noise == "laplace"
+        if any((e is None) == pure for e in self.epsilon):
+            msg = (
+                "epsilon must be given for every feature with laplace noise, and null with "
+                "gaussian noise (no pure guarantee)"
             )
             raise ValueError(msg)
         return self
@@ -132,16 +158,25 @@ class MechanismParams(_Model):
         return cls.model_validate(
             {
                 "name": p["name"],
+                "noise": p["noise"],
                 "transform": p["transform"] if transformed else None,
                 "n": p["n"],
                 "k": p["k"] if transformed else None,
                 "m": p["kept_coefficients"],
-                "epsilon": p["epsilon"],
-                "lambda": p["noise_scale"],
-                "delta2": p["sensitivity_l2"],
-                "noise": "os-csprng" if p["secure"] else "INSECURE-seeded",
+                "epsilon": [e if math.isfinite(e) else None for e in p["epsilon"]],
+                "noise_scale": p["noise_scale"],
+                "sensitivity": p["sensitivity"],
+                "noise_multiplier": p["noise_multiplier"],
+                "randomness": "os-csprng" if p["secure"] else "INSECURE-seeded",
             }
         )
+
+    @property
+    def pure_total(self) -> float | None:
+        """Sum of the features' pure ε, or ``None`` without a pure guarantee."""
+        if any(e is None for e in self.epsilon):
+            return None
+        return math.fsum(e for e in self.epsilon if e is not None)
 
 
 class MechanismLike(Protocol):
@@ -198,6 +233,11 @@ class LedgerSnapshot(_Model):
         remaining: ``session_cap − epsilon``; ``None`` when uncapped.
         session_cap: cap on ``epsilon``, or ``None``.
         window_cap: cap on the ε of any ``window_s`` seconds of gaze, or ``None``.
+        raw_event_epsilon: ε at ``delta`` that protects one raw gaze sample (and any change of
+            gaze within one feature window): the composition of this chunk's cost over the
+            ``chunks_reached`` consecutive chunks one sample can change.
+        chunks_reached: how many consecutive chunks one raw gaze sample can change (from the
+            window, the step, the chunk length and the feature hold limit).
     """
 
     epsilon: NonNegative
@@ -210,6 +250,8 @@ class LedgerSnapshot(_Model):
     remaining: NonNegative | None
     session_cap: Positive | None
     window_cap: Positive | None
+    raw_event_epsilon: Positive | None = None
+    chunks_reached: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -236,9 +278,18 @@ class LedgerSnapshot(_Model):
         return self
 
     @classmethod
-    def from_state(cls, chunk_epsilon: float, state: LedgerStateLike) -> LedgerSnapshot:
+    def from_state(
+        cls,
+        chunk_epsilon: float,
+        state: LedgerStateLike,
+        *,
+        raw_event_epsilon: float | None = None,
+        chunks_reached: int | None = None,
+    ) -> LedgerSnapshot:
         """Build from the ledger's post-charge state (``gazeguard.ledger.LedgerState``)."""
         return cls(
+            raw_event_epsilon=raw_event_epsilon,
+            chunks_reached=chunks_reached,
             epsilon=state.epsilon,
             delta=state.delta,
             epsilon_window=state.epsilon_window,
@@ -258,9 +309,15 @@ class ChunkMessage(_Model):
     Attributes:
         session: session id; device: device id (as in the topic).
         chunk_index: 0-based chunk number within the session; with ``session`` the dedup key.
-        timestamps: end time of each step's feature window, s (LSL clock), (n,), increasing.
+        timestamps: end time of each step's feature window, s (LSL clock of the sidecar's host:
+            seconds since an arbitrary origin), (n,), increasing.
+        unix_start: Unix time of the first step, s (LSL clock + the host's clock offset): place
+            the chunk in wall-clock time on any host.
+        unix_end: Unix time of the last step, s.
         features: feature names, (F,); units: their units, (F,).
         values: privatized feature values ``[F][n]`` in the features' units.
+        carries: what the values carry, in words (e.g. "one number per feature per chunk ...").
+        profile: the release profile that chose the features, or ``None``.
         mechanism: how the values were privatized.
         ledger: the ledger state after this chunk was charged.
     """
@@ -270,6 +327,10 @@ class ChunkMessage(_Model):
     device: Name
     chunk_index: int = Field(ge=0)
     timestamps: list[FiniteFloat] = Field(min_length=2)
+    unix_start: FiniteFloat
+    unix_end: FiniteFloat
+    carries: str = ""
+    profile: str | None = None
     features: list[Name] = Field(min_length=1)
     units: list[str]
     values: list[list[FiniteFloat]]
@@ -297,9 +358,15 @@ class ChunkMessage(_Model):
         if len(self.values) != F or any(len(row) != n for row in self.values):
             msg = f"values must be [F][n] = [{F}][{n}]"
             raise ValueError(msg)
-        total = math.fsum(self.mechanism.epsilon)
-        if self.ledger.chunk_epsilon is not None and not math.isclose(
-            total, self.ledger.chunk_epsilon, rel_tol=_EPS_RTOL, abs_tol=_EPS_UNIT * F
+        if self.unix_end < self.unix_start:
+            msg = f"unix_end={self.unix_end} precedes unix_start={self.unix_start}"
+            raise ValueError(msg)
+        total = self.mechanism.pure_total
+        if (total is None) != (self.ledger.chunk_epsilon is None):
+            msg = "ledger.chunk_epsilon must be null exactly when the noise has no pure ε"
+            raise ValueError(msg)
+        if total is not None and not math.isclose(
+            total, self.ledger.chunk_epsilon or 0.0, rel_tol=_EPS_RTOL, abs_tol=_EPS_UNIT * F
         ):
             msg = (
                 f"ledger.chunk_epsilon={self.ledger.chunk_epsilon} but the features' ε sum to "
@@ -321,20 +388,29 @@ class ChunkMessage(_Model):
         values: npt.ArrayLike,
         mechanism: MechanismParams,
         ledger: LedgerSnapshot,
+        unix_offset: float,
+        carries: str = "",
+        profile: str | None = None,
     ) -> ChunkMessage:
-        """Build from numpy arrays: ``timestamps`` (n,) s, ``values`` float64 (F, n).
+        """Build from numpy arrays: ``timestamps`` (n,) s, ``values`` float64 (F, n);
+        ``unix_offset``: Unix time minus timestamp, s.
 
         Raises:
             pydantic.ValidationError: wrong shapes, non-finite values or inconsistent ε.
         """
+        t = np.asarray(timestamps, dtype=np.float64)
         return cls(
             session=session,
             device=device,
             chunk_index=chunk_index,
-            timestamps=np.asarray(timestamps, dtype=np.float64).tolist(),
+            timestamps=t.tolist(),
+            unix_start=float(t[0]) + unix_offset if t.size else unix_offset,
+            unix_end=float(t[-1]) + unix_offset if t.size else unix_offset,
             features=list(features),
             units=list(units),
             values=np.asarray(values, dtype=np.float64).tolist(),
+            carries=carries,
+            profile=profile,
             mechanism=mechanism,
             ledger=ledger,
         )

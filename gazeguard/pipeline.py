@@ -188,6 +188,7 @@ class Pipeline:
             seed=mechanism.insecure_seed,
         )
         self._params = MechanismParams.from_mechanism(self.mechanism)
+        self._carries = self.mechanism.carries()
         # What the ledger will charge: ε per feature rounded up to micro-ε, summed exactly.
         self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
         self._charge_total = sum(to_units_up(e) for e in self._eps_map.values()) / UNITS_PER_EPSILON
@@ -207,11 +208,6 @@ class Pipeline:
                 session,
                 mechanism.insecure_seed,
             )
-
-    def _gaze_span(self, chunk: Chunk) -> tuple[float, float]:
-        """Unix times of the chunk's first and last step (LSL clock + the clock offset)."""
-        offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
-        return float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset
 
     @property
     def chunk_epsilon(self) -> float:
@@ -262,7 +258,8 @@ class Pipeline:
             if not np.all(np.isfinite(values)):
                 msg = "mechanism produced non-finite values"
                 raise FloatingPointError(msg)  # one fail-closed path for all errors
-            gaze = self._gaze_span(chunk)
+            offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
+            gaze = (float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset)
             for attempt in range(_STALE_RETRIES):
                 preview = self.ledger.preview(self.session, self._eps_map, gaze=gaze)
                 message = ChunkMessage.build(
@@ -275,6 +272,8 @@ class Pipeline:
                     values=values,
                     mechanism=self._params,
                     ledger=LedgerSnapshot.from_state(self._charge_total, preview.state),
+                    unix_offset=offset,
+                    carries=self._carries,
                 )
                 body = message.to_payload()
                 try:

@@ -370,7 +370,7 @@ def test_sidecar_publishes_with_its_credentials_and_consumer_reads_over_tls(
     for c in received:
         assert (c.device, c.session) == (DEVICE, unique_id)
         assert c.mechanism.name == "dcfpa"
-        assert c.mechanism.noise == "os-csprng"
+        assert c.mechanism.randomness == "os-csprng"
         assert c.ledger.session_spent == pytest.approx((c.chunk_index + 1) * c.ledger.chunk_epsilon)
     assert states
     assert states[0] in {"starting", "running"}

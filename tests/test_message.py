@@ -40,9 +40,11 @@ def mechanism(**over: Any) -> MechanismParams:
         "k": 3,
         "m": 5,
         "epsilon": [0.5] * F,
-        "lambda": [1.0, 2.0, 3.0, 4.0],
-        "delta2": [0.3] * F,
-        "noise": "os-csprng",
+        "noise_scale": [1.0, 2.0, 3.0, 4.0],
+        "sensitivity": [0.3] * F,
+        "noise_multiplier": [2.0] * F,
+        "noise": "laplace",
+        "randomness": "os-csprng",
     }
     fields.update(over)
     return MechanismParams.model_validate(fields)
@@ -78,7 +80,7 @@ def chunk(values: np.ndarray | None = None, **over: Any) -> ChunkMessage:
         "ledger": snapshot(),
     }
     fields.update(over)
-    return ChunkMessage.build(**fields)
+    return ChunkMessage.build(**fields, unix_offset=1.7e9)
 
 
 def test_round_trip_is_exact() -> None:
@@ -88,7 +90,8 @@ def test_round_trip_is_exact() -> None:
     assert back == msg
     np.testing.assert_array_equal(back.values_array(), values)  # bit-exact floats
     assert json.loads(msg.to_payload())["schema"] == "gazeguard.chunk/2"
-    assert json.loads(msg.to_payload())["mechanism"]["lambda"] == [1.0, 2.0, 3.0, 4.0]
+    assert json.loads(msg.to_payload())["mechanism"]["noise_scale"] == [1.0, 2.0, 3.0, 4.0]
+    assert (back.unix_start, back.unix_end) == (1.7e9 + 100.0, 1.7e9 + 100.0 + 0.5 * (N - 1))
 
 
 @settings(max_examples=50, deadline=None)
@@ -121,7 +124,7 @@ def test_real_payloads_validate_against_the_schema() -> None:
     payload = json.loads(chunk().to_payload())
     validator.validate(payload)
     lpa = chunk(
-        mechanism=mechanism(name="lpa", transform=None, k=None, m=N, noise="INSECURE-seeded")
+        mechanism=mechanism(name="lpa", transform=None, k=None, m=N, randomness="INSECURE-seeded")
     )
     validator.validate(json.loads(lpa.to_payload()))
     for broken in (
@@ -160,7 +163,7 @@ def test_non_finite_values_are_refused(bad: float) -> None:
     with pytest.raises(ValidationError, match=r"timestamps\.0"):
         chunk(timestamps=times)
     with pytest.raises(ValidationError, match="finite"):
-        mechanism(**{"lambda": [1.0, bad, 1.0, 1.0]})
+        mechanism(noise_scale=[1.0, bad, 1.0, 1.0])
 
 
 @pytest.mark.parametrize(
@@ -193,7 +196,9 @@ def test_inconsistent_chunks_are_refused(over: dict[str, Any], match: str) -> No
         ({"transform": None}, "needs a transform"),
         ({"epsilon": [0.5] * (F - 1)}, "one entry per feature"),
         ({"epsilon": [0.5, 0.5, 0.0, 0.5]}, "greater than 0"),
-        ({"noise": "seeded"}, "noise"),
+        ({"randomness": "seeded"}, "randomness"),
+        ({"noise": "cauchy"}, "not one of laplace"),
+        ({"epsilon": [0.5, None, 0.5, 0.5]}, "null with gaussian"),
     ],
 )
 def test_inconsistent_mechanisms_are_refused(over: dict[str, Any], match: str) -> None:

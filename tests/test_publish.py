@@ -67,9 +67,11 @@ def charge_chunk(ledger: Ledger, session: str, index: int) -> Charge:
             "k": 2,
             "m": 3,
             "epsilon": list(EPS.values()),
-            "lambda": [2.0] * F,
-            "delta2": [1.5] * F,
-            "noise": "INSECURE-seeded",
+            "noise_scale": [2.0] * F,
+            "sensitivity": [1.5] * F,
+            "noise_multiplier": [2.0] * F,
+            "noise": "laplace",
+            "randomness": "INSECURE-seeded",
         }
     )
 
@@ -84,6 +86,7 @@ def charge_chunk(ledger: Ledger, session: str, index: int) -> Charge:
         values=rng.normal(size=(F, N)),
         mechanism=mechanism,
         ledger=LedgerSnapshot.from_state(sum(EPS.values()), preview.state),
+        unix_offset=1.7e9,
     ).to_payload()
     topic = chunk_topic(PREFIX, DEVICE, session)
     return ledger.charge(session, index, EPS, topic, body, version=preview.version)

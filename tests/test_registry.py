@@ -81,7 +81,8 @@ def test_the_message_parameters_are_the_mechanisms_own(name: str) -> None:
     assert params.k == (3 if kind.transformed else None)
     assert params.transform == ("dct" if kind.transformed else None)
     np.testing.assert_allclose(params.noise_scale, mech.noise_scale)
-    np.testing.assert_allclose(params.sensitivity_l2, mech.sensitivity_l2)
+    np.testing.assert_allclose(params.sensitivity, mech.sensitivity)
+    np.testing.assert_allclose(params.noise_multiplier, mech.noise_multiplier)
 
 
 def test_a_noise_multiplier_gives_the_pure_epsilon_it_implies() -> None:

@@ -97,7 +97,9 @@ def test_end_to_end_chunks_are_schema_valid_and_match_the_ledger(
             assert c.values_array().shape == (5, 32)
             assert c.features == FEATURES.split(",")
             assert c.mechanism.name == "dcfpa"
-            assert c.mechanism.noise == "os-csprng"
+            assert c.mechanism.noise == "laplace"
+            assert c.mechanism.randomness == "os-csprng"
+            assert c.unix_start < c.unix_end <= time.time()
             assert sum(c.mechanism.epsilon) == pytest.approx(CHUNK_EPS)
             assert c.ledger.chunk_epsilon == pytest.approx(records[c.chunk_index].total)
         assert chunks[-1].ledger.session_spent == pytest.approx(spent)

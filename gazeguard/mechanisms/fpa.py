@@ -252,6 +252,13 @@ class Mechanism:
         return self._reference.sensitivity.l2.copy()
 
     @property
+    def sensitivity(self) -> FloatArray:
+        """float64 (F,): the sensitivity the noise family pays (L1 for Laplace, L2 for
+        Gaussian) of the noised coefficients, from the public bounds."""
+        sens = self._reference.sensitivity
+        return (sens.l1 if noise_kind(self.noise).norm == "l1" else sens.l2).copy()
+
+    @property
     def grid(self) -> FloatArray:
         """float64 (F,): γ, the power-of-two grid of the released coefficients."""
         return self._reference.noise.grid.copy()
@@ -282,6 +289,8 @@ class Mechanism:
             "epsilon": self.epsilon.tolist(),
             "noise_scale": self.noise_scale.tolist(),
             "sensitivity_l2": self.sensitivity_l2.tolist(),
+            "sensitivity": self.sensitivity.tolist(),
+            "noise_multiplier": self.noise_multiplier.tolist(),
             "grid": self.grid.tolist(),
             "secure": self.secure,
         }
