@@ -32,8 +32,8 @@ from gazeguard.mechanisms import (
 )
 from gazeguard.mechanisms import transforms as tr_mod
 from gazeguard.mechanisms.noise import SAMPLER_LOSS_PER_COORDINATE
+from gazeguard.cli.mechanisms import main as prior_main
 from gazeguard.mechanisms.prior import DEFAULT_PATH
-from gazeguard.mechanisms.prior import main as prior_main
 
 FloatArray = npt.NDArray[np.float64]
 LO, HI, STEP = -1.0, 3.0, 0.3

@@ -40,11 +40,12 @@ Within a :class:`Ledger`, one connection is shared under a lock, so it may be ca
 Durability. SQLite runs in WAL mode with ``synchronous=FULL`` by default (a committed charge
 survives power loss); ``NORMAL`` survives a process crash but may lose the last commits on power
 loss and exists for benchmarks. Outbox payloads are dropped once delivered; charge rows stay.
+
+``gazeguard ledger show`` (:mod:`gazeguard.cli.ledger`) prints the accounts.
 """
 
 from __future__ import annotations
 
-from gazeguard.ledger._cli import configure_ledger, run_ledger
 from gazeguard.ledger._ledger import Ledger
 from gazeguard.ledger._model import (
     UNITS_PER_EPSILON,
@@ -73,8 +74,6 @@ __all__ = [
     "OutboxItem",
     "Sql",
     "SqliteBackend",
-    "configure_ledger",
-    "run_ledger",
     "to_units_down",
     "to_units_up",
 ]

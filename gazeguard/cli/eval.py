@@ -1,12 +1,16 @@
-"""``gazeguard eval``: the privacy–utility evaluation from the command line."""
+"""``gazeguard eval``: the privacy–utility evaluation (:mod:`gazeguard.eval`) from the command line.
+
+Needs the ``eval`` extra (scikit-learn, scipy, matplotlib): ``pip install 'gazeguard[eval]'``;
+without it the command says so in one line.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
+from gazeguard.cli._common import ExitCode, get_console, stdout
 from gazeguard.errors import ConfigError
 from gazeguard.eval.attacks import CLASSIFIERS
 from gazeguard.eval.datasets import open_dataset
@@ -97,7 +101,7 @@ def _k(text: str) -> int | str:
     return k
 
 
-def configure_eval(parser: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard eval``."""
     parser.description = DESCRIPTION
     parser.epilog = EPILOG
@@ -245,11 +249,11 @@ def _render(source: Path, out: Path) -> int:
     write_markdown(results, out / "results.md")
     for res in results:
         write_plots(res, out)
-    print(f"rendered {out / 'results.md'} and plots in {out} from {source}")  # noqa: T201
-    return 0
+    stdout(f"rendered {out / 'results.md'} and plots in {out} from {source}")
+    return ExitCode.OK
 
 
-def run_eval(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the evaluation; write JSON, Markdown and PNGs to ``--out``; return 0."""
     if args.render is not None:
         return _render(args.render, args.out)
@@ -294,12 +298,12 @@ def run_eval(args: argparse.Namespace) -> int:
         )
         for spec in (args.dataset or ["gazegraph", "synthetic"])
     ]
+    console = get_console()
     if args.sensitivity == "paper":
-        print(f"WARNING: --sensitivity paper: {NOT_PRIVATE}", file=sys.stderr)  # noqa: T201
+        console.warn(f"WARNING: --sensitivity paper: {NOT_PRIVATE}")
     if args.insecure_seed is not None:
-        print(  # noqa: T201
-            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private",
-            file=sys.stderr,
+        console.warn(
+            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
         )
     t0 = time.perf_counter()
     results = []
@@ -312,9 +316,9 @@ def run_eval(args: argparse.Namespace) -> int:
         written = read_json(write_json(results, out / "results.json"))
         write_markdown(written, out / "results.md")
         write_plots(written[-1], out)
-    print(markdown(written))  # noqa: T201
-    print(  # noqa: T201
+    stdout(markdown(written))
+    stdout(
         f"\nwrote {out / 'results.json'}, {out / 'results.md'} and plots in {out} "
         f"({time.perf_counter() - t0:.0f} s)"
     )
-    return 0
+    return ExitCode.OK
