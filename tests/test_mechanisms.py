@@ -14,6 +14,7 @@ import pytest
 import scipy.fft
 
 import gazeguard.mechanisms as mechanisms_package
+from gazeguard.cli.mechanisms import main as prior_main
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError, DatasetError
 from gazeguard.mechanisms import (
@@ -32,7 +33,6 @@ from gazeguard.mechanisms import (
 )
 from gazeguard.mechanisms import transforms as tr_mod
 from gazeguard.mechanisms.noise import SAMPLER_LOSS_PER_COORDINATE
-from gazeguard.cli.mechanisms import main as prior_main
 from gazeguard.mechanisms.prior import DEFAULT_PATH
 
 FloatArray = npt.NDArray[np.float64]
