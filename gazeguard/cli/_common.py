@@ -171,13 +171,28 @@ class JsonFormatter(logging.Formatter):
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class _StderrHandler(logging.Handler):
+    """Writes each record to the *current* ``sys.stderr`` (which tests and wrappers may swap)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # logging must never raise
+            self.handleError(record)
+
+
 def configure_logging(level: int, fmt: LogFormat) -> None:
-    """Route every logger to stderr in ``fmt``, at ``level`` (replaces earlier handlers)."""
-    handler = logging.StreamHandler(sys.stderr)
+    """Route every logger to stderr in ``fmt``, at ``level`` (replacing the handler an earlier
+    call installed; other handlers, e.g. a test runner's, are left alone)."""
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if isinstance(old, _StderrHandler) or (
+            isinstance(old, logging.StreamHandler) and old.stream in (sys.stderr, sys.__stderr__)
+        ):
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
 
