@@ -9,9 +9,10 @@ traces come from an in-process tap for this plot only; they are never published.
 The demo is ``gazeguard run`` with the settings of :data:`DEMO_DEFAULTS` changed, so that chunks
 arrive every few seconds and the privatized trace is visible: a 10 s window and a 0.1 s step
 (one 32-step chunk per 3.2 s after the first window, instead of 46 s then every 16 s), a release
-profile of the four plotted features (not all 48) at ε = 24 each (a value from the paper's
-grid; at run's ε = 1 a chunk is mostly noise), the simulated headset, a throw-away ledger in a
-temporary directory (no real budget is spent) and a free port for the embedded broker.
+profile of the four plotted features (not all 48) at ε = 24 each (a value from the paper's grid:
+weaker privacy than run's ε = 1, at which a chunk is mostly noise), the simulated headset, a
+throw-away ledger in a temporary directory (no real budget is spent) and a free port for the
+embedded broker.
 :func:`demo_changes` lists what differs from ``run``'s defaults and why; the banner and the PNG
 caption show it. Everything else — mechanism, k, noise from ``os.urandom``, the charge before
 publishing — is what ``run`` does.
@@ -164,9 +165,10 @@ def demo_changes(
             "mechanism.epsilon",
             f"{m.epsilon:g}",
             f"{run_eps:g}",
-            f"ε per feature per chunk: at {run_eps:g} a chunk is mostly noise, at {m.epsilon:g} "
-            f"(from the paper's grid) the privatized trace follows the raw one. A chunk costs "
-            f"{chunk_eps:g}, so the user-level ε grows by {per_minute:.4g} per minute of gaze",
+            f"ε per feature per chunk, from the paper's grid: weaker privacy than run's "
+            f"{run_eps:g}, at which a chunk is mostly noise, so that there is signal to look at. "
+            f"A chunk costs {chunk_eps:g}, so the user-level ε grows by {per_minute:.4g} per "
+            "minute of gaze: the figure to judge the privacy by",
         )
     if settings.ledger.path != LedgerSettings().path:
         add(
