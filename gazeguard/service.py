@@ -9,11 +9,11 @@ headset stream)::
                                   ▼
                            Publisher (drains the ledger outbox in order, QoS 1, PUBACK)
 
-The configuration is checked first (:func:`gazeguard.config.validate_settings`: the same checks as
-``gazeguard config check``). Resources are async context managers entered in order and left in
-reverse: ledger, broker
-(embedded when ``broker.host`` is unset), publisher, simulated headset (when the ingest source
-resolves to it), LSL stream. The ingest loop runs as a named task; SIGINT/SIGTERM, ``duration_s``
+The configuration is checked first (:func:`require_valid`: the checks of
+:func:`gazeguard.config.validate_settings`, as ``gazeguard config check`` runs them). Resources
+are async context managers entered in order and left in reverse: ledger, broker (embedded when
+``broker.host`` is unset), publisher, simulated headset (when the ingest source resolves to it),
+LSL stream. The ingest loop runs as a named task; SIGINT/SIGTERM, ``duration_s``
 or the end of the stream stop it; the incomplete last chunk is dropped, a final retained status
 says ``stopped`` and the publisher gets a few seconds to drain the outbox (what it cannot send
 stays in the ledger and goes out on the next start). :class:`RunSummary` says what happened,
@@ -118,7 +118,7 @@ def expected_session(settings: Settings) -> str | None:
     return None
 
 
-def check(settings: Settings) -> None:
+def require_valid(settings: Settings) -> None:
     """Refuse a configuration :func:`~gazeguard.config.validate_settings` finds a problem in.
 
     Raises:
@@ -235,7 +235,7 @@ async def serve(
         ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (before
             anything is opened), or the ledger refused the caps.
     """
-    check(settings)
+    require_valid(settings)
     stop = stop or asyncio.Event()
     async with _outbound(settings) as out, _gaze(settings.ingest) as stream:
         ledger, publisher = out.ledger, out.publisher
@@ -321,7 +321,7 @@ async def serve_fleet(
         ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (e.g. a source
             other than 'lsl' or 'mqtt').
     """
-    check(
+    require_valid(
         settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"enabled": True})})
     )
     stop = stop or asyncio.Event()

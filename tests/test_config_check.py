@@ -15,7 +15,7 @@ from gazeguard.cli import ExitCode, main
 from gazeguard.config import Settings, check_settings, load_settings, validate_settings
 from gazeguard.errors import ConfigError
 from gazeguard.ledger import Ledger
-from gazeguard.service import check
+from gazeguard.service import require_valid
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -189,7 +189,7 @@ def test_serve_checks_the_settings_before_opening_anything(tmp_path: Path) -> No
     )
     assert len(validate_settings(settings)) == 2
     with pytest.raises(ConfigError, match=r"fixation_rat.*fixation_rate.*and 1 more"):
-        check(settings)
+        require_valid(settings)
     assert not (tmp_path / "l.sqlite").exists()
 
 
