@@ -1,7 +1,8 @@
 """What goes on the wire: versioned payload models and the MQTT topics they travel on.
 
 Two messages leave gazeguard, both JSON described by pydantic models with an exported JSON Schema
-(``gazeguard/data/*.schema.json``; regenerate with ``python -m gazeguard.message --write-schemas``):
+(``gazeguard/data/*.schema.json``; regenerate with ``python -m gazeguard.message --write-schemas``,
+:mod:`gazeguard.cli.schemas`):
 
 - :class:`ChunkMessage` (``"schema": "gazeguard.chunk/2"``), one per privatized chunk, on
   ``{prefix}/{device}/{session}/chunks`` (QoS 1, not retained). It carries the privatized values
@@ -21,10 +22,8 @@ after a reconnect or restart. Consumers deduplicate by ``(session, chunk_index)`
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -567,25 +566,7 @@ def write_schemas(directory: Path) -> list[Path]:
     return written
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gazeguard.message --write-schemas [DIR]``."""
-    parser = argparse.ArgumentParser(prog="python -m gazeguard.message", description=__doc__)
-    parser.add_argument(
-        "--write-schemas",
-        nargs="?",
-        const=Path(__file__).resolve().parent / "data",
-        type=Path,
-        metavar="DIR",
-        help="write the payload JSON Schemas (default: gazeguard/data in the source tree)",
-    )
-    args = parser.parse_args(argv)
-    if args.write_schemas is None:
-        parser.print_help()
-        return 2
-    for path in write_schemas(args.write_schemas):
-        sys.stdout.write(f"wrote {path}\n")
-    return 0
+if __name__ == "__main__":  # ``python -m gazeguard.message --write-schemas [DIR]``
+    from gazeguard.cli.schemas import main
 
-
-if __name__ == "__main__":
     raise SystemExit(main())

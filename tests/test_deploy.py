@@ -38,6 +38,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.reasoncodes import ReasonCode
 from pydantic import SecretStr
 
+from gazeguard.cli import ExitCode
 from gazeguard.cli import main as gazeguard_main
 from gazeguard.config import BrokerSettings, load_settings
 from gazeguard.errors import PublishError
@@ -397,7 +398,7 @@ def test_sidecar_with_another_devices_login_is_refused_and_keeps_its_chunks(
         line = sidecar.wait_for_line(r"broker refused chunk 0 ", 40)
         assert f"'{PREFIX}/{DEVICE}/{unique_id}/chunks'" in line
         assert "Not authorized" in line
-        assert sidecar.stop() == 0, sidecar.stderr
+        assert sidecar.stop() == ExitCode.REFUSED, sidecar.stderr
     with Ledger(ledger_path, create=False) as ledger:
         state = ledger.state(unique_id)
     assert state.chunks >= 1
@@ -596,9 +597,9 @@ def test_there_is_an_example_config_for_every_preset() -> None:
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_example_config_is_valid(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert gazeguard_main(["config", "check", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert out.rstrip().endswith(f"{path}: OK")
-    effective = json.loads(out[: out.rindex("}") + 1])
+    captured = capsys.readouterr()
+    assert captured.err.rstrip().endswith(f"{path}: OK")
+    effective = json.loads(captured.out)  # stdout is the effective configuration, JSON only
     settings = load_settings(path)
     assert effective["device"] == settings.device
     # The ACL lets a device write only gazeguard/v1/<its username>/#.

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from pydantic import ValidationError
 
+from gazeguard.cli.schemas import main
 from gazeguard.errors import ConfigError
 from gazeguard.ledger import Ledger
 from gazeguard.message import (
@@ -24,7 +25,6 @@ from gazeguard.message import (
     StatusMessage,
     chunk_topic,
     json_schema,
-    main,
     shipped_schema,
     status_topic,
 )

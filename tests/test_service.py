@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 from conftest import MosquittoBroker, Subscriber, free_port
 
+from gazeguard.cli import ExitCode
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage, StatusMessage, json_schema
 from gazeguard.service import freeze_startup_objects
@@ -61,9 +62,9 @@ def gazeguard_run(
     )
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 30) -> str:
+def finish(proc: subprocess.Popen[str], timeout: float = 30, status: int = ExitCode.OK) -> str:
     _, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err
+    assert proc.returncode == status, err
     return err
 
 
@@ -157,7 +158,7 @@ def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
     try:
         assert sub.wait_for(sub.client.is_connected, 5)
         err = finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "20",
-                                   "--duration", "8"))  # fmt: skip
+                                   "--duration", "8"), status=ExitCode.BUDGET)  # fmt: skip
         after = ledger_indices(tmp_path)
         assert after[: len(before)] == before
         assert after == sorted(after)
@@ -184,7 +185,7 @@ def test_budget_exhaustion_withholds_and_nothing_raw_is_published(
     try:
         assert sub.wait_for(sub.client.is_connected, 5)
         finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "6",
-                             "--duration", "6"))  # fmt: skip
+                             "--duration", "6"), status=ExitCode.BUDGET)  # fmt: skip
         assert ledger_indices(tmp_path) == [0, 1]  # 2 × 2.5 ≤ 6 < 3 × 2.5
         assert sub.wait_for(lambda: any(s.state == "budget_exhausted" for s in sub.statuses()), 10)
         exhausted = next(s for s in sub.statuses() if s.state == "budget_exhausted")

@@ -45,12 +45,12 @@ written by schema version 1 are upgraded in place on open (spent ε and numberin
 
 Layout: ``policy`` (composition, caps, windows: plain code), ``_store`` (the SQL, once),
 ``_sqlite`` and ``_postgres`` (storage only), ``_compose`` (the accountant adapter),
-``_ledger`` (transactions).
+``_ledger`` (transactions). ``gazeguard ledger show`` (:mod:`gazeguard.cli.ledger`) prints the
+accounts.
 """
 
 from __future__ import annotations
 
-from gazeguard.ledger._cli import configure_ledger, run_ledger
 from gazeguard.ledger._compose import LedgerComposer
 from gazeguard.ledger._ledger import Ledger, Preview, is_url
 from gazeguard.ledger._model import (
@@ -89,10 +89,8 @@ __all__ = [
     "Sql",
     "SqliteBackend",
     "StaleStateError",
-    "configure_ledger",
     "is_url",
     "pure_event_key",
-    "run_ledger",
     "to_units_down",
     "to_units_up",
 ]

@@ -1,4 +1,8 @@
-"""``gazeguard eval``: the privacy–utility evaluation from the command line."""
+"""``gazeguard eval``: the privacy–utility evaluation (:mod:`gazeguard.eval`) from the command line.
+
+Needs the ``eval`` extra (scikit-learn, scipy, matplotlib): ``pip install 'gazeguard[eval]'``;
+without it the command says so in one line.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gazeguard.cli._common import ExitCode, get_console, stdout
 from gazeguard.errors import ConfigError
 from gazeguard.eval.attacks import CLASSIFIERS
 from gazeguard.eval.datasets import PUBLIC_DATASETS, DataNotFoundError, open_dataset
@@ -153,7 +158,7 @@ def _k(text: str) -> int | str:
     return k
 
 
-def configure_eval(parser: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard eval``."""
     parser.description = DESCRIPTION
     parser.epilog = f"{_sources()}\n{FORMAT_HELP}\n{EPILOG}"
@@ -351,11 +356,11 @@ def _render(source: Path, out: Path) -> int:
     write_markdown(results, out / "results.md")
     for res in results:
         write_plots(res, out)
-    print(f"rendered {out / 'results.md'} and plots in {out} from {source}")  # noqa: T201
-    return 0
+    stdout(f"rendered {out / 'results.md'} and plots in {out} from {source}")
+    return ExitCode.OK
 
 
-def run_eval(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the evaluation; write JSON, Markdown and PNGs to ``--out``; return 0."""
     if args.render is not None:
         return _render(args.render, args.out)
@@ -418,18 +423,18 @@ def run_eval(args: argparse.Namespace) -> int:
                 raise
             info = PUBLIC_DATASETS[exc.dataset]
             looked = ", ".join(str(p) for p in exc.looked) or "no data folder"
-            print(  # noqa: T201
+            print(
                 f"gazeguard eval: note: {exc.dataset} recordings not found ({looked}), so "
                 f"evaluating synthetic only; for the real data download {info.download} from "
                 f"{info.url} and pass --data-dir FOLDER",
                 file=sys.stderr,
             )
+    console = get_console()
     if args.sensitivity == "paper":
-        print(f"WARNING: --sensitivity paper: {NOT_PRIVATE}", file=sys.stderr)  # noqa: T201
+        console.warn(f"WARNING: --sensitivity paper: {NOT_PRIVATE}")
     if args.insecure_seed is not None:
-        print(  # noqa: T201
-            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private",
-            file=sys.stderr,
+        console.warn(
+            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
         )
     t0 = time.perf_counter()
     results = []
@@ -442,9 +447,9 @@ def run_eval(args: argparse.Namespace) -> int:
         written = read_json(write_json(results, out / "results.json"))
         write_markdown(written, out / "results.md")
         write_plots(written[-1], out)
-    print(markdown(written))  # noqa: T201
-    print(  # noqa: T201
+    stdout(markdown(written))
+    stdout(
         f"\nwrote {out / 'results.json'}, {out / 'results.md'} and plots in {out} "
         f"({time.perf_counter() - t0:.0f} s)"
     )
-    return 0
+    return ExitCode.OK

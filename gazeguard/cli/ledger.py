@@ -1,4 +1,5 @@
-"""``gazeguard ledger show``: the accounts of a ledger file or database, for people and scripts."""
+"""``gazeguard ledger show``: the accounts of a ledger (:class:`gazeguard.ledger.Ledger`), for
+people (text) and scripts (``--json``), on stdout."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gazeguard.cli._common import ExitCode, stdout
 from gazeguard.config import load_settings
 from gazeguard.errors import ConfigError
-from gazeguard.ledger._ledger import Ledger, is_url
+from gazeguard.ledger import Ledger
+from gazeguard.ledger._ledger import is_url
 
-# ---- gazeguard ledger show ----------------------------------------------------------------
 
-
-def configure_ledger(parser: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard ledger``."""
     sub = parser.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
     show = sub.add_parser("show", help="per-session ε spent, remaining, chunks, pending outbox")
@@ -29,7 +30,7 @@ def configure_ledger(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
 
 
-def run_ledger(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """``gazeguard ledger show``: print the accounts; exit 1 if the session is unknown."""
     if args.path is not None:
         location: str | Path = args.path if is_url(args.path) else Path(args.path)
@@ -54,10 +55,10 @@ def run_ledger(args: argparse.Namespace) -> int:
         where = ledger.backend.location
     if args.json:
         doc = {"ledger": where, "sessions": report, "pending": pending}
-        print(json.dumps(doc, indent=2))  # noqa: T201
-        return 0
-    print(_format(where, report, pending))  # noqa: T201
-    return 0
+        stdout(json.dumps(doc, indent=2))
+        return ExitCode.OK
+    stdout(_format(where, report, pending))
+    return ExitCode.OK
 
 
 def _session_report(ledger: Ledger, session: str, *, chunks: bool) -> dict[str, Any]:
