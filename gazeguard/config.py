@@ -26,7 +26,7 @@ import sqlite3
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -39,6 +39,9 @@ from pydantic_settings import (
 
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, mechanism_kind, noise_kind
+
+if TYPE_CHECKING:
+    from gazeguard.ledger.policy import Caps
 
 Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic"]
 Transform = Literal["dft", "dct"]
@@ -414,6 +417,8 @@ def _suggestion(err: ErrorDetails) -> str | None:
     expected = (err.get("ctx") or {}).get("expected")
     if isinstance(expected, str):
         return _closest(err.get("input"), re.findall(r"'([^']*)'", expected))
+    if "must be one of" in err["msg"]:  # a validator naming its choices (the registry's)
+        return _closest(err.get("input"), re.findall(r"'([^']*)'", err["msg"]))
     return None
 
 
@@ -693,80 +698,41 @@ def _broker_problems(settings: Settings) -> list[ConfigProblem]:
 
 
 def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
-    from gazeguard.ledger._model import to_units_down  # noqa: PLC0415 - the ledger's units
-
-    led = settings.ledger
-    problems = []
-    if (led.w_event is None) != (led.w_event_cap is None):
-        problems.append(
-            ConfigProblem(
-                "ledger.w_event",
-                (led.w_event, led.w_event_cap),
-                "set ledger.w_event and ledger.w_event_cap together",
-            )
-        )
-    want: list[int | None] = [None, led.w_event, None]
-    for i, name in ((0, "session_cap"), (2, "w_event_cap")):
-        cap = getattr(led, name)
-        if cap is not None:
-            try:
-                want[i] = to_units_down(cap, f"ledger.{name}")
-            except ConfigError as exc:
-                problems.append(ConfigProblem(exc.field, exc.value, exc.reason))
-    if problems or led.url is not None or not led.path.is_file():
-        return problems
+    """Caps looser than those stored with the run's session (the ledger's own rule, read-only)."""
+    from gazeguard.ledger.policy import Caps, loosened, looser_reason  # noqa: PLC0415
     from gazeguard.service import expected_session  # noqa: PLC0415 - the run's session id
 
-    session = expected_session(settings)
-    if session is None:
-        return problems
+    led = settings.ledger
     try:
-        stored = _stored_caps(led.path, session)
+        wanted = Caps(led.session_cap, led.window_cap, led.window_s, led.delta)
+        session = None if led.url is not None else expected_session(settings)
+        stored = None if session is None else _stored_caps(led.path, session)
+    except ConfigError as exc:
+        return [ConfigProblem(exc.field, exc.value, exc.reason)]
     except sqlite3.Error as exc:
         return [ConfigProblem("ledger.path", str(led.path), f"cannot read the ledger: {exc}")]
     if stored is None:
-        return problems
-    return _cap_problems(session, led.path, (want[0], want[1], want[2]), stored)
+        return []
+    why = looser_reason(stored, wanted, f"session {session!r} in {led.path}")
+    return [ConfigProblem(field, value, why) for field, value in loosened(stored, wanted)]
 
 
-def _stored_caps(path: Path, session: str) -> tuple[int | None, int | None, int | None] | None:
-    """``(session_cap, w_event, w_event_cap)`` stored with ``session`` (caps in the ledger's
-    micro-ε units), read-only; ``None`` for a session the ledger does not know."""
+def _stored_caps(path: Path, session: str) -> Caps | None:
+    """The caps stored with ``session``, read-only; ``None`` for a session the ledger does not
+    know. A schema-1 ledger (upgraded on its next open) kept only a pure session cap."""
+    from gazeguard.ledger.policy import Caps  # noqa: PLC0415
+
+    if not path.is_file():
+        return None
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
-        row = conn.execute(
-            "SELECT session_cap, w_event, w_event_cap FROM sessions WHERE session = ?", (session,)
-        ).fetchone()
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if version is not None and version[0] == "1":
+            row = conn.execute(
+                "SELECT session_cap FROM sessions WHERE session = ?", (session,)
+            ).fetchone()
+            return None if row is None else Caps(None if row[0] is None else row[0] / 1e6)
+        row = conn.execute("SELECT caps FROM sessions WHERE session = ?", (session,)).fetchone()
     finally:
         conn.close()
-    return None if row is None else (row[0], row[1], row[2])
-
-
-def _cap_problems(
-    session: str,
-    path: Path,
-    want: tuple[int | None, int | None, int | None],
-    stored: tuple[int | None, int | None, int | None],
-) -> list[ConfigProblem]:
-    """The ledger's rule (:meth:`gazeguard.ledger.Ledger.open_session`): a configured cap may be
-    stricter than the stored one, never looser (that would refill the budget)."""
-    from gazeguard.ledger._model import eps_of  # noqa: PLC0415
-
-    def describe(caps: tuple[int | None, int | None, int | None]) -> str:
-        s = "none" if caps[0] is None else f"{eps_of(caps[0]):g}"
-        w = "none" if caps[1] is None else f"{eps_of(caps[2]):g} over {caps[1]} chunks"
-        return f"session_cap={s}, w-event cap={w}"
-
-    why = (
-        f"session {session!r} is recorded in {path} with {describe(stored)}; a looser cap would "
-        "refill its budget. Configure caps at least as strict, or use a new session id"
-    )
-    problems = []
-    if stored[0] is not None and (want[0] is None or want[0] > stored[0]):
-        problems.append(ConfigProblem("ledger.session_cap", eps_of(want[0]), why))
-    w, w_cap, s_w, s_cap = want[1], want[2], stored[1], stored[2]
-    if s_w is not None and (
-        w is None or w_cap is None or s_cap is None or w < s_w or w_cap > s_cap
-    ):
-        problems.append(ConfigProblem("ledger.w_event_cap", (w, eps_of(w_cap)), why))
-    return problems
+    return None if row is None else Caps.from_json(row[0])

@@ -37,7 +37,7 @@ def test_every_online_mechanism_is_accepted_by_config_cli_schema_and_messages() 
 
 
 def test_an_unknown_or_offline_mechanism_is_refused_with_the_choices() -> None:
-    with pytest.raises(ConfigError, match=r"mechanism\.name.*lpa, cfpa, dcfpa"):
+    with pytest.raises(ConfigError, match=r"mechanism\.name.*'lpa', 'cfpa', 'dcfpa'"):
         load_settings(mechanism={"name": "dcfpa2"})
     with pytest.raises(ConfigError, match="whole recordings"):
         load_settings(mechanism={"name": "fpa"})

@@ -127,6 +127,29 @@ class Caps:
         return session_ok and window_ok and self.delta <= other.delta
 
 
+def loosened(stored: Caps, wanted: Caps) -> list[tuple[str, object]]:
+    """The settings (field, requested value) in which ``wanted`` is looser than ``stored``."""
+    out: list[tuple[str, object]] = []
+    if stored.session is not None and (wanted.session is None or wanted.session > stored.session):
+        out.append(("ledger.session_cap", wanted.session))
+    if stored.window is not None and (wanted.window is None or wanted.window > stored.window):
+        out.append(("ledger.window_cap", wanted.window))
+    if stored.window is not None and wanted.window_s < stored.window_s:
+        out.append(("ledger.window_s", wanted.window_s))
+    if wanted.delta > stored.delta:
+        out.append(("ledger.delta", wanted.delta))
+    return out
+
+
+def looser_reason(stored: Caps, wanted: Caps, where: str) -> str:
+    """Why a looser configuration is refused, naming the stored and the requested caps."""
+    return (
+        f"{where} was opened with {stored.describe()}; the requested {wanted.describe()} is "
+        "looser and would refill its budget. Configure caps at least as strict, use a new session "
+        "id, or open the ledger with allow_cap_increase=True to raise them deliberately"
+    )
+
+
 def reconcile(stored: Caps, wanted: Caps, *, allow_increase: bool, where: str) -> Caps:
     """The caps that bind from now on: stricter configured caps win; looser ones are refused.
 
@@ -134,27 +157,11 @@ def reconcile(stored: Caps, wanted: Caps, *, allow_increase: bool, where: str) -
         ConfigError: naming the stored and the requested caps, when ``wanted`` is looser than
             ``stored`` and ``allow_increase`` is false.
     """
-    if wanted == stored or wanted.at_least_as_strict_as(stored):
+    loose = loosened(stored, wanted)
+    if not loose or allow_increase:
         return wanted
-    if allow_increase:
-        return wanted
-    field: str
-    value: object
-    if stored.session is not None and (wanted.session is None or wanted.session > stored.session):
-        field, value = "ledger.session_cap", wanted.session
-    elif stored.window is not None and wanted.window != stored.window:
-        field, value = "ledger.window_cap", (wanted.window, wanted.window_s)
-    elif wanted.window_s < stored.window_s:
-        field, value = "ledger.window_s", wanted.window_s
-    else:
-        field, value = "ledger.delta", wanted.delta
-    raise ConfigError(
-        field,
-        value,
-        f"{where} was opened with {stored.describe()}; the requested {wanted.describe()} is looser "
-        "and would refill its budget. Configure caps at least as strict, use a new session id, or "
-        "open the ledger with allow_cap_increase=True to raise them deliberately",
-    )
+    field, value = loose[0]
+    raise ConfigError(field, value, looser_reason(stored, wanted, where))
 
 
 def merged(*parts: Counts) -> dict[str, int]:

@@ -227,7 +227,8 @@ def mechanism_kind(name: object, *, online: bool = False, field: str = "name") -
     kind = MECHANISMS.get(name) if isinstance(name, str) else None
     if kind is None or kind.name not in choices:
         extra = " (fpa works on whole recordings: use it offline)" if name == "fpa" else ""
-        raise ConfigError(field, name, f"must be one of {', '.join(choices)}{extra}")
+        quoted = ", ".join(repr(c) for c in choices)
+        raise ConfigError(field, name, f"must be one of {quoted}{extra}")
     return kind
 
 
@@ -235,5 +236,5 @@ def noise_kind(name: object, *, field: str = "noise") -> NoiseKind:
     """The noise family called ``name``, or a ConfigError listing the choices."""
     kind = NOISE.get(name) if isinstance(name, str) else None
     if kind is None:
-        raise ConfigError(field, name, f"must be one of {', '.join(NOISE)}")
+        raise ConfigError(field, name, f"must be one of {', '.join(repr(n) for n in NOISE)}")
     return kind
