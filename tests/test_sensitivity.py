@@ -135,6 +135,73 @@ def test_difference_dynamic_programme_on_odd_lengths(n: int, q: float, transform
         assert unit == pytest.approx(brute, rel=1e-11)
 
 
+def milp_chain_maximum(w: FloatArray, q: float) -> float:
+    """``max_{y ∈ [0, q]^n} w_1·y_1 + Σ_t w_t·clip(y_t − y_{t−1}, −1, 1)`` as a mixed-integer
+    programme (scipy's HiGHS), without the grid lemma: per step, binaries a_t (step ≥ 1, clip
+    value 1) and b_t (step ≤ −1, clip value −1); otherwise the clip value equals the step."""
+    from scipy.optimize import Bounds as VarBounds  # noqa: PLC0415
+    from scipy.optimize import LinearConstraint, milp  # noqa: PLC0415
+
+    n = w.size
+    big = q + 2.0
+    nv = n + 3 * (n - 1)  # y (n), c (n−1), a (n−1), b (n−1)
+    rows, lower, upper = [], [], []
+
+    def add(coef: dict[int, float], lo: float, hi: float) -> None:
+        r = np.zeros(nv)
+        for i, value in coef.items():
+            r[i] = value
+        rows.append(r)
+        lower.append(lo)
+        upper.append(hi)
+
+    for t in range(n - 1):
+        y1, y0, c, a, b = t + 1, t, n + t, 2 * n - 1 + t, 3 * n - 2 + t
+        add({c: 1, y1: -1, y0: 1, a: -big, b: -big}, -np.inf, 0.0)  # c ≤ step unless a or b
+        add({c: 1, y1: -1, y0: 1, a: big, b: big}, 0.0, np.inf)  # c ≥ step unless a or b
+        add({c: 1, a: -big}, 1.0 - big, np.inf)  # a ⇒ c = 1
+        add({c: 1, b: big}, -np.inf, big - 1.0)  # b ⇒ c = −1
+        add({a: 1, b: 1}, -np.inf, 1.0)
+        add({y1: 1, y0: -1, a: -big}, 1.0 - big, np.inf)  # a ⇒ step ≥ 1
+        add({y1: 1, y0: -1, b: big}, -np.inf, big - 1.0)  # b ⇒ step ≤ −1
+    objective = np.zeros(nv)
+    objective[0] = -w[0]
+    objective[n : 2 * n - 1] = -w[1:]
+    lb = np.concatenate([np.zeros(n), -np.ones(n - 1), np.zeros(2 * (n - 1))])
+    ub = np.concatenate([np.full(n, q), np.ones(n - 1), np.ones(2 * (n - 1))])
+    integrality = np.concatenate([np.zeros(2 * n - 1), np.ones(2 * (n - 1))])
+    res = milp(
+        objective,
+        constraints=LinearConstraint(np.array(rows), lower, upper),
+        integrality=integrality,
+        bounds=VarBounds(lb, ub),
+        options={"mip_rel_gap": 1e-12},
+    )
+    assert res.success, res.message
+    return float(-res.fun)
+
+
+@pytest.mark.parametrize(("transform", "m"), [("dft", 3), ("dct", 3)])
+def test_difference_dynamic_programme_against_an_independent_milp(transform: str, m: int) -> None:
+    """At n = 32 and max_step/R = 0.02 (no brute force possible), every sign vector's bracket
+    M(w) + M(−w) from the dynamic programme equals the optimum of a mixed-integer programme that
+    does not use the grid lemma."""
+    n, q = 32, 50.0
+    basis = coefficient_basis(transform, n, m)
+    v = sens._grid(q, n)
+    steps = sens._transitions(v)
+    best = 0.0
+    for signs in itertools.product([-1.0, 1.0], repeat=m - 1):
+        w = np.array((1.0, *signs)) @ basis
+        dp = sens._chain_maximum(np.stack([w, -w]), v, steps)
+        for value, weights in zip(dp, (w, -w), strict=True):
+            assert value == pytest.approx(milp_chain_maximum(weights, q), rel=1e-9, abs=1e-9)
+        best = max(best, float(dp.sum()))
+    unit, exact = sens._unit_difference(transform, n, m, q)
+    assert exact
+    assert unit == pytest.approx(best, rel=1e-9)
+
+
 def test_one_coefficient_raw_is_the_l2_sensitivity() -> None:
     """m = 1 (dft k = 1 or dct k = 1): the DC coefficient's range is √n·R = Δ2, so the tight
     bound equals the old one and L2 = L1 exactly."""
@@ -194,6 +261,27 @@ def test_fallback_is_a_valid_upper_bound(monkeypatch: pytest.MonkeyPatch) -> Non
     finally:
         sens._unit_raw.cache_clear()
         sens._unit_difference.cache_clear()
+
+
+def test_blocked_fallback_is_between_exact_and_per_coefficient(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Blocks of several coefficients give a bound no worse than single coefficients."""
+    b = Bounds(0.0, 1.0, 0.05)
+    exact = kept_coefficient_sensitivity("dcfpa", b, 16, 4, "dft")  # m = 7
+    values = []
+    try:
+        grid_steps = sens._grid(20.0, 16).size * 16  # q = R/d = 20, n = 16
+        for budget in (3 * 2**2 * grid_steps, 2):  # three blocks of ≤ 3 rows, then single rows
+            monkeypatch.setattr(sens, "MAX_DP_WORK", budget)
+            sens._unit_difference.cache_clear()
+            got = kept_coefficient_sensitivity("dcfpa", b, 16, 4, "dft")
+            assert not got.exact
+            values.append(float(got.l1[0]))
+    finally:
+        sens._unit_difference.cache_clear()
+    assert exact.l1[0] <= values[0] <= values[1]
+    assert values[0] < values[1]
 
 
 def test_large_m_falls_back_without_enumerating() -> None:

@@ -59,9 +59,11 @@ Floating point
 Cost and fallback
     Computed once per ``(n, m, transform, q)`` and cached (R and d scale out; ``lo`` shifts out).
     When ``2^(m−1)`` sign vectors are too many (raw: m > 16; difference: more than
-    ``MAX_DP_WORK`` grid-steps), :func:`kept_coefficient_sensitivity` falls back to the valid
-    upper bound ``min(√m·Δ2, Σ_i range_i)``, ``range_i`` the exact range of coefficient i alone
-    (``‖v‖₁ = Σ|v_i|``), and reports ``exact=False``.
+    :data:`MAX_DP_WORK` grid-steps), :func:`kept_coefficient_sensitivity` falls back to a valid
+    upper bound and reports ``exact=False``: the rows of ``B_m`` are split into consecutive blocks
+    small enough to enumerate, and ``Σ_blocks sup‖B_block(s − s')‖₁`` bounds the supremum because
+    ``‖v‖₁`` is the sum of the blocks' L1 norms (blocks of one row are the per-coefficient
+    ranges); the result is ``min(√m·Δ2, that sum)``.
 
 L2
     The Gaussian needs an L2 sensitivity: ``min(Δ2, L1)`` is one (``‖v‖₂ ≤ ‖v‖₁``; ``Δ2`` bounds
@@ -204,42 +206,66 @@ def _margin(w: FloatArray, q: float, n: int, m: int) -> FloatArray:
     return margin
 
 
+def _enumerated_sup(
+    basis: FloatArray, q: float | None, v: FloatArray | None, steps: _Transitions | None
+) -> float:
+    """``sup ‖basis·(s − s')‖₁`` over the signals (raw: ``[0, 1]^n`` when ``q`` is None;
+    difference: ``d = 1``, ``R = q``), enumerating all ``2^(rows−1)`` sign vectors, rounding
+    margin included."""
+    rows, n = basis.shape
+    count = 2 ** (rows - 1)
+    best = 0.0
+    for start in range(0, count, _BATCH):
+        w = _sign_vectors(rows, start, min(count, start + _BATCH)) @ basis
+        if q is None:
+            bracket = np.abs(w).sum(axis=1) * (1.0 + (n + rows + 8) * 2.0**-47)
+        else:
+            assert v is not None
+            assert steps is not None
+            both = np.concatenate([w, -w])
+            top = _chain_maximum(both, v, steps) + _margin(both, q, n, rows)
+            bracket = top[: w.shape[0]] + top[w.shape[0] :]
+        best = max(best, float(np.max(bracket)))
+    return best
+
+
+def _blocked_sup(
+    basis: FloatArray,
+    budget: int,
+    unit_cost: int,
+    *,
+    q: float | None,
+    v: FloatArray | None = None,
+    steps: _Transitions | None = None,
+) -> tuple[float, bool]:
+    """The exact supremum when ``2^(m−1)·unit_cost ≤ budget``; otherwise the valid upper bound
+    ``Σ_blocks sup ‖B_block(s − s')‖₁`` over consecutive blocks of rows (``‖v‖₁`` is the sum of
+    the blocks' L1 norms, and each block's is at most its own supremum), with the largest block
+    size whose total enumeration fits the budget (down to single rows: per-coefficient ranges)."""
+    m = basis.shape[0]
+    if 2 ** (m - 1) * unit_cost <= budget:
+        return _enumerated_sup(basis, q, v, steps), True
+    size = m - 1
+    while size > 1 and math.ceil(m / size) * 2 ** (size - 1) * unit_cost > budget:
+        size -= 1
+    total = sum(_enumerated_sup(basis[i : i + size], q, v, steps) for i in range(0, m, size))
+    return total, False
+
+
 @lru_cache(maxsize=512)
 def _unit_raw(transform: str, n: int, m: int) -> tuple[float, bool]:
     """``sup ‖B_m(s − s')‖₁`` over ``s, s' ∈ [0, 1]^n`` (exact) or an upper bound."""
-    basis = coefficient_basis(transform, n, m)
-    count = 2 ** (m - 1)
-    if count > MAX_SIGN_VECTORS:  # Σ_i range_i = Σ_i ‖B_i‖₁ (each coefficient's own range)
-        absb = np.abs(basis)
-        return float(np.sum(absb) * (1.0 + (n + m + 8) * 2.0**-47)), False
-    best = 0.0
-    for start in range(0, count, _BATCH):
-        w = _sign_vectors(m, start, min(count, start + _BATCH)) @ basis
-        norm = np.abs(w).sum(axis=1)
-        best = max(best, float(np.max(norm * (1.0 + (n + m + 8) * 2.0**-47))))
-    return best, True
+    return _blocked_sup(coefficient_basis(transform, n, m), MAX_SIGN_VECTORS, 1, q=None)
 
 
 @lru_cache(maxsize=512)
 def _unit_difference(transform: str, n: int, m: int, q: float) -> tuple[float, bool]:
     """``sup ‖B_m(D − D')‖₁`` over difference chunks with ``d = 1``, ``R = q`` (exact) or an
-    upper bound (per-coefficient ranges) when the sign enumeration is too much work."""
-    basis = coefficient_basis(transform, n, m)
+    upper bound (blocks of coefficients) when the sign enumeration is too much work."""
     v = _grid(q, n)
-    steps = _transitions(v)
-    count = 2 ** (m - 1)
-    if count * v.size * n > MAX_DP_WORK:
-        rows = np.concatenate([basis, -basis])  # range_i = M(B_i) + M(−B_i)
-        best = _chain_maximum(rows, v, steps) + _margin(rows, q, n, m)
-        return float(np.sum(best[:m] + best[m:])), False
-    best_range = 0.0
-    for start in range(0, count, _BATCH):
-        w = _sign_vectors(m, start, min(count, start + _BATCH)) @ basis
-        both = np.concatenate([w, -w])
-        top = _chain_maximum(both, v, steps) + _margin(both, q, n, m)
-        half = w.shape[0]
-        best_range = max(best_range, float(np.max(top[:half] + top[half:])))
-    return best_range, True
+    return _blocked_sup(
+        coefficient_basis(transform, n, m), MAX_DP_WORK, v.size * n, q=q, v=v, steps=_transitions(v)
+    )
 
 
 @dataclass(frozen=True)
