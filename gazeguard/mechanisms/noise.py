@@ -1,5 +1,5 @@
-"""Laplace noise that is safe on real computers: discrete Laplace on a power-of-two grid, drawn
-from the operating system's CSPRNG, vectorised over a whole chunk.
+"""Laplace and Gaussian noise that is safe on real computers: discrete Laplace and discrete Gaussian
+on a power-of-two grid, drawn from the operating system's CSPRNG, vectorised over a whole chunk.
 
 Why not ``numpy.random.laplace``
     Textbook floating-point Laplace ``x + λ·(−log U)`` leaks through its low-order bits: the set
@@ -28,6 +28,17 @@ The grid and its cost, charged honestly (:func:`calibrate`)
       ``Δ1/ε``; the stated ε is the true bound. ``γ`` is the largest power of two ``≤ λ·2^-20``
       (so ``t ≈ 2^20``: the grid is a millionth of the noise scale, the inflation of λ is about
       ``2m/(ε·2^20)``, e.g. 6e-5 for m = 15, ε = 0.48).
+
+Gaussian noise (:class:`DiscreteGaussian`, :func:`calibrate_gaussian`)
+    The same construction with the discrete Gaussian ``P(Z = z) ∝ e^{−z²/(2σ_int²)}`` (Canonne,
+    Kamath & Steinke 2020), sampled exactly up to a relative error :data:`GAUSS_ETA` ``= 2^-21``
+    of every probability. Rounding costs ``‖u − u'‖₂ ≤ Δ2/γ + 2√m`` in L2, paid by inflating σ.
+    With an exact discrete Gaussian the integers ``u + Z`` are ``ρ``-zCDP with
+    ``ρ = (Δ2/γ + 2√m)²/(2σ_int²)`` — no correction term — and the continuous Gaussian's PLD at
+    the same noise multiplier may be used for them; the real sampler adds the slack of
+    :func:`gaussian_slack` (about ``9.5e-7`` in ε per noised coordinate). σ comes either from a
+    noise multiplier an accountant chose or from a per-release (ε, δ) through the analytic
+    Gaussian mechanism (Balle & Wang 2018, :func:`analytic_gaussian_sigma`).
 
 Randomness
     :class:`OsRandom` reads ``os.urandom`` (the kernel CSPRNG, ``getrandom(2)``). A reproducible
@@ -381,7 +392,8 @@ class DiscreteGaussian:
         ``Bernoulli(e^{−r})`` and ``J`` independent ``Bernoulli(e^{−8})``. Each Bernoulli(p)
         is ``w < ⌊p·2^63⌋`` for a uniform 63-bit integer ``w`` (exact integer comparison), whose
         top 16 bits are drawn first and whose low 47 bits are drawn only on a tie (probability
-        2^-16). Only about 0.7% of candidates have ``J ≥ 1``. Randomness: ≈ 13 bytes per draw.
+        2^-16). Only about 0.7% of candidates have ``J ≥ 1``. Randomness: ≈ 16 bytes per draw
+        (1.6 candidates of 8 + 2 bytes).
 
     Error analysis (relative error of any integer's probability, for ``1 ≤ σ < 2^21`` and
     ``|z| ≤ 2^11·σ``)
@@ -664,9 +676,19 @@ def gaussian_slack(
     ``≤ Nβ``. For any event S and neighbours u, u':
     ``R_u(S) ≤ A·G_u(S) + Nβ ≤ A(e^ε·G_u'(S) + δ) + Nβ ≤ A·B·e^ε·R_u'(S) + A·δ + Nβ(1 + A·e^ε)``.
 
+    Args:
+        epsilon: the accountant's ε for the ideal mechanism (≥ 0).
+        delta: the accountant's δ at that ε, in [0, 1).
+        coordinates: N, the number of noised coordinates the accountant composed.
+        kappa: ``κ``, the discrete-vs-rounded-Gaussian distance. Keep the default
+            (:data:`GAUSS_KAPPA_MAX`, valid for every calibration) when the accountant used the
+            *continuous* Gaussian (PLD, analytic (ε, δ), its RDP); pass 0 when it used the
+            discrete Gaussian's own guarantee (zCDP ``ρ = 1/(2r²)`` converted to (ε, δ)).
+
     Returns:
-        ``(ε + N·(ln((1+η)/(1−η)) + 2κ), A·δ + Nβ(1 + A·e^ε))`` — the δ tail term is rounded up
-        to the next double (it is ~10^-860, far below any δ anyone reports).
+        ``(ε + N·(ln((1+η)/(1−η)) + 2κ), min(1, A·δ + Nβ(1 + A·e^ε)))`` — the δ tail term is
+        rounded up to the next double (it is ~10^-860 for any ε < 1000, far below any δ anyone
+        reports; for ε beyond about 2000 it is no longer small and δ = 1 is returned).
 
     Raises:
         ConfigError: on a negative or non-integer count, or ε, δ outside their ranges.
@@ -680,9 +702,14 @@ def gaussian_slack(
     n = float(coordinates)
     log_a = n * (math.log1p(GAUSS_ETA) + kappa)
     eps_out = epsilon + n * (GAUSS_SAMPLER_LOSS_PER_COORDINATE + 2.0 * kappa)
-    log_tail = math.log(max(n, 1.0)) + GAUSS_TAIL_LOG_DELTA + math.log1p(math.exp(log_a + epsilon))
-    tail = math.nextafter(math.exp(log_tail), math.inf) if coordinates else 0.0
-    return eps_out, math.exp(log_a) * delta + tail
+    x = log_a + epsilon  # ln(1 + e^x) without overflow for large ε
+    log_one_plus = x + math.log1p(math.exp(-x)) if x > 0 else math.log1p(math.exp(x))
+    log_tail = math.log(max(n, 1.0)) + GAUSS_TAIL_LOG_DELTA + log_one_plus
+    if not coordinates:
+        return eps_out, delta
+    if log_tail >= 0.0:  # ε beyond ~2000: e^ε·β is no longer small and the bound is vacuous
+        return eps_out, 1.0
+    return eps_out, min(1.0, math.exp(log_a) * delta + math.nextafter(math.exp(log_tail), 1.0))
 
 
 def _log_phi(x: float) -> float:
@@ -769,9 +796,10 @@ def calibrate_gaussian_epsilon_delta(
     The analytic Gaussian (:func:`analytic_gaussian_sigma`) is applied to the *integers* ``u``
     (L2 sensitivity ``Δ_int``, see :func:`calibrate_gaussian`) at a reduced target
     ``ε' = ε − m·(ln((1+η)/(1−η)) + 2κ_max)`` and ``δ' = (δ/((1+η)e^{κ_max})^m)·(1 − 2^-40)``
-    (the last factor swallows the ``e^{−2000}`` tail terms); :func:`gaussian_slack` with
-    ``N = m`` then gives back at most (ε, δ). ``κ_max`` = :data:`GAUSS_KAPPA_MAX` holds because
-    :func:`calibrate_gaussian` never returns ``σ_int < 2^19``.
+    (the last factor swallows the ``m·e^{ε−2000}`` tail terms, as ε ≤ 1000);
+    :func:`gaussian_slack` with ``N = m`` then gives back at most (ε, δ). ``κ_max`` =
+    :data:`GAUSS_KAPPA_MAX` holds because :func:`calibrate_gaussian` never returns
+    ``σ_int < 2^19``.
 
     Args:
         l2_sensitivity: float64 (F,) ``Δ2`` of the exact coefficients.
@@ -797,6 +825,10 @@ def calibrate_gaussian_epsilon_delta(
             float(eps[i]),
             f"too small for {m} noised coefficients per feature (the sampler alone costs "
             f"{slack:.3g}); use a smaller k or a larger epsilon",
+        )
+    if np.any(eps > 1000.0):  # beyond, the e^ε·e^{−2000} tail terms would no longer vanish
+        raise ConfigError(
+            "epsilon", float(np.max(eps)), "per-release epsilon above 1000 is not supported"
         )
     reduced_delta = delta * math.exp(-m * (math.log1p(GAUSS_ETA) + GAUSS_KAPPA_MAX)) * (1 - 2**-40)
     r = np.array([analytic_gaussian_sigma(float(b), reduced_delta, 1.0) for b in budget])
