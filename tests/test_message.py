@@ -199,6 +199,7 @@ def test_inconsistent_chunks_are_refused(over: dict[str, Any], match: str) -> No
         ({"randomness": "seeded"}, "randomness"),
         ({"noise": "cauchy"}, "not one of laplace"),
         ({"epsilon": [0.5, None, 0.5, 0.5]}, "null with gaussian"),
+        ({"noise": "gaussian"}, "null with gaussian"),
     ],
 )
 def test_inconsistent_mechanisms_are_refused(over: dict[str, Any], match: str) -> None:

@@ -15,12 +15,13 @@ from gazeguard.features import feature_bounds
 from gazeguard.mechanisms import Bounds, forward
 from gazeguard.mechanisms import sensitivity as sens
 from gazeguard.mechanisms.bounds import difference_sensitivity_l2, raw_sensitivity_l2
+from gazeguard.mechanisms.registry import kept_coefficients, max_k
 from gazeguard.mechanisms.sensitivity import (
     coefficient_basis,
     kept_coefficient_sensitivity,
     lpa_l1_sensitivity,
 )
-from gazeguard.mechanisms.transforms import OrthonormalTransform, kept_coefficients, max_k
+from gazeguard.mechanisms.transforms import OrthonormalTransform
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -32,9 +32,12 @@ from gazeguard.mechanisms.noise import (
     SAMPLER_LOSS_PER_COORDINATE,
     T_MAX,
     T_MIN,
+    DiscreteGaussian,
     DiscreteLaplace,
     RandomSource,
     calibrate,
+    calibrate_gaussian,
+    calibrate_gaussian_epsilon_delta,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -45,7 +48,7 @@ class NoiseCalibration:
     """Noise parameters of one release, per feature (arrays of shape (F,)).
 
     Attributes:
-        family: ``laplace`` (or ``gaussian``).
+        family: ``laplace`` or ``gaussian``.
         scale: λ (Laplace scale) or σ (Gaussian standard deviation) of every noised coefficient,
             in the feature's (coefficient) units.
         grid: γ, a power of two; every released coefficient is an integer multiple of it.
@@ -55,6 +58,8 @@ class NoiseCalibration:
             Gaussian, which has no pure guarantee).
         m: noised coefficients per feature.
         sampler: draws the integer noise, shape (F, m).
+        delta: the per-release δ that goes with a Gaussian's per-release ε (``epsilon``
+            calibration only; the accountant states (ε, δ) otherwise), 0 for Laplace.
     """
 
     family: str
@@ -64,7 +69,8 @@ class NoiseCalibration:
     slack: FloatArray
     epsilon: FloatArray
     m: int
-    sampler: DiscreteLaplace
+    sampler: DiscreteLaplace | DiscreteGaussian
+    delta: float = 0.0
 
     def sample(self, source: RandomSource) -> FloatArray:
         """Integer-valued float64 (F, m) noise in grid steps."""
@@ -93,21 +99,28 @@ def calibrate_noise(
     input_error: FloatArray,
     epsilon: FloatArray | None = None,
     ratio: FloatArray | None = None,
+    delta: float | None = None,
 ) -> NoiseCalibration:
     """Calibrate ``family`` noise for ``m`` coefficients per feature (all arrays (F,)).
 
-    Exactly one of ``epsilon`` (per-release pure ε, Laplace) or ``ratio`` (noise multiplier).
+    Exactly one of ``epsilon`` (per-release ε; with ``delta`` for Gaussian noise, through the
+    analytic Gaussian mechanism) or ``ratio`` (noise multiplier, as the accountant chose it).
 
     Raises:
-        ConfigError: an unknown family, both or neither of ``epsilon``/``ratio``, or values the
-            grid cannot serve (ε too small for ``m`` coefficients, or noise below the
-            transform's rounding error).
+        ConfigError: an unknown family, both or neither of ``epsilon``/``ratio``, a Gaussian
+            ``epsilon`` without ``delta``, or values the grid cannot serve (ε too small for
+            ``m`` coefficients, or noise below the transform's rounding error).
     """
-    del sensitivity_l2  # the Gaussian family pays it
     if (epsilon is None) == (ratio is None):
         raise ConfigError("epsilon", epsilon, "give exactly one of epsilon or a noise multiplier")
+    if ratio is not None and (not np.all(np.isfinite(ratio)) or np.any(np.asarray(ratio) <= 0)):
+        raise ConfigError("noise_multiplier", ratio, "must be finite and > 0")
+    if family == "gaussian":
+        return _gaussian(
+            sensitivity_l2, m, input_error=input_error, epsilon=epsilon, ratio=ratio, delta=delta
+        )
     if family != "laplace":
-        raise ConfigError("noise", family, "must be 'laplace'")
+        raise ConfigError("noise", family, "must be 'laplace' or 'gaussian'")
     slack = np.full_like(sensitivity_l1, m * SAMPLER_LOSS_PER_COORDINATE)
     if epsilon is not None:
         cal = calibrate(sensitivity_l1, m, epsilon, input_error)
@@ -116,8 +129,6 @@ def calibrate_noise(
         eps = np.asarray(epsilon, dtype=np.float64)
     else:
         r = np.asarray(ratio, dtype=np.float64)
-        if not np.all(np.isfinite(r)) or np.any(r <= 0):
-            raise ConfigError("noise_multiplier", ratio, "must be finite and > 0")
         scale, grid = _laplace_from_ratio(sensitivity_l1, m, r, input_error)
         eps = 1.0 / r + slack
     t = scale / grid
@@ -137,4 +148,38 @@ def calibrate_noise(
         epsilon=eps,
         m=m,
         sampler=DiscreteLaplace(np.repeat(t[:, None], m, axis=1)),
+    )
+
+
+def _gaussian(
+    l2: FloatArray,
+    m: int,
+    *,
+    input_error: FloatArray,
+    epsilon: FloatArray | None,
+    ratio: FloatArray | None,
+    delta: float | None,
+) -> NoiseCalibration:
+    """Discrete Gaussian noise (:func:`gazeguard.mechanisms.noise.calibrate_gaussian`): its
+    pure ε is infinite; the accountant composes its noise multiplier (Gaussian PLD) and adds the
+    sampler's per-coordinate slack."""
+    if epsilon is not None:
+        if delta is None:
+            raise ConfigError(
+                "delta", None, "Gaussian noise from a per-release epsilon needs a delta"
+            )
+        cal = calibrate_gaussian_epsilon_delta(l2, m, epsilon, delta, input_error)
+    else:
+        assert ratio is not None
+        cal = calibrate_gaussian(l2, m, ratio, input_error)
+    return NoiseCalibration(
+        family="gaussian",
+        scale=cal.sigma,
+        grid=cal.grid,
+        ratio=cal.noise_multiplier,
+        slack=m * cal.slack_epsilon_per_coordinate,
+        epsilon=np.full_like(cal.sigma, np.inf),
+        m=m,
+        sampler=DiscreteGaussian(np.repeat(cal.sigma_int[:, None], m, axis=1)),
+        delta=0.0 if delta is None or epsilon is None else float(delta),
     )

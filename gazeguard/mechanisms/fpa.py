@@ -98,7 +98,7 @@ class Mechanism:
     Attributes:
         kind: what the mechanism is (:data:`gazeguard.mechanisms.registry.MECHANISMS`).
         name: ``"lpa"``, ``"fpa"``, ``"cfpa"`` or ``"dcfpa"``.
-        noise: the noise family, ``"laplace"``.
+        noise: the noise family, ``"laplace"`` or ``"gaussian"``.
         transform: ``"dft"``, ``"dct"``, or ``"identity"`` for LPA.
         n: values per feature per release.
         k: kept frequencies (resolved when ``k="auto"``; ``n`` for LPA).
@@ -120,6 +120,7 @@ class Mechanism:
         prior: PriorSpectrum | None,
         noise: str = "laplace",
         noise_multiplier: float | npt.ArrayLike | None = None,
+        delta: float | None = None,
     ) -> None:
         kind = mechanism_kind(name)
         self.noise: str = noise_kind(noise).name
@@ -150,6 +151,7 @@ class Mechanism:
         self.n = n
         self.n_features: int | None = sizes.pop() if sizes else None
         self._by_epsilon = epsilon is not None
+        self.delta = delta
         self._level = level
         self._bounds = bounds
         self._source = random_source(seed)
@@ -180,6 +182,7 @@ class Mechanism:
             sensitivity_l2=sens.l2,
             m=self.kind.kept(self.transform, k, self.n),
             input_error=fft_error_bound(self.n, sens.signal_norm),
+            delta=self.delta,
             **{("epsilon" if self._by_epsilon else "ratio"): level},
         )
         return sens, cal
@@ -238,12 +241,14 @@ class Mechanism:
     # ------------------------------------------------------------------ reported parameters
     @property
     def epsilon(self) -> FloatArray:
-        """float64 (F,): pure ε per feature per release (shape (1,) while F is not fixed)."""
+        """float64 (F,): pure ε per feature per release (shape (1,) while F is not fixed);
+        ``inf`` for Gaussian noise, which has no pure guarantee."""
         return self._reference.noise.epsilon.copy()
 
     @property
     def noise_scale(self) -> FloatArray:
-        """float64 (F,): λ (Laplace) of each noised coefficient, in the feature's units."""
+        """float64 (F,): λ (Laplace) or σ (Gaussian) of each noised coefficient, in the
+        feature's units."""
         return self._reference.noise.scale.copy()
 
     @property
@@ -416,6 +421,7 @@ def make_mechanism(
     transform: str = "dft",
     noise: str = "laplace",
     noise_multiplier: float | npt.ArrayLike | None = None,
+    delta: float | None = None,
     seed: int | None = None,
     n_features: int | None = None,
     prior: PriorSpectrum | None = None,
@@ -431,7 +437,10 @@ def make_mechanism(
         epsilon: pure ε per feature per release, scalar or (F,), finite and > 0.
         bounds: public bounds (``max_step`` required for dcfpa).
         transform: ``"dft"`` or ``"dct"`` (LPA reports ``"identity"``).
-        noise: the noise family (:data:`gazeguard.mechanisms.registry.NOISE`).
+        noise: the noise family (:data:`gazeguard.mechanisms.registry.NOISE`): ``"laplace"``
+            (pure ε-DP, pays the L1 sensitivity) or ``"gaussian"`` (pays the L2 sensitivity).
+        delta: with ``noise="gaussian"`` and ``epsilon``: the per-release δ (the analytic
+            Gaussian mechanism of Balle & Wang 2018 sets σ).
         noise_multiplier: instead of ``epsilon``: noise scale / effective sensitivity per
             feature, scalar or (F,), as an accountant calibrates it for a budget per hour.
         seed: None (default) for the OS CSPRNG. An integer selects an INSECURE reproducible
@@ -455,4 +464,5 @@ def make_mechanism(
         prior=prior,
         noise=noise,
         noise_multiplier=noise_multiplier,
+        delta=delta,
     )

@@ -86,7 +86,7 @@ from gazeguard.mechanisms.bounds import (
     is_power_of_two,
     raw_sensitivity_l2,
 )
-from gazeguard.mechanisms.transforms import TRANSFORMS, kept_coefficients, max_k
+from gazeguard.mechanisms.registry import TRANSFORMS, kept_coefficients, max_k
 
 FloatArray = npt.NDArray[np.float64]
 
