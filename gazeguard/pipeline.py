@@ -39,6 +39,7 @@ from gazeguard.ledger import UNITS_PER_EPSILON, Ledger, LedgerState, to_units_up
 from gazeguard.mechanisms import Bounds, make_mechanism
 from gazeguard.message import (
     ChunkMessage,
+    IngestCounters,
     LedgerSnapshot,
     MechanismParams,
     SessionState,
@@ -192,6 +193,7 @@ class Pipeline:
             window_s=features.window_s,
             step_s=features.step_s,
             min_valid_fraction=features.min_valid_fraction,
+            hold_limit_s=features.hold_limit_s,
             detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
         )
         self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, self._next_index())
@@ -320,8 +322,14 @@ class Pipeline:
             self.on_release(out)
         return out
 
-    def status(self, state: SessionState | None = None, reason: str | None = None) -> StatusMessage:
-        """The retained status message for this session, from the ledger and the counters."""
+    def status(
+        self,
+        state: SessionState | None = None,
+        reason: str | None = None,
+        ingest: IngestCounters | None = None,
+    ) -> StatusMessage:
+        """The retained status message for this session, from the ledger and the counters
+        (``ingest``: the gaze ingest's counters, where the caller has them)."""
         led = self.ledger.state(self.session)
         return StatusMessage.model_validate(
             {
@@ -336,5 +344,6 @@ class Pipeline:
                 "chunks_withheld": self.stats.withheld,
                 "chunks_dropped": self.stats.dropped,
                 "reason": reason or self.stats.last_reason,
+                "ingest": ingest,
             }
         )
