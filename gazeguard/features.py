@@ -22,13 +22,27 @@ Timing (``t0`` = first sample time, ``W = window_s``, ``s = step_s``):
 Always finite (documented, deterministic treatment, counted in :attr:`FeatureExtractor.stats`):
 
 - A window whose valid fraction is below ``min_valid_fraction`` (default 0.5) is *low quality*:
-  every feature except ``valid_fraction`` repeats its previous value.
+  every feature except ``valid_fraction`` is *held*.
 - A value undefined in a window (a mean over no events, pupil covering < 50% of the window, a
-  ratio over no saccades) repeats its previous value.
-- Before any defined value exists, a feature takes its ``lo`` (e.g. pupil features of a stream
-  without pupil data are ``lo`` throughout).
+  ratio over no saccades) is held.
+- A held value repeats the previous value for at most ``hold_limit_s`` (default ``W``; the last
+  repeat is at most ``hold_limit_s`` after the step that defined it); after that, and before a
+  feature's first defined value, the feature takes its **public default**
+  (:meth:`Feature.default`: the typical rate for the rate features, 0 for the wordbook
+  statistics, the midpoint of ``[lo, hi]`` otherwise; declared in the registry, never from data).
 - Finally every value is clipped to ``[lo, hi]`` (per-event values are clipped to their plausible
   range before aggregation, so means, variances and maxima stay within bounds by construction).
+
+**How far one gaze sample reaches** (the unit of privacy at the raw-gaze level). A sample at
+time τ enters the vectors whose window contains it (stamped in ``(τ, τ + W]``) and, through the
+fixation, saccade or blink that contains it, the vectors whose window contains that event's end
+(``E`` = how long after τ that event ends: events end at invalid data and gaps; a long fixation
+extends ``E``); a held value carries it at most ``hold_limit_s = H`` further. Everything is
+causal, so the vectors it can change are stamped in ``(τ, τ + E + W + H]``, which meets at most
+``⌈(W + H + E)/(n·s)⌉ + 1`` chunks of ``n`` steps of ``s`` seconds: 5 at the defaults (W = H =
+30 s, n = 32, s = 0.5 s) for ``E`` up to 4 s; a changed stretch of ``d`` seconds adds ``d`` to
+the numerator. Without the hold limit, invalid data after a change carried it into every later
+chunk. ``tests/test_features.py`` measures it on simulated gaze.
 
 Bounds: ``lo``/``hi`` follow from physiology and the detector's definitions; ``max_step`` from
 how many events can enter and leave the window in one step (``W``/``s`` enter every rule, so

@@ -59,7 +59,7 @@ from gazeguard.samples import GazeSamples
 logger = logging.getLogger(__name__)
 
 #: liblsl post-processing: clock synchronisation only. liblsl's dejitter and monotonize are
-#: poisoned by one bad timestamp (measured, liblsl 1.16: after one NaN or inf timestamp every later
+#: poisoned by one bad timestamp (measured, liblsl 1.18: after one NaN or inf timestamp every later
 #: timestamp is NaN; after one +1e6 s timestamp they stay frozen near it for minutes), so order,
 #: plausibility and dejittering are done by :class:`gazeguard.ordering.SampleOrder`, which refuses
 #: such a sample without adopting it.

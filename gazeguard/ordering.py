@@ -39,7 +39,7 @@ when it lies more than a small tolerance before the line or ``MAX_JITTER_S`` aft
 block end the line is lifted to the earliest sample of its segment). Output timestamps are
 strictly increasing and never later than the raw ones by more than ``JITTER_EARLY_TOL`` of a
 sample interval. liblsl's own dejitter and monotonize are not used: one NaN timestamp turns all
-later timestamps NaN in them, and one +1e6 s timestamp freezes them (measured with liblsl 1.16;
+later timestamps NaN in them, and one +1e6 s timestamp freezes them (measured with liblsl 1.18;
 see ``gazeguard.ingest``).
 
 Cost: a block in order (the usual case) is checked with a few vectorised numpy calls; a Python
@@ -89,7 +89,7 @@ class OrderStats:
     future: int = 0  # of those: timestamp more than the tolerance ahead of the receiver's clock
     nonfinite: int = 0  # dropped: timestamp NaN or ±inf
     nonfinite_index: int = 0  # kept on their timestamp, but their sample index was not finite
-    lost: int = 0  # gaps in the sample-index channel (streams that have one)
+    lost: int = 0  # index numbers never received (streams with an index; drops here excluded)
     resyncs: int = 0  # times the order followed a new timeline after a run of rejections
 
     @property
