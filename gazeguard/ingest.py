@@ -58,6 +58,15 @@ from gazeguard.samples import GazeSamples
 
 logger = logging.getLogger(__name__)
 
+# pylsl >= 1.17 keeps its exceptions in pylsl.util (``pylsl.LostError`` no longer exists there:
+# naming it in an ``except`` clause raised AttributeError in the pull thread instead of handling
+# the loss, and the consumer waited forever).
+try:
+    from pylsl.util import LostError as LSLLostError
+    from pylsl.util import TimeoutError as LSLTimeoutError
+except ImportError:  # pragma: no cover - pylsl < 1.17
+    LSLLostError, LSLTimeoutError = pylsl.LostError, pylsl.TimeoutError
+
 #: liblsl post-processing: clock synchronisation only. liblsl's dejitter and monotonize are
 #: poisoned by one bad timestamp (measured, liblsl 1.18: after one NaN or inf timestamp every later
 #: timestamp is NaN; after one +1e6 s timestamp they stay frozen near it for minutes), so order,
@@ -253,7 +262,7 @@ class GazeStream:
         )
         try:
             full = inlet.info(timeout=self.settings.resolve_timeout_s)
-        except pylsl.TimeoutError as exc:
+        except LSLTimeoutError as exc:
             raise StreamError(
                 f"LSL stream {found.name()!r} was found but did not send its description within "
                 f"{self.settings.resolve_timeout_s:g} s; check the network between this host "
@@ -332,7 +341,7 @@ class GazeStream:
                     queue.finish()
                     return
                 self._stop.wait(self.poll_interval_s)
-        except pylsl.LostError as exc:
+        except LSLLostError as exc:
             err = StreamError(
                 f"LSL stream {meta.name!r} was lost and cannot be recovered (it has no "
                 "source_id); restart its outlet with a source_id so gazeguard can resume"

@@ -28,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gazeguard.config import FeatureSettings, IngestSettings, MechanismSettings, load_settings
+from gazeguard.errors import StreamError
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
 from gazeguard.ordering import JITTER_EARLY_TOL, SampleOrder
@@ -373,6 +374,39 @@ def test_status_turns_stream_lost_and_back_to_running(
     assert final.ingest.future == pytest.approx(2.5 * RATE, abs=2)  # the whole unusable phase
     assert final.ingest.samples == len(rows) - final.ingest.future
     assert all(m.ingest is not None for m in statuses if m.state != "starting")
+
+
+# -- a stream lost for good ends iteration with a StreamError ---------------------------------
+def test_a_stream_lost_for_good_ends_iteration_with_a_stream_error(unique_id: str) -> None:
+    """An outlet without a source_id cannot be recovered: the consumer must learn it (pylsl's
+    LostError, handled in the pull thread), not wait forever."""
+    outlet = pylsl.StreamOutlet(gazeguard_stream_info(unique_id, "", RATE))
+    rows = rows_for(250)
+
+    def push() -> None:
+        outlet.wait_for_consumers(15)
+        time.sleep(0.2)
+        for i in range(0, 250, 10):
+            outlet.push_chunk(np.ascontiguousarray(rows[i : i + 10]))
+            time.sleep(0.04)
+
+    pusher = threading.Thread(target=push, daemon=True)
+    pusher.start()
+
+    async def run() -> int:
+        got = 0
+        async with GazeStream(IngestSettings(stream_name=unique_id), poll_interval_s=0.05) as s:
+            async with asyncio.timeout(20):
+                async for block in s:
+                    got += len(block)
+                    if got >= 250:
+                        nonlocal outlet
+                        pusher.join()
+                        del outlet  # the headset's process is gone, and so is its outlet
+        return got
+
+    with pytest.raises(StreamError, match="was lost and cannot be recovered"):
+        asyncio.run(run())
 
 
 # -- SampleOrder without LSL (Hypothesis) ------------------------------------------------------
