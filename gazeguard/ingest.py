@@ -394,7 +394,8 @@ class _CountersLog:
         logger.warning(
             "LSL stream %r: %d samples delivered (%d invalid), %d dropped: %d duplicate, %d out "
             "of order, %d implausible (%d ahead of the clock), %d with a non-finite timestamp, "
-            "%d overflow; %d with a non-finite sample index kept, %d lost in transit, %d resyncs",
+            "%d overflow; %d with a non-finite sample index kept, %d missing from the index, "
+            "%d resyncs",
             self.name, st.samples, st.invalid, st.dropped, st.duplicates, st.out_of_order,
             st.implausible, st.future, st.nonfinite, st.overflow, st.nonfinite_index, st.lost,
             st.resyncs,

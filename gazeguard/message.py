@@ -308,7 +308,9 @@ class IngestCounters(_Model):
     )
     nonfinite: Count = Field(description="dropped: timestamp NaN or infinite")
     overflow: Count = Field(description="dropped: processing fell behind (queue full)")
-    lost: Count = Field(description="missing from the sample-index channel")
+    lost: Count = Field(
+        description="index numbers missing from the delivered samples (lost in transit or dropped)"
+    )
     resyncs: Count = Field(description="times ingest followed a jump of the sender's clock")
 
 

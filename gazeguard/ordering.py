@@ -89,7 +89,7 @@ class OrderStats:
     future: int = 0  # of those: timestamp more than the tolerance ahead of the receiver's clock
     nonfinite: int = 0  # dropped: timestamp NaN or ±inf
     nonfinite_index: int = 0  # kept on their timestamp, but their sample index was not finite
-    lost: int = 0  # index numbers never received (streams with an index; drops here excluded)
+    lost: int = 0  # index numbers that never reached the consumer (streams with an index)
     resyncs: int = 0  # times the order followed a new timeline after a run of rejections
 
     @property
@@ -161,8 +161,8 @@ class SampleOrder:
         self.last_t = -math.inf  # last kept timestamp (shifted, before dejitter), s
         self.last_index = -math.inf  # last kept finite sample index
         self._last_index_t = -math.inf  # timestamp of the sample that set last_index
-        # Samples received since last_index that did not set it (kept without a finite index,
-        # or dropped other than as duplicates): they used up index numbers, so are not "lost".
+        # Samples kept since last_index without a finite index: they reached the consumer, so
+        # they account for index numbers in the next gap.
         self._unplaced = 0
         self._lag = 0.0  # receiver clock minus the newest kept timestamp, s
         self._run: _Run | None = None
@@ -241,7 +241,7 @@ class SampleOrder:
         return di <= self._max_rate * (max(dt, 0.0) + self._tol) + 1.0
 
     def _count_lost(self, index: FloatArray) -> None:
-        """Index gaps of an in-order block, minus the samples received in them."""
+        """Index gaps of an in-order block, minus the samples kept without an index in them."""
         if math.isfinite(self.last_index):
             gap = float(index[0]) - self.last_index - 1.0 - self._unplaced
             self.stats.lost += max(0, round(gap))
@@ -263,11 +263,8 @@ class SampleOrder:
         for k in range(n):
             raw_t, raw_i = t_list[k], i_list[k]
             ik: float | None = raw_i if math.isfinite(raw_i) else None
-            # a sample that may fill a gap of the index (not a late copy of an earlier one)
-            slot = ik is None or ik > self.last_index
             if not math.isfinite(raw_t):
                 st.nonfinite += 1
-                self._unplaced += slot
                 continue
             tk = raw_t + self.offset
             if fut is not None and tk > now + fut:
@@ -291,7 +288,6 @@ class SampleOrder:
                 if self._extend_run(raw_t, ik, now):  # the run qualifies: follow it from here
                     tk = self._resync(raw_t, ik, now)
                 else:
-                    self._unplaced += slot
                     if verdict == "out_of_order":
                         st.out_of_order += 1
                     else:
