@@ -25,7 +25,8 @@ is ignored (``nonfinite_index``), so it never becomes the last index.
 **Resynchronisation.** A sender whose clock really jumps (or whose sample counter restarts
 without a new outlet) produces only rejections. After a *run* of rejected samples that are
 consistent among themselves (timestamps and indices increasing, index jumps plausible) and with
-real time (their timestamps advance no faster than the receiver's clock, within the tolerance),
+real time (their timestamps advance no faster than the receiver's clock, within the tolerance
+plus ``resync_after_s / 2``),
 lasting at least ``resync_after_s`` of receiver time and ``resync_after_s / 2`` of sample time
 (and 3 samples), the order follows the new timeline: from then on timestamps are shifted by a
 constant offset so that they continue *after* the last kept sample with the stream's previous
@@ -155,6 +156,10 @@ class SampleOrder:
         self.stats = stats if stats is not None else OrderStats()
         self.name = name
         self._tol = 0.5 if future_tolerance_s is None else float(future_tolerance_s)
+        # How far a run's timestamps may get ahead of the receiver's clock since its start and
+        # still count as keeping pace (pulls are late by up to a poll interval, more under load);
+        # a burst runs ahead by its whole length at once.
+        self._pace_slack = self._tol + self.resync_after_s / 2
         rate = self.nominal_rate_hz if self.nominal_rate_hz > 0 else MAX_TRACKER_RATE_HZ
         self._max_rate = MAX_RATE_FACTOR * rate if self.nominal_rate_hz > 0 else rate
         self.offset = 0.0  # added to incoming timestamps (changes only at a resync), s
@@ -322,7 +327,7 @@ class SampleOrder:
                     or run.last_index is None
                     or self._plausible(ik - run.last_index, raw_t - run.last_t)
                 )
-                and raw_t - run.first_t <= (now - run.first_now) + self._tol
+                and raw_t - run.first_t <= (now - run.first_now) + self._pace_slack
             )
             if consistent:
                 run.last_t, run.count = raw_t, run.count + 1

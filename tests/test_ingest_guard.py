@@ -361,11 +361,13 @@ def test_status_turns_stream_lost_and_back_to_running(
         sub.close()
     states = [m.state for m in statuses]
     changes = [a for a, b in zip(states, [None, *states], strict=False) if a != b]
-    assert changes[:6] == [
-        "starting", "running", "stream_lost", "running", "stream_lost", "running",
-    ]  # fmt: skip
-    # the outlet's end is silence too: the status may say so before the session stops
-    assert changes[6:] in (["stopped"], ["stream_lost", "stopped"])
+    assert (changes[0], changes[-1]) == ("starting", "stopped")
+    core = changes[1:-1]
+    if core[:1] == ["stream_lost"]:  # before the first sample, on a busy machine
+        core = core[1:]
+    if core[-1:] == ["stream_lost"]:  # the outlet's end is silence too
+        core = core[:-1]
+    assert core == ["running", "stream_lost", "running", "stream_lost", "running"]
     lost = [m for m in statuses if m.state == "stream_lost"]
     assert all(m.reason and "ingest.stream_lost_after_s = 1" in m.reason for m in lost)
     final = statuses[-1]
