@@ -362,9 +362,11 @@ def test_status_turns_stream_lost_and_back_to_running(
     states = [m.state for m in statuses]
     changes = [a for a, b in zip(states, [None, *states], strict=False) if a != b]
     assert (changes[0], changes[-1]) == ("starting", "stopped")
-    core = changes[1:-1]
-    if core[:1] == ["stream_lost"]:  # before the first sample, on a busy machine
-        core = core[1:]
+    first = changes.index("running")
+    # before the first sample arrives (the outlet waits for its consumer, then 0.2 s) a busy
+    # machine may already say stream_lost, and starting again when samples come
+    assert set(changes[:first]) <= {"starting", "stream_lost"}
+    core = changes[first:-1]
     if core[-1:] == ["stream_lost"]:  # the outlet's end is silence too
         core = core[:-1]
     assert core == ["running", "stream_lost", "running", "stream_lost", "running"]
