@@ -301,7 +301,8 @@ class IngestCounters(_Model):
     duplicates: Count = Field(description="dropped: timestamp or sample index repeated")
     out_of_order: Count = Field(description="dropped: timestamp or sample index went back")
     implausible: Count = Field(
-        description="dropped: ahead of the clock or an index jump the nominal rate cannot make"
+        description="dropped: ahead of (or far behind) the clock, or an index jump the nominal "
+        "rate cannot make"
     )
     future: Count = Field(
         description="of the implausible: timestamp more than ingest.future_tolerance_s ahead"

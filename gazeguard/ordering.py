@@ -14,7 +14,9 @@ A sample is **dropped** when
   (``duplicates``), or either is smaller (``out_of_order``);
 - it is **implausible** (``implausible``): its timestamp lies more than ``future_tolerance_s``
   ahead of the receiver's clock ``now`` (``future``; only when the timestamps are on that clock,
-  as LSL timestamps are after the inlet's clock synchronisation), or its sample index advanced
+  as LSL timestamps are after the inlet's clock synchronisation), or more than ``max_age_s``
+  behind it (when set; a live LSL stream cannot deliver samples that old), or its sample index
+  advanced
   further than the stream's rate allows for the time that passed (more than
   ``MAX_RATE_FACTOR × nominal rate × (Δt + future_tolerance_s) + 1`` samples; an index of 1e15
   after 100 is implausible at any rate).
@@ -60,6 +62,7 @@ from gazeguard.samples import BoolArray, FloatArray
 
 __all__ = [
     "MAX_RATE_FACTOR",
+    "MAX_SAMPLE_AGE_S",
     "MAX_TRACKER_RATE_HZ",
     "OrderStats",
     "SampleOrder",
@@ -72,6 +75,9 @@ MAX_RATE_FACTOR = 2.0
 #: Rate bound for index jumps of streams without a nominal rate (irregular streams), Hz: no eye
 #: tracker samples faster (EyeLink 2 kHz, Tobii Spectrum 1.2 kHz).
 MAX_TRACKER_RATE_HZ = 10_000.0
+#: A live LSL stream never delivers samples older than its inlet buffer (60 s, or 6000 samples of
+#: an irregular stream): older ones are implausible on the receiver's clock, s.
+MAX_SAMPLE_AGE_S = 120.0
 #: Dejitter: samples stamped more than this after the line are taken as they are (a pause), s.
 MAX_JITTER_S = 0.1
 #: Dejitter: a sample up to this fraction of a sample interval before the line keeps the line.
@@ -86,7 +92,8 @@ class OrderStats:
 
     duplicates: int = 0  # dropped: timestamp (or sample index) equal to the last kept one
     out_of_order: int = 0  # dropped: timestamp (or sample index) before the last kept one
-    implausible: int = 0  # dropped: ahead of the clock, or an index jump the rate cannot make
+    implausible: int = 0  # dropped: ahead of (or far behind) the clock, or an index jump the
+    # rate cannot make
     future: int = 0  # of those: timestamp more than the tolerance ahead of the receiver's clock
     nonfinite: int = 0  # dropped: timestamp NaN or ±inf
     nonfinite_index: int = 0  # kept on their timestamp, but their sample index was not finite
@@ -121,6 +128,9 @@ class SampleOrder:
             slack of the index-jump and real-time checks.
         resync_after_s: how long a consistent run of rejections must last before it becomes the
             new timeline, s (receiver time).
+        max_age_s: a timestamp older than ``now - max_age_s`` is implausible (``None``: no
+            limit; only meaningful on the receiver's clock). Without it, one first sample stamped
+            far in the past would make feature extraction emit every step since then at once.
         dejitter: smooth the kept timestamps (regular-rate streams only).
         stats: counters to update (default: a new :class:`OrderStats`).
         name: used in log lines.
@@ -132,6 +142,7 @@ class SampleOrder:
         nominal_rate_hz: float = 0.0,
         future_tolerance_s: float | None = 0.5,
         resync_after_s: float = 2.0,
+        max_age_s: float | None = None,
         dejitter: bool = False,
         stats: OrderStats | None = None,
         name: str = "gaze stream",
@@ -153,6 +164,10 @@ class SampleOrder:
         self.nominal_rate_hz = float(nominal_rate_hz)
         self.future_tolerance_s = future_tolerance_s
         self.resync_after_s = float(resync_after_s)
+        if max_age_s is not None and not (math.isfinite(max_age_s) and max_age_s > 0):
+            msg = f"max_age_s must be a finite number > 0 or None, got {max_age_s!r}"
+            raise ValueError(msg)
+        self.max_age_s = max_age_s
         self.stats = stats if stats is not None else OrderStats()
         self.name = name
         self._tol = 0.5 if future_tolerance_s is None else float(future_tolerance_s)
@@ -226,6 +241,7 @@ class SampleOrder:
             and math.isfinite(ts1)
             and np.all(dt > 0)
             and (self.future_tolerance_s is None or ts1 <= now + self.future_tolerance_s)
+            and (self.max_age_s is None or ts0 >= now - self.max_age_s)
         )
         if not ok or index is None:
             return ok
@@ -274,6 +290,8 @@ class SampleOrder:
             tk = raw_t + self.offset
             if fut is not None and tk > now + fut:
                 verdict = "future"
+            elif self.max_age_s is not None and tk < now - self.max_age_s:
+                verdict = "past"
             elif tk == self.last_t or (ik is not None and ik == self.last_index):
                 verdict = "duplicate"
             elif tk < self.last_t or (ik is not None and ik < self.last_index):

@@ -40,7 +40,7 @@ import pylsl
 
 from gazeguard.config import IngestSettings
 from gazeguard.errors import StreamError
-from gazeguard.ordering import OrderStats, SampleOrder
+from gazeguard.ordering import MAX_SAMPLE_AGE_S, OrderStats, SampleOrder
 from gazeguard.samples import BoolArray, FloatArray, GazeSamples
 
 logger = logging.getLogger(__name__)
@@ -496,7 +496,7 @@ class Normalizer:
         layout: how to read the channels.
         confidence_threshold: samples below it are invalid (layouts with a confidence channel).
         stats: counters to update.
-        nominal_rate_hz, future_tolerance_s, resync_after_s, dejitter: see
+        nominal_rate_hz, future_tolerance_s, resync_after_s, max_age_s, dejitter: see
             :class:`~gazeguard.ordering.SampleOrder`.
         name: the stream's name, for log lines.
     """
@@ -507,6 +507,7 @@ class Normalizer:
     nominal_rate_hz: float = 0.0
     future_tolerance_s: float | None = 0.5
     resync_after_s: float = 2.0
+    max_age_s: float | None = None
     dejitter: bool = False
     name: str = "gaze stream"
     order: SampleOrder = field(init=False)
@@ -516,6 +517,7 @@ class Normalizer:
             nominal_rate_hz=self.nominal_rate_hz,
             future_tolerance_s=self.future_tolerance_s,
             resync_after_s=self.resync_after_s,
+            max_age_s=self.max_age_s,
             dejitter=self.dejitter,
             stats=self.stats,
             name=f"LSL stream {self.name!r}",
@@ -533,6 +535,7 @@ class Normalizer:
             nominal_rate_hz=meta.nominal_srate if meta.nominal_srate > 0 else 0.0,
             future_tolerance_s=settings.future_tolerance_s,
             resync_after_s=settings.resync_after_s,
+            max_age_s=MAX_SAMPLE_AGE_S,
             dejitter=settings.dejitter,
             name=meta.name,
         )

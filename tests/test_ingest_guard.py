@@ -148,36 +148,42 @@ async def _until(stream: GazeStream, deadline: float) -> AsyncIterator[GazeSampl
 
 
 # -- one bad sample costs at most itself ------------------------------------------------------
-def _bad_index(value: float) -> Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], None]:
+Corrupt = Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], None]
+
+
+def _bad_index(at: int, value: float) -> Corrupt:
     def f(rows: np.ndarray[Any, Any], stamp: np.ndarray[Any, Any]) -> None:
-        rows[200, 0] = value
+        rows[at, 0] = value
 
     return f
 
 
-def _bad_stamp(value: float, add: bool = False) -> Callable[..., None]:
+def _bad_stamp(at: int, value: float, add: bool = False) -> Corrupt:
     def f(rows: np.ndarray[Any, Any], stamp: np.ndarray[Any, Any]) -> None:
-        stamp[200] = stamp[200] + value if add else value
+        stamp[at] = stamp[at] + value if add else value
 
     return f
 
 
-BAD_SAMPLES = {
-    # name: (corrupt row 200, dropped, counter that must read 1)
-    "index inf": (_bad_index(np.inf), False, "nonfinite_index"),
-    "index -inf": (_bad_index(-np.inf), False, "nonfinite_index"),
-    "index NaN": (_bad_index(np.nan), False, "nonfinite_index"),
-    "index 1e15": (_bad_index(1e15), True, "implausible"),
-    "timestamp +1e6 s": (_bad_stamp(1e6, add=True), True, "future"),
-    "timestamp inf": (_bad_stamp(np.inf), True, "nonfinite"),
-    "timestamp NaN": (_bad_stamp(np.nan), True, "nonfinite"),
+BAD_SAMPLES: dict[str, tuple[Corrupt, int | None, str]] = {
+    # name: (corruption, the sample that must be dropped (None: none), counter that reads 1)
+    "index inf": (_bad_index(200, np.inf), None, "nonfinite_index"),
+    "index -inf": (_bad_index(200, -np.inf), None, "nonfinite_index"),
+    "index NaN": (_bad_index(200, np.nan), None, "nonfinite_index"),
+    "index 1e15": (_bad_index(200, 1e15), 200, "implausible"),
+    "timestamp +1e6 s": (_bad_stamp(200, 1e6, add=True), 200, "future"),
+    "timestamp inf": (_bad_stamp(200, np.inf), 200, "nonfinite"),
+    "timestamp NaN": (_bad_stamp(200, np.nan), 200, "nonfinite"),
+    # the first sample has nothing to be compared with but the clock (else the features would
+    # emit every step of the 1e6 s since, at once)
+    "first timestamp -1e6 s": (_bad_stamp(0, -1e6, add=True), 0, "implausible"),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_SAMPLES))
 def test_one_bad_index_or_timestamp_costs_at_most_that_sample(case: str, unique_id: str) -> None:
     corrupt, dropped, counter = BAD_SAMPLES[case]
-    n = 750  # 3 s at 250 Hz; the bad sample is at 0.8 s
+    n = 750  # 3 s at 250 Hz; the bad sample is at 0.8 s (or the first)
     rows, due = rows_for(n), np.arange(n) / RATE
     stamp = due.copy()
     corrupt(rows, stamp)
@@ -189,11 +195,11 @@ def test_one_bad_index_or_timestamp_costs_at_most_that_sample(case: str, unique_
                 within_s=20,
             )
         )
-    expect = [k for k in range(n) if not (dropped and k == 200)]
+    expect = [k for k in range(n) if k != dropped]
     assert numbers(got).tolist() == expect  # everything after the bad sample arrives
     assert getattr(stats, counter) == 1
-    assert stats.dropped == int(dropped)
-    assert stats.lost == int(dropped)  # its index number never reached the consumer
+    assert stats.dropped == int(dropped is not None)
+    assert stats.lost == int(dropped not in (None, 0))  # its index never reached the consumer
     assert stats.resyncs == 0
 
 
@@ -512,6 +518,18 @@ def test_nothing_ahead_of_the_clock_is_ever_admitted(ahead: list[float], cuts: l
     assert np.all(kept_ahead <= TOL + 1e-9) or order.stats.resyncs > 0
     if order.stats.resyncs:  # then only after a run that kept pace with the clock
         assert order.offset != 0
+
+
+def test_a_timestamp_far_in_the_past_is_implausible_with_max_age() -> None:
+    order = SampleOrder(nominal_rate_hz=RATE, max_age_s=120.0)
+    t = 5000.0 + np.arange(10) / RATE
+    t[0] -= 1e6  # the first sample: nothing to compare it with but the clock
+    keep, ts = order(t, None, 5000.05)
+    assert keep.tolist() == [False] + [True] * 9
+    assert ts[0] == t[1]
+    assert (order.stats.implausible, order.stats.future) == (1, 0)
+    lax = SampleOrder(nominal_rate_hz=RATE)  # without max_age (another clock): taken
+    assert lax(t, None, 5000.05)[0].all()
 
 
 def test_a_run_that_keeps_pace_with_the_clock_resyncs_and_a_burst_does_not() -> None:
