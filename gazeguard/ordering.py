@@ -75,9 +75,11 @@ MAX_RATE_FACTOR = 2.0
 #: Rate bound for index jumps of streams without a nominal rate (irregular streams), Hz: no eye
 #: tracker samples faster (EyeLink 2 kHz, Tobii Spectrum 1.2 kHz).
 MAX_TRACKER_RATE_HZ = 10_000.0
-#: A live LSL stream never delivers samples older than its inlet buffer (60 s, or 6000 samples of
-#: an irregular stream): older ones are implausible on the receiver's clock, s.
-MAX_SAMPLE_AGE_S = 120.0
+#: Older timestamps are implausible on the receiver's clock, s. A live LSL stream never delivers
+#: samples older than its inlet buffer (60 s); a faster-than-real-time replay stamps its start in
+#: the past (``duration·(1 − 1/speed)``), up to an hour of that passes. What it refuses is an
+#: absurd stamp: one first sample 1e6 s old would make feature extraction emit every step since.
+MAX_SAMPLE_AGE_S = 3600.0
 #: Dejitter: samples stamped more than this after the line are taken as they are (a pause), s.
 MAX_JITTER_S = 0.1
 #: Dejitter: a sample up to this fraction of a sample interval before the line keeps the line.

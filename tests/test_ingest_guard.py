@@ -31,7 +31,7 @@ from gazeguard.config import FeatureSettings, IngestSettings, MechanismSettings,
 from gazeguard.errors import StreamError
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
-from gazeguard.ordering import JITTER_EARLY_TOL, SampleOrder
+from gazeguard.ordering import JITTER_EARLY_TOL, MAX_SAMPLE_AGE_S, SampleOrder
 from gazeguard.pipeline import Pipeline
 from gazeguard.presets import IngestStats, gazeguard_stream_info
 from gazeguard.samples import GazeSamples
@@ -521,7 +521,7 @@ def test_nothing_ahead_of_the_clock_is_ever_admitted(ahead: list[float], cuts: l
 
 
 def test_a_timestamp_far_in_the_past_is_implausible_with_max_age() -> None:
-    order = SampleOrder(nominal_rate_hz=RATE, max_age_s=120.0)
+    order = SampleOrder(nominal_rate_hz=RATE, max_age_s=MAX_SAMPLE_AGE_S)
     t = 5000.0 + np.arange(10) / RATE
     t[0] -= 1e6  # the first sample: nothing to compare it with but the clock
     keep, ts = order(t, None, 5000.05)
