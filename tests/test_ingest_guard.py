@@ -180,6 +180,7 @@ BAD_SAMPLES: dict[str, tuple[Corrupt, int | None, str]] = {
 }
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("case", list(BAD_SAMPLES))
 def test_one_bad_index_or_timestamp_costs_at_most_that_sample(case: str, unique_id: str) -> None:
     corrupt, dropped, counter = BAD_SAMPLES[case]
@@ -204,6 +205,7 @@ def test_one_bad_index_or_timestamp_costs_at_most_that_sample(case: str, unique_
 
 
 # -- a sustained jump of the sender's clock is followed -------------------------------------
+@pytest.mark.network
 @pytest.mark.parametrize("jump_s", [1e6, -1000.0])
 def test_a_sustained_clock_jump_is_followed_after_resync_after_s(
     jump_s: float, unique_id: str
@@ -234,6 +236,7 @@ def test_a_sustained_clock_jump_is_followed_after_resync_after_s(
 
 
 # -- 30 % NaN/inf in any channel still starts and releases -------------------------------------
+@pytest.mark.network
 @pytest.mark.parametrize("channel", [0, 1, 2, 3, 4], ids=["index", "x", "y", "pupil", "validity"])
 def test_30_percent_nonfinite_in_any_channel_still_releases_chunks(
     channel: int, unique_id: str, tmp_path: Path
@@ -271,6 +274,7 @@ def test_30_percent_nonfinite_in_any_channel_still_releases_chunks(
 
 
 # -- a burst into the future is refused and counted ---------------------------------------------
+@pytest.mark.network
 def test_a_burst_stamped_408_s_ahead_is_refused_and_counted(unique_id: str, tmp_path: Path) -> None:
     """Issue 15 point 5: one push_chunk of 100 k samples stamped ``now .. now + 408 s``
     released 1,020 chunks in a second; ingest must admit only what is not ahead of the clock."""
@@ -308,6 +312,7 @@ def test_a_burst_stamped_408_s_ahead_is_refused_and_counted(unique_id: str, tmp_
 
 
 # -- the retained status: stream_lost and back ------------------------------------------------
+@pytest.mark.network
 def test_status_turns_stream_lost_and_back_to_running(
     mosquitto: MosquittoBroker, unique_id: str, tmp_path: Path
 ) -> None:
@@ -387,6 +392,7 @@ def test_status_turns_stream_lost_and_back_to_running(
 
 
 # -- a stream lost for good ends iteration with a StreamError ---------------------------------
+@pytest.mark.network
 def test_a_stream_lost_for_good_ends_iteration_with_a_stream_error(unique_id: str) -> None:
     """An outlet without a source_id cannot be recovered: the consumer must learn it (pylsl's
     LostError, handled in the pull thread), not wait forever."""
