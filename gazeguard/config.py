@@ -88,6 +88,32 @@ class IngestSettings(_Section):
         description="EyeLink: pupil diameter = this × √(pupil area), mm per √unit; calibrate "
         "once per setup with an artificial pupil of known size (unset: pupil is NaN)",
     )
+    future_tolerance_s: float = Field(
+        0.5,
+        gt=0,
+        allow_inf_nan=False,
+        description="samples stamped more than this ahead of the local LSL clock are "
+        "implausible: dropped and counted (ingest.future), never adopted, s",
+    )
+    resync_after_s: float = Field(
+        2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="after this long of consistently rejected samples (a sender's clock jump, "
+        "a restarted sample counter) the order follows the new timeline, s",
+    )
+    dejitter: bool = Field(
+        True,
+        description="smooth timestamps of regular-rate streams (lower envelope of the nominal "
+        "rate's line); off: use the sender's timestamps as they are",
+    )
+    stream_lost_after_s: float = Field(
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="the status turns 'stream_lost' when no usable sample arrived for this "
+        "long, and back when samples resume, s",
+    )
 
 
 class FeatureSettings(_Section):
@@ -100,6 +126,13 @@ class FeatureSettings(_Section):
     )
     min_valid_fraction: float = Field(
         0.5, ge=0, le=1, description="windows with less valid data repeat the previous vector"
+    )
+    hold_limit_s: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="a value repeated for a low-quality window or an undefined value repeats "
+        "for at most this long; then the feature's public default is released (None: window_s)",
     )
 
     @field_validator("step_s")

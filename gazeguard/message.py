@@ -428,12 +428,41 @@ class ChunkMessage(_Model):
         return cls.model_validate_json(payload)
 
 
+Count = Annotated[int, Field(ge=0)]
+
+
+class IngestCounters(_Model):
+    """What the gaze ingest did with the samples it received since the stream opened (counts of
+    samples; each field's description says what it counts). ``dropped`` is the sum of
+    ``duplicates``, ``out_of_order``, ``implausible``, ``nonfinite`` and ``overflow``."""
+
+    samples: Count = Field(description="samples delivered to feature extraction")
+    invalid: Count = Field(description="delivered samples marked invalid")
+    dropped: Count = Field(description="samples never delivered (sum of the drop counters)")
+    duplicates: Count = Field(description="dropped: timestamp or sample index repeated")
+    out_of_order: Count = Field(description="dropped: timestamp or sample index went back")
+    implausible: Count = Field(
+        description="dropped: ahead of (or far behind) the clock, or an index jump the nominal "
+        "rate cannot make"
+    )
+    future: Count = Field(
+        description="of the implausible: timestamp more than ingest.future_tolerance_s ahead"
+    )
+    nonfinite: Count = Field(description="dropped: timestamp NaN or infinite")
+    overflow: Count = Field(description="dropped: processing fell behind (queue full)")
+    lost: Count = Field(
+        description="index numbers missing from the delivered samples (lost in transit or dropped)"
+    )
+    resyncs: Count = Field(description="times ingest followed a jump of the sender's clock")
+
+
 class StatusMessage(_Model):
     """The retained state of one session (``gazeguard.status/1``); the latest one wins.
 
     Attributes:
         state: ``starting``, ``running``, ``budget_exhausted`` (chunks are being withheld),
-            ``stream_lost`` (the gaze stream vanished; waiting for it) or ``stopped``.
+            ``stream_lost`` (no usable gaze sample for ``ingest.stream_lost_after_s``; waiting for
+            them) or ``stopped``.
         time: when this status was made, Unix time, s.
         spent: ε spent so far (sequential composition); remaining: ε left under the binding cap
             (``None`` when uncapped); session_cap: the per-session cap or ``None``.
@@ -442,6 +471,8 @@ class StatusMessage(_Model):
         chunks_dropped: chunks lost to errors or to the session ending mid-chunk.
         reason: why the session is in this state, and the cause of the latest withhold or drop;
             required for ``budget_exhausted`` and ``stream_lost``.
+        ingest: the gaze ingest's counters (:class:`IngestCounters`); ``None`` where the
+            session's samples do not come through gazeguard's ingest (in-process API, fleets).
     """
 
     schema_: Literal["gazeguard.status/1"] = Field(STATUS_SCHEMA, alias="schema")
@@ -456,6 +487,9 @@ class StatusMessage(_Model):
     chunks_withheld: int = Field(ge=0)
     chunks_dropped: int = Field(ge=0)
     reason: str | None = None
+    ingest: IngestCounters | None = Field(
+        None, description="ingest counters (samples delivered, dropped and why), if known"
+    )
 
     @model_validator(mode="after")
     def _reason_given(self) -> Self:

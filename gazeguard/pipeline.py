@@ -45,6 +45,7 @@ from gazeguard.ledger import (
 from gazeguard.mechanisms import Bounds, make_mechanism
 from gazeguard.message import (
     ChunkMessage,
+    IngestCounters,
     LedgerSnapshot,
     MechanismParams,
     SessionState,
@@ -196,6 +197,7 @@ class Pipeline:
             window_s=features.window_s,
             step_s=features.step_s,
             min_valid_fraction=features.min_valid_fraction,
+            hold_limit_s=features.hold_limit_s,
             detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
         )
         self.opened = ledger.open_session(session)  # refuses caps looser than the recorded ones
@@ -322,8 +324,14 @@ class Pipeline:
             self.on_release(out)
         return out
 
-    def status(self, state: SessionState | None = None, reason: str | None = None) -> StatusMessage:
-        """The retained status message for this session, from the ledger and the counters."""
+    def status(
+        self,
+        state: SessionState | None = None,
+        reason: str | None = None,
+        ingest: IngestCounters | None = None,
+    ) -> StatusMessage:
+        """The retained status message for this session, from the ledger and the counters
+        (``ingest``: the gaze ingest's counters, where the caller has them)."""
         led = self.ledger.state(self.session)
         return StatusMessage.model_validate(
             {
@@ -338,5 +346,6 @@ class Pipeline:
                 "chunks_withheld": self.stats.withheld,
                 "chunks_dropped": self.stats.dropped,
                 "reason": reason or self.stats.last_reason,
+                "ingest": ingest,
             }
         )

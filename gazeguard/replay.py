@@ -135,7 +135,8 @@ class Replay:
     ``GazeSamples`` (from CSV) go out in the ``gazeguard`` layout; an :class:`XdfStream` goes out
     with its own name, type, channels and metadata, so ingest's presets apply to it as to the
     live device. ``speed`` > 1 pushes faster than real time; timestamps keep the recording's
-    spacing. ``wait_s``: wait that long for a consumer before starting.
+    spacing and start ``duration·(1 − 1/speed)`` s in the past, so none lies ahead of the LSL
+    clock when it is pushed. ``wait_s``: wait that long for a consumer before starting.
     """
 
     def __init__(
@@ -233,13 +234,16 @@ class _ReplayPusher(_Pusher):
             logger.warning("replay %r: no consumer after %g s; starting anyway", rp.name, rp.wait_s)
         t_start = pylsl.local_clock()
         n = rp.rows.shape[0]
+        # Timestamps keep the recording's own spacing (also when speed != 1). Faster than real
+        # time, the timeline starts earlier, so that no sample is stamped after it is pushed
+        # (ingest refuses samples stamped ahead of the clock).
+        t_origin = t_start - float(rp.rel_t[-1]) * max(0.0, 1.0 - 1.0 / rp.speed) if n else t_start
         while not self._stop.is_set() and self.samples_sent < n:
             elapsed = (pylsl.local_clock() - t_start) * rp.speed
             due = int(np.searchsorted(rp.rel_t, elapsed, side="right"))
             if due > self.samples_sent:
                 sl = slice(self.samples_sent, due)
-                # Timestamps keep the recording's own spacing (also when speed != 1).
-                self.outlet.push_chunk(rp.rows[sl], list(t_start + rp.rel_t[sl]))
+                self.outlet.push_chunk(rp.rows[sl], list(t_origin + rp.rel_t[sl]))
                 self.samples_sent = due
             self._stop.wait(self.push_interval_s)
 

@@ -50,8 +50,9 @@ from gazeguard.errors import ConfigError, PublishError, StreamNotFoundError
 from gazeguard.fleet import Fleet
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
-from gazeguard.message import SessionState
+from gazeguard.message import IngestCounters, SessionState
 from gazeguard.pipeline import Pipeline, PipelineStats, ReleasedChunk
+from gazeguard.presets import IngestStats
 from gazeguard.publish import Publisher
 from gazeguard.simulate import SimulatedHeadset
 
@@ -304,7 +305,7 @@ async def serve(
             pipeline.close()
             final: SessionState = "stream_lost" if failure is not None else "stopped"
             reason = None if failure is None else f"ingest failed: {failure}"
-            publisher.publish_status(pipeline.status(final, reason))
+            publisher.publish_status(pipeline.status(final, reason, ingest_counters(stream.stats)))
         if failure is not None:
             raise failure
         await out.flush()
@@ -380,15 +381,56 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def ingest_counters(stats: IngestStats) -> IngestCounters:
+    """The status message's view of a stream's ingest counters."""
+    return IngestCounters.model_validate(
+        {name: getattr(stats, name) for name in IngestCounters.model_fields}
+    )
+
+
 async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) -> None:
-    """Feed blocks through the pipeline (in a worker thread) and wake the publisher."""
+    """Feed blocks through the pipeline (in a worker thread) and wake the publisher.
+
+    Keeps the retained status current: ``stream_lost`` once no usable sample arrived for
+    ``ingest.stream_lost_after_s`` (the stream is watched even while it sends nothing), back to
+    the pipeline's own state when samples resume, and republished with the ingest counters at
+    least every ``STATUS_EVERY_S``.
+    """
+    lost_after = stream.settings.stream_lost_after_s
+    tick = min(1.0, lost_after / 4)
     last_status = time.monotonic()
-    last_state = pipeline.stats.state
-    async for block in stream:
-        released = await asyncio.to_thread(pipeline.push, block)
-        if released:
-            publisher.notify(released)
-        now = time.monotonic()
-        if pipeline.stats.state != last_state or now - last_status > STATUS_EVERY_S:
-            publisher.publish_status(pipeline.status())
-            last_status, last_state = now, pipeline.stats.state
+    last_state: SessionState = pipeline.stats.state
+    blocks = aiter(stream)
+    pending = asyncio.ensure_future(anext(blocks))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=tick)
+            if done:
+                try:
+                    block = pending.result()
+                except StopAsyncIteration:
+                    return
+                pending = asyncio.ensure_future(anext(blocks))
+                released = await asyncio.to_thread(pipeline.push, block)
+                if released:
+                    publisher.notify(released)
+            idle = stream.idle_s
+            lost = idle > lost_after
+            state: SessionState = "stream_lost" if lost else pipeline.stats.state
+            now = time.monotonic()
+            if state == last_state and now - last_status <= STATUS_EVERY_S:
+                continue
+            reason = None
+            if lost:
+                reason = (
+                    f"no usable gaze sample for {idle:.0f} s (ingest.stream_lost_after_s = "
+                    f"{lost_after:g}); waiting for the stream"
+                )
+                if last_state != "stream_lost":
+                    log.warning("session %r: %s", pipeline.session, reason)
+            elif last_state == "stream_lost":
+                log.warning("session %r: gaze samples resumed", pipeline.session)
+            publisher.publish_status(pipeline.status(state, reason, ingest_counters(stream.stats)))
+            last_status, last_state = now, state
+    finally:
+        pending.cancel()

@@ -51,7 +51,8 @@ def replay(args: list[str], source_id: str, n: int) -> tuple[GazeSamples, str, s
         assert proc.stdout is not None
         first = proc.stdout.readline()
         assert "replaying" in first, proc.stderr.read() if proc.stderr else first
-        got = receive(IngestSettings(source_id=source_id), n)
+        # dejitter off: the test checks the spacing the outlet sent, not the smoothed one
+        got = receive(IngestSettings(source_id=source_id, dejitter=False), n)
         assert proc.wait(20) == 0
         out, err = proc.communicate()
     finally:
