@@ -350,13 +350,13 @@ def test_rdp_fallback_when_the_pld_would_be_too_large(monkeypatch: pytest.Monkey
     pld = compose(counts, DELTA)
     assert pld.method == "pld"
     accountant = importlib.import_module("gazeguard.accounting.accountant")
-    monkeypatch.setattr(accountant, "MAX_PLD_POINTS", 1000)
+    monkeypatch.setattr(accountant, "PLD_TARGET_POINTS", 100)
     cache_clear()
     try:
         rdp = compose(counts, DELTA)
         assert rdp.method == "rdp"
         assert pld.epsilon <= rdp.epsilon <= pld.epsilon * 1.5
-        with pytest.raises(ConfigError, match="exceed 1000 points"):
+        with pytest.raises(ConfigError, match="cannot resolve these releases"):
             compose(counts, DELTA, method="pld")
     finally:
         cache_clear()

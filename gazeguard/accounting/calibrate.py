@@ -255,13 +255,18 @@ def chunks_reached(
       event_span_s``: how long after the sample such an event can end, e.g. the longest event
       plus the look-ahead), so ``τ_k ∈ (t − A, t + E + W]``;
     * or vector ``k`` repeats ("holds") the value of an earlier changed vector ``k'`` with
-      ``0 < τ_k − τ_k' ≤ H`` (``H = hold_limit_s``; after ``H`` a public default is released).
+      ``0 < τ_k − τ_k' ≤ H`` (``H = hold_limit_s``; after ``H`` a public default is released),
+      i.e. ``k − k' ≤ ⌊H/s⌋`` on the grid.
 
-    So the changed vectors have ``τ_k`` in a half-open interval of length ``L = A + E + W + H``,
-    which contains at most ``K = ⌈L/s⌉`` grid points — ``K`` consecutive step indexes. Chunks
-    are consecutive blocks of ``n`` steps; ``K`` consecutive indexes meet at most
-    ``⌈(K − 1)/n⌉ + 1`` blocks, and both maxima are attained together for some sample time.
-    At the defaults (W = 30 s, s = 0.5 s, n = 32, no hold, A = E = 0) that is 3 chunks.
+    The directly changed vectors have ``τ_k`` in a half-open interval of length
+    ``L = A + E + W``, which contains at most ``⌈L/s⌉`` grid points, consecutive step indexes;
+    holding extends that run by at most ``⌊H/s⌋`` steps, so at most
+    ``K = ⌈L/s⌉ + ⌊H/s⌋`` consecutive steps change. Chunks are consecutive blocks of ``n``
+    steps; ``K`` consecutive indexes meet at most ``⌈(K − 1)/n⌉ + 1`` blocks, and all three
+    maxima are attained together for some sample time (a brute-force simulation of windows,
+    event ends and holds in ``tests/properties/test_accounting_properties.py`` checks both the
+    bound and that it is reached). At the defaults (W = 30 s, s = 0.5 s, n = 32, no hold,
+    A = E = 0) that is 3 chunks.
 
     The count is only finite if the pipeline bounds ``H`` and ``E``: holding the previous value
     indefinitely, or an event of unbounded duration (one long fixation split by the sample moves
@@ -282,5 +287,6 @@ def chunks_reached(
     h = _seconds("hold_limit_s", hold_limit_s, positive=False)
     a = _seconds("lookahead_s", lookahead_s, positive=False)
     e = _seconds("event_span_s", event_span_s, positive=False)
-    k = _ceil((a + e + w + h) / s)
+    hold = h / s
+    k = _ceil((a + e + w) / s) + hold.numerator // hold.denominator
     return -(-(k - 1) // n) + 1
