@@ -47,6 +47,10 @@ Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "e
 Transform = Literal["dft", "dct"]
 
 
+HOUR_S = 3600.0
+"""The window of ledger.budget_per_hour, seconds of gaze."""
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -154,7 +158,11 @@ class MechanismSettings(_Section):
     transform: Transform = Field("dft", description="dft | dct")
     chunk_steps: int = Field(32, description="n, steps per chunk; a power of two")
     k: int | Literal["auto"] = Field("auto", description="kept frequencies, or 'auto'")
-    epsilon: float = Field(1.0, description="ε per feature per chunk")
+    epsilon: float | None = Field(
+        None,
+        description="fixed ε per feature per chunk; unset (default): the noise is calibrated "
+        "to ledger.budget_per_hour",
+    )
     features: list[str] | None = Field(
         None, description="release profile: feature names to release (default: all)"
     )
@@ -192,8 +200,8 @@ class MechanismSettings(_Section):
 
     @field_validator("epsilon")
     @classmethod
-    def _positive_eps(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
+    def _positive_eps(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
             raise ValueError("must be a finite number > 0")
         return v
 
@@ -217,20 +225,38 @@ class LedgerSettings(_Section):
         1e-6,
         description="δ of every user-level (ε, δ) figure and cap; keep it far below 1/people",
     )
+    budget_per_hour: float | None = Field(
+        10.0,
+        description="user-level ε (at delta) per hour of gaze: caps every hour of gaze time and, "
+        "unless mechanism.epsilon is set, calibrates the noise (None: no hourly cap)",
+    )
     session_cap: float | None = Field(
         None, description="max user-level ε (at delta) per session (None: no cap)"
     )
-    window_cap: float | None = Field(
-        None, description="max user-level ε (at delta) over any window_s seconds of gaze"
+    composition: Literal["pld", "sequential"] = Field(
+        "pld",
+        description="pld: caps bound the accountant's ε at delta (privacy loss distributions); "
+        "sequential: caps bound pure sequential ε (conservative)",
     )
-    window_s: float = Field(3600.0, gt=0, description="window of window_cap, seconds of gaze")
     synchronous: Literal["FULL", "EXTRA"] = Field("FULL", description="SQLite synchronous mode")
+    window_cap: float | None = Field(None, description="RENAMED: ledger.budget_per_hour")
+    window_s: float | None = Field(None, description="REMOVED: the budget's window is one hour")
     w_event: int | None = Field(
         None, description="REMOVED: the w-event cap now counts gaze time, not chunks"
     )
     w_event_cap: float | None = Field(None, description="REMOVED: see w_event")
 
-    @field_validator("session_cap", "window_cap")
+    def caps(self) -> dict[str, Any]:
+        """The caps as :class:`gazeguard.ledger.Ledger` keyword arguments."""
+        return {
+            "session_cap": self.session_cap,
+            "window_cap": self.budget_per_hour,
+            "window_s": HOUR_S,
+            "delta": self.delta,
+            "composition": self.composition,
+        }
+
+    @field_validator("session_cap", "budget_per_hour")
     @classmethod
     def _positive_cap(cls, v: float | None) -> float | None:
         if v is not None and not (math.isfinite(v) and v > 0):
@@ -244,13 +270,13 @@ class LedgerSettings(_Section):
             raise ValueError("must lie in (0, 0.01); 1e-6 is the usual choice")
         return v
 
-    @field_validator("w_event", "w_event_cap")
+    @field_validator("w_event", "w_event_cap", "window_cap", "window_s")
     @classmethod
     def _removed(cls, v: object) -> None:
         if v is not None:
             raise ValueError(
-                "the w-event cap counts gaze time now: set ledger.window_cap (ε at ledger.delta) "
-                "and ledger.window_s (seconds of gaze, default 3600) instead"
+                "the per-window cap is ledger.budget_per_hour now: user-level ε (at "
+                "ledger.delta) per hour of gaze time"
             )
 
 
@@ -648,10 +674,10 @@ def _profile_problems(m: MechanismSettings) -> list[ConfigProblem]:
 
 
 def _mechanism_problems(settings: Settings) -> list[ConfigProblem]:
-    import numpy as np  # noqa: PLC0415
 
+    from gazeguard.budget import build_mechanism  # noqa: PLC0415
     from gazeguard.features import NAMES, feature_bounds  # noqa: PLC0415
-    from gazeguard.mechanisms import Bounds, make_mechanism  # noqa: PLC0415
+    from gazeguard.mechanisms import Bounds  # noqa: PLC0415
 
     m = settings.mechanism
     names = list(m.features) if m.features is not None else list(NAMES)
@@ -659,15 +685,10 @@ def _mechanism_problems(settings: Settings) -> list[ConfigProblem]:
         lo, hi, max_step = feature_bounds(
             names, settings.features.window_s, settings.features.step_s
         )
-        make_mechanism(
-            m.name,
-            n=m.chunk_steps,
-            k=m.k,
-            epsilon=np.array([m.epsilon_per_feature.get(n, m.epsilon) for n in names]),
-            bounds=Bounds(lo=lo, hi=hi, max_step=max_step),
-            transform=m.transform,
-            seed=m.insecure_seed,
-        )
+        build_mechanism(
+            m, names, Bounds(lo=lo, hi=hi, max_step=max_step), settings.features.step_s,
+            budget=settings.ledger.budget_per_hour, window_s=HOUR_S, delta=settings.ledger.delta,
+        )  # fmt: skip
     except ConfigError as exc:
         field = exc.field if "." in exc.field else f"mechanism.{exc.field}"
         return [ConfigProblem(field, exc.value, exc.reason)]
@@ -737,7 +758,7 @@ def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
 
     led = settings.ledger
     try:
-        wanted = Caps(led.session_cap, led.window_cap, led.window_s, led.delta)
+        wanted = Caps(led.session_cap, led.budget_per_hour, HOUR_S, led.delta, led.composition)
         session = None if led.url is not None else expected_session(settings)
         stored = None if session is None else _stored_caps(led.path, session)
     except ConfigError as exc:
@@ -747,7 +768,11 @@ def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
     if stored is None:
         return []
     why = looser_reason(stored, wanted, f"session {session!r} in {led.path}")
-    return [ConfigProblem(field, value, why) for field, value in loosened(stored, wanted)]
+    named = {"ledger.window_cap": "ledger.budget_per_hour"}  # the Ledger's name → the setting
+    return [
+        ConfigProblem(named.get(field, field), value, why)
+        for field, value in loosened(stored, wanted)
+    ]
 
 
 def _stored_caps(path: Path, session: str) -> Caps | None:
@@ -764,7 +789,8 @@ def _stored_caps(path: Path, session: str) -> Caps | None:
             row = conn.execute(
                 "SELECT session_cap FROM sessions WHERE session = ?", (session,)
             ).fetchone()
-            return None if row is None else Caps(None if row[0] is None else row[0] / 1e6)
+            cap = None if row is None or row[0] is None else row[0] / 1e6
+            return None if row is None else Caps(cap, composition="sequential")
         row = conn.execute("SELECT caps FROM sessions WHERE session = ?", (session,)).fetchone()
     finally:
         conn.close()

@@ -86,6 +86,7 @@ DEMO_DEFAULTS: dict[str, object] = {
     "mechanism.chunk_steps": 32,
     "mechanism.features": list(SHOWN),
     "mechanism.epsilon": 24.0,
+    "ledger.budget_per_hour": None,
     "session": "demo",
 }
 
@@ -121,11 +122,10 @@ def demo_changes(
     """
     f, m = settings.features, settings.mechanism
     run_f, run_m = FeatureSettings(), MechanismSettings()  # run's defaults
-    run_w, run_s, run_n, run_eps = run_f.window_s, run_f.step_s, run_m.chunk_steps, run_m.epsilon
+    run_w, run_s, run_n = run_f.window_s, run_f.step_s, run_m.chunk_steps
+    run_budget = LedgerSettings().budget_per_hour
     every, run_every = m.chunk_steps * f.step_s, run_n * run_s
     n_features = len(m.features) if m.features is not None else len(FEATURES)
-    chunk_eps = n_features * m.epsilon
-    per_minute = chunk_eps * 60.0 / every
     out = []
 
     def add(setting: str, value: str, run_value: str, why: str) -> None:
@@ -160,15 +160,23 @@ def demo_changes(
             f"all {len(FEATURES)}",
             f"release (and pay for) only the plotted ones: {', '.join(m.features)}",
         )
-    if m.epsilon != run_eps:
+    if m.epsilon is not None:
+        chunk_eps = n_features * m.epsilon
         add(
             "mechanism.epsilon",
-            f"{m.epsilon:g}",
-            f"{run_eps:g}",
-            f"ε per feature per chunk, from the paper's grid: weaker privacy than run's "
-            f"{run_eps:g}, at which a chunk is mostly noise, so that there is signal to look at. "
-            f"A chunk costs {chunk_eps:g}, so the user-level ε grows by {per_minute:.4g} per "
-            "minute of gaze: the figure to judge the privacy by",
+            f"{m.epsilon:g} per feature per chunk",
+            f"noise calibrated to ε {run_budget:g} per hour of gaze",
+            f"from the paper's grid: far weaker privacy than run's, at which a chunk is mostly "
+            f"noise, so that there is signal to look at. A chunk costs pure ε {chunk_eps:g}, "
+            f"{chunk_eps * 3600.0 / every:.4g} per hour of gaze: the figure to judge it by",
+        )
+    if settings.ledger.budget_per_hour != run_budget:
+        value = settings.ledger.budget_per_hour
+        add(
+            "ledger.budget_per_hour",
+            "none" if value is None else f"{value:g}",
+            f"{run_budget:g}",
+            "no hourly cap, or the demo's weak per-chunk ε would be withheld after one chunk",
         )
     if settings.ledger.path != LedgerSettings().path:
         add(

@@ -30,19 +30,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gazeguard.budget import build_mechanism, cost_summary
 from gazeguard.chunking import Chunk, Chunker
 from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.events import EventDetector
 from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
-from gazeguard.ledger import (
-    UNITS_PER_EPSILON,
-    Ledger,
-    LedgerState,
-    StaleStateError,
-    to_units_up,
-)
-from gazeguard.mechanisms import Bounds, make_mechanism
+from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
+from gazeguard.mechanisms import Bounds
 from gazeguard.message import (
     ChunkMessage,
     IngestCounters,
@@ -174,25 +169,32 @@ class Pipeline:
         self.feature_names = names
         self._index = np.array([all_names.index(n) for n in names], dtype=np.intp)
         self.units = [FEATURES[i].unit for i in self._index]
-        self.epsilon = np.array(
-            [mechanism.epsilon_per_feature.get(n, mechanism.epsilon) for n in names]
-        )
+        # Caps recorded with the session bind; a looser configuration is refused here.
+        self.opened = ledger.open_session(session)
         lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
-        self.mechanism = make_mechanism(
-            mechanism.name,
-            n=mechanism.chunk_steps,
-            k=mechanism.k,
-            epsilon=self.epsilon,
-            bounds=Bounds(lo=lo, hi=hi, max_step=max_step),
-            transform=mechanism.transform,
-            noise=mechanism.noise,
-            seed=mechanism.insecure_seed,
-        )
+        bounds = Bounds(lo=lo, hi=hi, max_step=max_step)
+        self.mechanism = build_mechanism(
+            mechanism, names, bounds, features.step_s,
+            budget=self.opened.window_cap, window_s=self.opened.window_s, delta=self.opened.delta,
+        )  # fmt: skip
         self._params = MechanismParams.from_mechanism(self.mechanism)
         self._carries = self.mechanism.carries()
-        # What the ledger will charge: ε per feature rounded up to micro-ε, summed exactly.
+        # What the ledger charges: the chunk's accounting events (one per feature), keyed as
+        # stored, and each feature's pure ε (inf for Gaussian noise) for the record.
+        events = self.mechanism.events()
+        self._events = {event_key(e): c for e, c in events.items()}
+        self.epsilon = self.mechanism.epsilon
         self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
-        self._charge_total = sum(to_units_up(e) for e in self._eps_map.values()) / UNITS_PER_EPSILON
+        hold = features.window_s if features.hold_limit_s is None else features.hold_limit_s
+        self.cost = cost_summary(
+            events,
+            delta=self.opened.delta,
+            window_s=self.opened.window_s,
+            chunk_steps=mechanism.chunk_steps,
+            step_s=features.step_s,
+            feature_window_s=features.window_s,
+            hold_limit_s=hold,
+        )
         self.extractor = FeatureExtractor(
             window_s=features.window_s,
             step_s=features.step_s,
@@ -200,7 +202,6 @@ class Pipeline:
             hold_limit_s=features.hold_limit_s,
             detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
         )
-        self.opened = ledger.open_session(session)  # refuses caps looser than the recorded ones
         self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, ledger.next_index(session))
         self._completed_at = 0.0
         if mechanism.insecure_seed is not None:
@@ -212,9 +213,15 @@ class Pipeline:
             )
 
     @property
+    def carries(self) -> str:
+        """What each chunk carries per feature, in words (as the message says)."""
+        return self._carries
+
+    @property
     def chunk_epsilon(self) -> float:
-        """ε one chunk costs (sum over released features, as the ledger charges it)."""
-        return self._charge_total
+        """Pure ε one chunk costs (sum over released features; ``inf`` for Gaussian noise).
+        The user-level figures are in :attr:`cost`."""
+        return self.cost.chunk_pure
 
     def push(self, block: GazeSamples) -> list[ReleasedChunk]:
         """Feed a block of samples; return the chunks it completed that were charged."""
@@ -263,7 +270,9 @@ class Pipeline:
             offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
             gaze = (float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset)
             for attempt in range(_STALE_RETRIES):
-                preview = self.ledger.preview(self.session, self._eps_map, gaze=gaze)
+                preview = self.ledger.preview(
+                    self.session, self._eps_map, events=self._events, gaze=gaze
+                )
                 message = ChunkMessage.build(
                     session=self.session,
                     device=self.device,
@@ -273,7 +282,12 @@ class Pipeline:
                     units=self.units,
                     values=values,
                     mechanism=self._params,
-                    ledger=LedgerSnapshot.from_state(self._charge_total, preview.state),
+                    ledger=LedgerSnapshot.from_state(
+                        self.cost.chunk_pure,
+                        preview.state,
+                        raw_event_epsilon=self.cost.raw_event,
+                        chunks_reached=self.cost.reached,
+                    ),
                     unix_offset=offset,
                     carries=self._carries,
                 )
@@ -281,7 +295,7 @@ class Pipeline:
                 try:
                     charge = self.ledger.charge(
                         self.session, chunk.index, self._eps_map, self.topic, body,
-                        gaze=gaze, version=preview.version,
+                        events=self._events, gaze=gaze, version=preview.version,
                     )  # fmt: skip
                     break
                 except StaleStateError:  # another writer charged this session meanwhile

@@ -225,10 +225,7 @@ def open_ledger(settings: LedgerSettings, **kwargs: Any) -> Ledger:
     return Ledger(
         settings.url if settings.url is not None else settings.path,
         settings.synchronous,
-        settings.session_cap,
-        settings.window_cap,
-        window_s=settings.window_s,
-        delta=settings.delta,
+        **settings.caps(),
         **kwargs,
     )
 

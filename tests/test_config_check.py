@@ -128,7 +128,7 @@ def test_cli_stdout_is_json_only_and_every_problem_goes_to_stderr(
 
 
 def _ledger_with_session(path: Path) -> None:
-    with Ledger(path, session_cap=10.0, window_cap=5.0, window_s=120.0) as ledger:
+    with Ledger(path, session_cap=10.0, window_cap=5.0) as ledger:
         ledger.open_session("s1")
 
 
@@ -139,7 +139,7 @@ def test_caps_looser_than_the_stored_session_are_refused_read_only(tmp_path: Pat
     stricter = write(
         tmp_path,
         f'session = "s1"\n[ledger]\npath = "{ledger}"\nsession_cap = 8.0\n'
-        "window_cap = 5.0\nwindow_s = 240.0\n",
+        "budget_per_hour = 4.0\n",
         "strict.toml",
     )
     assert check_settings(stricter)[1] == []
@@ -147,7 +147,7 @@ def test_caps_looser_than_the_stored_session_are_refused_read_only(tmp_path: Pat
         tmp_path, f'session = "s1"\n[ledger]\npath = "{ledger}"\nsession_cap = 20.0\n', "l.toml"
     )
     _, problems = check_settings(looser)
-    assert {p.field for p in problems} == {"ledger.session_cap", "ledger.window_cap"}
+    assert {p.field for p in problems} == {"ledger.session_cap", "ledger.budget_per_hour"}
     assert all("session 's1' in" in p.reason for p in problems)
     assert all("was opened with session cap ε 10" in p.reason for p in problems)
     other = write(

@@ -36,7 +36,12 @@ def test_demo_shows_chunks_arriving_and_writes_the_plot(tmp_path: Path) -> None:
     # The banner says what differs from `gazeguard run` and why (the flags given here included).
     assert "This is `gazeguard run` with these changes" in out.stdout
     assert re.search(r"features\.window_s +2 s \(your flag\) \(run: 30 s\)", out.stdout)
-    assert re.search(r"mechanism\.epsilon +24 \(run: 1\) — .*user-level ε grows", out.stdout)
+    assert re.search(
+        r"mechanism\.epsilon +24 per feature per chunk \(run: noise calibrated to ε 10 per hour "
+        r"of gaze\) — .* per hour of gaze",
+        out.stdout,
+    )
+    assert re.search(r"ledger\.budget_per_hour +none \(run: 10\)", out.stdout)
     assert re.search(r"mechanism\.features +4 features \(run: all 48\)", out.stdout)
     assert re.search(r"ingest\.source +simulated \(run: auto\)", out.stdout)
 
@@ -62,6 +67,7 @@ def test_demo_names_every_change_from_run_with_its_reason() -> None:
         "features.step_s",
         "mechanism.features",
         "mechanism.epsilon",
+        "ledger.budget_per_hour",
         "ledger.path",
         "broker.port",
     }
@@ -70,9 +76,11 @@ def test_demo_names_every_change_from_run_with_its_reason() -> None:
     assert "first chunk after 13.2 s of gaze instead of 46 s" in w.why
     assert (s.value, s.run_value) == ("0.1 s × 32 steps", "0.5 s × 32 steps")
     assert "every 3.2 s instead of every 16 s" in s.why
-    assert (e.value, e.run_value) == ("24", "1")
-    assert "A chunk costs 96" in e.why
-    assert "1800 per minute" in e.why
+    assert (e.value, e.run_value) == (
+        "24 per feature per chunk",
+        "noise calibrated to ε 10 per hour of gaze",
+    )
+    assert "A chunk costs pure ε 96, 1.08e+05 per hour of gaze" in e.why
     assert changes["mechanism.features"].run_value == "all 48"
     assert all(c.by == "demo" for c in changes.values())
     flagged = demo_changes(demo_settings(**{"features.window_s": 2.0}), flags=frozenset(

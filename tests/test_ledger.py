@@ -38,12 +38,12 @@ def body(i: int) -> bytes:
 
 def test_charges_and_outbox_persist_across_close_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
-    with Ledger(path, session_cap=10.0) as ledger:
+    with Ledger(path, session_cap=10.0, composition="sequential") as ledger:
         for i in range(3):
             charge = ledger.charge("s", i, EPS, TOPIC, body(i))
             assert charge.total == 0.5
             assert charge.state.spent == pytest.approx(0.5 * (i + 1))
-    with Ledger(path, session_cap=10.0) as ledger:
+    with Ledger(path, session_cap=10.0, composition="sequential") as ledger:
         state = ledger.state("s")
         assert (state.spent, state.chunks, state.remaining, state.last_chunk) == (1.5, 3, 8.5, 2)
         assert [(p.chunk_index, p.payload, p.topic) for p in ledger.pending()] == [
@@ -62,7 +62,7 @@ def test_charges_and_outbox_persist_across_close_and_reopen(tmp_path: Path) -> N
 def test_session_cap_refuses_writes_nothing_and_withhold_leaves_no_outbox_row(
     tmp_path: Path,
 ) -> None:
-    with Ledger(tmp_path / "l.sqlite", session_cap=1.2) as ledger:
+    with Ledger(tmp_path / "l.sqlite", session_cap=1.2, composition="sequential") as ledger:
         ledger.charge("s", 0, EPS, TOPIC, body(0))
         ledger.charge("s", 1, EPS, TOPIC, body(1))
         with pytest.raises(
@@ -89,7 +89,7 @@ def test_session_cap_refuses_writes_nothing_and_withhold_leaves_no_outbox_row(
 
 
 def test_integer_accounting_lets_no_tiny_charge_creep_over_the_cap(tmp_path: Path) -> None:
-    with Ledger(tmp_path / "l.sqlite", session_cap=1.0) as ledger:
+    with Ledger(tmp_path / "l.sqlite", session_cap=1.0, composition="sequential") as ledger:
         for i in range(10):  # in floats, 0.1 summed ten times is 0.9999999999999999
             ledger.charge("tenths", i, {"f": 0.1}, TOPIC, b"x")
         assert ledger.state("tenths").remaining == 0.0
@@ -97,7 +97,7 @@ def test_integer_accounting_lets_no_tiny_charge_creep_over_the_cap(tmp_path: Pat
             ledger.charge("tenths", 10, {"f": 0.1}, TOPIC, b"x")
     # 1.0 + 1e-17 == 1.0 in floats, so a float ledger would accept these forever; each costs a
     # whole micro-ε here, so a cap of 1.00001 admits exactly ten of them after the first 1.0.
-    with Ledger(tmp_path / "m.sqlite", session_cap=1.00001) as ledger:
+    with Ledger(tmp_path / "m.sqlite", session_cap=1.00001, composition="sequential") as ledger:
         ledger.charge("tiny", 0, {"f": 1.0}, TOPIC, b"x")
         accepted = 0
         for i in range(1, 30):
@@ -119,7 +119,9 @@ T0 = 1.7e9
 
 
 def test_window_cap_bounds_every_window_of_gaze_time_even_out_of_order(tmp_path: Path) -> None:
-    with Ledger(tmp_path / "l.sqlite", window_cap=1.0, window_s=4.0) as ledger:
+    with Ledger(
+        tmp_path / "l.sqlite", window_cap=1.0, window_s=4.0, composition="sequential"
+    ) as ledger:
         released = {}
         caps = []
         for i in range(12):
@@ -152,7 +154,7 @@ def test_window_cap_bounds_every_window_of_gaze_time_even_out_of_order(tmp_path:
 def test_a_preview_is_the_post_charge_state_and_a_stale_one_charges_nothing(
     tmp_path: Path,
 ) -> None:
-    with Ledger(tmp_path / "l.sqlite", session_cap=2.0) as ledger:
+    with Ledger(tmp_path / "l.sqlite", session_cap=2.0, composition="sequential") as ledger:
         preview = ledger.preview("s", EPS, gaze=at(0))
         body0 = json.dumps(preview.state.as_dict()).encode()
         charge = ledger.charge("s", 0, EPS, TOPIC, body0, gaze=at(0), version=preview.version)
@@ -178,7 +180,7 @@ def test_a_preview_is_the_post_charge_state_and_a_stale_one_charges_nothing(
 def ledger_at(session: str, ledger: Ledger) -> Iterator[Ledger]:
     """A second connection to the same ledger file (another writer)."""
     del session
-    other = Ledger(ledger.backend.location, session_cap=2.0)
+    other = Ledger(ledger.backend.location, session_cap=2.0, composition="sequential")
     try:
         yield other
     finally:
@@ -206,9 +208,13 @@ def test_outbox_keeps_order_and_delivery_drops_items(tmp_path: Path) -> None:
 
 def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
-    with Ledger(path, session_cap=2.0, window_cap=1.5, window_s=4.0) as ledger:
+    with Ledger(
+        path, session_cap=2.0, window_cap=1.5, window_s=4.0, composition="sequential"
+    ) as ledger:
         ledger.charge("s", 0, EPS, TOPIC, b"x")
-    with Ledger(path, session_cap=3.0, window_cap=1.5, window_s=4.0) as ledger:
+    with Ledger(
+        path, session_cap=3.0, window_cap=1.5, window_s=4.0, composition="sequential"
+    ) as ledger:
         with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill"):
             ledger.open_session("s")  # refused at session start, before any work
         with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill") as info:
@@ -216,28 +222,43 @@ def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
         assert "session cap ε 2, window cap ε 1.5 per 4 s of gaze" in str(info.value)
         assert ledger.open_session("new").session_cap == 3.0  # a new session takes new caps
     with (
-        Ledger(path, session_cap=None, window_cap=1.5, window_s=4.0) as ledger,
+        Ledger(
+            path, session_cap=None, window_cap=1.5, window_s=4.0, composition="sequential"
+        ) as ledger,
         pytest.raises(ConfigError, match="session_cap"),
     ):
         ledger.charge("s", 1, EPS, TOPIC, b"x")
-    with Ledger(path, session_cap=1.0, window_cap=1.0, window_s=8.0) as ledger:  # stricter
+    with Ledger(
+        path, session_cap=1.0, window_cap=1.0, window_s=8.0, composition="sequential"
+    ) as ledger:  # stricter
         assert ledger.charge("s", 1, EPS, TOPIC, b"x").state.session_cap == 1.0
     with (
-        Ledger(path, session_cap=2.0, window_cap=1.0, window_s=8.0) as ledger,
+        Ledger(
+            path, session_cap=2.0, window_cap=1.0, window_s=8.0, composition="sequential"
+        ) as ledger,
         pytest.raises(ConfigError, match="session_cap"),  # the lower cap was recorded
     ):
         ledger.charge("s", 2, EPS, TOPIC, b"x")
     with (
-        Ledger(path, session_cap=1.0, window_cap=1.0, window_s=2.0) as ledger,
+        Ledger(
+            path, session_cap=1.0, window_cap=1.0, window_s=2.0, composition="sequential"
+        ) as ledger,
         pytest.raises(ConfigError, match="window_s"),  # a shorter window is looser
     ):
         ledger.charge("s", 2, EPS, TOPIC, b"x")
     with (
-        Ledger(path, session_cap=1.0, window_cap=1.0, window_s=8.0, delta=1e-5) as ledger,
+        Ledger(
+            path,
+            session_cap=1.0,
+            window_cap=1.0,
+            window_s=8.0,
+            delta=1e-5,
+            composition="sequential",
+        ) as ledger,
         pytest.raises(ConfigError, match=r"ledger\.delta"),  # a larger δ is looser
     ):
         ledger.charge("s", 2, EPS, TOPIC, b"x")
-    with Ledger(path, session_cap=5.0, allow_cap_increase=True) as ledger:
+    with Ledger(path, session_cap=5.0, allow_cap_increase=True, composition="sequential") as ledger:
         charge = ledger.charge("s", 2, {"f": 0.1}, TOPIC, b"x")
         assert (charge.state.session_cap, charge.state.window_cap) == (5.0, None)
         assert charge.state.spent == pytest.approx(1.1)  # raised deliberately, never reset
@@ -245,11 +266,11 @@ def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
 
 def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'ledger.window_s'.*-4"):
-        Ledger(tmp_path / "a.sqlite", window_cap=1.0, window_s=-4)
+        Ledger(tmp_path / "a.sqlite", window_cap=1.0, window_s=-4, composition="sequential")
     with pytest.raises(ConfigError, match=r"'ledger.delta'.*1.5"):
         Ledger(tmp_path / "a.sqlite", delta=1.5)
     with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*-1"):
-        Ledger(tmp_path / "a.sqlite", session_cap=-1)
+        Ledger(tmp_path / "a.sqlite", session_cap=-1, composition="sequential")
     with pytest.raises(ConfigError, match=r"'ledger.synchronous'.*'OFF'"):
         Ledger(tmp_path / "a.sqlite", synchronous="OFF")  # type: ignore[arg-type]
     with Ledger(tmp_path / "a.sqlite") as ledger:
@@ -267,7 +288,7 @@ def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
         # Caps and a withheld chunk's request may exceed one feature's limit of 1e4 ε.
         many = {f"f{k}": 1e4 for k in range(52)}
         assert ledger.withhold("s", 0, many, "too expensive").withheld == 1
-    with Ledger(tmp_path / "b.sqlite", session_cap=6e5) as ledger:
+    with Ledger(tmp_path / "b.sqlite", session_cap=6e5, composition="sequential") as ledger:
         assert ledger.charge("s", 0, many, TOPIC, b"x").state.remaining == pytest.approx(8e4)
         with pytest.raises(ConfigError, match=r"epsilon\['f'\].*must be a finite number in"):
             ledger.charge("s", 1, {"f": 2e4}, TOPIC, b"x")
@@ -304,10 +325,10 @@ def test_threads_sharing_and_not_sharing_a_ledger_never_overspend(tmp_path: Path
     accepted: list[int] = []
     refused: list[int] = []
     lock = threading.Lock()
-    shared = Ledger(path, session_cap=cap)
+    shared = Ledger(path, session_cap=cap, composition="sequential")
 
     def work(t: int) -> None:
-        own = Ledger(path, session_cap=cap) if t % 2 else None
+        own = Ledger(path, session_cap=cap, composition="sequential") if t % 2 else None
         ledger = own or shared
         for j in range(per_thread):
             index = t * per_thread + j
@@ -342,7 +363,7 @@ from gazeguard.errors import BudgetExhaustedError
 from gazeguard.ledger import Ledger
 location, session, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 accepted = []
-with Ledger(location, session_cap=float(sys.argv[5])) as ledger:
+with Ledger(location, session_cap=float(sys.argv[5]), composition="sequential") as ledger:
     print("ready", flush=True)
     sys.stdin.readline()  # start together
     for i in range(start, start + count):
@@ -405,7 +426,7 @@ def stall(self, session, stream, idx, **kw):
         time.sleep(60)  # the parent SIGKILLs us here, inside the open transaction
     return outbox_id
 _store.Store.enqueue = stall
-with Ledger(path, session_cap=100.0) as ledger:
+with Ledger(path, session_cap=100.0, composition="sequential") as ledger:
     for i in range(6):
         ledger.charge("s", i, {"f": 1.0}, "t", str(i).encode())
 """
@@ -430,7 +451,7 @@ def test_sigkill_inside_a_charge_leaves_a_consistent_ledger(tmp_path: Path) -> N
         assert proc.stdout is not None
         assert proc.stdout.readline().split() == [b"inside", b"5"]
         os.kill(proc.pid, signal.SIGKILL)
-    with Ledger(path, session_cap=100.0) as ledger:
+    with Ledger(path, session_cap=100.0, composition="sequential") as ledger:
         state = ledger.state("s")
         assert (state.chunks, state.spent, state.pending) == (5, 5.0, 5)
         assert [p.payload for p in ledger.pending()] == [str(i).encode() for i in range(5)]
@@ -464,7 +485,7 @@ def test_cli_show_prints_both_views_and_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "l.sqlite"
-    with Ledger(path, session_cap=1.2, window_cap=1.0) as ledger:
+    with Ledger(path, session_cap=1.2, window_cap=1.0, composition="sequential") as ledger:
         ledger.charge("sess-a", 0, EPS, TOPIC, b"payload")
         ledger.charge("sess-a", 1, EPS, TOPIC, b"payload")
         ledger.mark_delivered(ledger.pending()[0].id)
@@ -539,7 +560,7 @@ def test_a_schema_1_ledger_is_upgraded_in_place_and_nothing_is_refilled(tmp_path
     path = tmp_path / "v1.sqlite"
     with closing(sqlite3.connect(path)) as db:
         db.executescript(V1_SCHEMA)
-    with Ledger(path, session_cap=3.0) as ledger:
+    with Ledger(path, session_cap=3.0, composition="sequential") as ledger:
         state = ledger.state("old")
         assert (state.spent, state.chunks, state.withheld, state.last_chunk) == (1.5, 3, 1, 3)
         assert state.epsilon == pytest.approx(1.5, rel=1e-6)
@@ -558,7 +579,10 @@ def test_a_schema_1_ledger_is_upgraded_in_place_and_nothing_is_refilled(tmp_path
         with pytest.raises(BudgetExhaustedError):
             ledger.charge("old", 7, EPS, TOPIC, b"x")
         assert ledger.verify() == []
-    with Ledger(path, session_cap=4.0) as ledger, pytest.raises(ConfigError, match="refill"):
+    with (
+        Ledger(path, session_cap=4.0, composition="sequential") as ledger,
+        pytest.raises(ConfigError, match="refill"),
+    ):
         ledger.open_session("old")  # the v1 cap was kept
     assert integrity(path) == "ok"
 

@@ -33,7 +33,9 @@ def url(pg_url: str) -> str:  # noqa: F811 - the imported fixture
 
 
 def test_same_interface_persists_and_refuses_like_sqlite(url: str) -> None:
-    with Ledger(url, session_cap=1.7, window_cap=1.0, window_s=4.0) as ledger:
+    with Ledger(
+        url, session_cap=1.7, window_cap=1.0, window_s=4.0, composition="sequential"
+    ) as ledger:
         assert ledger.backend.kind == "postgresql"
         for i in range(2):
             ledger.charge("s", i, EPS, "t", f"p{i}".encode(), gaze=(100.0 + i, 100.5 + i))
@@ -42,7 +44,9 @@ def test_same_interface_persists_and_refuses_like_sqlite(url: str) -> None:
         ledger.withhold("s", 2, 0.5, "window cap")
         with pytest.raises(DuplicateChargeError, match="already withheld"):
             ledger.charge("s", 2, EPS, "t", b"x")
-    with Ledger.open(url, session_cap=1.7, window_cap=1.0, window_s=4.0) as ledger:
+    with Ledger.open(
+        url, session_cap=1.7, window_cap=1.0, window_s=4.0, composition="sequential"
+    ) as ledger:
         state = ledger.state("s")
         assert (state.spent, state.chunks, state.withheld, state.remaining) == (1.0, 2, 1, 0.7)
         assert [(p.chunk_index, p.payload) for p in ledger.pending()] == [(0, b"p0"), (1, b"p1")]
@@ -59,14 +63,16 @@ def test_same_interface_persists_and_refuses_like_sqlite(url: str) -> None:
         assert [r.chunk_index for r in ledger.refused("s")] == [20]
         assert ledger.verify() == []
     with (
-        Ledger(url, session_cap=2.0, window_cap=1.0, window_s=4.0) as ledger,
+        Ledger(
+            url, session_cap=2.0, window_cap=1.0, window_s=4.0, composition="sequential"
+        ) as ledger,
         pytest.raises(ConfigError, match="would refill"),
     ):
         ledger.open_session("s")
 
 
 def test_cli_reads_a_postgresql_ledger(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with Ledger(url, session_cap=3.0) as ledger:
+    with Ledger(url, session_cap=3.0, composition="sequential") as ledger:
         ledger.charge("fleet-1", 0, EPS, "t", b"x")
     assert main(["ledger", "show", "--path", url, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -76,7 +82,10 @@ def test_cli_reads_a_postgresql_ledger(url: str, capsys: pytest.CaptureFixture[s
 
 
 def test_a_stale_preview_charges_nothing(url: str) -> None:
-    with Ledger(url, session_cap=5.0) as ledger, Ledger(url, session_cap=5.0) as other:
+    with (
+        Ledger(url, session_cap=5.0, composition="sequential") as ledger,
+        Ledger(url, session_cap=5.0, composition="sequential") as other,
+    ):
         preview = ledger.preview("s", EPS)
         other.charge("s", 0, EPS, "t", b"other worker")
         with pytest.raises(StaleStateError, match="preview again"):
@@ -96,7 +105,7 @@ def test_a_schema_1_postgresql_ledger_is_upgraded_in_place(url: str) -> None:
         for statement in ddl.split(";"):
             if statement.strip():
                 db.execute(statement)
-    with Ledger(url, session_cap=3.0) as ledger:
+    with Ledger(url, session_cap=3.0, composition="sequential") as ledger:
         state = ledger.state("old")
         assert (state.spent, state.chunks, state.withheld, state.last_chunk) == (1.5, 3, 1, 3)
         assert [(p.id, p.payload) for p in ledger.pending()] == [(8, b"1"), (9, b"3")]
@@ -112,7 +121,7 @@ def test_concurrent_workers_on_one_session_never_overspend(url: str) -> None:
     Ledger(url).close()  # create the tables once
 
     def work(w: int) -> None:
-        with Ledger(url, session_cap=cap) as ledger:
+        with Ledger(url, session_cap=cap, composition="sequential") as ledger:
             for j in range(per_worker):
                 # Workers overlap on chunk indexes too: each index may be charged only once.
                 index = (w % 3) * per_worker + j

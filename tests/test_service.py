@@ -25,7 +25,8 @@ from gazeguard.service import freeze_startup_objects
 pytestmark = pytest.mark.network
 
 # Many small chunks quickly: a 2 s window, a step every 20 ms, 32 steps (0.64 s) per chunk.
-FAST = ["--window-s", "2", "--step-s", "0.02", "--chunk-steps", "32", "--epsilon", "0.5"]
+FAST = ["--window-s", "2", "--step-s", "0.02", "--chunk-steps", "32", "--epsilon", "0.5",
+        "--budget-per-hour", "none"]  # fmt: skip
 # Five released features at ε 0.5 each: a chunk costs 2.5.
 FEATURES = "fixation_rate,saccade_rate,saccade_amplitude_mean,blink_rate,pupil_mean"
 CHUNK_EPS = 2.5
@@ -57,8 +58,10 @@ def gazeguard_run(
         "--broker", address, "--ledger", str(tmp_path / "ledger.sqlite"),
         "--features", FEATURES, *FAST, *extra,
     ]  # fmt: skip
+    # Caps on pure sequential ε: the chunk counts below are exact sums (PLD caps: test_ledger).
+    env = {**os.environ, "GAZEGUARD_LEDGER__COMPOSITION": "sequential"}
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
     )
 
 

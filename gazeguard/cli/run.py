@@ -41,12 +41,23 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--transform", choices=["dft", "dct"], help="default dft")
     g.add_argument("--chunk-steps", type=int, help="n, steps per chunk (power of two; 32)")
     g.add_argument("-k", "--k", dest="k", help="kept frequencies, or 'auto' (default)")
-    g.add_argument("--epsilon", type=float, help="ε per feature per chunk (default 1.0)")
+    g.add_argument(
+        "--epsilon",
+        type=float,
+        help="fixed ε per feature per chunk (default: noise calibrated to --budget-per-hour)",
+    )
     g.add_argument("--features", help="comma-separated release profile (default: all)")
     g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
     g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
     g.add_argument("--ledger", type=Path, help="ledger SQLite file")
-    g.add_argument("--session-cap", type=float, help="max total ε per session")
+    g.add_argument(
+        "--budget-per-hour",
+        type=_budget,
+        metavar="EPS|none",
+        help="user-level ε (at ledger.delta, default 1e-6) per hour of gaze: caps every hour "
+        "and calibrates the noise unless --epsilon is given (default 10; 'none': no hourly cap)",
+    )
+    g.add_argument("--session-cap", type=float, help="max user-level ε per session")
     g.add_argument("--broker", help="HOST[:PORT] of the MQTT broker (default: embedded)")
     g.add_argument(
         "--fleet",
@@ -54,6 +65,17 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="serve every stream found (LSL) or claimed (ingest.source=mqtt), one session each",
     )
+
+
+def _budget(text: str) -> float | str:
+    """``--budget-per-hour``: a number, or ``"none"`` (no hourly cap)."""
+    if text.strip().lower() in ("none", "null", "off"):
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        msg = f"expected a number of ε per hour or 'none', got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -82,6 +104,9 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     put("fleet", "enabled", args.fleet)
     put("ledger", "path", args.ledger)
     put("ledger", "session_cap", args.session_cap)
+    if args.budget_per_hour is not None:
+        none = args.budget_per_hour == "none"
+        o.setdefault("ledger", {})["budget_per_hour"] = None if none else args.budget_per_hour
     if args.broker:
         o["broker"] = broker_address(args.broker)
     return o
@@ -138,40 +163,72 @@ def exit_code(summary: RunSummary) -> ExitCode:
 def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
     first = settings.features.window_s + settings.mechanism.chunk_steps * settings.features.step_s
     every = settings.mechanism.chunk_steps * settings.features.step_s
-    cap = settings.ledger.session_cap
-    budget = (
-        f"session cap {cap:g}"
-        if cap is not None
-        else "no session cap: the user-level ε grows with every chunk (set ledger.session_cap)"
-    )
+    mech, cost, opened = pipeline.mechanism, pipeline.cost, pipeline.opened
+    cap = opened.session_cap
+    hour = opened.window_s / 3600.0
+    per = "hour" if hour == 1 else f"{opened.window_s:g} s"
+    if settings.mechanism.epsilon is None:
+        how = f"noise calibrated to ε {opened.window_cap:g} per {per} of gaze"
+    else:
+        how = f"fixed ε {settings.mechanism.epsilon:g} per feature per chunk"
+        if opened.window_cap is not None:
+            how += f", capped at ε {opened.window_cap:g} per {per} of gaze"
+    session_cap = "no session cap" if cap is None else f"session cap ε {cap:g}"
+    scale = mech.noise_scale
+    symbol = "σ" if mech.noise == "gaussian" else "λ"
+    shown = [
+        f"{name} {scale[i]:.3g} {unit}"
+        for i, (name, unit) in enumerate(zip(pipeline.feature_names, pipeline.units, strict=True))
+    ]
+    more = f", … ({len(shown) - 6} more)" if len(shown) > 6 else ""
+    pure = "" if cost.chunk_pure == float("inf") else f" (pure {cost.chunk_pure:.4g})"
     get_console().say(
         "banner",
         f"gazeguard: session {pipeline.session!r} → broker {endpoint}; "
-        f"{pipeline.mechanism.name}/{pipeline.mechanism.transform} n={pipeline.chunker.n_steps} "
-        f"k={pipeline.mechanism.k}, {len(pipeline.feature_names)} features, "
-        f"ε {pipeline.chunk_epsilon:g} per chunk; {budget}. "
-        f"First chunk after about {first:g} s of gaze, then one every {every:g} s.",
+        f"{mech.name}/{mech.transform} n={pipeline.chunker.n_steps} k={mech.k}, "
+        f"{len(pipeline.feature_names)} features, {mech.noise} noise. "
+        f"First chunk after about {first:g} s of gaze, then one every {every:g} s.\n"
+        f"  privacy (user-level, ε at δ {opened.delta:g}): {how}; {session_cap}.\n"
+        f"  one chunk costs ε {cost.chunk:.4g}{pure}; one raw gaze sample reaches "
+        f"{cost.reached} chunks: ε {cost.raw_event:.4g}; a full {per} of gaze "
+        f"({cost.chunks} chunks): ε {cost.per_window:.4g}.\n"
+        f"  noise {symbol} per kept coefficient (noise multiplier "
+        f"{float(mech.noise_multiplier.max()):.4g}): {', '.join(shown[:6])}{more}.\n"
+        f"  each chunk carries {pipeline.carries}.",
         session=pipeline.session,
         broker=endpoint,
-        mechanism=pipeline.mechanism.name,
-        transform=pipeline.mechanism.transform,
+        mechanism=mech.name,
+        transform=mech.transform,
+        noise=mech.noise,
         n=pipeline.chunker.n_steps,
-        k=int(pipeline.mechanism.k),
+        k=int(mech.k),
         features=len(pipeline.feature_names),
-        chunk_epsilon=pipeline.chunk_epsilon,
+        chunk_epsilon=cost.chunk,
+        chunk_pure_epsilon=None if cost.chunk_pure == float("inf") else cost.chunk_pure,
+        raw_event_epsilon=cost.raw_event,
+        chunks_reached=cost.reached,
+        window_epsilon=cost.per_window,
+        window_cap=opened.window_cap,
+        window_s=opened.window_s,
+        delta=opened.delta,
         session_cap=cap,
+        noise_scale=dict(zip(pipeline.feature_names, scale.tolist(), strict=True)),
     )
 
 
 def _progress(out: ReleasedChunk) -> None:
     led = out.message.ledger
-    remaining = "uncapped" if led.remaining is None else f"{led.remaining:.6g} left"
+    remaining = "uncapped" if led.remaining is None else f"{led.remaining:.4g} left"
+    hour = "" if led.window_cap is None else f" of {led.window_cap:g}"
     get_console().progress(
         "chunk",
-        f"chunk {out.message.chunk_index:>5} charged ε={led.chunk_epsilon:.6g} "
-        f"(session total {led.session_spent:.6g}, {remaining}) → {out.topic}",
+        f"chunk {out.message.chunk_index:>5} charged: session ε {led.epsilon:.4g} "
+        f"({remaining}), last {led.window_s:g} s of gaze ε {led.epsilon_window:.4g}{hour} "
+        f"→ {out.topic}",
         chunk_index=out.message.chunk_index,
         chunk_epsilon=led.chunk_epsilon,
+        session_epsilon=led.epsilon,
+        window_epsilon=led.epsilon_window,
         session_spent=led.session_spent,
         remaining=led.remaining,
         topic=out.topic,

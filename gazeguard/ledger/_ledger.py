@@ -85,6 +85,9 @@ class Ledger:
         create: create a missing SQLite file (``False``: a missing file is a ConfigError).
         timeout_s: how long a writer waits for the lock, s.
         composer: the accountant (default: :class:`gazeguard.ledger.LedgerComposer`).
+        composition: ``"pld"`` (default: caps bound the accountant's ε at ``delta``) or
+            ``"sequential"`` (caps bound pure sequential ε, the conservative view; a session
+            opened so refuses a later ``"pld"`` as looser).
     """
 
     def __init__(
@@ -100,12 +103,14 @@ class Ledger:
         create: bool = True,
         timeout_s: float = 30.0,
         composer: Composer | None = None,
+        composition: str = "pld",
     ) -> None:
         self._caps = Caps(
             _cap(session_cap, "ledger.session_cap"),
             _cap(window_cap, "ledger.window_cap"),
             float(window_s),
             float(delta),
+            composition,
         )
         self._allow_increase = allow_cap_increase
         self._composer: Composer = composer if composer is not None else LedgerComposer()

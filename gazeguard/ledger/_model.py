@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Literal, Protocol
 
+from gazeguard.accounting import Event, PureEvent
 from gazeguard.errors import ConfigError, GazeguardError
 
 UNITS_PER_EPSILON = 1_000_000
@@ -281,9 +282,16 @@ def upgrading_from_v1(sql: Sql) -> bool:
     return row is not None and row[0] == "1"
 
 
+def event_key(event: Event) -> str:
+    """The ledger's key of an accounting event: the canonical JSON of ``event.to_dict()``
+    (e.g. ``{"kind": "laplace", "ratio": 56.05, "slack": 3.1e-14}``), which
+    :func:`gazeguard.accounting.event_from_dict` reads back after a restart."""
+    return json.dumps(event.to_dict(), sort_keys=True)
+
+
 def pure_event_key(epsilon: float) -> str:
-    """The accounting-event key of one pure ε-DP release (canonical JSON)."""
-    return json.dumps({"epsilon": float(epsilon), "family": "pure"}, sort_keys=True)
+    """The key of one pure ε-DP release (v1 charges and releases that state only a pure ε)."""
+    return event_key(PureEvent(float(epsilon)))
 
 
 def copy_v1_tables(sql: Sql, overriding: str = "") -> None:
@@ -292,7 +300,8 @@ def copy_v1_tables(sql: Sql, overriding: str = "") -> None:
     from gazeguard.ledger.policy import Caps  # noqa: PLC0415
 
     def caps_json(cap_units: int | None) -> str:
-        return Caps(session=None if cap_units is None else cap_units / UNITS_PER_EPSILON).to_json()
+        session = None if cap_units is None else cap_units / UNITS_PER_EPSILON
+        return Caps(session=session, composition="sequential").to_json()  # v1 caps were pure
 
     copy_v1(sql, pure_event_key, caps_json, overriding)
     sql.run("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.ledger._model import to_units_down
 
 Counts = Mapping[str, int]
 """Accounting-event key (canonical JSON) → number of releases charged."""
@@ -63,6 +64,14 @@ class Composer(Protocol):
         """Sequential pure ε of ``counts`` (``inf`` when an event has no pure guarantee)."""
         ...
 
+    def pure_units(self, counts: Counts) -> int | None:
+        """Exact sequential pure ε in micro-ε (``None`` when an event has no pure guarantee)."""
+        ...
+
+
+#: How a session's releases are composed against its caps.
+COMPOSITIONS = ("pld", "sequential")
+
 
 @dataclass(frozen=True, slots=True)
 class Caps:
@@ -79,8 +88,13 @@ class Caps:
     window: float | None = None
     window_s: float = HOUR_S
     delta: float = DEFAULT_DELTA
+    composition: str = "pld"
 
     def __post_init__(self) -> None:
+        if self.composition not in COMPOSITIONS:
+            raise ConfigError(
+                "ledger.composition", self.composition, f"must be one of {', '.join(COMPOSITIONS)}"
+            )
         for field, value in (
             ("ledger.session_cap", self.session),
             ("ledger.window_cap", self.window),
@@ -98,13 +112,19 @@ class Caps:
         """One line for messages."""
         s = "none" if self.session is None else f"ε {self.session:g}"
         w = "none" if self.window is None else f"ε {self.window:g} per {self.window_s:g} s of gaze"
-        return f"session cap {s}, window cap {w}, at δ {self.delta:g}"
+        how = ", pure sequential composition" if self.sequential else ""
+        return f"session cap {s}, window cap {w}, at δ {self.delta:g}{how}"
+
+    @property
+    def sequential(self) -> bool:
+        """Caps on pure sequential ε (the conservative view) instead of ε at δ."""
+        return self.composition == "sequential"
 
     def to_json(self) -> str:
         """Canonical JSON, as stored with the session."""
         return json.dumps(
             {"session": self.session, "window": self.window, "window_s": self.window_s,
-             "delta": self.delta},
+             "delta": self.delta, "composition": self.composition},
             sort_keys=True,
         )  # fmt: skip
 
@@ -112,7 +132,10 @@ class Caps:
     def from_json(cls, text: str) -> Caps:
         """Inverse of :meth:`to_json`."""
         d = json.loads(text)
-        return cls(d["session"], d["window"], float(d["window_s"]), float(d["delta"]))
+        return cls(
+            d["session"], d["window"], float(d["window_s"]), float(d["delta"]),
+            str(d.get("composition", "pld")),
+        )  # fmt: skip
 
     def at_least_as_strict_as(self, other: Caps) -> bool:
         """True when every release these caps allow, ``other`` allows too."""
@@ -124,7 +147,8 @@ class Caps:
             and self.window <= other.window
             and self.window_s >= other.window_s
         )
-        return session_ok and window_ok and self.delta <= other.delta
+        composition_ok = self.sequential or not other.sequential
+        return session_ok and window_ok and self.delta <= other.delta and composition_ok
 
 
 def loosened(stored: Caps, wanted: Caps) -> list[tuple[str, object]]:
@@ -138,6 +162,8 @@ def loosened(stored: Caps, wanted: Caps) -> list[tuple[str, object]]:
         out.append(("ledger.window_s", wanted.window_s))
     if wanted.delta > stored.delta:
         out.append(("ledger.delta", wanted.delta))
+    if stored.sequential and not wanted.sequential:
+        out.append(("ledger.composition", wanted.composition))
     return out
 
 
@@ -199,12 +225,28 @@ class Figures:
     window: float
 
 
+def spent(composer: Composer, caps: Caps, counts: Counts) -> float:
+    """ε of ``counts`` as the caps measure it: ε at δ, or pure ε under sequential caps."""
+    if not counts:
+        return 0.0
+    return composer.pure(counts) if caps.sequential else composer.epsilon(counts, caps.delta)
+
+
+def fits(composer: Composer, caps: Caps, before: Counts, cost: Counts, cap: float) -> bool:
+    """Whether ``before + cost`` stays within ``cap`` as the caps measure it (exact counts;
+    under sequential caps an exact comparison of integer micro-ε)."""
+    if not caps.sequential:
+        return composer.fits(before, cost, cap, caps.delta)
+    units = composer.pure_units(merged(before, cost))
+    return units is not None and units <= to_units_down(cap, "cap")
+
+
 def figures(composer: Composer, caps: Caps, session: Counts, window: Counts) -> Figures:
     """The session's figures from its event counts and those of its trailing window."""
     return Figures(
-        composer.epsilon(session, caps.delta) if session else 0.0,
+        spent(composer, caps, session),
         composer.pure(session) if session else 0.0,
-        composer.epsilon(window, caps.delta) if window else 0.0,
+        spent(composer, caps, window),
     )
 
 
@@ -230,15 +272,15 @@ def check(
     Raises:
         BudgetExhaustedError: the release does not fit; nothing about it may be written.
     """
-    if caps.session is not None and not composer.fits(session, cost, caps.session, caps.delta):
-        before = composer.epsilon(session, caps.delta) if session else 0.0
-        alone = composer.epsilon(cost, caps.delta)
+    if caps.session is not None and not fits(composer, caps, session, cost, caps.session):
+        before = spent(composer, caps, session)
+        alone = spent(composer, caps, cost)
         raise BudgetExhaustedError(session_name, alone, caps.session - before, "session")
     if caps.window is not None:
         for counts in windows:
-            if not composer.fits(counts, cost, caps.window, caps.delta):
-                before = composer.epsilon(counts, caps.delta) if counts else 0.0
-                alone = composer.epsilon(cost, caps.delta)
+            if not fits(composer, caps, counts, cost, caps.window):
+                before = spent(composer, caps, counts)
+                alone = spent(composer, caps, cost)
                 raise BudgetExhaustedError(
                     session_name, alone, caps.window - before, f"per-{caps.window_s:g}-s-of-gaze"
                 )

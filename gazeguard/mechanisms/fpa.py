@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gazeguard.accounting.loss import Event
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.auto_k import choose_k_for
 from gazeguard.mechanisms.bounds import Bounds, check_finite_positive
@@ -277,6 +278,20 @@ class Mechanism:
     def sampler_slack(self) -> FloatArray:
         """float64 (F,): additive privacy loss per release for the sampler's inexactness."""
         return self._reference.noise.slack.copy()
+
+    def events(self) -> dict[Event, int]:
+        """The accounting events of one release (one chunk): one event per released feature,
+        ``LaplaceEvent(λ/Δ1, slack)`` or ``GaussianEvent(σ/Δ2, slack)`` with Δ the effective
+        sensitivity of that feature's whole chunk (all kept coefficients together), counted.
+
+        Features with equal noise multipliers share one event (counted once per feature).
+        """
+        event = noise_kind(self.noise).event
+        out: dict[Event, int] = {}
+        for ratio, slack in zip(self.noise_multiplier, self.sampler_slack, strict=True):
+            e = event(float(ratio), float(slack))
+            out[e] = out.get(e, 0) + 1
+        return out
 
     def carries(self) -> str:
         """What a consumer receives per feature per release, in words."""

@@ -30,6 +30,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from gazeguard.accounting.loss import GaussianEvent, LaplaceEvent
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.bounds import (
     Bounds,
@@ -186,11 +187,14 @@ class NoiseKind:
         name: ``laplace`` or ``gaussian``.
         norm: which sensitivity it pays (``l1`` or ``l2``).
         summary: one line for ``--help``.
+        event: the accounting event of one release of one feature (noise multiplier = noise
+            scale / that sensitivity, sampler slack), as the accountant composes it.
     """
 
     name: str
     norm: Literal["l1", "l2"]
     summary: str
+    event: type[LaplaceEvent] | type[GaussianEvent]
 
 
 MECHANISMS: Mapping[str, MechanismKind] = MappingProxyType(
@@ -222,9 +226,11 @@ ONLINE_MECHANISMS: tuple[str, ...] = tuple(k for k, v in MECHANISMS.items() if v
 
 NOISE: Mapping[str, NoiseKind] = MappingProxyType(
     {
-        "laplace": NoiseKind("laplace", "l1", "discrete Laplace: pure ε-DP, pays L1 sensitivity"),
+        "laplace": NoiseKind(
+            "laplace", "l1", "discrete Laplace: pure ε-DP, pays L1 sensitivity", LaplaceEvent
+        ),
         "gaussian": NoiseKind(
-            "gaussian", "l2", "discrete Gaussian: (ε, δ)-DP, pays L2 sensitivity"
+            "gaussian", "l2", "discrete Gaussian: (ε, δ)-DP, pays L2 sensitivity", GaussianEvent
         ),
     }
 )
