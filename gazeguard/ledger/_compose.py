@@ -101,11 +101,12 @@ class LedgerComposer:
         units = self.pure_units(counts)
         return math.inf if units is None else units / UNITS_PER_EPSILON
 
-    def epsilon(self, counts: Counts, delta: float) -> float:
-        """ε at ``delta`` of all releases in ``counts`` (an upper bound; never above pure ε)."""
+    def epsilon(self, counts: Counts, delta: float, *, exact: bool = False) -> float:
+        """ε at ``delta`` of all releases in ``counts`` (an upper bound; never above pure ε);
+        counts rounded up to the report grid unless ``exact``."""
         if not any(counts.values()):
             return 0.0
-        composed = compose(self.events(counts, rounded=True), delta).epsilon
+        composed = compose(self.events(counts, rounded=not exact), delta).epsilon
         return min(composed, self.pure(counts))
 
     def fits(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:

@@ -50,9 +50,9 @@ HOUR_S = 3600.0
 class Composer(Protocol):
     """Composes counted accounting events (:class:`gazeguard.ledger.LedgerComposer`)."""
 
-    def epsilon(self, counts: Counts, delta: float) -> float:
+    def epsilon(self, counts: Counts, delta: float, *, exact: bool = False) -> float:
         """A valid upper bound on ε at ``delta`` of all releases in ``counts`` (never above the
-        pure sequential ε); may round counts up to cache results."""
+        pure sequential ε); may round counts up to cache results unless ``exact``."""
         ...
 
     def fits(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
@@ -225,11 +225,19 @@ class Figures:
     window: float
 
 
-def spent(composer: Composer, caps: Caps, counts: Counts) -> float:
-    """ε of ``counts`` as the caps measure it: ε at δ, or pure ε under sequential caps."""
+def spent(composer: Composer, caps: Caps, counts: Counts, cap: float | None = None) -> float:
+    """ε of ``counts`` as the caps measure it: ε at δ, or pure ε under sequential caps.
+
+    A rounded-up report that would exceed ``cap`` is recomputed on exact counts, so a figure
+    never shows more than a cap that admission (always exact) kept."""
     if not counts:
         return 0.0
-    return composer.pure(counts) if caps.sequential else composer.epsilon(counts, caps.delta)
+    if caps.sequential:
+        return composer.pure(counts)
+    eps = composer.epsilon(counts, caps.delta)
+    if cap is not None and eps > cap:
+        eps = composer.epsilon(counts, caps.delta, exact=True)
+    return eps
 
 
 def fits(composer: Composer, caps: Caps, before: Counts, cost: Counts, cap: float) -> bool:
@@ -244,9 +252,9 @@ def fits(composer: Composer, caps: Caps, before: Counts, cost: Counts, cap: floa
 def figures(composer: Composer, caps: Caps, session: Counts, window: Counts) -> Figures:
     """The session's figures from its event counts and those of its trailing window."""
     return Figures(
-        spent(composer, caps, session),
+        spent(composer, caps, session, caps.session),
         composer.pure(session) if session else 0.0,
-        spent(composer, caps, window),
+        spent(composer, caps, window, caps.window),
     )
 
 
