@@ -84,7 +84,7 @@ def test_the_figures_are_recomputed_from_stored_events_after_a_restart(tmp_path:
     laplace, gauss = LaplaceEvent(20.0, 1e-9), GaussianEvent(8.0)
     with Ledger(path, session_cap=50.0) as ledger:
         for i in range(30):
-            eps = {f: laplace.pure_epsilon for f in "abc"}
+            eps = dict.fromkeys("abc", laplace.pure_epsilon)
             ledger.charge("a", i, eps, "t", b"x", events={event_key(laplace): 3})
             ledger.charge("b", i, {"f": float("inf")}, "t", b"y", events={event_key(gauss): 2})
         a, b = ledger.state("a"), ledger.state("b")
