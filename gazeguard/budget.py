@@ -29,6 +29,7 @@ session and per-hour figures cover every case.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ from gazeguard.mechanisms.noise import (
 if TYPE_CHECKING:
     from gazeguard.config import MechanismSettings
 
+log = logging.getLogger(__name__)
+
 #: Events ending up to this long after a changed sample are counted in the raw-gaze reach, s.
 RAW_EVENT_SPAN_S = 4.0
 
@@ -65,18 +68,29 @@ def chunks_per_window(window_s: float, chunk_s: float) -> int:
 
 
 def noise_multiplier_for(
-    noise: str, *, features: int, chunks: int, budget: float, delta: float, max_m: int
+    noise: str,
+    *,
+    features: int,
+    chunks: int,
+    budget: float,
+    delta: float,
+    max_m: int = 1,
+    slack: float | None = None,
 ) -> float:
     """The noise multiplier ``r`` that keeps ``features·chunks`` releases within
-    ``(budget, delta)``, each paying the sampler slack of up to ``max_m`` coordinates.
+    ``(budget, delta)``, each paying ``slack`` (default: the Laplace/Gaussian sampler's
+    rounding slack of ``max_m`` coordinates; pass the mechanism's own ``sampler_slack``).
 
     Raises:
         ConfigError: a budget the noise family cannot meet (e.g. non-positive).
     """
-    per = GAUSS_SAMPLER_LOSS_PER_COORDINATE if noise == "gaussian" else SAMPLER_LOSS_PER_COORDINATE
+    if slack is None:
+        gauss = noise == "gaussian"
+        per = GAUSS_SAMPLER_LOSS_PER_COORDINATE if gauss else SAMPLER_LOSS_PER_COORDINATE
+        slack = max_m * per
     limit = PrivacyLoss.approx(budget, delta, field="ledger.budget_per_hour")
     family: Family = "gaussian" if noise == "gaussian" else "laplace"
-    return calibrate(family, features * chunks, limit, max_m * per)
+    return calibrate(family, features * chunks, limit, slack)
 
 
 def composed(events: Mapping[Event, int], times: int, delta: float) -> float:
@@ -164,6 +178,23 @@ def build_mechanism(
         ConfigError: no per-chunk ε and no budget, per-feature ε without a per-chunk ε, or
             invalid mechanism parameters.
     """
+    if mechanism.name == "auto":
+        if budget is None or mechanism.epsilon is not None:
+            raise ConfigError(
+                "mechanism.name", "auto", "needs ledger.budget_per_hour and no mechanism.epsilon: "
+                "it chooses the mechanism with the lowest expected error for that budget", None,
+            )  # fmt: skip
+        best = rank_mechanisms(
+            mechanism, names, bounds, step_s, budget=budget, window_s=window_s, delta=delta,
+            max_chunk_steps=mechanism.chunk_steps,
+        )[0]  # fmt: skip
+        log.info("mechanism.name = 'auto' chose %s", best.describe())
+        mechanism = mechanism.model_copy(
+            update={
+                "name": best.name, "transform": "dft" if best.name == "lpa" else best.transform,
+                "chunk_steps": best.chunk_steps, "noise": best.noise,
+            }
+        )  # fmt: skip
     kw: dict[str, Any] = {
         "n": mechanism.chunk_steps, "bounds": bounds, "transform": mechanism.transform,
         "noise": mechanism.noise, "seed": mechanism.insecure_seed,
@@ -191,15 +222,110 @@ def build_mechanism(
         )
     chunks = chunks_per_window(window_s, mechanism.chunk_steps * step_s)
 
-    def ratio(max_m: int) -> float:
+    def ratio(slack: float | None) -> float:
         return noise_multiplier_for(
             mechanism.noise, features=len(names), chunks=chunks, budget=budget, delta=delta,
-            max_m=max_m,
+            slack=slack,
         )  # fmt: skip
 
-    # k (and so m, and the sampler slack) depends a little on the noise: calibrate for m = 1,
-    # let auto-k choose, then recalibrate for the m chosen and keep that k (public choices).
-    first = make_mechanism(mechanism.name, k=mechanism.k, noise_multiplier=ratio(1), **kw)
-    return make_mechanism(
-        mechanism.name, k=first.k, noise_multiplier=ratio(first.kept_coefficients), **kw
-    )
+    # k (and so m, and the sampler's slack) depends a little on the noise: calibrate for the
+    # slack of one coordinate, let auto-k choose, then recalibrate for the slack the chosen
+    # mechanism pays per release (independent of the noise level) and keep that k.
+    first = make_mechanism(mechanism.name, k=mechanism.k, noise_multiplier=ratio(None), **kw)
+    slack = float(first.sampler_slack.max())
+    return make_mechanism(mechanism.name, k=first.k, noise_multiplier=ratio(slack), **kw)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One configuration :func:`rank_mechanisms` scored (lower ``error`` is better).
+
+    Attributes:
+        name, transform, chunk_steps, noise: the configuration (``mechanism.*`` settings).
+        k: the k auto-k chose for it.
+        multiplier: the calibrated noise multiplier.
+        error: mean over features of the expected RMS error per value as a fraction of the
+            feature's range (public prior; before clipping to ``[lo, hi]``).
+        chunk_s: seconds of gaze per chunk (the latency a consumer waits).
+    """
+
+    name: str
+    transform: str
+    chunk_steps: int
+    noise: str
+    k: int
+    multiplier: float
+    error: float
+    chunk_s: float
+
+    def describe(self) -> str:
+        """One line, e.g. ``cfpa/dct n=64 k=1 laplace: error 3.1× range, 32 s chunks``."""
+        return (
+            f"{self.name}/{self.transform} n={self.chunk_steps} k={self.k} {self.noise}: "
+            f"error {self.error:.3g}× range, noise multiplier {self.multiplier:.3g}, "
+            f"{self.chunk_s:g} s chunks"
+        )
+
+
+#: The configurations ``mechanism.name = "auto"`` chooses among.
+AUTO_NAMES = ("lpa", "cfpa", "dcfpa")
+AUTO_TRANSFORMS = ("dft", "dct")
+AUTO_CHUNK_STEPS = (16, 32, 64, 128)
+AUTO_NOISE = ("laplace", "gaussian")
+
+
+def rank_mechanisms(
+    mechanism: MechanismSettings,
+    names: Sequence[str],
+    bounds: Bounds,
+    step_s: float,
+    *,
+    budget: float,
+    window_s: float,
+    delta: float,
+    max_chunk_steps: int | None = None,
+) -> list[Candidate]:
+    """Every online mechanism × transform × chunk length × noise family, calibrated to
+    ``budget`` for the release profile ``names`` and scored by its expected error under the
+    public prior (never the user's data), best first.
+
+    ``max_chunk_steps`` bounds the chunk length (the latency); ``mechanism.k`` is honoured.
+    """
+    out: list[Candidate] = []
+    for name in AUTO_NAMES:
+        transforms = AUTO_TRANSFORMS if name != "lpa" else ("dft",)
+        for transform in transforms:
+            for n in AUTO_CHUNK_STEPS:
+                if max_chunk_steps is not None and n > max_chunk_steps:
+                    continue
+                for noise in AUTO_NOISE:
+                    m = mechanism.model_copy(
+                        update={
+                            "name": name, "transform": transform, "chunk_steps": n,
+                            "noise": noise, "epsilon": None, "epsilon_per_feature": {},
+                        }
+                    )  # fmt: skip
+                    try:
+                        mech = build_mechanism(
+                            m, names, bounds, step_s, budget=budget, window_s=window_s,
+                            delta=delta,
+                        )  # fmt: skip
+                    except ConfigError:
+                        continue  # e.g. the budget cannot be met with this many releases
+                    out.append(
+                        Candidate(
+                            name,
+                            "identity" if name == "lpa" else transform,
+                            n,
+                            noise,
+                            int(mech.k),
+                            float(mech.noise_multiplier.max()),
+                            float(mech.expected_error().mean()),
+                            n * step_s,
+                        )
+                    )
+    if not out:
+        raise ConfigError(
+            "ledger.budget_per_hour", budget, "no mechanism can be calibrated to this budget", None
+        )
+    return sorted(out, key=lambda c: (c.error, c.chunk_s))

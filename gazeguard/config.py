@@ -152,7 +152,9 @@ class MechanismSettings(_Section):
 
     name: str = Field(
         "dcfpa",
-        description=f"{' | '.join(ONLINE_MECHANISMS)} (fpa needs whole recordings: offline only)",
+        description=f"{' | '.join(ONLINE_MECHANISMS)} | auto (the lowest expected error for "
+        "ledger.budget_per_hour under the public prior, chunk_steps at most as configured; fpa "
+        "needs whole recordings: offline only)",
     )
     noise: str = Field("laplace", description=f"noise family: {' | '.join(NOISE)}")
     transform: Transform = Field("dft", description="dft | dct")
@@ -178,6 +180,8 @@ class MechanismSettings(_Section):
     @field_validator("name")
     @classmethod
     def _known_mechanism(cls, v: str) -> str:
+        if v == "auto":
+            return v
         try:
             return mechanism_kind(v, online=True).name
         except ConfigError as exc:

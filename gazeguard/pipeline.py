@@ -190,7 +190,7 @@ class Pipeline:
             events,
             delta=self.opened.delta,
             window_s=self.opened.window_s,
-            chunk_steps=mechanism.chunk_steps,
+            chunk_steps=self.mechanism.n,
             step_s=features.step_s,
             feature_window_s=features.window_s,
             hold_limit_s=hold,
@@ -202,7 +202,7 @@ class Pipeline:
             hold_limit_s=features.hold_limit_s,
             detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
         )
-        self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, ledger.next_index(session))
+        self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
         self._completed_at = 0.0
         if mechanism.insecure_seed is not None:
             log.warning(

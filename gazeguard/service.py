@@ -270,14 +270,16 @@ async def serve(
             tap=tap,
         )
         log.info(
-            "session %r: %s %s n=%d k=%s, %d features, ε %.6g per chunk; broker %s",
+            "session %r: %s %s n=%d k=%s %s, %d features, ε %.4g per chunk at δ %g; broker %s",
             session,
-            settings.mechanism.name,
-            settings.mechanism.transform,
-            settings.mechanism.chunk_steps,
+            pipeline.mechanism.name,
+            pipeline.mechanism.transform,
+            pipeline.mechanism.n,
             pipeline.mechanism.k,
+            pipeline.mechanism.noise,
             len(pipeline.feature_names),
-            pipeline.chunk_epsilon,
+            pipeline.cost.chunk,
+            pipeline.cost.delta,
             publisher.endpoint,
         )
         publisher.publish_status(pipeline.status("starting"))

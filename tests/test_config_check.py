@@ -138,8 +138,7 @@ def test_caps_looser_than_the_stored_session_are_refused_read_only(tmp_path: Pat
     before = ledger.read_bytes()
     stricter = write(
         tmp_path,
-        f'session = "s1"\n[ledger]\npath = "{ledger}"\nsession_cap = 8.0\n'
-        "budget_per_hour = 4.0\n",
+        f'session = "s1"\n[ledger]\npath = "{ledger}"\nsession_cap = 8.0\nbudget_per_hour = 4.0\n',
         "strict.toml",
     )
     assert check_settings(stricter)[1] == []

@@ -70,12 +70,50 @@ def show(prior: PriorSpectrum) -> None:
                 stdout(f"{name:>9} {tr:>3} {n:>4} " + " ".join(f"{k:<9d}" for k in ks))
 
 
+def show_budget(args: argparse.Namespace) -> None:
+    """Rank every mechanism for a budget per hour and a release profile (``mechanism = "auto"``
+    takes the first row)."""
+    from gazeguard.budget import rank_mechanisms  # noqa: PLC0415 - the accountant
+    from gazeguard.config import HOUR_S, MechanismSettings  # noqa: PLC0415
+    from gazeguard.features import NAMES, feature_bounds  # noqa: PLC0415
+
+    names = [f.strip() for f in args.features.split(",")] if args.features else list(NAMES)
+    lo, hi, max_step = feature_bounds(names, args.window_s, args.step_s)
+    ranked = rank_mechanisms(
+        MechanismSettings(features=names), names, Bounds(lo=lo, hi=hi, max_step=max_step),
+        args.step_s, budget=args.budget_per_hour, window_s=HOUR_S, delta=args.delta,
+        max_chunk_steps=args.max_chunk_steps,
+    )  # fmt: skip
+    stdout(
+        f"user-level ε {args.budget_per_hour:g} per hour of gaze at δ {args.delta:g}, "
+        f"{len(names)} features, W = {args.window_s:g} s, s = {args.step_s:g} s. Expected RMS "
+        "error per value as a multiple of each feature's range (public prior, before clipping "
+        "to [lo, hi]: above ~0.3 a value is mostly noise):"
+    )
+    for i, c in enumerate(ranked[: args.top]):
+        stdout(f"{'auto →' if i == 0 else '':>6} {c.describe()}")
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``python -m gazeguard.mechanisms``."""
     parser = argparse.ArgumentParser(prog=prog, description="Inspect or regenerate the prior.")
     sub = parser.add_subparsers(dest="action", required=True)
     show_p = sub.add_parser("show", help="summarise a prior and the k that auto picks")
     show_p.add_argument("--prior", type=Path, default=DEFAULT_PATH)
+    show_p.add_argument(
+        "--budget-per-hour",
+        type=float,
+        help="rank mechanism, transform, n, k and noise family for this user-level ε per hour "
+        "of gaze (what mechanism.name = 'auto' picks) instead of the prior's k table",
+    )
+    show_p.add_argument("--delta", type=float, default=1e-6, help="δ of the budget (1e-6)")
+    show_p.add_argument("--features", help="comma-separated release profile (default: all 48)")
+    show_p.add_argument("--window-s", type=float, default=30.0, help="feature window W, s")
+    show_p.add_argument("--step-s", type=float, default=0.5, help="feature step s, s")
+    show_p.add_argument(
+        "--max-chunk-steps", type=int, default=128, help="longest chunk considered (steps)"
+    )
+    show_p.add_argument("--top", type=int, default=10, help="rows to print (10)")
     model = sub.add_parser("model", help="write the documented model prior")
     model.add_argument("--out", type=Path, default=Path(DEFAULT_PATH.name), help=OUT_HELP)
     model.add_argument("--replace-installed", action="store_true", help=REPLACE_HELP)
@@ -92,7 +130,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """``python -m gazeguard.mechanisms {show,model,estimate}``: inspect or regenerate the prior."""
     args = build_parser(prog).parse_args(argv)
     if args.action == "show":
-        show(PriorSpectrum.load(args.prior))
+        if args.budget_per_hour is not None:
+            show_budget(args)
+        else:
+            show(PriorSpectrum.load(args.prior))
         return ExitCode.OK
     if args.action == "model":
         prior = model_prior()

@@ -161,8 +161,8 @@ def exit_code(summary: RunSummary) -> ExitCode:
 
 
 def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
-    first = settings.features.window_s + settings.mechanism.chunk_steps * settings.features.step_s
-    every = settings.mechanism.chunk_steps * settings.features.step_s
+    every = pipeline.mechanism.n * settings.features.step_s
+    first = settings.features.window_s + every
     mech, cost, opened = pipeline.mechanism, pipeline.cost, pipeline.opened
     cap = opened.session_cap
     hour = opened.window_s / 3600.0

@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from gazeguard.accounting.loss import Event
 from gazeguard.errors import ConfigError
-from gazeguard.mechanisms.auto_k import choose_k_for
+from gazeguard.mechanisms.auto_k import choose_k_for, expected_mse_for
 from gazeguard.mechanisms.bounds import Bounds, check_finite_positive
 from gazeguard.mechanisms.calibration import NoiseCalibration, calibrate_noise
 from gazeguard.mechanisms.noise import random_source
@@ -278,6 +278,25 @@ class Mechanism:
     def sampler_slack(self) -> FloatArray:
         """float64 (F,): additive privacy loss per release for the sampler's inexactness."""
         return self._reference.noise.slack.copy()
+
+    def expected_error(self, prior: PriorSpectrum | None = None) -> FloatArray:
+        """float64 (F,): expected root-mean-square error per released value as a fraction of
+        each feature's range ``hi − lo``, under the public prior (never the user's data): the
+        truncation of the frequencies not kept plus the noise carried into the values."""
+        p = self._reference
+        b = self._bounds.broadcast(p.noise.scale.size)
+        var = 2.0 * p.noise.scale**2 if self.noise == "laplace" else p.noise.scale**2
+        if not self.kind.transformed:
+            return np.asarray(np.sqrt(var) / b.range, dtype=np.float64)
+        tr = self.kind.transform_of(self.transform)
+        assert tr != "identity"
+
+        def variance(k: int, m: int) -> FloatArray:
+            return np.asarray(var, dtype=np.float64)
+
+        ks, mse = expected_mse_for(self.kind, self.n, tr, b, variance, prior=prior)
+        row = mse[int(np.flatnonzero(ks == self.k)[0])]
+        return np.asarray(np.sqrt(row) / b.range, dtype=np.float64)
 
     def events(self) -> dict[Event, int]:
         """The accounting events of one release (one chunk): one event per released feature,
