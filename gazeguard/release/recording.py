@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from gazeguard.accounting import Event, compose
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import MECHANISMS, mechanism_kind
@@ -51,6 +52,8 @@ from gazeguard.release._common import (
 DP_MECHANISMS = tuple(MECHANISMS)
 TAIL_POLICIES = ("drop", "pad")
 #: make_mechanism's argument names → this module's parameter names (for error messages).
+#: δ of the user-level (ε, δ) statement (as the live ledger's default).
+USER_DELTA = 1e-6
 _PARAM_NAMES = {"k": "keep", "n": "n", "epsilon": "epsilon", "transform": "transform"}
 
 
@@ -130,6 +133,7 @@ def recording_release(
     X = np.full(table.X.shape, np.nan)
     released = np.zeros(table.n_rows, dtype=bool)
     chunks_per_person: dict[str, int] = {}
+    events_per_person: dict[str, dict[Event, int]] = {}
     per_recording: dict[str, dict[str, int]] = {}
     recordings = list(table.recordings())
     for done, (rec, rows) in enumerate(recordings, start=1):
@@ -149,6 +153,10 @@ def recording_release(
             released[chunk_rows[:real]] = True
         person = str(table.person[rows[0]])
         chunks_per_person[person] = chunks_per_person.get(person, 0) + len(plan)
+        counts = events_per_person.setdefault(person, {})
+        for chunk_rows, _ in plan:
+            for e, c in mechanism(chunk_rows.size).events().items():
+                counts[e] = counts.get(e, 0) + c
         per_recording[rec] = {
             "steps": int(size),
             "chunks": len(plan),
@@ -168,13 +176,18 @@ def recording_release(
     )
     per_chunk = f * epsilon
     max_chunks = max(chunks_per_person.values(), default=0)
+    # The accountant's user-level ε at δ: each person's releases composed (PLD), the worst one.
+    composed = (compose(c, USER_DELTA).epsilon for c in events_per_person.values())
+    at_delta = max(composed, default=0.0)
     resolved_keep: Any = sorted({m.k for m in cache.values()}) if kind.transformed else None
     unit, units = ("recording", "recordings") if whole else (f"chunk of {n} steps", "chunks")
     statement = (
         f"{name.upper()} (Bozkir et al. 2021) with epsilon={epsilon:g} per feature per {unit} "
         f"from public bounds: epsilon={per_chunk:g} per {unit} over all {f} features; a "
         f"person's whole release (up to {max_chunks} {units}) is "
-        f"epsilon={per_chunk * max_chunks:g}-DP at the user level (sequential composition)."
+        f"epsilon={per_chunk * max_chunks:g}-DP at the user level (sequential composition), "
+        f"and (epsilon={at_delta:.4g}, delta={USER_DELTA:g})-DP by the accountant's composition "
+        "(privacy loss distributions)."
     )
     if not whole:
         dropped = table.n_rows - int(released.sum())
@@ -194,6 +207,8 @@ def recording_release(
                     "epsilon_per_feature_per_chunk": epsilon,
                     "epsilon_per_chunk": per_chunk,
                     "epsilon_per_person": per_chunk * max_chunks,
+                    "epsilon_per_person_at_delta": at_delta,
+                    "delta": USER_DELTA,
                     "max_chunks_per_person": max_chunks,
                 },
             },
