@@ -464,8 +464,12 @@ class StatusMessage(_Model):
             ``stream_lost`` (no usable gaze sample for ``ingest.stream_lost_after_s``; waiting for
             them) or ``stopped``.
         time: when this status was made, Unix time, s.
-        spent: ε spent so far (sequential composition); remaining: ε left under the binding cap
-            (``None`` when uncapped); session_cap: the per-session cap or ``None``.
+        epsilon: the session's user-level ε at ``delta`` so far (the accountant's composition);
+            epsilon_window: the same over the trailing ``window_s`` s of gaze (per hour);
+            window_cap: the cap on that (``ledger.budget_per_hour``), or ``None``.
+        spent: pure sequential ε so far (the conservative view; ``None`` with Gaussian noise);
+            remaining: ``session_cap − epsilon`` (``None`` when uncapped); session_cap: the
+            per-session cap or ``None``.
         chunks_published: chunks charged and handed to the publisher.
         chunks_withheld: chunks refused by a cap (nothing about them was released).
         chunks_dropped: chunks lost to errors or to the session ending mid-chunk.
@@ -480,7 +484,14 @@ class StatusMessage(_Model):
     device: Name
     state: SessionState
     time: NonNegative
-    spent: NonNegative
+    epsilon: NonNegative | None = Field(None, description="user-level ε at delta, session")
+    delta: float | None = Field(None, gt=0.0, lt=1.0, description="δ of every ε here")
+    epsilon_window: NonNegative | None = Field(
+        None, description="user-level ε at delta of the trailing window_s seconds of gaze"
+    )
+    window_s: Positive | None = Field(None, description="that window, seconds of gaze")
+    window_cap: Positive | None = Field(None, description="cap on epsilon_window, or null")
+    spent: NonNegative | None
     remaining: NonNegative | None
     session_cap: Positive | None
     chunks_published: int = Field(ge=0)

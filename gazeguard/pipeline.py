@@ -24,6 +24,7 @@ recorded). Nothing raw or half-noised is ever returned, on any path.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -353,7 +354,12 @@ class Pipeline:
                 "device": self.device,
                 "state": state or self.stats.state,
                 "time": time.time(),
-                "spent": led.spent,
+                "epsilon": led.epsilon,
+                "delta": led.delta,
+                "epsilon_window": led.epsilon_window,
+                "window_s": led.window_s,
+                "window_cap": led.window_cap,
+                "spent": led.spent if math.isfinite(led.spent) else None,
                 "remaining": led.remaining,
                 "session_cap": led.session_cap,
                 "chunks_published": self.stats.released,

@@ -73,8 +73,9 @@ class RunSummary:
     Attributes:
         session, device: the ledger account and the device id in topics.
         stats: the pipeline's counters (chunks released, withheld, dropped; tail steps).
-        spent, remaining: the session's user-level ε after the run, and what is left under the
-            session cap (``None``: no cap).
+        spent, remaining: the session's user-level ε at the ledger's δ after the run (the
+            accountant's composition), and what is left under the session cap (``None``: no
+            cap).
         pending: charged chunks of the session still in the outbox after the final flush.
         broker: ``host:port`` published to.
         ledger: the ledger's path or URL.
@@ -313,7 +314,7 @@ async def serve(
             session,
             settings.device,
             pipeline.stats,
-            state.spent,
+            state.epsilon,
             state.remaining,
             len(ledger.pending(session=session)),
             publisher.endpoint,

@@ -271,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         "summary",
         f"gazeguard: session {summary.session!r}: {s.released} chunks released, "
         f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped; "
-        f"ε spent {summary.spent:.6g} ({remaining}); {summary.pending} chunks still in the "
+        f"user-level ε {summary.spent:.4g} ({remaining}); {summary.pending} chunks still in the "
         f"outbox; ledger {summary.ledger}{why} (exit status {int(code)})",
         session=summary.session,
         released=s.released,
