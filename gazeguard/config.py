@@ -337,7 +337,6 @@ class Settings(BaseSettings):
 
     device: str = Field(default_factory=socket.gethostname, description="device id in topics")
     session: str | None = Field(None, description="session id (default: one per stream)")
-    max_queued_chunks: int = Field(64, ge=1, description="bound of in-memory chunk queues")
     ingest: IngestSettings = IngestSettings()
     features: FeatureSettings = FeatureSettings()
     mechanism: MechanismSettings = MechanismSettings()

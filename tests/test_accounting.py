@@ -516,7 +516,7 @@ def test_chunks_per_hour() -> None:
 
 
 def test_chunks_reached_defaults_and_issue_observations() -> None:
-    assert chunks_reached(30.0, 0.5, 32, 0.0) == 3  # DESIGN.md: three chunks at the defaults
+    assert chunks_reached(30.0, 0.5, 32, 0.0) == 3  # docs/design.md: three chunks at the defaults
     # issue 13: changing 1 s of gaze reached 3 chunks (4-6), 16 s four: a change spanning D
     # seconds is one sample's reach widened by D
     assert chunks_reached(30.0, 0.5, 32, 0.0, event_span_s=1.0) == 3

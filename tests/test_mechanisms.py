@@ -93,7 +93,7 @@ def test_noise_free_lpa_is_clipping() -> None:
 
 
 def orthonormal_dft_coefficients(s: FloatArray, k: int) -> FloatArray:
-    """c_0, a_1, b_1, ..., a_{k−1}, b_{k−1} from numpy.fft.rfft (DESIGN.md's definition)."""
+    """c_0, a_1, b_1, ..., a_{k−1}, b_{k−1} from numpy.fft.rfft (docs/design.md's definition)."""
     n = s.shape[1]
     spec = np.fft.rfft(s, axis=1)[:, :k] / math.sqrt(n)
     out = np.empty((s.shape[0], 2 * k - 1))
@@ -345,7 +345,7 @@ def test_auto_k_comes_from_the_prior_not_the_data() -> None:
 def test_dcfpa_expected_error_is_the_noise_pushed_through_the_cumsum() -> None:
     """With a prior of zero signal only the perturbation error remains; for DCFPA it must equal a
     Monte Carlo of Laplace noise on the kept coefficients, inverted and cumulatively summed —
-    far above DESIGN.md's 2·m·λ²/n, which holds for CFPA."""
+    far above docs/design.md's 2·m·λ²/n, which holds for CFPA."""
     zero = PriorSpectrum(mean=0.0, variance=0.0, autocorrelation=np.ones(1))
     n, f = 32, 1
     bounds = Bounds(0.0, 1.0, 0.1).broadcast(f)

@@ -15,7 +15,7 @@ error per value is
 * ``v(k)·gain(k)``: the perturbation error, noise of variance ``v(k)`` on each of the ``m`` kept
   coefficients, exactly as the mechanism will calibrate it (Laplace: ``v = 2λ²``; Gaussian:
   ``v = σ²``). For FPA/CFPA the
-  basis is orthonormal, so ``gain = m`` — DESIGN.md's ``2·m·λ²/n``. **DCFPA departs from that
+  basis is orthonormal, so ``gain = m`` — docs/design.md's ``2·m·λ²/n``. **DCFPA departs from that
   formula on purpose:** its noise is integrated by the cumulative sum, so
   ``gain = Σ_{i<m} H_ii``, which for the lowest frequencies is of order ``n²/π²`` per
   coefficient rather than 1 (the noise becomes a random walk inside the chunk). Using ``m`` there

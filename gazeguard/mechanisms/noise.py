@@ -139,7 +139,6 @@ def random_source(seed: int | None) -> RandomSource:
     return InsecureSeededRandom(seed)
 
 
-_TOP_BIT = np.uint64(1 << 63)
 _LOW_BITS = np.uint64((1 << 63) - 1)
 _LOW_47 = np.uint64((1 << 47) - 1)
 
