@@ -85,3 +85,15 @@ def test_show_budget_prints_the_ranking(capsys: pytest.CaptureFixture[str]) -> N
     assert "user-level ε 10 per hour of gaze at δ 1e-06, 3 features" in out[0]
     assert out[1].startswith("auto →")
     assert len(out) == 4
+
+
+@pytest.mark.parametrize("name", ["lpa", "cfpa", "dcfpa"])
+def test_noise_per_value_is_what_the_released_values_carry(name: str) -> None:
+    """Mid-range constant input and noise far inside the range (no clipping): the empirical
+    spread of released values matches the analytic per-value noise."""
+    b = Bounds(lo=np.zeros(1), hi=np.ones(1), max_step=np.full(1, 0.05))
+    mech = make_mechanism(name, n=16, k=2, noise_multiplier=0.002, bounds=b, seed=7)
+    x = np.full((1, 16), 0.5)
+    ys = np.array([mech.release(x)[0] for _ in range(4000)])
+    rms = float(np.sqrt(((ys - ys.mean(axis=0)) ** 2).mean()))
+    assert rms == pytest.approx(float(mech.noise_per_value()[0]), rel=0.05)

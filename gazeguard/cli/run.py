@@ -37,7 +37,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
     g.add_argument("--stream-name", help="LSL stream name to resolve")
     g.add_argument("--source-id", help="LSL source_id to resolve")
-    g.add_argument("--mechanism", choices=ONLINE_MECHANISMS, help="default dcfpa")
+    g.add_argument(
+        "--mechanism",
+        choices=[*ONLINE_MECHANISMS, "auto"],
+        help="default dcfpa; auto: the lowest expected error for --budget-per-hour",
+    )
     g.add_argument("--transform", choices=["dft", "dct"], help="default dft")
     g.add_argument("--chunk-steps", type=int, help="n, steps per chunk (power of two; 32)")
     g.add_argument("-k", "--k", dest="k", help="kept frequencies, or 'auto' (default)")
@@ -174,8 +178,7 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         if opened.window_cap is not None:
             how += f", capped at ε {opened.window_cap:g} per {per} of gaze"
     session_cap = "no session cap" if cap is None else f"session cap ε {cap:g}"
-    scale = mech.noise_scale
-    symbol = "σ" if mech.noise == "gaussian" else "λ"
+    scale = mech.noise_per_value()
     shown = [
         f"{name} {scale[i]:.3g} {unit}"
         for i, (name, unit) in enumerate(zip(pipeline.feature_names, pipeline.units, strict=True))
@@ -192,8 +195,9 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         f"  one chunk costs ε {cost.chunk:.4g}{pure}; one raw gaze sample reaches "
         f"{cost.reached} chunks: ε {cost.raw_event:.4g}; a full {per} of gaze "
         f"({cost.chunks} chunks): ε {cost.per_window:.4g}.\n"
-        f"  noise {symbol} per kept coefficient (noise multiplier "
-        f"{float(mech.noise_multiplier.max()):.4g}): {', '.join(shown[:6])}{more}.\n"
+        f"  noise per released value (standard deviation, before clipping to the public range; "
+        f"noise multiplier {float(mech.noise_multiplier.max()):.4g}): "
+        f"{', '.join(shown[:6])}{more}.\n"
         f"  each chunk carries {pipeline.carries}.",
         session=pipeline.session,
         broker=endpoint,
@@ -212,7 +216,7 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         window_s=opened.window_s,
         delta=opened.delta,
         session_cap=cap,
-        noise_scale=dict(zip(pipeline.feature_names, scale.tolist(), strict=True)),
+        noise_per_value=dict(zip(pipeline.feature_names, scale.tolist(), strict=True)),
     )
 
 

@@ -96,6 +96,16 @@ def expected_mse_for(
     return ks, mse
 
 
+def noise_gain(kind: MechanismKind, n: int, transform: TransformName, m: int) -> float:
+    """Total noise energy in the ``n`` released values per unit of per-coefficient noise
+    variance, for ``m`` kept coefficients: ``m`` (orthonormal inverse transform) or, for
+    DCFPA, the cumulative sum's gain on those coefficients. Per-value noise variance is
+    ``variance · gain / n``."""
+    if kind.difference:
+        return float(np.cumsum(np.diag(cumsum_gain(n, transform)))[m - 1])
+    return float(m)
+
+
 def choose_k_for(
     kind: MechanismKind,
     n: int,

@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from gazeguard.accounting.loss import Event
 from gazeguard.errors import ConfigError
-from gazeguard.mechanisms.auto_k import choose_k_for, expected_mse_for
+from gazeguard.mechanisms.auto_k import choose_k_for, expected_mse_for, noise_gain
 from gazeguard.mechanisms.bounds import Bounds, check_finite_positive
 from gazeguard.mechanisms.calibration import NoiseCalibration, calibrate_noise
 from gazeguard.mechanisms.noise import random_source
@@ -278,6 +278,18 @@ class Mechanism:
     def sampler_slack(self) -> FloatArray:
         """float64 (F,): additive privacy loss per release for the sampler's inexactness."""
         return self._reference.noise.slack.copy()
+
+    def noise_per_value(self) -> FloatArray:
+        """float64 (F,): standard deviation of the noise in each released value, in the
+        feature's units (before clipping to ``[lo, hi]``): what a consumer sees of the noise."""
+        scale = self._reference.noise.scale
+        var = 2.0 * scale**2 if self.noise == "laplace" else scale**2
+        if not self.kind.transformed:
+            return np.asarray(np.sqrt(var), dtype=np.float64)
+        tr = self.kind.transform_of(self.transform)
+        assert tr != "identity"
+        gain = noise_gain(self.kind, self.n, tr, self.kept_coefficients)
+        return np.asarray(np.sqrt(var * gain / self.n), dtype=np.float64)
 
     def expected_error(self, prior: PriorSpectrum | None = None) -> FloatArray:
         """float64 (F,): expected root-mean-square error per released value as a fraction of
