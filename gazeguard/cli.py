@@ -53,6 +53,10 @@ COMMANDS: dict[str, Command] = {
         "gazeguard.release.cli",
         "privatize a recorded feature dataset (k-same, marginals, exponential DP, DCFPA, ...)",
     ),
+    "profile": Command(
+        "gazeguard.profile_cli",
+        "release profiles (build from labelled public data, show) and private-label models",
+    ),
 }
 
 
