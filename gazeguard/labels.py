@@ -67,7 +67,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gazeguard import __version__
 from gazeguard.errors import ConfigError
@@ -436,15 +443,18 @@ class ModelFile(_Strict):
     gazeguard_version: Name
     trained: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("features", "classes")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        dup = sorted({f for f in v if v.count(f) > 1})
+        if dup:
+            msg = f"duplicate names: {dup}"
+            raise ValueError(msg)
+        return v
+
     @model_validator(mode="after")
     def _shapes(self) -> ModelFile:
         F, C = len(self.features), len(self.classes)
-        if len(set(self.features)) != F:
-            msg = f"features: duplicate names in {self.features}"
-            raise ValueError(msg)
-        if len(set(self.classes)) != C:
-            msg = f"classes: duplicate names in {self.classes}"
-            raise ValueError(msg)
         s = self.standardizer
         if len(s.mean) != F or len(s.scale) != F:
             msg = (

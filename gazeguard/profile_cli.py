@@ -259,7 +259,11 @@ def _data_command(args: argparse.Namespace) -> list[str]:
 def _build(args: argparse.Namespace) -> int:
     from gazeguard.eval.attacks import CLASSIFIERS  # noqa: PLC0415 - heavy import
     from gazeguard.eval.grid import parse_mechanism  # noqa: PLC0415
-    from gazeguard.profiles import BuildSettings, build_profile  # noqa: PLC0415
+    from gazeguard.profiles import (  # noqa: PLC0415
+        BuildSettings,
+        build_profile,
+        check_stream_mechanism,
+    )
 
     classifiers = tuple(c.strip() for c in args.classifiers.split(",") if c.strip())
     if not classifiers or any(c not in CLASSIFIERS for c in classifiers):
@@ -271,6 +275,7 @@ def _build(args: argparse.Namespace) -> int:
         if not 0 <= v < 1:
             raise ConfigError(name, v, "must be in [0, 1)", "argument")
     spec = parse_mechanism(args.mechanism)
+    check_stream_mechanism(spec)
     if args.insecure_seed is not None:
         print(  # noqa: T201
             f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT "

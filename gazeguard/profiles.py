@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from gazeguard import __version__
 from gazeguard.errors import ConfigError
@@ -143,19 +143,24 @@ class Profile(_Strict):
     gazeguard_version: Name = __version__
     _source: str = PrivateAttr(default="<memory>")
 
-    @model_validator(mode="after")
-    def _valid(self) -> Profile:
-        if not _NAME.match(self.name):
-            msg = f"name {self.name!r}: use letters, digits, '_', '.' or '-' (at most 64)"
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            msg = (
+                "use letters, digits, '_', '.' or '-' (at most 64), starting with a letter or digit"
+            )
             raise ValueError(msg)
-        dup = sorted({f for f in self.features if self.features.count(f) > 1})
+        return v
+
+    @field_validator("features", "classes")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        dup = sorted({f for f in v if v.count(f) > 1})
         if dup:
-            msg = f"features: listed more than once: {dup}"
+            msg = f"listed more than once: {dup}"
             raise ValueError(msg)
-        if len(set(self.classes)) != len(self.classes):
-            msg = f"classes: duplicate names in {self.classes}"
-            raise ValueError(msg)
-        return self
+        return v
 
     @property
     def source(self) -> str:
@@ -375,7 +380,8 @@ class FrontierPoint:
         }
 
 
-def _check_stream_spec(spec: MechanismSpec) -> None:
+def check_stream_mechanism(spec: MechanismSpec) -> None:
+    """Refuse mechanisms a live profile cannot be built for (FPA, dataset releases)."""
     if spec.family not in ("none", "lpa", "cfpa", "dcfpa"):
         raise ConfigError(
             "mechanism",
@@ -586,7 +592,7 @@ def build_profile(
             mechanism, then).
     """
     st = settings or BuildSettings()
-    _check_stream_spec(spec)
+    check_stream_mechanism(spec)
     if st.criterion not in CRITERIA:
         raise ConfigError("criterion", st.criterion, f"choose from {', '.join(CRITERIA)}")
     eps_list: list[float | None] = [None] if spec.family == "none" else [float(e) for e in epsilons]

@@ -346,7 +346,7 @@ def _model_dict(model: LabelModel) -> dict[str, object]:
          "greater than 0"),
         (lambda d: d.__setitem__("format", "pickle"), "format", "gazeguard.label-model/1"),
         (lambda d: d.__setitem__("__reduce__", "os.system"), "__reduce__", "Extra inputs"),
-        (lambda d: d["classes"].__setitem__(1, "read"), "classes", "duplicate"),
+        (lambda d: d["classes"].__setitem__(1, "read"), "classes", "duplicate names: ['read']"),
         (lambda d: d["classifier"]["intercept"].__setitem__(0, float("nan")),
          "classifier.intercept.0", "finite"),
     ],
