@@ -12,7 +12,7 @@ Tracks, over many chunks sent one at a time (as the service does: a chunk every 
 - ``paho-mqtt publish→PUBACK``: what a user would otherwise write: a plain paho-mqtt client with
   its network thread, ``publish(qos=1).wait_for_publish()``, same payload, same broker, same run.
 
-The payload is a real ``gazeguard.chunk/1`` message of 52 features × 32 steps (~40 kB of JSON).
+The payload is a real ``gazeguard.chunk/2`` message of 52 features × 32 steps (~40 kB of JSON).
 Mosquitto runs on a free loopback port, MQTT 5 for both clients. Run
 ``python bench/bench_publish.py [--chunks N]``; prints a table and writes
 ``bench/results/publish.json``.
@@ -91,9 +91,11 @@ def chunk_payload(index: int, state: LedgerState, rng: np.random.Generator) -> b
             "k": 8,
             "m": 15,
             "epsilon": list(EPS.values()),
-            "lambda": [3.0] * N_FEATURES,
-            "delta2": [0.7] * N_FEATURES,
-            "noise": "os-csprng",
+            "noise_scale": [3.0] * N_FEATURES,
+            "sensitivity": [0.7] * N_FEATURES,
+            "noise_multiplier": [2.0] * N_FEATURES,
+            "noise": "laplace",
+            "randomness": "os-csprng",
         }
     )
     return ChunkMessage.build(
@@ -106,6 +108,7 @@ def chunk_payload(index: int, state: LedgerState, rng: np.random.Generator) -> b
         values=rng.normal(size=(N_FEATURES, N_STEPS)),
         mechanism=mechanism,
         ledger=LedgerSnapshot.from_state(sum(EPS.values()), state),
+        unix_offset=1.7e9,
     ).to_payload()
 
 
@@ -138,10 +141,9 @@ async def bench_gazeguard(port: int, workdir: Path, chunks: int) -> dict[str, li
         return acked[outbox_id]
 
     def charge_now(index: int) -> int:
-        def payload(state: LedgerState) -> bytes:
-            return chunk_payload(index, state, rng)
-
-        return ledger.charge(SESSION, index, EPS, topic, payload).outbox_id
+        preview = ledger.preview(SESSION, EPS)
+        body = chunk_payload(index, preview.state, rng)
+        return ledger.charge(SESSION, index, EPS, topic, body, version=preview.version).outbox_id
 
     charge_lat: list[float] = []
     e2e: list[float] = []

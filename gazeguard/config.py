@@ -5,19 +5,31 @@ Nested sections map to environment variables with ``__``: ``GAZEGUARD_MECHANISM_
 Every invalid value is refused at startup with a :class:`~gazeguard.errors.ConfigError` that names
 the field, the value and where it came from.
 
-``gazeguard config check FILE`` validates a file and prints the effective configuration.
+:func:`load_settings` refuses the first invalid value; :func:`check_settings` collects every
+problem — the schema's and those of :func:`validate_settings`, which checks what only shows when
+``gazeguard run`` builds its stages (release-profile feature names, window and step, the
+mechanism's parameters, the preset's geometry, broker TLS and login, fleet mode, and the caps
+against the session already stored in the ledger) — each with a "did you mean" where one fits.
+``gazeguard config check FILE`` prints them; ``gazeguard run`` refuses the same things at startup.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import copy
+import difflib
+import functools
 import math
+import os
+import re
 import socket
+import sqlite3
+import tomllib
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,10 +38,17 @@ from pydantic_settings import (
 )
 
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, mechanism_kind, noise_kind
+
+if TYPE_CHECKING:
+    from gazeguard.ledger.policy import Caps
 
 Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic"]
-MechanismName = Literal["lpa", "cfpa", "dcfpa"]
 Transform = Literal["dft", "dct"]
+
+
+HOUR_S = 3600.0
+"""The window of ledger.budget_per_hour, seconds of gaze."""
 
 
 class _Section(BaseModel):
@@ -73,6 +92,32 @@ class IngestSettings(_Section):
         description="EyeLink: pupil diameter = this × √(pupil area), mm per √unit; calibrate "
         "once per setup with an artificial pupil of known size (unset: pupil is NaN)",
     )
+    future_tolerance_s: float = Field(
+        0.5,
+        gt=0,
+        allow_inf_nan=False,
+        description="samples stamped more than this ahead of the local LSL clock are "
+        "implausible: dropped and counted (ingest.future), never adopted, s",
+    )
+    resync_after_s: float = Field(
+        2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="after this long of consistently rejected samples (a sender's clock jump, "
+        "a restarted sample counter) the order follows the new timeline, s",
+    )
+    dejitter: bool = Field(
+        True,
+        description="smooth timestamps of regular-rate streams (lower envelope of the nominal "
+        "rate's line); off: use the sender's timestamps as they are",
+    )
+    stream_lost_after_s: float = Field(
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="the status turns 'stream_lost' when no usable sample arrived for this "
+        "long, and back when samples resume, s",
+    )
 
 
 class FeatureSettings(_Section):
@@ -86,6 +131,13 @@ class FeatureSettings(_Section):
     min_valid_fraction: float = Field(
         0.5, ge=0, le=1, description="windows with less valid data repeat the previous vector"
     )
+    hold_limit_s: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="a value repeated for a low-quality window or an undefined value repeats "
+        "for at most this long; then the feature's public default is released (None: window_s)",
+    )
 
     @field_validator("step_s")
     @classmethod
@@ -98,11 +150,21 @@ class FeatureSettings(_Section):
 class MechanismSettings(_Section):
     """How each chunk is privatized and what a consumer receives (the release profile)."""
 
-    name: MechanismName = Field("dcfpa", description="lpa | cfpa | dcfpa (fpa is offline only)")
+    name: str = Field(
+        "dcfpa",
+        description=f"{' | '.join(ONLINE_MECHANISMS)} | auto (the lowest expected error for "
+        "ledger.budget_per_hour under the public prior, chunk_steps at most as configured; fpa "
+        "needs whole recordings: offline only)",
+    )
+    noise: str = Field("laplace", description=f"noise family: {' | '.join(NOISE)}")
     transform: Transform = Field("dft", description="dft | dct")
     chunk_steps: int = Field(32, description="n, steps per chunk; a power of two")
     k: int | Literal["auto"] = Field("auto", description="kept frequencies, or 'auto'")
-    epsilon: float = Field(1.0, description="ε per feature per chunk")
+    epsilon: float | None = Field(
+        None,
+        description="fixed ε per feature per chunk; unset (default): the noise is calibrated "
+        "to ledger.budget_per_hour",
+    )
     features: list[str] | None = Field(
         None, description="release profile: feature names to release (default: all)"
     )
@@ -115,6 +177,24 @@ class MechanismSettings(_Section):
         "(experiments and tests only)",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _known_mechanism(cls, v: str) -> str:
+        if v == "auto":
+            return v
+        try:
+            return mechanism_kind(v, online=True).name
+        except ConfigError as exc:
+            raise ValueError(exc.reason) from exc
+
+    @field_validator("noise")
+    @classmethod
+    def _known_noise(cls, v: str) -> str:
+        try:
+            return noise_kind(v).name
+        except ConfigError as exc:
+            raise ValueError(exc.reason) from exc
+
     @field_validator("chunk_steps")
     @classmethod
     def _power_of_two(cls, v: int) -> int:
@@ -124,8 +204,8 @@ class MechanismSettings(_Section):
 
     @field_validator("epsilon")
     @classmethod
-    def _positive_eps(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
+    def _positive_eps(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
             raise ValueError("must be a finite number > 0")
         return v
 
@@ -139,23 +219,69 @@ class MechanismSettings(_Section):
 
 
 class LedgerSettings(_Section):
-    """The durable per-session ε ledger."""
+    """The durable per-session privacy ledger: caps in ε at ``delta``, windows in gaze time."""
 
     path: Path = Field(Path("gazeguard-ledger.sqlite"), description="SQLite file")
     url: str | None = Field(
         None, description="PostgreSQL URL (postgresql://…) for fleets; when set, replaces path"
     )
-    session_cap: float | None = Field(None, description="max total ε per session (None: no cap)")
-    w_event: int | None = Field(None, ge=1, description="w for the w-event cap, chunks")
-    w_event_cap: float | None = Field(None, description="max ε over any w consecutive chunks")
+    delta: float = Field(
+        1e-6,
+        description="δ of every user-level (ε, δ) figure and cap; keep it far below 1/people",
+    )
+    budget_per_hour: float | None = Field(
+        10.0,
+        description="user-level ε (at delta) per hour of gaze: caps every hour of gaze time and, "
+        "unless mechanism.epsilon is set, calibrates the noise (None: no hourly cap)",
+    )
+    session_cap: float | None = Field(
+        None, description="max user-level ε (at delta) per session (None: no cap)"
+    )
+    composition: Literal["pld", "sequential"] = Field(
+        "pld",
+        description="pld: caps bound the accountant's ε at delta (privacy loss distributions); "
+        "sequential: caps bound pure sequential ε (conservative)",
+    )
     synchronous: Literal["FULL", "EXTRA"] = Field("FULL", description="SQLite synchronous mode")
+    window_cap: float | None = Field(None, description="RENAMED: ledger.budget_per_hour")
+    window_s: float | None = Field(None, description="REMOVED: the budget's window is one hour")
+    w_event: int | None = Field(
+        None, description="REMOVED: the w-event cap now counts gaze time, not chunks"
+    )
+    w_event_cap: float | None = Field(None, description="REMOVED: see w_event")
 
-    @field_validator("session_cap", "w_event_cap")
+    def caps(self) -> dict[str, Any]:
+        """The caps as :class:`gazeguard.ledger.Ledger` keyword arguments."""
+        return {
+            "session_cap": self.session_cap,
+            "window_cap": self.budget_per_hour,
+            "window_s": HOUR_S,
+            "delta": self.delta,
+            "composition": self.composition,
+        }
+
+    @field_validator("session_cap", "budget_per_hour")
     @classmethod
     def _positive_cap(cls, v: float | None) -> float | None:
         if v is not None and not (math.isfinite(v) and v > 0):
             raise ValueError("must be a finite number > 0")
         return v
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, v: float) -> float:
+        if not (0.0 < v < 1e-2):
+            raise ValueError("must lie in (0, 0.01); 1e-6 is the usual choice")
+        return v
+
+    @field_validator("w_event", "w_event_cap", "window_cap", "window_s")
+    @classmethod
+    def _removed(cls, v: object) -> None:
+        if v is not None:
+            raise ValueError(
+                "the per-window cap is ledger.budget_per_hour now: user-level ε (at "
+                "ledger.delta) per hour of gaze time"
+            )
 
 
 class BrokerSettings(_Section):
@@ -240,21 +366,37 @@ class Settings(BaseSettings):
 _TOML_FILE: dict[str, Path | None] = {"path": None}
 
 
-def _source_of(loc: tuple[str | int, ...], overrides: dict[str, Any], path: Path | None) -> str:
-    node: Any = overrides
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        else:
-            break
-    else:
-        return "command-line argument"
-    env = "GAZEGUARD_" + "__".join(str(p).upper() for p in loc)
-    import os  # noqa: PLC0415 - only needed on the error path
+Loc = tuple[str | int, ...]
 
-    if env in os.environ:
-        return f"environment variable {env}"
-    return f"file {path}" if path is not None else "defaults"
+
+def _in_file(loc: Loc, doc: dict[str, Any] | None) -> bool:
+    node: Any = doc
+    for part in loc:
+        in_dict = isinstance(node, dict) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
+        if not (in_dict or in_list):
+            return False
+        node = node[part]
+    return doc is not None
+
+
+def _source_of(loc: Loc, overrides: dict[str, Any], path: Path | None) -> str:
+    """Where the value at ``loc`` came from: flag, environment variable, file or defaults."""
+    if _in_file(loc, overrides):
+        return "command-line argument"
+    names = [str(p) for p in loc if not isinstance(p, int)]
+    for n in range(len(names), 0, -1):  # GAZEGUARD_MECHANISM__EPSILON, or a whole section
+        env = "GAZEGUARD_" + "__".join(names[:n]).upper()
+        if env in os.environ:
+            return f"environment variable {env}"
+    if path is not None:
+        try:
+            doc = tomllib.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return f"file {path}"
+        if _in_file(loc, doc):
+            return f"file {path}"
+    return "defaults"
 
 
 def broker_address(text: str) -> dict[str, str]:
@@ -263,41 +405,397 @@ def broker_address(text: str) -> dict[str, str]:
     return {"host": host, "port": port} if sep else {"host": text}
 
 
-def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
-    """Load settings from ``path`` (TOML), the environment and ``overrides``.
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One invalid setting.
 
-    Raises:
-        ConfigError: naming the first invalid field, its value and its source.
+    Attributes:
+        field: dotted name, e.g. ``"mechanism.features"``.
+        value: the rejected value (passwords are masked).
+        reason: what is wrong and what to do.
+        source: where the value came from (``"file gazeguard.toml"``, ``"environment variable
+            GAZEGUARD_…"``, ``"command-line argument"``, ``"defaults"``), when known.
+        suggestion: the closest valid name or value ("did you mean"), when one is close.
     """
-    toml = Path(path) if path is not None else None
-    if toml is not None and not toml.is_file():
-        raise ConfigError("config", str(toml), "file not found")
-    _TOML_FILE["path"] = toml
+
+    field: str
+    value: object
+    reason: str
+    source: str | None = None
+    suggestion: str | None = None
+
+    def error(self) -> ConfigError:
+        """The problem as the :class:`ConfigError` that refuses it."""
+        hint = f"; did you mean {self.suggestion!r}?" if self.suggestion else ""
+        return ConfigError(self.field, self.value, self.reason + hint, self.source)
+
+    def __str__(self) -> str:
+        return str(self.error())
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: field, value, reason, source, suggestion and the full message."""
+        value = self.value
+        if not isinstance(value, str | int | float | bool | type(None) | list | dict):
+            value = str(value)
+        return {
+            "field": self.field,
+            "value": value,
+            "reason": self.reason,
+            "source": self.source,
+            "suggestion": self.suggestion,
+            "message": str(self),
+        }
+
+
+def _closest(word: object, choices: Any) -> str | None:
+    if not isinstance(word, str):
+        return None
+    found = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    """The settings model (section) that holds the field at ``loc``."""
+    model: type[BaseModel] = Settings
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        candidates = [field.annotation, *getattr(field.annotation, "__args__", ())]
+        sub = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if sub is None:
+            return None
+        model = sub
+    return model
+
+
+def _suggestion(err: ErrorDetails) -> str | None:
+    """A "did you mean" for a misspelt key or choice."""
+    loc = tuple(err["loc"])
+    if err["type"] == "extra_forbidden" and loc:
+        model = _model_at(loc)
+        return None if model is None else _closest(loc[-1], model.model_fields)
+    expected = (err.get("ctx") or {}).get("expected")
+    if isinstance(expected, str):
+        return _closest(err.get("input"), re.findall(r"'([^']*)'", expected))
+    if "must be one of" in err["msg"]:  # a validator naming its choices (the registry's)
+        return _closest(err.get("input"), re.findall(r"'([^']*)'", err["msg"]))
+    return None
+
+
+def _mask(loc: Loc, value: object) -> object:
+    return "**********" if loc and loc[-1] == "password" and value is not None else value
+
+
+def _read(
+    path: Path | None, overrides: dict[str, Any], model: type[Settings] | None = None
+) -> tuple[Settings | None, list[ConfigProblem], list[ErrorDetails]]:
+    """Settings from ``path``, the environment and ``overrides``, or every schema problem (and
+    pydantic's errors)."""
+    if path is not None and not path.is_file():
+        return None, [ConfigProblem("config", str(path), "file not found")], []
+    _TOML_FILE["path"] = path
     try:
-        return Settings(**overrides)
+        return (model or Settings)(**overrides), [], []
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        field = ".".join(str(p) for p in loc)
-        raise ConfigError(
-            field, err.get("input"), err["msg"], _source_of(loc, overrides, toml)
-        ) from exc
+        problems = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            problems.append(
+                ConfigProblem(
+                    ".".join(str(p) for p in loc),
+                    _mask(loc, err.get("input")),
+                    err["msg"],
+                    _source_of(loc, overrides, path),
+                    _suggestion(err),
+                )
+            )
+        return None, problems, exc.errors()
     except ValueError as exc:  # TOML syntax errors
-        raise ConfigError("config", str(toml), str(exc), f"file {toml}") from exc
+        return None, [ConfigProblem("config", str(path), str(exc), f"file {path}")], []
     finally:
         _TOML_FILE["path"] = None
 
 
-def configure_config(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``gazeguard config``."""
-    sub = parser.add_subparsers(dest="config_command", required=True, metavar="ACTION")
-    check = sub.add_parser("check", help="validate a TOML configuration file and print it")
-    check.add_argument("file", type=Path, help="configuration file (TOML)")
+@functools.cache
+def _lenient() -> type[Settings]:
+    """:class:`Settings` that ignores unknown keys (each section too): the second pass of
+    :func:`check_settings` after the schema refused something."""
+    namespace: dict[str, Any] = {
+        "model_config": SettingsConfigDict(**{**Settings.model_config, "extra": "ignore"}),
+        "__annotations__": {},
+    }
+    for name, info in Settings.model_fields.items():
+        section = info.annotation
+        if isinstance(section, type) and issubclass(section, _Section):
+            config = ConfigDict(extra="ignore", frozen=True)
+            lenient = type(f"_Lenient{section.__name__}", (section,), {"model_config": config})
+            namespace["__annotations__"][name] = lenient
+            namespace[name] = lenient()
+    return type("_LenientSettings", (Settings,), namespace)
 
 
-def run_config(args: argparse.Namespace) -> int:
-    """``gazeguard config check FILE``: exit 0 and print the effective settings if valid."""
-    settings = load_settings(args.file)
-    print(json.dumps(settings.model_dump(mode="json"), indent=2))  # noqa: T201
-    print(f"{args.file}: OK", flush=True)  # noqa: T201
-    return 0
+def _field_default(loc: Loc) -> object:
+    model = _model_at(loc)
+    if model is None or str(loc[-1]) not in model.model_fields:
+        return {}
+    return model.model_fields[str(loc[-1])].get_default(call_default_factory=True)
+
+
+def _patched(overrides: dict[str, Any], locs: list[Loc]) -> dict[str, Any]:
+    """``overrides`` with each field at ``locs`` set to its default (overrides win over the
+    environment and the file)."""
+    out = copy.deepcopy(overrides)
+    for loc in locs:
+        node = out
+        for part in loc[:-1]:
+            child = node.get(str(part))
+            if not isinstance(child, dict):
+                child = node[str(part)] = {}
+            node = child
+        node[str(loc[-1])] = _field_default(loc)
+    return out
+
+
+def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
+    """Load settings from ``path`` (TOML), the environment and ``overrides``.
+
+    Checks the schema only (types, ranges, choices); :func:`check_settings` also runs
+    :func:`validate_settings` and reports every problem.
+
+    Raises:
+        ConfigError: naming the first invalid field, its value and its source.
+    """
+    settings, problems, _ = _read(Path(path) if path is not None else None, overrides)
+    if settings is None:
+        raise problems[0].error()
+    return settings
+
+
+def check_settings(
+    path: Path | str | None = None, **overrides: Any
+) -> tuple[Settings | None, list[ConfigProblem]]:
+    """Every problem of a configuration, each with its source, as ``gazeguard run`` would meet it.
+
+    Returns:
+        ``(settings, problems)``: ``settings`` is ``None`` when the schema refused a value; then
+        ``problems`` lists every schema error and what :func:`validate_settings` finds in the
+        rest (unknown keys ignored, refused values at their defaults). Otherwise ``problems``
+        are those of :func:`validate_settings`, empty when the configuration is good. Nothing
+        is written.
+    """
+    toml = Path(path) if path is not None else None
+    settings, problems, errors = _read(toml, overrides)
+    if settings is not None:
+        found = validate_settings(settings)
+        return settings, [
+            replace(p, source=_source_of(tuple(p.field.split(".")), overrides, toml)) for p in found
+        ]
+    # Second pass, so that one typo does not hide the other problems: unknown keys ignored,
+    # refused values replaced by their defaults; report what validate_settings finds elsewhere.
+    locs = [_field_loc(tuple(e["loc"])) for e in errors if e["type"] != "extra_forbidden"]
+    if not errors or any(not loc for loc in locs):
+        return None, problems
+    partial, _, _ = _read(toml, _patched(overrides, locs), _lenient())
+    if partial is None:
+        return None, problems
+    refused = {".".join(str(p) for p in loc) for loc in locs}
+    for p in validate_settings(partial):
+        if not any(p.field == f or p.field.startswith(f + ".") for f in refused):
+            problems.append(
+                replace(p, source=_source_of(tuple(p.field.split(".")), overrides, toml))
+            )
+    return None, problems
+
+
+def _field_loc(loc: Loc) -> Loc:
+    """The settings field of an error location (list and dict items belong to their field)."""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            return loc[:i]
+    return loc
+
+
+def validate_settings(settings: Settings) -> list[ConfigProblem]:
+    """What the schema cannot see but ``gazeguard run`` would refuse, all at once.
+
+    Checks: release-profile and per-feature-ε names (with the closest known name), the window
+    and step, the mechanism's parameters (built exactly as the pipeline builds it: k against n
+    and the transform, ε), the preset's screen geometry, fleet mode against the source, broker
+    TLS files and login, the caps' range, and — when the SQLite ledger file exists and the
+    session id is known before the stream is (``session``, ``ingest.source_id``, or the
+    simulated headset) — the caps against those stored with that session, which a restart may
+    tighten but never loosen. The ledger is opened read-only. :func:`gazeguard.service.serve`
+    calls this at startup.
+
+    Returns:
+        The problems, without ``source`` (:func:`check_settings` fills it in); empty if none.
+    """
+    problems = _profile_problems(settings.mechanism)
+    f = settings.features
+    if f.step_s > f.window_s:
+        problems.append(
+            ConfigProblem("features.step_s", f.step_s, f"must be <= features.window_s={f.window_s}")
+        )
+    if not problems:
+        problems += _mechanism_problems(settings)
+    problems += _ingest_problems(settings)
+    problems += _broker_problems(settings)
+    problems += _ledger_problems(settings)
+    return problems
+
+
+def _profile_problems(m: MechanismSettings) -> list[ConfigProblem]:
+    from gazeguard.features import NAMES  # noqa: PLC0415 - config is imported by the stages
+
+    problems = [
+        ConfigProblem(
+            "mechanism.features",
+            name,
+            "unknown feature name (`gazeguard config features` lists all of them)",
+            suggestion=_closest(name, NAMES),
+        )
+        for name in (m.features or [])
+        if name not in NAMES
+    ]
+    problems += [
+        ConfigProblem(
+            "mechanism.epsilon_per_feature",
+            name,
+            "unknown feature name",
+            suggestion=_closest(name, NAMES),
+        )
+        for name in m.epsilon_per_feature
+        if name not in NAMES
+    ]
+    if m.features is not None and not m.features:
+        problems.append(
+            ConfigProblem("mechanism.features", [], "the release profile is empty: name features")
+        )
+    return problems
+
+
+def _mechanism_problems(settings: Settings) -> list[ConfigProblem]:
+
+    from gazeguard.budget import build_mechanism  # noqa: PLC0415
+    from gazeguard.features import NAMES, feature_bounds  # noqa: PLC0415
+    from gazeguard.mechanisms import Bounds  # noqa: PLC0415
+
+    m = settings.mechanism
+    names = list(m.features) if m.features is not None else list(NAMES)
+    try:
+        lo, hi, max_step = feature_bounds(
+            names, settings.features.window_s, settings.features.step_s
+        )
+        build_mechanism(
+            m, names, Bounds(lo=lo, hi=hi, max_step=max_step), settings.features.step_s,
+            budget=settings.ledger.budget_per_hour, window_s=HOUR_S, delta=settings.ledger.delta,
+        )  # fmt: skip
+    except ConfigError as exc:
+        field = exc.field if "." in exc.field else f"mechanism.{exc.field}"
+        return [ConfigProblem(field, exc.value, exc.reason)]
+    return []
+
+
+def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
+    ing = settings.ingest
+    problems = []
+    if settings.fleet.enabled and ing.source not in ("lsl", "mqtt"):
+        problems.append(
+            ConfigProblem(
+                "ingest.source",
+                ing.source,
+                "fleet mode serves real streams: set ingest.source to 'lsl' or 'mqtt'",
+            )
+        )
+    if ing.source == "mqtt" and not settings.fleet.enabled:
+        problems.append(
+            ConfigProblem(
+                "ingest.source",
+                ing.source,
+                "raw gaze over MQTT is read in fleet mode only: set fleet.enabled (--fleet)",
+            )
+        )
+    if ing.source in ("lsl", "auto"):
+        if ing.preset == "tobii" and (ing.screen_size_mm is None or ing.screen_distance_mm is None):
+            problems.append(
+                ConfigProblem(
+                    "ingest.screen_size_mm",
+                    ing.screen_size_mm,
+                    "preset 'tobii' reports screen coordinates: set ingest.screen_size_mm "
+                    "(width, height, mm) and ingest.screen_distance_mm (eye to screen, mm)",
+                )
+            )
+        if ing.preset == "eyelink" and ing.screen_resolution_px is None:
+            problems.append(
+                ConfigProblem(
+                    "ingest.screen_resolution_px",
+                    None,
+                    "preset 'eyelink' reports screen pixels: set ingest.screen_resolution_px "
+                    "(width, height)",
+                )
+            )
+    return problems
+
+
+def _broker_problems(settings: Settings) -> list[ConfigProblem]:
+    from gazeguard.publish import credentials, tls_context  # noqa: PLC0415 - needs aiomqtt
+
+    problems = []
+    for broker in (settings.broker, settings.fleet.raw_broker):
+        if broker is None or broker.host is None:
+            continue  # the embedded broker takes no TLS or login
+        for check in (credentials, tls_context):
+            try:
+                check(broker)
+            except ConfigError as exc:
+                problems.append(ConfigProblem(exc.field, exc.value, exc.reason))
+    return problems
+
+
+def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
+    """Caps looser than those stored with the run's session (the ledger's own rule, read-only)."""
+    from gazeguard.ledger.policy import Caps, loosened, looser_reason  # noqa: PLC0415
+    from gazeguard.service import expected_session  # noqa: PLC0415 - the run's session id
+
+    led = settings.ledger
+    try:
+        wanted = Caps(led.session_cap, led.budget_per_hour, HOUR_S, led.delta, led.composition)
+        session = None if led.url is not None else expected_session(settings)
+        stored = None if session is None else _stored_caps(led.path, session)
+    except ConfigError as exc:
+        return [ConfigProblem(exc.field, exc.value, exc.reason)]
+    except sqlite3.Error as exc:
+        return [ConfigProblem("ledger.path", str(led.path), f"cannot read the ledger: {exc}")]
+    if stored is None:
+        return []
+    why = looser_reason(stored, wanted, f"session {session!r} in {led.path}")
+    named = {"ledger.window_cap": "ledger.budget_per_hour"}  # the Ledger's name → the setting
+    return [
+        ConfigProblem(named.get(field, field), value, why)
+        for field, value in loosened(stored, wanted)
+    ]
+
+
+def _stored_caps(path: Path, session: str) -> Caps | None:
+    """The caps stored with ``session``, read-only; ``None`` for a session the ledger does not
+    know. A schema-1 ledger (upgraded on its next open) kept only a pure session cap."""
+    from gazeguard.ledger.policy import Caps  # noqa: PLC0415
+
+    if not path.is_file():
+        return None
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if version is not None and version[0] == "1":
+            row = conn.execute(
+                "SELECT session_cap FROM sessions WHERE session = ?", (session,)
+            ).fetchone()
+            cap = None if row is None or row[0] is None else row[0] / 1e6
+            return None if row is None else Caps(cap, composition="sequential")
+        row = conn.execute("SELECT caps FROM sessions WHERE session = ?", (session,)).fetchone()
+    finally:
+        conn.close()
+    return None if row is None else Caps.from_json(row[0])

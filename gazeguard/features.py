@@ -22,13 +22,27 @@ Timing (``t0`` = first sample time, ``W = window_s``, ``s = step_s``):
 Always finite (documented, deterministic treatment, counted in :attr:`FeatureExtractor.stats`):
 
 - A window whose valid fraction is below ``min_valid_fraction`` (default 0.5) is *low quality*:
-  every feature except ``valid_fraction`` repeats its previous value.
+  every feature except ``valid_fraction`` is *held*.
 - A value undefined in a window (a mean over no events, pupil covering < 50% of the window, a
-  ratio over no saccades) repeats its previous value.
-- Before any defined value exists, a feature takes its ``lo`` (e.g. pupil features of a stream
-  without pupil data are ``lo`` throughout).
+  ratio over no saccades) is held.
+- A held value repeats the previous value for at most ``hold_limit_s`` (default ``W``; the last
+  repeat is at most ``hold_limit_s`` after the step that defined it); after that, and before a
+  feature's first defined value, the feature takes its **public default**
+  (:meth:`Feature.default`: the typical rate for the rate features, 0 for the wordbook
+  statistics, the midpoint of ``[lo, hi]`` otherwise; declared in the registry, never from data).
 - Finally every value is clipped to ``[lo, hi]`` (per-event values are clipped to their plausible
   range before aggregation, so means, variances and maxima stay within bounds by construction).
+
+**How far one gaze sample reaches** (the unit of privacy at the raw-gaze level). A sample at
+time τ enters the vectors whose window contains it (stamped in ``(τ, τ + W]``) and, through the
+fixation, saccade or blink that contains it, the vectors whose window contains that event's end
+(``E`` = how long after τ that event ends: events end at invalid data and gaps; a long fixation
+extends ``E``); a held value carries it at most ``hold_limit_s = H`` further. Everything is
+causal, so the vectors it can change are stamped in ``(τ, τ + E + W + H]``, which meets at most
+``⌈(W + H + E)/(n·s)⌉ + 1`` chunks of ``n`` steps of ``s`` seconds: 5 at the defaults (W = H =
+30 s, n = 32, s = 0.5 s) for ``E`` up to 4 s; a changed stretch of ``d`` seconds adds ``d`` to
+the numerator. Without the hold limit, invalid data after a change carried it into every later
+chunk. ``tests/test_features.py`` measures it on simulated gaze.
 
 Bounds: ``lo``/``hi`` follow from physiology and the detector's definitions; ``max_step`` from
 how many events can enter and leave the window in one step (``W``/``s`` enter every rule, so
@@ -48,7 +62,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +78,7 @@ __all__ = [
     "FeatureStats",
     "extract_features",
     "feature_bounds",
+    "feature_defaults",
 ]
 
 # --- Physiological constants: the public assumptions behind every bound ----------------------
@@ -74,6 +89,12 @@ __all__ = [
 FIXATION_RATE = (1.0, 5.0)
 SACCADE_RATE = (1.0, 5.0)
 BLINK_RATE = (0.1, 2.0)  # spontaneous blinking is 6-30/min; double blinks end 0.2-0.5 s apart
+# Typical rates (the public default of the rate features, see Feature.default): about 3
+# fixations and saccades per second in reading and scene viewing; 17 blinks/min is the mean
+# spontaneous blink rate at rest (Bentivoglio et al. 1997), inside the 6-30/min range above.
+TYPICAL_FIXATION_RATE = 3.0
+TYPICAL_SACCADE_RATE = 3.0
+TYPICAL_BLINK_RATE = 17.0 / 60.0
 FIXATION_DURATION_MAX_S = 2.0  # longer I-VT fixations (staring) count as 2 s
 FIXATION_DISPERSION_MAX_DEG = 5.0  # drift + microsaccades stay within ~2 deg; more is pursuit
 SACCADE_AMPLITUDE_MAX_DEG = 30.0  # in headsets gaze shifts beyond ~20 deg recruit the head
@@ -114,6 +135,12 @@ class Feature:
         lo, hi: public range at the default W = 30 s, s = 0.5 s (values are clipped to it).
         max_step: largest plausible change between consecutive steps at the defaults; larger
             changes are clipped in the difference domain by the mechanism (DCFPA).
+        default: the public value released when no value of the user may be (before the first
+            defined value, and once a held value has repeated for the hold limit); fixed by
+            ``default_rule``, never from data. The rule: rates take their typical rate, wordbook
+            statistics 0 (the value of an empty wordbook), every other feature the midpoint
+            ``(lo + hi) / 2`` of its public range (the minimax choice: no value of the feature
+            is further than ``R/2`` from it, and it assumes nothing beyond the declared bounds).
     """
 
     name: str
@@ -124,6 +151,14 @@ class Feature:
     hi_rule: Rule
     step_rule: Rule
     behaviour: bool = True  # False: data-quality feature, computed even in low-quality windows
+    default_rule: Rule | None = None  # None: the midpoint of [lo, hi]
+
+    def default(self, window_s: float = 30.0, step_s: float = 0.5) -> float:
+        """The public default for window ``window_s`` s and step ``step_s`` s, in ``[lo, hi]``."""
+        lo, hi = self.lo_rule(window_s, step_s), self.hi_rule(window_s, step_s)
+        if self.default_rule is None:
+            return (lo + hi) / 2
+        return min(max(self.default_rule(window_s, step_s), lo), hi)
 
     def bounds(self, window_s: float = 30.0, step_s: float = 0.5) -> tuple[float, float, float]:
         """``(lo, hi, max_step)`` for a window of ``window_s`` s advanced by ``step_s`` s; no step
@@ -149,19 +184,20 @@ def _c(v: float) -> Rule:
 
 
 # --- Bound rules, one per kind of statistic (the reasoning lives here) ----------------------
-def _rate(name: str, desc: str, rate: tuple[float, float]) -> Feature:
+def _rate(name: str, desc: str, rate: tuple[float, float], typical: float) -> Feature:
     """Events ending in the window per second. In one step at most ``m = floor(max_rate*s)+1``
     events enter and at most ``m`` leave, so the count changes by at most ``m`` and the rate by
-    at most ``m / W`` (exact bound, given the rate ceiling)."""
+    at most ``m / W`` (exact bound, given the rate ceiling). Default: the ``typical`` rate."""
     return Feature(
         name,
         "1/s",
         desc,
         f"0 .. {rate[1]}/s (plausible ceiling); step m/W with m = floor({rate[1]}*s)+1 events "
-        "ending per step",
+        f"ending per step; default {typical:.3g}/s (typical)",
         _c(0.0),
         _c(rate[1]),
         lambda w, s: _ending_per_step(rate, s) / w,
+        default_rule=_c(typical),
     )
 
 
@@ -227,7 +263,7 @@ def _wordbook(n: int) -> list[Feature]:
     minimum and redundant for the mean); when they move by more than the plausible steps given
     here (a rare n-gram leaving, a new letter in a very repetitive window), the mechanism clips
     the difference. The variance of the counts is left out: no useful step bound holds for it.
-    Empty wordbook: all five are 0."""
+    Empty wordbook: all five are 0, which is also their public default (no saccade observed)."""
 
     def total(w: float, s: float) -> float:
         return float(max(1, math.floor(SACCADE_RATE[1] * w) + 1 - n + 1))
@@ -240,7 +276,7 @@ def _wordbook(n: int) -> list[Feature]:
 
     p = f"wordbook{n}"
     what = f"{n}-gram" if n > 1 else "letter"
-    return [
+    stats = [
         Feature(f"{p}_distinct", "count", f"distinct {what}s of saccade directions in the window",
                 "<= min(16^n, S_max-n+1); step m (exact)", _c(0.0), distinct_hi, m),
         Feature(f"{p}_max", "count", f"count of the most frequent {what}",
@@ -253,6 +289,7 @@ def _wordbook(n: int) -> list[Feature]:
         Feature(f"{p}_mean", "count", f"mean count of the occurring {what}s",
                 "<= S_max-n+1; plausible step m (clipped beyond)", _c(0.0), total, m),
     ]  # fmt: skip
+    return [replace(f, default_rule=_c(0.0)) for f in stats]
 
 
 def _pupil_stats() -> list[Feature]:
@@ -290,14 +327,16 @@ _SR, _FR, _BR = SACCADE_RATE, FIXATION_RATE, BLINK_RATE
 _BLINK_R = BLINK_DURATION_S[1]
 
 FEATURES: tuple[Feature, ...] = (
-    _rate("fixation_rate", "fixations ending in the window, per second", _FR),
+    _rate("fixation_rate", "fixations ending in the window, per second", _FR,
+          TYPICAL_FIXATION_RATE),
     _mean("fixation_duration_mean", "s", "mean fixation duration", _FR, FIXATION_DURATION_MAX_S),
     _var("fixation_duration_var", "s²", "variance of fixation durations", _FR,
          FIXATION_DURATION_MAX_S),
     _max("fixation_duration_max", "s", "longest fixation", FIXATION_DURATION_MAX_S),
     _mean("fixation_dispersion_mean", "deg", "mean fixation dispersion (x range + y range)", _FR,
           FIXATION_DISPERSION_MAX_DEG),
-    _rate("saccade_rate", "saccades ending in the window, per second", _SR),
+    _rate("saccade_rate", "saccades ending in the window, per second", _SR,
+          TYPICAL_SACCADE_RATE),
     _mean("saccade_amplitude_mean", "deg", "mean saccade amplitude", _SR,
           SACCADE_AMPLITUDE_MAX_DEG),
     _var("saccade_amplitude_var", "deg²", "variance of saccade amplitudes", _SR,
@@ -319,7 +358,7 @@ FEATURES: tuple[Feature, ...] = (
             "0..4 (I-VT splits glissades); step m(1+4)/N with N >= 1/s*W fixations",
             _c(0.0), _c(4.0),
             lambda w, s: min(4.0, _ending_per_step(_SR, s) * 5.0 / _in_window(_FR, w))),
-    _rate("blink_rate", "blinks ending in the window, per second", _BR),
+    _rate("blink_rate", "blinks ending in the window, per second", _BR, TYPICAL_BLINK_RATE),
     Feature("blink_duration_mean", "s", "mean blink duration",
             "blinks last 0.05..0.5 s by definition; step 2mR/N with N >= 0.1/s*W blinks",
             _c(BLINK_DURATION_S[0]), _c(_BLINK_R),
@@ -361,6 +400,20 @@ def feature_bounds(
     return a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy()
 
 
+def feature_defaults(
+    names: Sequence[str] | None = None, window_s: float = 30.0, step_s: float = 0.5
+) -> FloatArray:
+    """Public defaults (:meth:`Feature.default`), float64 (F,), for ``names`` (None: all, in
+    :data:`FEATURES` order) at window ``window_s`` s and step ``step_s`` s.
+
+    Raises:
+        ConfigError: an unknown feature name (the message lists the known ones).
+    """
+    chosen = NAMES if names is None else tuple(names)
+    feature_bounds(chosen, window_s, step_s)  # names checked once, in one place
+    return np.array([FEATURES[_INDEX[n]].default(window_s, step_s) for n in chosen], np.float64)
+
+
 # --- Extraction --------------------------------------------------------------------------------
 _BEHAVIOUR = np.array([f.behaviour for f in FEATURES])
 # Event ring columns.
@@ -379,6 +432,7 @@ class FeatureStats:
     steps: int = 0  # vectors emitted
     low_quality_windows: int = 0  # valid fraction < min_valid_fraction: behaviour features held
     held_values: int = 0  # values repeated from the previous step (undefined or low quality)
+    defaulted_values: int = 0  # public defaults released: no defined value within the hold limit
     clipped_values: int = 0  # values clipped to [lo, hi]
     pupil_out_of_range: int = 0  # pupil samples outside 1.5..9 mm, ignored
 
@@ -390,6 +444,8 @@ class FeatureExtractor:
         window_s: window length W, s.
         step_s: step s between vectors, s (<= W).
         min_valid_fraction: windows with less valid data hold their behaviour features.
+        hold_limit_s: a held value repeats for at most this long (s; None: ``window_s``); after
+            that, and before a feature's first defined value, its public default is released.
         detector: the event detector to use (default: ``EventDetector()``), owned afterwards.
         coalesce: hold (copies of) blocks that cannot complete a step and process them with
             the next block that can, or that enters a new step interval: the same vectors,
@@ -402,6 +458,7 @@ class FeatureExtractor:
         step_s: float = 0.5,
         *,
         min_valid_fraction: float = 0.5,
+        hold_limit_s: float | None = None,
         detector: EventDetector | None = None,
         coalesce: bool = True,
     ) -> None:
@@ -411,14 +468,26 @@ class FeatureExtractor:
             raise ConfigError("features.step_s", step_s, f"must be > 0 and <= window_s={window_s}")
         if not 0.0 <= min_valid_fraction <= 1.0:
             raise ConfigError("min_valid_fraction", min_valid_fraction, "must be in [0, 1]")
+        hold = window_s if hold_limit_s is None else hold_limit_s
+        if not (math.isfinite(hold) and hold >= 0):
+            raise ConfigError(
+                "features.hold_limit_s", hold_limit_s, "must be a finite number >= 0 (or unset)"
+            )
         self.window_s = float(window_s)
         self.step_s = float(step_s)
         self.min_valid_fraction = float(min_valid_fraction)
         self.detector = detector if detector is not None else EventDetector()
         self.names = NAMES
         self.lo, self.hi, self.max_step = feature_bounds(None, self.window_s, self.step_s)
+        self.default = feature_defaults(None, self.window_s, self.step_s)
+        self.hold_limit_s = float(hold)
         self.stats = FeatureStats()
-        self._last = self.lo.copy()  # held values
+        self._last = self.default.copy()  # the previous vector (what a held value repeats)
+        # A value may be repeated by this many consecutive steps (the last one at most
+        # hold_limit_s after the step that defined it); _repeats counts the current repeats and
+        # starts past the limit, so a feature without any defined value yet takes its default.
+        self._max_repeats = math.floor(self.hold_limit_s / self.step_s + 1e-9)
+        self._repeats = np.full(len(FEATURES), self._max_repeats + 1, dtype=np.int64)
         # Window = whole step intervals [k, k+q) plus the first r seconds of interval k+q.
         q = math.floor(self.window_s / self.step_s + 1e-9)
         r = self.window_s - q * self.step_s
@@ -629,9 +698,12 @@ class FeatureExtractor:
         if valid_fraction < self.min_valid_fraction:
             held |= _BEHAVIOUR
             self.stats.low_quality_windows += 1
-        x = np.where(held, self._last, raw)
+        self._repeats = np.where(held, np.minimum(self._repeats + 1, self._max_repeats + 1), 0)
+        repeat = held & (self._repeats <= self._max_repeats)
+        x = np.where(repeat, self._last, np.where(held, self.default, raw))
         out = np.minimum(np.maximum(x, self.lo), self.hi)
-        self.stats.held_values += int(np.count_nonzero(held))
+        self.stats.held_values += int(np.count_nonzero(repeat))
+        self.stats.defaulted_values += int(np.count_nonzero(held & ~repeat))
         self.stats.clipped_values += int(np.count_nonzero(out != x))
         self.stats.steps += 1
         self._last = out
@@ -710,6 +782,7 @@ def extract_features(  # noqa: PLR0917 - the documented positional signature
     step_s: float = 0.5,
     *,
     min_valid_fraction: float = 0.5,
+    hold_limit_s: float | None = None,
     detector: EventDetector | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Features of a whole recording, through the same :meth:`FeatureExtractor.push` as live data.
@@ -717,13 +790,19 @@ def extract_features(  # noqa: PLR0917 - the documented positional signature
     Args:
         timestamps: (N,) s, strictly increasing.
         gaze_x_deg, gaze_y_deg: (N,) gaze direction, deg; NaN marks invalid samples.
-        pupil_mm: (N,) pupil diameter, mm, or None (pupil features then stay at ``lo``).
+        pupil_mm: (N,) pupil diameter, mm, or None (pupil features then stay at their
+            public default).
+        min_valid_fraction, hold_limit_s, detector: as for :class:`FeatureExtractor`.
 
     Returns:
         ``X`` float64 (T, F) in :data:`FEATURES` order and ``t`` float64 (T,) window end times, s.
         ``T = 0`` for recordings shorter than ``window_s``.
     """
     fx = FeatureExtractor(
-        window_s, step_s, min_valid_fraction=min_valid_fraction, detector=detector
+        window_s,
+        step_s,
+        min_valid_fraction=min_valid_fraction,
+        hold_limit_s=hold_limit_s,
+        detector=detector,
     )
     return fx.push(GazeSamples.from_arrays(timestamps, gaze_x_deg, gaze_y_deg, pupil_mm))

@@ -1,4 +1,4 @@
-"""``gazeguard forward``: the device side of an MQTT fleet, from the command line.
+"""The device side of an MQTT fleet: ``gazeguard forward`` (:mod:`gazeguard.cli.forward`).
 
 Runs next to a headset (inside the trusted network: raw gaze goes on the wire). It reads the
 headset's LSL stream with the same ingest as ``gazeguard run`` — presets, normalisation to
@@ -18,16 +18,11 @@ The session id is ``--session``, else derived from the stream's source_id, exact
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from gazeguard.config import BrokerSettings, Settings, broker_address, load_settings
+from gazeguard.config import BrokerSettings, Settings
 from gazeguard.errors import ConfigError
 from gazeguard.fleet import RawGazeSender
 from gazeguard.ingest import GazeStream, GazeStreamInfo
@@ -109,69 +104,3 @@ async def forward(
             summary.reconnects = sender.reconnects
             summary.dropped_blocks = sender.dropped_blocks
     return summary
-
-
-def configure_forward(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``gazeguard forward``."""
-    parser.description = (
-        "Device side of an MQTT fleet: read this headset's LSL gaze stream (same presets and "
-        "normalisation as `gazeguard run`) and send it to the fleet's raw topics, where one "
-        "`gazeguard run --fleet --source mqtt` worker claims and privatizes it. Raw gaze goes "
-        "on the wire: use it inside a trusted network only. Buffers through worker failover "
-        "and broker restarts. Stops on Ctrl-C / SIGTERM."
-    )
-    parser.add_argument("--duration", type=float, help="stop after this many seconds")
-    g = parser.add_argument_group("configuration (flags override GAZEGUARD_* env and --config)")
-    g.add_argument("--config", type=Path, help="TOML configuration file")
-    g.add_argument("--broker", help="HOST[:PORT] of the fleet's MQTT broker (required)")
-    g.add_argument("--device", help="device id (default: host name)")
-    g.add_argument("--session", help="session id (default: derived from the stream source_id)")
-    g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
-    g.add_argument("--stream-name", help="LSL stream name to resolve")
-    g.add_argument("--source-id", help="LSL source_id to resolve")
-    g.add_argument("--preset", help="channel preset (default auto)")
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """``--config``, the environment, then the flags given; the stream is always real LSL."""
-    o: dict[str, Any] = {"ingest": {"source": "lsl"}}
-    for key in ("device", "session"):
-        if getattr(args, key) is not None:
-            o[key] = getattr(args, key)
-    for key in ("stream_type", "stream_name", "source_id", "preset"):
-        if getattr(args, key) is not None:
-            o["ingest"][key] = getattr(args, key)
-    if args.broker:
-        o["broker"] = broker_address(args.broker)
-    return load_settings(args.config, **o)
-
-
-def run_forward(args: argparse.Namespace) -> int:
-    """``gazeguard forward``."""
-    settings = settings_from_args(args)
-    raw_broker(settings)  # fail before resolving the stream
-
-    def banner(summary: ForwardSummary, info: GazeStreamInfo, owner: str | None) -> None:
-        print(  # noqa: T201 - startup banner of the CLI
-            f"gazeguard forward: LSL {info.name!r} ({info.preset}, {info.nominal_srate:g} Hz) → "
-            f"session {settings.device}.{summary.session} on "
-            f"{raw_broker(settings).host}:{raw_broker(settings).port}, claimed by worker {owner}",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    async def main() -> ForwardSummary:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        return await forward(settings, duration_s=args.duration, stop=stop, ready=banner)
-
-    s = asyncio.run(main())
-    print(  # noqa: T201 - summary of the CLI
-        f"gazeguard forward: session {settings.device}.{s.session}: {s.blocks} blocks, "
-        f"{s.samples} samples; workers {', '.join(s.owners) or 'none'}; "
-        f"{s.reconnects} reconnects, {s.dropped_blocks} blocks dropped from a full buffer",
-        file=sys.stderr,
-    )
-    return 0

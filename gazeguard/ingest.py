@@ -13,17 +13,24 @@ and 5):
    (``channels/channel/{label,eye,type,unit}``, preset ``generic``); ``auto`` picks from the
    stream's name, type and metadata. A wrong channel count or an unknown unit is a startup error.
 3. **Pull** whole chunks in a background thread into a buffer allocated once at connect
-   (``pull_chunk(dest_obj=...)``, C order, the stream's own dtype), with LSL clock synchronisation,
-   dejittering and monotonizing, and ``recover=True`` so that a stream that vanishes and comes
-   back (same ``source_id``) resumes the session.
+   (``pull_chunk(dest_obj=...)``, C order, the stream's own dtype), with LSL clock synchronisation
+   (timestamps on this host's ``local_clock()``) and ``recover=True`` so that a stream that
+   vanishes and comes back (same ``source_id``) resumes the session.
 4. **Normalize** (vectorised, :class:`~gazeguard.presets.Normalizer`): gaze direction in degrees
    of visual angle (positive right / up), pupil diameter in mm, a validity flag. Invalid samples
    (NaN, missing-eye codes, confidence below threshold, pupil loss) become NaN + invalid, never
    zeros. Absurd values (|angle| > 90°, pupil outside 0.5–10 mm) become invalid and are counted.
-5. **Order** (the same Normalizer, stateful across blocks): samples whose timestamp (or, with a
-   sample-index channel, whose index) does not increase are dropped and counted, so every block
-   handed on is strictly increasing in time, also across blocks.
+5. **Order** (:class:`~gazeguard.ordering.SampleOrder`, stateful across blocks): samples whose
+   timestamp (or, with a sample-index channel, whose index) does not increase, whose timestamp is
+   not finite, lies more than ``ingest.future_tolerance_s`` ahead of ``local_clock()``, or whose
+   index jumps further than the nominal rate allows are dropped and counted, never adopted as the
+   new "last"; a consistent run of rejections (a sender's clock jump) is followed after
+   ``ingest.resync_after_s``. Kept timestamps are dejittered. Every block handed on is strictly
+   increasing in time, also across blocks.
 6. **Hand off** to asyncio through a bounded queue (:mod:`gazeguard._ring`); overflow is counted.
+   The counters are logged (one line, at most every ``COUNTERS_LOG_EVERY_S`` while they change)
+   and :attr:`GazeStream.idle_s` says how long no usable sample arrived (the service turns the
+   status ``stream_lost`` after ``ingest.stream_lost_after_s``).
 
 Cost: one wake-up per ``poll_interval_s`` (default 250 ms) drains everything liblsl has buffered,
 so the per-sample Python cost is zero and the per-wake cost is a few dozen numpy calls (see
@@ -51,7 +58,23 @@ from gazeguard.samples import GazeSamples
 
 logger = logging.getLogger(__name__)
 
-PROCESSING_FLAGS = pylsl.proc_clocksync | pylsl.proc_dejitter | pylsl.proc_monotonize
+# pylsl >= 1.17 keeps its exceptions in pylsl.util (``pylsl.LostError`` no longer exists there:
+# naming it in an ``except`` clause raised AttributeError in the pull thread instead of handling
+# the loss, and the consumer waited forever).
+try:
+    from pylsl.util import LostError as LSLLostError
+    from pylsl.util import TimeoutError as LSLTimeoutError
+except ImportError:  # pragma: no cover - pylsl < 1.17
+    LSLLostError, LSLTimeoutError = pylsl.LostError, pylsl.TimeoutError
+
+#: liblsl post-processing: clock synchronisation only. liblsl's dejitter and monotonize are
+#: poisoned by one bad timestamp (measured, liblsl 1.18: after one NaN or inf timestamp every later
+#: timestamp is NaN; after one +1e6 s timestamp they stay frozen near it for minutes), so order,
+#: plausibility and dejittering are done by :class:`gazeguard.ordering.SampleOrder`, which refuses
+#: such a sample without adopting it.
+PROCESSING_FLAGS = pylsl.proc_clocksync
+#: At most one log line with the ingest counters per this many seconds (when they changed), s.
+COUNTERS_LOG_EVERY_S = 5.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,6 +188,7 @@ class GazeStream:
         self._meta: StreamMeta | None = None
         self._uid = ""
         self._last_uid_check = -math.inf
+        self._last_usable = time.monotonic()  # when the pull thread last handed on a sample
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -182,6 +206,11 @@ class GazeStream:
             snap.overflow = self._queue.overflow_samples
         return snap
 
+    @property
+    def idle_s(self) -> float:
+        """Seconds since the last usable sample was handed on (or since the stream opened)."""
+        return time.monotonic() - self._last_usable
+
     async def __aenter__(self) -> GazeStream:
         if self._stop.is_set() or self._thread is not None:
             raise StreamError("a GazeStream can be opened once; create a new one to reconnect")
@@ -191,7 +220,8 @@ class GazeStream:
             meta.name, meta.type, meta.source_id, meta.nominal_srate, layout.preset,
             meta.channel_count, meta.hostname,
         )  # fmt: skip
-        norm = Normalizer(layout, self.settings.confidence_threshold, self._stats)
+        norm = Normalizer.for_stream(layout, meta, self.settings, self._stats)
+        self._last_usable = time.monotonic()
         self._queue = BlockQueue(
             asyncio.get_running_loop(), self.queue_blocks, len, f"LSL stream {meta.name!r}"
         )
@@ -232,7 +262,7 @@ class GazeStream:
         )
         try:
             full = inlet.info(timeout=self.settings.resolve_timeout_s)
-        except pylsl.TimeoutError as exc:
+        except LSLTimeoutError as exc:
             raise StreamError(
                 f"LSL stream {found.name()!r} was found but did not send its description within "
                 f"{self.settings.resolve_timeout_s:g} s; check the network between this host "
@@ -256,6 +286,7 @@ class GazeStream:
         buf = np.zeros((cap, meta.channel_count), dtype=inlet.np_dtype)
         last_data = time.monotonic()
         stalled = False
+        log_counters = _CountersLog(meta.name)
         try:
             while not self._stop.is_set():
                 got = 0
@@ -271,11 +302,15 @@ class GazeStream:
                         and raw[0, norm.layout.index] <= norm.last_index
                     ):
                         self._check_new_outlet(norm)
-                    block = norm(raw, ts)  # copies out of buf before the next pull
-                    if block is not None and not queue.offer(block):
-                        return
+                    # copies out of buf before the next pull
+                    block = norm(raw, ts, pylsl.local_clock())
+                    if block is not None:
+                        self._last_usable = time.monotonic()
+                        if not queue.offer(block):
+                            return
                     if n < cap:
                         break
+                log_counters(self.stats)
                 now = time.monotonic()
                 if got:
                     if stalled:
@@ -306,7 +341,7 @@ class GazeStream:
                     queue.finish()
                     return
                 self._stop.wait(self.poll_interval_s)
-        except pylsl.LostError as exc:
+        except LSLLostError as exc:
             err = StreamError(
                 f"LSL stream {meta.name!r} was lost and cannot be recovered (it has no "
                 "source_id); restart its outlet with a source_id so gazeguard can resume"
@@ -337,3 +372,31 @@ class GazeStream:
                 self._uid,
                 sid,
             )
+
+
+class _CountersLog:
+    """One warning line with the ingest counters, at most every ``COUNTERS_LOG_EVERY_S`` and
+    only when a counter of trouble (dropped, non-finite index, lost, resyncs) changed."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.last_log = -math.inf
+        self.logged: tuple[int, ...] = (0, 0, 0, 0)
+
+    def __call__(self, st: IngestStats) -> None:
+        now = time.monotonic()
+        if now - self.last_log < COUNTERS_LOG_EVERY_S:
+            return
+        key = (st.dropped, st.nonfinite_index, st.lost, st.resyncs)
+        if key == self.logged or not any(key):
+            return
+        self.last_log, self.logged = now, key
+        logger.warning(
+            "LSL stream %r: %d samples delivered (%d invalid), %d dropped: %d duplicate, %d out "
+            "of order, %d implausible (%d ahead of the clock), %d with a non-finite timestamp, "
+            "%d overflow; %d with a non-finite sample index kept, %d missing from the index, "
+            "%d resyncs",
+            self.name, st.samples, st.invalid, st.dropped, st.duplicates, st.out_of_order,
+            st.implausible, st.future, st.nonfinite, st.overflow, st.nonfinite_index, st.lost,
+            st.resyncs,
+        )  # fmt: skip

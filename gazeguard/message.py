@@ -1,9 +1,10 @@
 """What goes on the wire: versioned payload models and the MQTT topics they travel on.
 
 Two messages leave gazeguard, both JSON described by pydantic models with an exported JSON Schema
-(``gazeguard/data/*.schema.json``; regenerate with ``python -m gazeguard.message --write-schemas``):
+(``gazeguard/data/*.schema.json``; regenerate with ``python -m gazeguard.message --write-schemas``,
+:mod:`gazeguard.cli.schemas`):
 
-- :class:`ChunkMessage` (``"schema": "gazeguard.chunk/1"``), one per privatized chunk, on
+- :class:`ChunkMessage` (``"schema": "gazeguard.chunk/2"``), one per privatized chunk, on
   ``{prefix}/{device}/{session}/chunks`` (QoS 1, not retained). It carries the privatized values
   ``[F][n]``, the step timestamps, feature names and units, the mechanism parameters that produced
   them and the ledger state right after this chunk was charged.
@@ -21,10 +22,8 @@ after a reconnect or restart. Consumers deduplicate by ``(session, chunk_index)`
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -35,8 +34,9 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, MechanismKind, mechanism_kind
 
-CHUNK_SCHEMA: Final = "gazeguard.chunk/1"
+CHUNK_SCHEMA: Final = "gazeguard.chunk/2"
 STATUS_SCHEMA: Final = "gazeguard.status/1"
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
@@ -64,63 +64,139 @@ class _Model(BaseModel):
 
 
 class MechanismParams(_Model):
-    """How a chunk was privatized (DESIGN.md "Mechanisms"); lists have one entry per feature.
+    """How a chunk was privatized (docs/design.md "Mechanisms"); lists have one entry per feature.
 
     Attributes:
-        name: ``lpa`` (Laplace on every value), ``cfpa`` (FPA per chunk) or ``dcfpa`` (FPA on the
+        name: ``lpa`` (noise on every value), ``cfpa`` (FPA per chunk) or ``dcfpa`` (FPA on the
             difference chunk, then cumulative sum).
+        noise: the noise family: ``laplace`` (discrete Laplace, pure ε-DP, pays the L1
+            sensitivity) or ``gaussian`` (discrete Gaussian, (ε, δ)-DP, pays the L2 sensitivity).
         transform: ``dft`` or ``dct`` for the Fourier mechanisms; ``None`` for ``lpa``.
         n: steps per chunk, a power of two.
-        k: kept frequencies (``None`` for ``lpa``), 1 ≤ k ≤ n/2.
-        m: kept real coefficients: ``2k − 1`` for ``dft``, ``k`` for ``dct``; ``n`` for ``lpa``.
-        epsilon: ε per feature for this chunk, (F,).
-        noise_scale: λ per feature, the Laplace scale actually used, in the feature's unit, (F,).
-        sensitivity_l2: Δ2 per feature from the public bounds, in the feature's unit, (F,).
-        noise: ``os-csprng`` in production; ``INSECURE-seeded`` when a reproducible seed was set.
+        k: kept frequencies (``None`` for ``lpa``), 1 ≤ k ≤ n/2 (dft) or n (dct).
+        m: noised real coefficients per feature: ``2k − 1`` for ``dft``, ``k`` for ``dct``;
+            ``n`` for ``lpa``.
+        epsilon: pure ε per feature for this chunk, (F,); ``None`` entries for Gaussian noise,
+            which has no pure guarantee (its (ε, δ) is in the ledger snapshot).
+        noise_scale: per feature, the noise actually added to each coefficient in the
+            feature's unit: the Laplace scale λ, or the Gaussian standard deviation σ, (F,).
+        sensitivity: per feature, the sensitivity the noise pays (L1 for Laplace, L2 for
+            Gaussian) of the noised coefficients, from the public bounds, (F,).
+        noise_multiplier: ``noise_scale / effective sensitivity`` per feature (what the
+            accountant composes), (F,).
+        randomness: ``os-csprng`` in production; ``INSECURE-seeded`` when a reproducible seed
+            was set.
     """
 
-    name: Literal["lpa", "cfpa", "dcfpa"]
+    name: str = Field(json_schema_extra={"enum": list(ONLINE_MECHANISMS)})
+    noise: str = Field("laplace", json_schema_extra={"enum": list(NOISE)})
     transform: Literal["dft", "dct"] | None
     n: int = Field(ge=2)
     k: int | None = Field(ge=1)
     m: int = Field(ge=1)
-    epsilon: list[Positive] = Field(min_length=1)
-    noise_scale: list[Positive] = Field(alias="lambda", min_length=1)
-    sensitivity_l2: list[Positive] = Field(alias="delta2", min_length=1)
-    noise: NoiseSource
+    epsilon: list[Positive | None] = Field(min_length=1)
+    noise_scale: list[Positive] = Field(min_length=1)
+    sensitivity: list[Positive] = Field(min_length=1)
+    noise_multiplier: list[Positive] = Field(min_length=1)
+    randomness: NoiseSource
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if self.n & (self.n - 1):
             msg = f"n must be a power of two, got {self.n}"
             raise ValueError(msg)
-        if self.name == "lpa":
-            if self.transform is not None or self.k is not None or self.m != self.n:
-                msg = "lpa has no transform and no k, and m must equal n"
-                raise ValueError(msg)
-        else:
-            if self.transform is None or self.k is None:
-                msg = f"{self.name} needs a transform and k"
-                raise ValueError(msg)
-            if self.k > self.n // 2:
-                msg = f"k={self.k} exceeds n/2={self.n // 2}"
-                raise ValueError(msg)
-            want = 2 * self.k - 1 if self.transform == "dft" else self.k
-            if self.m != want:
-                msg = f"m={self.m} but {self.transform} with k={self.k} keeps m={want}"
-                raise ValueError(msg)
-        if not len(self.epsilon) == len(self.noise_scale) == len(self.sensitivity_l2):
+        try:
+            kind = mechanism_kind(self.name, online=True, field="mechanism.name")
+            if not kind.transformed:
+                if self.transform is not None or self.k is not None or self.m != self.n:
+                    msg = f"{self.name} has no transform and no k, and m must equal n"
+                    raise ValueError(msg)
+            else:
+                if self.transform is None or self.k is None:
+                    msg = f"{self.name} needs a transform and k"
+                    raise ValueError(msg)
+                top = kind.max_k(self.transform, self.n)
+                if self.k > top:
+                    limit = "n/2" if self.transform == "dft" else "n"
+                    msg = f"k={self.k} exceeds {limit}={top} ({self.transform})"
+                    raise ValueError(msg)
+                want = kind.kept(self.transform, self.k, self.n)
+                if self.m != want:
+                    msg = f"m={self.m} but {self.transform} with k={self.k} keeps m={want}"
+                    raise ValueError(msg)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.field}={exc.value!r}: {exc.reason}") from exc
+        lengths = {
+            len(x)
+            for x in (self.epsilon, self.noise_scale, self.sensitivity, self.noise_multiplier)
+        }
+        if len(lengths) != 1:
             msg = (
-                f"epsilon, lambda and delta2 must have one entry per feature, got "
-                f"{len(self.epsilon)}, {len(self.noise_scale)}, {len(self.sensitivity_l2)}"
+                "epsilon, noise_scale, sensitivity and noise_multiplier must have one entry per "
+                f"feature, got {len(self.epsilon)}, {len(self.noise_scale)}, "
+                f"{len(self.sensitivity)}, {len(self.noise_multiplier)}"
+            )
+            raise ValueError(msg)
+        if self.noise not in NOISE:
+            msg = f"noise {self.noise!r} is not one of {', '.join(NOISE)}"
+            raise ValueError(msg)
+        pure = self.noise == "laplace"
+        if any((e is None) == pure for e in self.epsilon):
+            msg = (
+                "epsilon must be given for every feature with laplace noise, and null with "
+                "gaussian noise (no pure guarantee)"
             )
             raise ValueError(msg)
         return self
+
+    @classmethod
+    def from_mechanism(cls, mechanism: MechanismLike) -> MechanismParams:
+        """The parameters a configured :class:`gazeguard.mechanisms.Mechanism` reports."""
+        p = mechanism.parameters()
+        transformed = mechanism.kind.transformed
+        return cls.model_validate(
+            {
+                "name": p["name"],
+                "noise": p["noise"],
+                "transform": p["transform"] if transformed else None,
+                "n": p["n"],
+                "k": p["k"] if transformed else None,
+                "m": p["kept_coefficients"],
+                "epsilon": [e if math.isfinite(e) else None for e in p["epsilon"]],
+                "noise_scale": p["noise_scale"],
+                "sensitivity": p["sensitivity"],
+                "noise_multiplier": p["noise_multiplier"],
+                "randomness": "os-csprng" if p["secure"] else "INSECURE-seeded",
+            }
+        )
+
+    @property
+    def pure_total(self) -> float | None:
+        """Sum of the features' pure ε, or ``None`` without a pure guarantee."""
+        if any(e is None for e in self.epsilon):
+            return None
+        return math.fsum(e for e in self.epsilon if e is not None)
+
+
+class MechanismLike(Protocol):
+    """What :meth:`MechanismParams.from_mechanism` reads (``gazeguard.mechanisms.Mechanism``)."""
+
+    @property
+    def kind(self) -> MechanismKind: ...
+    def parameters(self) -> dict[str, Any]: ...
 
 
 class LedgerStateLike(Protocol):
     """What :meth:`LedgerSnapshot.from_state` reads from the ledger's post-charge state."""
 
+    @property
+    def epsilon(self) -> float: ...
+    @property
+    def delta(self) -> float: ...
+    @property
+    def epsilon_window(self) -> float: ...
+    @property
+    def window_s(self) -> float: ...
     @property
     def spent(self) -> float: ...
     @property
@@ -130,80 +206,130 @@ class LedgerStateLike(Protocol):
     @property
     def session_cap(self) -> float | None: ...
     @property
-    def w_event(self) -> int | None: ...
-    @property
-    def w_event_cap(self) -> float | None: ...
+    def window_cap(self) -> float | None: ...
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 class LedgerSnapshot(_Model):
     """The session's ledger right after this chunk was charged (ε is dimensionless).
 
     Attributes:
-        chunk_epsilon: this chunk's cost, the sum of its features' ε (sequential composition).
-        session_spent: everything the session spent so far, this chunk included: the honest
-            user-level ε (sequential composition over chunks).
-        per_chunk_max: the largest single-chunk ε of the session: the paper's per-chunk
+        epsilon: the session's user-level ε at ``delta`` so far, this chunk included: the
+            accountant's composition of every release (never above ``session_spent``).
+        delta: the δ of ``epsilon``, ``epsilon_window`` and the caps.
+        epsilon_window: user-level ε at ``delta`` of the releases in the trailing ``window_s``
+            seconds of gaze (default one hour: ε per hour of gaze).
+        window_s: that window, seconds of gaze.
+        chunk_epsilon: this chunk's pure ε, the sum of its features' ε; ``None`` for noise
+            without a pure guarantee (Gaussian).
+        session_spent: sequential pure ε of the session so far (the conservative view);
+            ``None`` once anything without a pure guarantee was released.
+        per_chunk_max: the largest single-chunk pure ε of the session: the paper's per-chunk
             (parallel composition) view, which is NOT a user-level guarantee.
-        remaining: ε still available under the binding cap; ``None`` when uncapped.
-        session_cap: per-session cap, or ``None``.
-        w_event: w of the w-event cap (chunks), or ``None``.
-        w_event_cap: ε allowed over any w consecutive chunks, or ``None``.
+        remaining: ``session_cap − epsilon``; ``None`` when uncapped.
+        session_cap: cap on ``epsilon``, or ``None``.
+        window_cap: cap on the ε of any ``window_s`` seconds of gaze, or ``None``.
+        raw_event_epsilon: ε at ``delta`` that protects one raw gaze sample (and any change of
+            gaze within one feature window): the composition of this chunk's cost over the
+            ``chunks_reached`` consecutive chunks one sample can change.
+        chunks_reached: how many consecutive chunks one raw gaze sample can change (from the
+            window, the step, the chunk length and the feature hold limit).
     """
 
-    chunk_epsilon: Positive
-    session_spent: Positive
-    per_chunk_max: Positive
+    epsilon: NonNegative
+    delta: float = Field(gt=0.0, lt=1.0)
+    epsilon_window: NonNegative
+    window_s: Positive
+    chunk_epsilon: Positive | None
+    session_spent: Positive | None
+    per_chunk_max: NonNegative
     remaining: NonNegative | None
     session_cap: Positive | None
-    w_event: int | None = Field(ge=1)
-    w_event_cap: Positive | None
+    window_cap: Positive | None
+    raw_event_epsilon: Positive | None = None
+    chunks_reached: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        tol = _EPS_RTOL * max(1.0, self.session_spent)
-        if self.chunk_epsilon > self.per_chunk_max + tol:
-            msg = f"chunk_epsilon={self.chunk_epsilon} exceeds per_chunk_max={self.per_chunk_max}"
-            raise ValueError(msg)
-        if self.per_chunk_max > self.session_spent + tol:
-            msg = f"per_chunk_max={self.per_chunk_max} exceeds session_spent={self.session_spent}"
-            raise ValueError(msg)
-        if (self.w_event is None) != (self.w_event_cap is None):
-            msg = "w_event and w_event_cap are set together or not at all"
+        if self.session_spent is not None:
+            tol = _EPS_RTOL * max(1.0, self.session_spent)
+            if self.chunk_epsilon is not None and self.chunk_epsilon > self.per_chunk_max + tol:
+                msg = (
+                    f"chunk_epsilon={self.chunk_epsilon} exceeds per_chunk_max={self.per_chunk_max}"
+                )
+                raise ValueError(msg)
+            if self.per_chunk_max > self.session_spent + tol:
+                msg = (
+                    f"per_chunk_max={self.per_chunk_max} exceeds session_spent={self.session_spent}"
+                )
+                raise ValueError(msg)
+            if self.epsilon > self.session_spent + tol:
+                msg = f"epsilon={self.epsilon} exceeds the pure session_spent={self.session_spent}"
+                raise ValueError(msg)
+        if self.epsilon_window > self.epsilon + _EPS_RTOL * max(1.0, self.epsilon):
+            msg = (
+                f"epsilon_window={self.epsilon_window} exceeds the session's epsilon={self.epsilon}"
+            )
             raise ValueError(msg)
         return self
 
     @classmethod
-    def from_state(cls, chunk_epsilon: float, state: LedgerStateLike) -> LedgerSnapshot:
+    def from_state(
+        cls,
+        chunk_epsilon: float,
+        state: LedgerStateLike,
+        *,
+        raw_event_epsilon: float | None = None,
+        chunks_reached: int | None = None,
+    ) -> LedgerSnapshot:
         """Build from the ledger's post-charge state (``gazeguard.ledger.LedgerState``)."""
         return cls(
-            chunk_epsilon=chunk_epsilon,
-            session_spent=state.spent,
+            raw_event_epsilon=raw_event_epsilon,
+            chunks_reached=chunks_reached,
+            epsilon=state.epsilon,
+            delta=state.delta,
+            epsilon_window=state.epsilon_window,
+            window_s=state.window_s,
+            chunk_epsilon=_finite_or_none(chunk_epsilon),
+            session_spent=_finite_or_none(state.spent),
             per_chunk_max=state.max_chunk_eps,
             remaining=state.remaining,
             session_cap=state.session_cap,
-            w_event=state.w_event,
-            w_event_cap=state.w_event_cap,
+            window_cap=state.window_cap,
         )
 
 
 class ChunkMessage(_Model):
-    """One privatized chunk of one session (``gazeguard.chunk/1``).
+    """One privatized chunk of one session (``gazeguard.chunk/2``).
 
     Attributes:
         session: session id; device: device id (as in the topic).
         chunk_index: 0-based chunk number within the session; with ``session`` the dedup key.
-        timestamps: end time of each step's feature window, s (LSL clock), (n,), increasing.
+        timestamps: end time of each step's feature window, s (LSL clock of the sidecar's host:
+            seconds since an arbitrary origin), (n,), increasing.
+        unix_start: Unix time of the first step, s (LSL clock + the host's clock offset): place
+            the chunk in wall-clock time on any host.
+        unix_end: Unix time of the last step, s.
         features: feature names, (F,); units: their units, (F,).
         values: privatized feature values ``[F][n]`` in the features' units.
+        carries: what the values carry, in words (e.g. "one number per feature per chunk ...").
+        profile: the release profile that chose the features, or ``None``.
         mechanism: how the values were privatized.
         ledger: the ledger state after this chunk was charged.
     """
 
-    schema_: Literal["gazeguard.chunk/1"] = Field(CHUNK_SCHEMA, alias="schema")
+    schema_: Literal["gazeguard.chunk/2"] = Field(CHUNK_SCHEMA, alias="schema")
     session: Name
     device: Name
     chunk_index: int = Field(ge=0)
     timestamps: list[FiniteFloat] = Field(min_length=2)
+    unix_start: FiniteFloat
+    unix_end: FiniteFloat
+    carries: str = ""
+    profile: str | None = None
     features: list[Name] = Field(min_length=1)
     units: list[str]
     values: list[list[FiniteFloat]]
@@ -231,9 +357,15 @@ class ChunkMessage(_Model):
         if len(self.values) != F or any(len(row) != n for row in self.values):
             msg = f"values must be [F][n] = [{F}][{n}]"
             raise ValueError(msg)
-        total = math.fsum(self.mechanism.epsilon)
-        if not math.isclose(
-            total, self.ledger.chunk_epsilon, rel_tol=_EPS_RTOL, abs_tol=_EPS_UNIT * F
+        if self.unix_end < self.unix_start:
+            msg = f"unix_end={self.unix_end} precedes unix_start={self.unix_start}"
+            raise ValueError(msg)
+        total = self.mechanism.pure_total
+        if (total is None) != (self.ledger.chunk_epsilon is None):
+            msg = "ledger.chunk_epsilon must be null exactly when the noise has no pure ε"
+            raise ValueError(msg)
+        if total is not None and not math.isclose(
+            total, self.ledger.chunk_epsilon or 0.0, rel_tol=_EPS_RTOL, abs_tol=_EPS_UNIT * F
         ):
             msg = (
                 f"ledger.chunk_epsilon={self.ledger.chunk_epsilon} but the features' ε sum to "
@@ -255,20 +387,29 @@ class ChunkMessage(_Model):
         values: npt.ArrayLike,
         mechanism: MechanismParams,
         ledger: LedgerSnapshot,
+        unix_offset: float,
+        carries: str = "",
+        profile: str | None = None,
     ) -> ChunkMessage:
-        """Build from numpy arrays: ``timestamps`` (n,) s, ``values`` float64 (F, n).
+        """Build from numpy arrays: ``timestamps`` (n,) s, ``values`` float64 (F, n);
+        ``unix_offset``: Unix time minus timestamp, s.
 
         Raises:
             pydantic.ValidationError: wrong shapes, non-finite values or inconsistent ε.
         """
+        t = np.asarray(timestamps, dtype=np.float64)
         return cls(
             session=session,
             device=device,
             chunk_index=chunk_index,
-            timestamps=np.asarray(timestamps, dtype=np.float64).tolist(),
+            timestamps=t.tolist(),
+            unix_start=float(t[0]) + unix_offset if t.size else unix_offset,
+            unix_end=float(t[-1]) + unix_offset if t.size else unix_offset,
             features=list(features),
             units=list(units),
             values=np.asarray(values, dtype=np.float64).tolist(),
+            carries=carries,
+            profile=profile,
             mechanism=mechanism,
             ledger=ledger,
         )
@@ -287,20 +428,55 @@ class ChunkMessage(_Model):
         return cls.model_validate_json(payload)
 
 
+Count = Annotated[int, Field(ge=0)]
+
+
+class IngestCounters(_Model):
+    """What the gaze ingest did with the samples it received since the stream opened (counts of
+    samples; each field's description says what it counts). ``dropped`` is the sum of
+    ``duplicates``, ``out_of_order``, ``implausible``, ``nonfinite`` and ``overflow``."""
+
+    samples: Count = Field(description="samples delivered to feature extraction")
+    invalid: Count = Field(description="delivered samples marked invalid")
+    dropped: Count = Field(description="samples never delivered (sum of the drop counters)")
+    duplicates: Count = Field(description="dropped: timestamp or sample index repeated")
+    out_of_order: Count = Field(description="dropped: timestamp or sample index went back")
+    implausible: Count = Field(
+        description="dropped: ahead of (or far behind) the clock, or an index jump the nominal "
+        "rate cannot make"
+    )
+    future: Count = Field(
+        description="of the implausible: timestamp more than ingest.future_tolerance_s ahead"
+    )
+    nonfinite: Count = Field(description="dropped: timestamp NaN or infinite")
+    overflow: Count = Field(description="dropped: processing fell behind (queue full)")
+    lost: Count = Field(
+        description="index numbers missing from the delivered samples (lost in transit or dropped)"
+    )
+    resyncs: Count = Field(description="times ingest followed a jump of the sender's clock")
+
+
 class StatusMessage(_Model):
     """The retained state of one session (``gazeguard.status/1``); the latest one wins.
 
     Attributes:
         state: ``starting``, ``running``, ``budget_exhausted`` (chunks are being withheld),
-            ``stream_lost`` (the gaze stream vanished; waiting for it) or ``stopped``.
+            ``stream_lost`` (no usable gaze sample for ``ingest.stream_lost_after_s``; waiting for
+            them) or ``stopped``.
         time: when this status was made, Unix time, s.
-        spent: ε spent so far (sequential composition); remaining: ε left under the binding cap
-            (``None`` when uncapped); session_cap: the per-session cap or ``None``.
+        epsilon: the session's user-level ε at ``delta`` so far (the accountant's composition);
+            epsilon_window: the same over the trailing ``window_s`` s of gaze (per hour);
+            window_cap: the cap on that (``ledger.budget_per_hour``), or ``None``.
+        spent: pure sequential ε so far (the conservative view; ``None`` with Gaussian noise);
+            remaining: ``session_cap − epsilon`` (``None`` when uncapped); session_cap: the
+            per-session cap or ``None``.
         chunks_published: chunks charged and handed to the publisher.
         chunks_withheld: chunks refused by a cap (nothing about them was released).
         chunks_dropped: chunks lost to errors or to the session ending mid-chunk.
         reason: why the session is in this state, and the cause of the latest withhold or drop;
             required for ``budget_exhausted`` and ``stream_lost``.
+        ingest: the gaze ingest's counters (:class:`IngestCounters`); ``None`` where the
+            session's samples do not come through gazeguard's ingest (in-process API, fleets).
     """
 
     schema_: Literal["gazeguard.status/1"] = Field(STATUS_SCHEMA, alias="schema")
@@ -308,13 +484,23 @@ class StatusMessage(_Model):
     device: Name
     state: SessionState
     time: NonNegative
-    spent: NonNegative
+    epsilon: NonNegative | None = Field(None, description="user-level ε at delta, session")
+    delta: float | None = Field(None, gt=0.0, lt=1.0, description="δ of every ε here")
+    epsilon_window: NonNegative | None = Field(
+        None, description="user-level ε at delta of the trailing window_s seconds of gaze"
+    )
+    window_s: Positive | None = Field(None, description="that window, seconds of gaze")
+    window_cap: Positive | None = Field(None, description="cap on epsilon_window, or null")
+    spent: NonNegative | None
     remaining: NonNegative | None
     session_cap: Positive | None
     chunks_published: int = Field(ge=0)
     chunks_withheld: int = Field(ge=0)
     chunks_dropped: int = Field(ge=0)
     reason: str | None = None
+    ingest: IngestCounters | None = Field(
+        None, description="ingest counters (samples delivered, dropped and why), if known"
+    )
 
     @model_validator(mode="after")
     def _reason_given(self) -> Self:
@@ -399,10 +585,10 @@ SCHEMA_FILES: dict[str, type[_Model]] = {
 def json_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a payload model, as shipped in ``gazeguard/data``."""
     schema = model.model_json_schema(by_alias=True, mode="serialization")
-    name = "chunk" if model is ChunkMessage else "status"
+    tag = str(model.model_fields["schema_"].default).removeprefix("gazeguard.")  # e.g. chunk/2
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://gazeguard.invalid/schemas/{name}/1",
+        "$id": f"https://gazeguard.invalid/schemas/{tag}",
         **schema,
     }
 
@@ -425,25 +611,7 @@ def write_schemas(directory: Path) -> list[Path]:
     return written
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gazeguard.message --write-schemas [DIR]``."""
-    parser = argparse.ArgumentParser(prog="python -m gazeguard.message", description=__doc__)
-    parser.add_argument(
-        "--write-schemas",
-        nargs="?",
-        const=Path(__file__).resolve().parent / "data",
-        type=Path,
-        metavar="DIR",
-        help="write the payload JSON Schemas (default: gazeguard/data in the source tree)",
-    )
-    args = parser.parse_args(argv)
-    if args.write_schemas is None:
-        parser.print_help()
-        return 2
-    for path in write_schemas(args.write_schemas):
-        sys.stdout.write(f"wrote {path}\n")
-    return 0
+if __name__ == "__main__":  # ``python -m gazeguard.message --write-schemas [DIR]``
+    from gazeguard.cli.schemas import main
 
-
-if __name__ == "__main__":
     raise SystemExit(main())

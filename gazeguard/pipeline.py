@@ -6,7 +6,7 @@ MQTT)::
 
     from gazeguard.ledger import Ledger
     from gazeguard.pipeline import Pipeline
-    from gazeguard.samples import GazeSamples
+    from gazeguard.samples import GazeSamples, lsl_unix_offset
 
     with Ledger("ledger.sqlite") as ledger:
         pipe = Pipeline(ledger, session="s1", device="hmd-7", on_release=print)
@@ -24,30 +24,36 @@ recorded). Nothing raw or half-noised is ever returned, on any path.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from gazeguard.budget import build_mechanism, cost_summary
 from gazeguard.chunking import Chunk, Chunker
 from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.events import EventDetector
 from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
-from gazeguard.ledger import UNITS_PER_EPSILON, Ledger, LedgerState, to_units_up
-from gazeguard.mechanisms import Bounds, make_mechanism
+from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
+from gazeguard.mechanisms import Bounds
 from gazeguard.message import (
     ChunkMessage,
+    IngestCounters,
     LedgerSnapshot,
     MechanismParams,
     SessionState,
     StatusMessage,
     chunk_topic,
 )
-from gazeguard.samples import GazeSamples
+from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 log = logging.getLogger(__name__)
+
+#: Previews a release may be rebuilt for when other writers keep charging the same session.
+_STALE_RETRIES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,9 @@ class Pipeline:
         on_release: called with each :class:`ReleasedChunk`, after its charge committed.
         tap: called with ``(raw chunk, released chunk)`` for in-process diagnostics only
             (``gazeguard demo`` plots raw against privatized); never wired to any network path.
+        clock_offset_s: Unix time minus sample time, s; ``None`` (default): samples are on the
+            LSL clock of this host (``time.time() − pylsl.local_clock()``). The ledger counts
+            its per-hour window in this gaze time.
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -133,6 +142,7 @@ class Pipeline:
         topic_prefix: str = "gazeguard/v1",
         on_release: Callable[[ReleasedChunk], None] | None = None,
         tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
+        clock_offset_s: float | None = None,
     ) -> None:
         features = features or FeatureSettings()
         mechanism = mechanism or MechanismSettings()
@@ -142,6 +152,7 @@ class Pipeline:
         self.topic = chunk_topic(topic_prefix, device, session)
         self.on_release = on_release
         self.tap = tap
+        self.clock_offset_s = clock_offset_s
         self.stats = PipelineStats()
 
         all_names = [f.name for f in FEATURES]
@@ -159,42 +170,40 @@ class Pipeline:
         self.feature_names = names
         self._index = np.array([all_names.index(n) for n in names], dtype=np.intp)
         self.units = [FEATURES[i].unit for i in self._index]
-        self.epsilon = np.array(
-            [mechanism.epsilon_per_feature.get(n, mechanism.epsilon) for n in names]
-        )
+        # Caps recorded with the session bind; a looser configuration is refused here.
+        self.opened = ledger.open_session(session)
         lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
-        self.mechanism = make_mechanism(
-            mechanism.name,
-            n=mechanism.chunk_steps,
-            k=mechanism.k,
-            epsilon=self.epsilon,
-            bounds=Bounds(lo=lo, hi=hi, max_step=max_step),
-            transform=mechanism.transform,
-            seed=mechanism.insecure_seed,
-        )
-        self._params = MechanismParams.model_validate(
-            {
-                "name": mechanism.name,
-                "transform": None if mechanism.name == "lpa" else mechanism.transform,
-                "n": mechanism.chunk_steps,
-                "k": None if mechanism.name == "lpa" else int(self.mechanism.k),
-                "m": int(self.mechanism.kept_coefficients),
-                "epsilon": self.epsilon.tolist(),
-                "lambda": np.asarray(self.mechanism.noise_scale).tolist(),
-                "delta2": np.asarray(self.mechanism.sensitivity_l2).tolist(),
-                "noise": "os-csprng" if mechanism.insecure_seed is None else "INSECURE-seeded",
-            }
-        )
-        # What the ledger will charge: ε per feature rounded up to micro-ε, summed exactly.
+        bounds = Bounds(lo=lo, hi=hi, max_step=max_step)
+        self.mechanism = build_mechanism(
+            mechanism, names, bounds, features.step_s,
+            budget=self.opened.window_cap, window_s=self.opened.window_s, delta=self.opened.delta,
+        )  # fmt: skip
+        self._params = MechanismParams.from_mechanism(self.mechanism)
+        self._carries = self.mechanism.carries()
+        # What the ledger charges: the chunk's accounting events (one per feature), keyed as
+        # stored, and each feature's pure ε (inf for Gaussian noise) for the record.
+        events = self.mechanism.events()
+        self._events = {event_key(e): c for e, c in events.items()}
+        self.epsilon = self.mechanism.epsilon
         self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
-        self._charge_total = sum(to_units_up(e) for e in self._eps_map.values()) / UNITS_PER_EPSILON
+        hold = features.window_s if features.hold_limit_s is None else features.hold_limit_s
+        self.cost = cost_summary(
+            events,
+            delta=self.opened.delta,
+            window_s=self.opened.window_s,
+            chunk_steps=self.mechanism.n,
+            step_s=features.step_s,
+            feature_window_s=features.window_s,
+            hold_limit_s=hold,
+        )
         self.extractor = FeatureExtractor(
             window_s=features.window_s,
             step_s=features.step_s,
             min_valid_fraction=features.min_valid_fraction,
+            hold_limit_s=features.hold_limit_s,
             detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
         )
-        self.chunker = Chunker(len(FEATURES), mechanism.chunk_steps, self._next_index())
+        self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
         self._completed_at = 0.0
         if mechanism.insecure_seed is not None:
             log.warning(
@@ -204,18 +213,16 @@ class Pipeline:
                 mechanism.insecure_seed,
             )
 
-    def _next_index(self) -> int:
-        """First chunk index of this run: after everything charged or withheld before."""
-        state = self.ledger.state(self.session)
-        seen = [i for i, _, _ in self.ledger.withheld(self.session)]
-        if state.last_chunk is not None:
-            seen.append(state.last_chunk)
-        return max(seen) + 1 if seen else 0
+    @property
+    def carries(self) -> str:
+        """What each chunk carries per feature, in words (as the message says)."""
+        return self._carries
 
     @property
     def chunk_epsilon(self) -> float:
-        """ε one chunk costs (sum over released features, as the ledger charges it)."""
-        return self._charge_total
+        """Pure ε one chunk costs (sum over released features; ``inf`` for Gaussian noise).
+        The user-level figures are in :attr:`cost`."""
+        return self.cost.chunk_pure
 
     def push(self, block: GazeSamples) -> list[ReleasedChunk]:
         """Feed a block of samples; return the chunks it completed that were charged."""
@@ -261,9 +268,12 @@ class Pipeline:
             if not np.all(np.isfinite(values)):
                 msg = "mechanism produced non-finite values"
                 raise FloatingPointError(msg)  # one fail-closed path for all errors
-            built: list[tuple[ChunkMessage, bytes]] = []
-
-            def payload(state: LedgerState) -> bytes:
+            offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
+            gaze = (float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset)
+            for attempt in range(_STALE_RETRIES):
+                preview = self.ledger.preview(
+                    self.session, self._eps_map, events=self._events, gaze=gaze
+                )
                 message = ChunkMessage.build(
                     session=self.session,
                     device=self.device,
@@ -273,15 +283,25 @@ class Pipeline:
                     units=self.units,
                     values=values,
                     mechanism=self._params,
-                    ledger=LedgerSnapshot.from_state(self._charge_total, state),
+                    ledger=LedgerSnapshot.from_state(
+                        self.cost.chunk_pure,
+                        preview.state,
+                        raw_event_epsilon=self.cost.raw_event,
+                        chunks_reached=self.cost.reached,
+                    ),
+                    unix_offset=offset,
+                    carries=self._carries,
                 )
                 body = message.to_payload()
-                built.append((message, body))
-                return body
-
-            charge = self.ledger.charge(
-                self.session, chunk.index, self._eps_map, topic=self.topic, payload=payload
-            )
+                try:
+                    charge = self.ledger.charge(
+                        self.session, chunk.index, self._eps_map, self.topic, body,
+                        events=self._events, gaze=gaze, version=preview.version,
+                    )  # fmt: skip
+                    break
+                except StaleStateError:  # another writer charged this session meanwhile
+                    if attempt == _STALE_RETRIES - 1:
+                        raise
         except BudgetExhaustedError as exc:
             self.ledger.withhold(self.session, chunk.index, self._eps_map, str(exc))
             self.stats.withheld += 1
@@ -302,7 +322,6 @@ class Pipeline:
             except Exception:
                 log.exception("session %r: could not record the dropped chunk", self.session)
             return None
-        message, body = built[-1]
         out = ReleasedChunk(
             message,
             body,
@@ -320,8 +339,14 @@ class Pipeline:
             self.on_release(out)
         return out
 
-    def status(self, state: SessionState | None = None, reason: str | None = None) -> StatusMessage:
-        """The retained status message for this session, from the ledger and the counters."""
+    def status(
+        self,
+        state: SessionState | None = None,
+        reason: str | None = None,
+        ingest: IngestCounters | None = None,
+    ) -> StatusMessage:
+        """The retained status message for this session, from the ledger and the counters
+        (``ingest``: the gaze ingest's counters, where the caller has them)."""
         led = self.ledger.state(self.session)
         return StatusMessage.model_validate(
             {
@@ -329,12 +354,18 @@ class Pipeline:
                 "device": self.device,
                 "state": state or self.stats.state,
                 "time": time.time(),
-                "spent": led.spent,
+                "epsilon": led.epsilon,
+                "delta": led.delta,
+                "epsilon_window": led.epsilon_window,
+                "window_s": led.window_s,
+                "window_cap": led.window_cap,
+                "spent": led.spent if math.isfinite(led.spent) else None,
                 "remaining": led.remaining,
                 "session_cap": led.session_cap,
                 "chunks_published": self.stats.released,
                 "chunks_withheld": self.stats.withheld,
                 "chunks_dropped": self.stats.dropped,
                 "reason": reason or self.stats.last_reason,
+                "ingest": ingest,
             }
         )

@@ -15,9 +15,10 @@ degrees, mm and validity.
   angle (positive right / up, via :func:`normalized_to_deg` / :func:`screen_to_deg` where the
   stream reports image or screen coordinates), pupil diameter in mm, a validity flag. Invalid
   samples become NaN + invalid, never zeros; absurd values (|angle| > 90°, pupil outside
-  0.5–10 mm) become invalid. Samples whose timestamp (or sample index) does not increase are
-  dropped, so the output is strictly increasing in time across blocks; :class:`IngestStats`
-  counts all of it.
+  0.5–10 mm) become invalid. Samples whose timestamp (or sample index) does not increase, is not
+  finite or is implausible (ahead of the clock, an index jump the rate cannot make) are dropped by
+  :class:`~gazeguard.ordering.SampleOrder`, so the output is strictly increasing in time across
+  blocks and one bad sample never stops the stream; :class:`IngestStats` counts all of it.
 
 Importing this module also keeps liblsl's startup INFO lines off stderr unless the site
 configured LSL itself (every gazeguard module that touches LSL imports it).
@@ -39,6 +40,7 @@ import pylsl
 
 from gazeguard.config import IngestSettings
 from gazeguard.errors import StreamError
+from gazeguard.ordering import MAX_SAMPLE_AGE_S, OrderStats, SampleOrder
 from gazeguard.samples import BoolArray, FloatArray, GazeSamples
 
 logger = logging.getLogger(__name__)
@@ -459,39 +461,98 @@ def build_layout(meta: StreamMeta, settings: IngestSettings) -> Layout:
 # Normalization
 # ---------------------------------------------------------------------------------------------
 @dataclass(slots=True)
-class IngestStats:
-    """Counters of one stream (samples unless said otherwise)."""
+class IngestStats(OrderStats):
+    """Counters of one stream (samples unless said otherwise).
+
+    The order's counters (:class:`~gazeguard.ordering.OrderStats`: ``duplicates``,
+    ``out_of_order``, ``implausible``, ``future``, ``nonfinite``, ``nonfinite_index``, ``lost``,
+    ``resyncs``) plus those of normalisation and hand-off.
+    """
 
     samples: int = 0  # delivered downstream
     invalid: int = 0  # delivered with valid=False (NaN, codes, low confidence, absurd, blinks)
     nan: int = 0  # delivered without any finite gaze coordinate from the source
     absurd: int = 0  # made invalid because |angle| > 90° or pupil outside 0.5–10 mm
-    duplicates: int = 0  # dropped: timestamp (or sample index) equal to the previous one
-    out_of_order: int = 0  # dropped: timestamp (or sample index) before the previous one
-    lost: int = 0  # gaps in the sample-index channel (layouts that have one)
     overflow: int = 0  # dropped because the consumer fell behind (bounded queue full)
     stalls: int = 0  # times the stream delivered nothing for longer than stall_after_s
     reconnects: int = 0  # times a new outlet with the same source_id took over
+
+    @property
+    def dropped(self) -> int:
+        """Samples that never reached the consumer: refused by the order, or overflow."""
+        return self.refused + self.overflow
 
 
 @dataclass(slots=True)
 class Normalizer:
     """Turns raw ``(N, C)`` blocks into GazeSamples for one layout, keeping order state.
 
-    Stateful across blocks: the last delivered timestamp and sample index, so the output is
-    strictly increasing in time across calls. ``reset_index()`` forgets the sample index (a
-    restarted source counts from 0 again).
+    Stateful across blocks through its :class:`~gazeguard.ordering.SampleOrder` (``order``): the
+    output is strictly increasing in time across calls, and timestamps that are not finite, run
+    ahead of the clock or whose sample index jumps implausibly are dropped and counted, never
+    adopted. ``reset_index()`` forgets the sample index (a restarted source counts from 0 again).
+
+    Args:
+        layout: how to read the channels.
+        confidence_threshold: samples below it are invalid (layouts with a confidence channel).
+        stats: counters to update.
+        nominal_rate_hz, future_tolerance_s, resync_after_s, max_age_s, dejitter: see
+            :class:`~gazeguard.ordering.SampleOrder`.
+        name: the stream's name, for log lines.
     """
 
     layout: Layout
     confidence_threshold: float = 0.6
     stats: IngestStats = field(default_factory=IngestStats)
-    last_t: float = -math.inf
-    last_index: float = -math.inf
+    nominal_rate_hz: float = 0.0
+    future_tolerance_s: float | None = 0.5
+    resync_after_s: float = 2.0
+    max_age_s: float | None = None
+    dejitter: bool = False
+    name: str = "gaze stream"
+    order: SampleOrder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.order = SampleOrder(
+            nominal_rate_hz=self.nominal_rate_hz,
+            future_tolerance_s=self.future_tolerance_s,
+            resync_after_s=self.resync_after_s,
+            max_age_s=self.max_age_s,
+            dejitter=self.dejitter,
+            stats=self.stats,
+            name=f"LSL stream {self.name!r}",
+        )
+
+    @classmethod
+    def for_stream(
+        cls, layout: Layout, meta: StreamMeta, settings: IngestSettings, stats: IngestStats
+    ) -> Normalizer:
+        """The normalizer of an LSL stream, configured from ``ingest`` settings."""
+        return cls(
+            layout,
+            settings.confidence_threshold,
+            stats,
+            nominal_rate_hz=meta.nominal_srate if meta.nominal_srate > 0 else 0.0,
+            future_tolerance_s=settings.future_tolerance_s,
+            resync_after_s=settings.resync_after_s,
+            max_age_s=MAX_SAMPLE_AGE_S,
+            dejitter=settings.dejitter,
+            name=meta.name,
+        )
+
+    @property
+    def last_t(self) -> float:
+        """Last kept timestamp (before dejittering), s; -inf before the first."""
+        return self.order.last_t
+
+    @property
+    def last_index(self) -> float:
+        """Last kept finite sample index; -inf before the first or after ``reset_index``."""
+        return self.order.last_index
 
     def reset_index(self) -> None:
         """Forget the last sample index (a new outlet took over)."""
-        self.last_index = -math.inf
+        self.order.reset_index()
 
     def gaze(
         self, raw: npt.NDArray[np.float64]
@@ -583,59 +644,28 @@ class Normalizer:
                 y = np.where(use, np.degrees(np.arctan2(-gy, np.hypot(gx, gz))), y)
         return x, y
 
-    def __call__(self, raw: npt.NDArray[np.float64], t: FloatArray) -> GazeSamples | None:
-        """Normalize one pulled block; None if every sample was dropped."""
-        keep = self._order(t, raw[:, self.layout.index] if self.layout.index is not None else None)
+    def __call__(
+        self, raw: npt.NDArray[np.float64], t: FloatArray, now: float | None = None
+    ) -> GazeSamples | None:
+        """Normalize one pulled block; None if every sample was dropped.
+
+        Args:
+            raw: (N, C) float64 samples as pulled (may be a view of the pull buffer).
+            t: (N,) timestamps on the local LSL clock, s.
+            now: ``pylsl.local_clock()`` when the block was pulled (default: now), s.
+        """
+        index = raw[:, self.layout.index] if self.layout.index is not None else None
+        keep, ts = self.order(t, index, pylsl.local_clock() if now is None else now)
         if not keep.all():
-            raw, t = raw[keep], t[keep]
-        if t.shape[0] == 0:
+            raw = raw[keep]
+        if ts.shape[0] == 0:
             return None
         x, y, pupil, valid, nan = self.gaze(raw)
         st = self.stats
-        st.samples += t.shape[0]
-        st.invalid += int(t.shape[0] - np.count_nonzero(valid))
+        st.samples += ts.shape[0]
+        st.invalid += int(ts.shape[0] - np.count_nonzero(valid))
         st.nan += int(np.count_nonzero(nan))
-        return GazeSamples(np.ascontiguousarray(t, np.float64), x, y, pupil, valid)
-
-    def _order(self, t: FloatArray, index: FloatArray | None) -> BoolArray:
-        """Keep the samples that advance both the last kept timestamp and (if the layout has
-        one) the last kept sample index; count the others as duplicates (equal) or out of order.
-
-        The state is only the last *kept* sample, so the result does not depend on how the
-        stream was cut into blocks. Vectorised; a Python loop runs only over a block whose
-        index channel misbehaves (a repeated or reordered index).
-        """
-        if index is None:
-            # A dropped sample never exceeds the running maximum, so the running maximum over
-            # all samples equals the one over kept samples.
-            prev = np.maximum.accumulate(np.concatenate(([self.last_t], t)))[:-1]
-            keep, dup = t > prev, t == prev
-        elif (t[0] > self.last_t and index[0] > self.last_index and np.all(np.diff(t) > 0)
-              and np.all(np.diff(index) > 0)):  # fmt: skip
-            keep, dup = np.ones(t.shape[0], bool), np.zeros(t.shape[0], bool)
-        else:
-            keep, dup = np.zeros(t.shape[0], bool), np.zeros(t.shape[0], bool)
-            last_t, last_i = self.last_t, self.last_index
-            for k, (tk, ik) in enumerate(zip(t.tolist(), index.tolist(), strict=True)):
-                if tk > last_t and ik > last_i:
-                    keep[k], last_t, last_i = True, tk, ik
-                else:
-                    dup[k] = tk == last_t or ik == last_i
-        if index is not None:
-            kept = index[keep]
-            if kept.shape[0]:
-                steps = np.diff(np.concatenate(([self.last_index], kept)))
-                gaps = steps[np.isfinite(steps)] - 1.0
-                self.stats.lost += int(gaps[gaps > 0].sum())
-                self.last_index = float(kept[-1])
-        n_drop = int(t.shape[0] - np.count_nonzero(keep))
-        if n_drop:
-            n_dup = int(np.count_nonzero(dup & ~keep))
-            self.stats.duplicates += n_dup
-            self.stats.out_of_order += n_drop - n_dup
-        if keep.any():
-            self.last_t = float(t[keep][-1])
-        return keep
+        return GazeSamples(np.ascontiguousarray(ts, np.float64), x, y, pupil, valid)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -229,6 +229,8 @@ class Publisher:
         """Outbox items delivered (PUBACK received) by this publisher."""
         self.connections = 0
         """Successful connections so far (1 + reconnects)."""
+        self.refusals = 0
+        """Times the broker refused the login, the protocol, the TLS handshake or an item."""
         self.last_error: str | None = None
         """Why the latest connection attempt or connection failed, or ``None``."""
 
@@ -383,6 +385,7 @@ class Publisher:
             attempt += 1
             self.last_error, refused = _explain(failure, self.settings)
             if refused:
+                self.refusals += 1
                 self._refused.set()
             delay = random.uniform(0, min(self.settings.reconnect_max_s, 1.5**attempt))
             log.log(

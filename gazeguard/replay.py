@@ -1,8 +1,8 @@
 """Replay: a recorded gaze file streamed as a real LSL outlet at the recording's own timing.
 
-- :func:`load_csv` reads a CSV recording (time in s or ms, or a given rate; gaze in degrees or
-  normalized image coordinates, converted through a field of view; optional pupil in mm and
-  validity) into :class:`~gazeguard.samples.GazeSamples`.
+- Recordings (gazeguard's CSV, Pupil Player exports, Tobii Pro Lab TSV, EyeLink ASC) are read by
+  :mod:`gazeguard.recordings` into :class:`~gazeguard.samples.GazeSamples`; :func:`load_csv` is
+  the shortcut for gazeguard's CSV.
 - :func:`load_xdf` reads the gaze stream of an XDF file (its samples, timestamps, name, type
   and channel metadata) into an :class:`XdfStream`.
 - :class:`Replay` pushes either from a background thread on a real-time schedule (``speed``
@@ -17,12 +17,12 @@ from the command line.
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
-import math
+import sys
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
@@ -30,21 +30,21 @@ import numpy as np
 import numpy.typing as npt
 import pylsl
 
-from gazeguard.errors import DatasetError
-from gazeguard.presets import gazeguard_stream_info, normalized_to_deg
+from gazeguard.errors import ConfigError, DatasetError
+from gazeguard.presets import gazeguard_stream_info
+from gazeguard.recordings import (
+    FORMAT_HELP,
+    FORMATS,
+    GAZE_UNITS,
+    TIME_UNITS,
+    ReadOptions,
+    parse_pair,
+    read_recording,
+)
 from gazeguard.samples import FloatArray, GazeSamples
 from gazeguard.simulate import _Pusher
 
 logger = logging.getLogger(__name__)
-
-
-_TIME_COLUMNS = {"t": 1.0, "time": 1.0, "timestamp": 1.0, "time_s": 1.0, "timestamp_s": 1.0}
-_TIME_COLUMNS |= {"time_ms": 1e-3, "timestamp_ms": 1e-3}
-_XY_COLUMNS = (
-    ("x_deg", "y_deg", "deg"),
-    ("norm_pos_x", "norm_pos_y", "norm_up"),  # Pupil Capture: origin bottom-left
-    ("x_norm", "y_norm", "norm_down"),  # image convention: origin top-left
-)
 
 
 def load_csv(
@@ -52,89 +52,28 @@ def load_csv(
     *,
     columns: list[str] | None = None,
     rate_hz: float | None = None,
-    fov_deg: tuple[float, float] = (100.0, 90.0),
+    fov_deg: tuple[float, float] | None = None,
+    options: ReadOptions | None = None,
 ) -> GazeSamples:
-    """Read a gaze recording from CSV.
+    """Read a recording in gazeguard's CSV format (``FORMAT_HELP`` in :mod:`gazeguard.recordings`).
 
-    Columns (header line, ``#`` comments allowed; or name them with ``columns`` if the file has
-    no header): time ``t``/``time``/``timestamp`` (s) or ``time_ms``/``timestamp_ms`` (ms), or
-    none and ``rate_hz``; gaze ``x_deg,y_deg`` (deg, y up), ``norm_pos_x,norm_pos_y`` (0..1,
-    origin bottom-left, as Pupil Capture) or ``x_norm,y_norm`` (0..1, origin top-left), the
-    normalized ones converted with ``fov_deg``; optional ``pupil_mm``; optional ``valid`` (0/1).
+    ``columns`` names the columns of a file without a header line, ``rate_hz`` gives the time of
+    a file without a time column, ``fov_deg`` the field of view for normalised or pixel gaze;
+    ``options`` sets everything else (units, screen geometry, …). The file must hold a single
+    recording.
 
     Raises:
-        DatasetError: naming the file, the line and what is wrong.
+        DatasetError: naming the file, the line and the column, and what to do.
     """
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise DatasetError(path, f"cannot read: {exc.strerror}") from exc
-    lines = [
-        (i + 1, ln)
-        for i, ln in enumerate(text.splitlines())
-        if ln.strip() and not ln.startswith("#")
-    ]
-    if not lines:
-        raise DatasetError(path, "no data rows")
-    first = next(csv.reader([lines[0][1]]))
-    if columns is None:
-        if _all_numeric(first):
-            raise DatasetError(
-                path, "no header line; name the columns (--columns x_norm,y_norm)", lines[0][0]
-            )
-        columns, lines = [c.strip().lower() for c in first], lines[1:]
-    values = np.full((len(lines), len(columns)), np.nan)
-    for r, (lineno, ln) in enumerate(lines):
-        fields = next(csv.reader([ln]))
-        if len(fields) != len(columns):
-            raise DatasetError(
-                path, f"{len(fields)} fields, expected {len(columns)} ({','.join(columns)})", lineno
-            )
-        try:
-            values[r] = [float(f) if f.strip() else math.nan for f in fields]
-        except ValueError as exc:
-            raise DatasetError(path, f"not a number: {exc}", lineno) from exc
-    col = {c: i for i, c in enumerate(columns)}
-    tcol = next((c for c in columns if c in _TIME_COLUMNS), None)
-    if tcol is not None:
-        t = values[:, col[tcol]] * _TIME_COLUMNS[tcol]
-    elif rate_hz is not None:
-        t = np.arange(len(values)) / rate_hz
-    else:
-        raise DatasetError(
-            path, f"no time column ({', '.join(_TIME_COLUMNS)}) and no rate given (--rate)"
-        )
-    bad = np.flatnonzero(~(np.diff(t) > 0))
-    if bad.size:
-        raise DatasetError(
-            path, f"time does not increase ({t[bad[0]]} then {t[bad[0] + 1]})", lines[bad[0] + 1][0]
-        )
-    xy = next(((a, b, kind) for a, b, kind in _XY_COLUMNS if a in col and b in col), None)
-    if xy is None:
-        pairs = ", ".join(f"{a},{b}" for a, b, _ in _XY_COLUMNS)
-        raise DatasetError(
-            path, f"no gaze columns: expected one of {pairs}; found {','.join(columns)}"
-        )
-    x, y = values[:, col[xy[0]]], values[:, col[xy[1]]]
-    if xy[2] != "deg":
-        x, y = normalized_to_deg(x, y, fov_deg, y_up=xy[2] == "norm_up")
-    pupil = values[:, col["pupil_mm"]] if "pupil_mm" in col else None
-    samples = GazeSamples.from_arrays(t, x, y, pupil)
-    if "valid" in col:
-        ok = samples.valid & (values[:, col["valid"]] > 0.5)
-        samples = GazeSamples.from_arrays(
-            t, np.where(ok, x, np.nan), np.where(ok, y, np.nan), pupil
-        )
-    return samples
-
-
-def _all_numeric(fields: list[str]) -> bool:
-    try:
-        [float(f) for f in fields]
-    except ValueError:
-        return False
-    return True
+    base = options or ReadOptions()
+    opts = replace(
+        base,
+        format="csv",
+        columns=tuple(columns) if columns is not None else base.columns,
+        rate_hz=rate_hz if rate_hz is not None else base.rate_hz,
+        fov_deg=fov_deg if fov_deg is not None else base.fov_deg,
+    )
+    return read_recording(path, opts).samples
 
 
 @dataclass(frozen=True)
@@ -196,7 +135,8 @@ class Replay:
     ``GazeSamples`` (from CSV) go out in the ``gazeguard`` layout; an :class:`XdfStream` goes out
     with its own name, type, channels and metadata, so ingest's presets apply to it as to the
     live device. ``speed`` > 1 pushes faster than real time; timestamps keep the recording's
-    spacing. ``wait_s``: wait that long for a consumer before starting.
+    spacing and start ``duration·(1 − 1/speed)`` s in the past, so none lies ahead of the LSL
+    clock when it is pushed. ``wait_s``: wait that long for a consumer before starting.
     """
 
     def __init__(
@@ -294,13 +234,16 @@ class _ReplayPusher(_Pusher):
             logger.warning("replay %r: no consumer after %g s; starting anyway", rp.name, rp.wait_s)
         t_start = pylsl.local_clock()
         n = rp.rows.shape[0]
+        # Timestamps keep the recording's own spacing (also when speed != 1). Faster than real
+        # time, the timeline starts earlier, so that no sample is stamped after it is pushed
+        # (ingest refuses samples stamped ahead of the clock).
+        t_origin = t_start - float(rp.rel_t[-1]) * max(0.0, 1.0 - 1.0 / rp.speed) if n else t_start
         while not self._stop.is_set() and self.samples_sent < n:
             elapsed = (pylsl.local_clock() - t_start) * rp.speed
             due = int(np.searchsorted(rp.rel_t, elapsed, side="right"))
             if due > self.samples_sent:
                 sl = slice(self.samples_sent, due)
-                # Timestamps keep the recording's own spacing (also when speed != 1).
-                self.outlet.push_chunk(rp.rows[sl], list(t_start + rp.rel_t[sl]))
+                self.outlet.push_chunk(rp.rows[sl], list(t_origin + rp.rel_t[sl]))
                 self.samples_sent = due
             self._stop.wait(self.push_interval_s)
 
@@ -308,41 +251,186 @@ class _ReplayPusher(_Pusher):
 # ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
+REPLAY_EPILOG = f"""\
+{FORMAT_HELP}
+XDF: a .xdf file's gaze stream (of type Gaze or Eyetracker, or --stream NAME) is replayed with its
+own name, type and channel metadata, so ingest's presets apply to it as to the live device.
+
+examples:
+  gazeguard replay rec.csv                                   # t, x, y in degrees
+  gazeguard replay rec.csv --units norm --fov 90,70          # normalised scene-camera gaze
+  gazeguard replay 000/exports/000 --fov 99,53               # a Pupil Player export
+  gazeguard replay export.tsv --screen 527,296 --distance 650 --recording Recording1
+  gazeguard replay s01.asc --screen 533,301 --distance 565 --pupil-scale 0.05
+  gazeguard replay session.xdf
+"""
+
+
+class _PairAction(argparse.Action):
+    """``--fov H,V`` (also the older ``--fov H V``): stores (H, V). Tokens after the pair that
+    argparse handed over (``--fov 90,70 rec.csv``) are kept in ``namespace.extra_files``."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
+        take = 1 if "," in tokens[0] else 2
+        try:
+            pair = parse_pair(" ".join(tokens[:take]).replace(",", " "))
+        except ValueError as exc:
+            raise argparse.ArgumentError(self, f"{exc} (H,V)") from None
+        setattr(namespace, self.dest, pair)
+        extra = list(getattr(namespace, "extra_files", None) or [])
+        namespace.extra_files = extra + tokens[take:]
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows ``--fov H,V`` (not ``H,V [H,V ...]``) for the pair that also takes ``H V``."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if isinstance(action, _PairAction):
+            return str(action.metavar)
+        return super()._format_args(action, default_metavar)
+
+
+def _pair(text: str) -> tuple[float, float]:
+    try:
+        return parse_pair(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def configure_replay(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard replay``."""
-    parser.add_argument("file", type=Path, help="recording: .csv or .xdf")
-    parser.add_argument("--stream", default=None, help="XDF: name of the stream to replay")
-    parser.add_argument(
-        "--columns", default=None, help="CSV without header: column names, comma-separated"
+    parser.description = (
+        "Stream a recorded gaze file as a real LSL outlet at its own timing (stream type Gaze,\n"
+        "gazeguard's channel layout: gaze in degrees, pupil in mm, validity), so `gazeguard run`\n"
+        "or any LSL consumer receives it as it would from a headset."
     )
-    parser.add_argument("--rate", type=float, default=None, help="CSV without time column: Hz")
+    parser.epilog = REPLAY_EPILOG
+    parser.formatter_class = _HelpFormatter
     parser.add_argument(
+        "file",
+        type=Path,
+        nargs="?",
+        help="the recording: gazeguard CSV, a Pupil Player export, a Tobii Pro Lab .tsv, an "
+        "EyeLink .asc or an .xdf",
+    )
+    r = parser.add_argument_group("reading the recording (see below)")
+    r.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="auto (default: from the content), csv, pupil, tobii or eyelink",
+    )
+    r.add_argument("--recording", metavar="ID", help="which recording of a file that holds several")
+    r.add_argument(
+        "--units",
+        choices=GAZE_UNITS,
+        help="gaze units where the header does not state them (default deg)",
+    )
+    r.add_argument(
+        "--time-unit",
+        choices=TIME_UNITS,
+        help="time unit where the header does not state it (default s)",
+    )
+    r.add_argument(
         "--fov",
-        type=float,
-        nargs=2,
-        default=(100.0, 90.0),
-        metavar=("H", "V"),
-        help="field of view for normalized CSV coordinates, deg (default 100 90)",
+        action=_PairAction,
+        nargs="+",
+        metavar="H,V",
+        help="field of view of the scene camera for normalised or pixel gaze, degrees "
+        "(H V also accepted)",
     )
-    parser.add_argument("--name", default=None, help="LSL stream name")
-    parser.add_argument("--source-id", default=None, help="LSL source_id (default: unique)")
-    parser.add_argument("--speed", type=float, default=1.0, help="push speed vs real time")
-    parser.add_argument("--wait", type=float, default=60.0, help="wait for a consumer, s")
+    r.add_argument(
+        "--screen", type=_pair, metavar="W,H", help="screen width, height for screen gaze, mm"
+    )
+    r.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
+    r.add_argument(
+        "--resolution",
+        type=_pair,
+        metavar="W,H",
+        help="screen width, height in pixels (pixel gaze, where the file does not say)",
+    )
+    r.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.6,
+        help="samples below this confidence are invalid (default 0.6)",
+    )
+    r.add_argument(
+        "--pupil-scale",
+        type=float,
+        metavar="MM",
+        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
+    )
+    r.add_argument(
+        "--columns",
+        default=None,
+        help="CSV without a header line: the column names, comma-separated (e.g. t,x,y)",
+    )
+    r.add_argument("--rate", type=float, default=None, help="CSV without a time column: Hz")
+    r.add_argument("--stream", default=None, help="XDF: name of the stream to replay")
+    o = parser.add_argument_group("the LSL outlet")
+    o.add_argument("--name", default=None, help="LSL stream name")
+    o.add_argument("--source-id", default=None, help="LSL source_id (default: unique)")
+    o.add_argument("--speed", type=float, default=1.0, help="push speed vs real time")
+    o.add_argument("--wait", type=float, default=60.0, help="wait for a consumer, s")
+
+
+def _read_options(args: argparse.Namespace) -> ReadOptions:
+    columns = (
+        tuple(c.strip() for c in args.columns.split(",") if c.strip()) if args.columns else None
+    )
+    return ReadOptions(
+        format=args.format,
+        units=args.units,
+        time_unit=args.time_unit,
+        fov_deg=args.fov,
+        screen_mm=args.screen,
+        distance_mm=args.distance,
+        resolution_px=args.resolution,
+        min_confidence=args.min_confidence,
+        pupil_scale=args.pupil_scale,
+        columns=columns,
+        rate_hz=args.rate,
+    )
 
 
 def run_replay(args: argparse.Namespace) -> int:
     """``gazeguard replay FILE``: stream the recording once at its timing, then exit."""
+    files = ([args.file] if args.file is not None else []) + [
+        Path(f) for f in getattr(args, "extra_files", None) or []
+    ]
+    if len(files) != 1:
+        raise ConfigError(
+            "file",
+            [str(f) for f in files],
+            "give exactly one recording: gazeguard replay FILE [--fov H,V ...]",
+            "argument",
+        )
+    file = files[0]
     rec: GazeSamples | XdfStream
-    if args.file.suffix.lower() in {".xdf", ".xdfz"}:
-        rec = load_xdf(args.file, args.stream)
+    what = ""
+    if file.suffix.lower() in {".xdf", ".xdfz"}:
+        rec = load_xdf(file, args.stream)
     else:
-        cols = [c.strip().lower() for c in args.columns.split(",")] if args.columns else None
-        rec = load_csv(args.file, columns=cols, rate_hz=args.rate, fov_deg=tuple(args.fov))
+        recording = read_recording(file, _read_options(args), args.recording)
+        rec = recording.samples
+        if len(rec) < 2:
+            raise DatasetError(file, f"only {len(rec)} sample: nothing to replay")
+        what = f"{recording.format} recording {recording.recording!r}, "
+        for note in recording.notes:
+            print(f"gazeguard replay: note: {note}", file=sys.stderr)  # noqa: T201
     with Replay(
         rec, source_id=args.source_id, name=args.name, speed=args.speed, wait_s=args.wait
     ) as rp:
         print(  # noqa: T201
-            f"replaying {args.file} ({rp.rows.shape[0]} samples, {rp.rel_t[-1]:.1f} s) as LSL "
+            f"replaying {file} ({what}{rp.rows.shape[0]} samples, {rp.rel_t[-1]:.1f} s) as LSL "
             f"stream {rp.name!r}, source_id {rp.source_id!r}",
             flush=True,
         )

@@ -6,6 +6,7 @@ clock (or the recording's clock), gaze direction in degrees of visual angle, pup
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,3 +88,12 @@ class GazeSamples:
             self.pupil_mm[start:stop],
             self.valid[start:stop],
         )
+
+
+def lsl_unix_offset() -> float:
+    """``time.time() − pylsl.local_clock()``, s: add it to an LSL timestamp of this host (samples
+    are clock-synchronised to it on ingest) to get Unix time. Read afresh on every call (two clock
+    reads, well under a microsecond apart), so it follows NTP corrections of the wall clock."""
+    import pylsl  # noqa: PLC0415 - the in-process API does not need LSL otherwise
+
+    return time.time() - float(pylsl.local_clock())

@@ -1,6 +1,7 @@
 """``gazeguard run``: the sidecar. LSL gaze in, charged privatized chunks out over MQTT.
 
-Wiring (asyncio on uvloop, one session per headset stream)::
+Wiring (asyncio; ``gazeguard run`` (:mod:`gazeguard.cli.run`) runs it on uvloop; one session per
+headset stream)::
 
     GazeStream ──blocks──> Pipeline.push (worker thread: events, features, chunks,
     (ingest thread)                       mechanism, ledger charge + outbox, one transaction)
@@ -8,12 +9,15 @@ Wiring (asyncio on uvloop, one session per headset stream)::
                                   ▼
                            Publisher (drains the ledger outbox in order, QoS 1, PUBACK)
 
-Resources are async context managers entered in order and left in reverse: ledger, broker
-(embedded when ``broker.host`` is unset), publisher, simulated headset (when the ingest source
-resolves to it), LSL stream. The ingest loop runs as a named task; SIGINT/SIGTERM, ``duration_s``
+The configuration is checked first (:func:`require_valid`: the checks of
+:func:`gazeguard.config.validate_settings`, as ``gazeguard config check`` runs them). Resources
+are async context managers entered in order and left in reverse: ledger, broker (embedded when
+``broker.host`` is unset), publisher, simulated headset (when the ingest source resolves to it),
+LSL stream. The ingest loop runs as a named task; SIGINT/SIGTERM, ``duration_s``
 or the end of the stream stop it; the incomplete last chunk is dropped, a final retained status
 says ``stopped`` and the publisher gets a few seconds to drain the outbox (what it cannot send
-stays in the ledger and goes out on the next start).
+stays in the ledger and goes out on the next start). :class:`RunSummary` says what happened,
+including how delivery went, so that the command line can choose its exit status.
 
 Session id: ``settings.session`` if set, else derived from the stream's ``source_id`` (or name)
 so that a restarted sidecar continues the same ledger account: budgets are never refilled by a
@@ -23,40 +27,36 @@ reason.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
 import logging
 import re
-import signal
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from gazeguard.broker import EmbeddedBroker
 from gazeguard.chunking import Chunk
 from gazeguard.config import (
     BrokerSettings,
     IngestSettings,
+    LedgerSettings,
     Settings,
-    broker_address,
-    load_settings,
+    validate_settings,
 )
-from gazeguard.errors import ConfigError, StreamNotFoundError
+from gazeguard.errors import ConfigError, PublishError, StreamNotFoundError
 from gazeguard.fleet import Fleet
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
-from gazeguard.message import SessionState
+from gazeguard.message import IngestCounters, SessionState
 from gazeguard.pipeline import Pipeline, PipelineStats, ReleasedChunk
+from gazeguard.presets import IngestStats
 from gazeguard.publish import Publisher
 from gazeguard.simulate import SimulatedHeadset
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 #: In ``source = "auto"`` with nothing configured, wait this long for a real headset, s.
 AUTO_RESOLVE_S = 2.0
@@ -68,7 +68,22 @@ STATUS_EVERY_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
-    """What one ``gazeguard run`` did."""
+    """What one ``gazeguard run`` did.
+
+    Attributes:
+        session, device: the ledger account and the device id in topics.
+        stats: the pipeline's counters (chunks released, withheld, dropped; tail steps).
+        spent, remaining: the session's user-level ε at the ledger's δ after the run (the
+            accountant's composition), and what is left under the session cap (``None``: no
+            cap).
+        pending: charged chunks of the session still in the outbox after the final flush.
+        broker: ``host:port`` published to.
+        ledger: the ledger's path or URL.
+        delivered: outbox items the broker acknowledged during this run.
+        broker_connections: successful connections to the broker (0: unreachable throughout).
+        broker_refusals: times the broker refused the login or a chunk (ACL, credentials, TLS).
+        broker_error: the last connection or delivery problem, or ``None``.
+    """
 
     session: str
     device: str
@@ -78,12 +93,53 @@ class RunSummary:
     pending: int
     broker: str
     ledger: str
+    delivered: int = 0
+    broker_connections: int = 0
+    broker_refusals: int = 0
+    broker_error: str | None = None
 
 
 def session_id_for(source_id: str, name: str) -> str:
     """A topic-safe session id derived from the stream identity (stable across restarts)."""
     raw = source_id or name or "gaze"
     return re.sub(r"[^A-Za-z0-9_.:-]+", "_", raw)[:120]
+
+
+def simulated_source_id(settings: IngestSettings) -> str:
+    """The LSL source_id of the simulated headset: stable per simulated person, so a restarted
+    sidecar continues the same session (and budget)."""
+    return settings.source_id or f"gazeguard-sim-{settings.simulated_seed}"
+
+
+def expected_session(settings: Settings) -> str | None:
+    """The session id ``serve`` will use, when it is known before the stream is: ``session``,
+    an ``ingest.source_id`` to resolve, or the simulated headset's; ``None`` otherwise (it comes
+    from whichever stream is found, or from each device in fleet mode)."""
+    if settings.fleet.enabled:
+        return None
+    if settings.session:
+        return settings.session
+    ingest = settings.ingest
+    if ingest.source == "simulated":
+        return session_id_for(simulated_source_id(ingest), "")
+    if ingest.source in ("lsl", "auto") and ingest.source_id:
+        return session_id_for(ingest.source_id, "")
+    return None
+
+
+def require_valid(settings: Settings) -> None:
+    """Refuse a configuration :func:`~gazeguard.config.validate_settings` finds a problem in.
+
+    Raises:
+        ConfigError: the first problem (``gazeguard config check`` lists all of them).
+    """
+    problems = validate_settings(settings)
+    if problems:
+        first = problems[0].error()
+        if len(problems) > 1:
+            more = f" (and {len(problems) - 1} more: `gazeguard config check` lists them)"
+            raise ConfigError(first.field, first.value, first.reason + more, first.source)
+        raise first
 
 
 @contextlib.asynccontextmanager
@@ -95,23 +151,38 @@ async def _broker(settings: BrokerSettings) -> AsyncIterator[BrokerSettings]:
         yield broker.settings(settings)
 
 
+@dataclass(slots=True)
+class _Outbound:
+    ledger: Ledger
+    publisher: Publisher
+    flushed: bool = False
+
+    async def flush(self) -> None:
+        """Give the publisher ``FLUSH_AT_EXIT_S`` to deliver the outbox (once)."""
+        if self.flushed:
+            return
+        self.flushed = True
+        try:
+            await self.publisher.flush(FLUSH_AT_EXIT_S)
+        except PublishError as exc:  # reported; the outbox keeps the chunks
+            log.warning("%s", exc)
+
+
 @contextlib.asynccontextmanager
-async def _outbound(settings: Settings) -> AsyncIterator[tuple[Ledger, Publisher]]:
+async def _outbound(settings: Settings) -> AsyncIterator[_Outbound]:
     """The ledger, the broker (embedded if none is configured) and the publisher draining the
     ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
     left (what it cannot send stays in the outbox for the next start)."""
-    with Ledger.from_settings(settings.ledger) as ledger:
+    with open_ledger(settings.ledger) as ledger:
         async with (
             _broker(settings.broker) as broker,
             Publisher(broker, ledger, name="gazeguard.publish") as publisher,
         ):
+            out = _Outbound(ledger, publisher)
             try:
-                yield ledger, publisher
+                yield out
             finally:
-                try:
-                    await publisher.flush(FLUSH_AT_EXIT_S)
-                except Exception as exc:  # reported; the outbox keeps the chunks
-                    log.warning("%s", exc)
+                await out.flush()
 
 
 @contextlib.asynccontextmanager
@@ -143,11 +214,21 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
             finally:
                 await found.__aexit__(None, None, None)
             return
-    source_id = settings.source_id or f"gazeguard-sim-{settings.simulated_seed}"
+    source_id = simulated_source_id(settings)
     with SimulatedHeadset.from_settings(settings, source_id=source_id):
         sim = settings.model_copy(update={"source_id": source_id, "preset": "gazeguard"})
         async with GazeStream(sim) as stream:
             yield stream
+
+
+def open_ledger(settings: LedgerSettings, **kwargs: Any) -> Ledger:
+    """The ledger ``settings`` describe (``url`` when set, else ``path``), with its caps."""
+    return Ledger(
+        settings.url if settings.url is not None else settings.path,
+        settings.synchronous,
+        **settings.caps(),
+        **kwargs,
+    )
 
 
 async def serve(
@@ -164,13 +245,19 @@ async def serve(
     Args:
         settings: the validated configuration.
         duration_s: stop after this long (None: until stopped).
-        stop: set it to stop (SIGINT/SIGTERM set it in :func:`run_run`).
+        stop: set it to stop (``gazeguard run`` sets it on SIGINT/SIGTERM).
         on_release: called (in a worker thread) for each charged chunk.
         tap: in-process raw-vs-released hook for diagnostics (``gazeguard demo``).
         ready: called with the pipeline and the broker ``host:port`` once everything is up.
+
+    Raises:
+        ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (before
+            anything is opened), or the ledger refused the caps.
     """
+    require_valid(settings)
     stop = stop or asyncio.Event()
-    async with _outbound(settings) as (ledger, publisher), _gaze(settings.ingest) as stream:
+    async with _outbound(settings) as out, _gaze(settings.ingest) as stream:
+        ledger, publisher = out.ledger, out.publisher
         info = stream.info
         session = settings.session or session_id_for(info.source_id, info.name)
         pipeline = Pipeline(
@@ -184,14 +271,16 @@ async def serve(
             tap=tap,
         )
         log.info(
-            "session %r: %s %s n=%d k=%s, %d features, ε %.6g per chunk; broker %s",
+            "session %r: %s %s n=%d k=%s %s, %d features, ε %.4g per chunk at δ %g; broker %s",
             session,
-            settings.mechanism.name,
-            settings.mechanism.transform,
-            settings.mechanism.chunk_steps,
+            pipeline.mechanism.name,
+            pipeline.mechanism.transform,
+            pipeline.mechanism.n,
             pipeline.mechanism.k,
+            pipeline.mechanism.noise,
             len(pipeline.feature_names),
-            pipeline.chunk_epsilon,
+            pipeline.cost.chunk,
+            pipeline.cost.delta,
             publisher.endpoint,
         )
         publisher.publish_status(pipeline.status("starting"))
@@ -216,19 +305,24 @@ async def serve(
             pipeline.close()
             final: SessionState = "stream_lost" if failure is not None else "stopped"
             reason = None if failure is None else f"ingest failed: {failure}"
-            publisher.publish_status(pipeline.status(final, reason))
+            publisher.publish_status(pipeline.status(final, reason, ingest_counters(stream.stats)))
         if failure is not None:
             raise failure
+        await out.flush()
         state = ledger.state(session)
         return RunSummary(
             session,
             settings.device,
             pipeline.stats,
-            state.spent,
+            state.epsilon,
             state.remaining,
             len(ledger.pending(session=session)),
             publisher.endpoint,
             str(settings.ledger.url or settings.ledger.path),
+            delivered=publisher.delivered,
+            broker_connections=publisher.connections,
+            broker_refusals=publisher.refusals,
+            broker_error=publisher.last_error,
         )
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -243,15 +337,17 @@ async def serve_fleet(
     """Fleet mode: serve every session that appears (LSL streams or MQTT raw gaze).
 
     Returns the :class:`~gazeguard.fleet.Fleet` (its ``closed`` sessions and counters).
+
+    Raises:
+        ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (e.g. a source
+            other than 'lsl' or 'mqtt').
     """
-    if settings.ingest.source not in ("lsl", "mqtt"):
-        raise ConfigError(
-            "ingest.source",
-            settings.ingest.source,
-            "fleet mode serves real streams: set ingest.source to 'lsl' or 'mqtt'",
-        )
+    require_valid(
+        settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"enabled": True})})
+    )
     stop = stop or asyncio.Event()
-    async with _outbound(settings) as (ledger, publisher):
+    async with _outbound(settings) as out:
+        ledger, publisher = out.ledger, out.publisher
         fleet = Fleet(settings, ledger, publisher)
         freeze_startup_objects()
         log.info(
@@ -285,186 +381,56 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def ingest_counters(stats: IngestStats) -> IngestCounters:
+    """The status message's view of a stream's ingest counters."""
+    return IngestCounters.model_validate(
+        {name: getattr(stats, name) for name in IngestCounters.model_fields}
+    )
+
+
 async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) -> None:
-    """Feed blocks through the pipeline (in a worker thread) and wake the publisher."""
+    """Feed blocks through the pipeline (in a worker thread) and wake the publisher.
+
+    Keeps the retained status current: ``stream_lost`` once no usable sample arrived for
+    ``ingest.stream_lost_after_s`` (the stream is watched even while it sends nothing), back to
+    the pipeline's own state when samples resume, and republished with the ingest counters at
+    least every ``STATUS_EVERY_S``.
+    """
+    lost_after = stream.settings.stream_lost_after_s
+    tick = min(1.0, lost_after / 4)
     last_status = time.monotonic()
-    last_state = pipeline.stats.state
-    async for block in stream:
-        released = await asyncio.to_thread(pipeline.push, block)
-        if released:
-            publisher.notify(released)
-        now = time.monotonic()
-        if pipeline.stats.state != last_state or now - last_status > STATUS_EVERY_S:
-            publisher.publish_status(pipeline.status())
-            last_status, last_state = now, pipeline.stats.state
-
-
-# ------------------------------------------------------------------------------ CLI
-
-
-def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by ``run`` and ``demo`` (each maps to one setting; flags win over env/file)."""
-    g = parser.add_argument_group("configuration (flags override GAZEGUARD_* env and --config)")
-    g.add_argument("--config", type=Path, help="TOML configuration file")
-    g.add_argument("--device", help="device id in topics (default: host name)")
-    g.add_argument("--session", help="session id (default: derived from the stream source_id)")
-    g.add_argument(
-        "--source",
-        choices=["auto", "lsl", "simulated", "mqtt"],
-        help="gaze source (default auto: an LSL stream, else the simulated headset; "
-        "mqtt: raw gaze over MQTT in fleet mode, trusted networks only)",
-    )
-    g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
-    g.add_argument("--stream-name", help="LSL stream name to resolve")
-    g.add_argument("--source-id", help="LSL source_id to resolve")
-    g.add_argument("--mechanism", choices=["lpa", "cfpa", "dcfpa"], help="default dcfpa")
-    g.add_argument("--transform", choices=["dft", "dct"], help="default dft")
-    g.add_argument("--chunk-steps", type=int, help="n, steps per chunk (power of two; 32)")
-    g.add_argument("-k", "--k", dest="k", help="kept frequencies, or 'auto' (default)")
-    g.add_argument("--epsilon", type=float, help="ε per feature per chunk (default 1.0)")
-    g.add_argument("--features", help="comma-separated release profile (default: all)")
-    g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
-    g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
-    g.add_argument("--ledger", type=Path, help="ledger SQLite file")
-    g.add_argument("--session-cap", type=float, help="max total ε per session")
-    g.add_argument("--broker", help="HOST[:PORT] of the MQTT broker (default: embedded)")
-    g.add_argument(
-        "--fleet",
-        action="store_true",
-        default=None,
-        help="serve every stream found (LSL) or claimed (ingest.source=mqtt), one session each",
-    )
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """Load settings from ``--config``, the environment and the flags that were given."""
-    o: dict[str, Any] = {}
-
-    def put(section: str | None, key: str, value: object) -> None:
-        if value is not None:
-            (o.setdefault(section, {}) if section else o)[key] = value
-
-    put(None, "device", args.device)
-    put(None, "session", args.session)
-    put("ingest", "source", args.source)
-    put("ingest", "stream_type", args.stream_type)
-    put("ingest", "stream_name", args.stream_name)
-    put("ingest", "source_id", args.source_id)
-    put("mechanism", "name", args.mechanism)
-    put("mechanism", "transform", args.transform)
-    put("mechanism", "chunk_steps", args.chunk_steps)
-    put("mechanism", "k", args.k)
-    put("mechanism", "epsilon", args.epsilon)
-    if args.features:
-        put("mechanism", "features", [f.strip() for f in args.features.split(",") if f.strip()])
-    put("features", "window_s", args.window_s)
-    put("features", "step_s", args.step_s)
-    put("fleet", "enabled", args.fleet)
-    put("ledger", "path", args.ledger)
-    put("ledger", "session_cap", args.session_cap)
-    if args.broker:
-        o["broker"] = broker_address(args.broker)
-    return load_settings(args.config, **o)
-
-
-def configure_run(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``gazeguard run``."""
-    parser.description = (
-        "Run the privacy sidecar: read gaze from an LSL stream (or the simulated headset when "
-        "none is configured), compute sliding-window features, privatize each chunk with "
-        "DCFPA (or LPA/CFPA), charge it to the durable ε ledger, publish it over MQTT "
-        "(an embedded broker when none is configured). Stops on Ctrl-C / SIGTERM."
-    )
-    parser.add_argument("--duration", type=float, help="stop after this many seconds")
-    parser.add_argument("--quiet", action="store_true", help="no per-chunk progress lines")
-    add_settings_arguments(parser)
-
-
-def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
-    first = settings.features.window_s + settings.mechanism.chunk_steps * settings.features.step_s
-    cap = settings.ledger.session_cap
-    budget = (
-        f"session cap {cap:g}"
-        if cap is not None
-        else "no session cap: the user-level ε grows with every chunk (set ledger.session_cap)"
-    )
-    print(  # noqa: T201 - startup banner of the CLI
-        f"gazeguard: session {pipeline.session!r} → broker {endpoint}; "
-        f"{pipeline.mechanism.name}/{pipeline.mechanism.transform} n={pipeline.chunker.n_steps} "
-        f"k={pipeline.mechanism.k}, {len(pipeline.feature_names)} features, "
-        f"ε {pipeline.chunk_epsilon:g} per chunk; {budget}. "
-        f"First chunk after about {first:g} s of gaze, then one every "
-        f"{settings.mechanism.chunk_steps * settings.features.step_s:g} s.",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def _progress(out: ReleasedChunk) -> None:
-    led = out.message.ledger
-    remaining = "uncapped" if led.remaining is None else f"{led.remaining:.6g} left"
-    print(  # noqa: T201 - progress output of the CLI
-        f"chunk {out.message.chunk_index:>5} charged ε={led.chunk_epsilon:.6g} "
-        f"(session total {led.session_spent:.6g}, {remaining}) → {out.topic}",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def run_run(args: argparse.Namespace) -> int:
-    """``gazeguard run``."""
-    settings = settings_from_args(args)
-
-    async def main() -> RunSummary:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        return await serve(
-            settings,
-            duration_s=args.duration,
-            stop=stop,
-            on_release=None if args.quiet else _progress,
-            ready=lambda p, ep: _banner(p, ep, settings),
-        )
-
-    if settings.fleet.enabled:
-        return _run_fleet(settings, args.duration)
-    summary = run_loop(main())
-    s = summary.stats
-    remaining = "no cap" if summary.remaining is None else f"{summary.remaining:.6g} remaining"
-    print(  # noqa: T201
-        f"gazeguard: session {summary.session!r}: {s.released} chunks released, "
-        f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped; "
-        f"ε spent {summary.spent:.6g} ({remaining}); {summary.pending} chunks still in the "
-        f"outbox; ledger {summary.ledger}",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def _run_fleet(settings: Settings, duration_s: float | None) -> int:
-    async def main() -> Fleet:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        return await serve_fleet(settings, duration_s=duration_s, stop=stop)
-
-    fleet = run_loop(main())
-    print(  # noqa: T201
-        f"gazeguard fleet worker {fleet.worker_id}: {len(fleet.closed)} sessions served, "
-        f"{len(fleet.sessions)} open at exit, {fleet.refused} refused",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def run_loop(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` on uvloop (the plain asyncio loop where uvloop is unavailable)."""
+    last_state: SessionState = pipeline.stats.state
+    blocks = aiter(stream)
+    pending = asyncio.ensure_future(anext(blocks))
     try:
-        import uvloop  # noqa: PLC0415
-
-    except ImportError:  # pragma: no cover - Windows
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=tick)
+            if done:
+                try:
+                    block = pending.result()
+                except StopAsyncIteration:
+                    return
+                pending = asyncio.ensure_future(anext(blocks))
+                released = await asyncio.to_thread(pipeline.push, block)
+                if released:
+                    publisher.notify(released)
+            idle = stream.idle_s
+            lost = idle > lost_after
+            state: SessionState = "stream_lost" if lost else pipeline.stats.state
+            now = time.monotonic()
+            if state == last_state and now - last_status <= STATUS_EVERY_S:
+                continue
+            reason = None
+            if lost:
+                reason = (
+                    f"no usable gaze sample for {idle:.0f} s (ingest.stream_lost_after_s = "
+                    f"{lost_after:g}); waiting for the stream"
+                )
+                if last_state != "stream_lost":
+                    log.warning("session %r: %s", pipeline.session, reason)
+            elif last_state == "stream_lost":
+                log.warning("session %r: gaze samples resumed", pipeline.session)
+            publisher.publish_status(pipeline.status(state, reason, ingest_counters(stream.stats)))
+            last_status, last_state = now, state
+    finally:
+        pending.cancel()

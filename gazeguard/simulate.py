@@ -19,14 +19,14 @@ deterministic per (seed, task, session) and does not depend on how it is chunked
 ``simulate_gaze(10, 250, seed=3)`` equals ten one-second ``take()`` calls.
 
 :class:`SimulatedHeadset` streams a generator as a real pylsl outlet (preset ``gazeguard``) on a
-real-time schedule in a background thread; ``gazeguard simulate`` runs one from the command line.
+real-time schedule in a background thread; ``gazeguard simulate`` (:mod:`gazeguard.cli.simulate`)
+runs one from the command line.
 Recorded files are streamed by :mod:`gazeguard.replay`, which shares this module's real-time
 pusher thread.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import threading
@@ -530,47 +530,3 @@ class _HeadsetPusher(_Pusher):
             if h.total is not None and self.samples_sent >= h.total:
                 return
             self._stop.wait(self.push_interval_s)
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------
-def configure_simulate(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``gazeguard simulate``."""
-    parser.add_argument("--rate", type=float, default=120.0, help="sampling rate, Hz (default 120)")
-    parser.add_argument("--seed", type=int, default=1, help="which simulated person (default 1)")
-    parser.add_argument("--task", choices=TASKS, default="free", help="what the person does")
-    parser.add_argument("--session", type=int, default=0, help="which recording of that person")
-    parser.add_argument("--duration", type=float, default=None, help="seconds (default: forever)")
-    parser.add_argument("--name", default="gazeguard-sim", help="LSL stream name")
-    parser.add_argument("--source-id", default=None, help="LSL source_id (default: unique)")
-    parser.add_argument(
-        "--push-interval",
-        type=float,
-        default=0.01,
-        help="push due samples every this many s (default 0.01; 0: one push per sample, as "
-        "vendor bridges do)",
-    )
-
-
-def run_simulate(args: argparse.Namespace) -> int:
-    """``gazeguard simulate``: stream a simulated person until --duration or Ctrl-C."""
-    headset = SimulatedHeadset(
-        args.rate,
-        args.seed,
-        task=args.task,
-        session=args.session,
-        source_id=args.source_id,
-        name=args.name,
-        duration_s=args.duration,
-        push_interval_s=args.push_interval or 1.0 / args.rate,
-    )
-    with headset:
-        print(  # noqa: T201
-            f"streaming simulated person {args.seed} ({args.task}) at {args.rate:g} Hz as LSL "
-            f"stream {headset.name!r}, source_id {headset.source_id!r}; Ctrl-C to stop",
-            flush=True,
-        )
-        headset.done.wait()
-    print(f"sent {headset.samples_sent} samples", flush=True)  # noqa: T201
-    return 0

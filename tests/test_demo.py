@@ -6,8 +6,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+
+from gazeguard.config import Settings
+from gazeguard.demo import DEMO_DEFAULTS, Trace, caption, demo_changes, plot
 
 
 @pytest.mark.network
@@ -28,3 +33,77 @@ def test_demo_shows_chunks_arriving_and_writes_the_plot(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 20_000
     assert "status: stopped" in out.stdout
+    # The banner says what differs from `gazeguard run` and why (the flags given here included).
+    assert "This is `gazeguard run` with these changes" in out.stdout
+    assert re.search(r"features\.window_s +2 s \(your flag\) \(run: 30 s\)", out.stdout)
+    assert re.search(
+        r"mechanism\.epsilon +24 per feature per chunk \(run: noise calibrated to ε 10 per hour "
+        r"of gaze\) — .* per hour of gaze",
+        out.stdout,
+    )
+    assert re.search(r"ledger\.budget_per_hour +none \(run: 10\)", out.stdout)
+    assert re.search(r"mechanism\.features +4 features \(run: all 48\)", out.stdout)
+    assert re.search(r"ingest\.source +simulated \(run: auto\)", out.stdout)
+
+
+def demo_settings(**flags: object) -> Settings:
+    """The demo's settings as `gazeguard demo` builds them (no flags: its own defaults)."""
+    values = {**DEMO_DEFAULTS, **flags, "ledger.path": "/tmp/demo.sqlite"}
+    nested: dict[str, Any] = {}
+    for name, value in values.items():
+        *sections, key = name.split(".")
+        node = nested
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[key] = value
+    return Settings(**nested)
+
+
+def test_demo_names_every_change_from_run_with_its_reason() -> None:
+    changes = {c.setting: c for c in demo_changes(demo_settings())}
+    assert set(changes) == {
+        "ingest.source",
+        "features.window_s",
+        "features.step_s",
+        "mechanism.features",
+        "mechanism.epsilon",
+        "ledger.budget_per_hour",
+        "ledger.path",
+        "broker.port",
+    }
+    w, s, e = changes["features.window_s"], changes["features.step_s"], changes["mechanism.epsilon"]
+    assert (w.value, w.run_value) == ("10 s", "30 s")
+    assert "first chunk after 13.2 s of gaze instead of 46 s" in w.why
+    assert (s.value, s.run_value) == ("0.1 s × 32 steps", "0.5 s × 32 steps")
+    assert "every 3.2 s instead of every 16 s" in s.why
+    assert (e.value, e.run_value) == (
+        "24 per feature per chunk",
+        "noise calibrated to ε 10 per hour of gaze",
+    )
+    assert "A chunk costs pure ε 96, 1.08e+05 per hour of gaze" in e.why
+    assert changes["mechanism.features"].run_value == "all 48"
+    assert all(c.by == "demo" for c in changes.values())
+    flagged = demo_changes(demo_settings(**{"features.window_s": 2.0}), flags=frozenset(
+        {"features.window_s"}
+    ))  # fmt: skip
+    assert {c.setting: c.by for c in flagged}["features.window_s"] == "flag"
+    text = caption(list(changes.values()))
+    for c in changes.values():
+        assert f"{c.setting} {c.value} (run: {c.run_value})" in text
+
+
+def test_the_png_carries_the_caption(tmp_path: Path) -> None:
+    n = 32
+    trace = Trace(
+        names=["fixation_rate"],
+        units=["1/s"],
+        t=[np.arange(n) * 0.1],
+        raw=[np.full((1, n), 2.0)],
+        released=[np.full((1, n), 2.5)],
+        epsilon=24.0,
+        mechanism="dcfpa/dft",
+    )
+    bare = plot(trace, tmp_path / "bare.png")
+    noted = plot(trace, tmp_path / "noted.png", caption(demo_changes(demo_settings())))
+    height = [int.from_bytes(p.read_bytes()[20:24], "big") for p in (bare, noted)]
+    assert height[1] > height[0]  # the caption adds lines below the plots

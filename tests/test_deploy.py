@@ -38,6 +38,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.reasoncodes import ReasonCode
 from pydantic import SecretStr
 
+from gazeguard.cli import ExitCode
 from gazeguard.cli import main as gazeguard_main
 from gazeguard.config import BrokerSettings, load_settings
 from gazeguard.errors import PublishError
@@ -370,8 +371,13 @@ def test_sidecar_publishes_with_its_credentials_and_consumer_reads_over_tls(
     for c in received:
         assert (c.device, c.session) == (DEVICE, unique_id)
         assert c.mechanism.name == "dcfpa"
-        assert c.mechanism.noise == "os-csprng"
-        assert c.ledger.session_spent == pytest.approx((c.chunk_index + 1) * c.ledger.chunk_epsilon)
+        assert c.mechanism.randomness == "os-csprng"
+        # pure ε: each feature's ε rounded up to a whole micro-ε by the ledger
+        releases = (c.chunk_index + 1) * len(c.features)
+        spent = (c.chunk_index + 1) * c.ledger.chunk_epsilon
+        assert spent <= c.ledger.session_spent <= spent + releases * 1e-6
+        assert c.ledger.epsilon <= c.ledger.session_spent  # the accountant's ε at δ
+        assert c.ledger.window_cap == 10.0  # the shipped config's budget per hour
     assert states
     assert states[0] in {"starting", "running"}
 
@@ -397,7 +403,7 @@ def test_sidecar_with_another_devices_login_is_refused_and_keeps_its_chunks(
         line = sidecar.wait_for_line(r"broker refused chunk 0 ", 40)
         assert f"'{PREFIX}/{DEVICE}/{unique_id}/chunks'" in line
         assert "Not authorized" in line
-        assert sidecar.stop() == 0, sidecar.stderr
+        assert sidecar.stop() == ExitCode.REFUSED, sidecar.stderr
     with Ledger(ledger_path, create=False) as ledger:
         state = ledger.state(unique_id)
     assert state.chunks >= 1
@@ -596,9 +602,9 @@ def test_there_is_an_example_config_for_every_preset() -> None:
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_example_config_is_valid(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert gazeguard_main(["config", "check", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert out.rstrip().endswith(f"{path}: OK")
-    effective = json.loads(out[: out.rindex("}") + 1])
+    captured = capsys.readouterr()
+    assert captured.err.rstrip().endswith(f"{path}: OK")
+    effective = json.loads(captured.out)  # stdout is the effective configuration, JSON only
     settings = load_settings(path)
     assert effective["device"] == settings.device
     # The ACL lets a device write only gazeguard/v1/<its username>/#.

@@ -1,8 +1,14 @@
-"""Dataset loaders of ``gazeguard eval``: real recordings, generic CSV, clear errors."""
+"""Dataset loaders of ``gazeguard eval``: real recordings as published, your recordings in any
+supported format, the fallback when data is missing, clear errors."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -11,13 +17,18 @@ import pytest
 
 from gazeguard.errors import DatasetError
 from gazeguard.eval.datasets import (
+    PUBLIC_DATASETS,
     CsvGaze,
+    DataNotFoundError,
     GazeGraph,
     Irf,
     fov_to_degrees,
     open_dataset,
     screen_to_degrees,
 )
+from gazeguard.recordings import ReadOptions
+
+DATA = Path(__file__).resolve().parent / "data" / "recordings"
 
 
 def _write(path: Path, text: str) -> Path:
@@ -59,12 +70,14 @@ def test_csv_loader_groups_recordings_and_marks_invalid(tmp_path: Path) -> None:
 
 
 def test_csv_loader_converts_normalised_gaze_with_a_field_of_view(tmp_path: Path) -> None:
+    # normalised gaze has one convention everywhere: 0..1, origin top-left (y = 0 is the top)
     f = _write(
-        tmp_path / "n.csv", "time,gaze_x,gaze_y,subject,activity\n0,1.0,0.5,p,t\n1,0.5,0,p,t\n"
+        tmp_path / "n.csv",
+        "time,gaze_x,gaze_y,subject,activity\n0,1.0,0.5,p,t\n0.01,0.5,0,p,t\n",
     )
     rec = next(iter(CsvGaze(f, units="norm", fov_deg=(90.0, 60.0)).recordings()))
     assert rec.samples.x_deg.tolist() == pytest.approx([45.0, 0.0])
-    assert rec.samples.y_deg.tolist() == pytest.approx([0.0, -30.0])
+    assert rec.samples.y_deg.tolist() == pytest.approx([0.0, 30.0])
     with pytest.raises(DatasetError, match="needs a field of view"):
         CsvGaze(f, units="norm")
 
@@ -72,12 +85,12 @@ def test_csv_loader_converts_normalised_gaze_with_a_field_of_view(tmp_path: Path
 @pytest.mark.parametrize(
     ("body", "line", "message"),
     [
-        ("t,x,y,person,task\n0,1,2,p,t\n0.1,1,oops,p,t\n", 3, "column 'y': 'oops' is not a number"),
-        ("t,x,y,person,task\n0,1,2,p,t\n0.1,1,2,p\n", 3, "expected 5 fields, found 4"),
-        ("t,x,y,person,task\n0,1,2,p,t\n0,1,2,p,t\n", 3, "timestamp 0.0 is not after"),
-        ("# c\nt,x,y,person\n0,1,2,p\n", 2, "lacks column\\(s\\) task"),
-        ("t,x,y,person,task\n0,1,2,,t\n", 2, "empty person or task"),
-        ("t,x,y,person,task\nnan,1,2,p,t\n", 2, "column 't': 'nan' must be a finite number"),
+        ("t,x,y,person,task\n0,1,2,p,t\n0.1,1,oops,p,t\n", 3, "not a number in column 'y': 'oops'"),
+        ("t,x,y,person,task\n0,1,2,p,t\n0.1,1,2,p\n", 3, "4 fields, expected 5"),
+        ("t,x,y,person,task\n0,1,2,p,t\n0,1,2,p,t\n", 3, "time does not increase in column 't'"),
+        ("t,x,y,person,task\n0,1,2,,t\n", 2, "empty 'person' cell"),
+        ("t,x,y,person,task\nnan,1,2,p,t\n", 2, "no value in column 't'"),
+        ("t,x,y,person,task\n", 1, "a header line but no samples"),
     ],
 )
 def test_malformed_csv_names_file_and_line(
@@ -91,15 +104,154 @@ def test_malformed_csv_names_file_and_line(
     assert f"bad.csv, line {line}:" in str(info.value)
 
 
+def test_csv_without_person_or_task_says_how_to_label(tmp_path: Path) -> None:
+    f = _write(tmp_path / "rec.csv", "t,x,y,person\n0,1,2,p\n0.01,1,2,p\n")
+    with pytest.raises(DatasetError, match="has no task label: add a 'task' column") as info:
+        list(CsvGaze(f).recordings())
+    assert info.value.path == f
+    assert "--labels '{person}_{task}'" in str(info.value)
+
+
 def test_csv_directory_and_missing_path(tmp_path: Path) -> None:
-    _write(tmp_path / "a.csv", "t,x,y,person,task\n0,1,2,p1,t\n1,1,2,p1,t\n")
-    _write(tmp_path / "b.csv", "t,x,y,person,task\n0,1,2,p2,t\n1,1,2,p2,t\n")
+    _write(tmp_path / "a.csv", "t,x,y,person,task\n0,1,2,p1,t\n0.01,1,2,p1,t\n")
+    _write(tmp_path / "b.csv", "t,x,y,person,task\n0,1,2,p2,t\n0.01,1,2,p2,t\n")
     recs = list(open_dataset(f"csv:{tmp_path}").recordings())
     assert [r.person for r in recs] == ["p1", "p2"]
     with pytest.raises(DatasetError, match="no such file or directory"):
         open_dataset(f"csv:{tmp_path / 'nope.csv'}")
     with pytest.raises(DatasetError, match="unknown dataset"):
         open_dataset("mpiidpeye")
+
+
+def test_a_folder_of_vendor_exports_is_one_dataset(tmp_path: Path) -> None:
+    """Pupil Player, Tobii Pro Lab and EyeLink files side by side; labels from file names where
+    the files carry none, from the files where they do."""
+    root = tmp_path / "study"
+    shutil.copytree(DATA / "pupil_core_3d", root / "P07_reading")
+    shutil.copy(DATA / "eyelink_mono_area.asc", root / "P08_search.asc")
+    shutil.copy(DATA / "tobii_pro_lab_legacy.tsv", root / "Anna_watching.tsv")
+    (root / "notes.txt").write_text("not a recording")
+    geometry = json.loads((DATA / "geometry.json").read_text())
+    opts = ReadOptions(
+        screen_mm=tuple(geometry["eyelink"]["screen_mm"]),
+        distance_mm=geometry["eyelink"]["distance_mm"],
+    )
+    ds = open_dataset(f"csv:{root}", read_options=opts, labels="{person}_{task}")
+    recs = list(ds.recordings())
+    assert [(r.person, r.task, r.recording) for r in recs] == [
+        ("Anna", "watching", "Rec 3"),
+        ("P07", "reading", "P07_reading"),
+        ("P08", "search", "P08_search"),
+    ]
+    assert len(recs[1].samples) == len(np.load(DATA / "truth.npz")["pupil_core_3d__t"])
+    before = ds.fingerprint()
+    assert open_dataset(f"csv:{root}", read_options=opts).fingerprint() != before
+    with pytest.raises(DatasetError, match=r"does not match --labels '\{person\}/\{task\}'"):
+        list(open_dataset(f"csv:{root}", read_options=opts, labels="{person}/{task}").recordings())
+
+
+def test_public_datasets_name_source_and_licence() -> None:
+    assert PUBLIC_DATASETS["gazegraph"].url == "https://github.com/GazeGraphResource/GazeGraph"
+    assert "SenSys 2020" in PUBLIC_DATASETS["gazegraph"].title
+    assert PUBLIC_DATASETS["irf"].licence == "MIT"
+    assert PUBLIC_DATASETS["andersson2017"].licence == "GPL-3.0"
+    out = subprocess.run(
+        [sys.executable, "-m", "gazeguard", "eval", "--help"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    text = " ".join(out.stdout.split())
+    for d in PUBLIC_DATASETS.values():
+        assert d.url in text
+        assert f"Licence: {d.licence}" in text
+    assert "gazeguard CSV: a header line" in out.stdout
+    assert "t,x_deg,y_deg,pupil_mm,person,task" in out.stdout
+
+
+@pytest.mark.slow
+def test_eval_quick_without_data_falls_back_to_synthetic_with_a_note(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GAZEGUARD_DATA"}
+    out = subprocess.run(
+        [sys.executable, "-m", "gazeguard", "eval", "--quick", "--mechanisms", "lpa-32",
+         "--epsilons", "4.8", "--synthetic-people", "2", "--synthetic-duration", "30",
+         "--window", "10", "--step", "0.25", "--classifiers", "dt", "--utility-reps", "1",
+         "--every-task", "1", "--every-reid", "1", "--jobs", "1", "--no-cache",
+         "--out", str(tmp_path / "out")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    notes = [ln for ln in out.stderr.splitlines() if "note:" in ln]
+    assert len(notes) == 1
+    assert notes[0].startswith("gazeguard eval: note: gazegraph recordings not found")
+    assert "evaluating synthetic only" in notes[0]
+    assert "https://github.com/GazeGraphResource/GazeGraph" in notes[0]
+    assert "--data-dir" in notes[0]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [d["dataset"] for d in results["datasets"]] == ["synthetic"]
+
+
+def test_a_dataset_asked_for_by_name_is_an_error_where_missing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GAZEGUARD_DATA"}
+    out = subprocess.run(
+        [sys.executable, "-m", "gazeguard", "eval", "--dataset", "irf", "--out", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert "recordings for 'irf' not found" in out.stderr
+    assert "https://github.com/r-zemblys/irf (MIT)" in out.stderr
+    with pytest.raises(DataNotFoundError) as info:
+        open_dataset("gazegraph", tmp_path)
+    assert info.value.looked == [tmp_path.resolve()]
+
+
+def _gazegraph_zip(path: Path, prefix: str = "DesktopActivity/") -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for p in (1, 2):
+            for task in ("READ", "WATCH"):
+                zf.writestr(f"{prefix}P{p}/P{p}_{task}.csv", "0.5,0.5\n0.4,0.6\n0.45,0.55\n")
+    return path
+
+
+def test_gazegraph_accepted_as_downloaded(tmp_path: Path) -> None:
+    # the dataset zip itself, in the data folder
+    (tmp_path / "a").mkdir()
+    _gazegraph_zip(tmp_path / "a" / "DesktopActivity.zip")
+    # the repository's zip as GitHub serves it: GazeGraph-master/DesktopActivity.zip inside
+    (tmp_path / "b").mkdir()
+    inner = _gazegraph_zip(tmp_path / "inner.zip")
+    with zipfile.ZipFile(tmp_path / "b" / "GazeGraph-master.zip", "w") as zf:
+        zf.writestr("GazeGraph-master/README.md", "# GazeGraph")
+        zf.write(inner, "GazeGraph-master/DesktopActivity.zip")
+    # a clone, and the unpacked folder
+    (tmp_path / "c" / "GazeGraph").mkdir(parents=True)
+    _gazegraph_zip(tmp_path / "c" / "GazeGraph" / "DesktopActivity.zip")
+    with zipfile.ZipFile(inner) as zf:
+        zf.extractall(tmp_path / "d")
+    for root in ("a", "b", "c", "d"):
+        recs = list(open_dataset("gazegraph", tmp_path / root).recordings())
+        assert [r.recording for r in recs] == ["P1_read", "P1_watch", "P2_read", "P2_watch"]
+        assert len(recs[0].samples) == 3
+
+
+@pytest.mark.data
+def test_upstream_archives_of_the_real_datasets(shared_data: Path, tmp_path: Path) -> None:
+    """The real files, packed as their repositories' zips download from GitHub."""
+    with zipfile.ZipFile(tmp_path / "GazeGraph-master.zip", "w") as zf:
+        zf.write(
+            shared_data / "gazegraph_desktop_activity" / "DesktopActivity.zip",
+            "GazeGraph-master/DesktopActivity.zip",
+        )
+    with zipfile.ZipFile(tmp_path / "irf-master.zip", "w") as zf:
+        for f in sorted((shared_data / "irf_lookAtPoint_EL").iterdir()):
+            zf.write(f, f"irf-master/etdata/lookAtPoint_EL/{f.name}")
+    gg = list(open_dataset("gazegraph", tmp_path).recordings())
+    assert len(gg) == 48
+    assert len(gg[0].samples) == 9000
+    want = list(GazeGraph(shared_data / "gazegraph_desktop_activity").recordings())
+    np.testing.assert_array_equal(gg[5].samples.x_deg, want[5].samples.x_deg)
+    irf = list(open_dataset("irf", tmp_path).recordings())
+    assert [r.person for r in irf] == [f"S{i}" for i in range(1, 7)]
+    assert int((~irf[0].samples.valid).sum()) == 1862
 
 
 def test_gazegraph_zip_with_a_malformed_line_names_member_and_line(tmp_path: Path) -> None:

@@ -15,8 +15,10 @@ from gazeguard.features import (
     FeatureExtractor,
     extract_features,
     feature_bounds,
+    feature_defaults,
 )
 from gazeguard.samples import FloatArray, GazeSamples
+from gazeguard.simulate import simulate_gaze
 
 NAMES = [f.name for f in FEATURES]
 IDX = {n: i for i, n in enumerate(NAMES)}
@@ -238,40 +240,45 @@ def test_event_features_equal_a_brute_force_recomputation() -> None:
 
 
 # --- always finite -----------------------------------------------------------------------------
-def test_low_quality_windows_hold_behaviour_and_report_the_loss() -> None:
+def test_low_quality_windows_hold_behaviour_for_the_hold_limit_then_release_defaults() -> None:
     block = regular(120, 80.0)
     x = block.x_deg.copy()
     y = block.y_deg.copy()
     lost = (block.timestamps >= 35.0) & (block.timestamps < 60.0)  # headset off for 25 s
     x[lost] = np.nan
     y[lost] = np.nan
-    fx = FeatureExtractor(10.0, 0.5)
+    fx = FeatureExtractor(10.0, 0.5)  # hold limit: W = 10 s = 20 steps
     X, _ = fx.push(GazeSamples.from_arrays(block.timestamps, x, y, block.pupil_mm))
     assert np.all(np.isfinite(X))
     vf = col(X, "valid_fraction")
-    low = vf < 0.5
-    assert fx.stats.low_quality_windows == np.count_nonzero(low) > 20
+    low = np.flatnonzero(vf < 0.5)
+    assert fx.stats.low_quality_windows == len(low) > 20
+    assert np.all(np.diff(low) == 1)  # one run of low-quality windows
     behaviour = [i for i, f in enumerate(FEATURES) if f.name != "valid_fraction"]
-    for k in np.flatnonzero(low):
-        assert np.array_equal(X[k, behaviour], X[k - 1, behaviour])
+    default = feature_defaults(None, 10.0, 0.5)
+    for j, k in enumerate(low, start=1):
+        want = X[k - 1, behaviour] if j <= 20 else default[behaviour]
+        assert np.array_equal(X[k, behaviour], want), (j, k)
+    assert fx.stats.defaulted_values >= (len(low) - 20) * len(behaviour)
     assert vf.min() == 0.0
     assert np.all(np.abs(np.diff(vf)) <= FEATURES[IDX["valid_fraction"]].bounds(10.0, 0.5)[2])
     assert col(X, "saccade_rate")[-1] > 1.0  # recovers after the loss
 
 
-def test_no_valid_data_gives_lo_everywhere() -> None:
+def test_no_valid_data_gives_the_public_defaults() -> None:
     n = 120 * 40
     t = np.arange(n) / 120
     X, _ = extract_features(t, np.full(n, np.nan), np.full(n, np.nan), None, 30.0, 0.5)
-    lo, _, _ = feature_bounds()
+    want = feature_defaults()
+    want[IDX["valid_fraction"]] = 0.0  # always measured, never held
     assert X.shape[0] > 0
-    assert np.array_equal(X, np.broadcast_to(lo, X.shape))
+    assert np.array_equal(X, np.broadcast_to(want, X.shape))
 
 
-def test_pupil_absent_gives_lo_and_out_of_range_pupil_is_ignored() -> None:
+def test_pupil_absent_gives_the_default_and_out_of_range_pupil_is_ignored() -> None:
     X = features_of(regular(120, 35.0, pupil=None))
     for name in ("pupil_mean", "pupil_var", "pupil_min", "pupil_max"):
-        assert np.all(col(X, name) == FEATURES[IDX[name]].lo)
+        assert np.all(col(X, name) == FEATURES[IDX[name]].default())
     block = regular(120, 35.0)
     p = block.pupil_mm.copy()
     p[::10] = 0.3  # detector artefacts, not pupils
@@ -281,18 +288,47 @@ def test_pupil_absent_gives_lo_and_out_of_range_pupil_is_ignored() -> None:
     assert fx.stats.pupil_out_of_range == len(p[::10])
 
 
-def test_undefined_values_repeat_the_previous_value() -> None:
+@pytest.mark.parametrize("hold_limit_s", [None, 3.0, 0.0])
+def test_undefined_values_repeat_for_the_hold_limit_then_take_the_default(
+    hold_limit_s: float | None,
+) -> None:
     # Saccades only in the first 15 s: later windows have no saccade, so the amplitude mean is
-    # undefined there and holds its last value, while the rate falls to 0.
+    # undefined there; it repeats its last value for the hold limit (default W = 10 s, 20 steps),
+    # then the public default is released, while the rate (always defined) falls to 0.
     block = regular(120, 60.0)
     x = block.x_deg.copy()
     x[block.timestamps >= 15.0] = 0.0
-    fx = FeatureExtractor(10.0, 0.5)
+    fx = FeatureExtractor(10.0, 0.5, hold_limit_s=hold_limit_s)
     X, _ = fx.push(GazeSamples.from_arrays(block.timestamps, x, block.y_deg, block.pupil_mm))
     rate, amp = col(X, "saccade_rate"), col(X, "saccade_amplitude_mean")
-    assert rate[-1] == 0.0
-    assert np.all(amp == pytest.approx(5.0, abs=0.2))
-    assert fx.stats.held_values > 0
+    u = int(np.flatnonzero(rate == 0.0)[0])  # first window without a saccade
+    repeats = round((10.0 if hold_limit_s is None else hold_limit_s) / 0.5)
+    assert np.all(amp[:u] == pytest.approx(5.0, abs=0.2))
+    assert np.all(amp[u : u + repeats] == amp[u - 1])
+    assert np.all(amp[u + repeats :] == FEATURES[IDX["saccade_amplitude_mean"]].default())
+    assert len(amp) > u + repeats
+    assert fx.stats.held_values > 0 or repeats == 0
+    assert fx.stats.defaulted_values > 0
+
+
+def test_defaults_are_public_and_declared_in_the_registry() -> None:
+    """Typical rates, 0 for the wordbook (an empty one), the midpoint elsewhere; within the
+    bounds at any W and s, and the same whatever the data."""
+    for w, s in [(30.0, 0.5), (10.0, 0.25), (3.0, 1.0)]:
+        d = feature_defaults(None, w, s)
+        lo, hi, _ = feature_bounds(None, w, s)
+        assert np.all((lo <= d) & (d <= hi))
+        for i, f in enumerate(FEATURES):
+            if f.name.startswith("wordbook"):
+                assert d[i] == 0.0
+            elif f.name not in ("fixation_rate", "saccade_rate", "blink_rate"):
+                assert d[i] == (lo[i] + hi[i]) / 2, f.name
+    d = feature_defaults(["fixation_rate", "saccade_rate", "blink_rate"])
+    np.testing.assert_allclose(d, [3.0, 3.0, 17 / 60])
+    a = FeatureExtractor(5.0, 0.5)
+    b = FeatureExtractor(5.0, 0.5)
+    a.push(regular(120, 12.0))  # data never moves the defaults
+    np.testing.assert_array_equal(a.default, b.default)
 
 
 def test_values_are_clipped_to_the_public_range() -> None:
@@ -330,6 +366,8 @@ def test_dropout_emits_the_skipped_steps_when_data_resumes() -> None:
         ({"step_s": 40.0}, "features.step_s"),
         ({"step_s": -0.5}, "features.step_s"),
         ({"min_valid_fraction": 1.5}, "min_valid_fraction"),
+        ({"hold_limit_s": -1.0}, "features.hold_limit_s"),
+        ({"hold_limit_s": math.nan}, "features.hold_limit_s"),
     ],
 )
 def test_bad_parameters_name_the_field(kwargs: dict[str, float], field: str) -> None:
@@ -346,3 +384,99 @@ def test_out_of_order_blocks_are_refused_before_any_state_changes() -> None:
         fx.push(block.slice(100, 200))
     X, _ = fx.push(block.slice(600, len(block)))  # the stream goes on as if nothing happened
     assert np.array_equal(X, features_of(block, 5.0)[-len(X) :])
+
+
+# --- the unit of privacy: how many chunks one second of gaze reaches ---------------------------
+FEATURE_EVENTS = [EventKind.FIXATION, EventKind.SACCADE, EventKind.BLINK]  # what features use
+
+
+def _changed_chunks(a: FloatArray, b: FloatArray, n: int) -> list[int]:
+    """Chunks (n consecutive steps, as the Chunker cuts them) in which ``a`` and ``b`` differ."""
+    full = (len(a) // n) * n
+    diff = np.any(a[:full] != b[:full], axis=1).reshape(-1, n)
+    return np.flatnonzero(diff.any(axis=1)).tolist()
+
+
+@pytest.mark.parametrize(
+    ("window", "step", "n", "hold", "after"),
+    [
+        (30.0, 0.5, 32, None, "invalid"),  # the defaults, then the headset taken off
+        (30.0, 0.5, 32, None, "valid"),
+        (10.0, 0.5, 16, 5.0, "invalid"),
+        (10.0, 0.25, 8, 0.0, "invalid"),
+        (5.0, 0.5, 4, 20.0, "invalid"),
+    ],
+)
+def test_one_second_of_gaze_reaches_a_bounded_number_of_chunks(
+    window: float, step: float, n: int, hold: float | None, after: str
+) -> None:
+    """Replace one second of a simulated person's gaze with another person's; the feature chunks
+    that change are at most ⌈(W + H + d + E)/(n·s)⌉ + 1 (d = 1 s changed, H the hold limit, E
+    how long after the change the events containing it end), and with d = E = 0 (one sample)
+    ⌈(W + H)/(n·s)⌉ + 1, however long invalid data follows. Unbounded holds (the old rule)
+    carry the change into every later chunk."""
+    rate, total, at, d = 120.0, 200.0, 60.0, 1.0
+    base = simulate_gaze(total, rate, seed=5)
+    other = simulate_gaze(total, rate, seed=9)
+    t = base.timestamps
+    seg = (t >= at) & (t < at + d)
+    x_b, y_b, p_b = base.x_deg.copy(), base.y_deg.copy(), base.pupil_mm.copy()
+    x_b[seg], y_b[seg], p_b[seg] = other.x_deg[seg], other.y_deg[seg], other.pupil_mm[seg]
+    x_a, y_a, p_a = base.x_deg.copy(), base.y_deg.copy(), base.pupil_mm.copy()
+    if after == "invalid":  # nothing valid from the end of the change on
+        for arr in (x_a, y_a, p_a, x_b, y_b, p_b):
+            arr[t >= at + d] = np.nan
+    h = window if hold is None else hold
+
+    def feats(x: FloatArray, y: FloatArray, p: FloatArray, limit: float | None) -> FloatArray:
+        return extract_features(t, x, y, p, window, step, hold_limit_s=limit)[0]
+
+    changed = _changed_chunks(feats(x_a, y_a, p_a, hold), feats(x_b, y_b, p_b, hold), n)
+    assert changed, "the change must be visible"
+    # E: how long after the change the events that contain changed samples end (either person)
+    ends = [at + d]
+    for x, y in ((x_a, y_a), (x_b, y_b)):
+        ev, _ = detect_events(t, x, y)
+        touch = (ev.t_start < at + d) & (ev.t_end >= at) & np.isin(ev.kind, FEATURE_EVENTS)
+        ends.extend(ev.t_end[touch].tolist())
+    e = max(ends) - (at + d)
+    bound = math.ceil((window + h + d + e) / (n * step)) + 1
+    assert len(changed) <= bound, (changed, bound, e)
+    assert changed == list(range(changed[0], changed[-1] + 1))  # one contiguous stretch
+    first_step = changed[0] * n
+    assert at <= t[0] + window + step * first_step + n * step  # nothing before the change moves
+    if after == "invalid" and h < total:
+        # the old "repeat the previous value" rule: the change reaches every later chunk
+        forever = _changed_chunks(feats(x_a, y_a, p_a, 1e9), feats(x_b, y_b, p_b, 1e9), n)
+        assert len(forever) > bound
+        assert forever[-1] == (len(feats(x_a, y_a, p_a, 1e9)) // n) - 1
+
+
+@pytest.mark.parametrize(("window", "step", "n", "hold"), [(30.0, 0.5, 32, None), (10, 0.25, 8, 2)])
+def test_one_gaze_sample_reaches_at_most_the_stated_number_of_chunks(
+    window: float, step: float, n: int, hold: float | None
+) -> None:
+    rate, total = 120.0, 200.0
+    base = simulate_gaze(total, rate, seed=6)
+    t = base.timestamps
+    worst = 0
+    h = window if hold is None else hold
+    bound = math.ceil((window + h) / (n * step)) + 1
+    for at in (40.0, 47.3, 61.9):
+        k = int(np.searchsorted(t, at))
+        for after in ("valid", "invalid"):
+            x_a, y_a = base.x_deg.copy(), base.y_deg.copy()
+            if after == "invalid":
+                x_a[k + 1 :] = np.nan
+                y_a[k + 1 :] = np.nan
+            x_b = x_a.copy()
+            x_b[k] = np.nan if np.isfinite(x_b[k]) else 0.0  # the sample lost (or found)
+            a = extract_features(t, x_a, y_a, base.pupil_mm, window, step, hold_limit_s=hold)[0]
+            b = extract_features(t, x_b, y_a, base.pupil_mm, window, step, hold_limit_s=hold)[0]
+            changed = _changed_chunks(a, b, n)
+            worst = max(worst, len(changed))
+            ev, _ = detect_events(t, x_a, y_a)
+            inside = (ev.t_start <= t[k]) & (ev.t_end > t[k]) & np.isin(ev.kind, FEATURE_EVENTS)
+            e = float(ev.t_end[inside].max() - t[k]) if inside.any() else 0.0
+            assert len(changed) <= math.ceil((window + h + e) / (n * step)) + 1
+    assert 1 <= worst <= bound + 1

@@ -26,6 +26,7 @@ from gazeguard.samples import GazeSamples
 from gazeguard.simulate import SimulatedHeadset, simulate_gaze
 
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--epsilon", "0.5",
+        "--budget-per-hour", "none",
         "--features", "fixation_rate,saccade_rate,pupil_mean"]  # fmt: skip
 
 

@@ -9,15 +9,19 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _postgres import pg_server, pg_url  # noqa: F401 - fixtures of the parametrised race test
 
 from gazeguard.cli import main
 from gazeguard.config import LedgerSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import DuplicateChargeError, Ledger, LedgerError, LedgerState
+from gazeguard.ledger import DuplicateChargeError, Ledger, LedgerError, StaleStateError
+from gazeguard.service import open_ledger
 
 EPS = {"fix_rate": 0.25, "sacc_amp": 0.25}  # 0.5 per chunk
 TOPIC = "gazeguard/v1/dev/s/chunks"
@@ -34,12 +38,12 @@ def body(i: int) -> bytes:
 
 def test_charges_and_outbox_persist_across_close_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
-    with Ledger(path, session_cap=10.0) as ledger:
+    with Ledger(path, session_cap=10.0, composition="sequential") as ledger:
         for i in range(3):
             charge = ledger.charge("s", i, EPS, TOPIC, body(i))
             assert charge.total == 0.5
             assert charge.state.spent == pytest.approx(0.5 * (i + 1))
-    with Ledger(path, session_cap=10.0) as ledger:
+    with Ledger(path, session_cap=10.0, composition="sequential") as ledger:
         state = ledger.state("s")
         assert (state.spent, state.chunks, state.remaining, state.last_chunk) == (1.5, 3, 8.5, 2)
         assert [(p.chunk_index, p.payload, p.topic) for p in ledger.pending()] == [
@@ -58,13 +62,15 @@ def test_charges_and_outbox_persist_across_close_and_reopen(tmp_path: Path) -> N
 def test_session_cap_refuses_writes_nothing_and_withhold_leaves_no_outbox_row(
     tmp_path: Path,
 ) -> None:
-    with Ledger(tmp_path / "l.sqlite", session_cap=1.2) as ledger:
+    with Ledger(tmp_path / "l.sqlite", session_cap=1.2, composition="sequential") as ledger:
         ledger.charge("s", 0, EPS, TOPIC, body(0))
         ledger.charge("s", 1, EPS, TOPIC, body(1))
         with pytest.raises(
             BudgetExhaustedError, match=r"requested epsilon=0.5 but only 0.2 remains under the "
         ) as info:
-            ledger.charge("s", 2, EPS, TOPIC, lambda _: pytest.fail("payload built for refusal"))
+            ledger.preview("s", EPS)  # refused before any payload is built
+        with pytest.raises(BudgetExhaustedError):
+            ledger.charge("s", 2, EPS, TOPIC, b"x")
         assert (info.value.cap, info.value.requested) == ("session", 0.5)
         assert ledger.state("s").chunks == 2
         assert len(ledger.pending()) == 2
@@ -83,7 +89,7 @@ def test_session_cap_refuses_writes_nothing_and_withhold_leaves_no_outbox_row(
 
 
 def test_integer_accounting_lets_no_tiny_charge_creep_over_the_cap(tmp_path: Path) -> None:
-    with Ledger(tmp_path / "l.sqlite", session_cap=1.0) as ledger:
+    with Ledger(tmp_path / "l.sqlite", session_cap=1.0, composition="sequential") as ledger:
         for i in range(10):  # in floats, 0.1 summed ten times is 0.9999999999999999
             ledger.charge("tenths", i, {"f": 0.1}, TOPIC, b"x")
         assert ledger.state("tenths").remaining == 0.0
@@ -91,7 +97,7 @@ def test_integer_accounting_lets_no_tiny_charge_creep_over_the_cap(tmp_path: Pat
             ledger.charge("tenths", 10, {"f": 0.1}, TOPIC, b"x")
     # 1.0 + 1e-17 == 1.0 in floats, so a float ledger would accept these forever; each costs a
     # whole micro-ε here, so a cap of 1.00001 admits exactly ten of them after the first 1.0.
-    with Ledger(tmp_path / "m.sqlite", session_cap=1.00001) as ledger:
+    with Ledger(tmp_path / "m.sqlite", session_cap=1.00001, composition="sequential") as ledger:
         ledger.charge("tiny", 0, {"f": 1.0}, TOPIC, b"x")
         accepted = 0
         for i in range(1, 30):
@@ -104,58 +110,81 @@ def test_integer_accounting_lets_no_tiny_charge_creep_over_the_cap(tmp_path: Pat
         assert ledger.state("tiny").spent == pytest.approx(1.00001, abs=0)
 
 
-def test_w_event_cap_bounds_every_window_even_out_of_order(tmp_path: Path) -> None:
-    with Ledger(tmp_path / "l.sqlite", w_event=4, w_event_cap=1.0) as ledger:
+def at(t: float) -> tuple[float, float]:
+    """A chunk's gaze span ending at Unix time ``T0 + t``."""
+    return T0 + t - 0.5, T0 + t
+
+
+T0 = 1.7e9
+
+
+def test_window_cap_bounds_every_window_of_gaze_time_even_out_of_order(tmp_path: Path) -> None:
+    with Ledger(
+        tmp_path / "l.sqlite", window_cap=1.0, window_s=4.0, composition="sequential"
+    ) as ledger:
         released = {}
         caps = []
         for i in range(12):
             try:
-                ledger.charge("s", i, {"f": 0.3}, TOPIC, b"x")
+                ledger.charge("s", i, {"f": 0.3}, TOPIC, b"x", gaze=at(i))
                 released[i] = 0.3
             except BudgetExhaustedError as exc:
                 caps.append(exc.cap)
                 ledger.withhold("s", i, exc.requested, str(exc))
         # 0.3 x 3 = 0.9 fits; a 4th in the same window would make 1.2: every 4th is withheld.
         assert sorted(released) == [0, 1, 2, 4, 5, 6, 8, 9, 10]
-        assert caps == ["w-event"] * 3
+        assert caps == ["per-4-s-of-gaze"] * 3
         state = ledger.state("s")
-        assert (state.window_spent, state.window_remaining) == (pytest.approx(0.9), 0.1)
+        assert (state.epsilon_window, state.window_remaining) == (pytest.approx(0.9), 0.1)
         assert ledger.state("s").withheld == 3
-        # Out of order: chunk 20 spends 0.9; chunk 17 would share window [17, 20] with it.
-        ledger.charge("s", 20, {"f": 0.9}, TOPIC, b"x")
-        with pytest.raises(BudgetExhaustedError, match="w-event cap"):
-            ledger.charge("s", 17, {"f": 0.2}, TOPIC, b"x")
-        ledger.charge("s", 16, {"f": 0.2}, TOPIC, b"x")  # window [16, 19] holds only itself
-        ledger.charge("s", 23, {"f": 0.1}, TOPIC, b"x")  # [20, 23] = 1.0 exactly
+        # Out of order: gaze at 20 s spends 0.9; gaze at 17 s would share (16, 20] with it.
+        ledger.charge("s", 20, {"f": 0.9}, TOPIC, b"x", gaze=at(20))
+        with pytest.raises(BudgetExhaustedError, match="per-4-s-of-gaze cap"):
+            ledger.charge("s", 17, {"f": 0.2}, TOPIC, b"x", gaze=at(17))
+        ledger.charge("s", 16, {"f": 0.2}, TOPIC, b"x", gaze=at(16))  # (12, 16]: only itself
+        ledger.charge("s", 23, {"f": 0.1}, TOPIC, b"x", gaze=at(23))  # (19, 23] = 1.0 exactly
         with pytest.raises(BudgetExhaustedError):
-            ledger.charge("s", 22, {"f": 0.1}, TOPIC, b"x")
+            ledger.charge("s", 22, {"f": 0.1}, TOPIC, b"x", gaze=at(22))
+        # Counted in gaze time, not in chunk indexes: far-apart gaze never shares a window.
+        ledger.charge("s", 24, {"f": 0.9}, TOPIC, b"x", gaze=at(100))
+        ledger.charge("s", 25, {"f": 0.9}, TOPIC, b"x", gaze=at(104.5))
+        assert ledger.verify() == []
 
 
-def test_payload_callback_sees_post_charge_state_and_its_failure_charges_nothing(
+def test_a_preview_is_the_post_charge_state_and_a_stale_one_charges_nothing(
     tmp_path: Path,
 ) -> None:
-    seen: list[LedgerState] = []
-
-    def build(state: LedgerState) -> bytes:
-        seen.append(state)
-        return json.dumps(state.as_dict()).encode()
-
-    with Ledger(tmp_path / "l.sqlite", session_cap=2.0) as ledger:
-        charge = ledger.charge("s", 0, EPS, TOPIC, build)
-        assert seen == [charge.state]
+    with Ledger(tmp_path / "l.sqlite", session_cap=2.0, composition="sequential") as ledger:
+        preview = ledger.preview("s", EPS, gaze=at(0))
+        body0 = json.dumps(preview.state.as_dict()).encode()
+        charge = ledger.charge("s", 0, EPS, TOPIC, body0, gaze=at(0), version=preview.version)
+        assert charge.state == replace(preview.state, last_chunk=0)
         assert (charge.state.spent, charge.state.chunks, charge.state.pending) == (0.5, 1, 1)
         assert json.loads(ledger.pending()[0].payload)["remaining"] == 1.5
 
-        def broken(_: LedgerState) -> bytes:
-            raise RuntimeError("mechanism failed")
-
-        with pytest.raises(RuntimeError, match="mechanism failed"):
-            ledger.charge("s", 1, EPS, TOPIC, broken)
+        stale = ledger.preview("s", EPS, gaze=at(1))
+        ledger.charge("t", 0, EPS, TOPIC, b"other session: s is unchanged")
+        with ledger_at("s", ledger) as other:  # another writer charges s in between
+            other.charge("s", 1, EPS, TOPIC, b"x", gaze=at(1))
+        with pytest.raises(StaleStateError, match="preview again"):
+            ledger.charge("s", 2, EPS, TOPIC, b"y", gaze=at(2), version=stale.version)
         with pytest.raises(TypeError, match="payload must be bytes, got str"):
-            ledger.charge("s", 1, EPS, TOPIC, lambda _: "text")  # type: ignore[arg-type,return-value]
-        assert (ledger.state("s").chunks, len(ledger.pending())) == (1, 1)
-        ledger.charge("s", 1, EPS, TOPIC, build)  # the chunk index was not consumed
+            ledger.charge("s", 2, EPS, TOPIC, "text")  # type: ignore[arg-type]
+        assert (ledger.state("s").chunks, len(ledger.pending(session="s"))) == (2, 2)
+        fresh = ledger.preview("s", EPS, gaze=at(2))
+        ledger.charge("s", 2, EPS, TOPIC, b"z", gaze=at(2), version=fresh.version)  # not consumed
         assert ledger.verify() == []
+
+
+@contextmanager
+def ledger_at(session: str, ledger: Ledger) -> Iterator[Ledger]:
+    """A second connection to the same ledger file (another writer)."""
+    del session
+    other = Ledger(ledger.backend.location, session_cap=2.0, composition="sequential")
+    try:
+        yield other
+    finally:
+        other.close()
 
 
 def test_outbox_keeps_order_and_delivery_drops_items(tmp_path: Path) -> None:
@@ -179,43 +208,69 @@ def test_outbox_keeps_order_and_delivery_drops_items(tmp_path: Path) -> None:
 
 def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
-    with Ledger(path, session_cap=2.0, w_event=4, w_event_cap=1.5) as ledger:
+    with Ledger(
+        path, session_cap=2.0, window_cap=1.5, window_s=4.0, composition="sequential"
+    ) as ledger:
         ledger.charge("s", 0, EPS, TOPIC, b"x")
-    with Ledger(path, session_cap=3.0, w_event=4, w_event_cap=1.5) as ledger:
+    with Ledger(
+        path, session_cap=3.0, window_cap=1.5, window_s=4.0, composition="sequential"
+    ) as ledger:
         with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill"):
             ledger.open_session("s")  # refused at session start, before any work
         with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill") as info:
             ledger.charge("s", 1, EPS, TOPIC, b"x")
-        assert "session_cap=2" in str(info.value)
+        assert "session cap ε 2, window cap ε 1.5 per 4 s of gaze" in str(info.value)
         assert ledger.open_session("new").session_cap == 3.0  # a new session takes new caps
     with (
-        Ledger(path, session_cap=None, w_event=4, w_event_cap=1.5) as ledger,
+        Ledger(
+            path, session_cap=None, window_cap=1.5, window_s=4.0, composition="sequential"
+        ) as ledger,
         pytest.raises(ConfigError, match="session_cap"),
     ):
         ledger.charge("s", 1, EPS, TOPIC, b"x")
-    with Ledger(path, session_cap=1.0, w_event=8, w_event_cap=1.0) as ledger:  # stricter
+    with Ledger(
+        path, session_cap=1.0, window_cap=1.0, window_s=8.0, composition="sequential"
+    ) as ledger:  # stricter
         assert ledger.charge("s", 1, EPS, TOPIC, b"x").state.session_cap == 1.0
     with (
-        Ledger(path, session_cap=2.0, w_event=8, w_event_cap=1.0) as ledger,
+        Ledger(
+            path, session_cap=2.0, window_cap=1.0, window_s=8.0, composition="sequential"
+        ) as ledger,
         pytest.raises(ConfigError, match="session_cap"),  # the lower cap was recorded
     ):
         ledger.charge("s", 2, EPS, TOPIC, b"x")
     with (
-        Ledger(path, session_cap=1.0, w_event=2, w_event_cap=1.0) as ledger,
-        pytest.raises(ConfigError, match="w_event_cap"),  # a shorter window is looser
+        Ledger(
+            path, session_cap=1.0, window_cap=1.0, window_s=2.0, composition="sequential"
+        ) as ledger,
+        pytest.raises(ConfigError, match="window_s"),  # a shorter window is looser
     ):
         ledger.charge("s", 2, EPS, TOPIC, b"x")
-    with Ledger(path, session_cap=5.0, allow_cap_increase=True) as ledger:
+    with (
+        Ledger(
+            path,
+            session_cap=1.0,
+            window_cap=1.0,
+            window_s=8.0,
+            delta=1e-5,
+            composition="sequential",
+        ) as ledger,
+        pytest.raises(ConfigError, match=r"ledger\.delta"),  # a larger δ is looser
+    ):
+        ledger.charge("s", 2, EPS, TOPIC, b"x")
+    with Ledger(path, session_cap=5.0, allow_cap_increase=True, composition="sequential") as ledger:
         charge = ledger.charge("s", 2, {"f": 0.1}, TOPIC, b"x")
-        assert (charge.state.session_cap, charge.state.w_event) == (5.0, None)
+        assert (charge.state.session_cap, charge.state.window_cap) == (5.0, None)
         assert charge.state.spent == pytest.approx(1.1)  # raised deliberately, never reset
 
 
 def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"'ledger.w_event'.*together"):
-        Ledger(tmp_path / "a.sqlite", w_event=4)
+    with pytest.raises(ConfigError, match=r"'ledger.window_s'.*-4"):
+        Ledger(tmp_path / "a.sqlite", window_cap=1.0, window_s=-4, composition="sequential")
+    with pytest.raises(ConfigError, match=r"'ledger.delta'.*1.5"):
+        Ledger(tmp_path / "a.sqlite", delta=1.5)
     with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*-1"):
-        Ledger(tmp_path / "a.sqlite", session_cap=-1)
+        Ledger(tmp_path / "a.sqlite", session_cap=-1, composition="sequential")
     with pytest.raises(ConfigError, match=r"'ledger.synchronous'.*'OFF'"):
         Ledger(tmp_path / "a.sqlite", synchronous="OFF")  # type: ignore[arg-type]
     with Ledger(tmp_path / "a.sqlite") as ledger:
@@ -233,7 +288,7 @@ def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
         # Caps and a withheld chunk's request may exceed one feature's limit of 1e4 ε.
         many = {f"f{k}": 1e4 for k in range(52)}
         assert ledger.withhold("s", 0, many, "too expensive").withheld == 1
-    with Ledger(tmp_path / "b.sqlite", session_cap=6e5) as ledger:
+    with Ledger(tmp_path / "b.sqlite", session_cap=6e5, composition="sequential") as ledger:
         assert ledger.charge("s", 0, many, TOPIC, b"x").state.remaining == pytest.approx(8e4)
         with pytest.raises(ConfigError, match=r"epsilon\['f'\].*must be a finite number in"):
             ledger.charge("s", 1, {"f": 2e4}, TOPIC, b"x")
@@ -257,7 +312,7 @@ def test_files_that_are_not_ledgers_are_refused(tmp_path: Path) -> None:
 
 def test_from_settings_opens_the_configured_ledger(tmp_path: Path) -> None:
     settings = LedgerSettings(path=tmp_path / "cfg.sqlite", session_cap=0.6)
-    with Ledger.from_settings(settings) as ledger:
+    with open_ledger(settings) as ledger:
         ledger.charge("s", 0, EPS, TOPIC, b"x")
         with pytest.raises(BudgetExhaustedError):
             ledger.charge("s", 1, EPS, TOPIC, b"x")
@@ -270,10 +325,10 @@ def test_threads_sharing_and_not_sharing_a_ledger_never_overspend(tmp_path: Path
     accepted: list[int] = []
     refused: list[int] = []
     lock = threading.Lock()
-    shared = Ledger(path, session_cap=cap)
+    shared = Ledger(path, session_cap=cap, composition="sequential")
 
     def work(t: int) -> None:
-        own = Ledger(path, session_cap=cap) if t % 2 else None
+        own = Ledger(path, session_cap=cap, composition="sequential") if t % 2 else None
         ledger = own or shared
         for j in range(per_thread):
             index = t * per_thread + j
@@ -306,9 +361,9 @@ WORKER = """
 import json, sys
 from gazeguard.errors import BudgetExhaustedError
 from gazeguard.ledger import Ledger
-path, session, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+location, session, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 accepted = []
-with Ledger(path, session_cap=float(sys.argv[5])) as ledger:
+with Ledger(location, session_cap=float(sys.argv[5]), composition="sequential") as ledger:
     print("ready", flush=True)
     sys.stdin.readline()  # start together
     for i in range(start, start + count):
@@ -321,12 +376,19 @@ print(json.dumps(accepted))
 """
 
 
-def test_processes_never_overspend_and_never_lose_a_committed_charge(tmp_path: Path) -> None:
-    path = tmp_path / "l.sqlite"
-    Ledger(path).close()  # create the file (and WAL mode) once
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh ledger location on each backend (PostgreSQL: a database on a real server)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "l.sqlite")
+    return str(request.getfixturevalue("pg_url"))
+
+
+def test_processes_never_overspend_and_never_lose_a_committed_charge(location: str) -> None:
+    Ledger(location).close()  # create the tables (and WAL mode) once
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(path), "s", str(p * 50), "50", "60"],
+            [sys.executable, "-c", WORKER, location, "s", str(p * 50), "50", "60"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -342,24 +404,31 @@ def test_processes_never_overspend_and_never_lose_a_committed_charge(tmp_path: P
         assert proc.returncode == 0
         accepted += json.loads(out)
     assert len(accepted) == 120  # 60 ε / 0.5 per chunk, out of 200 attempts
-    with Ledger(path) as ledger:
+    with Ledger(location) as ledger:
         assert ledger.state("s").spent == 60.0
         assert sorted(c.chunk_index for c in ledger.charges("s")) == sorted(accepted)
+        # Within a session, outbox order is charge order.
+        assert [p.chunk_index for p in ledger.pending()] == [
+            c.chunk_index for c in sorted(ledger.charges("s"), key=lambda c: c.created)
+        ]
         assert ledger.verify() == []
 
 
 KILLED = """
 import sys, time
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, _store
 path = sys.argv[1]
-def stall(state):
-    print("inside", state.chunks, flush=True)
-    time.sleep(60)  # the parent SIGKILLs us here, inside the open transaction
-    return b"never"
-with Ledger(path, session_cap=100.0) as ledger:
-    for i in range(5):
+enqueue = _store.Store.enqueue
+def stall(self, session, stream, idx, **kw):
+    outbox_id = enqueue(self, session, stream, idx, **kw)
+    if idx == 5:  # charge row, events and outbox row written, COMMIT not yet reached
+        print("inside", idx, flush=True)
+        time.sleep(60)  # the parent SIGKILLs us here, inside the open transaction
+    return outbox_id
+_store.Store.enqueue = stall
+with Ledger(path, session_cap=100.0, composition="sequential") as ledger:
+    for i in range(6):
         ledger.charge("s", i, {"f": 1.0}, "t", str(i).encode())
-    ledger.charge("s", 5, {"f": 1.0}, "t", stall)
 """
 
 LOOP = """
@@ -380,9 +449,9 @@ def test_sigkill_inside_a_charge_leaves_a_consistent_ledger(tmp_path: Path) -> N
         [sys.executable, "-c", KILLED, str(path)], stdout=subprocess.PIPE
     ) as proc:
         assert proc.stdout is not None
-        assert proc.stdout.readline().split() == [b"inside", b"6"]
+        assert proc.stdout.readline().split() == [b"inside", b"5"]
         os.kill(proc.pid, signal.SIGKILL)
-    with Ledger(path, session_cap=100.0) as ledger:
+    with Ledger(path, session_cap=100.0, composition="sequential") as ledger:
         state = ledger.state("s")
         assert (state.chunks, state.spent, state.pending) == (5, 5.0, 5)
         assert [p.payload for p in ledger.pending()] == [str(i).encode() for i in range(5)]
@@ -416,7 +485,7 @@ def test_cli_show_prints_both_views_and_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "l.sqlite"
-    with Ledger(path, session_cap=1.2, w_event=4, w_event_cap=1.0) as ledger:
+    with Ledger(path, session_cap=1.2, window_cap=1.0, composition="sequential") as ledger:
         ledger.charge("sess-a", 0, EPS, TOPIC, b"payload")
         ledger.charge("sess-a", 1, EPS, TOPIC, b"payload")
         ledger.mark_delivered(ledger.pending()[0].id)
@@ -426,11 +495,13 @@ def test_cli_show_prints_both_views_and_json(
     out = capsys.readouterr().out
     assert "2 session(s), 2 outbox item(s) pending" in out
     assert "session sess-a" in out
-    assert "chunks released      2   withheld 1   pending delivery 1" in out
-    assert "user-level ε         1   (sequential composition" in out
+    assert "chunks released      2   withheld 1   refused 0   pending delivery 1" in out
+    assert "user-level ε         1 at δ 1e-06   (composition of every release" in out
+    assert "per hour of gaze    1 at δ 1e-06" in out
+    assert "pure sequential ε    1   (the conservative view" in out
     assert "session cap          1.2   remaining 0.2" in out
     assert "per-chunk ε          0.5 per chunk, 0.25 per feature" in out
-    assert "w-event cap          1 over any 4 chunks" in out
+    assert "window cap           1 over any 3600 s of gaze" in out
     assert "withheld chunk 2: requested ε 0.5: session cap reached" in out
     assert f"chunk 1 -> {TOPIC} (7 bytes)" in out
 
@@ -450,3 +521,85 @@ def test_cli_show_prints_both_views_and_json(
     err = capsys.readouterr().err
     assert "none.sqlite" in err
     assert "ledger file not found" in err
+
+
+V1_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sessions (
+    session TEXT PRIMARY KEY, session_cap INTEGER, w_event INTEGER, w_event_cap INTEGER,
+    spent INTEGER NOT NULL DEFAULT 0, chunks INTEGER NOT NULL DEFAULT 0,
+    withheld INTEGER NOT NULL DEFAULT 0, max_chunk INTEGER NOT NULL DEFAULT 0,
+    last_chunk INTEGER, created REAL NOT NULL);
+CREATE TABLE charges (
+    session TEXT NOT NULL REFERENCES sessions(session), chunk_index INTEGER NOT NULL,
+    total INTEGER NOT NULL, epsilon TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (session, chunk_index));
+CREATE TABLE withheld (
+    session TEXT NOT NULL REFERENCES sessions(session), chunk_index INTEGER NOT NULL,
+    requested INTEGER NOT NULL, reason TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (session, chunk_index));
+CREATE TABLE outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL, chunk_index INTEGER NOT NULL,
+    topic TEXT NOT NULL, payload BLOB, created REAL NOT NULL, delivered REAL,
+    UNIQUE (session, chunk_index),
+    FOREIGN KEY (session, chunk_index) REFERENCES charges(session, chunk_index));
+CREATE INDEX outbox_pending ON outbox(id) WHERE delivered IS NULL;
+INSERT INTO meta VALUES ('schema', '1');
+INSERT INTO sessions VALUES ('old', 3000000, 4, 1000000, 1500000, 3, 1, 500000, 3, 1.0);
+INSERT INTO charges VALUES ('old', 0, 500000, '{"a": 0.25, "b": 0.25}', 10.0);
+INSERT INTO charges VALUES ('old', 1, 500000, '{"a": 0.25, "b": 0.25}', 20.0);
+INSERT INTO charges VALUES ('old', 3, 500000, '{"a": 0.25, "b": 0.25}', 30.0);
+INSERT INTO withheld VALUES ('old', 2, 500000, 'cap', 25.0);
+INSERT INTO outbox VALUES (7, 'old', 0, 't', NULL, 10.0, 11.0);
+INSERT INTO outbox VALUES (8, 'old', 1, 't', x'31', 20.0, NULL);
+INSERT INTO outbox VALUES (9, 'old', 3, 't', x'33', 30.0, NULL);
+"""
+
+
+def test_a_schema_1_ledger_is_upgraded_in_place_and_nothing_is_refilled(tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite"
+    with closing(sqlite3.connect(path)) as db:
+        db.executescript(V1_SCHEMA)
+    with Ledger(path, session_cap=3.0, composition="sequential") as ledger:
+        state = ledger.state("old")
+        assert (state.spent, state.chunks, state.withheld, state.last_chunk) == (1.5, 3, 1, 3)
+        assert state.epsilon == pytest.approx(1.5, rel=1e-6)
+        assert state.session_cap == 3.0
+        assert [(p.id, p.chunk_index, p.payload) for p in ledger.pending()] == [
+            (8, 1, b"1"), (9, 3, b"3"),
+        ]  # fmt: skip
+        assert ledger.withheld("old") == [(2, 0.5, "cap")]
+        assert [c.epsilon for c in ledger.charges("old")] == [{"a": 0.25, "b": 0.25}] * 3
+        assert ledger.next_index("old") == 4
+        charge = ledger.charge("old", 4, EPS, TOPIC, b"4")
+        assert charge.outbox_id > 9
+        assert charge.state.spent == 2.0
+        for i in range(5, 7):  # 3.0 − 2.0 = two more chunks of 0.5
+            ledger.charge("old", i, EPS, TOPIC, b"x")
+        with pytest.raises(BudgetExhaustedError):
+            ledger.charge("old", 7, EPS, TOPIC, b"x")
+        assert ledger.verify() == []
+    with (
+        Ledger(path, session_cap=4.0, composition="sequential") as ledger,
+        pytest.raises(ConfigError, match="refill"),
+    ):
+        ledger.open_session("old")  # the v1 cap was kept
+    assert integrity(path) == "ok"
+
+
+def test_a_refused_item_is_moved_aside_kept_and_counted(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        ids = [ledger.charge("s", i, EPS, TOPIC, body(i)).outbox_id for i in range(3)]
+        assert ledger.mark_refused(ids[0], "MQTT reason 0x87 Not authorized") is True
+        assert ledger.mark_refused(ids[0], "again") is False
+        assert ledger.mark_delivered(ids[0]) is False  # refused items are never retried
+        assert [p.id for p in ledger.pending()] == ids[1:]
+        (item,) = ledger.refused("s")
+        assert (item.id, item.chunk_index, item.reason) == (
+            ids[0],
+            0,
+            "MQTT reason 0x87 Not authorized",
+        )
+        state = ledger.state("s")
+        assert (state.refused, state.chunks, state.pending, state.spent) == (1, 3, 2, 1.5)
+        assert ledger.verify() == []

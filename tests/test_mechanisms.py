@@ -14,6 +14,7 @@ import pytest
 import scipy.fft
 
 import gazeguard.mechanisms as mechanisms_package
+from gazeguard.cli.mechanisms import main as prior_main
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError, DatasetError
 from gazeguard.mechanisms import (
@@ -33,7 +34,6 @@ from gazeguard.mechanisms import (
 from gazeguard.mechanisms import transforms as tr_mod
 from gazeguard.mechanisms.noise import SAMPLER_LOSS_PER_COORDINATE
 from gazeguard.mechanisms.prior import DEFAULT_PATH
-from gazeguard.mechanisms.prior import main as prior_main
 
 FloatArray = npt.NDArray[np.float64]
 LO, HI, STEP = -1.0, 3.0, 0.3

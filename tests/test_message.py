@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from pydantic import ValidationError
 
+from gazeguard.cli.schemas import main
 from gazeguard.errors import ConfigError
 from gazeguard.ledger import Ledger
 from gazeguard.message import (
@@ -24,7 +25,6 @@ from gazeguard.message import (
     StatusMessage,
     chunk_topic,
     json_schema,
-    main,
     shipped_schema,
     status_topic,
 )
@@ -40,9 +40,11 @@ def mechanism(**over: Any) -> MechanismParams:
         "k": 3,
         "m": 5,
         "epsilon": [0.5] * F,
-        "lambda": [1.0, 2.0, 3.0, 4.0],
-        "delta2": [0.3] * F,
-        "noise": "os-csprng",
+        "noise_scale": [1.0, 2.0, 3.0, 4.0],
+        "sensitivity": [0.3] * F,
+        "noise_multiplier": [2.0] * F,
+        "noise": "laplace",
+        "randomness": "os-csprng",
     }
     fields.update(over)
     return MechanismParams.model_validate(fields)
@@ -50,13 +52,16 @@ def mechanism(**over: Any) -> MechanismParams:
 
 def snapshot(**over: Any) -> LedgerSnapshot:
     fields: dict[str, Any] = {
+        "epsilon": 5.5,
+        "delta": 1e-6,
+        "epsilon_window": 5.5,
+        "window_s": 3600.0,
         "chunk_epsilon": 2.0,
         "session_spent": 6.0,
         "per_chunk_max": 2.0,
-        "remaining": 4.0,
+        "remaining": 4.5,
         "session_cap": 10.0,
-        "w_event": None,
-        "w_event_cap": None,
+        "window_cap": None,
     }
     fields.update(over)
     return LedgerSnapshot.model_validate(fields)
@@ -75,7 +80,7 @@ def chunk(values: np.ndarray | None = None, **over: Any) -> ChunkMessage:
         "ledger": snapshot(),
     }
     fields.update(over)
-    return ChunkMessage.build(**fields)
+    return ChunkMessage.build(**fields, unix_offset=1.7e9)
 
 
 def test_round_trip_is_exact() -> None:
@@ -84,8 +89,9 @@ def test_round_trip_is_exact() -> None:
     back = ChunkMessage.from_payload(msg.to_payload())
     assert back == msg
     np.testing.assert_array_equal(back.values_array(), values)  # bit-exact floats
-    assert json.loads(msg.to_payload())["schema"] == "gazeguard.chunk/1"
-    assert json.loads(msg.to_payload())["mechanism"]["lambda"] == [1.0, 2.0, 3.0, 4.0]
+    assert json.loads(msg.to_payload())["schema"] == "gazeguard.chunk/2"
+    assert json.loads(msg.to_payload())["mechanism"]["noise_scale"] == [1.0, 2.0, 3.0, 4.0]
+    assert (back.unix_start, back.unix_end) == (1.7e9 + 100.0, 1.7e9 + 100.0 + 0.5 * (N - 1))
 
 
 @settings(max_examples=50, deadline=None)
@@ -118,12 +124,12 @@ def test_real_payloads_validate_against_the_schema() -> None:
     payload = json.loads(chunk().to_payload())
     validator.validate(payload)
     lpa = chunk(
-        mechanism=mechanism(name="lpa", transform=None, k=None, m=N, noise="INSECURE-seeded")
+        mechanism=mechanism(name="lpa", transform=None, k=None, m=N, randomness="INSECURE-seeded")
     )
     validator.validate(json.loads(lpa.to_payload()))
     for broken in (
         {k: v for k, v in payload.items() if k != "mechanism"},
-        {**payload, "schema": "gazeguard.chunk/2"},
+        {**payload, "schema": "gazeguard.chunk/1"},
         {**payload, "values": [["1.0"] * N] * F},
         {**payload, "raw": [1.0]},  # no extra fields: nothing unprivatized can ride along
     ):
@@ -157,7 +163,7 @@ def test_non_finite_values_are_refused(bad: float) -> None:
     with pytest.raises(ValidationError, match=r"timestamps\.0"):
         chunk(timestamps=times)
     with pytest.raises(ValidationError, match="finite"):
-        mechanism(**{"lambda": [1.0, bad, 1.0, 1.0]})
+        mechanism(noise_scale=[1.0, bad, 1.0, 1.0])
 
 
 @pytest.mark.parametrize(
@@ -190,7 +196,10 @@ def test_inconsistent_chunks_are_refused(over: dict[str, Any], match: str) -> No
         ({"transform": None}, "needs a transform"),
         ({"epsilon": [0.5] * (F - 1)}, "one entry per feature"),
         ({"epsilon": [0.5, 0.5, 0.0, 0.5]}, "greater than 0"),
-        ({"noise": "seeded"}, "noise"),
+        ({"randomness": "seeded"}, "randomness"),
+        ({"noise": "cauchy"}, "not one of laplace"),
+        ({"epsilon": [0.5, None, 0.5, 0.5]}, "null with gaussian"),
+        ({"noise": "gaussian"}, "null with gaussian"),
     ],
 )
 def test_inconsistent_mechanisms_are_refused(over: dict[str, Any], match: str) -> None:
@@ -201,35 +210,40 @@ def test_inconsistent_mechanisms_are_refused(over: dict[str, Any], match: str) -
 def test_ledger_snapshot_checks() -> None:
     with pytest.raises(ValidationError, match="exceeds session_spent"):
         snapshot(per_chunk_max=7.0)
-    with pytest.raises(ValidationError, match="set together"):
-        snapshot(w_event=4)
+    with pytest.raises(ValidationError, match="exceeds the pure session_spent"):
+        snapshot(epsilon=6.5, epsilon_window=6.5)
+    with pytest.raises(ValidationError, match="exceeds the session's epsilon"):
+        snapshot(epsilon_window=6.0)
+    with pytest.raises(ValidationError, match="delta"):
+        snapshot(delta=0.0)
+    gaussian = snapshot(chunk_epsilon=None, session_spent=None, epsilon=12.0, epsilon_window=3.0)
+    assert gaussian.session_spent is None  # no pure bound, only (ε, δ)
 
 
 def test_snapshot_from_a_real_ledger_state(tmp_path: Path) -> None:
-    """The chunk payload is built inside the ledger's charge from its post-charge state."""
+    """The chunk payload quotes the ledger's post-charge state, from a preview."""
     eps = {"fix_rate": 0.1, "sacc_amp_mean": 0.2, "pupil_mean": 0.3, "blink_rate": 0.4}
     topic = chunk_topic("gazeguard/v1", "hmd-7", "s1")
-    with Ledger(tmp_path / "ledger.sqlite", session_cap=5.0, w_event=4, w_event_cap=3.0) as led:
+    with Ledger(tmp_path / "ledger.sqlite", session_cap=5.0, window_cap=3.0) as led:
         for i in range(3):
-            led.charge(
-                "s1",
-                i,
-                eps,
-                topic=topic,
-                payload=lambda state, i=i: chunk(
-                    chunk_index=i,
-                    mechanism=mechanism(epsilon=list(eps.values())),
-                    ledger=LedgerSnapshot.from_state(sum(eps.values()), state),
-                ).to_payload(),
-            )
+            preview = led.preview("s1", eps)
+            body = chunk(
+                chunk_index=i,
+                mechanism=mechanism(epsilon=list(eps.values())),
+                ledger=LedgerSnapshot.from_state(sum(eps.values()), preview.state),
+            ).to_payload()
+            led.charge("s1", i, eps, topic, body, version=preview.version)
         items = led.pending()
         state = led.state("s1")
     assert [it.chunk_index for it in items] == [0, 1, 2]
     last = ChunkMessage.from_payload(items[-1].payload).ledger
     assert last.session_spent == pytest.approx(3.0) == state.spent
+    assert last.epsilon == pytest.approx(state.epsilon)
+    assert last.epsilon <= last.session_spent
     assert last.per_chunk_max == pytest.approx(1.0)
-    assert last.remaining == pytest.approx(2.0)
-    assert (last.session_cap, last.w_event, last.w_event_cap) == (5.0, 4, 3.0)
+    assert last.remaining == pytest.approx(5.0 - state.epsilon)
+    assert (last.session_cap, last.window_cap) == (5.0, 3.0)
+    assert (last.window_s, last.delta) == (3600.0, 1e-6)
     assert ChunkMessage.from_payload(items[0].payload).ledger.session_spent == pytest.approx(1.0)
 
 

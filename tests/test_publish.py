@@ -67,28 +67,29 @@ def charge_chunk(ledger: Ledger, session: str, index: int) -> Charge:
             "k": 2,
             "m": 3,
             "epsilon": list(EPS.values()),
-            "lambda": [2.0] * F,
-            "delta2": [1.5] * F,
-            "noise": "INSECURE-seeded",
+            "noise_scale": [2.0] * F,
+            "sensitivity": [1.5] * F,
+            "noise_multiplier": [2.0] * F,
+            "noise": "laplace",
+            "randomness": "INSECURE-seeded",
         }
     )
 
-    def payload(state: Any) -> bytes:
-        return ChunkMessage.build(
-            session=session,
-            device=DEVICE,
-            chunk_index=index,
-            timestamps=10.0 + 0.5 * (index * N + np.arange(N)),
-            features=list(EPS),
-            units=["1/s"] * F,
-            values=rng.normal(size=(F, N)),
-            mechanism=mechanism,
-            ledger=LedgerSnapshot.from_state(sum(EPS.values()), state),
-        ).to_payload()
-
-    return ledger.charge(
-        session, index, EPS, topic=chunk_topic(PREFIX, DEVICE, session), payload=payload
-    )
+    preview = ledger.preview(session, EPS)
+    body = ChunkMessage.build(
+        session=session,
+        device=DEVICE,
+        chunk_index=index,
+        timestamps=10.0 + 0.5 * (index * N + np.arange(N)),
+        features=list(EPS),
+        units=["1/s"] * F,
+        values=rng.normal(size=(F, N)),
+        mechanism=mechanism,
+        ledger=LedgerSnapshot.from_state(sum(EPS.values()), preview.state),
+        unix_offset=1.7e9,
+    ).to_payload()
+    topic = chunk_topic(PREFIX, DEVICE, session)
+    return ledger.charge(session, index, EPS, topic, body, version=preview.version)
 
 
 def settings_for(broker: MosquittoBroker, **kw: Any) -> BrokerSettings:

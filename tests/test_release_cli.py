@@ -16,6 +16,7 @@ from gazeguard import __version__
 from gazeguard.cli import main
 from gazeguard.dataset import FeatureTable, file_sha256
 from gazeguard.release.manifest import REQUIRED_KEYS, manifest_path_for
+from gazeguard.release.output import private_path_for
 
 
 def _write_csv(path: Path, people: int = 4, tasks: int = 2, steps: int = 12) -> FeatureTable:
@@ -134,7 +135,11 @@ def test_console_script_releases_raw_gaze_via_dataset(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     released = FeatureTable.load(out)
     assert released.n_rows > 0
-    assert np.array_equal(released.X[released.person == "a"], released.X[released.person == "b"])
+    # The release names groups; the private mapping next to it says who is who.
+    person = json.loads(private_path_for(out).read_text())["person"]
+    real = np.array([person[p] for p in released.person.tolist()])
+    assert (real == "a").any()
+    assert np.array_equal(released.X[real == "a"], released.X[real == "b"])
     manifest = json.loads(manifest_path_for(out).read_text())
     assert manifest["input"]["source"].startswith(f"dataset csv:{raw}")
     assert manifest["input"]["fingerprint"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gazeguard.accounting import LaplaceEvent, compose
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
 from gazeguard.features import NAMES, feature_bounds
@@ -39,6 +40,14 @@ def test_dcfpa_drops_tails_and_charges_every_chunk() -> None:
     numbers = rel.manifest["guarantee"]["numbers"]
     assert numbers["epsilon_per_chunk"] == pytest.approx(2.0 * 4)
     assert numbers["epsilon_per_person"] == pytest.approx(2.0 * 4 * 4)
+    # the accountant: person a's 16 releases (4 chunks × 4 features, ε 2 each: noise
+    # multiplier 1/2) composed at δ 1e-6
+    events = {LaplaceEvent(0.5): 16}
+    assert numbers["delta"] == 1e-6
+    assert numbers["epsilon_per_person_at_delta"] < numbers["epsilon_per_person"]
+    assert numbers["epsilon_per_person_at_delta"] == pytest.approx(
+        compose(events, 1e-6).epsilon, rel=1e-3
+    )
     assert rel.manifest["details"]["recordings"]["a-rec"] == {
         "steps": 37,
         "chunks": 4,

@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 from conftest import MosquittoBroker, Subscriber, free_port
 
+from gazeguard.cli import ExitCode
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage, StatusMessage, json_schema
 from gazeguard.service import freeze_startup_objects
@@ -24,7 +25,8 @@ from gazeguard.service import freeze_startup_objects
 pytestmark = pytest.mark.network
 
 # Many small chunks quickly: a 2 s window, a step every 20 ms, 32 steps (0.64 s) per chunk.
-FAST = ["--window-s", "2", "--step-s", "0.02", "--chunk-steps", "32", "--epsilon", "0.5"]
+FAST = ["--window-s", "2", "--step-s", "0.02", "--chunk-steps", "32", "--epsilon", "0.5",
+        "--budget-per-hour", "none"]  # fmt: skip
 # Five released features at ε 0.5 each: a chunk costs 2.5.
 FEATURES = "fixation_rate,saccade_rate,saccade_amplitude_mean,blink_rate,pupil_mean"
 CHUNK_EPS = 2.5
@@ -56,14 +58,16 @@ def gazeguard_run(
         "--broker", address, "--ledger", str(tmp_path / "ledger.sqlite"),
         "--features", FEATURES, *FAST, *extra,
     ]  # fmt: skip
+    # Caps on pure sequential ε: the chunk counts below are exact sums (PLD caps: test_ledger).
+    env = {**os.environ, "GAZEGUARD_LEDGER__COMPOSITION": "sequential"}
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
     )
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 30) -> str:
+def finish(proc: subprocess.Popen[str], timeout: float = 30, status: int = ExitCode.OK) -> str:
     _, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err
+    assert proc.returncode == status, err
     return err
 
 
@@ -97,7 +101,9 @@ def test_end_to_end_chunks_are_schema_valid_and_match_the_ledger(
             assert c.values_array().shape == (5, 32)
             assert c.features == FEATURES.split(",")
             assert c.mechanism.name == "dcfpa"
-            assert c.mechanism.noise == "os-csprng"
+            assert c.mechanism.noise == "laplace"
+            assert c.mechanism.randomness == "os-csprng"
+            assert c.unix_start < c.unix_end <= time.time()
             assert sum(c.mechanism.epsilon) == pytest.approx(CHUNK_EPS)
             assert c.ledger.chunk_epsilon == pytest.approx(records[c.chunk_index].total)
         assert chunks[-1].ledger.session_spent == pytest.approx(spent)
@@ -155,7 +161,7 @@ def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
     try:
         assert sub.wait_for(sub.client.is_connected, 5)
         err = finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "20",
-                                   "--duration", "8"))  # fmt: skip
+                                   "--duration", "8"), status=ExitCode.BUDGET)  # fmt: skip
         after = ledger_indices(tmp_path)
         assert after[: len(before)] == before
         assert after == sorted(after)
@@ -182,7 +188,7 @@ def test_budget_exhaustion_withholds_and_nothing_raw_is_published(
     try:
         assert sub.wait_for(sub.client.is_connected, 5)
         finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "6",
-                             "--duration", "6"))  # fmt: skip
+                             "--duration", "6"), status=ExitCode.BUDGET)  # fmt: skip
         assert ledger_indices(tmp_path) == [0, 1]  # 2 × 2.5 ≤ 6 < 3 × 2.5
         assert sub.wait_for(lambda: any(s.state == "budget_exhausted" for s in sub.statuses()), 10)
         exhausted = next(s for s in sub.statuses() if s.state == "budget_exhausted")

@@ -6,11 +6,12 @@ into a :class:`~gazeguard.dataset.FeatureTable` with the same ``extract_features
 service runs. Extraction is the slow part, so tables are cached as NPZ under a cache directory,
 keyed by the dataset's content fingerprint, the window and step, and a hash of the feature code.
 
-Built in (``open_dataset(spec)``):
+Built in (``open_dataset(spec)``; where the public ones come from: :data:`PUBLIC_DATASETS`):
 
 ``gazegraph``
     GazeGraph DesktopActivity (Lan et al., SenSys 2020): 8 people × 6 desktop activities × 5 min,
-    Pupil Core at 30 Hz, read straight from ``DesktopActivity.zip``. Gaze is normalised to the
+    Pupil Core at 30 Hz, read straight from ``DesktopActivity.zip`` as downloaded (or from the
+    repository's zip, a clone, or the unpacked folder). Gaze is normalised to the
     screen (0..1, origin bottom-left, y up); the upstream README gives a 34-inch screen at about
     50 cm. We assume the common 21:9 panel (797 × 333 mm) and convert by perspective projection
     from the screen centre: azimuth ``atan(x_mm / D)``, elevation ``atan(y_mm / hypot(x_mm, D))``.
@@ -20,21 +21,25 @@ Built in (``open_dataset(spec)``):
 ``irf``
     IRF lookAtPoint_EL (Zemblys et al. 2018): 6 people, EyeLink 1000 Hz, 81 s, degrees; one task
     (so task recognition is not defined; re-identification is). ``status == False`` → invalid.
+    Read from ``etdata/lookAtPoint_EL`` of the repository (a clone, or its zip as downloaded).
 ``synthetic``
     ``gazeguard.simulate.simulate_gaze`` for ``people`` simulated people × tasks.
 ``csv:PATH``
-    Any recorded dataset as CSV (a file or a directory of ``*.csv``): a header line, then one
-    sample per line with columns ``t`` (s), ``x``, ``y`` (degrees, or normalised 0..1 with
-    ``units="norm"`` and a field of view), optional ``pupil`` (mm), ``person``, ``task`` and
-    optional ``recording``. ``#`` lines are comments; empty or ``nan`` gaze marks an invalid
-    sample. A malformed line raises :class:`~gazeguard.errors.DatasetError` naming file and line.
+    Your own recordings: a file, or a folder searched for ``*.csv``, ``*.tsv``, ``*.asc`` and
+    Pupil Player exports, each read by :mod:`gazeguard.recordings` (gazeguard's CSV format, Pupil
+    Player, Tobii Pro Lab, EyeLink ASC; see ``FORMAT_HELP`` there). Each recording needs a person
+    and a task: from its columns, or from its path with ``labels="{person}/{task}"``. A
+    malformed file raises :class:`~gazeguard.errors.DatasetError` naming file, line and column.
 ``table:PATH``
     A precomputed :class:`~gazeguard.dataset.FeatureTable` (CSV, NPZ or Parquet).
+
+Recorded datasets are looked for in ``--data-dir``, else ``$GAZEGUARD_DATA``, else ``.``,
+``./data`` and ``../shared/data``; :class:`DataNotFoundError` says where it looked and where to
+download them.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import importlib.util
 import io
@@ -45,7 +50,7 @@ import re
 import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +59,7 @@ import numpy.typing as npt
 from gazeguard import __version__
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import DatasetError
+from gazeguard.recordings import GazeRecording, ReadOptions, read_recordings
 from gazeguard.samples import GazeSamples
 
 Progress = Callable[[str], None]
@@ -62,6 +68,78 @@ Progress = Callable[[str], None]
 GAZEGRAPH_SCREEN_MM = (797.0, 333.0)
 GAZEGRAPH_DISTANCE_MM = 500.0
 GAZEGRAPH_RATE_HZ = 30.0
+
+
+@dataclass(frozen=True)
+class PublicDataset:
+    """Where a public dataset comes from and on what terms.
+
+    Attributes:
+        name: the ``--dataset`` name.
+        title: what it is, with its paper.
+        url: where to download it.
+        download: which file or folder to get from there.
+        licence: the licence it is published under (or what upstream says about reuse).
+    """
+
+    name: str
+    title: str
+    url: str
+    download: str
+    licence: str
+
+
+#: The public datasets gazeguard reads (``andersson2017`` is for bench/validate_events.py).
+PUBLIC_DATASETS: dict[str, PublicDataset] = {
+    d.name: d
+    for d in (
+        PublicDataset(
+            "gazegraph",
+            "GazeGraph DesktopActivity (Lan et al., GazeGraph, ACM SenSys 2020): 8 people x 6 "
+            "desktop activities, Pupil Core 30 Hz",
+            "https://github.com/GazeGraphResource/GazeGraph",
+            "DesktopActivity.zip (or the repository's zip, as downloaded)",
+            "no licence file upstream; its README asks you to cite the SenSys 2020 paper",
+        ),
+        PublicDataset(
+            "irf",
+            "IRF lookAtPoint_EL (Zemblys et al., Behavior Research Methods 2018): 6 people, "
+            "EyeLink 1000 Hz, hand-labelled events",
+            "https://github.com/r-zemblys/irf",
+            "etdata/lookAtPoint_EL/ (or the repository's zip, as downloaded)",
+            "MIT",
+        ),
+        PublicDataset(
+            "andersson2017",
+            "Andersson et al. 2017, hand-labelled eye movements (SMI 500 Hz); used by "
+            "bench/validate_events.py, not by gazeguard eval",
+            "https://github.com/richardandersson/EyeMovementDetectorEvaluation",
+            "annotated_data/",
+            "GPL-3.0",
+        ),
+    )
+}
+
+
+class DataNotFoundError(DatasetError):
+    """A public dataset's files are in none of the places looked at.
+
+    Attributes:
+        dataset: the dataset name.
+        looked: the folders searched.
+    """
+
+    def __init__(self, dataset: str, looked: Sequence[Path]) -> None:
+        self.dataset = dataset
+        self.looked = list(looked)
+        info = PUBLIC_DATASETS[dataset]
+        where = ", ".join(str(p) for p in looked) or "nowhere (no data folder exists)"
+        super().__init__(
+            "data",
+            f"recordings for {dataset!r} not found (looked in {where}): download "
+            f"{info.download} from {info.url} ({info.licence}) into a folder and pass "
+            "--data-dir FOLDER, or set GAZEGUARD_DATA",
+        )
 
 
 @dataclass(frozen=True)
@@ -248,7 +326,12 @@ def _parse_xy_lines(lines: Iterator[str], where: str) -> npt.NDArray[np.float64]
 
 
 class GazeGraph(Dataset):
-    """GazeGraph DesktopActivity, read from its zip (see the module docstring for the geometry)."""
+    """GazeGraph DesktopActivity (see the module docstring for the geometry).
+
+    ``path`` is ``DesktopActivity.zip`` as downloaded, the repository's zip (which holds it),
+    the unpacked ``DesktopActivity`` folder, or a folder holding any of them
+    (:func:`locate_gazegraph`).
+    """
 
     name = "gazegraph"
     _MEMBER = re.compile(r"(?:.*/)?(P\d+)/(P\d+)_([A-Za-z]+)\.csv$")
@@ -259,70 +342,164 @@ class GazeGraph(Dataset):
         screen_mm: tuple[float, float] = GAZEGRAPH_SCREEN_MM,
         distance_mm: float = GAZEGRAPH_DISTANCE_MM,
     ) -> None:
-        self.path = Path(path)
-        if self.path.is_dir():
-            self.path = self.path / "DesktopActivity.zip"
-        if not self.path.is_file():
-            raise DatasetError(self.path, "GazeGraph zip not found; pass --data-dir")
+        found = locate_gazegraph([Path(path)])
+        if found is None:
+            raise DatasetError(
+                path,
+                "GazeGraph's DesktopActivity.zip not found here: download it from "
+                f"{PUBLIC_DATASETS['gazegraph'].url} and pass --data-dir",
+            )
+        self.path = found
         self.screen_mm = screen_mm
         self.distance_mm = distance_mm
 
     def fingerprint(self) -> str:
-        """Zip content hash plus the screen geometry."""
-        return f"{_sha256_files([self.path])}:{self.screen_mm}:{self.distance_mm}"
+        """Content hash plus the screen geometry."""
+        files = sorted(self.path.rglob("*.csv")) if self.path.is_dir() else [self.path]
+        return f"{_sha256_files(files)}:{self.screen_mm}:{self.distance_mm}"
+
+    def _key(self, name: str) -> tuple[int, str]:
+        match = self._MEMBER.match(name)
+        assert match is not None
+        return int(match.group(1)[1:]), name
 
     def recordings(self) -> Iterator[Recording]:
         """48 recordings, person P1..P8 × task BROWSE..WRITE, 9000 samples at 30 Hz each."""
-        with zipfile.ZipFile(self.path) as z:
-            members = sorted(
-                (m for m in z.namelist() if self._MEMBER.match(m)),
-                key=lambda m: (int(self._MEMBER.match(m).group(1)[1:]), m),  # type: ignore[union-attr]
+        if self.path.is_dir():
+            files = sorted(
+                (p for p in self.path.rglob("*.csv") if self._MEMBER.match(p.as_posix())),
+                key=lambda p: self._key(p.as_posix()),
             )
+            if not files:
+                raise DatasetError(self.path, "no P<i>/P<i>_<TASK>.csv files in this folder")
+            for f in files:
+                with f.open(encoding="utf-8") as fh:
+                    yield self._recording(f.as_posix(), _parse_xy_lines(fh, str(f)))
+            return
+        with zipfile.ZipFile(self.path) as outer:
+            z = outer
+            inner = [m for m in outer.namelist() if m.endswith("DesktopActivity.zip")]
+            if not any(self._MEMBER.match(m) for m in outer.namelist()) and inner:
+                z = zipfile.ZipFile(io.BytesIO(outer.read(inner[0])))  # the repository's zip
+            members = sorted((m for m in z.namelist() if self._MEMBER.match(m)), key=self._key)
             if not members:
-                raise DatasetError(self.path, "no P<i>/P<i>_<TASK>.csv members in the zip")
+                raise DatasetError(
+                    self.path,
+                    "no P<i>/P<i>_<TASK>.csv members in the zip: is this GazeGraph's "
+                    "DesktopActivity.zip?",
+                )
             for m in members:
-                match = self._MEMBER.match(m)
-                assert match is not None
-                person, task = match.group(1), match.group(3).lower()
                 with z.open(m) as fh:
                     xy = _parse_xy_lines(io.TextIOWrapper(fh, "utf-8"), f"{self.path}!{m}")
-                t = np.arange(xy.shape[0], dtype=np.float64) / GAZEGRAPH_RATE_HZ
-                x, y = screen_to_degrees(xy[:, 0], xy[:, 1], self.screen_mm, self.distance_mm)
-                yield Recording(person, task, f"{person}_{task}", GazeSamples.from_arrays(t, x, y))
+                yield self._recording(m, xy)
+
+    def _recording(self, name: str, xy: npt.NDArray[np.float64]) -> Recording:
+        match = self._MEMBER.match(name)
+        assert match is not None
+        person, task = match.group(1), match.group(3).lower()
+        t = np.arange(xy.shape[0], dtype=np.float64) / GAZEGRAPH_RATE_HZ
+        x, y = screen_to_degrees(xy[:, 0], xy[:, 1], self.screen_mm, self.distance_mm)
+        return Recording(person, task, f"{person}_{task}", GazeSamples.from_arrays(t, x, y))
+
+
+def locate_gazegraph(roots: Sequence[Path]) -> Path | None:
+    """The first GazeGraph source in ``roots``: a zip (``DesktopActivity.zip`` or the
+    repository's ``GazeGraph-*.zip``), or an unpacked ``DesktopActivity`` folder; each root may
+    be the source itself or hold it (also as ``gazegraph_desktop_activity/`` or a clone
+    ``GazeGraph/``)."""
+    for root in roots:
+        cands = [root]
+        for sub in ("", "gazegraph_desktop_activity", "GazeGraph", "GazeGraph-master"):
+            base = root / sub if sub else root
+            cands += [base / "DesktopActivity.zip", base / "DesktopActivity"]
+        cands += sorted(root.glob("GazeGraph-*.zip")) if root.is_dir() else []
+        for c in cands:
+            if c.is_file() and zipfile.is_zipfile(c):
+                with zipfile.ZipFile(c) as z:
+                    names = z.namelist()
+                if any(
+                    GazeGraph._MEMBER.match(n) or n.endswith("DesktopActivity.zip") for n in names
+                ):
+                    return c
+            elif c.is_dir() and any(
+                GazeGraph._MEMBER.match(p.as_posix()) for p in c.glob("P*/P*_*.csv")
+            ):
+                return c
+    return None
 
 
 # --------------------------------------------------------------------------- IRF
 class Irf(Dataset):
-    """IRF lookAtPoint_EL: six EyeLink 1000 Hz recordings in degrees, one task."""
+    """IRF lookAtPoint_EL: six EyeLink 1000 Hz recordings in degrees, one task.
+
+    ``path`` is the ``lookAtPoint_EL`` folder (``etdata/lookAtPoint_EL`` of a clone), the
+    repository's zip as downloaded, or a folder holding either (:func:`locate_irf`).
+    """
 
     name = "irf"
+    _MEMBER = re.compile(r"(?:.*/)?lookAtPoint_EL_(S\d+)\.npy$")
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.files = sorted(self.path.glob("lookAtPoint_EL_S*.npy"))
-        if not self.files:
-            raise DatasetError(self.path, "no lookAtPoint_EL_S*.npy files; pass --data-dir")
+        found = locate_irf([Path(path)])
+        if found is None:
+            raise DatasetError(
+                path,
+                "no lookAtPoint_EL_S*.npy files (nor the IRF repository's zip) here: download "
+                f"them from {PUBLIC_DATASETS['irf'].url} and pass --data-dir",
+            )
+        self.path = found
+        if found.is_dir():
+            self.files = sorted(found.glob("lookAtPoint_EL_S*.npy"))
 
     def fingerprint(self) -> str:
-        """Hash of the .npy files."""
-        return _sha256_files(self.files)
+        """Hash of the .npy files (or of the zip)."""
+        return _sha256_files(self.files if self.path.is_dir() else [self.path])
 
     def recordings(self) -> Iterator[Recording]:
         """One recording per person S1..S6, task ``lookAtPoint``."""
-        for f in self.files:
-            try:
-                a = np.load(f, allow_pickle=False)
-                t, x, y, ok = (a[c] for c in ("t", "x", "y", "status"))
-            except (ValueError, KeyError, OSError) as exc:
-                raise DatasetError(
-                    f, f"not an IRF structured array (t, x, y, status): {exc}"
-                ) from exc
-            x = np.where(ok, x, np.nan)
-            y = np.where(ok, y, np.nan)
-            person = f.stem.rsplit("_", 1)[-1]
-            yield Recording(
-                person, "lookAtPoint", person, GazeSamples.from_arrays(t.astype(np.float64), x, y)
-            )
+        if self.path.is_dir():
+            for f in self.files:
+                yield self._recording(f, f.read_bytes())
+            return
+        with zipfile.ZipFile(self.path) as z:
+            for m in sorted(n for n in z.namelist() if self._MEMBER.match(n)):
+                yield self._recording(Path(f"{self.path}!{m}"), z.read(m))
+
+    def _recording(self, where: Path, raw: bytes) -> Recording:
+        try:
+            a = np.load(io.BytesIO(raw), allow_pickle=False)
+            t, x, y, ok = (a[c] for c in ("t", "x", "y", "status"))
+        except (ValueError, KeyError, OSError) as exc:
+            raise DatasetError(
+                where, f"not an IRF structured array (t, x, y, status): {exc}"
+            ) from exc
+        match = self._MEMBER.match(where.as_posix())
+        assert match is not None
+        person = match.group(1)
+        x = np.where(ok, x, np.nan)
+        y = np.where(ok, y, np.nan)
+        return Recording(
+            person, "lookAtPoint", person, GazeSamples.from_arrays(t.astype(np.float64), x, y)
+        )
+
+
+def locate_irf(roots: Sequence[Path]) -> Path | None:
+    """The first IRF source in ``roots``: a folder of ``lookAtPoint_EL_S*.npy`` (the root, or
+    ``irf_lookAtPoint_EL/``, ``lookAtPoint_EL/``, ``irf*/etdata/lookAtPoint_EL/`` below it) or
+    the repository's zip (``irf-master.zip``, ``irf-main.zip``, ``irf.zip``)."""
+    for root in roots:
+        cands = [root, root / "irf_lookAtPoint_EL", root / "lookAtPoint_EL"]
+        if root.is_dir():
+            cands += sorted(root.glob("irf*/etdata/lookAtPoint_EL"))
+            cands += sorted(root.glob("irf*.zip"))
+        for c in cands:
+            if c.is_dir() and any(c.glob("lookAtPoint_EL_S*.npy")):
+                return c
+            if c.is_file() and zipfile.is_zipfile(c):
+                with zipfile.ZipFile(c) as z:
+                    if any(Irf._MEMBER.match(n) for n in z.namelist()):
+                        return c
+    return None
 
 
 # --------------------------------------------------------------------------- synthetic
@@ -380,137 +557,151 @@ def _simulator_tasks() -> tuple[str, ...]:
     return tuple(str(t) for t in tasks)
 
 
-# --------------------------------------------------------------------------- generic CSV
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "t": ("t", "time", "timestamp", "timestamp_s", "time_s"),
-    "x": ("x", "x_deg", "gaze_x"),
-    "y": ("y", "y_deg", "gaze_y"),
-    "pupil": ("pupil", "pupil_mm", "pupil_diameter"),
-    "person": ("person", "participant", "subject"),
-    "task": ("task", "activity", "stimulus"),
-    "recording": ("recording", "trial", "session"),
-}
+# --------------------------------------------------------------------------- your recordings
+_RECORDING_SUFFIXES = {".csv", ".tsv", ".asc"}
+_PUPIL_GAZE = "gaze_positions.csv"
 
 
 class CsvGaze(Dataset):
-    """Recorded gaze in CSV files; see the module docstring for the layout.
+    """Your recordings, read by :mod:`gazeguard.recordings` (``csv:PATH``).
 
     Args:
-        path: a CSV file, or a directory whose ``*.csv`` files are all read.
-        units: ``"deg"`` (degrees of visual angle) or ``"norm"`` (0..1 with centre 0.5, y up).
-        fov_deg: horizontal, vertical field of view for ``units="norm"``, degrees.
+        path: a recording (gazeguard CSV, Tobii Pro Lab TSV, EyeLink ASC, a Pupil Player export
+            folder), or a folder searched recursively for ``*.csv``, ``*.tsv``, ``*.asc`` files
+            and Pupil Player exports.
+        units: gaze units where a file does not state them (``deg``, ``norm``, ``px``); kept for
+            compatibility, same as ``options.units``.
+        fov_deg: field of view for normalised gaze; same as ``options.fov_deg``.
+        options: everything else about reading (screen geometry, time unit, format, ...).
+        labels: where person and task come from when a file does not say: a pattern matched
+            against the end of the recording's path (relative to ``path``, without suffix), with
+            ``{person}``, ``{task}`` and ``{recording}`` standing for one path component or part
+            of one, e.g. ``"{person}/{task}"`` or ``"{person}_{task}"``.
     """
 
     name = "csv"
 
     def __init__(
-        self, path: Path, units: str = "deg", fov_deg: tuple[float, float] | None = None
+        self,
+        path: Path,
+        units: str | None = None,
+        fov_deg: tuple[float, float] | None = None,
+        *,
+        options: ReadOptions | None = None,
+        labels: str | None = None,
     ) -> None:
         self.path = Path(path)
-        if units not in ("deg", "norm"):
-            raise DatasetError(self.path, f"units={units!r}: use 'deg' or 'norm'")
-        if units == "norm" and fov_deg is None:
-            raise DatasetError(self.path, "units='norm' needs a field of view (--fov H,V degrees)")
-        self.units = units
-        self.fov_deg = fov_deg
+        opts = options or ReadOptions()
+        if units is not None and units != "deg":
+            if units not in ("norm", "px"):
+                raise DatasetError(self.path, f"units={units!r}: use 'deg', 'norm' or 'px'")
+            opts = replace(opts, units=units)  # type: ignore[arg-type]
+        if fov_deg is not None:
+            opts = replace(opts, fov_deg=fov_deg)
+        if opts.units in ("norm", "px") and opts.fov_deg is None and opts.screen_mm is None:
+            raise DatasetError(
+                self.path,
+                f"units {opts.units!r} needs a field of view (--fov H,V degrees) or a screen "
+                "(--screen W,H mm and --distance MM) to turn gaze into degrees",
+            )
+        self.options = opts
+        self.labels = labels
+        self._pattern = _label_pattern(labels) if labels else None
         if self.path.is_dir():
-            self.files = sorted(self.path.glob("*.csv"))
+            self.sources = _find_recordings(self.path)
         elif self.path.is_file():
-            self.files = [self.path]
+            self.sources = [self.path]
         else:
             raise DatasetError(self.path, "no such file or directory")
-        if not self.files:
-            raise DatasetError(self.path, "directory holds no *.csv files")
+        if not self.sources:
+            raise DatasetError(
+                self.path,
+                "folder holds no recordings (*.csv, *.tsv, *.asc or Pupil Player exports)",
+            )
         self.name = f"csv-{self.path.stem}"
 
     def fingerprint(self) -> str:
-        """Hash of the files plus units and field of view."""
-        return f"{_sha256_files(self.files)}:{self.units}:{self.fov_deg}"
+        """Hash of the files plus the reading options and the label pattern."""
+        files: list[Path] = []
+        for u in self.sources:
+            files += sorted(u.rglob("*_positions.csv")) if u.is_dir() else [u]
+        return f"{_sha256_files(files)}:{self.options}:{self.labels}"
 
     def recordings(self) -> Iterator[Recording]:
-        """One recording per (person, task, recording) group, in order of first appearance."""
-        for f in self.files:
-            yield from self._read(f)
+        """One recording per file (or per person/task/recording group of a file)."""
+        seen: set[str] = set()
+        for unit in self.sources:
+            rel = (
+                unit.relative_to(self.path).with_suffix("").as_posix()
+                if unit != self.path
+                else unit.with_suffix("").name
+            )
+            for rec in read_recordings(unit, self.options):
+                person, task = self._labels(rec, rel)
+                rid = rec.recording
+                if rid in seen:
+                    rid = f"{rel}:{rid}"
+                seen.add(rid)
+                yield Recording(person, task, rid, rec.samples)
 
-    def _read(self, path: Path) -> Iterator[Recording]:
-        groups: dict[tuple[str, str, str], list[list[float]]] = {}
-        last_t: dict[tuple[str, str, str], float] = {}
-        col: dict[str, int] = {}
-        with path.open(newline="") as fh:
-            for lineno, row in enumerate(csv.reader(fh), start=1):
-                if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
-                    continue
-                if not col:
-                    col = self._header(path, [c.strip().lower() for c in row], lineno)
-                    ncols = len(row)
-                    continue
-                if len(row) != ncols:
-                    raise DatasetError(path, f"expected {ncols} fields, found {len(row)}", lineno)
-                key = (
-                    row[col["person"]].strip(),
-                    row[col["task"]].strip(),
-                    row[col["recording"]].strip() if "recording" in col else "",
+    def _labels(self, rec: GazeRecording, rel: str) -> tuple[str, str]:
+        person, task = rec.person, rec.task
+        if (person is None or task is None) and self._pattern is not None:
+            m = self._pattern.search(rel)
+            if m is None:
+                raise DatasetError(
+                    rec.source,
+                    f"its path {rel!r} does not match --labels {self.labels!r}; rename it, or "
+                    "change the pattern",
                 )
-                if not key[0] or not key[1]:
-                    raise DatasetError(path, "empty person or task label", lineno)
-                t = _number(row[col["t"]], path, lineno, "t", allow_missing=False)
-                if key in last_t and not t > last_t[key]:
-                    raise DatasetError(
-                        path, f"timestamp {t!r} is not after the previous {last_t[key]!r}", lineno
-                    )
-                last_t[key] = t
-                vals = [
-                    t,
-                    _number(row[col["x"]], path, lineno, "x"),
-                    _number(row[col["y"]], path, lineno, "y"),
-                    _number(row[col["pupil"]], path, lineno, "pupil")
-                    if "pupil" in col
-                    else math.nan,
-                ]
-                groups.setdefault(key, []).append(vals)
-        if not col:
-            raise DatasetError(path, "no header line")
-        if not groups:
-            raise DatasetError(path, "no data rows")
-        for (person, task, rec), rows in groups.items():
-            a = np.array(rows, dtype=np.float64)
-            x, y = a[:, 1], a[:, 2]
-            if self.units == "norm":
-                assert self.fov_deg is not None
-                x, y = fov_to_degrees(x, y, self.fov_deg)
-            rid = rec or f"{person}_{task}"
-            yield Recording(person, task, rid, GazeSamples.from_arrays(a[:, 0], x, y, a[:, 3]))
-
-    @staticmethod
-    def _header(path: Path, header: list[str], lineno: int) -> dict[str, int]:
-        col: dict[str, int] = {}
-        for key, names in _ALIASES.items():
-            for i, h in enumerate(header):
-                if h in names:
-                    col[key] = i
-                    break
-        missing = [k for k in ("t", "x", "y", "person", "task") if k not in col]
+            got = m.groupdict()
+            person = person or got.get("person")
+            task = task or got.get("task")
+        missing = [n for n, v in (("person", person), ("task", task)) if not v]
         if missing:
             raise DatasetError(
-                path,
-                f"header {','.join(header)!r} lacks column(s) {', '.join(missing)}; need t,x,y,"
-                "person,task (optional pupil, recording)",
-                lineno,
+                rec.source,
+                f"recording {rec.recording!r} has no {' and no '.join(missing)} label: add a "
+                f"{missing[0]!r} column (gazeguard CSV), or take labels from file names with "
+                "--labels '{person}_{task}' (or '{person}/{task}' for folders)",
             )
-        return col
+        assert person is not None
+        assert task is not None
+        return person, task
 
 
-def _number(text: str, path: Path, lineno: int, name: str, allow_missing: bool = True) -> float:
-    s = text.strip()
-    if allow_missing and s.lower() in ("", "nan", "na"):
-        return math.nan
-    try:
-        v = float(s)
-    except ValueError as exc:
-        raise DatasetError(path, f"column {name!r}: {text!r} is not a number", lineno) from exc
-    if not allow_missing and not math.isfinite(v):
-        raise DatasetError(path, f"column {name!r}: {text!r} must be a finite number", lineno)
-    return v
+def _find_recordings(root: Path) -> list[Path]:
+    """Recording files and Pupil Player recordings below ``root`` (sorted, each once)."""
+    pupil: set[Path] = set()
+    for g in root.rglob(_PUPIL_GAZE):
+        export = g.parent
+        pupil.add(export.parent.parent if export.parent.name == "exports" else export)
+    out = set(pupil)
+    for f in root.rglob("*"):
+        if (
+            f.is_file()
+            and f.suffix.lower() in _RECORDING_SUFFIXES
+            and not any(p in pupil for p in f.parents)
+        ):
+            out.add(f)
+    return sorted(out)
+
+
+def _label_pattern(pattern: str) -> re.Pattern[str]:
+    """``"{person}_{task}"`` → a regex matching the end of a relative path."""
+    parts = re.split(r"(\{person\}|\{task\}|\{recording\})", pattern)
+    fields = [p[1:-1] for p in parts if p in ("{person}", "{task}", "{recording}")]
+    if not fields or len(set(fields)) != len(fields):
+        raise DatasetError(
+            "labels",
+            f"--labels {pattern!r}: use each of {{person}}, {{task}} (and {{recording}}) at most "
+            "once, e.g. '{person}_{task}' or '{person}/{task}'",
+        )
+    body = "".join(
+        f"(?P<{p[1:-1]}>[^/]+?)" if p in ("{person}", "{task}", "{recording}") else re.escape(p)
+        for p in parts
+    )
+    return re.compile(rf"(?:^|/){body}$")
 
 
 # --------------------------------------------------------------------------- precomputed table
@@ -545,15 +736,16 @@ class TableDataset(Dataset):
 
 
 # --------------------------------------------------------------------------- registry
-def default_data_dir() -> Path | None:
-    """``$GAZEGUARD_DATA``, else the first of ``./data``, ``../shared/data`` that exists."""
+def data_roots(data_dir: Path | None = None) -> list[Path]:
+    """Where recorded datasets are looked for: ``data_dir`` if given, else
+    ``$GAZEGUARD_DATA`` if set, else those of ``.``, ``./data`` and ``../shared/data`` that
+    exist."""
+    if data_dir is not None:
+        return [Path(data_dir)]
     env = os.environ.get("GAZEGUARD_DATA")
     if env:
-        return Path(env)
-    for cand in (Path("data"), Path("..") / "shared" / "data"):
-        if cand.is_dir():
-            return cand.resolve()
-    return None
+        return [Path(env)]
+    return [c for c in (Path(), Path("data"), Path("..") / "shared" / "data") if c.is_dir()]
 
 
 def open_dataset(
@@ -563,29 +755,32 @@ def open_dataset(
     synthetic_people: int = 8,
     synthetic_duration_s: float = 300.0,
     synthetic_rate_hz: float = 60.0,
-    csv_units: str = "deg",
+    csv_units: str | None = None,
     fov_deg: tuple[float, float] | None = None,
+    read_options: ReadOptions | None = None,
+    labels: str | None = None,
 ) -> Dataset:
     """Open a dataset by name: ``gazegraph``, ``irf``, ``synthetic``, ``csv:PATH``, ``table:PATH``.
 
+    ``csv_units``, ``fov_deg``, ``read_options`` and ``labels`` apply to ``csv:PATH`` (see
+    :class:`CsvGaze`).
+
     Raises:
-        DatasetError: unknown name, or recorded data not found (naming where it looked).
+        DataNotFoundError: a public dataset is in none of :func:`data_roots`.
+        DatasetError: unknown name, malformed data.
     """
     if spec.startswith("csv:"):
-        return CsvGaze(Path(spec[4:]), csv_units, fov_deg)
+        return CsvGaze(Path(spec[4:]), csv_units, fov_deg, options=read_options, labels=labels)
     if spec.startswith("table:"):
         return TableDataset(Path(spec[6:]))
     if spec == "synthetic":
         return Synthetic(synthetic_people, None, synthetic_duration_s, synthetic_rate_hz)
     if spec in ("gazegraph", "irf"):
-        root = data_dir or default_data_dir()
-        if root is None:
-            raise DatasetError(
-                "data", f"recordings for {spec!r} not found: set GAZEGUARD_DATA or pass --data-dir"
-            )
-        if spec == "gazegraph":
-            return GazeGraph(Path(root) / "gazegraph_desktop_activity")
-        return Irf(Path(root) / "irf_lookAtPoint_EL")
+        roots = data_roots(data_dir)
+        found = locate_gazegraph(roots) if spec == "gazegraph" else locate_irf(roots)
+        if found is None:
+            raise DataNotFoundError(spec, [r.resolve() for r in roots])
+        return GazeGraph(found) if spec == "gazegraph" else Irf(found)
     raise DatasetError(
         spec, "unknown dataset; use gazegraph, irf, synthetic, csv:PATH or table:PATH"
     )

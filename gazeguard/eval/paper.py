@@ -13,8 +13,10 @@ to answer one question: does gazeguard's DCFPA reproduce the paper's results *un
 assumptions*, so that the gap between them and the honest results is those two choices?
 
 Implementation: the production mechanism runs with the public bounds (same clipping, same
-secure noise) at the per-feature ε that gives the paper's noise scale,
-``ε_f' = ε · Δ2_public,f / Δ2_paper,f``, since ``λ = √m·Δ2/ε``. Here Δ2_paper is the maximum of
+secure noise) at the per-feature ε that gives the paper's noise scale ``λ = √m·Δ2_paper/ε``:
+``ε_f' = ε · Δ1_public,f / (√m·Δ2_paper,f)``, where Δ1_public is the L1 sensitivity the
+production mechanism pays for its ``m`` kept coefficients (exact for small ``m``, at most
+``√m·Δ2_public``). Here Δ2_paper is the maximum of
 eq. 7 over every chunk position of the service's chunking (chunk c of every recording; pairs of
 recordings of different people). k is the paper's oracle: for each chunk and feature, the k
 with the smallest mean squared error over ``ORACLE_REPS`` noisy releases of that chunk at every
@@ -136,21 +138,27 @@ def paper_factory(
     Other families raise :class:`~gazeguard.errors.ConfigError` (the row is skipped).
     """
     from gazeguard.mechanisms import Bounds, make_mechanism  # noqa: PLC0415 - heavy import
-    from gazeguard.mechanisms.bounds import chunk_sensitivity  # noqa: PLC0415
-    from gazeguard.mechanisms.transforms import max_k  # noqa: PLC0415
+    from gazeguard.mechanisms.registry import kept_coefficients, max_k  # noqa: PLC0415
 
     b = Bounds(lo=bounds.lo, hi=bounds.hi, max_step=bounds.max_step)
-    ratios: dict[tuple[str, int], FloatArray] = {}
+    ratios: dict[tuple[str, int, int, str], FloatArray] = {}
+    eq7: dict[tuple[str, int], FloatArray] = {}
 
-    def ratio(family: str, n: int) -> FloatArray:
-        """Δ2_public / Δ2_paper per feature (cached per family and n)."""
-        key = (family, n)
+    def paper(family: str, n: int) -> FloatArray:
+        """Δ2_paper per feature (cached per family and n)."""
+        if (family, n) not in eq7:
+            eq7[family, n] = paper_sensitivity(table, cols, n, difference=family == "dcfpa")
+        return eq7[family, n]
+
+    def ratio(family: str, n: int, kk: int, transform: str) -> FloatArray:
+        """Δ1_public / (√m·Δ2_paper) per feature (cached per family, n, k and transform)."""
+        key = (family, n, kk, transform)
         if key not in ratios:
-            difference = family == "dcfpa"
-            public, _ = chunk_sensitivity(difference, b, n)
-            paper = paper_sensitivity(table, cols, n, difference=difference)
+            probe = make_mechanism(family, n=n, k=kk, epsilon=1.0, bounds=b, transform=transform)
+            public = probe.sensitivity
+            scale = np.sqrt(kept_coefficients(transform, kk)) * paper(family, n)
             # A feature no two people differ in gets the smallest noise the grid allows.
-            ratios[key] = public / np.maximum(paper, public * 1e-6)
+            ratios[key] = public / np.maximum(scale, public * 1e-6)
         return ratios[key]
 
     def factory(spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
@@ -159,17 +167,14 @@ def paper_factory(
             raise ConfigError("sensitivity", "paper", msg, "argument")
         transform = spec.transform or "dft"
         kw: dict[str, Any] = {"n": n, "bounds": b, "transform": transform}
-        eps = epsilon * ratio(spec.family, n)
+
+        def build(kk: int, s: int | None) -> Releaser:
+            eps = epsilon * ratio(spec.family, n, kk, transform)
+            return make_mechanism(spec.family, epsilon=eps, k=kk, seed=s, **kw)
+
         if isinstance(k, int):
-            return make_mechanism(spec.family, epsilon=eps, k=k, seed=seed, **kw)
+            return build(k, seed)
         candidates = range(1, max_k(transform, n) + 1)
-        return OracleK(
-            {
-                kk: make_mechanism(
-                    spec.family, epsilon=eps, k=kk, seed=None if seed is None else seed + kk, **kw
-                )
-                for kk in candidates
-            }
-        )
+        return OracleK({kk: build(kk, None if seed is None else seed + kk) for kk in candidates})
 
     return factory

@@ -1,20 +1,23 @@
-"""The accounting: caps, w-event windows, charge + enqueue in one transaction, state, audit.
+"""The ledger: one transaction per write, the policy decides, the store stores.
 
-Written once against the :class:`~gazeguard.ledger.Sql` protocol; the backends only store.
+Written once against the storage protocol (:class:`~gazeguard.ledger.LedgerBackend` +
+:class:`~gazeguard.ledger._store.Store`); the accounting is :mod:`gazeguard.ledger.policy`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Self
 
-from gazeguard.config import LedgerSettings
-from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.errors import ConfigError
+from gazeguard.ledger import policy
+from gazeguard.ledger._compose import LedgerComposer
 from gazeguard.ledger._model import (
     MAX_CAP,
     UNITS_PER_EPSILON,
@@ -24,49 +27,67 @@ from gazeguard.ledger._model import (
     LedgerBackend,
     LedgerState,
     OutboxItem,
-    Payload,
-    Sql,
+    RefusedItem,
+    StaleStateError,
     Synchronous,
-    eps_of,
+    pure_event_key,
     to_units_down,
     to_units_up,
 )
 from gazeguard.ledger._sqlite import SqliteBackend
+from gazeguard.ledger._store import SessionRow, Store
+from gazeguard.ledger.policy import Caps, Composer, Counts
 
 log = logging.getLogger("gazeguard.ledger")
 
 
 def is_url(location: object) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) URL."""
     return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
 @dataclass(frozen=True, slots=True)
-class _Caps:
-    """Caps in micro-ε (``w`` in chunks)."""
+class Preview:
+    """What a release would leave the session at, if charged now.
 
-    session: int | None
-    w: int | None
-    w_cap: int | None
+    Attributes:
+        state: the session's state right after the release.
+        version: the session's version the preview was made at; pass it to
+            :meth:`Ledger.charge` (a :class:`StaleStateError` there means: preview again).
+    """
 
-    def describe(self) -> str:
-        s = "none" if self.session is None else f"{eps_of(self.session):g}"
-        w = "none" if self.w is None else f"{eps_of(self.w_cap):g} over {self.w} chunks"
-        return f"session_cap={s}, w-event cap={w}"
+    state: LedgerState
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Release:
+    """A release's cost, validated: pure ε per feature, its micro-ε total, its events."""
+
+    epsilon: dict[str, float]
+    units: int | None
+    events: dict[str, int]
 
 
 class Ledger:
-    """The per-session ε ledger with its outbox (see the module docstring for the policies).
+    """The per-session privacy ledger with its outbox (module docstring of the package).
 
     Args:
         location: an SQLite file path, or a ``postgresql://`` URL (needs ``gazeguard[fleet]``).
         synchronous: SQLite durability (``FULL`` default); for PostgreSQL ``NORMAL`` turns
             ``synchronous_commit`` off.
-        session_cap: ε cap per session, or ``None``.
-        w_event: w of the w-event cap (chunks), or ``None``; set with ``w_event_cap``.
-        w_event_cap: ε allowed over any w consecutive chunks, or ``None``.
+        session_cap: cap on a session's ε at ``delta``, or ``None``.
+        window_cap: cap on the ε at ``delta`` of any ``window_s`` seconds of gaze, or ``None``.
+        window_s: the window of ``window_cap`` (and of the ``epsilon_window`` figure), seconds of
+            gaze time; default one hour.
+        delta: the δ of every (ε, δ) figure and cap (default 1e-6).
         allow_cap_increase: accept caps looser than those recorded with a session (refills!).
         create: create a missing SQLite file (``False``: a missing file is a ConfigError).
         timeout_s: how long a writer waits for the lock, s.
+        composer: the accountant (default: :class:`gazeguard.ledger.LedgerComposer`).
+        composition: ``"pld"`` (default: caps bound the accountant's ε at ``delta``) or
+            ``"sequential"`` (caps bound pure sequential ε, the conservative view; a session
+            opened so refuses a later ``"pld"`` as looser).
     """
 
     def __init__(
@@ -74,25 +95,25 @@ class Ledger:
         location: str | os.PathLike[str],
         synchronous: Synchronous = "FULL",
         session_cap: float | None = None,
-        w_event: int | None = None,
-        w_event_cap: float | None = None,
+        window_cap: float | None = None,
         *,
+        window_s: float = policy.HOUR_S,
+        delta: float = policy.DEFAULT_DELTA,
         allow_cap_increase: bool = False,
         create: bool = True,
         timeout_s: float = 30.0,
+        composer: Composer | None = None,
+        composition: str = "pld",
     ) -> None:
-        if (w_event is None) != (w_event_cap is None):
-            raise ConfigError(
-                "ledger.w_event", (w_event, w_event_cap), "set w_event and w_event_cap together"
-            )
-        if w_event is not None and (isinstance(w_event, bool) or w_event < 1):
-            raise ConfigError("ledger.w_event", w_event, "must be an integer >= 1 (chunks)")
-        self._caps = _Caps(
-            None if session_cap is None else to_units_down(session_cap, "ledger.session_cap"),
-            w_event,
-            None if w_event_cap is None else to_units_down(w_event_cap, "ledger.w_event_cap"),
+        self._caps = Caps(
+            _cap(session_cap, "ledger.session_cap"),
+            _cap(window_cap, "ledger.window_cap"),
+            float(window_s),
+            float(delta),
+            composition,
         )
         self._allow_increase = allow_cap_increase
+        self._composer: Composer = composer if composer is not None else LedgerComposer()
         self._backend: LedgerBackend
         if is_url(location):
             try:
@@ -113,22 +134,20 @@ class Ledger:
         """Open an SQLite file or a ``postgresql://`` URL (same arguments as the constructor)."""
         return cls(location, **kwargs)
 
-    @classmethod
-    def from_settings(cls, settings: LedgerSettings, **kwargs: Any) -> Ledger:
-        """Open the ledger ``settings`` describe (``url`` when set, else ``path``)."""
-        return cls(
-            settings.url if settings.url is not None else settings.path,
-            settings.synchronous,
-            settings.session_cap,
-            settings.w_event,
-            settings.w_event_cap,
-            **kwargs,
-        )
-
     @property
     def backend(self) -> LedgerBackend:
         """The storage backend (``.kind`` is ``"sqlite"`` or ``"postgresql"``)."""
         return self._backend
+
+    @property
+    def caps(self) -> Caps:
+        """The configured caps (a session's stored caps may be stricter)."""
+        return self._caps
+
+    @property
+    def composer(self) -> Composer:
+        """The accountant the ledger composes with."""
+        return self._composer
 
     def __enter__(self) -> Self:
         return self
@@ -142,391 +161,457 @@ class Ledger:
 
     # ---- writes -------------------------------------------------------------------------
 
+    def open_session(self, session: str) -> LedgerState:
+        """Register a session with the configured caps, or check them against the recorded ones.
+
+        Call it when a session starts, so that a configuration looser than the caps recorded
+        with the session is refused (ConfigError naming both) before any work.
+        """
+        _check_release(session, 0)
+        with self._backend.write() as sql:
+            store = Store(sql, self._backend.lock_clause)
+            row, caps = self._lock(store, session, time.time())
+            return self._state(store, session, row, caps)
+
+    def preview(
+        self,
+        session: str,
+        epsilon: Mapping[str, float],
+        *,
+        events: Counts | None = None,
+        gaze: tuple[float, float] | None = None,
+    ) -> Preview:
+        """The state the session would be in after charging this release now.
+
+        Same arguments as :meth:`charge`. Reads only.
+
+        Raises:
+            BudgetExhaustedError: the release would exceed a cap.
+            ConfigError: bad ε, or configured caps looser than the recorded ones.
+        """
+        _check_release(session, 0)
+        release = _release(epsilon, events)
+        span = _span(gaze)
+        with self._backend.read() as sql:
+            store = Store(sql)
+            row = store.session(session)
+            caps = self._caps if row is None else self._binding(session, row)
+            row = row or _empty_row(caps)
+            counts = store.counts(session)
+            self._check(store, session, caps=caps, counts=counts, release=release, span=span)
+            after = _charged(row, release, span, "chunks", 0)
+            window = self._trailing(
+                store, session, caps=caps, last_end=after.last_gaze_end, span=span, release=release
+            )
+            state = self._figures(
+                session, row=after, caps=caps, counts=counts, release=release, window=window,
+                store=store,
+            )  # fmt: skip
+            return Preview(state, row.version)
+
     def charge(
         self,
         session: str,
         chunk_index: int,
         epsilon: Mapping[str, float],
         topic: str,
-        payload: Payload,
+        payload: bytes,
+        *,
+        events: Counts | None = None,
+        gaze: tuple[float, float] | None = None,
+        stream: str = "chunks",
+        version: int | None = None,
     ) -> Charge:
-        """Charge one chunk and enqueue its privatized payload, atomically and durably.
+        """Charge one release and enqueue its privatized payload, atomically and durably.
 
         Args:
             session: session identifier.
-            chunk_index: the chunk number (>= 0); each is charged at most once.
-            epsilon: ε per released feature (finite, > 0); the chunk costs their sum.
-            topic: MQTT topic for the payload.
-            payload: the bytes, or a callable that receives the post-charge
-                :class:`LedgerState` inside the transaction and returns them (keep it fast: it
-                runs under the write lock; if it raises, nothing is charged).
+            chunk_index: the release's index in ``stream`` (>= 0); each is charged at most once.
+            epsilon: pure ε per released feature (finite and > 0, or ``inf`` for noise without a
+                pure guarantee); recorded, and summed for the sequential view.
+            topic: where the payload is to be published.
+            payload: the bytes, exactly as they will be published.
+            events: the release's accounting events (key → count, :mod:`gazeguard.accounting`);
+                default: one pure-ε event per feature of ``epsilon``.
+            gaze: Unix times of the release's first and last gaze, s (default: now, now); the
+                window cap counts in this time.
+            stream: ``chunks`` (default), ``labels``, …: independent index spaces of one session.
+            version: the :attr:`Preview.version` the payload was built from; a different current
+                version raises :class:`StaleStateError` (nothing is written). ``None`` skips the
+                check (the payload then cannot quote the post-charge state).
 
         Returns:
             The committed :class:`Charge`.
 
         Raises:
-            BudgetExhaustedError: the chunk would exceed a cap; nothing was written.
-            DuplicateChargeError: the chunk was charged or withheld before.
-            ConfigError: bad ε, or the configured caps are looser than the recorded ones.
+            BudgetExhaustedError: the release would exceed a cap; nothing was written.
+            DuplicateChargeError: the release was charged or withheld before.
+            StaleStateError: another writer charged the session since the preview.
+            ConfigError: bad arguments, or configured caps looser than the recorded ones.
         """
-        _check_chunk(session, chunk_index)
-        if not epsilon:
-            raise ConfigError("epsilon", dict(epsilon), "a chunk releases at least one feature")
-        units = {str(k): to_units_up(v, f"epsilon[{k!r}]") for k, v in epsilon.items()}
-        total = sum(units.values())
-        detail = json.dumps({str(k): float(v) for k, v in epsilon.items()})
+        _check_release(session, chunk_index)
+        release = _release(epsilon, events)
+        span = _span(gaze)
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            msg = f"payload must be bytes, got {type(payload).__name__}"
+            raise TypeError(msg)
         with self._backend.write() as sql:
             now = time.time()
-            caps, spent, chunks, max_chunk, last = self._lock_session(sql, session, now)
-            _refuse_duplicate(sql, session, chunk_index)
-            if caps.session is not None and spent + total > caps.session:
-                raise BudgetExhaustedError(
-                    session, eps_of(total) or 0.0, eps_of(caps.session - spent) or 0.0, "session"
+            store = Store(sql, self._backend.lock_clause)
+            row, caps = self._lock(store, session, now)
+            done = store.charged_or_withheld(session, stream, chunk_index)
+            if done is not None:
+                raise DuplicateChargeError(session, chunk_index, done)
+            if version is not None and version != row.version:
+                raise StaleStateError(
+                    f"session {session!r} changed since the preview (version {version} → "
+                    f"{row.version}); preview again"
                 )
-            if caps.w is not None and caps.w_cap is not None:
-                used = _max_window(sql, session, chunk_index, caps.w)
-                if used + total > caps.w_cap:
-                    raise BudgetExhaustedError(
-                        session, eps_of(total) or 0.0, eps_of(caps.w_cap - used) or 0.0, "w-event"
-                    )
-            sql.run(
-                "INSERT INTO charges (session, chunk_index, total, epsilon, created) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (session, chunk_index, total, detail, now),
+            counts = store.counts(session)
+            self._check(store, session, caps=caps, counts=counts, release=release, span=span)
+            store.insert_charge(
+                session, stream, chunk_index, epsilon=release.epsilon, units=release.units,
+                events=release.events, gaze=span, now=now,
+            )  # fmt: skip
+            store.update_after_charge(
+                session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1]
             )
-            sql.run(
-                "UPDATE sessions SET spent = ?, chunks = ?, max_chunk = ?, last_chunk = ? "
-                "WHERE session = ?",
-                (
-                    spent + total,
-                    chunks + 1,
-                    max(max_chunk, total),
-                    chunk_index if last is None else max(last, chunk_index),
-                    session,
-                ),
+            outbox_id = store.enqueue(
+                session, stream, chunk_index, topic=topic, payload=bytes(payload), now=now
             )
-            state = _read_state(sql, session)
-            state = replace(state, pending=state.pending + 1)
-            body = payload(state) if callable(payload) else payload
-            if not isinstance(body, bytes | bytearray | memoryview):
-                msg = f"payload must be bytes, got {type(body).__name__}"
-                raise TypeError(msg)
-            row = sql.one(
-                "INSERT INTO outbox (session, chunk_index, topic, payload, created) "
-                "VALUES (?, ?, ?, ?, ?) RETURNING id",
-                (session, chunk_index, topic, bytes(body), now),
+            after = store.session(session)
+            assert after is not None
+            window = self._trailing(
+                store, session, caps=caps, last_end=after.last_gaze_end, span=None, release=None
             )
-            assert row is not None
-        return Charge(session, chunk_index, total / UNITS_PER_EPSILON, state, int(row[0]))
+            state = self._figures(
+                session, row=after, caps=caps, counts=store.counts(session), release=None,
+                window=window, store=store,
+            )  # fmt: skip
+        total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
+        return Charge(session, chunk_index, total, state, outbox_id)
 
     def withhold(
-        self, session: str, chunk_index: int, requested: float | Mapping[str, float], reason: str
+        self,
+        session: str,
+        chunk_index: int,
+        requested: float | Mapping[str, float],
+        reason: str,
+        *,
+        stream: str = "chunks",
     ) -> LedgerState:
-        """Record that a chunk was withheld (refused by a cap, or dropped on an error).
+        """Record that a release was withheld (refused by a cap, or dropped on an error).
 
         Nothing is charged and nothing is enqueued; ``state().withheld`` counts it. Recording
-        the same chunk twice counts it once.
-
-        Args:
-            session: session identifier.
-            chunk_index: the chunk number.
-            requested: ε the chunk would have cost (a number, or ε per feature).
-            reason: one line for status and ``gazeguard ledger show``.
+        the same release twice counts it once.
 
         Raises:
-            DuplicateChargeError: the chunk was charged (it cannot also be withheld).
+            DuplicateChargeError: the release was charged (it cannot also be withheld).
         """
-        _check_chunk(session, chunk_index)
+        _check_release(session, chunk_index)
         asked = sum(requested.values()) if isinstance(requested, Mapping) else float(requested)
-        units = 0 if asked == 0 else to_units_up(asked, "requested", MAX_CAP)
+        units = (
+            0
+            if asked == 0 or not math.isfinite(asked)
+            else to_units_up(asked, "requested", MAX_CAP)
+        )
         with self._backend.write() as sql:
             now = time.time()
-            self._lock_session(sql, session, now)
-            if sql.one(
-                "SELECT 1 FROM charges WHERE session = ? AND chunk_index = ?",
-                (session, chunk_index),
-            ):
+            store = Store(sql, self._backend.lock_clause)
+            row, caps = self._lock(store, session, now, reconcile=False)
+            if store.charged_or_withheld(session, stream, chunk_index) == "charged":
                 raise DuplicateChargeError(session, chunk_index, "charged")
-            added = sql.run(
-                "INSERT INTO withheld (session, chunk_index, requested, reason, created) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (session, chunk_index) DO NOTHING",
-                (session, chunk_index, units, reason, now),
-            )
-            if added:
-                sql.run("UPDATE sessions SET withheld = withheld + 1 WHERE session = ?", (session,))
-            return _read_state(sql, session)
+            store.withhold(session, stream, chunk_index, units=units, reason=reason, now=now)
+            row = store.session(session) or row
+            return self._state(store, session, row, caps)
 
-    def open_session(self, session: str) -> LedgerState:
-        """Register a session with the configured caps, or check them against the recorded ones.
+    # ---- the outbox ---------------------------------------------------------------------
 
-        Call it when a session starts, so that a configuration looser than the caps recorded
-        with the session is refused (ConfigError) before any work, not at its first charge.
-        """
-        _check_chunk(session, 0)
-        with self._backend.write() as sql:
-            self._lock_session(sql, session, time.time())
-            return _read_state(sql, session)
+    def pending(self, limit: int | None = None, session: str | None = None) -> list[OutboxItem]:
+        """Undelivered payloads in outbox order (optionally of one session, at most ``limit``)."""
+        with self._backend.read() as sql:
+            rows = Store(sql).pending(limit, session)
+        return [OutboxItem(int(r[0]), r[1], int(r[3]), r[4], bytes(r[5]), r[6], r[2]) for r in rows]
 
     def mark_delivered(self, outbox_id: int) -> bool:
         """Mark an outbox item delivered (after the broker's PUBACK) and drop its payload.
 
-        Returns:
-            ``True`` if the item was pending, ``False`` if unknown or already delivered.
+        Returns ``False`` if it was not pending (already delivered, refused or unknown).
         """
         with self._backend.write() as sql:
-            changed = sql.run(
-                "UPDATE outbox SET delivered = ?, payload = NULL "
-                "WHERE id = ? AND delivered IS NULL",
-                (time.time(), int(outbox_id)),
-            )
-        return changed > 0
+            return Store(sql).mark_delivered(outbox_id, time.time())
 
-    def _lock_session(self, sql: Sql, session: str, now: float) -> tuple[_Caps, int, int, int, Any]:
-        """Create the session if new, lock its row, reconcile caps; return its account."""
-        c = self._caps
-        sql.run(
-            "INSERT INTO sessions (session, session_cap, w_event, w_event_cap, created) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (session) DO NOTHING",
-            (session, c.session, c.w, c.w_cap, now),
-        )
-        row = sql.one(
-            "SELECT session_cap, w_event, w_event_cap, spent, chunks, max_chunk, last_chunk "
-            "FROM sessions WHERE session = ?" + self._backend.lock_clause,
-            (session,),
-        )
-        assert row is not None
-        stored = _Caps(row[0], row[1], row[2])
-        caps = self._reconcile(session, stored)
-        if caps != stored:
-            sql.run(
-                "UPDATE sessions SET session_cap = ?, w_event = ?, w_event_cap = ? "
-                "WHERE session = ?",
-                (caps.session, caps.w, caps.w_cap, session),
-            )
-        return caps, int(row[3]), int(row[4]), int(row[5]), row[6]
+    def mark_refused(self, outbox_id: int, reason: str) -> bool:
+        """Move a pending item aside: the broker permanently refused it (kept, never retried).
 
-    def _reconcile(self, session: str, stored: _Caps) -> _Caps:
-        """The caps that bind from now on: stricter configured caps win; looser are refused."""
-        want = self._caps
-        if want == stored:
-            return stored
-        session_ok = stored.session is None or (
-            want.session is not None and want.session <= stored.session
-        )
-        window_ok = stored.w is None or (
-            want.w is not None
-            and want.w_cap is not None
-            and stored.w_cap is not None
-            and want.w >= stored.w
-            and want.w_cap <= stored.w_cap
-        )
-        new = _Caps(
-            want.session if session_ok else stored.session,
-            want.w if window_ok else stored.w,
-            want.w_cap if window_ok else stored.w_cap,
-        )
-        if session_ok and window_ok:
-            return new
-        if self._allow_increase:
+        Its charge stays (the ε was spent); ``state().refused`` counts it and
+        :meth:`refused` lists it. Returns ``False`` if it was not pending.
+        """
+        with self._backend.write() as sql:
+            session = Store(sql).mark_refused(outbox_id, reason, time.time())
+        if session is not None:
             log.warning(
-                "ledger %s: session %r: caps raised from (%s) to (%s) by allow_cap_increase; "
-                "spent ε is kept",
-                self._backend.location,
-                session,
-                stored.describe(),
-                want.describe(),
+                "session %r: outbox item %d refused by the broker: %s", session, outbox_id, reason
             )
-            return want
-        field, value = (
-            ("ledger.session_cap", eps_of(want.session))
-            if not session_ok
-            else ("ledger.w_event_cap", (want.w, eps_of(want.w_cap)))
-        )
-        raise ConfigError(
-            field,
-            value,
-            f"session {session!r} is recorded in {self._backend.location} with "
-            f"{stored.describe()}; a looser cap would refill its budget. Configure caps at "
-            "least as strict, use a new session id, or open the ledger with "
-            "allow_cap_increase=True to raise them deliberately",
-        )
+        return session is not None
+
+    def refused(self, session: str | None = None) -> list[RefusedItem]:
+        """Charged payloads the broker refused, in outbox order."""
+        with self._backend.read() as sql:
+            rows = Store(sql).refused(session)
+        return [
+            RefusedItem(int(r[0]), r[1], r[2], int(r[3]), r[4], str(r[5]), float(r[6]))
+            for r in rows
+        ]
 
     # ---- reads --------------------------------------------------------------------------
 
     def state(self, session: str) -> LedgerState:
         """The session's account; an unknown session reads as empty with the configured caps."""
         with self._backend.read() as sql:
-            if sql.one("SELECT 1 FROM sessions WHERE session = ?", (session,)) is None:
-                c = self._caps
-                return LedgerState(
-                    session, 0.0, eps_of(c.session), 0, 0, 0.0, None, 0,
-                    eps_of(c.session), c.w, eps_of(c.w_cap),
-                    None if c.w is None else 0.0, eps_of(c.w_cap),
-                )  # fmt: skip
-            return _read_state(sql, session)
+            store = Store(sql)
+            row = store.session(session)
+            if row is None:
+                return self._state(store, session, _empty_row(self._caps), self._caps)
+            return self._state(store, session, row, Caps.from_json(row.caps))
 
-    def pending(self, limit: int | None = None, session: str | None = None) -> list[OutboxItem]:
-        """Undelivered payloads in outbox order (optionally of one session, at most ``limit``)."""
-        query = "SELECT id, session, chunk_index, topic, payload, created FROM outbox "
-        query += "WHERE delivered IS NULL" + (" AND session = ?" if session is not None else "")
-        query += " ORDER BY id" + (" LIMIT ?" if limit is not None else "")
-        params: list[object] = [] if session is None else [session]
-        if limit is not None:
-            params.append(int(limit))
+    def next_index(self, session: str, stream: str = "chunks") -> int:
+        """The first index not yet charged or withheld in ``stream`` (restarts continue there)."""
         with self._backend.read() as sql:
-            rows = sql.all(query, params)
-        return [OutboxItem(int(r[0]), r[1], int(r[2]), r[3], bytes(r[4]), r[5]) for r in rows]
+            last = Store(sql).last_index(session, stream)
+        return 0 if last is None else last + 1
 
     def sessions(self) -> list[str]:
         """All sessions the ledger has seen, oldest first."""
         with self._backend.read() as sql:
-            return [r[0] for r in sql.all("SELECT session FROM sessions ORDER BY created, session")]
+            return Store(sql).sessions()
 
-    def charges(self, session: str) -> list[ChargeRecord]:
-        """The session's charge history in chunk order."""
+    def charges(self, session: str, stream: str = "chunks") -> list[ChargeRecord]:
+        """The session's charge history of ``stream`` in index order."""
         with self._backend.read() as sql:
-            rows = sql.all(
-                "SELECT chunk_index, total, epsilon, created FROM charges WHERE session = ? "
-                "ORDER BY chunk_index",
-                (session,),
-            )
+            rows = Store(sql).history(session, stream)
         return [
-            ChargeRecord(int(r[0]), int(r[1]) / UNITS_PER_EPSILON, json.loads(r[2]), r[3])
-            for r in rows
-        ]
-
-    def withheld(self, session: str) -> list[tuple[int, float, str]]:
-        """The session's withheld chunks: (chunk index, requested ε, reason), in chunk order."""
-        with self._backend.read() as sql:
-            rows = sql.all(
-                "SELECT chunk_index, requested, reason FROM withheld WHERE session = ? "
-                "ORDER BY chunk_index",
-                (session,),
+            ChargeRecord(
+                int(r[0]), math.inf if r[1] is None else int(r[1]) / UNITS_PER_EPSILON,
+                json.loads(r[2]), float(r[5]), float(r[3]), float(r[4]),
             )
+            for r in rows
+        ]  # fmt: skip
+
+    def withheld(self, session: str, stream: str = "chunks") -> list[tuple[int, float, str]]:
+        """The session's withheld releases: (index, requested pure ε, reason), in order."""
+        with self._backend.read() as sql:
+            rows = Store(sql).withheld(session, stream)
         return [(int(r[0]), int(r[1]) / UNITS_PER_EPSILON, r[2]) for r in rows]
 
     def verify(self) -> list[str]:
         """Audit the ledger: the problems found (an empty list means consistent).
 
-        Checks that each session's spent/chunks/max/withheld match its rows, that every charge
-        has exactly one outbox item and every outbox item a charge, and that no chunk is both
+        Checks that each session's totals and event counts match its rows, that every charge has
+        exactly one outbox item and every outbox item a charge, and that no release is both
         charged and withheld.
         """
-        problems: list[str] = []
         with self._backend.read() as sql:
-            for s, spent, chunks, mx, wh in sql.all(
-                "SELECT session, spent, chunks, max_chunk, withheld FROM sessions"
-            ):
-                row = sql.one(
-                    "SELECT COALESCE(SUM(total), 0), COUNT(*), COALESCE(MAX(total), 0) "
-                    "FROM charges WHERE session = ?",
-                    (s,),
-                )
-                assert row is not None
-                n_wh = sql.one("SELECT COUNT(*) FROM withheld WHERE session = ?", (s,))
-                assert n_wh is not None
-                if (int(spent), int(chunks), int(mx), int(wh)) != (
-                    int(row[0]), int(row[1]), int(row[2]), int(n_wh[0]),
-                ):  # fmt: skip
-                    problems.append(
-                        f"session {s!r}: totals (spent, chunks, max, withheld) = "
-                        f"{(spent, chunks, mx, wh)} but rows give "
-                        f"{(int(row[0]), int(row[1]), int(row[2]), int(n_wh[0]))}"
-                    )
-            problems += [
-                f"charge without outbox item: session {s!r} chunk {i}"
-                for s, i in sql.all(
-                    "SELECT c.session, c.chunk_index FROM charges c LEFT JOIN outbox o "
-                    "ON o.session = c.session AND o.chunk_index = c.chunk_index WHERE o.id IS NULL"
-                )
+            return Store(sql).verify()
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _binding(self, session: str, row: SessionRow) -> Caps:
+        stored = Caps.from_json(row.caps)
+        return policy.reconcile(
+            stored,
+            self._caps,
+            allow_increase=self._allow_increase,
+            where=f"session {session!r} in {self._backend.location}",
+        )
+
+    def _lock(
+        self, store: Store, session: str, now: float, *, reconcile: bool = True
+    ) -> tuple[SessionRow, Caps]:
+        """Lock (creating) the session row; the caps that bind from now on (stored if changed)."""
+        row = store.session(session, lock=True)
+        if row is None:
+            store.create_session(session, self._caps.to_json(), now)
+            row = store.session(session, lock=True)
+            assert row is not None
+        if not reconcile:
+            return row, Caps.from_json(row.caps)
+        caps = self._binding(session, row)
+        if caps.to_json() != row.caps:
+            if not Caps.from_json(row.caps).at_least_as_strict_as(caps):
+                log.warning(
+                    "ledger %s: session %r: caps raised from (%s) to (%s) by allow_cap_increase; "
+                    "spent ε is kept",
+                    self._backend.location, session, Caps.from_json(row.caps).describe(),
+                    caps.describe(),
+                )  # fmt: skip
+            store.set_caps(session, caps.to_json())
+        return row, caps
+
+    def _check(
+        self,
+        store: Store,
+        session: str,
+        *,
+        caps: Caps,
+        counts: Counts,
+        release: _Release,
+        span: tuple[float, float],
+    ) -> None:
+        windows: list[Counts] = []
+        if caps.window is not None:
+            later = store.gaze_ends(session, span[1], span[1] + caps.window_s)
+            windows = [
+                store.window_counts(session, a, e)
+                for a, e in policy.windows_to_check(span[1], caps.window_s, later)
             ]
-            problems += [
-                f"outbox item without charge: session {s!r} chunk {i}"
-                for s, i in sql.all(
-                    "SELECT o.session, o.chunk_index FROM outbox o LEFT JOIN charges c "
-                    "ON o.session = c.session AND o.chunk_index = c.chunk_index "
-                    "WHERE c.session IS NULL"
-                )
-            ]
-            problems += [
-                f"chunk both charged and withheld: session {s!r} chunk {i}"
-                for s, i in sql.all(
-                    "SELECT w.session, w.chunk_index FROM withheld w JOIN charges c "
-                    "ON w.session = c.session AND w.chunk_index = c.chunk_index"
-                )
-            ]
-        return problems
+        policy.check(
+            self._composer, caps, session, session=counts, windows=windows, cost=release.events
+        )
+
+    def _trailing(
+        self,
+        store: Store,
+        session: str,
+        *,
+        caps: Caps,
+        last_end: float | None,
+        span: tuple[float, float] | None,
+        release: _Release | None,
+    ) -> Counts:
+        """Counts of the trailing window of gaze time (with ``release`` added when previewing)."""
+        if last_end is None:
+            return {}
+        counts = store.window_counts(session, last_end - caps.window_s, last_end)
+        if release is not None and span is not None and span[1] > last_end - caps.window_s:
+            counts = policy.merged(counts, release.events)
+        return counts
+
+    def _figures(
+        self,
+        session: str,
+        *,
+        row: SessionRow,
+        caps: Caps,
+        counts: Counts,
+        release: _Release | None,
+        window: Counts,
+        store: Store,
+    ) -> LedgerState:
+        if release is not None:
+            counts = policy.merged(counts, release.events)
+        fig = policy.figures(self._composer, caps, counts, window)
+        pending = store.pending_count(session) + (1 if release is not None else 0)
+        return _make_state(session, row, caps, fig, pending)
+
+    def _state(self, store: Store, session: str, row: SessionRow, caps: Caps) -> LedgerState:
+        window = self._trailing(
+            store, session, caps=caps, last_end=row.last_gaze_end, span=None, release=None
+        )
+        return self._figures(
+            session, row=row, caps=caps, counts=store.counts(session), release=None,
+            window=window, store=store,
+        )  # fmt: skip
 
 
-def _check_chunk(session: str, chunk_index: int) -> None:
+def _cap(value: float | None, field: str) -> float | None:
+    """A cap rounded down to whole micro-ε (a cap never allows more than configured)."""
+    return None if value is None else to_units_down(value, field) / UNITS_PER_EPSILON
+
+
+def _check_release(session: str, index: int) -> None:
     if not isinstance(session, str) or not session:
         raise ConfigError("session", session, "must be a non-empty string")
-    if isinstance(chunk_index, bool) or not isinstance(chunk_index, int) or chunk_index < 0:
-        raise ConfigError("chunk_index", chunk_index, "must be an integer >= 0")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ConfigError("chunk_index", index, "must be an integer >= 0")
 
 
-def _refuse_duplicate(sql: Sql, session: str, chunk_index: int) -> None:
-    key = (session, chunk_index)
-    if sql.one("SELECT 1 FROM charges WHERE session = ? AND chunk_index = ?", key):
-        raise DuplicateChargeError(session, chunk_index, "charged")
-    if sql.one("SELECT 1 FROM withheld WHERE session = ? AND chunk_index = ?", key):
-        raise DuplicateChargeError(session, chunk_index, "withheld")
+def _release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
+    if not epsilon:
+        raise ConfigError("epsilon", dict(epsilon), "a release covers at least one feature")
+    eps: dict[str, float] = {}
+    units: int | None = 0
+    for name, value in epsilon.items():
+        v = float(value)
+        if v == math.inf:
+            units = None
+        else:
+            u = to_units_up(v, f"epsilon[{name!r}]")
+            units = None if units is None else units + u
+        eps[str(name)] = v
+    if events is None:
+        counted: dict[str, int] = {}
+        for v in eps.values():
+            if v == math.inf:
+                raise ConfigError("events", None, "a release without a pure ε must name its events")
+            key = pure_event_key(v)
+            counted[key] = counted.get(key, 0) + 1
+        events = counted
+    bad = [k for k, n in events.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+    if not events or bad:
+        raise ConfigError("events", dict(events), "must map event keys to counts >= 1")
+    return _Release(eps, units, dict(events))
 
 
-def _window_totals(sql: Sql, session: str, lo: int, hi: int) -> dict[int, int]:
-    rows = sql.all(
-        "SELECT chunk_index, total FROM charges WHERE session = ? AND chunk_index BETWEEN ? AND ?",
-        (session, lo, hi),
+def _span(gaze: tuple[float, float] | None) -> tuple[float, float]:
+    if gaze is None:
+        now = time.time()
+        return now, now
+    start, end = float(gaze[0]), float(gaze[1])
+    if not (math.isfinite(start) and math.isfinite(end) and start <= end):
+        raise ConfigError("gaze", gaze, "must be finite Unix times (start, end) with start <= end")
+    return start, end
+
+
+def _empty_row(caps: Caps) -> SessionRow:
+    return SessionRow(caps.to_json(), 0, 0, 0, 0, 0, True, 0, None, None)
+
+
+def _charged(
+    row: SessionRow, release: _Release, span: tuple[float, float], stream: str, index: int
+) -> SessionRow:
+    """The row as a charge of ``release`` would leave it (for previews)."""
+    del stream, index
+    return SessionRow(
+        row.caps,
+        row.version + 1,
+        row.chunks + 1,
+        row.withheld,
+        row.refused,
+        row.spent_units + (release.units or 0),
+        row.pure_finite and release.units is not None,
+        max(row.max_units, release.units or 0),
+        row.last_chunk,
+        span[1] if row.last_gaze_end is None else max(row.last_gaze_end, span[1]),
     )
-    return {int(i): int(t) for i, t in rows}
 
 
-def _max_window(sql: Sql, session: str, chunk_index: int, w: int) -> int:
-    """Largest spend of any w-window of chunk indexes that contains ``chunk_index`` (micro-ε).
-
-    Chunks are usually charged in order, but a fleet may charge them out of order, so every
-    window ``[j, j+w−1]`` with ``chunk_index−w < j ≤ chunk_index`` is checked (O(w)).
-    """
-    lo = chunk_index - w + 1
-    totals = _window_totals(sql, session, lo, chunk_index + w - 1)
-    window = sum(totals.get(i, 0) for i in range(lo, chunk_index + 1))
-    best = window
-    for start in range(lo + 1, chunk_index + 1):
-        window += totals.get(start + w - 1, 0) - totals.get(start - 1, 0)
-        best = max(best, window)
-    return best
+def _headroom(cap: float, spent: float) -> float:
+    """``cap − spent`` to the ledger's micro-ε resolution (never below 0)."""
+    return max(round(cap - spent, 6), 0.0)
 
 
-def _read_state(sql: Sql, session: str) -> LedgerState:
-    row = sql.one(
-        "SELECT session_cap, w_event, w_event_cap, spent, chunks, withheld, max_chunk, "
-        "last_chunk FROM sessions WHERE session = ?",
-        (session,),
-    )
-    assert row is not None
-    cap, w, w_cap, spent, chunks, withheld, max_chunk, last = row
-    pending = sql.one(
-        "SELECT COUNT(*) FROM outbox WHERE session = ? AND delivered IS NULL", (session,)
-    )
-    assert pending is not None
-    window_spent = window_remaining = None
-    if w is not None:
-        totals = {} if last is None else _window_totals(sql, session, last - w + 1, last)
-        window_spent = sum(totals.values())
-        next_window = sum(t for i, t in totals.items() if last is not None and i > last - w + 1)
-        window_remaining = max(int(w_cap) - next_window, 0)
+def _make_state(
+    session: str, row: SessionRow, caps: Caps, fig: policy.Figures, pending: int
+) -> LedgerState:
+    spent = row.spent_units / UNITS_PER_EPSILON if row.pure_finite else math.inf
     return LedgerState(
         session=session,
-        spent=int(spent) / UNITS_PER_EPSILON,
-        remaining=None if cap is None else max(int(cap) - int(spent), 0) / UNITS_PER_EPSILON,
-        chunks=int(chunks),
-        withheld=int(withheld),
-        max_chunk_eps=int(max_chunk) / UNITS_PER_EPSILON,
-        last_chunk=None if last is None else int(last),
-        pending=int(pending[0]),
-        session_cap=eps_of(cap),
-        w_event=None if w is None else int(w),
-        w_event_cap=eps_of(w_cap),
-        window_spent=eps_of(window_spent),
-        window_remaining=eps_of(window_remaining),
+        epsilon=fig.epsilon,
+        delta=caps.delta,
+        epsilon_window=fig.window,
+        window_s=caps.window_s,
+        spent=spent,
+        remaining=None if caps.session is None else _headroom(caps.session, fig.epsilon),
+        window_remaining=None if caps.window is None else _headroom(caps.window, fig.window),
+        chunks=row.chunks,
+        withheld=row.withheld,
+        refused=row.refused,
+        max_chunk_eps=row.max_units / UNITS_PER_EPSILON,
+        last_chunk=row.last_chunk,
+        last_gaze_end=row.last_gaze_end,
+        pending=pending,
+        session_cap=caps.session,
+        window_cap=caps.window,
+        version=row.version,
     )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Literal, Protocol
 
+from gazeguard.accounting import Event, PureEvent
 from gazeguard.errors import ConfigError, GazeguardError
 
 UNITS_PER_EPSILON = 1_000_000
@@ -17,13 +19,19 @@ MAX_EPSILON = 1e4
 """Largest ε accepted for one feature of one chunk."""
 MAX_CAP = 1e9
 """Largest cap (or withheld request) accepted: 10¹⁵ units, far inside SQLite's 64-bit integers."""
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
-Payload = bytes | Callable[["LedgerState"], bytes]
 
 
 class LedgerError(GazeguardError):
     """The ledger cannot be used as asked: not a ledger file, locked too long, misuse."""
+
+
+class StaleStateError(LedgerError):
+    """A charge's preview is out of date: another writer charged the session in between.
+
+    Preview again (the new state goes into the payload) and charge with the new version.
+    """
 
 
 class DuplicateChargeError(LedgerError):
@@ -68,49 +76,64 @@ def eps_of(units: int | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class LedgerState:
-    """One session's account (ε is dimensionless; counts are chunks).
+    """One session's account (ε is dimensionless; counts are releases).
 
     Attributes:
         session: session identifier.
-        spent: ε of all charged chunks (sequential composition): the honest user-level figure.
-        remaining: ``session_cap − spent`` (never below 0), or ``None`` without a session cap.
-        chunks: number of charged (released) chunks.
-        withheld: number of chunks refused or dropped and recorded with :meth:`Ledger.withhold`.
-        max_chunk_eps: largest single-chunk ε: the per-chunk (parallel composition) view.
+        epsilon: the session's user-level ε at :attr:`delta`: the best valid bound among the
+            accountant's composition of every charged release and pure sequential composition.
+        delta: the δ every (ε, δ) figure here is stated at (``ledger.delta``).
+        epsilon_window: ε at δ of the releases whose gaze lies in the trailing
+            :attr:`window_s` seconds of gaze time (with the default hour: ε per hour of gaze).
+        window_s: the window's length, seconds of gaze.
+        spent: sequential pure ε of everything charged (the sum of every feature's ε, exact in
+            micro-ε): the conservative view; ``inf`` once a release without a pure guarantee
+            (Gaussian noise) was charged.
+        remaining: ``session_cap − epsilon`` (never below 0), or ``None`` without a session cap.
+        window_remaining: ``window_cap − epsilon_window``, or ``None`` without a window cap.
+        chunks: number of charged chunks.
+        withheld: releases refused by a cap or dropped on an error.
+        refused: charged releases the broker permanently refused (kept in the ledger).
+        max_chunk_eps: largest single-chunk pure ε: the per-chunk (parallel composition) view.
         last_chunk: highest charged chunk index, or ``None`` before the first charge.
-        pending: charged chunks whose payload the broker has not acknowledged yet.
-        session_cap: the binding per-session cap, or ``None``.
-        w_event: ``w`` of the w-event cap (chunks), or ``None``.
-        w_event_cap: ε allowed over any ``w`` consecutive chunk indexes, or ``None``.
-        window_spent: ε of chunks ``last_chunk−w+1 … last_chunk``, or ``None`` without a w-event
-            cap.
-        window_remaining: ε the next chunk (``last_chunk+1``) may spend under the w-event cap,
-            or ``None`` without one.
+        last_gaze_end: latest gaze time charged (Unix s), or ``None``.
+        pending: charged releases whose payload the sink has not acknowledged yet.
+        session_cap: the binding cap on :attr:`epsilon`, or ``None``.
+        window_cap: the binding cap on the ε of any window, or ``None``.
+        version: incremented by every charge (previews are valid while it is unchanged).
     """
 
     session: str
+    epsilon: float
+    delta: float
+    epsilon_window: float
+    window_s: float
     spent: float
     remaining: float | None
+    window_remaining: float | None
     chunks: int
     withheld: int
+    refused: int
     max_chunk_eps: float
     last_chunk: int | None
+    last_gaze_end: float | None
     pending: int
     session_cap: float | None
-    w_event: int | None
-    w_event_cap: float | None
-    window_spent: float | None
-    window_remaining: float | None
+    window_cap: float | None
+    version: int
 
     @property
     def available(self) -> float | None:
-        """ε the next chunk may spend under every cap, or ``None`` when nothing caps it."""
+        """ε headroom under the tightest cap, or ``None`` when nothing caps the session."""
         limits = [x for x in (self.remaining, self.window_remaining) if x is not None]
         return min(limits) if limits else None
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict of all fields."""
-        return asdict(self)
+        """Plain JSON-ready dict of all fields (``inf`` as ``None``)."""
+        return {
+            k: (None if isinstance(v, float) and math.isinf(v) else v)
+            for k, v in asdict(self).items()
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,15 +157,16 @@ class Charge:
 
 @dataclass(frozen=True, slots=True)
 class OutboxItem:
-    """A charged payload waiting for the broker's acknowledgement.
+    """A charged payload waiting for the sink's acknowledgement.
 
     Attributes:
         id: outbox position (increasing; delivery order within a session).
         session: session identifier.
-        chunk_index: the chunk number.
-        topic: MQTT topic to publish on.
+        chunk_index: the release's index within its stream.
+        topic: where to publish it.
         payload: the privatized message, exactly as enqueued.
         created: enqueue time, Unix seconds.
+        stream: ``chunks`` (privatized feature chunks), ``labels`` or another release stream.
     """
 
     id: int
@@ -151,16 +175,51 @@ class OutboxItem:
     topic: str
     payload: bytes
     created: float
+    stream: str = "chunks"
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedItem:
+    """A charged payload the broker permanently refused (kept, never retried).
+
+    Attributes:
+        id: outbox position.
+        session: session identifier.
+        stream: release stream.
+        chunk_index: the release's index.
+        topic: where it was to be published.
+        reason: why (e.g. ``"MQTT reason 0x87 Not authorized"``).
+        refused_at: Unix s.
+    """
+
+    id: int
+    session: str
+    stream: str
+    chunk_index: int
+    topic: str
+    reason: str
+    refused_at: float
 
 
 @dataclass(frozen=True, slots=True)
 class ChargeRecord:
-    """One row of a session's charge history (``epsilon`` is ε per released feature)."""
+    """One row of a session's charge history.
+
+    Attributes:
+        chunk_index: the release's index.
+        total: its pure ε (sum over features), or ``inf`` without a pure guarantee.
+        epsilon: pure ε per released feature.
+        created: charge time, Unix s.
+        gaze_start: Unix time of the release's first gaze (s).
+        gaze_end: Unix time of its last gaze (s).
+    """
 
     chunk_index: int
     total: float
     epsilon: dict[str, float]
     created: float
+    gaze_start: float = 0.0
+    gaze_end: float = 0.0
 
 
 class Sql(Protocol):
@@ -184,7 +243,8 @@ class LedgerBackend(Protocol):
 
     ``write()`` opens a transaction that, together with ``lock_clause`` appended to the
     session-row ``SELECT``, serialises every writer of the same session; ``read()`` a snapshot.
-    The accounting itself lives in :class:`Ledger`, once for all backends.
+    Statements live in :mod:`gazeguard.ledger._store`, accounting in
+    :mod:`gazeguard.ledger.policy`.
     """
 
     kind: str
@@ -214,3 +274,34 @@ def check_schema(sql: Sql, location: str) -> None:
             f"ledger {location!r} has schema version {row[0]}, this gazeguard reads version "
             f"{SCHEMA_VERSION}; use the gazeguard release that wrote it"
         )
+
+
+def upgrading_from_v1(sql: Sql) -> bool:
+    """True when the open ledger has schema version 1 (and is about to be upgraded)."""
+    row = sql.one("SELECT value FROM meta WHERE key = 'schema'")
+    return row is not None and row[0] == "1"
+
+
+def event_key(event: Event) -> str:
+    """The ledger's key of an accounting event: the canonical JSON of ``event.to_dict()``
+    (e.g. ``{"kind": "laplace", "ratio": 56.05, "slack": 3.1e-14}``), which
+    :func:`gazeguard.accounting.event_from_dict` reads back after a restart."""
+    return json.dumps(event.to_dict(), sort_keys=True)
+
+
+def pure_event_key(epsilon: float) -> str:
+    """The key of one pure ε-DP release (v1 charges and releases that state only a pure ε)."""
+    return event_key(PureEvent(float(epsilon)))
+
+
+def copy_v1_tables(sql: Sql, overriding: str = "") -> None:
+    """Fill the new tables from the renamed v1 ones and stamp version 2 (pure ε only in v1)."""
+    from gazeguard.ledger._store import copy_v1  # noqa: PLC0415 - the store imports this module
+    from gazeguard.ledger.policy import Caps  # noqa: PLC0415
+
+    def caps_json(cap_units: int | None) -> str:
+        session = None if cap_units is None else cap_units / UNITS_PER_EPSILON
+        return Caps(session=session, composition="sequential").to_json()  # v1 caps were pure
+
+    copy_v1(sql, pure_event_key, caps_json, overriding)
+    sql.run("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))

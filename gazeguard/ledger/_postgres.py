@@ -25,33 +25,55 @@ from typing import Any
 import psycopg
 
 from gazeguard.errors import ConfigError, GazeguardError
-from gazeguard.ledger._model import LedgerError, Sql, Synchronous, check_schema
+from gazeguard.ledger._model import (
+    LedgerError,
+    Sql,
+    Synchronous,
+    check_schema,
+    copy_v1_tables,
+    upgrading_from_v1,
+)
+from gazeguard.ledger._store import rename_v1
 
 __all__ = ["PostgresBackend"]
 
 POSTGRES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
-    session TEXT PRIMARY KEY,
-    session_cap BIGINT, w_event BIGINT, w_event_cap BIGINT,
-    spent BIGINT NOT NULL DEFAULT 0, chunks BIGINT NOT NULL DEFAULT 0,
-    withheld BIGINT NOT NULL DEFAULT 0, max_chunk BIGINT NOT NULL DEFAULT 0,
-    last_chunk BIGINT, created DOUBLE PRECISION NOT NULL);
+    session TEXT PRIMARY KEY, caps TEXT NOT NULL, version BIGINT NOT NULL DEFAULT 0,
+    chunks BIGINT NOT NULL DEFAULT 0, withheld BIGINT NOT NULL DEFAULT 0,
+    refused BIGINT NOT NULL DEFAULT 0,
+    spent BIGINT NOT NULL DEFAULT 0, pure_finite BOOLEAN NOT NULL DEFAULT TRUE,
+    max_chunk BIGINT NOT NULL DEFAULT 0, last_chunk BIGINT, last_gaze_end DOUBLE PRECISION,
+    created DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS session_events (
+    session TEXT NOT NULL REFERENCES sessions(session),
+    event_id BIGINT NOT NULL REFERENCES events(id), count BIGINT NOT NULL,
+    PRIMARY KEY (session, event_id));
 CREATE TABLE IF NOT EXISTS charges (
-    session TEXT NOT NULL REFERENCES sessions(session),
-    chunk_index BIGINT NOT NULL, total BIGINT NOT NULL, epsilon TEXT NOT NULL,
-    created DOUBLE PRECISION NOT NULL, PRIMARY KEY (session, chunk_index));
+    session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
+    idx BIGINT NOT NULL, total BIGINT, epsilon TEXT NOT NULL,
+    gaze_start DOUBLE PRECISION NOT NULL, gaze_end DOUBLE PRECISION NOT NULL,
+    created DOUBLE PRECISION NOT NULL, PRIMARY KEY (session, stream, idx));
+CREATE INDEX IF NOT EXISTS charges_gaze ON charges(session, gaze_end);
+CREATE TABLE IF NOT EXISTS charge_events (
+    session TEXT NOT NULL, stream TEXT NOT NULL, idx BIGINT NOT NULL,
+    event_id BIGINT NOT NULL REFERENCES events(id), count BIGINT NOT NULL,
+    PRIMARY KEY (session, stream, idx, event_id),
+    FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
 CREATE TABLE IF NOT EXISTS withheld (
-    session TEXT NOT NULL REFERENCES sessions(session),
-    chunk_index BIGINT NOT NULL, requested BIGINT NOT NULL, reason TEXT NOT NULL,
-    created DOUBLE PRECISION NOT NULL, PRIMARY KEY (session, chunk_index));
+    session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
+    idx BIGINT NOT NULL, requested BIGINT NOT NULL, reason TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL, PRIMARY KEY (session, stream, idx));
 CREATE TABLE IF NOT EXISTS outbox (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    session TEXT NOT NULL, chunk_index BIGINT NOT NULL, topic TEXT NOT NULL, payload BYTEA,
-    created DOUBLE PRECISION NOT NULL, delivered DOUBLE PRECISION,
-    UNIQUE (session, chunk_index),
-    FOREIGN KEY (session, chunk_index) REFERENCES charges(session, chunk_index));
-CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE delivered IS NULL;
+    session TEXT NOT NULL, stream TEXT NOT NULL, idx BIGINT NOT NULL, topic TEXT NOT NULL,
+    payload BYTEA, created DOUBLE PRECISION NOT NULL, delivered DOUBLE PRECISION,
+    state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
+    FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
 """
 # Serialises schema creation by concurrent workers (CREATE TABLE IF NOT EXISTS is not atomic).
 _SCHEMA_LOCK_KEY = 0x67617A65  # "gaze"
@@ -113,9 +135,27 @@ class PostgresBackend:
             self._conn.execute(f"SET lock_timeout = {max(1, round(timeout_s * 1000))}")
             with self.write() as sql:
                 sql.run("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK_KEY,))
+                has_meta = sql.one("SELECT to_regclass('meta')")
+                upgrade = (
+                    has_meta is not None and has_meta[0] is not None and upgrading_from_v1(sql)
+                )
+                if upgrade:
+                    rename_v1(sql)
+                    sql.run("DROP INDEX IF EXISTS outbox_pending")
+                    # Index (and constraint) names do not follow a table rename in PostgreSQL.
+                    for (index,) in sql.all(
+                        "SELECT indexname FROM pg_indexes WHERE right(tablename, 3) = '_v1'"
+                    ):
+                        sql.run(f'ALTER INDEX "{index}" RENAME TO "{index}_v1"')
                 for statement in POSTGRES_SCHEMA.split(";"):
                     if statement.strip():
                         sql.run(statement)
+                if upgrade:
+                    copy_v1_tables(sql, overriding="OVERRIDING SYSTEM VALUE")
+                    sql.run(
+                        "SELECT setval(pg_get_serial_sequence('outbox', 'id'), "
+                        "COALESCE((SELECT MAX(id) FROM outbox), 0) + 1, false)"
+                    )
                 check_schema(sql, self.location)
         except BaseException:
             self._conn.close()

@@ -11,30 +11,52 @@ from pathlib import Path
 from typing import Any
 
 from gazeguard.errors import ConfigError, GazeguardError
-from gazeguard.ledger._model import LedgerError, Sql, Synchronous, check_schema
+from gazeguard.ledger._model import (
+    LedgerError,
+    Sql,
+    Synchronous,
+    check_schema,
+    copy_v1_tables,
+    upgrading_from_v1,
+)
+from gazeguard.ledger._store import rename_v1
 
 SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
-    session TEXT PRIMARY KEY,
-    session_cap INTEGER, w_event INTEGER, w_event_cap INTEGER,   -- caps, micro-ε
-    spent INTEGER NOT NULL DEFAULT 0, chunks INTEGER NOT NULL DEFAULT 0,
-    withheld INTEGER NOT NULL DEFAULT 0, max_chunk INTEGER NOT NULL DEFAULT 0,
-    last_chunk INTEGER, created REAL NOT NULL);
+    session TEXT PRIMARY KEY, caps TEXT NOT NULL, version INTEGER NOT NULL DEFAULT 0,
+    chunks INTEGER NOT NULL DEFAULT 0, withheld INTEGER NOT NULL DEFAULT 0,
+    refused INTEGER NOT NULL DEFAULT 0,
+    spent INTEGER NOT NULL DEFAULT 0, pure_finite INTEGER NOT NULL DEFAULT 1,   -- micro-ε
+    max_chunk INTEGER NOT NULL DEFAULT 0, last_chunk INTEGER, last_gaze_end REAL,
+    created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS session_events (
+    session TEXT NOT NULL REFERENCES sessions(session),
+    event_id INTEGER NOT NULL REFERENCES events(id), count INTEGER NOT NULL,
+    PRIMARY KEY (session, event_id));
 CREATE TABLE IF NOT EXISTS charges (
-    session TEXT NOT NULL REFERENCES sessions(session),
-    chunk_index INTEGER NOT NULL, total INTEGER NOT NULL, epsilon TEXT NOT NULL,
-    created REAL NOT NULL, PRIMARY KEY (session, chunk_index));
+    session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
+    idx INTEGER NOT NULL, total INTEGER, epsilon TEXT NOT NULL,
+    gaze_start REAL NOT NULL, gaze_end REAL NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (session, stream, idx));
+CREATE INDEX IF NOT EXISTS charges_gaze ON charges(session, gaze_end);
+CREATE TABLE IF NOT EXISTS charge_events (
+    session TEXT NOT NULL, stream TEXT NOT NULL, idx INTEGER NOT NULL,
+    event_id INTEGER NOT NULL REFERENCES events(id), count INTEGER NOT NULL,
+    PRIMARY KEY (session, stream, idx, event_id),
+    FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
 CREATE TABLE IF NOT EXISTS withheld (
-    session TEXT NOT NULL REFERENCES sessions(session),
-    chunk_index INTEGER NOT NULL, requested INTEGER NOT NULL, reason TEXT NOT NULL,
-    created REAL NOT NULL, PRIMARY KEY (session, chunk_index));
+    session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
+    idx INTEGER NOT NULL, requested INTEGER NOT NULL, reason TEXT NOT NULL,
+    created REAL NOT NULL, PRIMARY KEY (session, stream, idx));
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
-    session TEXT NOT NULL, chunk_index INTEGER NOT NULL, topic TEXT NOT NULL, payload BLOB,
-    created REAL NOT NULL, delivered REAL, UNIQUE (session, chunk_index),
-    FOREIGN KEY (session, chunk_index) REFERENCES charges(session, chunk_index));
-CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE delivered IS NULL;
+    session TEXT NOT NULL, stream TEXT NOT NULL, idx INTEGER NOT NULL, topic TEXT NOT NULL,
+    payload BLOB, created REAL NOT NULL, delivered REAL,
+    state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
+    FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
 """
 
 
@@ -99,8 +121,8 @@ class SqliteBackend:
                 msg = f"journal_mode is {mode!r}, WAL is required (is the file on a local disk?)"
                 raise LedgerError(f"ledger {self.location!r}: {msg}")
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
-            self._conn.execute("PRAGMA foreign_keys=ON")
             self._init_schema(create)
+            self._conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise LedgerError(
@@ -116,10 +138,17 @@ class SqliteBackend:
             has_meta = sql.one("SELECT name FROM sqlite_master WHERE name = 'meta'") is not None
             if not has_meta and not create:
                 raise LedgerError(f"{self.location!r} is an SQLite file but not a gazeguard ledger")
-            if not has_meta:
+            upgrade = has_meta and upgrading_from_v1(sql)
+            if upgrade:
+                rename_v1(sql)
+                for index in ("outbox_pending",):
+                    sql.run(f"DROP INDEX IF EXISTS {index}")
+            if not has_meta or upgrade:
                 for statement in SQLITE_SCHEMA.split(";"):
                     if statement.strip():
                         sql.run(statement)
+            if upgrade:
+                copy_v1_tables(sql)
             check_schema(sql, self.location)
 
     @contextmanager

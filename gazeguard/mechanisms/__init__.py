@@ -15,7 +15,7 @@ mechanisms), ``prior`` and ``auto_k`` (choosing k from a public prior).
 
 from gazeguard.mechanisms.auto_k import choose_k, expected_mse
 from gazeguard.mechanisms.bounds import Bounds, difference_sensitivity_l2, raw_sensitivity_l2
-from gazeguard.mechanisms.fpa import MECHANISMS, Mechanism, MechanismName, make_mechanism
+from gazeguard.mechanisms.fpa import Mechanism, make_mechanism
 from gazeguard.mechanisms.noise import (
     DiscreteLaplace,
     InsecureSeededRandom,
@@ -24,19 +24,34 @@ from gazeguard.mechanisms.noise import (
     random_source,
 )
 from gazeguard.mechanisms.prior import PriorSpectrum, default_prior, estimate_prior, model_prior
-from gazeguard.mechanisms.transforms import TRANSFORMS, forward, inverse, load_wisdom, save_wisdom
+from gazeguard.mechanisms.registry import (
+    MECHANISMS,
+    NOISE,
+    ONLINE_MECHANISMS,
+    TRANSFORMS,
+    MechanismKind,
+    NoiseKind,
+    Sensitivity,
+    mechanism_kind,
+    noise_kind,
+)
+from gazeguard.mechanisms.transforms import forward, inverse, load_wisdom, save_wisdom
 
 __all__ = [
     "MECHANISMS",
+    "NOISE",
+    "ONLINE_MECHANISMS",
     "TRANSFORMS",
     "Bounds",
     "DiscreteLaplace",
     "InsecureSeededRandom",
     "Mechanism",
-    "MechanismName",
+    "MechanismKind",
+    "NoiseKind",
     "OsRandom",
     "PriorSpectrum",
     "RandomSource",
+    "Sensitivity",
     "choose_k",
     "default_prior",
     "difference_sensitivity_l2",
@@ -46,7 +61,9 @@ __all__ = [
     "inverse",
     "load_wisdom",
     "make_mechanism",
+    "mechanism_kind",
     "model_prior",
+    "noise_kind",
     "random_source",
     "raw_sensitivity_l2",
     "save_wisdom",

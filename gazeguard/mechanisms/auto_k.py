@@ -4,7 +4,7 @@ prior — never chosen from the data being released.
 For each candidate ``k`` (``m`` kept coefficients) and feature ``f`` the expected mean squared
 error per value is
 
-``MSE_f(k) = (R_f²·recon(k) + 2·λ_f(k)²·gain(k)) / n``
+``MSE_f(k) = (R_f²·recon(k) + v_f(k)·gain(k)) / n``
 
 * ``recon(k)``: expected energy the reconstruction misses, from the prior
   (:mod:`gazeguard.mechanisms.prior`, units of ``R²``). Raw chunks (FPA, CFPA): the summed
@@ -12,8 +12,9 @@ error per value is
   difference signal is pushed through the cumulative sum, ``trace(H_dd·G_dd)`` over the dropped
   index set ``d``, with ``G = B A S Aᵀ Bᵀ`` (prior covariance of the difference coefficients) and
   ``H = B Lᵀ L Bᵀ`` (``L`` the cumulative sum).
-* ``2·λ²·gain(k)``: the perturbation error, Laplace noise of variance ``2λ²`` on each of the
-  ``m`` kept coefficients with ``λ`` exactly as the mechanism will calibrate it. For FPA/CFPA the
+* ``v(k)·gain(k)``: the perturbation error, noise of variance ``v(k)`` on each of the ``m`` kept
+  coefficients, exactly as the mechanism will calibrate it (Laplace: ``v = 2λ²``; Gaussian:
+  ``v = σ²``). For FPA/CFPA the
   basis is orthonormal, so ``gain = m`` — DESIGN.md's ``2·m·λ²/n``. **DCFPA departs from that
   formula on purpose:** its noise is integrated by the cumulative sum, so
   ``gain = Σ_{i<m} H_ii``, which for the lowest frequencies is of order ``n²/π²`` per
@@ -27,49 +28,55 @@ is ignored. Ties go to the smaller k.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
 from gazeguard.errors import ConfigError
-from gazeguard.mechanisms.bounds import Bounds, chunk_sensitivity
+from gazeguard.mechanisms.bounds import Bounds
 from gazeguard.mechanisms.noise import calibrate
 from gazeguard.mechanisms.prior import PriorSpectrum, cumsum_gain, default_prior
-from gazeguard.mechanisms.transforms import TransformName, fft_error_bound, kept_coefficients, max_k
+from gazeguard.mechanisms.registry import MechanismKind, TransformName, mechanism_kind
+from gazeguard.mechanisms.transforms import fft_error_bound
 
 FloatArray = npt.NDArray[np.float64]
 
 
-def expected_mse(
-    name: str,
+#: ``variance(k, m) -> (F,)``: noise variance of each noised coefficient when ``k`` frequencies
+#: (``m`` coefficients) are kept, or ``None`` when that ``k`` is infeasible.
+NoiseVariance = Callable[[int, int], "FloatArray | None"]
+
+
+def expected_mse_for(
+    kind: MechanismKind,
     n: int,
     transform: TransformName,
     bounds: Bounds,
-    epsilon: FloatArray,
+    noise_variance: NoiseVariance,
     *,
     prior: PriorSpectrum | None = None,
 ) -> tuple[npt.NDArray[np.int64], FloatArray]:
-    """Expected MSE per value for every admissible k.
+    """Expected MSE per value for every admissible k, for any noise family.
 
     Args:
-        name: ``"fpa"``, ``"cfpa"`` or ``"dcfpa"``.
+        kind: the mechanism (FPA, CFPA or DCFPA: a transformed kind).
         n: chunk (or recording) length.
         transform: ``"dft"`` or ``"dct"``.
         bounds: bounds broadcast to (F,).
-        epsilon: float64 (F,).
+        noise_variance: the per-coefficient noise variance for each candidate k (see
+            :data:`NoiseVariance`), exactly as the mechanism will calibrate it.
         prior: defaults to the shipped prior.
 
     Returns:
         ``(ks, mse)``: int64 (K,) candidate k and float64 (K, F) expected MSE per value in each
-        feature's squared unit; ``inf`` where ε cannot pay for that many coefficients.
+        feature's squared unit; ``inf`` where the noise cannot be calibrated for that k.
     """
     prior = default_prior() if prior is None else prior
-    difference = name == "dcfpa"
     r2 = bounds.range**2
-    delta2, l2_max = chunk_sensitivity(difference, bounds, n)
-    input_error = fft_error_bound(n, l2_max)
-    ks = np.arange(1, max_k(transform, n) + 1, dtype=np.int64)
-    ms = np.array([kept_coefficients(transform, int(k)) for k in ks])
-    if difference:
+    ks = np.arange(1, kind.max_k(transform, n) + 1, dtype=np.int64)
+    ms = np.array([kind.kept(transform, int(k), n) for k in ks])
+    if kind.difference:
         g = prior.difference_covariance(n, transform)
         h = cumsum_gain(n, transform)
         # tail[m] = Σ_{i,j ≥ m} H_ij·G_ij: reversed 2-D cumulative sums of the elementwise product
@@ -81,13 +88,62 @@ def expected_mse(
         recon = np.append(np.cumsum(energy[::-1])[::-1], 0.0)[ms]
         gain = ms.astype(np.float64)
     mse = np.full((ks.size, r2.size), np.inf)
-    for i, m in enumerate(ms):
-        try:
-            cal = calibrate(np.sqrt(m) * delta2, int(m), epsilon, input_error)
-        except ConfigError:
-            continue  # ε too small for m coefficients: infeasible candidate
-        mse[i] = (r2 * max(recon[i], 0.0) + 2.0 * cal.scale**2 * gain[i]) / n
+    for i, (k, m) in enumerate(zip(ks, ms, strict=True)):
+        var = noise_variance(int(k), int(m))
+        if var is None:
+            continue  # the noise cannot be calibrated for m coefficients: infeasible candidate
+        mse[i] = (r2 * max(recon[i], 0.0) + var * gain[i]) / n
     return ks, mse
+
+
+def choose_k_for(
+    kind: MechanismKind,
+    n: int,
+    transform: TransformName,
+    bounds: Bounds,
+    noise_variance: NoiseVariance,
+    *,
+    prior: PriorSpectrum | None = None,
+) -> int:
+    """The k minimising the range-normalised expected MSE averaged over features (see module).
+
+    Raises:
+        ConfigError: if no k is feasible for this noise.
+    """
+    ks, mse = expected_mse_for(kind, n, transform, bounds, noise_variance, prior=prior)
+    objective = np.mean(mse / (bounds.range**2), axis=1)
+    if not np.any(np.isfinite(objective)):
+        raise ConfigError("epsilon", None, "too small for any k; raise epsilon")
+    return int(ks[int(np.argmin(objective))])
+
+
+def _laplace_variance(
+    kind: MechanismKind, n: int, transform: TransformName, bounds: Bounds, epsilon: FloatArray
+) -> NoiseVariance:
+    def variance(k: int, m: int) -> FloatArray | None:
+        sens = kind.sensitivity(bounds, n, k, transform)
+        try:
+            cal = calibrate(sens.l1, m, epsilon, fft_error_bound(n, sens.signal_norm))
+        except ConfigError:
+            return None
+        return np.asarray(2.0 * cal.scale**2, dtype=np.float64)
+
+    return variance
+
+
+def expected_mse(
+    name: str,
+    n: int,
+    transform: TransformName,
+    bounds: Bounds,
+    epsilon: FloatArray,
+    *,
+    prior: PriorSpectrum | None = None,
+) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """:func:`expected_mse_for` with Laplace noise at ε per feature (float64 (F,))."""
+    kind = mechanism_kind(name)
+    variance = _laplace_variance(kind, n, transform, bounds, epsilon)
+    return expected_mse_for(kind, n, transform, bounds, variance, prior=prior)
 
 
 def choose_k(
@@ -99,7 +155,7 @@ def choose_k(
     *,
     prior: PriorSpectrum | None = None,
 ) -> int:
-    """The k minimising the range-normalised expected MSE averaged over features (see module).
+    """The k Laplace noise at ε per feature (float64 (F,)) calls for (see module).
 
     Raises:
         ConfigError: if no k is feasible for this ε.
@@ -107,8 +163,12 @@ def choose_k(
     f = bounds.n_features or int(np.size(epsilon))
     b = bounds.broadcast(f)
     eps = np.broadcast_to(np.asarray(epsilon, dtype=np.float64), (f,))
-    ks, mse = expected_mse(name, n, transform, b, eps, prior=prior)
-    objective = np.mean(mse / (b.range**2), axis=1)
-    if not np.any(np.isfinite(objective)):
-        raise ConfigError("epsilon", float(np.min(eps)), "too small for any k; raise epsilon")
-    return int(ks[int(np.argmin(objective))])
+    kind = mechanism_kind(name)
+    try:
+        return choose_k_for(
+            kind, n, transform, b, _laplace_variance(kind, n, transform, b, eps), prior=prior
+        )
+    except ConfigError as exc:
+        raise ConfigError(
+            "epsilon", float(np.min(eps)), "too small for any k; raise epsilon"
+        ) from exc

@@ -42,41 +42,32 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from gazeguard.accounting.loss import Event
 from gazeguard.errors import ConfigError
-from gazeguard.mechanisms.auto_k import choose_k
-from gazeguard.mechanisms.bounds import (
-    Bounds,
-    check_finite_positive,
-    chunk_sensitivity,
-    is_power_of_two,
-)
-from gazeguard.mechanisms.noise import (
-    DiscreteLaplace,
-    GridCalibration,
-    calibrate,
-    random_source,
-)
+from gazeguard.mechanisms.auto_k import choose_k_for, expected_mse_for
+from gazeguard.mechanisms.bounds import Bounds, check_finite_positive
+from gazeguard.mechanisms.calibration import NoiseCalibration, calibrate_noise
+from gazeguard.mechanisms.noise import random_source
 from gazeguard.mechanisms.prior import PriorSpectrum
+from gazeguard.mechanisms.registry import (
+    MechanismKind,
+    Sensitivity,
+    TransformName,
+    mechanism_kind,
+    noise_kind,
+)
 from gazeguard.mechanisms.transforms import (
-    TRANSFORMS,
     CoefficientTransform,
     IdentityTransform,
     OrthonormalTransform,
-    TransformName,
     fft_error_bound,
-    kept_coefficients,
-    max_k,
 )
 
 FloatArray = npt.NDArray[np.float64]
-MechanismName = Literal["lpa", "fpa", "cfpa", "dcfpa"]
-MECHANISMS: tuple[MechanismName, ...] = ("lpa", "fpa", "cfpa", "dcfpa")
-CHUNKED: frozenset[str] = frozenset({"cfpa", "dcfpa"})
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +82,9 @@ class _Prepared:
     """
 
     bounds: Bounds
-    epsilon: FloatArray
-    sensitivity_l2: FloatArray
-    calibration: GridCalibration
+    sensitivity: Sensitivity
+    noise: NoiseCalibration
     transform: CoefficientTransform
-    sampler: DiscreteLaplace
     lo: FloatArray  # (F, n)
     hi: FloatArray  # (F, n)
     step: FloatArray  # (F, n − 1), d per feature
@@ -108,7 +97,9 @@ class Mechanism:
     """One configured mechanism; build it with :func:`make_mechanism`.
 
     Attributes:
+        kind: what the mechanism is (:data:`gazeguard.mechanisms.registry.MECHANISMS`).
         name: ``"lpa"``, ``"fpa"``, ``"cfpa"`` or ``"dcfpa"``.
+        noise: the noise family, ``"laplace"`` or ``"gaussian"``.
         transform: ``"dft"``, ``"dct"``, or ``"identity"`` for LPA.
         n: values per feature per release.
         k: kept frequencies (resolved when ``k="auto"``; ``n`` for LPA).
@@ -122,41 +113,48 @@ class Mechanism:
         *,
         n: int,
         k: int | str,
-        epsilon: float | npt.ArrayLike,
+        epsilon: float | npt.ArrayLike | None,
         bounds: Bounds,
         transform: str,
         seed: int | None,
         n_features: int | None,
         prior: PriorSpectrum | None,
+        noise: str = "laplace",
+        noise_multiplier: float | npt.ArrayLike | None = None,
+        delta: float | None = None,
     ) -> None:
-        if name not in MECHANISMS:
-            raise ConfigError("name", name, f"must be one of {MECHANISMS}")
-        if transform not in TRANSFORMS:
-            raise ConfigError("transform", transform, f"must be one of {TRANSFORMS}")
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 2:
-            raise ConfigError("n", n, "must be an integer >= 2")
-        n = int(n)
-        if name in CHUNKED and not is_power_of_two(n):
-            raise ConfigError("n", n, f"{name} needs a power of two (e.g. 32, 64, 128)")
+        kind = mechanism_kind(name)
+        self.noise: str = noise_kind(noise).name
+        tr = kind.transform_of(transform)
+        n = kind.check_n(n)
         if not isinstance(bounds, Bounds):
             raise ConfigError("bounds", bounds, "must be a gazeguard.mechanisms.Bounds")
-        eps = check_finite_positive("epsilon", epsilon)
-        difference = name == "dcfpa"
-        if difference:
+        if (epsilon is None) == (noise_multiplier is None):
+            raise ConfigError("epsilon", epsilon, "give exactly one of epsilon or noise_multiplier")
+        if epsilon is not None:
+            level = check_finite_positive("epsilon", epsilon)
+        else:
+            assert noise_multiplier is not None
+            level = check_finite_positive("noise_multiplier", noise_multiplier)
+        if kind.difference:
             bounds.effective_step()  # ConfigError if max_step is missing
-        sizes = {s for s in (bounds.n_features, eps.size if eps.ndim else None) if s is not None}
+        sizes = {
+            s for s in (bounds.n_features, level.size if level.ndim else None) if s is not None
+        }
         if n_features is not None:
             sizes.add(int(n_features))
         if len(sizes) > 1:
             raise ConfigError(
                 "n_features", sorted(sizes), "bounds, epsilon and n_features disagree on F"
             )
-        self.name: str = name
+        self.kind: MechanismKind = kind
+        self.name: str = kind.name
         self.n = n
         self.n_features: int | None = sizes.pop() if sizes else None
-        self._difference = difference
+        self._by_epsilon = epsilon is not None
+        self.delta = delta
+        self._level = level
         self._bounds = bounds
-        self._epsilon = eps
         self._source = random_source(seed)
         self.secure = self._source.secure
         if not self.secure:
@@ -165,28 +163,47 @@ class Mechanism:
                 name,
                 seed,
             )
-        if name == "lpa":  # every value is perturbed; k and transform do not apply
-            self.transform: str = "identity"
-            self.k = n
-            self.kept_coefficients = n
-        else:
-            tr: TransformName = "dft" if transform == "dft" else "dct"
-            self.transform = tr
+        self.transform: str = tr
+        if kind.transformed:
+            assert tr != "identity"
             self.k = self._resolve_k(k, tr, prior)
-            self.kept_coefficients = kept_coefficients(tr, self.k)
+        else:  # every value is perturbed; k does not apply
+            self.k = n
+        self.kept_coefficients = kind.kept(tr, self.k, n)
         self._prepared: dict[int, _Prepared] = {}
         self._reference = self._prepare(self.n_features or 1)
 
+    def _calibrate(
+        self, b: Bounds, k: int, level: FloatArray
+    ) -> tuple[Sensitivity, NoiseCalibration]:
+        sens = self.kind.sensitivity(b, self.n, k, self.transform)
+        cal = calibrate_noise(
+            self.noise,
+            sensitivity_l1=sens.l1,
+            sensitivity_l2=sens.l2,
+            m=self.kind.kept(self.transform, k, self.n),
+            input_error=fft_error_bound(self.n, sens.signal_norm),
+            delta=self.delta,
+            **{("epsilon" if self._by_epsilon else "ratio"): level},
+        )
+        return sens, cal
+
     def _resolve_k(self, k: int | str, tr: TransformName, prior: PriorSpectrum | None) -> int:
-        top = max_k(tr, self.n)
-        if k == "auto":
-            f = self.n_features or 1
-            eps = np.broadcast_to(self._epsilon, (f,)).copy()
-            return choose_k(self.name, self.n, tr, self._bounds.broadcast(f), eps, prior=prior)
-        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= top:
-            limit = "n/2" if tr == "dft" else "n"
-            raise ConfigError("k", k, f"must be 'auto' or an integer in 1..{top} ({limit}, {tr})")
-        return int(k)
+        if k != "auto":
+            return self.kind.check_k(k, tr, self.n)
+        f = self.n_features or 1
+        b = self._bounds.broadcast(f)
+        level = np.broadcast_to(self._level, (f,)).copy()
+
+        def variance(kk: int, m: int) -> FloatArray | None:
+            try:
+                _, cal = self._calibrate(b, kk, level)
+            except ConfigError:
+                return None
+            scale2 = cal.scale**2
+            return np.asarray(2.0 * scale2 if cal.family == "laplace" else scale2)
+
+        return choose_k_for(self.kind, self.n, tr, b, variance, prior=prior)
 
     def _prepare(self, n_features: int) -> _Prepared:
         """Parameters, FFTW plans and sampler for F features (cached; never in the hot path once
@@ -195,26 +212,23 @@ class Mechanism:
         if p is not None:
             return p
         b = self._bounds.broadcast(n_features)
-        if self._epsilon.ndim and self._epsilon.size != n_features:
-            raise ConfigError("x", f"{n_features} rows", f"epsilon has {self._epsilon.size}")
-        eps = np.broadcast_to(self._epsilon, (n_features,)).copy()
-        delta2, l2_max = chunk_sensitivity(self._difference, b, self.n)
+        if self._level.ndim and self._level.size != n_features:
+            raise ConfigError("x", f"{n_features} rows", f"epsilon has {self._level.size}")
+        level = np.broadcast_to(self._level, (n_features,)).copy()
+        sens, cal = self._calibrate(b, self.k, level)
         m = self.kept_coefficients
-        cal = calibrate(np.sqrt(m) * delta2, m, eps, fft_error_bound(self.n, l2_max))
         transform: CoefficientTransform
         if self.transform == "identity":
             transform = IdentityTransform(n_features, self.n)
         else:
             tr: TransformName = "dft" if self.transform == "dft" else "dct"
             transform = OrthonormalTransform(tr, n_features, self.n, m)
-        step = b.effective_step() if self._difference else b.range
+        step = b.effective_step() if self.kind.difference else b.range
         p = _Prepared(
             bounds=b,
-            epsilon=eps,
-            sensitivity_l2=delta2,
-            calibration=cal,
+            sensitivity=sens,
+            noise=cal,
             transform=transform,
-            sampler=DiscreteLaplace(np.repeat(cal.t[:, None], m, axis=1)),
             lo=_expand(b.lo, self.n),
             hi=_expand(b.hi, self.n),
             step=_expand(step, self.n - 1),
@@ -228,28 +242,85 @@ class Mechanism:
     # ------------------------------------------------------------------ reported parameters
     @property
     def epsilon(self) -> FloatArray:
-        """float64 (F,): ε per feature per release (shape (1,) while F is not fixed)."""
-        return self._reference.epsilon.copy()
+        """float64 (F,): pure ε per feature per release (shape (1,) while F is not fixed);
+        ``inf`` for Gaussian noise, which has no pure guarantee."""
+        return self._reference.noise.epsilon.copy()
 
     @property
     def noise_scale(self) -> FloatArray:
-        """float64 (F,): Laplace scale λ of each noised coefficient (feature units)."""
-        return self._reference.calibration.scale.copy()
+        """float64 (F,): λ (Laplace) or σ (Gaussian) of each noised coefficient, in the
+        feature's units."""
+        return self._reference.noise.scale.copy()
 
     @property
     def sensitivity_l2(self) -> FloatArray:
-        """float64 (F,): Δ2 of the transformed signal (raw or difference chunk)."""
-        return self._reference.sensitivity_l2.copy()
+        """float64 (F,): Δ2 of the noised coefficients (raw or difference chunk)."""
+        return self._reference.sensitivity.l2.copy()
+
+    @property
+    def sensitivity(self) -> FloatArray:
+        """float64 (F,): the sensitivity the noise family pays (L1 for Laplace, L2 for
+        Gaussian) of the noised coefficients, from the public bounds."""
+        sens = self._reference.sensitivity
+        return (sens.l1 if noise_kind(self.noise).norm == "l1" else sens.l2).copy()
 
     @property
     def grid(self) -> FloatArray:
         """float64 (F,): γ, the power-of-two grid of the released coefficients."""
-        return self._reference.calibration.grid.copy()
+        return self._reference.noise.grid.copy()
+
+    @property
+    def noise_multiplier(self) -> FloatArray:
+        """float64 (F,): noise scale / effective sensitivity, what an accountant composes."""
+        return self._reference.noise.ratio.copy()
+
+    @property
+    def sampler_slack(self) -> FloatArray:
+        """float64 (F,): additive privacy loss per release for the sampler's inexactness."""
+        return self._reference.noise.slack.copy()
+
+    def expected_error(self, prior: PriorSpectrum | None = None) -> FloatArray:
+        """float64 (F,): expected root-mean-square error per released value as a fraction of
+        each feature's range ``hi − lo``, under the public prior (never the user's data): the
+        truncation of the frequencies not kept plus the noise carried into the values."""
+        p = self._reference
+        b = self._bounds.broadcast(p.noise.scale.size)
+        var = 2.0 * p.noise.scale**2 if self.noise == "laplace" else p.noise.scale**2
+        if not self.kind.transformed:
+            return np.asarray(np.sqrt(var) / b.range, dtype=np.float64)
+        tr = self.kind.transform_of(self.transform)
+        assert tr != "identity"
+
+        def variance(k: int, m: int) -> FloatArray:
+            return np.asarray(var, dtype=np.float64)
+
+        ks, mse = expected_mse_for(self.kind, self.n, tr, b, variance, prior=prior)
+        row = mse[int(np.flatnonzero(ks == self.k)[0])]
+        return np.asarray(np.sqrt(row) / b.range, dtype=np.float64)
+
+    def events(self) -> dict[Event, int]:
+        """The accounting events of one release (one chunk): one event per released feature,
+        ``LaplaceEvent(λ/Δ1, slack)`` or ``GaussianEvent(σ/Δ2, slack)`` with Δ the effective
+        sensitivity of that feature's whole chunk (all kept coefficients together), counted.
+
+        Features with equal noise multipliers share one event (counted once per feature).
+        """
+        event = noise_kind(self.noise).event
+        out: dict[Event, int] = {}
+        for ratio, slack in zip(self.noise_multiplier, self.sampler_slack, strict=True):
+            e = event(float(ratio), float(slack))
+            out[e] = out.get(e, 0) + 1
+        return out
+
+    def carries(self) -> str:
+        """What a consumer receives per feature per release, in words."""
+        return self.kind.carries(self.transform, self.k, self.n)
 
     def parameters(self) -> dict[str, object]:
         """The mechanism's public parameters as JSON-ready values (for payloads and logs)."""
         return {
             "name": self.name,
+            "noise": self.noise,
             "transform": self.transform,
             "n": self.n,
             "k": self.k,
@@ -257,6 +328,8 @@ class Mechanism:
             "epsilon": self.epsilon.tolist(),
             "noise_scale": self.noise_scale.tolist(),
             "sensitivity_l2": self.sensitivity_l2.tolist(),
+            "sensitivity": self.sensitivity.tolist(),
+            "noise_multiplier": self.noise_multiplier.tolist(),
             "grid": self.grid.tolist(),
             "secure": self.secure,
         }
@@ -330,7 +403,7 @@ class Mechanism:
 
     def _analyze(self, p: _Prepared, x: FloatArray) -> FloatArray:
         """Clip, shift by lo (DCFPA: clipped difference chunk), project: (F, n) → (F, m)."""
-        if not self._difference:
+        if not self.kind.difference:
 
             def fill(s: FloatArray) -> None:  # s = clip(x, lo, hi) − lo, written in place
                 np.maximum(x, p.lo, out=s)
@@ -354,13 +427,13 @@ class Mechanism:
         """The private step: coefficients → integers on the grid + discrete Laplace, × γ."""
         v = np.multiply(c, p.inv_grid, out=c)  # exact: γ is a power of two
         np.rint(v, out=v)  # |v| ≤ ‖s‖₂/γ < 2^46 since γ ≥ 2δ (noise.calibrate): exact integers
-        v += p.sampler.sample_float(self._source)  # integer + integer: exact in float64
+        v += p.noise.sample(self._source)  # integer + integer: exact in float64
         v *= p.grid  # exact again; every output is an integer multiple of γ
         return v
 
     def _synthesize(self, p: _Prepared, c: FloatArray) -> FloatArray:
         """Post-processing: (F, m) coefficients → (F, n) signal, cumulative sum, + lo, clip."""
-        y = p.transform.synthesize(c, cumulative=self._difference)
+        y = p.transform.synthesize(c, cumulative=self.kind.difference)
         y += p.lo
         np.maximum(y, p.lo, out=y)
         np.minimum(y, p.hi, out=y)
@@ -377,9 +450,12 @@ def make_mechanism(
     *,
     n: int,
     k: int | str = "auto",
-    epsilon: float | npt.ArrayLike,
+    epsilon: float | npt.ArrayLike | None = None,
     bounds: Bounds,
     transform: str = "dft",
+    noise: str = "laplace",
+    noise_multiplier: float | npt.ArrayLike | None = None,
+    delta: float | None = None,
     seed: int | None = None,
     n_features: int | None = None,
     prior: PriorSpectrum | None = None,
@@ -387,13 +463,20 @@ def make_mechanism(
     """Build a mechanism; plans, grid and sampler are prepared here, not in :meth:`release`.
 
     Args:
-        name: ``"lpa"``, ``"fpa"`` (whole recording, offline), ``"cfpa"`` or ``"dcfpa"``.
+        name: a key of :data:`gazeguard.mechanisms.registry.MECHANISMS`: ``"lpa"``, ``"fpa"``
+            (whole recording, offline), ``"cfpa"`` or ``"dcfpa"``.
         n: values per feature per release; a power of two for cfpa and dcfpa.
         k: kept frequencies, ``1 ≤ k ≤ n/2`` (dft) or ``≤ n`` (dct), or ``"auto"`` (chosen from
             the public prior, :mod:`gazeguard.mechanisms.auto_k`). Ignored by LPA.
-        epsilon: ε per feature per release, scalar or (F,), finite and > 0.
+        epsilon: pure ε per feature per release, scalar or (F,), finite and > 0.
         bounds: public bounds (``max_step`` required for dcfpa).
         transform: ``"dft"`` or ``"dct"`` (LPA reports ``"identity"``).
+        noise: the noise family (:data:`gazeguard.mechanisms.registry.NOISE`): ``"laplace"``
+            (pure ε-DP, pays the L1 sensitivity) or ``"gaussian"`` (pays the L2 sensitivity).
+        delta: with ``noise="gaussian"`` and ``epsilon``: the per-release δ (the analytic
+            Gaussian mechanism of Balle & Wang 2018 sets σ).
+        noise_multiplier: instead of ``epsilon``: noise scale / effective sensitivity per
+            feature, scalar or (F,), as an accountant calibrates it for a budget per hour.
         seed: None (default) for the OS CSPRNG. An integer selects an INSECURE reproducible
             generator for tests and experiments: every release draws fresh noise from it.
         n_features: F, if neither bounds nor epsilon are given per feature; otherwise plans for
@@ -413,4 +496,7 @@ def make_mechanism(
         seed=seed,
         n_features=n_features,
         prior=prior,
+        noise=noise,
+        noise_multiplier=noise_multiplier,
+        delta=delta,
     )

@@ -26,19 +26,18 @@ extractor are in place, regenerate it from simulated (or public) features::
     python -m gazeguard.mechanisms show        # the k that auto picks, per n and ε
     python -m gazeguard.mechanisms model       # rewrite the shipped model prior
 
-(:func:`estimate_prior` does the same from arrays.) The file also lists, for n = 32, 64, 128, the
+(:mod:`gazeguard.cli.mechanisms` is that command line; :func:`estimate_prior` does the same from
+arrays.) The file also lists, for n = 32, 64, 128, the
 resulting expected energy per coefficient (raw and difference) for people to read; they are derived
 from the model and checked by the tests.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -47,7 +46,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.mechanisms.transforms import TRANSFORMS, TransformName, forward
+from gazeguard.mechanisms.registry import TRANSFORMS, TransformName
+from gazeguard.mechanisms.transforms import forward
 
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_PATH = Path(str(resources.files("gazeguard"))) / "data" / "prior_spectrum.json"
@@ -303,74 +303,3 @@ def estimate_prior(
 def default_prior() -> PriorSpectrum:
     """The prior shipped with the package."""
     return PriorSpectrum.load(DEFAULT_PATH)
-
-
-# --------------------------------------------------------------------------------------- CLI
-def _load_bounds(path: Path, names: Sequence[str]) -> tuple[FloatArray, FloatArray]:
-    try:
-        doc = json.loads(path.read_text())
-        lo = np.array([float(doc[n]["lo"]) for n in names])
-        hi = np.array([float(doc[n]["hi"]) for n in names])
-    except FileNotFoundError as exc:
-        raise DatasetError(path, "bounds file not found") from exc
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatasetError(
-            path, f'needs {{"<feature>": {{"lo": .., "hi": ..}}}} for every feature: {exc}'
-        ) from exc
-    return lo, hi
-
-
-def _out(line: str) -> None:
-    sys.stdout.write(line + "\n")
-
-
-def _show(prior: PriorSpectrum) -> None:
-    from gazeguard.mechanisms.auto_k import choose_k  # noqa: PLC0415 - avoids an import cycle
-    from gazeguard.mechanisms.bounds import Bounds  # noqa: PLC0415
-
-    _out(f"source: {prior.source}")
-    _out(f"mean {prior.mean:.4g}, std {math.sqrt(prior.variance):.4g} (units of R), lags")
-    _out(f"{prior.autocorrelation.size}; r(1) = {prior.autocorrelation[1]:.4f}")
-    _out("k chosen by k='auto' (R = 1, max_step = R/30):")
-    eps_grid = (0.48, 2.4, 4.8, 24.0, 48.0)
-    _out(f"{'mechanism':>9} {'tr':>3} {'n':>4} " + " ".join(f"eps={e:<5g}" for e in eps_grid))
-    bounds = Bounds(0.0, 1.0, 1.0 / 30)
-    for name in ("cfpa", "dcfpa"):
-        for tr in TRANSFORMS:
-            for n in TABLE_SIZES:
-                ks = [choose_k(name, n, tr, bounds, np.array([e]), prior=prior) for e in eps_grid]
-                _out(f"{name:>9} {tr:>3} {n:>4} " + " ".join(f"{k:<9d}" for k in ks))
-
-
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """``python -m gazeguard.mechanisms {show,model,estimate}``: inspect or regenerate the prior."""
-    parser = argparse.ArgumentParser(prog=prog, description="Inspect or regenerate the prior.")
-    sub = parser.add_subparsers(dest="action", required=True)
-    show = sub.add_parser("show", help="summarise a prior and the k that auto picks")
-    show.add_argument("--prior", type=Path, default=DEFAULT_PATH)
-    model = sub.add_parser("model", help="write the documented model prior")
-    model.add_argument("--out", type=Path, default=DEFAULT_PATH)
-    est = sub.add_parser("estimate", help="estimate a prior from FeatureTable files")
-    est.add_argument("tables", type=Path, nargs="+", help="FeatureTable files (.npz/.csv)")
-    est.add_argument("--bounds", type=Path, required=True, help='JSON {"feat": {"lo":, "hi":}}')
-    est.add_argument("--max-lag", type=int, default=2048)
-    est.add_argument("--out", type=Path, default=DEFAULT_PATH)
-    args = parser.parse_args(argv)
-    if args.action == "show":
-        _show(PriorSpectrum.load(args.prior))
-        return 0
-    if args.action == "model":
-        prior = model_prior()
-    else:
-        from gazeguard.dataset import FeatureTable  # noqa: PLC0415 - only needed here
-
-        recs: list[FloatArray] = []
-        lo = hi = np.zeros(0)
-        for path in args.tables:
-            table = FeatureTable.load(path)
-            lo, hi = _load_bounds(args.bounds, table.feature_names)
-            recs.extend(table.X[rows].T for _, rows in table.recordings())
-        names = ", ".join(p.name for p in args.tables)
-        prior = estimate_prior(recs, lo, hi, args.max_lag, source=f"estimated from {names}")
-    _out(f"wrote {prior.save(args.out)}: {prior.source}")
-    return 0

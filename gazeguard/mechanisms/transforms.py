@@ -32,27 +32,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 import pyfftw
 
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.registry import TRANSFORMS, TransformName
 
 FloatArray = npt.NDArray[np.float64]
-TransformName = Literal["dft", "dct"]
-TRANSFORMS: tuple[TransformName, ...] = ("dft", "dct")
-
-
-def kept_coefficients(transform: str, k: int) -> int:
-    """``m``: real coefficients kept for ``k`` frequencies (``2k − 1`` for dft, ``k`` for dct)."""
-    return 2 * k - 1 if transform == "dft" else k
-
-
-def max_k(transform: str, n: int) -> int:
-    """Largest admissible ``k``: ``n // 2`` for dft, ``n`` for dct."""
-    return n // 2 if transform == "dft" else n
 
 
 def fft_error_bound(n: int, l2_max: FloatArray) -> FloatArray:

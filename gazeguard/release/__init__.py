@@ -21,8 +21,10 @@ Mechanisms (David-John et al., ETRA 2022, and gazeguard's own):
     (:mod:`gazeguard.release.recording`).
 
 ``seed=None`` draws from the OS CSPRNG; an int seed is reproducible and insecure (experiments and
-tests only). ``gazeguard release`` (:mod:`gazeguard.release.cli`) runs any of them on a file and
-writes the released table plus a manifest (:mod:`gazeguard.release.manifest`).
+tests only). :func:`gazeguard.release.output.write_release` runs any of them on a table and
+writes the released table, a manifest (:mod:`gazeguard.release.manifest`) and, apart, what must
+stay private (k-same's group mapping); ``gazeguard release`` (:mod:`gazeguard.release.output`
+via :mod:`gazeguard.cli.release`) does it for a file.
 """
 
 from __future__ import annotations

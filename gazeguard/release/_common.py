@@ -14,7 +14,7 @@ import os
 import random
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -45,10 +45,40 @@ class Release:
             ``guarantee`` (``kind``, ``statement`` in words, ``numbers``), ``seed_policy`` and
             mechanism-specific ``details``. :func:`gazeguard.release.manifest.build_manifest`
             adds the input checksum, version and timestamps.
+        private: JSON-ready facts that identify people and must never leave with the release,
+            e.g. k-same's mapping from released group ids to real person and recording ids
+            (``{"person": {released: real}, "recording": {released: real}, ...}``); empty for
+            mechanisms that have none. ``gazeguard release`` writes it to a separate local file.
     """
 
     table: FeatureTable
     manifest: dict[str, Any]
+    private: dict[str, Any] = field(default_factory=dict)
+
+    def oracle_table(self) -> FeatureTable:
+        """The released table with the real ``person`` and ``recording`` labels put back from
+        :attr:`private` (the released table itself when there is no mapping).
+
+        For evaluations, which must know who is who to score an attack; never release it.
+        """
+        person = self.private.get("person")
+        recording = self.private.get("recording")
+        if not person and not recording:
+            return self.table
+        t = self.table
+        return FeatureTable(
+            t.X,
+            t.t,
+            np.array([person.get(p, p) for p in t.person.tolist()], dtype=str)
+            if person
+            else t.person,
+            t.task,
+            np.array([recording.get(r, r) for r in t.recording.tolist()], dtype=str)
+            if recording
+            else t.recording,
+            t.feature_names,
+            t.feature_units,
+        )
 
 
 def seed_policy(insecure_seed: int | None, secure_source: str, insecure_source: str) -> str:

@@ -19,10 +19,17 @@ is released, and the manifest counts them per task. ``leftover="merge"`` instead
 each, to randomly chosen groups (groups of k to 2k−1 people, as k-Same does for faces): nobody is
 dropped, the guarantee is still ≥ k, but those groups average more than k vectors.
 
-Released rows: for each member, ``t_max`` rows with the group's average values, the member's own
-``person``/``task`` labels, the recording label of the member's own row at that step (its last
-one on padded steps), and the step times of the task's longest sequence (the same for all
-members, so the time column does not single anyone out either).
+Released rows: for each member, ``t_max`` rows with the group's average values, the task label,
+the step times of the task's longest sequence (the same for all members, so the time column does
+not single anyone out either) and **no real id**: groups are numbered ``g01, g02, …`` across all
+tasks in their random order, the member rows of a group are labelled ``g01-m1 … g01-mk`` as
+``person`` (member numbers follow the random shuffle, so they say nothing about who), and the
+recording label of a member's own row at that step (its last one on padded steps) becomes
+``g01-m1-r1``, ``-r2``, … in order of appearance. Real ids would tell a reader who took part and
+who was averaged with whom. The manifest counts groups, sizes and dropped people without naming
+anyone; the mapping back to real ids (per task: the members of each group, the dropped people,
+and the label maps) is returned in :attr:`Release.private`, which ``gazeguard release`` writes
+to a separate local ``*.group-mapping.PRIVATE.json`` file that must not be published.
 
 k-same is not differential privacy: it bounds re-identification by linking, not what the
 averages reveal about a group.
@@ -51,6 +58,11 @@ from gazeguard.release._common import (
 
 NAME = "ksame"
 LEFTOVER_POLICIES = ("drop", "merge")
+MAPPING_FORMAT = "gazeguard-ksame-group-mapping/1"
+MAPPING_WARNING = (
+    "PRIVATE: this file links the released group ids to real people and says who was averaged "
+    "with whom. Keep it with the original data; never publish it with the release."
+)
 
 
 def form_groups(
@@ -91,6 +103,10 @@ def ksame_release(
         seed: ``None`` for the OS CSPRNG; an int only for reproducible experiments (insecure).
         progress: called once per task.
 
+    Returns:
+        The release: the table labelled with group ids only, the manifest (counts, no real
+        ids) and, in ``private``, the mapping back to real ids (never to be released).
+
     Raises:
         ConfigError: naming ``k`` when a task has fewer than k people (that task cannot be made
             k-anonymous: lower k or remove the task), or for a bad parameter.
@@ -112,42 +128,64 @@ def ksame_release(
                 f"least k people per task. Choose k <= {len(seqs)} or leave that task out",
             )
 
+    grouped = {task: form_groups(list(seqs), k, leftover, rng) for task, seqs in sequences.items()}
+    width = len(str(sum(len(groups) for groups, _ in grouped.values())))
     parts: list[FeatureTable] = []
     per_task: dict[str, dict[str, Any]] = {}
-    for n_done, (task, seqs) in enumerate(sequences.items()):
-        groups, dropped = form_groups(list(seqs), k, leftover, rng)
+    private_tasks: dict[str, dict[str, Any]] = {}
+    person_map: dict[str, str] = {}
+    recording_map: dict[str, str] = {}
+    number = 0
+    for n_done, (task, (groups, dropped)) in enumerate(grouped.items()):
+        seqs = sequences[task]
         kept = [person for g in groups for person in g]
         t_max = max(seqs[person].size for person in kept)
         longest = max(kept, key=lambda person: (seqs[person].size, person))
         t_ref = table.t[padded(seqs[longest], t_max)]
+        group_ids = []
         for group in groups:
+            number += 1
+            gid = f"g{number:0{width}d}"
+            group_ids.append(gid)
             rows = np.stack([padded(seqs[person], t_max) for person in group])  # (g, t_max)
             mean: FloatArray = table.X[rows].mean(axis=0)  # (t_max, F)
-            for person, member_rows in zip(group, rows, strict=True):
+            for j, (person, member_rows) in enumerate(zip(group, rows, strict=True)):
+                member = f"{gid}-m{j + 1}"
+                person_map[member] = person
+                real_recordings = table.recording[member_rows]
+                labels = {
+                    r: f"{member}-r{i + 1}"
+                    for i, r in enumerate(dict.fromkeys(real_recordings.tolist()))
+                }
+                recording_map.update({label: real for real, label in labels.items()})
                 parts.append(
                     FeatureTable(
                         mean.copy(),
                         t_ref.copy(),
-                        np.full(t_max, person),
+                        np.full(t_max, member),
                         np.full(t_max, task),
-                        table.recording[member_rows],
+                        np.array([labels[r] for r in real_recordings.tolist()], dtype=str),
                         table.feature_names,
                         table.feature_units,
                     )
                 )
         per_task[task] = {
             "people": len(seqs),
-            "groups": [sorted(g) for g in groups],
+            "groups": group_ids,
             "group_sizes": [len(g) for g in groups],
-            "dropped_people": sorted(dropped),
+            "dropped_people": len(dropped),
             "t_max": int(t_max),
             "rows_released": int(t_max * len(kept)),
+        }
+        private_tasks[task] = {
+            "groups": {gid: list(g) for gid, g in zip(group_ids, groups, strict=True)},
+            "dropped_people": sorted(dropped),
         }
         progress(n_done + 1, len(sequences), f"task {task!r}: {len(groups)} groups")
 
     out = concat_tables(parts, table)
     min_size = min((min(t["group_sizes"]) for t in per_task.values()), default=k)
-    dropped_total = sum(len(t["dropped_people"]) for t in per_task.values())
+    dropped_total = sum(t["dropped_people"] for t in per_task.values())
     statement = (
         f"k-anonymity with k={k}: within each task every released feature-vector sequence is the "
         f"step-wise average of a fixed group of {'exactly' if leftover == 'drop' else 'at least'} "
@@ -176,6 +214,16 @@ def ksame_release(
                 },
             },
             "seed_policy": rng.policy,
-            "details": {"tasks": per_task},
+            "details": {
+                "tasks": per_task,
+                "ids": "group ids (gNN-mM); the real ids are not released",
+            },
+        },
+        private={
+            "format": MAPPING_FORMAT,
+            "warning": MAPPING_WARNING,
+            "person": person_map,
+            "recording": recording_map,
+            "tasks": private_tasks,
         },
     )

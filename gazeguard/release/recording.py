@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from gazeguard.accounting import Event, compose
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.registry import MECHANISMS, mechanism_kind
 from gazeguard.release._common import (
     FloatArray,
     IndexArray,
@@ -47,9 +49,11 @@ from gazeguard.release._common import (
     seed_policy,
 )
 
-DP_MECHANISMS = ("lpa", "fpa", "cfpa", "dcfpa")
+DP_MECHANISMS = tuple(MECHANISMS)
 TAIL_POLICIES = ("drop", "pad")
 #: make_mechanism's argument names → this module's parameter names (for error messages).
+#: δ of the user-level (ε, δ) statement (as the live ledger's default).
+USER_DELTA = 1e-6
 _PARAM_NAMES = {"k": "keep", "n": "n", "epsilon": "epsilon", "transform": "transform"}
 
 
@@ -85,22 +89,24 @@ def recording_release(
     """
     from gazeguard.mechanisms import Bounds, Mechanism, make_mechanism  # noqa: PLC0415
 
+    kind = mechanism_kind(name, field="mechanism")
+    whole = not kind.online  # FPA: one release per recording
     p = Params(name, params)
     epsilon = p.number("epsilon", None, greater_than=0.0)
-    n = 0 if name == "fpa" else p.integer("n", 32, minimum=2)
+    n = 0 if whole else p.integer("n", 32, minimum=2)
     keep: int | str = "auto"
     transform = "dft"
-    if name != "lpa":
+    if kind.transformed:
         if p.optional("keep") not in (None, "auto"):
             keep = p.integer("keep", 1, minimum=1)
         transform = p.choice("transform", "dft", ("dft", "dct"))
-    tail = "drop" if name == "fpa" else p.choice("tail", "drop", TAIL_POLICIES)
+    tail = "drop" if whole else p.choice("tail", "drop", TAIL_POLICIES)
     ranges = feature_ranges(table, "public", p)
     effective = p.finish()
     effective.pop("bounds", None)
     require_finite(table, p)
-    if name == "dcfpa" and ranges.max_step is None:
-        raise p.error("bounds", "(lo, hi)", "dcfpa needs max_step for every feature")
+    if kind.difference and ranges.max_step is None:
+        raise p.error("bounds", "(lo, hi)", f"{name} needs max_step for every feature")
     public = Bounds(ranges.lo, ranges.hi, ranges.max_step)
     f = len(table.feature_names)
 
@@ -127,11 +133,12 @@ def recording_release(
     X = np.full(table.X.shape, np.nan)
     released = np.zeros(table.n_rows, dtype=bool)
     chunks_per_person: dict[str, int] = {}
+    events_per_person: dict[str, dict[Event, int]] = {}
     per_recording: dict[str, dict[str, int]] = {}
     recordings = list(table.recordings())
     for done, (rec, rows) in enumerate(recordings, start=1):
         size = rows.size
-        if name == "fpa":
+        if whole:
             plan: list[tuple[IndexArray, int]] = [(rows, size)] if size >= 2 else []
         else:
             full, tail_real = _chunk_plan(size, n, tail)
@@ -146,6 +153,10 @@ def recording_release(
             released[chunk_rows[:real]] = True
         person = str(table.person[rows[0]])
         chunks_per_person[person] = chunks_per_person.get(person, 0) + len(plan)
+        counts = events_per_person.setdefault(person, {})
+        for chunk_rows, _ in plan:
+            for e, c in mechanism(chunk_rows.size).events().items():
+                counts[e] = counts.get(e, 0) + c
         per_recording[rec] = {
             "steps": int(size),
             "chunks": len(plan),
@@ -165,17 +176,20 @@ def recording_release(
     )
     per_chunk = f * epsilon
     max_chunks = max(chunks_per_person.values(), default=0)
-    resolved_keep: Any = sorted({m.k for m in cache.values()}) if name != "lpa" else None
-    unit, units = (
-        ("recording", "recordings") if name == "fpa" else (f"chunk of {n} steps", "chunks")
-    )
+    # The accountant's user-level ε at δ: each person's releases composed (PLD), the worst one.
+    composed = (compose(c, USER_DELTA).epsilon for c in events_per_person.values())
+    at_delta = max(composed, default=0.0)
+    resolved_keep: Any = sorted({m.k for m in cache.values()}) if kind.transformed else None
+    unit, units = ("recording", "recordings") if whole else (f"chunk of {n} steps", "chunks")
     statement = (
         f"{name.upper()} (Bozkir et al. 2021) with epsilon={epsilon:g} per feature per {unit} "
         f"from public bounds: epsilon={per_chunk:g} per {unit} over all {f} features; a "
         f"person's whole release (up to {max_chunks} {units}) is "
-        f"epsilon={per_chunk * max_chunks:g}-DP at the user level (sequential composition)."
+        f"epsilon={per_chunk * max_chunks:g}-DP at the user level (sequential composition), "
+        f"and (epsilon={at_delta:.4g}, delta={USER_DELTA:g})-DP by the accountant's composition "
+        "(privacy loss distributions)."
     )
-    if name != "fpa":
+    if not whole:
         dropped = table.n_rows - int(released.sum())
         statement += (
             f" Tails shorter than a chunk were {'padded' if tail == 'pad' else 'dropped'}"
@@ -193,6 +207,8 @@ def recording_release(
                     "epsilon_per_feature_per_chunk": epsilon,
                     "epsilon_per_chunk": per_chunk,
                     "epsilon_per_person": per_chunk * max_chunks,
+                    "epsilon_per_person_at_delta": at_delta,
+                    "delta": USER_DELTA,
                     "max_chunks_per_person": max_chunks,
                 },
             },

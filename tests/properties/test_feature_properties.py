@@ -9,12 +9,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gazeguard.events import EventDetector, EventKind, Events
-from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
+from gazeguard.features import FEATURES, FeatureExtractor, extract_features, feature_bounds
 from gazeguard.samples import GazeSamples
 
 SEGMENT = st.tuples(
@@ -71,18 +73,28 @@ def pieces(block: GazeSamples, sizes: list[int]) -> list[GazeSamples]:
     return out
 
 
-WINDOWS = st.sampled_from([(1.0, 0.25), (2.5, 0.5), (3.7, 0.5), (3.0, 1.0)])
+# (window W, step s, hold limit): None holds for W; 0 releases the default at once.
+WINDOWS = st.sampled_from(
+    [(1.0, 0.25, None), (2.5, 0.5, 0.0), (3.7, 0.5, 1.0), (3.0, 1.0, None), (2.0, 0.5, 0.75)]
+)
+Windows = tuple[float, float, float | None]
+
+
+def extractor(ws: Windows, **kw: bool) -> FeatureExtractor:
+    return FeatureExtractor(ws[0], ws[1], hold_limit_s=ws[2], **kw)
+
+
 SIZES = st.lists(st.integers(1, 300), min_size=1, max_size=20)
 
 
 @settings(max_examples=60, deadline=None)
 @given(block=recordings(), ws=WINDOWS, sizes=SIZES)
 def test_features_do_not_depend_on_block_boundaries(
-    block: GazeSamples, ws: tuple[float, float], sizes: list[int]
+    block: GazeSamples, ws: Windows, sizes: list[int]
 ) -> None:
-    whole = FeatureExtractor(*ws)
+    whole = extractor(ws)
     X, t = whole.push(block)
-    split = FeatureExtractor(*ws)
+    split = extractor(ws)
     parts = [split.push(p) for p in pieces(block, sizes)]
     np.testing.assert_array_equal(np.vstack([p[0] for p in parts]), X)
     np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), t)
@@ -92,11 +104,11 @@ def test_features_do_not_depend_on_block_boundaries(
 @settings(max_examples=60, deadline=None)
 @given(block=recordings(), ws=WINDOWS, sizes=SIZES)
 def test_coalescing_never_delays_a_vector(
-    block: GazeSamples, ws: tuple[float, float], sizes: list[int]
+    block: GazeSamples, ws: Windows, sizes: list[int]
 ) -> None:
     """Holding blocks that cannot complete a step returns every vector from the same push."""
-    held = FeatureExtractor(*ws)
-    eager = FeatureExtractor(*ws, coalesce=False)
+    held = extractor(ws)
+    eager = extractor(ws, coalesce=False)
     for p in pieces(block, sizes):
         a, b = held.push(p), eager.push(p)
         np.testing.assert_array_equal(a[0], b[0])
@@ -132,11 +144,9 @@ def test_events_do_not_depend_on_block_boundaries_and_tile_the_stream(
 
 @settings(max_examples=60, deadline=None)
 @given(block=recordings(), ws=WINDOWS)
-def test_vectors_are_finite_bounded_and_on_the_step_grid(
-    block: GazeSamples, ws: tuple[float, float]
-) -> None:
-    window, step = ws
-    fx = FeatureExtractor(window, step)
+def test_vectors_are_finite_bounded_and_on_the_step_grid(block: GazeSamples, ws: Windows) -> None:
+    window, step, _ = ws
+    fx = extractor(ws)
     X, t = fx.push(block)
     lo, hi, max_step = feature_bounds(None, window, step)
     assert X.shape == (len(t), len(FEATURES))
@@ -148,6 +158,55 @@ def test_vectors_are_finite_bounded_and_on_the_step_grid(
         np.testing.assert_allclose(t, t0 + window + step * np.arange(len(t)), atol=1e-9)
         assert t[-1] <= block.timestamps[-1]
         assert fx.stats.steps == len(t)
-        # valid_fraction: an exact bound (at most s/dt + 1 samples enter or leave per step).
+        # valid_fraction = valid samples × dt̂ / W with dt̂ the detector's estimated interval: at
+        # most s/dt_min + 1 samples enter or leave per step, so this bound is exact for the
+        # computation. The declared public max_step, (s + 1/30 s)/W, assumes dt̂ equals the true
+        # interval; with jittered timestamps dt̂ can exceed it by the jitter, and DCFPA then
+        # clips that step (utility, never privacy: the bounds, not the data, set the noise).
         i = [f.name for f in FEATURES].index("valid_fraction")
-        assert np.all(np.abs(np.diff(X[:, i])) <= max_step[i] * (1 + 1e-9))
+        dt_hat = fx.detector.dt
+        assert dt_hat is not None
+        dt_min = float(np.min(np.diff(block.timestamps)))
+        exact = (step / dt_min + 1) * dt_hat / window
+        assert np.all(np.abs(np.diff(X[:, i])) <= exact * (1 + 1e-9))
+        regular = np.allclose(np.diff(block.timestamps), np.diff(block.timestamps)[0], rtol=1e-9)
+        if regular:  # the declared bound holds for regular sampling at 30 Hz or faster
+            assert np.all(np.abs(np.diff(X[:, i])) <= max_step[i] * (1 + 1e-9))
+
+
+@settings(max_examples=60, deadline=None)
+@given(block=recordings(), ws=WINDOWS, sizes=SIZES)
+def test_offline_extract_features_equals_the_live_extractor(
+    block: GazeSamples, ws: Windows, sizes: list[int]
+) -> None:
+    """extract_features (offline, one block) and FeatureExtractor.push (live, any blocks) give
+    bit-identical vectors, hold limit included."""
+    X, t = extract_features(
+        block.timestamps, block.x_deg, block.y_deg, block.pupil_mm, ws[0], ws[1],
+        hold_limit_s=ws[2],
+    )  # fmt: skip
+    live = extractor(ws)
+    parts = [live.push(p) for p in pieces(block, sizes)]
+    np.testing.assert_array_equal(np.vstack([X[:0], *(p[0] for p in parts)]), X)
+    np.testing.assert_array_equal(np.concatenate([t[:0], *(p[1] for p in parts)]), t)
+
+
+@settings(max_examples=60, deadline=None)
+@given(block=recordings(), ws=WINDOWS)
+def test_the_hold_limit_only_replaces_long_repeats_by_the_default(
+    block: GazeSamples, ws: Windows
+) -> None:
+    """Against unbounded holding (the old rule): a vector value differs only where the unbounded
+    version had repeated it for more than the hold limit, and there it is the public default."""
+    window, step, hold = ws
+    limited = extractor(ws)
+    Xh, _ = limited.push(block)
+    Xu, _ = FeatureExtractor(window, step, hold_limit_s=1e9).push(block)
+    limit = math.floor((window if hold is None else hold) / step + 1e-9)
+    run = np.zeros(len(FEATURES), dtype=np.int64)
+    for k in range(len(Xu)):
+        if k:
+            run = np.where(Xu[k] == Xu[k - 1], run + 1, 0)
+        differs = Xh[k] != Xu[k]
+        assert np.all(run[differs] > limit)
+        assert np.all(Xh[k][differs] == limited.default[differs])

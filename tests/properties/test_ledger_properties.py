@@ -1,5 +1,6 @@
 """The ledger never exceeds its budget, whatever the sequence of charges, withholds, deliveries
-and restarts: a model-based (stateful) Hypothesis test against a real SQLite file."""
+and restarts: a model-based (stateful) Hypothesis test against a real SQLite file. The window cap
+counts gaze time; chunk i's gaze ends at T0 + i s, so a window of w s holds w chunk indexes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from gazeguard.ledger._model import to_units_down, to_units_up
 
 SESSIONS = ("a", "b")
 MILLI = UNITS_PER_EPSILON // 1000  # model ε in integer milli-ε: exact in decimal and in units
+T0 = 1.7e9  # Unix time of chunk 0's gaze
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -43,8 +45,8 @@ class LedgerMachine(RuleBasedStateMachine):
             self.path,
             synchronous="NORMAL",
             session_cap=None if self.cap is None else self.cap / UNITS_PER_EPSILON,
-            w_event=self.w,
-            w_event_cap=None if self.w_cap is None else self.w_cap / UNITS_PER_EPSILON,
+            window_cap=None if self.w_cap is None else self.w_cap / UNITS_PER_EPSILON,
+            window_s=float(self.w or 3600),
         )
 
     def _worst_window_with(self, session: str, index: int, cost: int) -> int:
@@ -68,12 +70,15 @@ class LedgerMachine(RuleBasedStateMachine):
         elif self.cap is not None and sum(self.charged[session].values()) + total > self.cap:
             expected = "session"
         elif self.w_cap is not None and self._worst_window_with(session, index, total) > self.w_cap:
-            expected = "w-event"
+            expected = f"per-{self.w}-s-of-gaze"
         else:
             expected = None
         outcome: str | None = None
         try:
-            charge = self.ledger.charge(session, index, eps, "t", f"{session}{index}".encode())
+            # Chunk i's gaze ends at T0 + i s: a window of w s of gaze holds w consecutive chunks.
+            gaze = (T0 + index - 0.5, T0 + index)
+            payload = f"{session}{index}".encode()
+            charge = self.ledger.charge(session, index, eps, "t", payload, gaze=gaze)
         except DuplicateChargeError:
             outcome = "duplicate"
         except BudgetExhaustedError as exc:

@@ -1,15 +1,22 @@
-"""``gazeguard eval``: the privacy–utility evaluation from the command line."""
+"""``gazeguard eval``: the privacy–utility evaluation (:mod:`gazeguard.eval`) from the command line.
+
+Needs the ``eval`` extra (scikit-learn, scipy, matplotlib): ``pip install 'gazeguard[eval]'``;
+without it the command says so in one line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from gazeguard.cli._common import ExitCode, get_console, stdout
 from gazeguard.errors import ConfigError
 from gazeguard.eval.attacks import CLASSIFIERS
-from gazeguard.eval.datasets import open_dataset
+from gazeguard.eval.datasets import PUBLIC_DATASETS, DataNotFoundError, open_dataset
 from gazeguard.eval.grid import (
     FULL_MECHANISMS,
     PAPER_EPSILONS,
@@ -22,6 +29,14 @@ from gazeguard.eval.harness import EvalSettings
 from gazeguard.eval.paper import NOT_PRIVATE
 from gazeguard.eval.report import markdown, read_json, write_json, write_markdown, write_plots
 from gazeguard.eval.runner import GridConfig, evaluate_dataset
+from gazeguard.recordings import (
+    FORMAT_HELP,
+    FORMATS,
+    GAZE_UNITS,
+    TIME_UNITS,
+    ReadOptions,
+    parse_pair,
+)
 
 DESCRIPTION = """\
 Privacy-utility evaluation of gazeguard's mechanisms on recorded and simulated gaze, following
@@ -43,10 +58,11 @@ Marginals, Exponential-DP) -> utility and attacks:
 epsilon is per feature per chunk; every row also reports the honest user-level epsilon of one
 whole released recording (epsilon x features x chunks, sequential composition).
 
-Datasets: gazegraph (8 people x 6 desktop activities, Pupil Core 30 Hz), irf (6 people, EyeLink
-1000 Hz, one task: re-identification only), synthetic (gazeguard's simulated headset), csv:PATH
-(a CSV file or directory: t,x,y[,pupil],person,task[,recording]; degrees, or normalised with
---csv-units norm --fov H,V) and table:PATH (a precomputed feature table, CSV/NPZ/Parquet).
+Datasets: gazegraph and irf (public recordings, below), synthetic (gazeguard's simulated
+headset), csv:PATH (your recordings: a file or a folder of them in any format below; each needs a
+person and a task, from its columns or from its path with --labels) and table:PATH (a
+precomputed feature table, CSV/NPZ/Parquet). Without --dataset: gazegraph and synthetic, or
+synthetic alone (with a note) where the gazegraph files are not found.
 
 Output in --out: results.json (every number), results.md (tables in the paper's layout: rows
 mechanism, columns k-NN|SVM|DT|RF per epsilon; best configuration by "re-identification at chance
@@ -57,12 +73,30 @@ correlation).
 Noise comes from the OS CSPRNG unless --insecure-seed is given (reproducible, NOT private).
 """
 
+
+def _sources() -> str:
+    lines = [
+        "public recordings (looked for in --data-dir, else $GAZEGUARD_DATA, else ., ./data and",
+        "../shared/data; put the download there as it is, zip or folder):",
+    ]
+    for d in PUBLIC_DATASETS.values():
+        lines += textwrap.wrap(
+            f"{d.name}: {d.title}. Get {d.download} from {d.url}. Licence: {d.licence}.",
+            width=94,
+            initial_indent="  ",
+            subsequent_indent="    ",
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines) + "\n"
+
+
 EPILOG = """\
 examples:
   gazeguard eval --quick                                  # small grid, a few minutes
   gazeguard eval --dataset gazegraph --jobs 2 --out bench/results/eval
   gazeguard eval --dataset synthetic --mechanisms dcfpa-64-dft,dcfpa-64-dct --epsilons 0.48,4.8
-  gazeguard eval --dataset csv:my_recordings/ --csv-units norm --fov 90,60
+  gazeguard eval --dataset csv:my_recordings/ --units norm --fov 90,60
+  gazeguard eval --dataset csv:exports/ --screen 527,296 --distance 650 --labels '{person}_{task}'
 """
 
 
@@ -77,12 +111,39 @@ def _floats(text: str) -> list[float]:
 
 
 def _pair(text: str) -> tuple[float, float]:
-    parts = text.split(",")
     try:
-        a, b = (float(p) for p in parts)
+        return parse_pair(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected two numbers like 90,60") from exc
-    return a, b
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class _PairAction(argparse.Action):
+    """``--fov H,V``, also the older ``--fov H V``: stores (H, V)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
+        try:
+            pair = parse_pair(" ".join(tokens).replace(",", " "))
+        except ValueError:
+            raise argparse.ArgumentError(
+                self, f"{' '.join(tokens)!r}: expected two numbers H,V like 90,60"
+            ) from None
+        setattr(namespace, self.dest, pair)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows ``--fov H,V`` (not ``H,V [H,V ...]``) for the pair that also takes ``H V``."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if isinstance(action, _PairAction):
+            return str(action.metavar)
+        return super()._format_args(action, default_metavar)
 
 
 def _k(text: str) -> int | str:
@@ -97,18 +158,19 @@ def _k(text: str) -> int | str:
     return k
 
 
-def configure_eval(parser: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard eval``."""
     parser.description = DESCRIPTION
-    parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = f"{_sources()}\n{FORMAT_HELP}\n{EPILOG}"
+    parser.formatter_class = _HelpFormatter
     g = parser.add_argument_group("what to evaluate")
     g.add_argument(
         "--dataset",
         action="append",
         metavar="NAME",
-        help="gazegraph, irf, synthetic, csv:PATH or table:PATH; repeat for several "
-        "(default: gazegraph and synthetic)",
+        help="gazegraph, irf, synthetic, csv:PATH (your recordings: a file or folder, formats "
+        "below) or table:PATH; repeat for several (default: gazegraph and synthetic; synthetic "
+        "alone, with a note, where gazegraph is not found)",
     )
     g.add_argument(
         "--quick",
@@ -196,7 +258,8 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     d.add_argument(
         "--data-dir",
         type=Path,
-        help="recorded datasets (default: $GAZEGUARD_DATA, ./data or ../shared/data)",
+        help="where the public recordings are (default: $GAZEGUARD_DATA, else ., ./data and "
+        "../shared/data)",
     )
     d.add_argument("--window", type=float, default=30.0, help="feature window W, s (30)")
     d.add_argument("--step", type=float, default=0.5, help="feature step, s (0.5)")
@@ -212,9 +275,57 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
         "--synthetic-duration", type=float, help="seconds per simulated recording (300; quick 150)"
     )
     d.add_argument("--synthetic-rate", type=float, default=60.0, help="simulated rate, Hz (60)")
-    d.add_argument("--csv-units", choices=("deg", "norm"), default="deg", help="units of csv:PATH")
-    d.add_argument(
-        "--fov", type=_pair, metavar="H,V", help="field of view for --csv-units norm, deg"
+    c = parser.add_argument_group("reading csv:PATH recordings (formats below)")
+    c.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="auto (default: from each file's content), csv, pupil, tobii or eyelink",
+    )
+    c.add_argument(
+        "--units",
+        "--csv-units",
+        choices=GAZE_UNITS,
+        help="gaze units where a header does not state them (default deg)",
+    )
+    c.add_argument(
+        "--time-unit", choices=TIME_UNITS, help="time unit where a header does not state it (s)"
+    )
+    c.add_argument(
+        "--fov",
+        action=_PairAction,
+        nargs="+",
+        metavar="H,V",
+        help="field of view of the scene camera for normalised or pixel gaze, degrees "
+        "(H V also accepted)",
+    )
+    c.add_argument(
+        "--screen", type=_pair, metavar="W,H", help="screen width, height for screen gaze, mm"
+    )
+    c.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
+    c.add_argument(
+        "--resolution",
+        type=_pair,
+        metavar="W,H",
+        help="screen width, height in pixels (pixel gaze, where a file does not say)",
+    )
+    c.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.6,
+        help="samples below this confidence are invalid (default 0.6)",
+    )
+    c.add_argument(
+        "--pupil-scale",
+        type=float,
+        metavar="MM",
+        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
+    )
+    c.add_argument(
+        "--labels",
+        metavar="PATTERN",
+        help="person and task from each recording's path where its columns do not give them, "
+        "e.g. '{person}_{task}' (file P01_reading.asc) or '{person}/{task}' (P01/reading.csv)",
     )
     o = parser.add_argument_group("running and output")
     o.add_argument("--out", type=Path, default=Path("gazeguard-eval"), help="output directory")
@@ -245,11 +356,11 @@ def _render(source: Path, out: Path) -> int:
     write_markdown(results, out / "results.md")
     for res in results:
         write_plots(res, out)
-    print(f"rendered {out / 'results.md'} and plots in {out} from {source}")  # noqa: T201
-    return 0
+    stdout(f"rendered {out / 'results.md'} and plots in {out} from {source}")
+    return ExitCode.OK
 
 
-def run_eval(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the evaluation; write JSON, Markdown and PNGs to ``--out``; return 0."""
     if args.render is not None:
         return _render(args.render, args.out)
@@ -282,24 +393,48 @@ def run_eval(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
         sensitivity=args.sensitivity,
     )
-    datasets = [
-        open_dataset(
-            spec,
-            args.data_dir,
-            synthetic_people=args.synthetic_people or (6 if quick else 8),
-            synthetic_duration_s=args.synthetic_duration or (150.0 if quick else 300.0),
-            synthetic_rate_hz=args.synthetic_rate,
-            csv_units=args.csv_units,
-            fov_deg=args.fov,
-        )
-        for spec in (args.dataset or ["gazegraph", "synthetic"])
-    ]
+    read_options = ReadOptions(
+        format=args.format,
+        units=args.units,
+        time_unit=args.time_unit,
+        fov_deg=args.fov,
+        screen_mm=args.screen,
+        distance_mm=args.distance,
+        resolution_px=args.resolution,
+        min_confidence=args.min_confidence,
+        pupil_scale=args.pupil_scale,
+    )
+    datasets = []
+    for spec in args.dataset or ["gazegraph", "synthetic"]:
+        try:
+            datasets.append(
+                open_dataset(
+                    spec,
+                    args.data_dir,
+                    synthetic_people=args.synthetic_people or (6 if quick else 8),
+                    synthetic_duration_s=args.synthetic_duration or (150.0 if quick else 300.0),
+                    synthetic_rate_hz=args.synthetic_rate,
+                    read_options=read_options,
+                    labels=args.labels,
+                )
+            )
+        except DataNotFoundError as exc:
+            if args.dataset:  # asked for by name: say so and stop
+                raise
+            info = PUBLIC_DATASETS[exc.dataset]
+            looked = ", ".join(str(p) for p in exc.looked) or "no data folder"
+            print(
+                f"gazeguard eval: note: {exc.dataset} recordings not found ({looked}), so "
+                f"evaluating synthetic only; for the real data download {info.download} from "
+                f"{info.url} and pass --data-dir FOLDER",
+                file=sys.stderr,
+            )
+    console = get_console()
     if args.sensitivity == "paper":
-        print(f"WARNING: --sensitivity paper: {NOT_PRIVATE}", file=sys.stderr)  # noqa: T201
+        console.warn(f"WARNING: --sensitivity paper: {NOT_PRIVATE}")
     if args.insecure_seed is not None:
-        print(  # noqa: T201
-            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private",
-            file=sys.stderr,
+        console.warn(
+            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
         )
     t0 = time.perf_counter()
     results = []
@@ -312,9 +447,9 @@ def run_eval(args: argparse.Namespace) -> int:
         written = read_json(write_json(results, out / "results.json"))
         write_markdown(written, out / "results.md")
         write_plots(written[-1], out)
-    print(markdown(written))  # noqa: T201
-    print(  # noqa: T201
+    stdout(markdown(written))
+    stdout(
         f"\nwrote {out / 'results.json'}, {out / 'results.md'} and plots in {out} "
         f"({time.perf_counter() - t0:.0f} s)"
     )
-    return 0
+    return ExitCode.OK

@@ -1,4 +1,5 @@
-"""``gazeguard ledger show``: the accounts of a ledger file or database, for people and scripts."""
+"""``gazeguard ledger show``: the accounts of a ledger (:class:`gazeguard.ledger.Ledger`), for
+people (text) and scripts (``--json``), on stdout."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gazeguard.cli._common import ExitCode, stdout
 from gazeguard.config import load_settings
 from gazeguard.errors import ConfigError
-from gazeguard.ledger._ledger import Ledger, is_url
+from gazeguard.ledger import Ledger
+from gazeguard.ledger._ledger import is_url
 
-# ---- gazeguard ledger show ----------------------------------------------------------------
 
-
-def configure_ledger(parser: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard ledger``."""
     sub = parser.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
     show = sub.add_parser("show", help="per-session ε spent, remaining, chunks, pending outbox")
@@ -29,7 +30,7 @@ def configure_ledger(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
 
 
-def run_ledger(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """``gazeguard ledger show``: print the accounts; exit 1 if the session is unknown."""
     if args.path is not None:
         location: str | Path = args.path if is_url(args.path) else Path(args.path)
@@ -54,19 +55,23 @@ def run_ledger(args: argparse.Namespace) -> int:
         where = ledger.backend.location
     if args.json:
         doc = {"ledger": where, "sessions": report, "pending": pending}
-        print(json.dumps(doc, indent=2))  # noqa: T201
-        return 0
-    print(_format(where, report, pending))  # noqa: T201
-    return 0
+        stdout(json.dumps(doc, indent=2))
+        return ExitCode.OK
+    stdout(_format(where, report, pending))
+    return ExitCode.OK
 
 
 def _session_report(ledger: Ledger, session: str, *, chunks: bool) -> dict[str, Any]:
     history = ledger.charges(session)
     doc = ledger.state(session).as_dict()
-    per_feature = [e for c in history for e in c.epsilon.values()]
+    per_feature = [e for c in history for e in c.epsilon.values() if e != float("inf")]
     doc["max_feature_eps"] = max(per_feature, default=0.0)
     doc["withheld_chunks"] = [
         {"chunk_index": i, "requested": r, "reason": why} for i, r, why in ledger.withheld(session)
+    ]
+    doc["refused_chunks"] = [
+        {"chunk_index": r.chunk_index, "stream": r.stream, "topic": r.topic, "reason": r.reason}
+        for r in ledger.refused(session)
     ]
     if chunks:
         doc["charges"] = [asdict(c) for c in history]
@@ -77,27 +82,37 @@ def _format(where: str, report: list[dict[str, Any]], pending: list[dict[str, An
     lines = [f"ledger {where}: {len(report)} session(s), {len(pending)} outbox item(s) pending"]
     for s in report:
         cap = "none" if s["session_cap"] is None else f"{s['session_cap']:g}"
+        pure = "unbounded (Gaussian noise)" if s["spent"] is None else f"{s['spent']:g}"
+        hours = s["window_s"] / 3600.0
+        per = "hour" if hours == 1 else f"{s['window_s']:g} s"
         lines += [
             "",
             f"session {s['session']}",
             f"  chunks released      {s['chunks']}   withheld {s['withheld']}   "
-            f"pending delivery {s['pending']}",
-            f"  user-level ε         {s['spent']:g}   (sequential composition over all released "
-            "chunks: the honest total)",
+            f"refused {s['refused']}   pending delivery {s['pending']}",
+            f"  user-level ε         {s['epsilon']:.4g} at δ {s['delta']:g}   (composition of "
+            "every release: the honest total)",
+            f"  per {per} of gaze    {s['epsilon_window']:.4g} at δ {s['delta']:g}   (the latest "
+            f"{s['window_s']:g} s of gaze)",
+            f"  pure sequential ε    {pure}   (the conservative view: sum of every feature's ε)",
             f"  session cap          {cap}   remaining "
-            + ("unlimited" if s["remaining"] is None else f"{s['remaining']:g}"),
+            + ("unlimited" if s["remaining"] is None else f"{s['remaining']:.4g}"),
             f"  per-chunk ε          {s['max_chunk_eps']:g} per chunk, {s['max_feature_eps']:g} "
             "per feature   (parallel-composition view: NOT a user-level guarantee)",
         ]
-        if s["w_event"] is not None:
+        if s["window_cap"] is not None:
             lines.append(
-                f"  w-event cap          {s['w_event_cap']:g} over any {s['w_event']} chunks: "
-                f"last window spent {s['window_spent']:g}, next chunk may spend "
-                f"{s['window_remaining']:g}"
+                f"  window cap           {s['window_cap']:g} over any {s['window_s']:g} s of gaze: "
+                f"latest window spent {s['epsilon_window']:.4g}, "
+                f"remaining {s['window_remaining']:.4g}"
             )
         lines += [
             f"  withheld chunk {w['chunk_index']}: requested ε {w['requested']:g}: {w['reason']}"
             for w in s["withheld_chunks"][-5:]
+        ]
+        lines += [
+            f"  refused chunk {r['chunk_index']} ({r['stream']}) -> {r['topic']}: {r['reason']}"
+            for r in s["refused_chunks"][-5:]
         ]
         for c in s.get("charges", []):
             eps = ", ".join(f"{k}={v:g}" for k, v in c["epsilon"].items())

@@ -6,26 +6,26 @@ Examples::
     gazeguard release marginals features.npz -o synth.npz --k 5 --gamma 2 --range data
     gazeguard release expdp --dataset gazegraph -o gg_expdp.parquet --epsilon 2
 
-The released table has the input's format (by the output suffix: .csv, .npz or .parquet) and a
-manifest JSON next to it (``released.manifest.json`` unless ``--manifest`` says otherwise).
+The released table has the input's format (by the output suffix: .csv, .npz or .parquet; Parquet
+needs the ``parquet`` extra) and a manifest JSON next to it (``released.manifest.json`` unless
+``--manifest`` says otherwise); k-same also writes ``released.group-mapping.PRIVATE.json``, the
+mapping from group ids back to real people, which stays local (a warning says so). The files are
+written by :func:`gazeguard.release.output.write_release`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gazeguard.cli._common import ExitCode, get_console, require, stdout
 from gazeguard.dataset import FeatureTable, file_sha256
 from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.release import RELEASE_MECHANISMS, release
-from gazeguard.release.manifest import build_manifest, manifest_path_for, write_manifest
+from gazeguard.release import RELEASE_MECHANISMS
+from gazeguard.release.output import check_output, write_release
 
-_FORMATS = (".csv", ".npz", ".parquet")
 #: CLI option dest → mechanism parameter name; only options given on the command line are passed.
 _PARAM_OPTIONS = (
     "k",
@@ -47,7 +47,7 @@ def _keep(text: str) -> int | str:
     return text if text == "auto" else int(text)
 
 
-def configure_release(parser: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     """Declare the arguments of ``gazeguard release``."""
     parser.add_argument("mechanism", choices=sorted(RELEASE_MECHANISMS), help="release mechanism")
     parser.add_argument(
@@ -115,14 +115,16 @@ def configure_release(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="reproducible NON-cryptographic randomness (experiments only; never for a release)",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
 def _progress_printer(name: str, quiet: bool) -> Any:
+    console = get_console()
+
     def progress(done: int, total: int, what: str) -> None:
         if not quiet:
-            sys.stderr.write(f"release {name}: [{done}/{total}] {what}\n")
-            sys.stderr.flush()
+            console.progress(
+                "progress", f"release {name}: [{done}/{total}] {what}", done=done, total=total
+            )
 
     return progress
 
@@ -137,6 +139,7 @@ def _load_input(
         path = Path(args.input)
         table = FeatureTable.load(path)
         return table, str(path), {"sha256": file_sha256(path)}
+    require("gazeguard release --dataset", "sklearn")  # gazeguard.eval needs the 'eval' extra
     from gazeguard.eval.datasets import open_dataset  # noqa: PLC0415 - heavy, only for --dataset
 
     dataset = open_dataset(args.dataset, args.data_dir)
@@ -165,42 +168,40 @@ def _params(args: argparse.Namespace) -> dict[str, object]:
     return params
 
 
-def run_release(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``gazeguard release``; returns the exit status."""
     out = Path(args.output)
-    if out.suffix.lower() not in _FORMATS:
-        raise ConfigError("output", str(out), f"the suffix must be one of {', '.join(_FORMATS)}")
-    if args.input is not None and out.resolve() == Path(args.input).resolve():
-        raise ConfigError("output", str(out), "must differ from the input file")
-    progress = _progress_printer(args.mechanism, args.quiet)
+    check_output(out, None if args.input is None else Path(args.input))
+    if ".parquet" in (out.suffix.lower(), Path(args.input or "").suffix.lower()):
+        require("gazeguard release with Parquet files", "pyarrow")
+    console = get_console()
+    progress = _progress_printer(args.mechanism, console.quiet)
     table, source, checksum = _load_input(args, progress)
-    params = _params(args)
-
-    started = datetime.now(UTC)
-    result = release(args.mechanism, table, params, seed=args.insecure_seed, progress=progress)
-    finished = datetime.now(UTC)
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}{out.suffix}")
-    result.table.save(tmp)
-    tmp.replace(out)
-    manifest = build_manifest(
-        result,
-        input_table=table,
+    files = write_release(
+        args.mechanism,
+        table,
+        _params(args),
+        out,
         input_source=source,
         input_checksum=checksum,
-        output_path=out,
-        started=started,
-        finished=finished,
+        manifest_path=args.manifest,
+        seed=args.insecure_seed,
+        progress=progress,
     )
-    manifest_path = write_manifest(manifest, args.manifest or manifest_path_for(out))
-    sys.stdout.write(
-        f"released {result.table.n_rows} rows (input {table.n_rows}) with {args.mechanism} "
-        f"in {manifest['duration_s']:.2f} s -> {out}\nmanifest: {manifest_path}\n"
-        f"guarantee: {manifest['guarantee']['statement']}\n"
+    manifest = files.manifest
+    stdout(
+        f"released {files.result.table.n_rows} rows (input {table.n_rows}) with {args.mechanism} "
+        f"in {manifest['duration_s']:.2f} s -> {out}\nmanifest: {files.manifest_path}\n"
+        f"guarantee: {manifest['guarantee']['statement']}"
     )
-    if args.insecure_seed is not None:
-        sys.stderr.write(
-            "WARNING: --insecure-seed makes the randomness reproducible; do not publish this.\n"
+    if files.private_path is not None:
+        console.warn(
+            f"WARNING: {files.private_path} maps the released group ids to real people: keep it "
+            "with the original data and never publish it with the release",
+            private_file=str(files.private_path),
         )
-    return 0
+    if args.insecure_seed is not None:
+        console.warn(
+            "WARNING: --insecure-seed makes the randomness reproducible; do not publish this."
+        )
+    return ExitCode.OK

@@ -1,0 +1,307 @@
+"""``gazeguard run``: the sidecar from the command line (:func:`gazeguard.service.serve`).
+
+Reads the configuration (file < ``GAZEGUARD_*`` environment < flags), refuses it with every
+problem listed when :func:`gazeguard.config.check_settings` finds any, serves on uvloop until
+Ctrl-C / SIGTERM / ``--duration``, prints a banner, one line per charged chunk (not with
+``--quiet``) and a summary on stderr, and exits with the :class:`~gazeguard.cli.ExitCode` its
+:class:`~gazeguard.service.RunSummary` calls for (:func:`exit_code`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from gazeguard.cli._common import ExitCode, get_console, run_loop, stop_on_signals
+from gazeguard.config import Settings, broker_address, check_settings
+from gazeguard.fleet import Fleet
+from gazeguard.mechanisms.registry import ONLINE_MECHANISMS
+from gazeguard.pipeline import Pipeline, ReleasedChunk
+from gazeguard.service import RunSummary, serve, serve_fleet
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by ``run`` and ``demo`` (each maps to one setting; flags win over env/file)."""
+    g = parser.add_argument_group("configuration (flags override GAZEGUARD_* env and --config)")
+    g.add_argument("--config", type=Path, help="TOML configuration file")
+    g.add_argument("--device", help="device id in topics (default: host name)")
+    g.add_argument("--session", help="session id (default: derived from the stream source_id)")
+    g.add_argument(
+        "--source",
+        choices=["auto", "lsl", "simulated", "mqtt"],
+        help="gaze source (default auto: an LSL stream, else the simulated headset; "
+        "mqtt: raw gaze over MQTT in fleet mode, trusted networks only)",
+    )
+    g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
+    g.add_argument("--stream-name", help="LSL stream name to resolve")
+    g.add_argument("--source-id", help="LSL source_id to resolve")
+    g.add_argument("--mechanism", choices=ONLINE_MECHANISMS, help="default dcfpa")
+    g.add_argument("--transform", choices=["dft", "dct"], help="default dft")
+    g.add_argument("--chunk-steps", type=int, help="n, steps per chunk (power of two; 32)")
+    g.add_argument("-k", "--k", dest="k", help="kept frequencies, or 'auto' (default)")
+    g.add_argument(
+        "--epsilon",
+        type=float,
+        help="fixed ε per feature per chunk (default: noise calibrated to --budget-per-hour)",
+    )
+    g.add_argument("--features", help="comma-separated release profile (default: all)")
+    g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
+    g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
+    g.add_argument("--ledger", type=Path, help="ledger SQLite file")
+    g.add_argument(
+        "--budget-per-hour",
+        type=_budget,
+        metavar="EPS|none",
+        help="user-level ε (at ledger.delta, default 1e-6) per hour of gaze: caps every hour "
+        "and calibrates the noise unless --epsilon is given (default 10; 'none': no hourly cap)",
+    )
+    g.add_argument("--session-cap", type=float, help="max user-level ε per session")
+    g.add_argument("--broker", help="HOST[:PORT] of the MQTT broker (default: embedded)")
+    g.add_argument(
+        "--fleet",
+        action="store_true",
+        default=None,
+        help="serve every stream found (LSL) or claimed (ingest.source=mqtt), one session each",
+    )
+
+
+def _budget(text: str) -> float | str:
+    """``--budget-per-hour``: a number, or ``"none"`` (no hourly cap)."""
+    if text.strip().lower() in ("none", "null", "off"):
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        msg = f"expected a number of ε per hour or 'none', got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the flags given on the command line set (nested by section)."""
+    o: dict[str, Any] = {}
+
+    def put(section: str | None, key: str, value: object) -> None:
+        if value is not None:
+            (o.setdefault(section, {}) if section else o)[key] = value
+
+    put(None, "device", args.device)
+    put(None, "session", args.session)
+    put("ingest", "source", args.source)
+    put("ingest", "stream_type", args.stream_type)
+    put("ingest", "stream_name", args.stream_name)
+    put("ingest", "source_id", args.source_id)
+    put("mechanism", "name", args.mechanism)
+    put("mechanism", "transform", args.transform)
+    put("mechanism", "chunk_steps", args.chunk_steps)
+    put("mechanism", "k", args.k)
+    put("mechanism", "epsilon", args.epsilon)
+    if args.features:
+        put("mechanism", "features", [f.strip() for f in args.features.split(",") if f.strip()])
+    put("features", "window_s", args.window_s)
+    put("features", "step_s", args.step_s)
+    put("fleet", "enabled", args.fleet)
+    put("ledger", "path", args.ledger)
+    put("ledger", "session_cap", args.session_cap)
+    if args.budget_per_hour is not None:
+        none = args.budget_per_hour == "none"
+        o.setdefault("ledger", {})["budget_per_hour"] = None if none else args.budget_per_hour
+    if args.broker:
+        o["broker"] = broker_address(args.broker)
+    return o
+
+
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings | None:
+    """Settings from ``--config``, the environment and the flags (``extra`` overrides, by
+    section, win over the flags); ``None`` after printing every problem when they are invalid."""
+    overrides = settings_overrides(args)
+    for section, values in extra.items():
+        overrides[section] = {**overrides.get(section, {}), **values}
+    settings, problems = check_settings(args.config, **overrides)
+    console = get_console()
+    for problem in problems:
+        console.error(str(problem), **problem.as_dict())
+    if settings is None or problems:
+        return None
+    return settings
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``gazeguard run``."""
+    parser.description = (
+        "Run the privacy sidecar: read gaze from an LSL stream (or the simulated headset when "
+        "none is configured), compute sliding-window features, privatize each chunk with "
+        "DCFPA (or LPA/CFPA), charge it to the durable ε ledger, publish it over MQTT "
+        "(an embedded broker when none is configured). Stops on Ctrl-C / SIGTERM. "
+        "Exit status: 0 all delivered, 1 error, 3 chunks withheld (budget), 4 broker "
+        "unreachable / chunks left in the outbox, 5 broker refused (see `gazeguard --help`)."
+    )
+    parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    add_settings_arguments(parser)
+
+
+def exit_code(summary: RunSummary) -> ExitCode:
+    """The exit status a run's summary calls for (the highest that applies).
+
+    * :attr:`ExitCode.REFUSED` — the broker refused the login or chunks, and charged chunks are
+      still in the outbox or no connection was ever made;
+    * :attr:`ExitCode.UNDELIVERED` — the broker was never reached, or chunks are still pending;
+    * :attr:`ExitCode.BUDGET` — chunks were withheld by a cap;
+    * :attr:`ExitCode.OK` otherwise.
+    """
+    undelivered = summary.pending > 0 or summary.broker_connections == 0
+    if undelivered and summary.broker_refusals > 0:
+        return ExitCode.REFUSED
+    if undelivered:
+        return ExitCode.UNDELIVERED
+    if summary.stats.withheld > 0:
+        return ExitCode.BUDGET
+    return ExitCode.OK
+
+
+def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
+    every = pipeline.mechanism.n * settings.features.step_s
+    first = settings.features.window_s + every
+    mech, cost, opened = pipeline.mechanism, pipeline.cost, pipeline.opened
+    cap = opened.session_cap
+    hour = opened.window_s / 3600.0
+    per = "hour" if hour == 1 else f"{opened.window_s:g} s"
+    if settings.mechanism.epsilon is None:
+        how = f"noise calibrated to ε {opened.window_cap:g} per {per} of gaze"
+    else:
+        how = f"fixed ε {settings.mechanism.epsilon:g} per feature per chunk"
+        if opened.window_cap is not None:
+            how += f", capped at ε {opened.window_cap:g} per {per} of gaze"
+    session_cap = "no session cap" if cap is None else f"session cap ε {cap:g}"
+    scale = mech.noise_scale
+    symbol = "σ" if mech.noise == "gaussian" else "λ"
+    shown = [
+        f"{name} {scale[i]:.3g} {unit}"
+        for i, (name, unit) in enumerate(zip(pipeline.feature_names, pipeline.units, strict=True))
+    ]
+    more = f", … ({len(shown) - 6} more)" if len(shown) > 6 else ""
+    pure = "" if cost.chunk_pure == float("inf") else f" (pure {cost.chunk_pure:.4g})"
+    get_console().say(
+        "banner",
+        f"gazeguard: session {pipeline.session!r} → broker {endpoint}; "
+        f"{mech.name}/{mech.transform} n={pipeline.chunker.n_steps} k={mech.k}, "
+        f"{len(pipeline.feature_names)} features, {mech.noise} noise. "
+        f"First chunk after about {first:g} s of gaze, then one every {every:g} s.\n"
+        f"  privacy (user-level, ε at δ {opened.delta:g}): {how}; {session_cap}.\n"
+        f"  one chunk costs ε {cost.chunk:.4g}{pure}; one raw gaze sample reaches "
+        f"{cost.reached} chunks: ε {cost.raw_event:.4g}; a full {per} of gaze "
+        f"({cost.chunks} chunks): ε {cost.per_window:.4g}.\n"
+        f"  noise {symbol} per kept coefficient (noise multiplier "
+        f"{float(mech.noise_multiplier.max()):.4g}): {', '.join(shown[:6])}{more}.\n"
+        f"  each chunk carries {pipeline.carries}.",
+        session=pipeline.session,
+        broker=endpoint,
+        mechanism=mech.name,
+        transform=mech.transform,
+        noise=mech.noise,
+        n=pipeline.chunker.n_steps,
+        k=int(mech.k),
+        features=len(pipeline.feature_names),
+        chunk_epsilon=cost.chunk,
+        chunk_pure_epsilon=None if cost.chunk_pure == float("inf") else cost.chunk_pure,
+        raw_event_epsilon=cost.raw_event,
+        chunks_reached=cost.reached,
+        window_epsilon=cost.per_window,
+        window_cap=opened.window_cap,
+        window_s=opened.window_s,
+        delta=opened.delta,
+        session_cap=cap,
+        noise_scale=dict(zip(pipeline.feature_names, scale.tolist(), strict=True)),
+    )
+
+
+def _progress(out: ReleasedChunk) -> None:
+    led = out.message.ledger
+    remaining = "uncapped" if led.remaining is None else f"{led.remaining:.4g} left"
+    hour = "" if led.window_cap is None else f" of {led.window_cap:g}"
+    get_console().progress(
+        "chunk",
+        f"chunk {out.message.chunk_index:>5} charged: session ε {led.epsilon:.4g} "
+        f"({remaining}), last {led.window_s:g} s of gaze ε {led.epsilon_window:.4g}{hour} "
+        f"→ {out.topic}",
+        chunk_index=out.message.chunk_index,
+        chunk_epsilon=led.chunk_epsilon,
+        session_epsilon=led.epsilon,
+        window_epsilon=led.epsilon_window,
+        session_spent=led.session_spent,
+        remaining=led.remaining,
+        topic=out.topic,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``gazeguard run``: serve until stopped; the exit status from :func:`exit_code`."""
+    settings = settings_from_args(args)
+    if settings is None:
+        return ExitCode.ERROR
+    if settings.fleet.enabled:
+        return _run_fleet(settings, args.duration)
+    console = get_console()
+
+    async def main() -> RunSummary:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        return await serve(
+            settings,
+            duration_s=args.duration,
+            stop=stop,
+            on_release=None if console.quiet else _progress,
+            ready=lambda p, ep: _banner(p, ep, settings),
+        )
+
+    summary = run_loop(main())
+    s = summary.stats
+    remaining = "no cap" if summary.remaining is None else f"{summary.remaining:.6g} remaining"
+    code = exit_code(summary)
+    why = {
+        ExitCode.OK: "",
+        ExitCode.BUDGET: "; chunks were withheld: the budget cap was reached",
+        ExitCode.UNDELIVERED: f"; broker {summary.broker} "
+        + ("never reached" if summary.broker_connections == 0 else "did not take every chunk")
+        + (f" ({summary.broker_error})" if summary.broker_error else ""),
+        ExitCode.REFUSED: f"; broker {summary.broker} refused: {summary.broker_error}",
+    }.get(code, "")
+    console.say(
+        "summary",
+        f"gazeguard: session {summary.session!r}: {s.released} chunks released, "
+        f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped; "
+        f"user-level ε {summary.spent:.4g} ({remaining}); {summary.pending} chunks still in the "
+        f"outbox; ledger {summary.ledger}{why} (exit status {int(code)})",
+        session=summary.session,
+        released=s.released,
+        withheld=s.withheld,
+        dropped=s.dropped,
+        spent=summary.spent,
+        remaining=summary.remaining,
+        pending=summary.pending,
+        delivered=summary.delivered,
+        broker_connections=summary.broker_connections,
+        broker_refusals=summary.broker_refusals,
+        exit_status=int(code),
+    )
+    return code
+
+
+def _run_fleet(settings: Settings, duration_s: float | None) -> int:
+    async def main() -> Fleet:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        return await serve_fleet(settings, duration_s=duration_s, stop=stop)
+
+    fleet = run_loop(main())
+    get_console().say(
+        "summary",
+        f"gazeguard fleet worker {fleet.worker_id}: {len(fleet.closed)} sessions served, "
+        f"{len(fleet.sessions)} open at exit, {fleet.refused} refused",
+        worker=fleet.worker_id,
+        served=len(fleet.closed),
+        open=len(fleet.sessions),
+        refused=fleet.refused,
+    )
+    return ExitCode.OK

@@ -1,0 +1,122 @@
+"""The ledger's composer: counted event keys → user-level ε at δ, fast enough for every charge.
+
+Each charge stores its accounting events as canonical JSON keys (:func:`event_key`) with
+counts, so a session's ε is recomputed from the same facts after a restart, on SQLite and
+PostgreSQL alike. This module turns those counts into numbers:
+
+* **Pure sequential ε** is summed exactly in integer micro-ε (each event's pure ε rounded up),
+  so no sequence of tiny releases can creep past a cap through floating-point rounding.
+* **ε at δ** comes from the accountant (:func:`gazeguard.accounting.compose`: PLD, the exact
+  Gaussian closed form, RDP beyond the PLD's reach), never above the pure sum.
+* **Whether a release fits** a cap is decided on exact counts: first the exact pure sum (if that
+  is within the cap, so is every tighter bound), else :func:`gazeguard.accounting.capacity`,
+  whose cache makes the same chunk cost charged again cost a dictionary lookup.
+
+Reported figures (:meth:`LedgerComposer.epsilon`) round each count *up* to a grid with at most
+1/64 relative step (exact up to 64 releases), so consecutive reports reuse one composition: by
+monotonicity in the counts the figure stays an upper bound, at most ~1.6 % more releases than
+were made. Admission (:meth:`LedgerComposer.fits`) never rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Mapping
+
+from gazeguard.accounting import Event, PrivacyLoss, capacity, compose, event_from_dict
+from gazeguard.errors import ConfigError
+from gazeguard.ledger._model import UNITS_PER_EPSILON, LedgerError, to_units_down, to_units_up
+
+Counts = Mapping[str, int]
+
+#: Counts up to this are composed exactly in reports; above, rounded up to 1/64 relative steps.
+EXACT_REPORT_COUNTS = 64
+
+
+def report_count(n: int) -> int:
+    """``n`` rounded up to the report grid: exact to 64, then steps of ``2^(⌊log2 n⌋ − 6)``."""
+    if n <= EXACT_REPORT_COUNTS:
+        return n
+    step = 1 << (n.bit_length() - 7)
+    return -(-n // step) * step
+
+
+class LedgerComposer:
+    """Composition for the ledger (:class:`gazeguard.ledger.policy.Composer`)."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, tuple[Event, int | None]] = {}
+        self._lock = threading.Lock()
+
+    def event(self, key: str) -> Event:
+        """The accounting event behind a stored key.
+
+        Raises:
+            LedgerError: the key is not an event this gazeguard knows (a damaged ledger, or one
+                written by a newer release).
+        """
+        return self._entry(key)[0]
+
+    def _entry(self, key: str) -> tuple[Event, int | None]:
+        with self._lock:
+            hit = self._events.get(key)
+        if hit is not None:
+            return hit
+        try:
+            event = event_from_dict(json.loads(key))
+        except (ValueError, ConfigError) as exc:
+            raise LedgerError(
+                f"the ledger holds an accounting event this gazeguard cannot read: {key[:200]!r} "
+                f"({type(exc).__name__}); use the gazeguard release that wrote it"
+            ) from None
+        pure = event.pure_epsilon
+        units = None if math.isinf(pure) else to_units_up(pure, "epsilon", math.inf)
+        with self._lock:
+            self._events[key] = (event, units)
+        return event, units
+
+    def events(self, counts: Counts, *, rounded: bool = False) -> dict[Event, int]:
+        """The counts keyed by event (optionally rounded up to the report grid)."""
+        out: dict[Event, int] = {}
+        for key, n in counts.items():
+            if n:
+                e = self.event(key)
+                out[e] = out.get(e, 0) + int(n)
+        return {e: report_count(n) for e, n in out.items()} if rounded else out
+
+    def pure_units(self, counts: Counts) -> int | None:
+        """Exact sequential pure spend in micro-ε, or ``None`` when unbounded (a Gaussian)."""
+        total = 0
+        for key, n in counts.items():
+            units = self._entry(key)[1]
+            if units is None:
+                return None
+            total += units * int(n)
+        return total
+
+    def pure(self, counts: Counts) -> float:
+        """Sequential pure ε (``inf`` without a pure bound)."""
+        units = self.pure_units(counts)
+        return math.inf if units is None else units / UNITS_PER_EPSILON
+
+    def epsilon(self, counts: Counts, delta: float, *, exact: bool = False) -> float:
+        """ε at ``delta`` of all releases in ``counts`` (an upper bound; never above pure ε);
+        counts rounded up to the report grid unless ``exact``."""
+        if not any(counts.values()):
+            return 0.0
+        composed = compose(self.events(counts, rounded=not exact), delta).epsilon
+        return min(composed, self.pure(counts))
+
+    def fits(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
+        """Whether ``before + cost`` stays within ``cap`` (ε at ``delta``), on exact counts."""
+        total = {k: before.get(k, 0) + cost.get(k, 0) for k in {*before, *cost}}
+        units = self.pure_units(total)
+        if units is not None and units <= to_units_down(cap, "cap"):
+            return True
+        step = self.events(cost)
+        if not step:
+            return True
+        limit = PrivacyLoss.approx(cap, delta)
+        return capacity(step, limit, self.events(before)) >= 1

@@ -1,0 +1,470 @@
+"""The ledger's SQL, written once for SQLite and PostgreSQL (``?`` placeholders, :class:`Sql`).
+
+Storage only: rows in, rows out. What the rows mean (composition, caps, windows) is
+:mod:`gazeguard.ledger.policy`; when to write them is :class:`gazeguard.ledger.Ledger`.
+
+Tables (schema version 2; DDL in the backends):
+
+* ``sessions`` — one row per session: its caps (JSON), counters, the sequential pure spend in
+  integer micro-ε, the last chunk index and the latest gaze time charged, and ``version``
+  (incremented by every charge: a :meth:`~gazeguard.ledger.Ledger.preview` is valid while the
+  version is unchanged).
+* ``events`` — accounting-event keys (canonical JSON) → small integer ids.
+* ``session_events`` — per session, how many releases of each event were charged (the
+  session's composition, recomputed exactly after any restart).
+* ``charges`` — one row per charged release (session, stream, index): pure ε per feature (JSON),
+  its pure total in micro-ε (NULL when it has no pure bound), its gaze time span (Unix s).
+* ``charge_events`` — the events of each charge (for windows over gaze time).
+* ``withheld`` — releases refused by a cap or dropped on an error.
+* ``outbox`` — charged payloads waiting for the sink's acknowledgement; ``state`` is
+  ``pending``, ``delivered`` (payload dropped) or ``refused`` (the broker permanently refused it:
+  payload kept, reason recorded, the queue goes on).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gazeguard.ledger._model import Sql
+
+
+@dataclass(slots=True)
+class SessionRow:
+    """A session's stored account (micro-ε for ``spent_units``/``max_units``)."""
+
+    caps: str
+    version: int
+    chunks: int
+    withheld: int
+    refused: int
+    spent_units: int
+    pure_finite: bool
+    max_units: int
+    last_chunk: int | None
+    last_gaze_end: float | None
+
+
+class Store:
+    """SQL statements inside one open transaction ``sql``.
+
+    Args:
+        sql: the open transaction.
+        lock_clause: appended to the session-row ``SELECT`` by writers (PostgreSQL
+            ``FOR UPDATE``; SQLite holds the database lock already).
+    """
+
+    def __init__(self, sql: Sql, lock_clause: str = "") -> None:
+        self.sql = sql
+        self.lock_clause = lock_clause
+
+    # ---- sessions -------------------------------------------------------------------------
+    def session(self, session: str, *, lock: bool = False) -> SessionRow | None:
+        """The session's row (locked for this transaction with ``lock``), or ``None``."""
+        row = self.sql.one(
+            "SELECT caps, version, chunks, withheld, refused, spent, pure_finite, max_chunk, "  # noqa: S608 - the lock clause is the backend's constant
+            "last_chunk, last_gaze_end FROM sessions WHERE session = ?"
+            + (self.lock_clause if lock else ""),
+            (session,),
+        )
+        if row is None:
+            return None
+        return SessionRow(
+            str(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]),
+            bool(row[6]), int(row[7]), None if row[8] is None else int(row[8]),
+            None if row[9] is None else float(row[9]),
+        )  # fmt: skip
+
+    def create_session(self, session: str, caps: str, now: float) -> None:
+        """Insert the session (a concurrent insert by another writer is not an error)."""
+        self.sql.run(
+            "INSERT INTO sessions (session, caps, created) VALUES (?, ?, ?) "
+            "ON CONFLICT (session) DO NOTHING",
+            (session, caps, now),
+        )
+
+    def set_caps(self, session: str, caps: str) -> None:
+        """Store new (stricter) caps."""
+        self.sql.run("UPDATE sessions SET caps = ? WHERE session = ?", (caps, session))
+
+    def sessions(self) -> list[str]:
+        """All sessions, oldest first."""
+        return [
+            r[0] for r in self.sql.all("SELECT session FROM sessions ORDER BY created, session")
+        ]
+
+    # ---- events ---------------------------------------------------------------------------
+    def event_ids(self, keys: list[str]) -> dict[str, int]:
+        """Ids of event keys, inserting new ones."""
+        out: dict[str, int] = {}
+        for key in keys:
+            row = self.sql.one("SELECT id FROM events WHERE key = ?", (key,))
+            if row is None:
+                self.sql.run(
+                    "INSERT INTO events (key) VALUES (?) ON CONFLICT (key) DO NOTHING", (key,)
+                )
+                row = self.sql.one("SELECT id FROM events WHERE key = ?", (key,))
+            assert row is not None
+            out[key] = int(row[0])
+        return out
+
+    def counts(self, session: str) -> dict[str, int]:
+        """The session's event counts."""
+        rows = self.sql.all(
+            "SELECT e.key, s.count FROM session_events s JOIN events e ON e.id = s.event_id "
+            "WHERE s.session = ?",
+            (session,),
+        )
+        return {str(k): int(n) for k, n in rows}
+
+    def window_counts(self, session: str, start: float, end: float) -> dict[str, int]:
+        """Event counts of the session's charges whose gaze ends in ``(start, end]``."""
+        rows = self.sql.all(
+            "SELECT e.key, SUM(ce.count) FROM charges c "
+            "JOIN charge_events ce ON ce.session = c.session AND ce.stream = c.stream "
+            "AND ce.idx = c.idx JOIN events e ON e.id = ce.event_id "
+            "WHERE c.session = ? AND c.gaze_end > ? AND c.gaze_end <= ? GROUP BY e.key",
+            (session, start, end),
+        )
+        return {str(k): int(n) for k, n in rows}
+
+    def gaze_ends(self, session: str, start: float, end: float) -> list[float]:
+        """Gaze end times of the session's charges in ``[start, end)``."""
+        rows = self.sql.all(
+            "SELECT DISTINCT gaze_end FROM charges WHERE session = ? AND gaze_end >= ? "
+            "AND gaze_end < ?",
+            (session, start, end),
+        )
+        return [float(r[0]) for r in rows]
+
+    # ---- charges --------------------------------------------------------------------------
+    def charged_or_withheld(self, session: str, stream: str, idx: int) -> str | None:
+        """``"charged"``, ``"withheld"`` or ``None`` for a release index."""
+        key = (session, stream, idx)
+        if self.sql.one("SELECT 1 FROM charges WHERE session = ? AND stream = ? AND idx = ?", key):
+            return "charged"
+        if self.sql.one("SELECT 1 FROM withheld WHERE session = ? AND stream = ? AND idx = ?", key):
+            return "withheld"
+        return None
+
+    def insert_charge(
+        self,
+        session: str,
+        stream: str,
+        idx: int,
+        *,
+        epsilon: Mapping[str, float],
+        units: int | None,
+        events: Mapping[str, int],
+        gaze: tuple[float, float],
+        now: float,
+    ) -> None:
+        """One charge row with its events; the session's event counts grow by ``events``."""
+        self.sql.run(
+            "INSERT INTO charges (session, stream, idx, total, epsilon, gaze_start, gaze_end, "
+            "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (session, stream, idx, units, json.dumps(dict(epsilon)), gaze[0], gaze[1], now),
+        )
+        for key, event_id in self.event_ids(sorted(events)).items():
+            n = int(events[key])
+            self.sql.run(
+                "INSERT INTO charge_events (session, stream, idx, event_id, count) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (session, stream, idx, event_id, n),
+            )
+            self.sql.run(
+                "INSERT INTO session_events (session, event_id, count) VALUES (?, ?, ?) "
+                "ON CONFLICT (session, event_id) DO UPDATE SET count = session_events.count + ?",
+                (session, event_id, n, n),
+            )
+
+    def update_after_charge(
+        self,
+        session: str,
+        row: SessionRow,
+        *,
+        units: int | None,
+        idx: int,
+        stream: str,
+        gaze_end: float,
+    ) -> None:
+        """Counters, spend, last index and gaze time, version + 1."""
+        last = row.last_chunk
+        if stream == "chunks":
+            last = idx if last is None else max(last, idx)
+        self.sql.run(
+            "UPDATE sessions SET version = version + 1, chunks = chunks + ?, spent = ?, "
+            "pure_finite = ?, max_chunk = ?, last_chunk = ?, last_gaze_end = ? WHERE session = ?",
+            (
+                1 if stream == "chunks" else 0,
+                row.spent_units + (units or 0),
+                row.pure_finite and units is not None,
+                max(row.max_units, units or 0),
+                last,
+                gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
+                session,
+            ),
+        )
+
+    def history(self, session: str, stream: str = "chunks") -> list[tuple[Any, ...]]:
+        """``(idx, total units | None, epsilon JSON, gaze_start, gaze_end, created)`` in order."""
+        return self.sql.all(
+            "SELECT idx, total, epsilon, gaze_start, gaze_end, created FROM charges "
+            "WHERE session = ? AND stream = ? ORDER BY idx",
+            (session, stream),
+        )
+
+    def last_index(self, session: str, stream: str) -> int | None:
+        """Highest index charged or withheld in ``stream``, or ``None``."""
+        row = self.sql.one(
+            "SELECT MAX(i) FROM (SELECT MAX(idx) AS i FROM charges WHERE session = ? "
+            "AND stream = ? UNION ALL SELECT MAX(idx) FROM withheld WHERE session = ? "
+            "AND stream = ?) AS m",
+            (session, stream, session, stream),
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
+    # ---- withheld -------------------------------------------------------------------------
+    def withhold(
+        self, session: str, stream: str, idx: int, *, units: int, reason: str, now: float
+    ) -> bool:
+        """Record a withheld release; ``False`` if it was recorded before."""
+        added = self.sql.run(
+            "INSERT INTO withheld (session, stream, idx, requested, reason, created) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session, stream, idx) DO NOTHING",
+            (session, stream, idx, units, reason, now),
+        )
+        if added:
+            self.sql.run(
+                "UPDATE sessions SET withheld = withheld + 1 WHERE session = ?", (session,)
+            )
+        return bool(added)
+
+    def withheld(self, session: str, stream: str = "chunks") -> list[tuple[Any, ...]]:
+        """``(idx, requested units, reason)`` in order."""
+        return self.sql.all(
+            "SELECT idx, requested, reason FROM withheld WHERE session = ? AND stream = ? "
+            "ORDER BY idx",
+            (session, stream),
+        )
+
+    # ---- outbox ---------------------------------------------------------------------------
+    def enqueue(
+        self, session: str, stream: str, idx: int, *, topic: str, payload: bytes, now: float
+    ) -> int:
+        """Append a charged payload; returns its outbox id."""
+        row = self.sql.one(
+            "INSERT INTO outbox (session, stream, idx, topic, payload, created, state) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'pending') RETURNING id",
+            (session, stream, idx, topic, payload, now),
+        )
+        assert row is not None
+        return int(row[0])
+
+    def pending(self, limit: int | None, session: str | None) -> list[tuple[Any, ...]]:
+        """``(id, session, stream, idx, topic, payload, created)`` of pending items, in order."""
+        query = (
+            "SELECT id, session, stream, idx, topic, payload, created FROM outbox "
+            "WHERE state = 'pending'"
+        )
+        params: list[object] = []
+        if session is not None:
+            query += " AND session = ?"
+            params.append(session)
+        query += " ORDER BY id"
+        if limit is not None:
+            query += " LIMIT ?"
+            params.append(int(limit))
+        return self.sql.all(query, params)
+
+    def pending_count(self, session: str) -> int:
+        """Number of the session's pending outbox items."""
+        row = self.sql.one(
+            "SELECT COUNT(*) FROM outbox WHERE session = ? AND state = 'pending'", (session,)
+        )
+        assert row is not None
+        return int(row[0])
+
+    def mark_delivered(self, outbox_id: int, now: float) -> bool:
+        """Pending → delivered, payload dropped; ``False`` if it was not pending."""
+        return bool(
+            self.sql.run(
+                "UPDATE outbox SET state = 'delivered', delivered = ?, payload = NULL "
+                "WHERE id = ? AND state = 'pending'",
+                (now, outbox_id),
+            )
+        )
+
+    def mark_refused(self, outbox_id: int, reason: str, now: float) -> str | None:
+        """Pending → refused (payload kept); returns the item's session, or ``None``."""
+        row = self.sql.one(
+            "SELECT session FROM outbox WHERE id = ? AND state = 'pending'", (outbox_id,)
+        )
+        if row is None:
+            return None
+        self.sql.run(
+            "UPDATE outbox SET state = 'refused', delivered = ?, reason = ? WHERE id = ?",
+            (now, reason, outbox_id),
+        )
+        self.sql.run("UPDATE sessions SET refused = refused + 1 WHERE session = ?", (row[0],))
+        return str(row[0])
+
+    def refused(self, session: str | None) -> list[tuple[Any, ...]]:
+        """``(id, session, stream, idx, topic, reason, refused_at)`` of refused items."""
+        query = (
+            "SELECT id, session, stream, idx, topic, reason, delivered FROM outbox "
+            "WHERE state = 'refused'"
+        )
+        params: list[object] = []
+        if session is not None:
+            query += " AND session = ?"
+            params.append(session)
+        return self.sql.all(query + " ORDER BY id", params)
+
+    # ---- audit ----------------------------------------------------------------------------
+    def verify(self) -> list[str]:
+        """Consistency problems (see :meth:`gazeguard.ledger.Ledger.verify`)."""
+        problems: list[str] = []
+        for s, spent, chunks, _max, wh, refused in self.sql.all(
+            "SELECT session, spent, chunks, max_chunk, withheld, refused FROM sessions"
+        ):
+            row = self.sql.one(
+                "SELECT COALESCE(SUM(total), 0), COUNT(*), COALESCE(MAX(total), 0) FROM charges "
+                "WHERE session = ? AND stream = 'chunks'",
+                (s,),
+            )
+            other = self.sql.one(
+                "SELECT COALESCE(SUM(total), 0) FROM charges WHERE session = ? AND "
+                "stream <> 'chunks'",
+                (s,),
+            )
+            n_wh = self.sql.one("SELECT COUNT(*) FROM withheld WHERE session = ?", (s,))
+            n_ref = self.sql.one(
+                "SELECT COUNT(*) FROM outbox WHERE session = ? AND state = 'refused'", (s,)
+            )
+            assert row is not None
+            assert other is not None
+            assert n_wh is not None
+            assert n_ref is not None
+            got = (int(spent), int(chunks), int(wh), int(refused))
+            want = (int(row[0]) + int(other[0]), int(row[1]), int(n_wh[0]), int(n_ref[0]))
+            if got != want:
+                problems.append(
+                    f"session {s!r}: totals (spent, chunks, withheld, refused) = {got} but rows "
+                    f"give {want}"
+                )
+            counted = self.sql.one(
+                "SELECT COALESCE(SUM(count), 0) FROM session_events WHERE session = ?", (s,)
+            )
+            summed = self.sql.one(
+                "SELECT COALESCE(SUM(count), 0) FROM charge_events WHERE session = ?", (s,)
+            )
+            assert counted is not None
+            assert summed is not None
+            if int(counted[0]) != int(summed[0]):
+                problems.append(
+                    f"session {s!r}: {counted[0]} releases counted but charges hold {summed[0]}"
+                )
+        problems += [
+            f"charge without outbox item: session {s!r} {st} {i}"
+            for s, st, i in self.sql.all(
+                "SELECT c.session, c.stream, c.idx FROM charges c LEFT JOIN outbox o "
+                "ON o.session = c.session AND o.stream = c.stream AND o.idx = c.idx "
+                "WHERE o.id IS NULL"
+            )
+        ]
+        problems += [
+            f"outbox item without charge: session {s!r} {st} {i}"
+            for s, st, i in self.sql.all(
+                "SELECT o.session, o.stream, o.idx FROM outbox o LEFT JOIN charges c "
+                "ON o.session = c.session AND o.stream = c.stream AND o.idx = c.idx "
+                "WHERE c.session IS NULL"
+            )
+        ]
+        problems += [
+            f"release both charged and withheld: session {s!r} {st} {i}"
+            for s, st, i in self.sql.all(
+                "SELECT w.session, w.stream, w.idx FROM withheld w JOIN charges c "
+                "ON w.session = c.session AND w.stream = c.stream AND w.idx = c.idx"
+            )
+        ]
+        return problems
+
+
+def rename_v1(sql: Sql) -> None:
+    """Step 1 of upgrading a schema-1 ledger (see :func:`copy_v1`): move the v1 tables aside."""
+    for table in ("sessions", "charges", "withheld", "outbox"):
+        sql.run(f"ALTER TABLE {table} RENAME TO {table}_v1")
+
+
+def copy_v1(
+    sql: Sql,
+    pure_event_key: Callable[[float], str],
+    caps_json: Callable[[int | None], str],
+    overriding: str = "",
+) -> None:
+    """Step 2: copy the renamed v1 tables into freshly created v2 tables, then drop them.
+
+    Every v1 charge becomes a charge of stream ``chunks`` whose events are one pure-ε event per
+    feature (``pure_event_key(ε)``); its gaze time is its charge time (v1 did not record gaze
+    time, and a chunk is charged within seconds of its gaze). A v1 session cap (micro-ε) is kept
+    (``caps_json``: a pure cap bounds ε at any δ); a v1 w-event cap counted chunk indexes and cannot
+    be carried over to gaze time, so the configured window cap applies from the next open. Spent ε,
+    numbering, withheld chunks and the outbox (ids included) are kept exactly: nothing is refilled.
+    ``overriding``: PostgreSQL's ``OVERRIDING SYSTEM VALUE`` to keep outbox ids.
+    """
+    store = Store(sql)
+    for session, cap, spent, chunks, withheld, max_chunk, last, created in sql.all(
+        "SELECT session, session_cap, spent, chunks, withheld, max_chunk, last_chunk, created "
+        "FROM sessions_v1"
+    ):
+        sql.run(
+            "INSERT INTO sessions (session, caps, version, chunks, withheld, refused, spent, "
+            "pure_finite, max_chunk, last_chunk, last_gaze_end, created) "
+            "VALUES (?, ?, 0, ?, ?, 0, ?, ?, ?, ?, NULL, ?)",
+            (session, caps_json(cap), chunks, withheld, spent, True, max_chunk, last, created),
+        )
+    for session, idx, total, eps_json, created in sql.all(
+        "SELECT session, chunk_index, total, epsilon, created FROM charges_v1 ORDER BY created"
+    ):
+        eps = {str(k): float(v) for k, v in json.loads(eps_json).items()}
+        events: dict[str, int] = {}
+        for value in eps.values():
+            key = pure_event_key(value)
+            events[key] = events.get(key, 0) + 1
+        sql.run(
+            "INSERT INTO charges (session, stream, idx, total, epsilon, gaze_start, gaze_end, "
+            "created) VALUES (?, 'chunks', ?, ?, ?, ?, ?, ?)",
+            (session, idx, total, eps_json, created, created, created),
+        )
+        for key, event_id in store.event_ids(sorted(events)).items():
+            n = events[key]
+            sql.run(
+                "INSERT INTO charge_events (session, stream, idx, event_id, count) "
+                "VALUES (?, 'chunks', ?, ?, ?)",
+                (session, idx, event_id, n),
+            )
+            sql.run(
+                "INSERT INTO session_events (session, event_id, count) VALUES (?, ?, ?) "
+                "ON CONFLICT (session, event_id) DO UPDATE SET count = session_events.count + ?",
+                (session, event_id, n, n),
+            )
+        sql.run(
+            "UPDATE sessions SET last_gaze_end = CASE WHEN last_gaze_end IS NULL OR "
+            "last_gaze_end < ? THEN ? ELSE last_gaze_end END WHERE session = ?",
+            (created, created, session),
+        )
+    sql.run(
+        "INSERT INTO withheld (session, stream, idx, requested, reason, created) "
+        "SELECT session, 'chunks', chunk_index, requested, reason, created FROM withheld_v1"
+    )
+    sql.run(
+        "INSERT INTO outbox (id, session, stream, idx, topic, payload, created, delivered, "  # noqa: S608 - a fixed clause
+        f"state) {overriding} SELECT id, session, 'chunks', chunk_index, topic, payload, "
+        "created, delivered, CASE WHEN delivered IS NULL THEN 'pending' ELSE 'delivered' END "
+        "FROM outbox_v1"
+    )
+    for table in ("outbox_v1", "withheld_v1", "charges_v1", "sessions_v1"):
+        sql.run(f"DROP TABLE {table}")

@@ -1,0 +1,87 @@
+"""The release plan: ``mechanism.name = "auto"`` and ``show --budget-per-hour`` (public prior)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gazeguard.budget import rank_mechanisms
+from gazeguard.cli.mechanisms import main
+from gazeguard.config import FeatureSettings, MechanismSettings
+from gazeguard.features import feature_bounds
+from gazeguard.ledger import Ledger
+from gazeguard.mechanisms import Bounds, make_mechanism
+from gazeguard.pipeline import Pipeline
+
+NAMES = ["fixation_rate", "saccade_rate", "pupil_mean"]
+
+
+def bounds(window_s: float = 30.0, step_s: float = 0.5) -> Bounds:
+    lo, hi, max_step = feature_bounds(NAMES, window_s, step_s)
+    return Bounds(lo=lo, hi=hi, max_step=max_step)
+
+
+def test_ranking_is_sorted_calibrated_and_respects_the_longest_chunk() -> None:
+    ranked = rank_mechanisms(
+        MechanismSettings(features=NAMES), NAMES, bounds(), 0.5,
+        budget=10.0, window_s=3600.0, delta=1e-6, max_chunk_steps=64,
+    )  # fmt: skip
+    errors = [c.error for c in ranked]
+    assert errors == sorted(errors)
+    assert all(np.isfinite(errors))
+    assert {c.name for c in ranked} == {"lpa", "cfpa", "dcfpa"}
+    assert {c.noise for c in ranked} == {"laplace", "gaussian"}
+    assert max(c.chunk_steps for c in ranked) == 64
+    # more budget, less error for the same configuration
+    richer = rank_mechanisms(
+        MechanismSettings(features=NAMES), NAMES, bounds(), 0.5,
+        budget=100.0, window_s=3600.0, delta=1e-6, max_chunk_steps=64,
+    )  # fmt: skip
+    by = {(c.name, c.transform, c.chunk_steps, c.noise): c.error for c in ranked}
+    for c in richer:
+        assert c.error < by[c.name, c.transform, c.chunk_steps, c.noise]
+
+
+def test_expected_error_of_lpa_is_its_noise_over_the_range() -> None:
+    b = Bounds(lo=np.zeros(2), hi=np.array([1.0, 4.0]), max_step=np.full(2, 0.1))
+    mech = make_mechanism("lpa", n=16, noise_multiplier=3.0, bounds=b)
+    np.testing.assert_allclose(
+        mech.expected_error(), np.sqrt(2.0) * mech.noise_scale / np.array([1.0, 4.0])
+    )
+
+
+def test_auto_takes_the_best_ranked_configuration(tmp_path: Path) -> None:
+    features = FeatureSettings(window_s=30.0, step_s=0.5)
+    with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
+        pipe = Pipeline(
+            ledger, session="s", device="d", features=features,
+            mechanism=MechanismSettings(name="auto", features=NAMES, chunk_steps=64),
+        )  # fmt: skip
+    best = rank_mechanisms(
+        MechanismSettings(features=NAMES), NAMES, bounds(), 0.5,
+        budget=10.0, window_s=3600.0, delta=1e-6, max_chunk_steps=64,
+    )[0]  # fmt: skip
+    mech = pipe.mechanism
+    assert (mech.name, mech.n, mech.noise, mech.k) == (
+        best.name, best.chunk_steps, best.noise, best.k
+    )  # fmt: skip
+    assert pipe.chunker.n_steps == mech.n
+    assert pipe.cost.per_window <= 10.0
+
+
+def test_auto_without_a_budget_is_refused(tmp_path: Path) -> None:
+    from gazeguard.errors import ConfigError  # noqa: PLC0415
+
+    with Ledger(tmp_path / "l.sqlite") as ledger, pytest.raises(ConfigError, match="auto"):
+        Pipeline(ledger, session="s", device="d", mechanism=MechanismSettings(name="auto"))
+
+
+def test_show_budget_prints_the_ranking(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["show", "--budget-per-hour", "10", "--features", ",".join(NAMES), "--top", "3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "user-level ε 10 per hour of gaze at δ 1e-06, 3 features" in out[0]
+    assert out[1].startswith("auto →")
+    assert len(out) == 4
