@@ -1,7 +1,7 @@
 """``gazeguard profile``: build, inspect and use release profiles and label models.
 
-``configure(parser)`` declares the arguments and ``run(args)`` executes (``configure_profile`` /
-``run_profile`` are the names :mod:`gazeguard.cli` looks up).
+``configure(parser)`` declares the arguments and ``run(args)`` executes (registered in
+:data:`gazeguard.cli.COMMANDS`).
 
 Subcommands:
 
@@ -215,9 +215,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--decision-s", type=float, help="seconds between decisions")
     g.add_argument("--survival", type=float, help="target survival probability of a label")
     lb.add_argument("--clean-accuracy", type=float, help="the classifier's clean accuracy")
-
-
-configure_profile = configure
 
 
 def _open_table(args: argparse.Namespace, progress: Any) -> tuple[Any, Any]:
@@ -490,5 +487,3 @@ def run(args: argparse.Namespace) -> int:
     )
     return 2
 
-
-run_profile = run
