@@ -202,6 +202,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="inverse L2 strength C of the logistic regression (1.0)",
     )
     t.add_argument("--every", type=_positive_int, default=1, help="train on every n-th window")
+    t.add_argument(
+        "--features",
+        choices=("profile", "usable"),
+        default="profile",
+        help="what the model reads: the profile's released features (default), or every "
+        "feature that varies in the build data (labels are released, not features: the model "
+        "may read more than the chunk stream releases)",
+    )
+    t.add_argument(
+        "--decision-s",
+        type=_floats,
+        default=[30.0, 60.0, 120.0, 240.0],
+        metavar="S,S,...",
+        help="decision lengths, s, whose leave-one-person-out accuracy is recorded in the file "
+        "(blocks of S/step consecutive windows; 30,60,120,240)",
+    )
     _data_arguments(t)
 
     lb = sub.add_parser(
@@ -397,11 +413,23 @@ def _train(args: argparse.Namespace) -> int:
             f"note: profile {profile.name!r} lists classes {profile.classes}; {ds.name} has "
             f"{classes}"
         )
+    if args.features == "usable":
+        from gazeguard.profiles import candidate_columns  # noqa: PLC0415
+
+        cols, _excluded = candidate_columns(table)
+        features = [table.feature_names[i] for i in cols]
+    else:
+        features = list(profile.features)
     probs = lopo_probabilities(
-        table, profile.features, regularization=args.regularization, every=args.every
+        table, features, regularization=args.regularization, every=args.every
     )
     pred = np.asarray(classes)[np.argmax(probs, axis=1)]
     lopo = float(np.mean(pred == table.task))
+    per_decision = {
+        f"{d:g}": round(block_accuracy(probs, table, classes, round(d / args.step)), 4)
+        for d in args.decision_s
+        if round(d / args.step) >= 1
+    }
     command = [
         "gazeguard",
         "profile",
@@ -412,10 +440,11 @@ def _train(args: argparse.Namespace) -> int:
         "--regularization",
         f"{args.regularization:g}",
         *(["--every", str(args.every)] if args.every != 1 else []),
+        *(["--features", args.features] if args.features != "profile" else []),
     ]
     model = train_model(
         table,
-        profile.features,
+        features,
         name=args.model_name or profile.name,
         version=args.model_version,
         profile=profile.name,
@@ -427,6 +456,8 @@ def _train(args: argparse.Namespace) -> int:
             "dataset": ds.name,
             "dataset_fingerprint": ds.fingerprint(),
             "lopo_window_accuracy": round(lopo, 4),
+            "lopo_decision_accuracy": per_decision,
+            "features_chosen": args.features,
             "chance": round(1.0 / len(classes), 4),
             "command": shlex.join(command),
         },
@@ -436,9 +467,23 @@ def _train(args: argparse.Namespace) -> int:
     print(  # noqa: T201
         f"model {model.name!r} v{model.version}: {len(model.classes)} classes "
         f"({', '.join(model.classes)}), {len(model.features)} features; leave-one-person-out "
-        f"accuracy per window {lopo:.3f} (chance {1 / len(classes):.3f})\nwrote {out}"
+        f"accuracy per window {lopo:.3f} (chance {1 / len(classes):.3f}); per decision "
+        f"{', '.join(f'{k} s: {v:.3f}' for k, v in per_decision.items())}\nwrote {out}"
     )
     return 0
+
+
+def block_accuracy(probs: Any, table: Any, classes: list[str], steps: int) -> float:
+    """Accuracy of decisions over blocks of ``steps`` consecutive windows of each recording
+    (non-overlapping, incomplete tail dropped): argmax of the mean probability, as the sidecar
+    decides. ``nan`` when no recording is that long."""
+    hits: list[bool] = []
+    for rec in np.unique(table.recording):
+        idx = np.flatnonzero(table.recording == rec)
+        for s in range(0, idx.size - steps + 1, steps):
+            b = idx[s : s + steps]
+            hits.append(classes[int(np.argmax(probs[b].mean(axis=0)))] == table.task[b[0]])
+    return float(np.mean(hits)) if hits else float("nan")
 
 
 def _labels_budget(args: argparse.Namespace) -> int:
@@ -486,4 +531,3 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 2
-
