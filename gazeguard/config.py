@@ -15,6 +15,7 @@ against the session already stored in the ledger) — each with a "did you mean"
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import functools
@@ -787,12 +788,10 @@ def _mechanism_problems(settings: Settings) -> list[ConfigProblem]:
     if settings.labels.enabled and budget is not None:  # the chunks get what labels leave
         from gazeguard.label_stream import plan_labels  # noqa: PLC0415
 
-        try:
+        with contextlib.suppress(ConfigError):  # (reported by _label_problems)
             budget = plan_labels(
                 settings.labels, settings.features, budget, settings.ledger.delta
             ).chunk_budget
-        except ConfigError:
-            pass  # reported by _label_problems
     try:
         lo, hi, max_step = feature_bounds(
             names, settings.features.window_s, settings.features.step_s

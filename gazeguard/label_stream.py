@@ -115,13 +115,14 @@ class LabelPlan:
         model: the loaded label model (features checked against the sidecar's).
         epsilon: ε per decision (pure).
         decision_s: seconds of gaze per decision; steps: feature vectors per decision.
-        per_window: ``D``, decisions whose gaze end can fall in one hour of gaze.
+        per_window: ``D``, decisions whose gaze end can fall in one window (hour) of gaze.
         reserve: ``R = D·ε``, the labels' pure ε per hour of gaze.
         budget: ``B``, the ledger's budget per hour (``None``: no hourly cap).
         chunk_budget: ``B − R``, what the chunk noise is calibrated to (``None``: no cap).
         delta: δ of the budget.
         reached: decisions one raw gaze sample can change.
         clean_accuracy: the model's recorded clean accuracy per decision (or ``None``).
+        window_s: the budget's window, seconds of gaze (one hour).
     """
 
     model: LabelModel
@@ -135,6 +136,7 @@ class LabelPlan:
     delta: float
     reached: int
     clean_accuracy: float | None
+    window_s: float = SECONDS_PER_HOUR
 
     @property
     def classes(self) -> int:
@@ -167,20 +169,21 @@ class LabelPlan:
         """The arithmetic printed at startup (several lines)."""
         c, p, eps = self.classes, self.survival, self.epsilon
         names = ", ".join(self.model.classes)
+        per = "hour" if self.window_s == SECONDS_PER_HOUR else f"window of {self.window_s:g} s"
         lines = [
             f"private labels: model {self.model.name!r} v{self.model.version}, {c} classes "
             f"({names}); one decision per {self.decision_s:g} s of gaze ({self.steps} feature "
             f"vectors), randomized response at ε {eps:.4g} per decision",
             f"  the true label survives with p = e^ε/(e^ε + C − 1) = {p:.3f} (chance 1/C = "
             f"{1 / c:.3f}); each other label is reported with {(1 - p) / (c - 1):.3f}",
-            f"  an hour of gaze holds at most {self.per_window} decisions "
-            f"({SECONDS_PER_HOUR / self.decision_s:.3g} per hour + 1 for jitter): pure ε "
+            f"  one {per} of gaze holds at most {self.per_window} decisions "
+            f"({self.window_s / self.decision_s:.3g} + 1 for jitter): pure ε "
             f"{self.reserve:.4g} (at δ {self.delta:g}: {self.hour_epsilon:.4g}); one raw gaze "
             f"sample reaches {self.reached} decisions: ε {self.reached * eps:.4g}",
         ]
         if self.budget is not None and self.chunk_budget is not None:
             lines.append(
-                f"  budget {self.budget:g} per hour of gaze: {self.reserve:.4g} for labels, the "
+                f"  budget {self.budget:g} per {per} of gaze: {self.reserve:.4g} for labels, the "
                 f"chunk noise calibrated to the remaining {self.chunk_budget:.4g}"
             )
         if self.clean_accuracy is not None and self.released_accuracy is not None:
@@ -193,12 +196,12 @@ class LabelPlan:
         if self.budget is not None:
             for target in (0.8, 0.9):
                 if target > 1.0 / c:
-                    alt = plan_for_survival(self.reserve, c, target, self.clean_accuracy)
+                    alt = plan_for_survival(self.reserve, c, target)
                     lines.append(
                         f"  for p = {target:.2f}: ε {alt.epsilon:.3g} per decision; the label "
-                        f"share {self.reserve:.3g} per hour fits {alt.decisions_per_hour:.3g} "
-                        f"decisions per hour (the whole budget {self.budget:g}: "
-                        f"{self.budget / alt.epsilon:.3g})"
+                        f"share {self.reserve:.3g} per {per} fits "
+                        f"{self.reserve / alt.epsilon:.3g} decisions (the whole budget "
+                        f"{self.budget:g}: {self.budget / alt.epsilon:.3g})"
                     )
         return "\n".join(lines)
 
@@ -208,6 +211,7 @@ def plan_labels(
     features: FeatureSettings,
     budget: float | None,
     delta: float,
+    window_s: float = SECONDS_PER_HOUR,
 ) -> LabelPlan:
     """Load the model and work out ε per decision and the budget split (module docstring).
 
@@ -216,6 +220,7 @@ def plan_labels(
         features: the feature window and step (the model must have been trained with them).
         budget: ``ledger.budget_per_hour`` (``None``: no hourly cap).
         delta: ``ledger.delta``.
+        window_s: the window ``budget`` caps, seconds of gaze (the ledger's: one hour).
 
     Raises:
         ConfigError: the model cannot be loaded, reads unknown features or was trained with
@@ -237,7 +242,7 @@ def plan_labels(
             "train-model --window W --step S`) or set the feature window and step it expects",
         )
     steps = _steps_per_decision(labels.decision_s, features.step_s)
-    per_window = chunks_per_window(SECONDS_PER_HOUR, labels.decision_s)
+    per_window = chunks_per_window(window_s, labels.decision_s)
     if labels.epsilon is not None:
         epsilon = float(labels.epsilon)
         reserve = per_window * epsilon
@@ -283,6 +288,7 @@ def plan_labels(
         delta=delta,
         reached=reached,
         clean_accuracy=clean_accuracy_of(model, labels.decision_s),
+        window_s=float(window_s),
     )
 
 

@@ -188,7 +188,9 @@ class Pipeline:
         if labels is not None and labels.enabled:
             from gazeguard.label_stream import plan_labels  # noqa: PLC0415 - optional stage
 
-            self.label_plan = plan_labels(labels, features, chunk_budget, self.opened.delta)
+            self.label_plan = plan_labels(
+                labels, features, chunk_budget, self.opened.delta, self.opened.window_s
+            )
             chunk_budget = self.label_plan.chunk_budget
         lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
         bounds = Bounds(lo=lo, hi=hi, max_step=max_step)

@@ -250,7 +250,7 @@ def _open_table(args: argparse.Namespace, progress: Any) -> tuple[Any, Any]:
 
 
 def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)  # noqa: T201
+    print(line, file=sys.stderr, flush=True)
 
 
 def _data_command(args: argparse.Namespace) -> list[str]:
@@ -290,7 +290,7 @@ def _build(args: argparse.Namespace) -> int:
     spec = parse_mechanism(args.mechanism)
     check_stream_mechanism(spec)
     if args.insecure_seed is not None:
-        print(  # noqa: T201
+        print(
             f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT "
             "private (for tests)",
             file=sys.stderr,
@@ -350,21 +350,21 @@ def _build(args: argparse.Namespace) -> int:
     out: Path = args.out or Path(f"{args.name}.json")
     profile.save(out)
     _print_profile(profile)
-    print(f"wrote {out}")  # noqa: T201
+    print(f"wrote {out}")
     return 0
 
 
 def _print_profile(profile: Any) -> None:
     b = profile.built
-    print(  # noqa: T201
+    print(
         f"profile {profile.name!r} for task {profile.task!r} ({len(profile.features)} features): "
         + ", ".join(profile.features)
     )
     if profile.classes:
-        print(f"  classes: {', '.join(profile.classes)}")  # noqa: T201
+        print(f"  classes: {', '.join(profile.classes)}")
     if profile.suggested_budget is not None:
         sb = profile.suggested_budget
-        print(  # noqa: T201
+        print(
             f"  built for {sb.mechanism} at ε {sb.epsilon_per_feature_per_chunk:g} per feature per "
             f"chunk: {sb.per_hour:.6g} per hour of gaze ({sb.composition}; "
             f"{sb.chunks_per_hour:g} chunks/h)"
@@ -372,19 +372,19 @@ def _print_profile(profile: Any) -> None:
     ch, cf = b.get("chosen"), b.get("confirmation")
     if ch and cf:
         chance = b.get("chance", {})
-        print(  # noqa: T201
+        print(
             f"  frontier pick: task {ch['task']:.3f}, re-id {ch['reid']:.3f}; confirmed on "
             f"{cf['reps']} fresh releases: task {cf['task']:.3f} ({cf['task_classifier']}), "
             f"re-id {cf['reid']:.3f} ({cf['reid_classifier']}); chance task "
             f"{chance.get('task', float('nan')):.3f}, re-id {chance.get('reid', float('nan')):.3f}"
         )
     if "dataset" in b:
-        print(  # noqa: T201
+        print(
             f"  from {b['dataset']} ({b.get('people')} people, {b.get('rows')} windows), criterion "
             f"{b.get('criterion')}, {b.get('date')}, gazeguard {b.get('gazeguard_version')}"
         )
     if "command" in b:
-        print(f"  command: {b['command']}")  # noqa: T201
+        print(f"  command: {b['command']}")
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -392,10 +392,10 @@ def _show(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     if args.json:
-        print(profile.to_json(), end="")  # noqa: T201
+        print(profile.to_json(), end="")
     else:
         _print_profile(profile)
-        print(f"  source: {profile.source}")  # noqa: T201
+        print(f"  source: {profile.source}")
     return 0
 
 
@@ -464,7 +464,7 @@ def _train(args: argparse.Namespace) -> int:
     )
     out: Path = args.out or Path(f"{profile.name}.json")
     model.save(out)
-    print(  # noqa: T201
+    print(
         f"model {model.name!r} v{model.version}: {len(model.classes)} classes "
         f"({', '.join(model.classes)}), {len(model.features)} features; leave-one-person-out "
         f"accuracy per window {lopo:.3f} (chance {1 / len(classes):.3f}); per decision "
@@ -510,7 +510,7 @@ def _labels_budget(args: argparse.Namespace) -> int:
         if args.decision_s is not None
         else plan_for_survival(args.budget, classes, args.survival, clean)
     )
-    print(budget_text(plan, names))  # noqa: T201
+    print(budget_text(plan, names))
     return 0
 
 
@@ -525,7 +525,7 @@ def run(args: argparse.Namespace) -> int:
         return _train(args)
     if cmd == "labels-budget":
         return _labels_budget(args)
-    print(  # noqa: T201
+    print(
         "gazeguard profile: choose a subcommand: build, show, train-model, labels-budget "
         "(gazeguard profile --help)",
         file=sys.stderr,
