@@ -102,12 +102,18 @@ class SuggestedBudget(_Strict):
     """What releasing the profile costs at the noise level it was built for.
 
     Attributes:
-        per_hour: user-level ε per hour of gaze: ``epsilon × features × chunks_per_hour``.
+        per_hour: user-level ε at ``delta`` per hour of gaze (what ``ledger.budget_per_hour``
+            would have to be for this noise): the privacy-loss-distribution composition of
+            ``features × chunks_per_hour`` Laplace releases at ``epsilon_per_feature_per_chunk``
+            each (:func:`suggested_budget`).
         epsilon_per_feature_per_chunk: ε of each released feature in each chunk.
         mechanism: the stream mechanism, e.g. ``cfpa-32-dct``.
         chunk_steps: n, steps per chunk; step_s: seconds per step.
-        chunks_per_hour: ``3600 / (n · step_s)``.
-        composition: how ``per_hour`` composes (pure ε, sequential).
+        chunks_per_hour: chunks whose gaze end can fall in one hour, ``⌈3600/(n·step_s)⌉ + 1``
+            (as the ledger's budget counts them).
+        delta: δ of ``per_hour`` (``None``: a file of the old pure-ε format).
+        pure_per_hour: the same hour under pure sequential composition (the conservative view).
+        composition: how ``per_hour`` composes.
     """
 
     per_hour: Positive
@@ -116,6 +122,8 @@ class SuggestedBudget(_Strict):
     chunk_steps: int = Field(ge=1)
     step_s: Positive
     chunks_per_hour: Positive
+    delta: float | None = Field(None, gt=0.0, lt=0.01)
+    pure_per_hour: Positive | None = None
     composition: str = "pure ε, sequential over features and chunks"
 
 
@@ -526,8 +534,36 @@ def candidate_columns(table: FeatureTable) -> tuple[IntArray, dict[str, str]]:
 
 
 def chunks_per_hour(spec: MechanismSpec, step_s: float) -> float:
-    """Chunks released per hour of gaze: ``3600 / (n · step_s)``."""
-    return 3600.0 / (int(spec.n or 1) * step_s)
+    """Chunks whose gaze end can fall in one hour of gaze, ``⌈3600/(n·step_s)⌉ + 1``
+    (:func:`gazeguard.budget.chunks_per_window`, as the ledger's hourly budget counts them)."""
+    from gazeguard.budget import chunks_per_window  # noqa: PLC0415
+
+    return float(chunks_per_window(3600.0, int(spec.n or 1) * step_s))
+
+
+def suggested_budget(
+    spec: MechanismSpec, size: int, epsilon: float, step_s: float, delta: float = 1e-6
+) -> SuggestedBudget:
+    """What releasing ``size`` features with ``spec`` at ``epsilon`` per feature per chunk costs
+    per hour of gaze, user-level at ``delta``: the PLD accountant's composition of
+    ``size × chunks_per_hour`` Laplace releases of noise multiplier ``1/epsilon``
+    (:func:`gazeguard.accounting.compose`), with the pure sequential sum beside it."""
+    from gazeguard.accounting import LaplaceEvent, compose  # noqa: PLC0415
+
+    cph = chunks_per_hour(spec, step_s)
+    releases = size * round(cph)
+    return SuggestedBudget(
+        per_hour=compose({LaplaceEvent(1.0 / epsilon): releases}, delta).epsilon,
+        epsilon_per_feature_per_chunk=epsilon,
+        mechanism=spec.key,
+        chunk_steps=int(spec.n or 1),
+        step_s=step_s,
+        chunks_per_hour=cph,
+        delta=delta,
+        pure_per_hour=epsilon * releases,
+        composition=f"user-level ε at δ {delta:g} per hour of gaze (PLD accountant over "
+        f"{size} features × {round(cph)} chunks); pure sequential in pure_per_hour",
+    )
 
 
 @dataclass(frozen=True)
@@ -725,15 +761,7 @@ def build_profile(
     features = [table.feature_names[int(c)] for c in ordered_cols[key][: chosen.size]]
     budget = None
     if chosen.epsilon is not None:
-        cph = chunks_per_hour(spec, st.step_s)
-        budget = SuggestedBudget(
-            per_hour=chosen.epsilon * chosen.size * cph,
-            epsilon_per_feature_per_chunk=chosen.epsilon,
-            mechanism=spec.key,
-            chunk_steps=int(spec.n or 1),
-            step_s=st.step_s,
-            chunks_per_hour=cph,
-        )
+        budget = suggested_budget(spec, chosen.size, chosen.epsilon, st.step_s)
     built: dict[str, Any] = {
         "criterion": st.criterion,
         "noise": {

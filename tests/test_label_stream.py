@@ -15,7 +15,13 @@ import pytest
 from conftest import MosquittoBroker, Subscriber
 
 from gazeguard.accounting import compose
-from gazeguard.config import FeatureSettings, LabelSettings, MechanismSettings, load_settings
+from gazeguard.config import (
+    FeatureSettings,
+    LabelSettings,
+    MechanismSettings,
+    check_settings,
+    load_settings,
+)
 from gazeguard.errors import ConfigError
 from gazeguard.label_message import LabelMessage, shipped_schema
 from gazeguard.label_stream import STREAM, plan_labels
@@ -83,7 +89,7 @@ def test_explicit_epsilon_reserves_decisions_times_epsilon_and_must_leave_room()
         )
     assert err.value.field == "labels.epsilon"
     assert "leaves nothing" in err.value.reason
-    with pytest.raises(ConfigError, match="labels.budget_share"):
+    with pytest.raises(ConfigError, match=r"labels\.budget_share"):
         plan_labels(LabelSettings(enabled=True), FeatureSettings(), None, 1e-6)
 
 
@@ -113,7 +119,8 @@ def test_a_model_for_other_features_is_refused_at_load(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         plan_labels(LabelSettings(enabled=True), FAST, 10.0, 1e-6)
     assert err.value.field == "labels.model"
-    assert "window 30 s" in err.value.reason and "features.window_s = 2 s" in err.value.reason
+    assert "window 30 s" in err.value.reason
+    assert "features.window_s = 2 s" in err.value.reason
     # a feature the sidecar does not compute
     bad = fast_model(tmp_path / "bad.json")
     spec = json.loads(bad.read_text())
@@ -135,8 +142,6 @@ def test_a_model_for_other_features_is_refused_at_load(tmp_path: Path) -> None:
 
 
 def test_config_check_reports_label_problems(tmp_path: Path) -> None:
-    from gazeguard.config import check_settings
-
     cfg = tmp_path / "c.toml"
     cfg.write_text('[labels]\nenabled = true\nmodel = "activty"\n')
     _, problems = check_settings(cfg)
@@ -248,7 +253,8 @@ def test_labels_are_withheld_once_the_window_budget_is_spent(tmp_path: Path) -> 
         assert pipe.labels is not None
         withheld = ledger.withheld("u", STREAM)
         assert pipe.labels.stats.withheld == len(withheld) >= 1
-        assert labels and len(labels) == pipe.labels.stats.released
+        assert labels
+        assert len(labels) == pipe.labels.stats.released
         assert "cap" in (pipe.labels.stats.last_reason or "")
         state = ledger.state("u")
         assert state.epsilon_window <= cap + 1e-9

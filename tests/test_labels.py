@@ -377,10 +377,16 @@ def test_model_file_errors_name_file_line_and_alternatives(tmp_path: Path) -> No
 
 
 def test_shipped_activity_model_matches_the_shipped_profile() -> None:
+    """The model decides the profile's task. It reads every feature that varies in the build
+    data, not only the two the profile's chunk stream releases: only its label is released."""
     profile = load_profile("activity")
-    m = load_model("activity", profile=profile)
-    assert m.features == tuple(profile.features)
+    m = load_model("activity")
+    assert m.spec.profile == profile.name
+    assert set(profile.features) <= set(m.features)
+    assert (m.spec.window_s, m.spec.step_s) == (profile.built["window_s"], profile.built["step_s"])
     assert sorted(m.classes) == sorted(profile.classes)
+    with pytest.raises(ConfigError, match="has extra"):
+        load_model("activity", profile=profile)  # a model held to the released features
     assert m.spec.gazeguard_version
     assert 0.0 < m.spec.trained["lopo_window_accuracy"] <= 1.0
 
