@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from gazeguard.accounting import LaplaceEvent, compose
 from gazeguard.cli import main
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
@@ -37,9 +38,15 @@ def test_shipped_activity_profile_loads() -> None:
     assert p.classes == ["browse", "play", "read", "search", "watch", "write"]
     assert p.suggested_budget is not None
     sb = p.suggested_budget
-    assert sb.per_hour == pytest.approx(
+    # user-level ε at δ per hour (the accountant), at most the pure sequential sum beside it
+    assert sb.delta == 1e-6
+    assert sb.chunks_per_hour == 226  # ⌈3600/16⌉ + 1, as the ledger's hourly budget counts them
+    assert sb.pure_per_hour == pytest.approx(
         sb.epsilon_per_feature_per_chunk * len(p.features) * sb.chunks_per_hour
     )
+    releases = {LaplaceEvent(1 / sb.epsilon_per_feature_per_chunk): 2 * 226}
+    assert sb.per_hour == pytest.approx(compose(releases, 1e-6).epsilon)
+    assert sb.per_hour < sb.pure_per_hour
     b = p.built
     assert b["dataset"] == "gazegraph"
     assert b["criterion"] == "info-ratio"
@@ -220,7 +227,7 @@ def test_profile_build_show_train_budget_end_to_end(
     )
     sb = profile.suggested_budget
     assert sb is not None
-    assert sb.chunks_per_hour == pytest.approx(3600 / 16)
+    assert sb.chunks_per_hour == 3600 / 16 + 1
     assert f"wrote {out}" in captured.out
 
     # Deterministic with an insecure seed: the same command gives the same choice.
