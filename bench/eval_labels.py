@@ -48,21 +48,46 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
 from gazeguard import __version__
+from gazeguard.accounting import RandomizedResponseEvent, compose
+from gazeguard.budget import chunks_per_window
 from gazeguard.dataset import FeatureTable
 from gazeguard.eval.datasets import Synthetic, open_dataset
 from gazeguard.eval.runner import select_features
 from gazeguard.labels import (
+    MAX_EPSILON,
     RandomizedResponse,
+    load_model,
     lopo_probabilities,
     released_accuracy,
     survival_probability,
 )
 from gazeguard.mechanisms.noise import OsRandom, RandomSource, random_source
-from gazeguard.profiles import load_profile
 
 RESULTS = Path(__file__).resolve().parent / "results" / "labels"
-EPSILONS = (0.5, 1.0, 2.0, 3.0, 5.0)
-DECISIONS_S = (10.0, 30.0, 60.0, 300.0)
+#: User-level budgets per hour of gaze (ε at DELTA), all of it spent on labels.
+BUDGETS = (1.0, 10.0, 100.0)
+DELTA = 1e-6
+DECISIONS_S = {"gazegraph": (10.0, 30.0, 60.0, 120.0), "synthetic": (10.0, 30.0, 60.0, 300.0)}
+
+
+def epsilon_per_decision(budget: float, decision_s: float, classes: int) -> tuple[float, int]:
+    """The largest ε per decision whose ``D = ⌈3600/decision_s⌉ + 1`` randomized-response
+    releases (what one hour of gaze can hold, as the ledger counts them) compose to at most
+    ``budget`` at ``DELTA`` (the PLD accountant, bisection to 1e-4 relative); and ``D``."""
+    per_hour = chunks_per_window(3600.0, decision_s)
+
+    def cost(eps: float) -> float:
+        return compose({RandomizedResponseEvent(eps, classes): per_hour}, DELTA).epsilon
+
+    lo, hi = budget / per_hour, min(budget, MAX_EPSILON)  # pure sequential ≤ … ≤ one release
+    if cost(hi) <= budget:
+        return hi, per_hour
+    while hi - lo > 1e-4 * lo:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cost(mid) <= budget else (lo, mid)
+    return lo, per_hour
+
+
 IntArray = npt.NDArray[np.intp]
 
 
@@ -158,9 +183,11 @@ def evaluate(
     name: str,
     table: FeatureTable,
     features: list[str],
+    cadences: tuple[float, ...],
     reps: int,
     attack_reps: int,
     seed: int | None,
+    every: int,
 ) -> dict[str, Any]:
     classes = sorted(set(table.task.tolist()))
     C = len(classes)
@@ -168,38 +195,41 @@ def evaluate(
     step_s = float(np.median(np.diff(table.t[: min(50, table.n_rows)])))
     source: RandomSource = OsRandom() if seed is None else random_source(seed)
     t0 = time.perf_counter()
-    probs = lopo_probabilities(table, features)
+    usable = [f for f in features if f in table.feature_names]
+    cols, _ = select_features(table)
+    varying = {table.feature_names[int(c)] for c in cols}
+    usable = [f for f in usable if f in varying]
+    probs = lopo_probabilities(table, usable, every=every)
     truth = np.array([classes.index(t) for t in table.task])
     window_acc = float(np.mean(np.argmax(probs, axis=1) == truth))
-    cols, _ = select_features(table)
-    all_feats = [table.feature_names[int(c)] for c in cols]
-    probs_all = lopo_probabilities(table, all_feats)
-    window_acc_all = float(np.mean(np.argmax(probs_all, axis=1) == truth))
     log(
-        f"{name}: LOPO per-window accuracy {window_acc:.3f} with the profile's "
-        f"{len(features)} features, {window_acc_all:.3f} with all {len(all_feats)} "
+        f"{name}: LOPO per-window accuracy {window_acc:.3f} with {len(usable)} features "
         f"({time.perf_counter() - t0:.0f} s)"
     )
-    # Reference: the true task labels as the released sequence (identical across people).
     res: dict[str, Any] = {
         "dataset": name,
         "people": len(people),
         "classes": classes,
-        "features": features,
+        "features": usable,
         "step_s": step_s,
+        "delta": DELTA,
         "chance": {"task": 1 / C, "reid": 1 / len(people)},
         "clean_window_accuracy": round(window_acc, 4),
-        "clean_window_accuracy_all_features": round(window_acc_all, 4),
-        "all_features": len(all_feats),
         "cadences": [],
     }
-    for decision_s in DECISIONS_S:
+    att_seed = 0 if seed is None else seed
+    for decision_s in cadences:
         steps = round(decision_s / step_s)
         seqs = decisions(table, probs, steps)
-        row: dict[str, Any] = {"decision_s": decision_s, "windows_per_decision": steps}
-        if not seqs:
+        row: dict[str, Any] = {
+            "decision_s": decision_s,
+            "windows_per_decision": steps,
+            "decisions_per_hour": round(3600.0 / decision_s, 2),
+        }
+        if not seqs or min(v[0].size for v in seqs.values()) < 2:
             row["unavailable"] = (
-                f"recordings hold fewer than {steps} feature vectors ({decision_s:g} s)"
+                f"recordings hold fewer than two decisions of {steps} feature vectors "
+                f"({decision_s:g} s)"
             )
             res["cadences"].append(row)
             log(f"{name}: {decision_s:g} s decisions: unavailable")
@@ -209,22 +239,16 @@ def evaluate(
             [labels == classes.index(task) for labels, _, task in seqs.values()]
         )
         clean_acc = float(np.mean(correct))
+        clean_att = attack(seqs, C, att_seed)
         row.update(
             decisions=n_dec,
             decisions_per_recording=round(n_dec / len(seqs), 2),
             clean_decision_accuracy=round(clean_acc, 4),
+            reid_clean_labels=None if clean_att is None else _mean_best([clean_att]),
+            released=[],
         )
-        truth_seqs = {
-            r: (np.full(v[0].size, classes.index(v[2]), np.intp), v[1], v[2])
-            for r, v in seqs.items()
-        }
-        att_rng = 0 if seed is None else seed
-        clean_att = attack(seqs, C, att_rng)
-        true_att = attack(truth_seqs, C, att_rng)
-        row["reid_clean_labels"] = None if clean_att is None else _mean_best([clean_att])
-        row["reid_true_labels"] = None if true_att is None else _mean_best([true_att])
-        row["released"] = []
-        for eps in EPSILONS:
+        for budget in BUDGETS:
+            eps, per_hour = epsilon_per_decision(budget, decision_s, C)
             rr = RandomizedResponse(C, eps)
             accs, runs = [], []
             for r in range(max(reps, attack_reps)):
@@ -235,30 +259,37 @@ def evaluate(
                     )
                     accs.append(float(np.mean(hits)))
                 if r < attack_reps:
-                    a = attack(priv, C, att_rng + r)
+                    a = attack(priv, C, att_seed + r)
                     if a is not None:
                         runs.append(a)
             p = survival_probability(eps, C)
+            acc = float(np.mean(accs))
             row["released"].append(
                 {
-                    "epsilon": eps,
+                    "budget_per_hour": budget,
+                    "decisions_in_an_hour": per_hour,
+                    "epsilon_per_decision": round(eps, 5),
+                    "hour_epsilon_at_delta": round(
+                        compose({RandomizedResponseEvent(eps, C): per_hour}, DELTA).epsilon, 4
+                    ),
                     "survival": round(p, 4),
-                    "accuracy": round(float(np.mean(accs)), 4),
+                    "accuracy": round(acc, 4),
                     "accuracy_sd": round(float(np.std(accs)), 4),
                     "predicted": round(released_accuracy(clean_acc, p, C), 4),
-                    "kept_fraction_of_clean": round(float(np.mean(accs)) / clean_acc, 4)
-                    if clean_acc
-                    else None,
+                    "kept_fraction_of_clean": round(acc / clean_acc, 4) if clean_acc else None,
                     "reid": _mean_best(runs) if runs else None,
-                    "epsilon_per_hour": round(eps * 3600 / decision_s, 2),
                 }
             )
         res["cadences"].append(row)
         log(
-            f"{name}: {decision_s:g} s decisions: clean {clean_acc:.3f}; "
-            + ", ".join(f"ε{d['epsilon']:g} {d['accuracy']:.3f}" for d in row["released"])
-            + f"; re-id clean labels {(row['reid_clean_labels'] or {}).get('accuracy')}"
-            f" [{time.perf_counter() - t0:.0f} s]"
+            f"{name}: {decision_s:g} s decisions: clean {clean_acc:.3f}, re-id on clean labels "
+            f"{(row['reid_clean_labels'] or {}).get('accuracy')}; "
+            + ", ".join(
+                f"B{d['budget_per_hour']:g}: ε {d['epsilon_per_decision']:.3g} → "
+                f"{d['accuracy']:.3f} (re-id {(d['reid'] or {}).get('accuracy')})"
+                for d in row["released"]
+            )
+            + f" [{time.perf_counter() - t0:.0f} s]"
         )
     res["elapsed_s"] = round(time.perf_counter() - t0, 1)
     return res
@@ -266,48 +297,52 @@ def evaluate(
 
 # ----------------------------------------------------------------------------- report
 def markdown(results: list[dict[str, Any]]) -> str:
-    lines = ["# Private labels: accuracy and re-identification from label sequences", ""]
+    lines = ["# Private labels: accuracy kept and re-identification from label sequences", ""]
     for res in results:
         ch = res["chance"]
         lines += [
             f"## {res['dataset']} ({res['people']} people, {len(res['classes'])} classes: "
             f"{', '.join(res['classes'])})",
             "",
-            f"Profile features ({len(res['features'])}): {', '.join(res['features'])}. "
-            f"Leave-one-person-out accuracy per window: **{res['clean_window_accuracy']:.3f}** "
-            f"(all {res['all_features']} features: "
-            f"{res['clean_window_accuracy_all_features']:.3f}); "
-            f"chance task {ch['task']:.3f}, re-identification {ch['reid']:.3f}.",
+            f"Label model: standardiser + logistic regression on {len(res['features'])} features, "
+            f"leave one person out; accuracy per window **{res['clean_window_accuracy']:.3f}**; "
+            f"chance task {ch['task']:.3f}, re-identification {ch['reid']:.3f}. The whole "
+            f"user-level budget B per hour (ε at δ {res['delta']:g}) goes to labels.",
             "",
-            "| decision | decisions/rec | clean | "
-            + " | ".join(f"ε={e:g}" for e in EPSILONS)
-            + " | re-id clean labels | "
-            + " | ".join(f"re-id ε={e:g}" for e in EPSILONS)
-            + " |",
-            "|---|---|---|" + "---|" * (2 * len(EPSILONS) + 1),
+            "| decision | per hour | clean acc | re-id clean labels | B | ε/decision | p | "
+            "released acc (pred.) | % of clean | re-id released |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in res["cadences"]:
             if "unavailable" in row:
                 lines.append(
-                    f"| {row['decision_s']:g} s | — | n/a: {row['unavailable']} |"
-                    + " |" * (2 * len(EPSILONS) + 1)
+                    f"| {row['decision_s']:g} s | {row['decisions_per_hour']:g} | "
+                    f"n/a: {row['unavailable']} | | | | | | | |"
                 )
                 continue
-            rel = row["released"]
             rc = row["reid_clean_labels"]
-            lines.append(
-                f"| {row['decision_s']:g} s | {row['decisions_per_recording']:g} | "
-                f"{row['clean_decision_accuracy']:.3f} | "
-                + " | ".join(f"{d['accuracy']:.3f} ({d['predicted']:.3f})" for d in rel)
-                + f" | {rc['accuracy']:.3f} ({rc['best']}) | "
-                + " | ".join(f"{d['reid']['accuracy']:.3f}" if d["reid"] else "—" for d in rel)
-                + " |"
-            )
+            for i, d in enumerate(row["released"]):
+                head = (
+                    f"| {row['decision_s']:g} s | {row['decisions_per_hour']:g} | "
+                    f"{row['clean_decision_accuracy']:.3f} | {rc['accuracy']:.3f} ({rc['best']}) "
+                    if i == 0
+                    else "| | | | "
+                )
+                kept = d["kept_fraction_of_clean"]
+                reid = d["reid"]
+                lines.append(
+                    head + f"| {d['budget_per_hour']:g} | {d['epsilon_per_decision']:.3g} | "
+                    f"{d['survival']:.3f} | {d['accuracy']:.3f} ({d['predicted']:.3f}) | "
+                    f"{100 * kept:.0f} % | "
+                    + (f"{reid['accuracy']:.3f} ({reid['best']})" if reid else "—")
+                    + " |"
+                )
         lines += [
             "",
-            "Released accuracy: measured (predicted p·acc + (1−p)(1−acc)/(C−1)). Re-identification:"
-            " the best of 1-NN/SVM/RF on label histograms + transitions, first half → second half "
-            "of each recording's decisions. ε is per decision; ε per hour = ε × 3600 / decision s.",
+            "ε per decision: the largest whose D = ⌈3600/decision⌉ + 1 randomized-response "
+            "releases compose (PLD) to ≤ B at δ. Released accuracy: measured (predicted "
+            "p·acc + (1−p)(1−acc)/(C−1)). Re-identification: the best of 1-NN/SVM/RF on label "
+            "histograms + transitions, first half → second half of each recording's decisions.",
             "",
         ]
     return "\n".join(lines)
@@ -318,15 +353,16 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--dataset", action="append", help="gazegraph and/or synthetic (default both)")
-    ap.add_argument("--profile", default="activity")
+    ap.add_argument("--model", default="activity", help="label model whose features are used")
     ap.add_argument("--reps", type=int, default=200, help="randomized-response repetitions (200)")
     ap.add_argument("--attack-reps", type=int, default=20, help="repetitions of the attack (20)")
+    ap.add_argument("--every", type=int, default=2, help="train on every n-th window (2)")
     ap.add_argument("--synthetic-duration", type=float, default=660.0)
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "gazeguard" / "eval")
     ap.add_argument("--insecure-seed", type=int, help="INSECURE reproducible randomized response")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    profile = load_profile(args.profile)
+    model = load_model(args.model)
     results = []
     for spec in args.dataset or ["gazegraph", "synthetic"]:
         ds = (
@@ -339,20 +375,24 @@ def main(argv: list[str] | None = None) -> int:
             evaluate(
                 ds.name,
                 table,
-                list(profile.features),
+                list(model.features),
+                DECISIONS_S.get(spec, DECISIONS_S["synthetic"]),
                 args.reps,
                 args.attack_reps,
                 args.insecure_seed,
+                args.every,
             )
         )
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {
-        "profile": profile.name,
-        "profile_features": profile.features,
+        "model": f"{model.name} v{model.version}",
+        "budgets_per_hour": list(BUDGETS),
+        "delta": DELTA,
         "gazeguard_version": __version__,
         "noise": "os-csprng" if args.insecure_seed is None else "INSECURE-seeded",
         "reps": args.reps,
         "attack_reps": args.attack_reps,
+        "command": "python bench/eval_labels.py " + " ".join(argv or sys.argv[1:]),
         "results": results,
     }
     (args.out / "labels.json").write_text(json.dumps(payload, indent=1) + "\n")
