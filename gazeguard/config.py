@@ -15,6 +15,7 @@ against the session already stored in the ledger) — each with a "did you mean"
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import functools
@@ -28,7 +29,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
@@ -166,7 +175,14 @@ class MechanismSettings(_Section):
         "to ledger.budget_per_hour",
     )
     features: list[str] | None = Field(
-        None, description="release profile: feature names to release (default: all)"
+        None,
+        description="release profile: feature names to release, or the name (or .json path) of "
+        "a profile file, e.g. 'activity' (default: all)",
+    )
+    profile: str | None = Field(
+        None,
+        description="the release profile's name: set from mechanism.features = 'NAME' (or give "
+        "it here instead); the chunk message names it",
     )
     epsilon_per_feature: dict[str, float] = Field(
         default_factory=dict, description="per-feature ε overrides"
@@ -176,6 +192,31 @@ class MechanismSettings(_Section):
         description="INSECURE: seed a reproducible generator instead of the OS CSPRNG "
         "(experiments and tests only)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_profile(cls, data: Any) -> Any:
+        """``features = "activity"`` (or ``profile = "activity"``): the profile file's features,
+        and its name in ``profile``."""
+        if not isinstance(data, dict):
+            return data
+        named = data.get("features") if isinstance(data.get("features"), str) else None
+        ref = named if named is not None else data.get("profile")
+        if not isinstance(ref, str):
+            return data
+        from gazeguard.profiles import load_profile  # noqa: PLC0415 - avoid a cycle
+
+        try:
+            profile = load_profile(ref)
+        except ConfigError as exc:
+            raise ValueError(f"profile {ref!r}: {exc.reason}") from None
+        listed = None if named is not None else data.get("features")
+        if listed is not None and list(listed) != profile.features:
+            raise ValueError(
+                f"mechanism.features {list(listed)} differ from profile {profile.name!r}'s "
+                f"{profile.features}: give one of them"
+            )
+        return {**data, "features": list(profile.features), "profile": profile.name}
 
     @field_validator("name")
     @classmethod
@@ -284,6 +325,48 @@ class LedgerSettings(_Section):
             )
 
 
+class LabelSettings(_Section):
+    """Private labels: a classifier runs on the clean features inside the sidecar and only its
+    randomized-response label is published, one per ``decision_s`` of gaze, each charged to the
+    same ledger and budget as the chunks (:mod:`gazeguard.label_stream`)."""
+
+    enabled: bool = Field(False, description="publish private labels on {prefix}/…/labels")
+    model: str = Field(
+        "activity",
+        description="label model: a shipped name (gazeguard/data/models) or a .json path in the "
+        "gazeguard.label-model/1 format; its classes are the labels",
+    )
+    decision_s: float = Field(
+        900.0, gt=0, description="seconds of gaze per decision (one label each)"
+    )
+    epsilon: float | None = Field(
+        None,
+        description="ε per decision (pure); unset: budget_share of ledger.budget_per_hour "
+        "divided by the decisions an hour of gaze can hold",
+    )
+    budget_share: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="share of ledger.budget_per_hour reserved for labels when epsilon is unset; "
+        "the chunk noise is calibrated to the rest",
+    )
+
+    @field_validator("decision_s")
+    @classmethod
+    def _finite_decision(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number of seconds > 0")
+        return v
+
+    @field_validator("epsilon")
+    @classmethod
+    def _positive_label_eps(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError("must be a finite number > 0 (ε per decision)")
+        return v
+
+
 class BrokerSettings(_Section):
     """The MQTT broker. With no ``host``, an embedded local broker is started."""
 
@@ -343,6 +426,7 @@ class Settings(BaseSettings):
     ledger: LedgerSettings = LedgerSettings()
     broker: BrokerSettings = BrokerSettings()
     fleet: FleetSettings = FleetSettings()
+    labels: LabelSettings = LabelSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -643,7 +727,22 @@ def validate_settings(settings: Settings) -> list[ConfigProblem]:
     problems += _ingest_problems(settings)
     problems += _broker_problems(settings)
     problems += _ledger_problems(settings)
+    problems += _label_problems(settings)
     return problems
+
+
+def _label_problems(settings: Settings) -> list[ConfigProblem]:
+    """The label model (features, window, step) and its share of the budget, when enabled."""
+    if not settings.labels.enabled:
+        return []
+    from gazeguard.label_stream import plan_labels  # noqa: PLC0415 - heavy import
+
+    try:
+        plan_labels(settings.labels, settings.features, settings.ledger.budget_per_hour,
+                    settings.ledger.delta)  # fmt: skip
+    except ConfigError as exc:
+        return [ConfigProblem(exc.field, exc.value, exc.reason)]
+    return []
 
 
 def _profile_problems(m: MechanismSettings) -> list[ConfigProblem]:
@@ -684,13 +783,21 @@ def _mechanism_problems(settings: Settings) -> list[ConfigProblem]:
 
     m = settings.mechanism
     names = list(m.features) if m.features is not None else list(NAMES)
+    budget = settings.ledger.budget_per_hour
+    if settings.labels.enabled and budget is not None:  # the chunks get what labels leave
+        from gazeguard.label_stream import plan_labels  # noqa: PLC0415
+
+        with contextlib.suppress(ConfigError):  # (reported by _label_problems)
+            budget = plan_labels(
+                settings.labels, settings.features, budget, settings.ledger.delta
+            ).chunk_budget
     try:
         lo, hi, max_step = feature_bounds(
             names, settings.features.window_s, settings.features.step_s
         )
         build_mechanism(
             m, names, Bounds(lo=lo, hi=hi, max_step=max_step), settings.features.step_s,
-            budget=settings.ledger.budget_per_hour, window_s=HOUR_S, delta=settings.ledger.delta,
+            budget=budget, window_s=HOUR_S, delta=settings.ledger.delta,
         )  # fmt: skip
     except ConfigError as exc:
         field = exc.field if "." in exc.field else f"mechanism.{exc.field}"

@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -49,6 +50,10 @@ from gazeguard.message import (
     chunk_topic,
 )
 from gazeguard.samples import GazeSamples, lsl_unix_offset
+
+if TYPE_CHECKING:
+    from gazeguard.config import LabelSettings
+    from gazeguard.label_stream import LabelPlan, LabelStream, ReleasedLabel
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +130,11 @@ class Pipeline:
         clock_offset_s: Unix time minus sample time, s; ``None`` (default): samples are on the
             LSL clock of this host (``time.time() − pylsl.local_clock()``). The ledger counts
             its per-hour window in this gaze time.
+        labels: private labels (:mod:`gazeguard.label_stream`), when ``labels.enabled``: every
+            ``decision_s`` of clean feature vectors gives one randomized-response label,
+            charged to the same ledger (stream ``labels``) and collected by
+            :meth:`take_labels`; the chunk noise is then calibrated to the budget the labels
+            leave (:attr:`label_plan`).
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -143,6 +153,7 @@ class Pipeline:
         on_release: Callable[[ReleasedChunk], None] | None = None,
         tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
         clock_offset_s: float | None = None,
+        labels: LabelSettings | None = None,
     ) -> None:
         features = features or FeatureSettings()
         mechanism = mechanism or MechanismSettings()
@@ -172,11 +183,20 @@ class Pipeline:
         self.units = [FEATURES[i].unit for i in self._index]
         # Caps recorded with the session bind; a looser configuration is refused here.
         self.opened = ledger.open_session(session)
+        self.label_plan: LabelPlan | None = None
+        chunk_budget = self.opened.window_cap
+        if labels is not None and labels.enabled:
+            from gazeguard.label_stream import plan_labels  # noqa: PLC0415 - optional stage
+
+            self.label_plan = plan_labels(
+                labels, features, chunk_budget, self.opened.delta, self.opened.window_s
+            )
+            chunk_budget = self.label_plan.chunk_budget
         lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
         bounds = Bounds(lo=lo, hi=hi, max_step=max_step)
         self.mechanism = build_mechanism(
             mechanism, names, bounds, features.step_s,
-            budget=self.opened.window_cap, window_s=self.opened.window_s, delta=self.opened.delta,
+            budget=chunk_budget, window_s=self.opened.window_s, delta=self.opened.delta,
         )  # fmt: skip
         self._params = MechanismParams.from_mechanism(self.mechanism)
         self._carries = self.mechanism.carries()
@@ -204,6 +224,18 @@ class Pipeline:
             detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
         )
         self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
+        self.profile = mechanism.profile
+        self.labels: LabelStream | None = None
+        self._label_blocks: list[tuple[np.ndarray, np.ndarray]] = []
+        self._labels_ready: list[ReleasedLabel] = []
+        if self.label_plan is not None:
+            from gazeguard.label_stream import LabelStream  # noqa: PLC0415 - optional stage
+
+            self.labels = LabelStream(
+                ledger, self.label_plan, session=session, device=device,
+                input_features=all_names, topic_prefix=topic_prefix,
+                profile=mechanism.profile, insecure_seed=mechanism.insecure_seed,
+            )  # fmt: skip
         self._completed_at = 0.0
         if mechanism.insecure_seed is not None:
             log.warning(
@@ -225,9 +257,31 @@ class Pipeline:
         return self.cost.chunk_pure
 
     def push(self, block: GazeSamples) -> list[ReleasedChunk]:
-        """Feed a block of samples; return the chunks it completed that were charged."""
+        """Feed a block of samples; return the chunks it completed that were charged (the labels
+        it completed are charged too and wait in :meth:`take_labels`)."""
         released = (self.release(chunk) for chunk in self.feed(block))
-        return [out for out in released if out is not None]
+        chunks = [out for out in released if out is not None]
+        self.release_labels()
+        return chunks
+
+    def release_labels(self) -> list[ReleasedLabel]:
+        """Decide, charge and enqueue the label of every decision block :meth:`feed` completed
+        (withheld or dropped ones are recorded); returns the charged ones, which also wait in
+        :meth:`take_labels`. Blocks on the ledger's durable commit."""
+        if self.labels is None or not self._label_blocks:
+            return []
+        offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
+        blocks, self._label_blocks = self._label_blocks, []
+        done = [self.labels.release(b, t, offset) for b, t in blocks]
+        out = [d for d in done if d is not None]
+        self._labels_ready.extend(out)
+        return out
+
+    def take_labels(self) -> list[ReleasedLabel]:
+        """The labels charged since the last call (outbox entries: hand them to
+        ``Publisher.notify``)."""
+        out, self._labels_ready = self._labels_ready, []
+        return out
 
     def feed(self, block: GazeSamples) -> list[Chunk]:
         """Events, features and chunking only: the (raw) chunks this block completed.
@@ -237,6 +291,8 @@ class Pipeline:
         """
         X, t = self.extractor.push(block)
         self.stats.steps += len(t)
+        if self.labels is not None and len(t):
+            self._label_blocks += self.labels.add(X, t)
         chunks = self.chunker.add(X, t)
         if chunks:
             self._completed_at = time.perf_counter()
@@ -291,6 +347,7 @@ class Pipeline:
                     ),
                     unix_offset=offset,
                     carries=self._carries,
+                    profile=self.profile,
                 )
                 body = message.to_payload()
                 try:

@@ -269,7 +269,10 @@ async def serve(
             topic_prefix=publisher.settings.topic_prefix,
             on_release=on_release,
             tap=tap,
+            labels=settings.labels,
         )
+        if pipeline.label_plan is not None:
+            log.info("session %r: %s", session, pipeline.label_plan.text())
         log.info(
             "session %r: %s %s n=%d k=%s %s, %d features, ε %.4g per chunk at δ %g; broker %s",
             session,
@@ -412,8 +415,9 @@ async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) 
                     return
                 pending = asyncio.ensure_future(anext(blocks))
                 released = await asyncio.to_thread(pipeline.push, block)
-                if released:
-                    publisher.notify(released)
+                labels = pipeline.take_labels()
+                if released or labels:
+                    publisher.notify([*released, *labels])
             idle = stream.idle_s
             lost = idle > lost_after
             state: SessionState = "stream_lost" if lost else pipeline.stats.state

@@ -105,6 +105,11 @@ COMMANDS: dict[str, Command] = {
         "gazeguard.cli.release:configure",
         "gazeguard.cli.release:run",
     ),
+    "profile": Command(
+        "release profiles (features for a task) and private-label models: build, show, train",
+        "gazeguard.cli.profile:configure",
+        "gazeguard.cli.profile:run",
+    ),
 }
 
 Configure = Callable[[argparse.ArgumentParser], None]

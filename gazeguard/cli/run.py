@@ -17,6 +17,7 @@ from typing import Any
 from gazeguard.cli._common import ExitCode, get_console, run_loop, stop_on_signals
 from gazeguard.config import Settings, broker_address, check_settings
 from gazeguard.fleet import Fleet
+from gazeguard.label_stream import LabelPlan
 from gazeguard.mechanisms.registry import ONLINE_MECHANISMS
 from gazeguard.pipeline import Pipeline, ReleasedChunk
 from gazeguard.service import RunSummary, serve, serve_fleet
@@ -51,6 +52,27 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         help="fixed ε per feature per chunk (default: noise calibrated to --budget-per-hour)",
     )
     g.add_argument("--features", help="comma-separated release profile (default: all)")
+    g.add_argument(
+        "--profile",
+        help="a release profile file by name (e.g. activity) or .json path: its features, and "
+        "the chunk message names it (`gazeguard profile show NAME`)",
+    )
+    lab = parser.add_argument_group("private labels (the [labels] section)")
+    lab.add_argument(
+        "--labels",
+        nargs="?",
+        const="activity",
+        metavar="MODEL",
+        help="publish private labels from this label model (shipped name or .json path; "
+        "default 'activity') on {prefix}/{device}/{session}/labels",
+    )
+    lab.add_argument("--decision-s", type=float, help="seconds of gaze per label (900)")
+    lab.add_argument(
+        "--label-epsilon", type=float, help="ε per label (default: from --label-share)"
+    )
+    lab.add_argument(
+        "--label-share", type=float, help="share of --budget-per-hour for labels (0.5)"
+    )
     g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
     g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
     g.add_argument("--ledger", type=Path, help="ledger SQLite file")
@@ -103,6 +125,13 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     put("mechanism", "epsilon", args.epsilon)
     if args.features:
         put("mechanism", "features", [f.strip() for f in args.features.split(",") if f.strip()])
+    put("mechanism", "profile", getattr(args, "profile", None))
+    if getattr(args, "labels", None) is not None:
+        put("labels", "enabled", True)
+        put("labels", "model", args.labels)
+    put("labels", "decision_s", getattr(args, "decision_s", None))
+    put("labels", "epsilon", getattr(args, "label_epsilon", None))
+    put("labels", "budget_share", getattr(args, "label_share", None))
     put("features", "window_s", args.window_s)
     put("features", "step_s", args.step_s)
     put("fleet", "enabled", args.fleet)
@@ -198,7 +227,8 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         f"  noise per released value (standard deviation, before clipping to the public range; "
         f"noise multiplier {float(mech.noise_multiplier.max()):.4g}): "
         f"{', '.join(shown[:6])}{more}.\n"
-        f"  each chunk carries {pipeline.carries}.",
+        f"  each chunk carries {pipeline.carries}."
+        + ("" if pipeline.label_plan is None else "\n  " + pipeline.label_plan.text()),
         session=pipeline.session,
         broker=endpoint,
         mechanism=mech.name,
@@ -217,7 +247,25 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         delta=opened.delta,
         session_cap=cap,
         noise_per_value=dict(zip(pipeline.feature_names, scale.tolist(), strict=True)),
+        profile=pipeline.profile,
+        **({} if pipeline.label_plan is None else _label_fields(pipeline.label_plan)),
     )
+
+
+def _label_fields(plan: LabelPlan) -> dict[str, Any]:
+    """The label plan's figures for the banner's JSON form."""
+    return {
+        "label_model": f"{plan.model.name} v{plan.model.version}",
+        "label_classes": list(plan.model.classes),
+        "label_epsilon": plan.epsilon,
+        "label_survival": plan.survival,
+        "decision_s": plan.decision_s,
+        "label_decisions_per_hour": plan.per_window,
+        "label_reserve_per_hour": plan.reserve,
+        "chunk_budget_per_hour": plan.chunk_budget,
+        "label_clean_accuracy": plan.clean_accuracy,
+        "label_released_accuracy": plan.released_accuracy,
+    }
 
 
 def _progress(out: ReleasedChunk) -> None:

@@ -1,0 +1,533 @@
+"""``gazeguard profile``: build, inspect and use release profiles and label models.
+
+``configure(parser)`` declares the arguments and ``run(args)`` executes (registered in
+:data:`gazeguard.cli.COMMANDS`).
+
+Subcommands:
+
+``build``
+    Select a release profile for a task from labelled public recordings
+    (:func:`gazeguard.profiles.build_profile`) and write it as JSON.
+``show``
+    Validate a profile (shipped name or path) and print it.
+``train-model``
+    Train the label model of a profile on labelled public recordings (scikit-learn), report its
+    leave-one-person-out accuracy and write it in the JSON model format
+    (:mod:`gazeguard.labels`).
+``labels-budget``
+    Print the private-label budget arithmetic (what the sidecar prints at startup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gazeguard.errors import ConfigError
+
+DESCRIPTION = """\
+Release profiles and private labels.
+
+A release profile lists the few features a consumer's task needs: ranked by how much task and how
+little identity they carry under the release noise, sized by the frontier they give (task accuracy
+leave-one-person-out against re-identification first half -> second half, as `gazeguard eval`
+measures it), chosen as the best task accuracy with re-identification within --tolerance of
+chance. Built from labelled PUBLIC recordings only, never from a user's data.
+"""
+
+EPILOG = """\
+examples:
+  gazeguard profile build --dataset gazegraph --name activity --out activity.json
+  gazeguard profile show activity
+  gazeguard profile train-model --profile activity --dataset gazegraph --out model.json
+  gazeguard profile labels-budget --model activity --budget 10 --decision-s 300
+"""
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers like 2.4,4.8") from exc
+    if not vals or any(not (0 < v < float("inf")) for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: every epsilon must be a finite number > 0")
+    return vals
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1") from exc
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return v
+
+
+def _k(text: str) -> int | str:
+    return text if text == "auto" else _positive_int(text)
+
+
+def _pair(text: str) -> tuple[float, float]:
+    try:
+        a, b = (float(p) for p in text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected two numbers like 90,60") from exc
+    return a, b
+
+
+def _data_arguments(p: argparse.ArgumentParser) -> None:
+    d = p.add_argument_group("labelled public recordings")
+    d.add_argument(
+        "--dataset",
+        default="gazegraph",
+        metavar="NAME",
+        help="gazegraph (default), synthetic, csv:PATH or table:PATH (task and person labelled)",
+    )
+    d.add_argument(
+        "--data-dir",
+        type=Path,
+        help="recorded datasets (default: $GAZEGUARD_DATA, ./data or ../shared/data)",
+    )
+    d.add_argument("--window", type=float, default=30.0, help="feature window W, s (30)")
+    d.add_argument("--step", type=float, default=0.5, help="feature step, s (0.5)")
+    d.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path.home() / ".cache" / "gazeguard" / "eval",
+        help="feature cache, shared with `gazeguard eval` (default ~/.cache/gazeguard/eval)",
+    )
+    d.add_argument("--no-cache", action="store_true", help="always extract features afresh")
+    d.add_argument("--synthetic-people", type=_positive_int, default=8, help="(8)")
+    d.add_argument("--synthetic-duration", type=float, default=300.0, help="s per recording (300)")
+    d.add_argument("--synthetic-rate", type=float, default=60.0, help="Hz (60)")
+    d.add_argument("--csv-units", choices=("deg", "norm"), default="deg")
+    d.add_argument("--fov", type=_pair, metavar="H,V", help="field of view for --csv-units norm")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``gazeguard profile``."""
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    sub = parser.add_subparsers(dest="profile_command", metavar="SUBCOMMAND")
+
+    b = sub.add_parser(
+        "build",
+        help="select a release profile for a task from labelled public recordings",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    b.add_argument("--name", required=True, help="profile name (letters, digits, _ . -)")
+    b.add_argument("--task", help="what the profile is for (default: the name)")
+    b.add_argument("--out", type=Path, help="output file (default: ./NAME.json)")
+    _data_arguments(b)
+    n = b.add_argument_group("noise level the profile is built for")
+    n.add_argument(
+        "--mechanism",
+        default="cfpa-32-dct",
+        help="stream mechanism: none, lpa-N, cfpa-N-dft|dct, dcfpa-N-dft|dct (cfpa-32-dct)",
+    )
+    n.add_argument(
+        "--epsilons",
+        type=_floats,
+        default=[2.4, 4.8, 9.6],
+        metavar="LIST",
+        help="ε per feature per chunk to consider, comma-separated (2.4,4.8,9.6)",
+    )
+    n.add_argument("--k", type=_k, default="auto", help="kept coefficients: auto or an integer")
+    s = b.add_argument_group("selection")
+    s.add_argument(
+        "--criterion",
+        choices=("info-ratio", "f-ratio"),
+        default="info-ratio",
+        help="ranking: info-ratio (task over identity information under the noise; default) "
+        "or f-ratio (clean ANOVA F of task over F of person)",
+    )
+    s.add_argument(
+        "--max-size", type=_positive_int, help="largest profile evaluated (default: all)"
+    )
+    s.add_argument(
+        "--reps", type=_positive_int, default=3, help="noisy releases per frontier point (3)"
+    )
+    s.add_argument(
+        "--confirm-reps",
+        type=_positive_int,
+        default=5,
+        help="fresh releases confirming the pick (5)",
+    )
+    s.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.02,
+        help="re-identification at chance: <= 1/people + this (0.02)",
+    )
+    s.add_argument(
+        "--margin",
+        type=float,
+        default=0.01,
+        help="task accuracies within this of the best are equal; the cheapest wins (0.01)",
+    )
+    s.add_argument("--classifiers", default="knn,svm,dt,rf", help="subset of knn,svm,dt,rf")
+    s.add_argument("--every-task", type=_positive_int, default=10, help="(10)")
+    s.add_argument("--every-reid", type=_positive_int, default=5, help="(5)")
+    s.add_argument(
+        "--insecure-seed",
+        type=int,
+        metavar="SEED",
+        help="INSECURE: reproducible noise (tests); the profile records it",
+    )
+
+    sh = sub.add_parser("show", help="validate a profile and print it")
+    sh.add_argument("profile", help="shipped name (e.g. activity) or path to a .json file")
+    sh.add_argument("--json", action="store_true", help="print the whole file")
+
+    t = sub.add_parser(
+        "train-model",
+        help="train a profile's label model on labelled public recordings (JSON format)",
+    )
+    t.add_argument("--profile", required=True, help="profile name or path")
+    t.add_argument("--out", type=Path, help="output file (default: ./PROFILE.json)")
+    t.add_argument("--model-name", help="model name (default: the profile's name)")
+    t.add_argument("--model-version", help="model version (default: today's date)")
+    t.add_argument(
+        "--regularization",
+        type=float,
+        default=1.0,
+        help="inverse L2 strength C of the logistic regression (1.0)",
+    )
+    t.add_argument("--every", type=_positive_int, default=1, help="train on every n-th window")
+    t.add_argument(
+        "--features",
+        choices=("profile", "usable"),
+        default="profile",
+        help="what the model reads: the profile's released features (default), or every "
+        "feature that varies in the build data (labels are released, not features: the model "
+        "may read more than the chunk stream releases)",
+    )
+    t.add_argument(
+        "--decision-s",
+        type=_floats,
+        default=[30.0, 60.0, 120.0, 240.0],
+        metavar="S,S,...",
+        help="decision lengths, s, whose leave-one-person-out accuracy is recorded in the file "
+        "(blocks of S/step consecutive windows; 30,60,120,240)",
+    )
+    _data_arguments(t)
+
+    lb = sub.add_parser(
+        "labels-budget", help="print the private-label budget arithmetic (as at startup)"
+    )
+    lb.add_argument("--budget", type=float, required=True, help="ε per hour of gaze")
+    src = lb.add_mutually_exclusive_group(required=True)
+    src.add_argument("--classes", type=int, help="number of classes C")
+    src.add_argument("--model", help="label model name or path (classes, clean accuracy)")
+    g = lb.add_mutually_exclusive_group(required=True)
+    g.add_argument("--decision-s", type=float, help="seconds between decisions")
+    g.add_argument("--survival", type=float, help="target survival probability of a label")
+    lb.add_argument("--clean-accuracy", type=float, help="the classifier's clean accuracy")
+
+
+def _open_table(args: argparse.Namespace, progress: Any) -> tuple[Any, Any]:
+    from gazeguard.eval.datasets import open_dataset  # noqa: PLC0415 - heavy import
+
+    ds = open_dataset(
+        args.dataset,
+        args.data_dir,
+        synthetic_people=args.synthetic_people,
+        synthetic_duration_s=args.synthetic_duration,
+        synthetic_rate_hz=args.synthetic_rate,
+        csv_units=args.csv_units,
+        fov_deg=args.fov,
+    )
+    table = ds.features(args.window, args.step, None if args.no_cache else args.cache_dir, progress)
+    return ds, table
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _data_command(args: argparse.Namespace) -> list[str]:
+    parts = ["--dataset", args.dataset]
+    if args.dataset == "synthetic":
+        parts += [
+            "--synthetic-people",
+            str(args.synthetic_people),
+            "--synthetic-duration",
+            f"{args.synthetic_duration:g}",
+            "--synthetic-rate",
+            f"{args.synthetic_rate:g}",
+        ]
+    if args.window != 30.0 or args.step != 0.5:
+        parts += ["--window", f"{args.window:g}", "--step", f"{args.step:g}"]
+    return parts
+
+
+def _build(args: argparse.Namespace) -> int:
+    from gazeguard.eval.attacks import CLASSIFIERS  # noqa: PLC0415 - heavy import
+    from gazeguard.eval.grid import parse_mechanism  # noqa: PLC0415
+    from gazeguard.profiles import (  # noqa: PLC0415
+        BuildSettings,
+        build_profile,
+        check_stream_mechanism,
+    )
+
+    classifiers = tuple(c.strip() for c in args.classifiers.split(",") if c.strip())
+    if not classifiers or any(c not in CLASSIFIERS for c in classifiers):
+        raise ConfigError(
+            "classifiers", args.classifiers, f"choose from {','.join(CLASSIFIERS)}", "argument"
+        )
+    for name in ("tolerance", "margin"):
+        v = getattr(args, name)
+        if not 0 <= v < 1:
+            raise ConfigError(name, v, "must be in [0, 1)", "argument")
+    spec = parse_mechanism(args.mechanism)
+    check_stream_mechanism(spec)
+    if args.insecure_seed is not None:
+        print(
+            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT "
+            "private (for tests)",
+            file=sys.stderr,
+        )
+    ds, table = _open_table(args, _progress)
+    settings = BuildSettings(
+        criterion=args.criterion,
+        max_size=args.max_size,
+        reps=args.reps,
+        confirm_reps=args.confirm_reps,
+        tolerance=args.tolerance,
+        margin=args.margin,
+        classifiers=classifiers,
+        every_task=args.every_task,
+        every_reid=args.every_reid,
+        k=args.k,
+        window_s=args.window,
+        step_s=args.step,
+        insecure_seed=args.insecure_seed,
+    )
+    command = [
+        "gazeguard",
+        "profile",
+        "build",
+        "--name",
+        args.name,
+        *(["--task", args.task] if args.task else []),
+        *_data_command(args),
+        "--mechanism",
+        spec.key,
+        "--epsilons",
+        ",".join(f"{e:g}" for e in args.epsilons),
+        "--criterion",
+        args.criterion,
+        "--reps",
+        str(args.reps),
+        "--confirm-reps",
+        str(args.confirm_reps),
+        *(["--max-size", str(args.max_size)] if args.max_size else []),
+        *(["--classifiers", ",".join(classifiers)] if len(classifiers) != 4 else []),
+        *(["--insecure-seed", str(args.insecure_seed)] if args.insecure_seed is not None else []),
+    ]
+    profile = build_profile(
+        table,
+        name=args.name,
+        task=args.task or args.name,
+        spec=spec,
+        epsilons=args.epsilons,
+        settings=settings,
+        provenance={
+            "dataset": ds.name,
+            "dataset_fingerprint": ds.fingerprint(),
+            "command": shlex.join(command),
+        },
+        progress=_progress,
+    )
+    out: Path = args.out or Path(f"{args.name}.json")
+    profile.save(out)
+    _print_profile(profile)
+    print(f"wrote {out}")
+    return 0
+
+
+def _print_profile(profile: Any) -> None:
+    b = profile.built
+    print(
+        f"profile {profile.name!r} for task {profile.task!r} ({len(profile.features)} features): "
+        + ", ".join(profile.features)
+    )
+    if profile.classes:
+        print(f"  classes: {', '.join(profile.classes)}")
+    if profile.suggested_budget is not None:
+        sb = profile.suggested_budget
+        print(
+            f"  built for {sb.mechanism} at ε {sb.epsilon_per_feature_per_chunk:g} per feature per "
+            f"chunk: {sb.per_hour:.6g} per hour of gaze ({sb.composition}; "
+            f"{sb.chunks_per_hour:g} chunks/h)"
+        )
+    ch, cf = b.get("chosen"), b.get("confirmation")
+    if ch and cf:
+        chance = b.get("chance", {})
+        print(
+            f"  frontier pick: task {ch['task']:.3f}, re-id {ch['reid']:.3f}; confirmed on "
+            f"{cf['reps']} fresh releases: task {cf['task']:.3f} ({cf['task_classifier']}), "
+            f"re-id {cf['reid']:.3f} ({cf['reid_classifier']}); chance task "
+            f"{chance.get('task', float('nan')):.3f}, re-id {chance.get('reid', float('nan')):.3f}"
+        )
+    if "dataset" in b:
+        print(
+            f"  from {b['dataset']} ({b.get('people')} people, {b.get('rows')} windows), criterion "
+            f"{b.get('criterion')}, {b.get('date')}, gazeguard {b.get('gazeguard_version')}"
+        )
+    if "command" in b:
+        print(f"  command: {b['command']}")
+
+
+def _show(args: argparse.Namespace) -> int:
+    from gazeguard.profiles import load_profile  # noqa: PLC0415
+
+    profile = load_profile(args.profile)
+    if args.json:
+        print(profile.to_json(), end="")
+    else:
+        _print_profile(profile)
+        print(f"  source: {profile.source}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from gazeguard.labels import lopo_probabilities, train_model  # noqa: PLC0415
+    from gazeguard.profiles import load_profile  # noqa: PLC0415
+
+    profile = load_profile(args.profile)
+    if not args.regularization > 0:
+        raise ConfigError("regularization", args.regularization, "must be > 0", "argument")
+    ds, table = _open_table(args, _progress)
+    classes = sorted(set(table.task.tolist()))
+    if profile.classes and sorted(profile.classes) != classes:
+        _progress(
+            f"note: profile {profile.name!r} lists classes {profile.classes}; {ds.name} has "
+            f"{classes}"
+        )
+    if args.features == "usable":
+        from gazeguard.profiles import candidate_columns  # noqa: PLC0415
+
+        cols, _excluded = candidate_columns(table)
+        features = [table.feature_names[i] for i in cols]
+    else:
+        features = list(profile.features)
+    probs = lopo_probabilities(
+        table, features, regularization=args.regularization, every=args.every
+    )
+    pred = np.asarray(classes)[np.argmax(probs, axis=1)]
+    lopo = float(np.mean(pred == table.task))
+    per_decision = {
+        f"{d:g}": round(block_accuracy(probs, table, classes, round(d / args.step)), 4)
+        for d in args.decision_s
+        if round(d / args.step) >= 1
+    }
+    command = [
+        "gazeguard",
+        "profile",
+        "train-model",
+        "--profile",
+        profile.name,
+        *_data_command(args),
+        "--regularization",
+        f"{args.regularization:g}",
+        *(["--every", str(args.every)] if args.every != 1 else []),
+        *(["--features", args.features] if args.features != "profile" else []),
+    ]
+    model = train_model(
+        table,
+        features,
+        name=args.model_name or profile.name,
+        version=args.model_version,
+        profile=profile.name,
+        regularization=args.regularization,
+        window_s=args.window,
+        step_s=args.step,
+        every=args.every,
+        provenance={
+            "dataset": ds.name,
+            "dataset_fingerprint": ds.fingerprint(),
+            "lopo_window_accuracy": round(lopo, 4),
+            "lopo_decision_accuracy": per_decision,
+            "features_chosen": args.features,
+            "chance": round(1.0 / len(classes), 4),
+            "command": shlex.join(command),
+        },
+    )
+    out: Path = args.out or Path(f"{profile.name}.json")
+    model.save(out)
+    print(
+        f"model {model.name!r} v{model.version}: {len(model.classes)} classes "
+        f"({', '.join(model.classes)}), {len(model.features)} features; leave-one-person-out "
+        f"accuracy per window {lopo:.3f} (chance {1 / len(classes):.3f}); per decision "
+        f"{', '.join(f'{k} s: {v:.3f}' for k, v in per_decision.items())}\nwrote {out}"
+    )
+    return 0
+
+
+def block_accuracy(probs: Any, table: Any, classes: list[str], steps: int) -> float:
+    """Accuracy of decisions over blocks of ``steps`` consecutive windows of each recording
+    (non-overlapping, incomplete tail dropped): argmax of the mean probability, as the sidecar
+    decides. ``nan`` when no recording is that long."""
+    hits: list[bool] = []
+    for rec in np.unique(table.recording):
+        idx = np.flatnonzero(table.recording == rec)
+        for s in range(0, idx.size - steps + 1, steps):
+            b = idx[s : s + steps]
+            hits.append(classes[int(np.argmax(probs[b].mean(axis=0)))] == table.task[b[0]])
+    return float(np.mean(hits)) if hits else float("nan")
+
+
+def _labels_budget(args: argparse.Namespace) -> int:
+    from gazeguard.labels import (  # noqa: PLC0415
+        budget_text,
+        load_model,
+        plan_for_cadence,
+        plan_for_survival,
+    )
+
+    names: tuple[str, ...] | None = None
+    clean = args.clean_accuracy
+    if args.model is not None:
+        model = load_model(args.model)
+        names = model.classes
+        classes = len(names)
+        if clean is None:
+            v = model.spec.trained.get("lopo_window_accuracy")
+            clean = float(v) if isinstance(v, int | float) else None
+    else:
+        classes = args.classes
+    plan = (
+        plan_for_cadence(args.budget, classes, args.decision_s, clean)
+        if args.decision_s is not None
+        else plan_for_survival(args.budget, classes, args.survival, clean)
+    )
+    print(budget_text(plan, names))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``gazeguard profile SUBCOMMAND``; returns the exit status."""
+    cmd = getattr(args, "profile_command", None)
+    if cmd == "build":
+        return _build(args)
+    if cmd == "show":
+        return _show(args)
+    if cmd == "train-model":
+        return _train(args)
+    if cmd == "labels-budget":
+        return _labels_budget(args)
+    print(
+        "gazeguard profile: choose a subcommand: build, show, train-model, labels-budget "
+        "(gazeguard profile --help)",
+        file=sys.stderr,
+    )
+    return 2
