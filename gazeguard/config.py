@@ -48,6 +48,7 @@ from pydantic_settings import (
 
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, mechanism_kind, noise_kind
+from gazeguard.topics import check_prefix, name_problem
 
 if TYPE_CHECKING:
     from gazeguard.ledger.policy import Caps
@@ -384,6 +385,14 @@ class BrokerSettings(_Section):
     reconnect_max_s: float = Field(30.0, gt=0, description="cap of the jittered backoff, s")
     topic_prefix: str = Field("gazeguard/v1", description="topics: {prefix}/{device}/{session}/…")
 
+    @field_validator("topic_prefix")
+    @classmethod
+    def _topic_safe_prefix(cls, v: str) -> str:
+        try:
+            return check_prefix(v)
+        except ConfigError as exc:
+            raise ValueError(exc.reason) from exc
+
 
 class FleetSettings(_Section):
     """One process serving many sessions; many processes sharing one (PostgreSQL) ledger."""
@@ -427,6 +436,14 @@ class Settings(BaseSettings):
     broker: BrokerSettings = BrokerSettings()
     fleet: FleetSettings = FleetSettings()
     labels: LabelSettings = LabelSettings()
+
+    @field_validator("device", "session")
+    @classmethod
+    def _topic_safe(cls, v: str | None) -> str | None:
+        why = None if v is None else name_problem(v)
+        if why is not None:
+            raise ValueError(f"{why}; the rule is in gazeguard/topics.py (README: Messages)")
+        return v
 
     @classmethod
     def settings_customise_sources(

@@ -29,7 +29,10 @@ class ConfigError(GazeguardError, ValueError):
         self.reason = reason
         self.source = source
         where = f" (from {source})" if source else ""
-        super().__init__(f"invalid value for {field!r}{where}: {value!r}: {reason}")
+        shown = repr(value)
+        if len(shown) > 120:  # a 10 kB value would bury the reason
+            shown = f"{shown[:100]}… ({len(shown)} characters)"
+        super().__init__(f"invalid value for {field!r}{where}: {shown}: {reason}")
 
 
 class StreamError(GazeguardError):

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, MechanismKind, mechanism_kind
+from gazeguard.topics import check_name, check_prefix
 
 CHUNK_SCHEMA: Final = "gazeguard.chunk/2"
 STATUS_SCHEMA: Final = "gazeguard.status/1"
@@ -470,7 +471,10 @@ class StatusMessage(_Model):
         spent: pure sequential ε so far (the conservative view; ``None`` with Gaussian noise);
             remaining: ``session_cap − epsilon`` (``None`` when uncapped); session_cap: the
             per-session cap or ``None``.
-        chunks_published: chunks charged and handed to the publisher.
+        chunks_charged: chunks of the session charged to the ledger (every run of it).
+        chunks_delivered: of those, acknowledged by the broker (PUBACK).
+        chunks_refused: of those, permanently refused by the broker (e.g. an ACL): kept in the
+            ledger, their ε spent, never retried (``gazeguard ledger show`` lists them).
         chunks_withheld: chunks refused by a cap (nothing about them was released).
         chunks_dropped: chunks lost to errors or to the session ending mid-chunk.
         reason: why the session is in this state, and the cause of the latest withhold or drop;
@@ -494,7 +498,9 @@ class StatusMessage(_Model):
     spent: NonNegative | None
     remaining: NonNegative | None
     session_cap: Positive | None
-    chunks_published: int = Field(ge=0)
+    chunks_charged: int = Field(ge=0)
+    chunks_delivered: int = Field(0, ge=0)
+    chunks_refused: int = Field(0, ge=0)
     chunks_withheld: int = Field(ge=0)
     chunks_dropped: int = Field(ge=0)
     reason: str | None = None
@@ -524,29 +530,11 @@ class StatusMessage(_Model):
 
 
 def _check_segment(field: str, value: str) -> None:
-    bad = [c for c in "/+#\0" if c in value]
-    if not value or bad or value != value.strip():
-        raise ConfigError(
-            field,
-            value,
-            "must be a non-empty MQTT topic level without '/', '+', '#', NUL or surrounding "
-            "spaces; choose another id",
-        )
+    check_name(field, value)
 
 
 def _check_prefix(prefix: str) -> None:
-    if (
-        not prefix
-        or prefix.startswith("/")
-        or prefix.endswith("/")
-        or any(c in prefix for c in "+#\0")
-    ):
-        raise ConfigError(
-            "broker.topic_prefix",
-            prefix,
-            "must be non-empty, without wildcards ('+', '#'), NUL or a leading/trailing '/' "
-            "(default 'gazeguard/v1')",
-        )
+    check_prefix(prefix)
 
 
 def chunk_topic(prefix: str, device: str, session: str) -> str:

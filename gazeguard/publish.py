@@ -83,6 +83,7 @@ class Outbox(Protocol):
 
     def pending(self, limit: int | None = None) -> Sequence[OutboxEntry]: ...
     def mark_delivered(self, outbox_id: int) -> object: ...
+    def mark_refused(self, outbox_id: int, reason: str) -> object: ...
 
 
 class _Client(aiomqtt.Client):
@@ -146,6 +147,11 @@ class _Client(aiomqtt.Client):
     ) -> None:
         self.puback_reason = reason_code
         super()._on_publish(client, userdata, mid, reason_code, properties)
+
+
+class _ItemRefusedError(Exception):
+    """The broker answered one publish with a failure reason code (e.g. 0x87 "Not authorized"
+    from an ACL): that payload will never be accepted; the connection is fine."""
 
 
 class _RefusedError(Exception):
@@ -231,6 +237,8 @@ class Publisher:
         """Successful connections so far (1 + reconnects)."""
         self.refusals = 0
         """Times the broker refused the login, the protocol, the TLS handshake or an item."""
+        self.refused_items = 0
+        """Outbox items the broker permanently refused (moved aside in the ledger, not retried)."""
         self.last_error: str | None = None
         """Why the latest connection attempt or connection failed, or ``None``."""
 
@@ -454,7 +462,18 @@ class Publisher:
             items, more = await self._next_items()
             for item in items:
                 if item.id not in self._acked:
-                    await self._send(client, item.topic, item.payload, retain=False, what=item)
+                    try:
+                        await self._send(client, item.topic, item.payload, retain=False, what=item)
+                    except _ItemRefusedError as exc:
+                        # Never retried, never blocking the queue: kept in the ledger as refused
+                        # (its ε stays spent), counted, logged once; the next item goes on.
+                        await asyncio.to_thread(self._outbox.mark_refused, item.id, str(exc))
+                        self._handed.pop(item.id, None)
+                        self.refused_items += 1
+                        self.refusals += 1
+                        self.last_error = str(exc)
+                        log.error("%s; moved aside, the queue goes on", exc)
+                        continue
                     self._acked.add(item.id)
                     if self._on_acked is not None:
                         self._on_acked(item)
@@ -466,7 +485,14 @@ class Publisher:
                 continue
             for topic in list(self._status_unsent):
                 payload = self._status_latest[topic]
-                await self._send(client, topic, payload, retain=True, what=None)
+                try:
+                    await self._send(client, topic, payload, retain=True, what=None)
+                except _ItemRefusedError as exc:
+                    self._status_unsent.discard(topic)  # a newer status may be allowed; not this
+                    self.refusals += 1
+                    self.last_error = str(exc)
+                    log.error("%s", exc)
+                    continue
                 if self._status_latest[topic] is payload:
                     self._status_unsent.discard(topic)
             if items or self._status_unsent or self._handed:
@@ -499,7 +525,7 @@ class Publisher:
                 f"check that the broker's ACL lets this client publish under "
                 f"'{self.settings.topic_prefix}/#'"
             )
-            raise _RefusedError(msg)
+            raise _ItemRefusedError(msg)
         log.debug("PUBACK for %s after %.2f ms", topic, 1e3 * (time.monotonic() - started))
 
 

@@ -83,6 +83,8 @@ class RunSummary:
         broker_connections: successful connections to the broker (0: unreachable throughout).
         broker_refusals: times the broker refused the login or a chunk (ACL, credentials, TLS).
         broker_error: the last connection or delivery problem, or ``None``.
+        refused: charged chunks of the session the broker permanently refused (moved aside in
+            the ledger; ``gazeguard ledger show`` lists them).
     """
 
     session: str
@@ -97,6 +99,7 @@ class RunSummary:
     broker_connections: int = 0
     broker_refusals: int = 0
     broker_error: str | None = None
+    refused: int = 0
 
 
 def session_id_for(source_id: str, name: str) -> str:
@@ -326,6 +329,7 @@ async def serve(
             broker_connections=publisher.connections,
             broker_refusals=publisher.refusals,
             broker_error=publisher.last_error,
+            refused=state.refused,
         )
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -65,7 +65,7 @@ def test_publisher_falls_back_to_mqtt_311_and_delivers(
         spent=0.5,
         remaining=None,
         session_cap=None,
-        chunks_published=1,
+        chunks_charged=1,
         chunks_withheld=0,
         chunks_dropped=0,
     )

@@ -213,3 +213,11 @@ def test_feature_list(capsys: pytest.CaptureFixture[str]) -> None:
     names = [f["name"] for f in json.loads(capsys.readouterr().out)]
     assert len(names) == 48
     assert "fixation_rate" in names
+
+
+@pytest.mark.parametrize("name", ["ab\x01cd", "x\x85y", "\ufffe", "a\udcffb", "a/b", "x" * 10_000])
+def test_names_that_brokers_refuse_in_topics_are_refused_at_startup(name: str) -> None:
+    """Issue 15.1: such a session once charged 34 chunks that no broker would take."""
+    _, problems = check_settings(None, session=name)
+    assert [p.field for p in problems] == ["session"]
+    assert len(str(problems[0])) < 400  # a 10 kB name does not bury the reason

@@ -143,7 +143,7 @@ def test_real_payloads_validate_against_the_schema() -> None:
         spent=6.0,
         remaining=None,
         session_cap=None,
-        chunks_published=3,
+        chunks_charged=3,
         chunks_withheld=0,
         chunks_dropped=1,
         reason="session ended with 11 steps of a partial chunk (dropped)",
@@ -255,7 +255,7 @@ def test_status_needs_a_reason_when_something_is_wrong() -> None:
         "spent": 1.0,
         "remaining": 0.0,
         "session_cap": 1.0,
-        "chunks_published": 1,
+        "chunks_charged": 1,
         "chunks_withheld": 2,
         "chunks_dropped": 0,
     }
@@ -273,9 +273,16 @@ def test_status_needs_a_reason_when_something_is_wrong() -> None:
 def test_topics() -> None:
     assert chunk_topic("gazeguard/v1", "hmd-7", "s1") == "gazeguard/v1/hmd-7/s1/chunks"
     assert status_topic("acme/gg", "hmd-7", "s1") == "acme/gg/hmd-7/s1/status"
-    for device, session in [("a/b", "s"), ("d", "s+"), ("d", "#"), ("", "s"), ("d", " s")]:
-        with pytest.raises(ConfigError, match="MQTT topic level"):
+    bad = [
+        ("a/b", "s"), ("d", "s+"), ("d", "#"), ("", "s"), ("d", " s"), ("d", "ab\x01cd"),
+        ("d", "x\x85y"), ("d", "\ufffe"), ("d", "a\udcffb"), ("d", "\ufdd0"), ("d", "x" * 129),
+    ]  # fmt: skip
+    for device, session in bad:
+        with pytest.raises(ConfigError, match="choose another id"):
             chunk_topic("gazeguard/v1", device, session)
-    for prefix in ["", "/abs", "trail/", "wild/+", "wild/#"]:
+    assert chunk_topic("gazeguard/v1", "hmd-7", "Zoë's session 2") == (
+        "gazeguard/v1/hmd-7/Zoë's session 2/chunks"
+    )
+    for prefix in ["", "/abs", "trail/", "wild/+", "wild/#", "a//b", "a/\x00"]:
         with pytest.raises(ConfigError, match=r"broker\.topic_prefix"):
             status_topic(prefix, "d", "s")

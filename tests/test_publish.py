@@ -267,7 +267,7 @@ def test_broker_restart_loses_nothing_duplicates_nothing(
         spent=0.0,
         remaining=None,
         session_cap=None,
-        chunks_published=0,
+        chunks_charged=0,
         chunks_withheld=0,
         chunks_dropped=0,
     )
@@ -392,7 +392,7 @@ def test_retained_status_latest_wins(
                 "spent": 2.0,
                 "remaining": 0.1,
                 "session_cap": 2.1,
-                "chunks_published": 8,
+                "chunks_charged": 8,
                 "chunks_withheld": 1,
                 "chunks_dropped": 0,
                 "reason": reason,
@@ -621,29 +621,36 @@ def test_untrusted_broker_certificate_is_a_clear_error(tls_broker: Any, tmp_path
     ledger.close()
 
 
-def test_acl_refusal_keeps_the_chunk_in_the_outbox(
+def test_an_acl_refused_chunk_is_moved_aside_and_the_queue_goes_on(
     tls_broker: Any, tmp_path: Path, unique_id: str
 ) -> None:
-    """An MQTT 5 negative PUBACK is not a delivery: the chunk stays charged and pending."""
+    """An MQTT 5 negative PUBACK (0x87 from the ACL) is not a delivery and not a reason to stop:
+    the chunk is kept in the ledger as refused (its ε stays spent), counted, and the chunks
+    behind it are delivered (issue 15.1: one undeliverable chunk used to block every later one)."""
     broker, files = tls_broker
     ledger = Ledger(tmp_path / "ledger.sqlite")
     ledger.charge(unique_id, 0, {"a": 0.1}, topic=f"denied/{unique_id}", payload=b"{}")
+    ledger.charge(unique_id, 1, {"a": 0.1}, topic=f"{PREFIX}/hmd/{unique_id}/chunks", payload=b"1")
     settings = settings_for(
         broker, tls=True, ca_file=files["ca"], username="alice", password=SecretStr("s3cret")
     )
 
     async def scenario() -> Publisher:
         async with Publisher(settings, ledger, connect_timeout=5) as pub:
-            with pytest.raises(PublishError, match="outbox not delivered within 1 s"):
-                await pub.flush(1.0)
+            await pub.flush(10.0)
             return pub
 
     pub = asyncio.run(scenario())
-    assert pub.delivered == 0
+    assert (pub.delivered, pub.refused_items) == (1, 1)
     assert pub.last_error is not None
     assert "Not authorized" in pub.last_error
     assert "ACL" in pub.last_error
-    assert [item.chunk_index for item in ledger.pending()] == [0]
+    assert ledger.pending() == []
+    refused = ledger.refused(unique_id)
+    assert [r.chunk_index for r in refused] == [0]
+    assert "0x87" in refused[0].reason
+    state = ledger.state(unique_id)
+    assert (state.chunks, state.refused) == (2, 1)  # both charged: the ε of a refused one is spent
     ledger.close()
 
 

@@ -177,14 +177,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def exit_code(summary: RunSummary) -> ExitCode:
     """The exit status a run's summary calls for (the highest that applies).
 
-    * :attr:`ExitCode.REFUSED` — the broker refused the login or chunks, and charged chunks are
-      still in the outbox or no connection was ever made;
+    * :attr:`ExitCode.REFUSED` — the broker permanently refused charged chunks (moved aside in
+      the ledger), or refused the login while charged chunks are still in the outbox or no
+      connection was ever made;
     * :attr:`ExitCode.UNDELIVERED` — the broker was never reached, or chunks are still pending;
     * :attr:`ExitCode.BUDGET` — chunks were withheld by a cap;
     * :attr:`ExitCode.OK` otherwise.
     """
     undelivered = summary.pending > 0 or summary.broker_connections == 0
-    if undelivered and summary.broker_refusals > 0:
+    if summary.refused > 0 or (undelivered and summary.broker_refusals > 0):
         return ExitCode.REFUSED
     if undelivered:
         return ExitCode.UNDELIVERED
@@ -317,7 +318,9 @@ def run(args: argparse.Namespace) -> int:
         ExitCode.UNDELIVERED: f"; broker {summary.broker} "
         + ("never reached" if summary.broker_connections == 0 else "did not take every chunk")
         + (f" ({summary.broker_error})" if summary.broker_error else ""),
-        ExitCode.REFUSED: f"; broker {summary.broker} refused: {summary.broker_error}",
+        ExitCode.REFUSED: f"; broker {summary.broker} refused"
+        + (f" {summary.refused} chunks (see gazeguard ledger show)" if summary.refused else "")
+        + f": {summary.broker_error}",
     }.get(code, "")
     console.say(
         "summary",
