@@ -27,7 +27,7 @@ import sqlite3
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -384,6 +384,22 @@ class BrokerSettings(_Section):
     keepalive_s: int = Field(30, ge=5)
     reconnect_max_s: float = Field(30.0, gt=0, description="cap of the jittered backoff, s")
     topic_prefix: str = Field("gazeguard/v1", description="topics: {prefix}/{device}/{session}/…")
+    allow_311_with_login: bool = Field(
+        False,
+        description="allow MQTT 3.1.1 with a login: a 3.1.1 broker cannot report a refused "
+        "publish (e.g. an ACL), so refused chunks would be marked delivered",
+    )
+
+    @model_validator(mode="after")
+    def _refusals_visible(self) -> Self:
+        if self.protocol == "3.1.1" and self.username is not None and not self.allow_311_with_login:
+            raise ValueError(
+                "broker.protocol = '3.1.1' with a login: MQTT 3.1.1 brokers cannot report a "
+                "refused publish (an ACL drops it silently and it would be marked delivered); "
+                "use protocol '5' or 'auto', or set broker.allow_311_with_login = true to accept "
+                "that"
+            )
+        return self
 
     @field_validator("topic_prefix")
     @classmethod

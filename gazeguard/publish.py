@@ -222,6 +222,7 @@ class Publisher:
         self._last_idle_pass = -1
         self._connected = asyncio.Event()
         self._refused = asyncio.Event()
+        self._no_311: str | None = None  # why an MQTT 3.1.1 fallback was refused
         self._acked: set[int] = set()  # PUBACK received, mark_delivered not yet committed
         self._handed: dict[int, OutboxEntry] = {}  # charged here, handed over by notify()
         self._read_table = True  # the next pass reads the outbox table
@@ -392,6 +393,8 @@ class Publisher:
                 continue
             attempt += 1
             self.last_error, refused = _explain(failure, self.settings)
+            if self._no_311 is not None:
+                self.last_error, refused = self._no_311, True
             if refused:
                 self.refusals += 1
                 self._refused.set()
@@ -423,6 +426,14 @@ class Publisher:
             and self._protocol == aiomqtt.ProtocolVersion.V5
             and _code(exc) in _UNSUPPORTED_PROTOCOL
         ):
+            if self.settings.username is not None and not self.settings.allow_311_with_login:
+                self._no_311 = (
+                    f"broker {self.endpoint} speaks only MQTT 3.1.1, which cannot report a refused "
+                    "publish: with a login (and so, likely, an ACL) chunks could be dropped and "
+                    "marked delivered. Enable MQTT 5 on the broker, or set "
+                    "broker.allow_311_with_login = true to accept that"
+                )
+                return False
             log.info("MQTT broker %s does not speak MQTT 5; using 3.1.1", self.endpoint)
             self._protocol = aiomqtt.ProtocolVersion.V311
             return True

@@ -120,3 +120,31 @@ def test_port_in_use_is_a_clear_error() -> None:
             asyncio.run(scenario())
     with pytest.raises(RuntimeError, match="not running"):
         _ = EmbeddedBroker().port
+
+
+def test_a_login_over_mqtt_311_is_refused_unless_allowed(tmp_path: Path, unique_id: str) -> None:
+    """Issue 15.4: a 3.1.1 broker cannot report a refused publish, so an ACL'd login there could
+    mark dropped chunks delivered. Explicit 3.1.1 with a login is a config error; 'auto' falling
+    back to 3.1.1 with a login refuses to start, naming the setting that accepts it."""
+    with pytest.raises(ValueError, match="allow_311_with_login"):
+        BrokerSettings(host="127.0.0.1", protocol="3.1.1", username="hmd-01")
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.charge(
+        unique_id, 0, {"a": 0.5}, topic=f"gazeguard/v1/d/{unique_id}/chunks", payload=b"c"
+    )
+
+    async def scenario(allow: bool) -> int:
+        async with EmbeddedBroker(port=0) as broker:
+            settings = BrokerSettings(
+                host=broker.host, port=broker.port, protocol="auto", username="hmd-01",
+                allow_311_with_login=allow,
+            )  # fmt: skip
+            async with Publisher(settings, ledger, connect_timeout=5) as pub:
+                await pub.flush(5)
+                return pub.delivered
+
+    with pytest.raises(PublishError, match=r"speaks only MQTT 3\.1\.1.*allow_311_with_login"):
+        asyncio.run(scenario(allow=False))
+    assert [i.chunk_index for i in ledger.pending()] == [0]  # nothing marked delivered
+    assert asyncio.run(scenario(allow=True)) == 1  # accepted deliberately
+    ledger.close()
