@@ -21,6 +21,7 @@ from conftest import free_port
 from gazeguard.cli import COMMANDS, ExitCode, build_parser, main
 from gazeguard.cli._common import find_command
 from gazeguard.dataset import FeatureTable
+from gazeguard.ledger import Ledger
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["--source", "simulated", "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
@@ -267,3 +268,20 @@ def test_parquet_without_its_extra_says_which_in_one_line(tmp_path: Path) -> Non
         "pip install 'gazeguard[parquet]'"
     ]
     assert not (tmp_path / "out.parquet").exists()
+
+
+def test_a_looser_cap_on_restart_is_refused_at_startup_in_one_line(tmp_path: Path) -> None:
+    """Issue 15.3: restarting a session with --session-cap 480 after it was opened with 240 used
+    to print "session cap 480" and log a traceback per chunk with exit status 0."""
+    with Ledger(tmp_path / "l.sqlite", session_cap=240.0, window_cap=10.0) as ledger:
+        ledger.open_session("s1")
+    out = gazeguard(
+        "run", *FAST, "--session", "s1", "--ledger", "l.sqlite", "--session-cap", "480",
+        "--duration", "3", cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == ExitCode.ERROR, out.stderr
+    assert "Traceback" not in out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if "ledger.session_cap" in ln]
+    assert len(lines) == 1, out.stderr
+    assert "session cap ε 240" in lines[0] and "480" in lines[0]
+    assert "would refill" in lines[0]
