@@ -283,5 +283,6 @@ def test_a_looser_cap_on_restart_is_refused_at_startup_in_one_line(tmp_path: Pat
     assert "Traceback" not in out.stderr
     lines = [ln for ln in out.stderr.splitlines() if "ledger.session_cap" in ln]
     assert len(lines) == 1, out.stderr
-    assert "session cap ε 240" in lines[0] and "480" in lines[0]
+    assert "session cap ε 240" in lines[0]
+    assert "480" in lines[0]
     assert "would refill" in lines[0]
