@@ -84,6 +84,11 @@ COMMANDS: dict[str, Command] = {
         "gazeguard.cli.forward:configure",
         "gazeguard.cli.forward:run",
     ),
+    "watch": Command(
+        "show what a gazeguard publishes (chunks, labels, status), validated, as it arrives",
+        "gazeguard.cli.watch:configure",
+        "gazeguard.cli.watch:run",
+    ),
     "ledger": Command(
         "inspect the durable privacy-budget ledger",
         "gazeguard.cli.ledger:configure",

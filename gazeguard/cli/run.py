@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gazeguard.cli._common import ExitCode, get_console, run_loop, stop_on_signals
+from gazeguard.cli.watch import watch_hint
 from gazeguard.config import Settings, broker_address, check_settings
 from gazeguard.fleet import Fleet
 from gazeguard.label_stream import LabelPlan
@@ -198,6 +199,9 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
     every = pipeline.mechanism.n * settings.features.step_s
     first = settings.features.window_s + every
     mech, cost, opened = pipeline.mechanism, pipeline.cost, pipeline.opened
+    host, _, port = endpoint.rpartition(":")
+    prefix = settings.broker.topic_prefix
+    hint = watch_hint(host, int(port), prefix, pipeline.device, pipeline.session)
     cap = opened.session_cap
     hour = opened.window_s / 3600.0
     per = "hour" if hour == 1 else f"{opened.window_s:g} s"
@@ -229,7 +233,9 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         f"noise multiplier {float(mech.noise_multiplier.max()):.4g}): "
         f"{', '.join(shown[:6])}{more}.\n"
         f"  each chunk carries {pipeline.carries}."
-        + ("" if pipeline.label_plan is None else "\n  " + pipeline.label_plan.text()),
+        + ("" if pipeline.label_plan is None else "\n  " + pipeline.label_plan.text())
+        + "\n  "
+        + hint,
         session=pipeline.session,
         broker=endpoint,
         mechanism=mech.name,
