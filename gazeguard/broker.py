@@ -137,3 +137,35 @@ def _bound_port(broker: Broker, requested: int) -> int:
         return requested
     msg = "this amqtt version does not reveal the bound port; set broker.port to a fixed port"
     raise PublishError(msg)
+
+
+def _connect_packet(client_id: str) -> bytes:
+    """An MQTT 3.1.1 CONNECT (clean session, 10 s keepalive, no login)."""
+    cid = client_id.encode()
+    body = b"\x00\x04MQTT\x04\x02\x00\x0a" + len(cid).to_bytes(2, "big") + cid
+    return bytes([0x10, len(body)]) + body
+
+
+def probe_mqtt(host: str, port: int, timeout_s: float = 1.0) -> str:
+    """What listens on ``host:port``: ``"none"`` (nothing), ``"mqtt"`` (an MQTT broker that
+    accepts an anonymous MQTT 3.1.1 connection), ``"mqtt-refused"`` (an MQTT broker that
+    refuses it, e.g. it needs a login) or ``"other"`` (something that does not speak MQTT).
+    Blocking; at most about ``2·timeout_s``."""
+    import socket  # noqa: PLC0415 - only for the probe
+
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError:
+        return "none"
+    with sock:
+        try:
+            sock.sendall(_connect_packet(f"gazeguard-probe-{port}"))
+            reply = sock.recv(4)
+        except OSError:
+            return "other"
+        if len(reply) >= 4 and reply[0] == 0x20 and reply[1] == 0x02:
+            if reply[3] == 0:
+                sock.sendall(b"\xe0\x00")  # DISCONNECT
+                return "mqtt"
+            return "mqtt-refused"
+        return "other"

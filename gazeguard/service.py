@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gazeguard.broker import EmbeddedBroker
+from gazeguard.broker import EmbeddedBroker, probe_mqtt
 from gazeguard.chunking import Chunk
 from gazeguard.config import (
     BrokerSettings,
@@ -150,7 +150,32 @@ async def _broker(settings: BrokerSettings) -> AsyncIterator[BrokerSettings]:
     if settings.host is not None:
         yield settings
         return
-    async with EmbeddedBroker("127.0.0.1", settings.port) as broker:
+    # No broker configured: use the one already answering on the port (a local Mosquitto, very
+    # common for MQTT users), else start the embedded one — on a free port if the configured
+    # one is taken by something that is not an open MQTT broker, and say which.
+    port = settings.port
+    found = await asyncio.to_thread(probe_mqtt, "127.0.0.1", port) if port else "none"
+    if found == "mqtt":
+        log.warning(
+            "no broker.host configured and an MQTT broker already answers on 127.0.0.1:%d: "
+            "publishing to it (set broker.host to choose a broker explicitly)",
+            port,
+        )
+        yield settings.model_copy(update={"host": "127.0.0.1"})
+        return
+    if found != "none":
+        what = (
+            "an MQTT broker that refuses anonymous clients"
+            if found == "mqtt-refused"
+            else ("something that does not speak MQTT")
+        )
+        log.warning(
+            "port %d on 127.0.0.1 is taken by %s: starting the embedded broker on a free port",
+            port,
+            what,
+        )
+        port = 0
+    async with EmbeddedBroker("127.0.0.1", port) as broker:
         yield broker.settings(settings)
 
 

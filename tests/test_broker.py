@@ -10,6 +10,7 @@ from pathlib import Path
 
 import aiomqtt
 import pytest
+from conftest import MosquittoBroker
 
 from gazeguard.broker import EmbeddedBroker
 from gazeguard.config import BrokerSettings
@@ -148,3 +149,30 @@ def test_a_login_over_mqtt_311_is_refused_unless_allowed(tmp_path: Path, unique_
     assert [i.chunk_index for i in ledger.pending()] == [0]  # nothing marked delivered
     assert asyncio.run(scenario(allow=True)) == 1  # accepted deliberately
     ledger.close()
+
+
+@pytest.mark.network
+def test_with_no_broker_configured_a_running_one_is_used_and_a_squatter_avoided(
+    mosquitto: MosquittoBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 16.4: port 1883 taken by a Mosquitto (use it) or by something else (embedded broker
+    on a free port, said in one line, no foreign traceback)."""
+    from gazeguard.service import _broker  # noqa: PLC0415 - the run's broker choice
+
+    async def chosen(port: int) -> tuple[str | None, int]:
+        async with _broker(BrokerSettings(port=port)) as s:
+            return s.host, s.port
+
+    assert asyncio.run(chosen(mosquitto.port)) == ("127.0.0.1", mosquitto.port)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        with caplog.at_level(logging.WARNING):
+            host, port = asyncio.run(chosen(taken))
+    assert host == "127.0.0.1"
+    assert port != taken
+    assert any(
+        f"port {taken} on 127.0.0.1 is taken by something that does not speak MQTT" in r.message
+        for r in caplog.records
+    )
