@@ -392,10 +392,11 @@ def test_sidecar_publishes_with_its_credentials_and_consumer_reads_over_tls(
     assert state.chunks == final.chunks_charged >= len(received)
 
 
-def test_sidecar_with_another_devices_login_is_refused_and_keeps_its_chunks(
+def test_sidecar_with_another_devices_login_is_refused_and_its_chunks_moved_aside(
     example_broker: ExampleBroker, clients: list[Client], tmp_path: Path, unique_id: str
 ) -> None:
-    """device = hmd-01 but logged in as hmd-02: every publish is refused and says why."""
+    """device = hmd-01 but logged in as hmd-02: every publish is refused and says why; each
+    refused chunk is moved aside in the ledger (its ε stays spent), never delivered."""
     observer = connect(clients, example_broker, OBSERVER)
     observer.subscribe("#")
     ledger_path = tmp_path / "ledger.sqlite"
@@ -406,8 +407,11 @@ def test_sidecar_with_another_devices_login_is_refused_and_keeps_its_chunks(
         assert sidecar.stop() == ExitCode.REFUSED, sidecar.stderr
     with Ledger(ledger_path, create=False) as ledger:
         state = ledger.state(unique_id)
+        refused = ledger.refused(unique_id)
     assert state.chunks >= 1
-    assert state.pending == state.chunks  # charged, refused, kept for delivery
+    assert state.refused + state.pending == state.chunks  # charged; none delivered
+    assert state.refused >= 1
+    assert all("Not authorized" in r.reason for r in refused)
     device = connect(clients, example_broker, DEVICE)
     sentinel = f"sentinel {unique_id}".encode()
     assert not device.publish(f"{PREFIX}/{DEVICE}/{unique_id}/chunks", sentinel).is_failure
