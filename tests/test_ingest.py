@@ -82,9 +82,10 @@ class Outlets:
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        self.procs.append(proc)  # closed by close() even if it never gets ready (no leaked pipe)
         assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "READY"
-        self.procs.append(proc)
+        ready = proc.stdout.readline().strip()
+        assert ready == "READY", f"outlet {source_id!r} did not start: {ready!r}"
         return proc
 
     def close(self) -> None:
