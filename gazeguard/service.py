@@ -335,7 +335,13 @@ async def serve(
         finally:
             pipeline.close()
             final: SessionState = "stream_lost" if failure is not None else "stopped"
-            reason = None if failure is None else f"ingest failed: {failure}"
+            # Only the error's type reaches the (retained, shared) status topic: an exception's
+            # text may quote values from the stream; the full error is in the local log.
+            reason = (
+                None
+                if failure is None
+                else f"ingest failed: {type(failure).__name__} (see the sidecar log)"
+            )
             publisher.publish_status(pipeline.status(final, reason, ingest_counters(stream.stats)))
         if failure is not None:
             raise failure
