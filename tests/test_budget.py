@@ -97,3 +97,24 @@ def test_noise_per_value_is_what_the_released_values_carry(name: str) -> None:
     ys = np.array([mech.release(x)[0] for _ in range(4000)])
     rms = float(np.sqrt(((ys - ys.mean(axis=0)) ** 2).mean()))
     assert rms == pytest.approx(float(mech.noise_per_value()[0]), rel=0.05)
+
+
+def test_eval_budget_factory_spends_at_most_the_hour_and_orders_the_noise() -> None:
+    """`gazeguard eval --per-hour`: each mechanism's noise is what the sidecar calibrates, so an
+    hour of its chunks composes to at most the budget; a larger budget, less noise."""
+    from gazeguard.accounting import compose  # noqa: PLC0415
+    from gazeguard.budget import chunks_per_window  # noqa: PLC0415
+    from gazeguard.eval.grid import MechanismSpec  # noqa: PLC0415
+    from gazeguard.eval.harness import FeatureBounds, budget_factory  # noqa: PLC0415
+
+    b = bounds()
+    factory = budget_factory(FeatureBounds(b.lo, b.hi, b.max_step), "auto", 0.5)
+    spec = MechanismSpec("dcfpa", 32, "dct")
+    scales = []
+    for budget in (1.0, 10.0, 100.0):
+        mech = factory(spec, 32, budget, None)
+        events = mech.events()  # type: ignore[attr-defined]
+        hour = chunks_per_window(3600.0, 32 * 0.5)
+        assert compose({e: c * hour for e, c in events.items()}, 1e-6).epsilon <= budget
+        scales.append(float(mech.noise_scale.max()))  # type: ignore[attr-defined]
+    assert scales[0] > scales[1] > scales[2]

@@ -195,6 +195,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"{','.join(f'{e:g}' for e in PAPER_EPSILONS)})",
     )
     g.add_argument(
+        "--per-hour",
+        choices=("laplace", "gaussian"),
+        help="the ε axis is user-level ε per hour of gaze at δ 1e-6 (default grid 1,10,100,1000)"
+        " and each mechanism's noise is calibrated to it by the accountant, with this noise "
+        "family, as `gazeguard run` does; rows report it and a recording's user-level ε",
+    )
+    g.add_argument(
         "--sensitivity",
         choices=("public", "paper"),
         default="public",
@@ -380,10 +387,13 @@ def run(args: argparse.Namespace) -> int:
         every_task=args.every_task,
         every_reid=args.every_reid,
         insecure_seed=args.insecure_seed,
+        per_hour_step_s=args.step if args.per_hour else None,
     )
+    per_hour_grid = [1.0, 10.0, 100.0, 1000.0]
+    default_grid = list(QUICK_EPSILONS if quick else PAPER_EPSILONS)
     grid = GridConfig(
         mechanisms=_mechanisms(args.mechanisms, quick),
-        epsilons=args.epsilons or list(QUICK_EPSILONS if quick else PAPER_EPSILONS),
+        epsilons=args.epsilons or (per_hour_grid if args.per_hour else default_grid),
         k=args.k,
         settings=settings,
         window_s=args.window,
@@ -392,6 +402,7 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=None if args.no_cache else args.cache_dir,
         tolerance=args.tolerance,
         sensitivity=args.sensitivity,
+        per_hour_noise=args.per_hour,
     )
     read_options = ReadOptions(
         format=args.format,

@@ -27,6 +27,7 @@ recording, ``ε · F · chunks`` (sequential composition; see
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,34 @@ class FeatureBounds:
 
 #: ``factory(spec, n, epsilon, seed) -> Releaser`` builds the mechanism for chunks of n steps.
 MechanismFactory = Callable[[MechanismSpec, int, float, "int | None"], Releaser]
+
+
+def budget_factory(
+    bounds: FeatureBounds, k: int | str, step_s: float, noise: str = "laplace", delta: float = 1e-6
+) -> MechanismFactory:
+    """The production mechanisms with the noise the sidecar would calibrate for a user-level
+    budget of ``epsilon`` per hour of gaze at ``delta`` (:mod:`gazeguard.budget`): F released
+    features, ⌈3600/(n·s)⌉ + 1 chunks per hour. ``epsilon`` is the per-hour budget here."""
+    from gazeguard.budget import chunks_per_window, noise_multiplier_for  # noqa: PLC0415
+    from gazeguard.mechanisms import Bounds, make_mechanism  # noqa: PLC0415 - heavy import
+
+    b = Bounds(lo=bounds.lo, hi=bounds.hi, max_step=bounds.max_step)
+    f = int(np.asarray(bounds.lo).size)
+
+    def factory(spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
+        chunks = 1 if spec.family == "fpa" else chunks_per_window(3600.0, n * step_s)
+        ratio = noise_multiplier_for(
+            noise, features=f, chunks=chunks, budget=epsilon, delta=delta, max_m=n
+        )
+        kw: dict[str, Any] = {
+            "n": n, "noise_multiplier": ratio, "bounds": b, "seed": seed, "noise": noise,
+        }  # fmt: skip
+        if spec.family != "lpa":
+            kw.update(k=k, transform=spec.transform or "dft")
+        mech: Releaser = make_mechanism(spec.family, **kw)
+        return mech
+
+    return factory
 
 
 def gazeguard_factory(bounds: FeatureBounds, k: int | str) -> MechanismFactory:
@@ -227,6 +256,10 @@ class EvalSettings:
     every_task: int = 10
     every_reid: int = 5
     insecure_seed: int | None = None
+    per_hour_step_s: float | None = None
+    """Set (to the feature step, s) when the ε axis is user-level ε per hour of gaze (budget
+    mode, :func:`budget_factory`): a recording's user-level ε is then bounded by the budget
+    times the hours of gaze it spans, not by summing per-chunk ε."""
 
 
 def _utility_summary(
@@ -348,7 +381,15 @@ def evaluate_configuration(
                     ),
                 )
     n_feat = int(cols.size)
-    per_rec_eps = [user_level_epsilon(eps, n_feat, c) for c in chunks if c > 0]
+    hours: list[int] = []
+    if settings.per_hour_step_s is not None:
+        # budget mode: each hour of gaze a recording spans costs at most the budget (a whole
+        # recording released at once, FPA, is one release calibrated to the budget)
+        step = settings.per_hour_step_s
+        hours = [1 if spec.n is None else math.ceil(c * spec.n * step / 3600.0) for c in chunks]
+        per_rec_eps = [eps * h for h, c in zip(hours, chunks, strict=True) if c > 0]
+    else:
+        per_rec_eps = [user_level_epsilon(eps, n_feat, c) for c in chunks if c > 0]
     return {
         "mechanism": spec.key,
         "label": spec.label,
@@ -361,7 +402,9 @@ def evaluate_configuration(
         else {
             "max": max(per_rec_eps, default=0.0),
             "mean": float(np.mean(per_rec_eps)) if per_rec_eps else 0.0,
-            "multiplier_max": n_feat * max(chunks, default=0),
+            "multiplier_max": max(hours, default=0)
+            if settings.per_hour_step_s is not None
+            else n_feat * max(chunks, default=0),
         },
         "features_released": n_feat,
         "rows_released": released_rows,

@@ -93,6 +93,14 @@ def _label(rows: dict[float, Result]) -> str:
     return str(next(iter(rows.values()))["label"])
 
 
+def _axis(result: Result) -> str:
+    """What the ε grid means in this run."""
+    if result["meta"].get("axis") == "per-hour":
+        family = result["meta"].get("noise_family")
+        return f"user-level ε per hour of gaze at δ 1e-6 ({family} noise)"
+    return "ε per feature per chunk"
+
+
 def _multiplier(rows: dict[float, Result]) -> str:
     m = (next(iter(rows.values())).get("epsilon_user") or {}).get("multiplier_max")
     return f"×{m}" if m else "no release"
@@ -113,7 +121,7 @@ def _accuracy_table(
     clean = _clean_row(result)
     base = _cell(clean, what, "release", mode, clfs) if clean else "–"
     lines.append(
-        f"Clean baseline: {base}; chance {_num(chance)}. ε per feature per chunk; "
+        f"Clean baseline: {base}; chance {_num(chance)}. {_axis(result)}; "
         "user-level ε of one recording = ε × the factor in the last column."
     )
     lines.append("")
@@ -349,7 +357,7 @@ def _accuracy_figure(
             ax.set_xscale("log")
             ax.set_ylim(0, 1.02)
             ax.set_title(f"{CLASSIFIER_LABELS[clf]} ({'majority vote' if r else 'per window'})")
-            ax.set_xlabel("ε per feature per chunk")
+            ax.set_xlabel(_axis(result))
             if c == 0:
                 ax.set_ylabel("accuracy")
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -376,9 +384,9 @@ def _utility_figure(result: Result, path: Path) -> Path:
         axes[1].plot(
             eps, [u.get("rmse_over_range") or math.nan for u in utils], label=key, **_style(key)
         )
-    axes[0].set(xscale="log", yscale="log", xlabel="ε per feature per chunk", ylabel="1/|NMSE|")
+    axes[0].set(xscale="log", yscale="log", xlabel=_axis(result), ylabel="1/|NMSE|")
     axes[0].set_title("utility (paper eq. 6; higher is better)")
-    axes[1].set(xscale="log", xlabel="ε per feature per chunk", ylabel="RMSE / public range")
+    axes[1].set(xscale="log", xlabel=_axis(result), ylabel="RMSE / public range")
     axes[1].set_title("error relative to the public range (lower is better)")
     if axes[1].get_legend_handles_labels()[0]:
         axes[1].legend(fontsize=7, ncol=2)

@@ -30,6 +30,7 @@ from gazeguard.eval.harness import (
     EvalSettings,
     FeatureBounds,
     MechanismFactory,
+    budget_factory,
     evaluate_configuration,
     gazeguard_factory,
 )
@@ -58,6 +59,9 @@ class GridConfig:
         cache_dir: feature cache (None: no cache).
         tolerance: "at chance" means re-identification ≤ 1/people + tolerance.
         correlation_lag: largest lag of the correlation analysis, steps.
+        per_hour_noise: ``"laplace"`` or ``"gaussian"`` when ``epsilons`` are user-level ε per
+            hour of gaze (budget mode: the noise the sidecar would calibrate), else ``None``
+            (ε per feature per chunk, the paper's axis).
         sensitivity: ``"public"`` (the registry's bounds: the product's guarantee) or
             ``"paper"`` (Bozkir et al.'s data-dependent eq. 7, CFPA/DCFPA only; NOT private,
             to reproduce the paper: :mod:`gazeguard.eval.paper`).
@@ -74,6 +78,7 @@ class GridConfig:
     tolerance: float = 0.02
     correlation_lag: int = 40
     sensitivity: Literal["public", "paper"] = "public"
+    per_hour_noise: str | None = None
 
 
 def public_bounds(names: Sequence[str], window_s: float, step_s: float) -> FeatureBounds:
@@ -318,6 +323,12 @@ def evaluate_dataset(
     if grid.sensitivity == "paper" and factory is None:
         progress(f"{dataset.name}: {NOT_PRIVATE}")
         factory = paper_factory(table, cols, sub, grid.k)
+    elif grid.per_hour_noise is not None and factory is None:
+        progress(
+            f"{dataset.name}: ε axis = user-level ε per hour of gaze at δ 1e-6 "
+            f"({grid.per_hour_noise} noise calibrated by the accountant)"
+        )
+        factory = budget_factory(sub, grid.k, grid.step_s, grid.per_hour_noise)
     rows = run_jobs(
         table, cols, sub, grid, progress=progress, factory=factory, label=f"{dataset.name}: "
     )
@@ -356,6 +367,8 @@ def evaluate_dataset(
             else f"INSECURE reproducible seed {s.insecure_seed}",
             "tolerance": grid.tolerance,
             "sensitivity": "public" if grid.sensitivity == "public" else NOT_PRIVATE,
+            "axis": "per-hour" if grid.per_hour_noise is not None else "per-chunk",
+            "noise_family": grid.per_hour_noise or "laplace",
             "elapsed_s": time.perf_counter() - t0,
         },
         "correlation": correlation,
