@@ -15,11 +15,18 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
+from hypothesis import settings
 
 from gazeguard.message import ChunkMessage, StatusMessage
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+# Hypothesis: the test command is deterministic (same examples every run, so a red CI run is a
+# reproducible defect, not luck); `GAZEGUARD_HYPOTHESIS=explore` draws fresh examples to hunt bugs.
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("GAZEGUARD_HYPOTHESIS", "repeatable"))
 
 
 def free_port() -> int:

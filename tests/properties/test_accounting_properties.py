@@ -149,7 +149,8 @@ def test_epsilon_at_most_pure_and_monotone_in_counts(
     assert c.delta_at(c.epsilon) <= delta * (1 + 1e-9) + 1e-15
     for event, count in counts.items():  # one more release of an event already there
         more = compose({**counts, event: count + 1}, delta)
-        assert more.epsilon >= c.epsilon
+        # monotone up to floating-point rounding of the hockey-stick sum (seen: 1e-13 relative)
+        assert more.epsilon >= c.epsilon * (1 - 1e-12)
         assert more.pure_epsilon >= c.pure_epsilon
     # insertion order does not matter: one cached result
     assert compose(dict(reversed(list(counts.items()))), delta) is c
