@@ -414,6 +414,47 @@ def test_processes_never_overspend_and_never_lose_a_committed_charge(location: s
         assert ledger.verify() == []
 
 
+OPENER = """
+import sys
+from gazeguard.ledger import Ledger
+print("ready", flush=True)
+sys.stdin.readline()  # start together
+for _ in range(int(sys.argv[2])):
+    Ledger(sys.argv[1]).close()
+"""
+
+
+def test_processes_opening_one_new_file_together_all_get_the_ledger(tmp_path: Path) -> None:
+    """Workers of a fleet start together on one new file: the switch to WAL answers 'database
+    is locked' at once to all but one (SQLite calls no busy handler for it); each open retries
+    within its timeout instead of failing. Several fresh files, four processes each: before the
+    retry about one file in three failed here."""
+    for trial in range(6):
+        path = tmp_path / f"new-{trial}.sqlite"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPENER, str(path), "10"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ready\n"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        for proc in procs:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+        with Ledger(path, create=False) as ledger:
+            assert ledger.verify() == []
+
+
 KILLED = """
 import sys, time
 from gazeguard.ledger import Ledger, _store

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,6 +76,12 @@ class _SqliteSql:
         return self._conn.execute(sql, params).rowcount
 
 
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused for another connection's lock (retry), not for a broken file."""
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
 class SqliteBackend:
     """A ledger in one SQLite file (WAL mode), shared safely by threads and processes.
 
@@ -116,13 +123,7 @@ class SqliteBackend:
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open ledger {self.location!r}: {exc}") from exc
         try:
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                msg = f"journal_mode is {mode!r}, WAL is required (is the file on a local disk?)"
-                raise LedgerError(f"ledger {self.location!r}: {msg}")
-            self._conn.execute(f"PRAGMA synchronous={synchronous}")
-            self._init_schema(create)
-            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._open(synchronous, create, time.monotonic() + timeout_s)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise LedgerError(
@@ -132,6 +133,36 @@ class SqliteBackend:
         except GazeguardError:
             self._conn.close()
             raise
+
+    def _open(self, synchronous: Synchronous, create: bool, deadline: float) -> None:
+        """Switch to WAL, set durability, create or check the schema; retry while locked.
+
+        Two processes opening one fresh file race on the switch to WAL, which needs an
+        exclusive lock and (unlike a write) answers ``SQLITE_BUSY`` at once instead of calling
+        the busy handler; so does a connection that meets another one's WAL recovery. Every
+        step here is idempotent, so the open is retried with a short backoff until
+        ``deadline`` (``time.monotonic()`` seconds), the writer's ``timeout_s``.
+        """
+        pause = 0.005
+        while True:
+            try:
+                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    msg = f"journal_mode is {mode!r}, WAL is required (is it on a local disk?)"
+                    raise LedgerError(f"ledger {self.location!r}: {msg}")
+                self._conn.execute(f"PRAGMA synchronous={synchronous}")
+                self._init_schema(create)
+                self._conn.execute("PRAGMA foreign_keys=ON")
+                return
+            except (sqlite3.OperationalError, LedgerError) as exc:
+                cause = exc.__cause__ if isinstance(exc, LedgerError) else exc
+                busy = isinstance(cause, sqlite3.OperationalError) and _is_busy(cause)
+                if not busy or time.monotonic() + pause > deadline:
+                    raise
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.2)
 
     def _init_schema(self, create: bool) -> None:
         with self.write() as sql:
