@@ -277,8 +277,9 @@ class Fleet:
         will = aiomqtt.Will(alive, b"offline", qos=1, retain=True)
         async with _client(raw, f"gazeguard-worker-{self.worker_id}", will) as client:
             self._attempt = 0  # connected: the next outage starts its backoff afresh
-            await client.publish(alive, b"online", qos=1, retain=True)
+            # Subscribed first, then "online": a retained online means this worker can claim.
             await client.subscribe(f"$share/{fleet.share_group}/{hello}", qos=1)
+            await client.publish(alive, b"online", qos=1, retain=True)
             now = time.monotonic()
             for session, entry in self.sessions.items():  # resume after a reconnect
                 entry.last_seen = now  # the outage is not the device's silence

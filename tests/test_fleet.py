@@ -77,7 +77,7 @@ def test_mqtt_fleet_spreads_sessions_over_workers_and_charges_each_once(
 ) -> None:
     workers = [start_worker(tmp_path, mosquitto, "--source", "mqtt") for _ in range(2)]
     try:
-        time.sleep(2.5)  # both workers import and subscribe
+        wait_online(mosquitto, 2)
         broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
         # A stale retained owner (a worker that died long ago) must not pass for a claim.
         ghost = json.dumps({"worker": "ghost", "time": 0.0, "nonce": "old"})
@@ -90,7 +90,11 @@ def test_mqtt_fleet_spreads_sessions_over_workers_and_charges_each_once(
             return await asyncio.gather(*(_device(broker, f"s{i}", i) for i in range(6)))
 
         owners = asyncio.run(devices())
-        time.sleep(1.5)  # the last chunks are charged and published
+        deadline = time.monotonic() + 30  # the last chunks are charged
+        while time.monotonic() < deadline:
+            if min(charges(tmp_path / "ledger.sqlite", f"hmd.s{i}") for i in range(6)) >= 15:
+                break
+            time.sleep(0.2)
     finally:
         errs = [stop_worker(w) for w in workers]
     assert len(set(owners)) == 2, f"both workers should serve sessions: {owners}"
@@ -155,12 +159,23 @@ def liveness(sub: Subscriber) -> dict[str, bytes]:
 
 
 async def until(predicate: Callable[[], bool], within_s: float) -> None:
-    """Poll ``predicate`` every 20 ms until it holds or ``within_s`` seconds pass."""
+    """Poll ``predicate`` every 20 ms until it holds; fail after ``within_s`` seconds."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if predicate():
             return
         await asyncio.sleep(0.02)
+    raise AssertionError(f"condition not met within {within_s:g} s")
+
+
+def wait_online(broker: MosquittoBroker, n: int) -> None:
+    """Block until ``n`` workers say ``online`` (retained; a worker says so once subscribed)."""
+    sub = Subscriber(broker, f"ready-{time.monotonic_ns()}")
+    try:
+        online = lambda: sum(v == b"online" for v in liveness(sub).values()) >= n  # noqa: E731
+        assert sub.wait_for(online, 60), f"{n} workers did not come online: {liveness(sub)}"
+    finally:
+        sub.close()
 
 
 @pytest.mark.network
@@ -202,14 +217,15 @@ def test_a_killed_workers_session_moves_to_another_worker(
             return sender
 
     try:
-        time.sleep(2.5)  # both workers import and subscribe
+        wait_online(mosquitto, 2)
         sender = asyncio.run(device())
         # 28 s more gaze on the new worker: its window starts empty, then ~16 more chunks.
         assert sub.wait_for(lambda: charged() >= before_kill + 12, timeout=30), charged()
-        time.sleep(1.0)  # the last charges are published
-        n = charged()
-        assert sub.wait_for(
-            lambda: {c.chunk_index for c in sub.chunks() if c.session == session} == set(range(n)),
+        assert sub.wait_for(  # (the live worker may still be charging the last chunks)
+            lambda: (
+                {c.chunk_index for c in sub.chunks() if c.session == session}
+                == set(range(charged()))
+            ),
             timeout=15,
         ), "every charged chunk, the dead worker's included, reaches the subscriber"
     finally:
@@ -257,9 +273,11 @@ def test_a_released_session_is_claimed_again_when_the_device_resumes(
             return sender, during_pause
 
     try:
-        time.sleep(2.5)  # the worker imports and subscribes
+        wait_online(mosquitto, 1)
         sender, during_pause = asyncio.run(device())
-        time.sleep(1.5)  # the last chunks are charged
+        deadline = time.monotonic() + 30  # the last chunks are charged
+        while charges(tmp_path / "ledger.sqlite", "hmd.pause") < 5 and time.monotonic() < deadline:
+            time.sleep(0.2)
     finally:
         err = stop_worker(worker)
     assert during_pause is None
@@ -307,7 +325,7 @@ def test_a_broker_restart_loses_no_block_and_keeps_the_sessions_worker(
             return sender
 
     try:
-        time.sleep(2.5)  # both workers import and subscribe
+        wait_online(mosquitto, 2)
         sender = asyncio.run(device())
         # 40 s of uninterrupted gaze, a 2 s window and 1.6 s chunks: 23 chunks.
         deadline = time.monotonic() + 30
@@ -337,14 +355,17 @@ def test_forward_sends_a_headsets_lsl_stream_to_a_fleet_worker(
     head.start()
     worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
     try:
-        time.sleep(2.5)  # the worker imports and subscribes
+        wait_online(mosquitto, 1)
         cmd = [
             sys.executable, "-m", "gazeguard", "forward", "--broker",
             f"{mosquitto.host}:{mosquitto.port}", "--device", "hmd", "--stream-name", name,
             "--duration", "9",
         ]  # fmt: skip
         fwd = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-        time.sleep(1.0)  # the last chunk is charged
+        deadline = time.monotonic() + 30  # the last chunks are charged
+        path, session = tmp_path / "ledger.sqlite", f"hmd.{name}-src"
+        while charges(path, session) < 3 and time.monotonic() < deadline and fwd.returncode == 0:
+            time.sleep(0.2)
     finally:
         err = stop_worker(worker)
         head.stop()
