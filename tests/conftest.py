@@ -149,3 +149,32 @@ def unique_id(request: pytest.FixtureRequest) -> str:
     """A name unique to this test run: for LSL source ids, MQTT topics and sessions."""
     name = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40]
     return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test that fails with an exception group reports its leaf exceptions first.
+
+    A group's native traceback starts with pytest's own frames and ends with the errors that
+    matter; CI logs are cut from the end, so the cause would be lost.
+    """
+    report = yield
+    excinfo = call.excinfo
+    if excinfo is not None and isinstance(excinfo.value, BaseExceptionGroup):
+        import traceback  # noqa: PLC0415 - only on failure
+
+        leaves = _leaves(excinfo.value)
+        text = "".join(
+            f"--- leaf {i + 1}/{len(leaves)}: "
+            + "".join(traceback.format_exception(leaf, limit=-12))
+            for i, leaf in enumerate(leaves)
+        )
+        report.longrepr = f"{type(excinfo.value).__name__} with {len(leaves)} leaves:\n{text}"
+    return report
