@@ -31,7 +31,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,9 @@ from gazeguard.eval.attacks import (
 )
 from gazeguard.eval.grid import MechanismSpec
 from gazeguard.eval.metrics import nmse, user_level_epsilon, utility
+
+if TYPE_CHECKING:
+    from gazeguard.mechanisms import Bounds
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -73,48 +76,77 @@ class FeatureBounds:
 MechanismFactory = Callable[[MechanismSpec, int, float, "int | None"], Releaser]
 
 
+@dataclass(frozen=True)
+class BudgetFactory:
+    """The production mechanisms with the noise the sidecar would calibrate for a user-level
+    budget of ``epsilon`` per hour of gaze at ``delta`` (:mod:`gazeguard.budget`): F released
+    features, ⌈3600/(n·s)⌉ + 1 chunks per hour. ``epsilon`` is the per-hour budget here.
+
+    A picklable :data:`MechanismFactory` (the evaluation's worker processes are started fresh,
+    see :func:`gazeguard.eval.runner.run_jobs`).
+    """
+
+    bounds: FeatureBounds
+    k: int | str
+    step_s: float
+    noise: str = "laplace"
+    delta: float = 1e-6
+
+    def __call__(self, spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
+        from gazeguard.budget import chunks_per_window, noise_multiplier_for  # noqa: PLC0415
+        from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415 - heavy import
+
+        f = int(np.asarray(self.bounds.lo).size)
+        chunks = 1 if spec.family == "fpa" else chunks_per_window(3600.0, n * self.step_s)
+        ratio = noise_multiplier_for(
+            self.noise, features=f, chunks=chunks, budget=epsilon, delta=self.delta, max_m=n
+        )
+        kw: dict[str, Any] = {
+            "n": n, "noise_multiplier": ratio, "bounds": _bounds(self.bounds), "seed": seed,
+            "noise": self.noise,
+        }  # fmt: skip
+        if spec.family != "lpa":
+            kw.update(k=self.k, transform=spec.transform or "dft")
+        mech: Releaser = make_mechanism(spec.family, **kw)
+        return mech
+
+
 def budget_factory(
     bounds: FeatureBounds, k: int | str, step_s: float, noise: str = "laplace", delta: float = 1e-6
 ) -> MechanismFactory:
-    """The production mechanisms with the noise the sidecar would calibrate for a user-level
-    budget of ``epsilon`` per hour of gaze at ``delta`` (:mod:`gazeguard.budget`): F released
-    features, ⌈3600/(n·s)⌉ + 1 chunks per hour. ``epsilon`` is the per-hour budget here."""
-    from gazeguard.budget import chunks_per_window, noise_multiplier_for  # noqa: PLC0415
-    from gazeguard.mechanisms import Bounds, make_mechanism  # noqa: PLC0415 - heavy import
+    """:class:`BudgetFactory` (the noise for a user-level budget per hour)."""
+    return BudgetFactory(bounds, k, step_s, noise, delta)
 
-    b = Bounds(lo=bounds.lo, hi=bounds.hi, max_step=bounds.max_step)
-    f = int(np.asarray(bounds.lo).size)
 
-    def factory(spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
-        chunks = 1 if spec.family == "fpa" else chunks_per_window(3600.0, n * step_s)
-        ratio = noise_multiplier_for(
-            noise, features=f, chunks=chunks, budget=epsilon, delta=delta, max_m=n
-        )
-        kw: dict[str, Any] = {
-            "n": n, "noise_multiplier": ratio, "bounds": b, "seed": seed, "noise": noise,
-        }  # fmt: skip
+@dataclass(frozen=True)
+class GazeguardFactory:
+    """The production mechanisms (``gazeguard.mechanisms.make_mechanism``) for these bounds,
+    ``epsilon`` per chunk and feature; picklable like :class:`BudgetFactory`."""
+
+    bounds: FeatureBounds
+    k: int | str
+
+    def __call__(self, spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
+        from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415 - heavy import
+
+        kw: dict[str, Any] = {"n": n, "epsilon": epsilon, "bounds": _bounds(self.bounds)}
+        kw["seed"] = seed
         if spec.family != "lpa":
-            kw.update(k=k, transform=spec.transform or "dft")
+            kw.update(k=self.k, transform=spec.transform or "dft")
         mech: Releaser = make_mechanism(spec.family, **kw)
         return mech
-
-    return factory
 
 
 def gazeguard_factory(bounds: FeatureBounds, k: int | str) -> MechanismFactory:
-    """The production mechanisms (``gazeguard.mechanisms.make_mechanism``) for these bounds."""
-    from gazeguard.mechanisms import Bounds, make_mechanism  # noqa: PLC0415 - heavy import
+    """:class:`GazeguardFactory` (the production mechanisms at ε per chunk and feature)."""
+    return GazeguardFactory(bounds, k)
 
-    b = Bounds(lo=bounds.lo, hi=bounds.hi, max_step=bounds.max_step)
 
-    def factory(spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
-        kw: dict[str, Any] = {"n": n, "epsilon": epsilon, "bounds": b, "seed": seed}
-        if spec.family != "lpa":
-            kw.update(k=k, transform=spec.transform or "dft")
-        mech: Releaser = make_mechanism(spec.family, **kw)
-        return mech
+def _bounds(bounds: FeatureBounds) -> Bounds:
+    """The mechanisms' :class:`~gazeguard.mechanisms.Bounds` of these feature bounds."""
+    from gazeguard.mechanisms import Bounds  # noqa: PLC0415 - heavy import
 
-    return factory
+    return Bounds(lo=bounds.lo, hi=bounds.hi, max_step=bounds.max_step)
 
 
 @dataclass

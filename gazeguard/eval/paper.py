@@ -26,7 +26,7 @@ report the nominal ε, and the run's metadata and tables say that it is not diff
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,9 @@ from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
 from gazeguard.eval.grid import MechanismSpec
 from gazeguard.eval.harness import FeatureBounds, MechanismFactory, Releaser
+
+if TYPE_CHECKING:
+    from gazeguard.mechanisms import Bounds
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -129,52 +132,73 @@ class OracleK:
         return out
 
 
-def paper_factory(
-    table: FeatureTable, cols: IntArray, bounds: FeatureBounds, k: int | str
-) -> MechanismFactory:
+class PaperFactory:
     """Production CFPA/DCFPA at the ε that gives the paper's noise scale, with the paper's
     oracle k (see the module doc). ``k`` is ignored unless an integer (then fixed, no oracle).
 
-    Other families raise :class:`~gazeguard.errors.ConfigError` (the row is skipped).
+    Other families raise :class:`~gazeguard.errors.ConfigError` (the row is skipped). A
+    picklable :data:`~gazeguard.eval.harness.MechanismFactory` (worker processes are fresh).
     """
-    from gazeguard.mechanisms import Bounds, make_mechanism  # noqa: PLC0415 - heavy import
-    from gazeguard.mechanisms.registry import kept_coefficients, max_k  # noqa: PLC0415
 
-    b = Bounds(lo=bounds.lo, hi=bounds.hi, max_step=bounds.max_step)
-    ratios: dict[tuple[str, int, int, str], FloatArray] = {}
-    eq7: dict[tuple[str, int], FloatArray] = {}
+    def __init__(
+        self, table: FeatureTable, cols: IntArray, bounds: FeatureBounds, k: int | str
+    ) -> None:
+        self.table, self.cols, self.bounds, self.k = table, cols, bounds, k
+        self._ratios: dict[tuple[str, int, int, str], FloatArray] = {}
+        self._eq7: dict[tuple[str, int], FloatArray] = {}
 
-    def paper(family: str, n: int) -> FloatArray:
+    def _bounds(self) -> Bounds:
+        from gazeguard.mechanisms import Bounds  # noqa: PLC0415 - heavy import
+
+        b = self.bounds
+        return Bounds(lo=b.lo, hi=b.hi, max_step=b.max_step)
+
+    def paper(self, family: str, n: int) -> FloatArray:
         """Δ2_paper per feature (cached per family and n)."""
-        if (family, n) not in eq7:
-            eq7[family, n] = paper_sensitivity(table, cols, n, difference=family == "dcfpa")
-        return eq7[family, n]
+        if (family, n) not in self._eq7:
+            self._eq7[family, n] = paper_sensitivity(
+                self.table, self.cols, n, difference=family == "dcfpa"
+            )
+        return self._eq7[family, n]
 
-    def ratio(family: str, n: int, kk: int, transform: str) -> FloatArray:
+    def ratio(self, family: str, n: int, kk: int, transform: str) -> FloatArray:
         """Δ1_public / (√m·Δ2_paper) per feature (cached per family, n, k and transform)."""
-        key = (family, n, kk, transform)
-        if key not in ratios:
-            probe = make_mechanism(family, n=n, k=kk, epsilon=1.0, bounds=b, transform=transform)
-            public = probe.sensitivity
-            scale = np.sqrt(kept_coefficients(transform, kk)) * paper(family, n)
-            # A feature no two people differ in gets the smallest noise the grid allows.
-            ratios[key] = public / np.maximum(scale, public * 1e-6)
-        return ratios[key]
+        from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415 - heavy import
+        from gazeguard.mechanisms.registry import kept_coefficients  # noqa: PLC0415
 
-    def factory(spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
+        key = (family, n, kk, transform)
+        if key not in self._ratios:
+            probe = make_mechanism(
+                family, n=n, k=kk, epsilon=1.0, bounds=self._bounds(), transform=transform
+            )
+            public = probe.sensitivity
+            scale = np.sqrt(kept_coefficients(transform, kk)) * self.paper(family, n)
+            # A feature no two people differ in gets the smallest noise the grid allows.
+            self._ratios[key] = public / np.maximum(scale, public * 1e-6)
+        return self._ratios[key]
+
+    def __call__(self, spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
+        from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415 - heavy import
+        from gazeguard.mechanisms.registry import max_k  # noqa: PLC0415
+
         if spec.family not in PAPER_FAMILIES:
             msg = f"the paper's sensitivity is implemented for {', '.join(PAPER_FAMILIES)} only"
             raise ConfigError("sensitivity", "paper", msg, "argument")
         transform = spec.transform or "dft"
-        kw: dict[str, Any] = {"n": n, "bounds": b, "transform": transform}
+        kw: dict[str, Any] = {"n": n, "bounds": self._bounds(), "transform": transform}
 
         def build(kk: int, s: int | None) -> Releaser:
-            eps = epsilon * ratio(spec.family, n, kk, transform)
+            eps = epsilon * self.ratio(spec.family, n, kk, transform)
             return make_mechanism(spec.family, epsilon=eps, k=kk, seed=s, **kw)
 
-        if isinstance(k, int):
-            return build(k, seed)
+        if isinstance(self.k, int):
+            return build(self.k, seed)
         candidates = range(1, max_k(transform, n) + 1)
         return OracleK({kk: build(kk, None if seed is None else seed + kk) for kk in candidates})
 
-    return factory
+
+def paper_factory(
+    table: FeatureTable, cols: IntArray, bounds: FeatureBounds, k: int | str
+) -> MechanismFactory:
+    """:class:`PaperFactory` (the paper's noise scale; not a privacy guarantee)."""
+    return PaperFactory(table, cols, bounds, k)
