@@ -7,16 +7,24 @@ without it the command says so in one line.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gazeguard.cli._common import ExitCode, get_console, stdout
 from gazeguard.errors import ConfigError
 from gazeguard.eval.attacks import CLASSIFIERS
-from gazeguard.eval.datasets import PUBLIC_DATASETS, DataNotFoundError, open_dataset
+from gazeguard.eval.datasets import PUBLIC_DATASETS, DataNotFoundError, Dataset, open_dataset
+from gazeguard.eval.frontier import (
+    ReleasePoint,
+    evaluate_frontier,
+    frontier_figure,
+    frontier_table,
+)
 from gazeguard.eval.grid import (
     FULL_MECHANISMS,
     PAPER_EPSILONS,
@@ -202,6 +210,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "family, as `gazeguard run` does; rows report it and a recording's user-level ε",
     )
     g.add_argument(
+        "--profile",
+        metavar="NAME|FILE",
+        help="release only this release profile's features (e.g. activity; gazeguard profile "
+        "list), as `gazeguard run --profile` does (default: every feature that varies)",
+    )
+    g.add_argument(
+        "--frontier",
+        action="store_true",
+        help="every release kind on one privacy-utility plane per dataset: feature streams of "
+        "all features and of --profile (default activity), and private labels from the "
+        "profile's label model at several decision cadences, all at user-level ε per hour "
+        "(--per-hour, default laplace; --epsilons, default 1,10,100); writes frontier.md, "
+        "frontier.json and DATASET-frontier.png",
+    )
+    g.add_argument(
         "--sensitivity",
         choices=("public", "paper"),
         default="public",
@@ -356,6 +379,50 @@ def _mechanisms(text: str | None, quick: bool) -> list[MechanismSpec]:
     return specs
 
 
+def _profile_features(name: str | None) -> tuple[tuple[str, ...] | None, str | None]:
+    """The features to release and the profile's name (``None, None``: all features)."""
+    if name is None:
+        return None, None
+    from gazeguard.profiles import load_profile  # noqa: PLC0415
+
+    profile = load_profile(name)
+    return tuple(profile.features), profile.name
+
+
+def run_frontier(
+    datasets: Sequence[Dataset], grid: GridConfig, profile: str, out: Path, *, quick: bool
+) -> int:
+    """``gazeguard eval --frontier``: every release kind per dataset on one plane; writes
+    ``frontier.json``, ``frontier.md`` and ``DATASET-frontier.png`` in ``out``."""
+    t0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    done: list[dict[str, Any]] = []
+    md: list[str] = ["# Privacy-utility frontier: every release kind at user-level ε per hour", ""]
+    for ds in datasets:
+        res = evaluate_frontier(ds, grid, profile, quick=quick)
+        done.append(res)
+        pts = [ReleasePoint(**{k: v for k, v in p.items() if k != "kept"}) for p in res["points"]]
+        meta = res["meta"]
+        common = {
+            "chance_task": meta["chance_task"],
+            "chance_reid": meta["chance_reid"],
+            "tolerance": meta["tolerance"],
+        }
+        limits = {float(b): v for b, v in res["label_limits"].items()}
+        md += [*frontier_table(ds.name, pts, limits=limits, **common), ""]
+        frontier_figure(ds.name, pts, path=out / f"{ds.name}-frontier.png", **common)
+        # written after every dataset so a long run leaves usable partial output
+        (out / "frontier.json").write_text(json.dumps(done, indent=1, default=str) + "\n")
+        (out / "frontier.md").write_text("\n".join(md) + "\n")
+    stdout("\n".join(md))
+    stdout(
+        f"\nwrote {out / 'frontier.json'}, {out / 'frontier.md'} and "
+        + ", ".join(f"{d['dataset']}-frontier.png" for d in done)
+        + f" in {out} ({time.perf_counter() - t0:.0f} s)"
+    )
+    return ExitCode.OK
+
+
 def _render(source: Path, out: Path) -> int:
     if not source.is_file():
         raise ConfigError("render", str(source), "file not found", "argument")
@@ -389,7 +456,12 @@ def run(args: argparse.Namespace) -> int:
         insecure_seed=args.insecure_seed,
         per_hour_step_s=args.step if args.per_hour else None,
     )
-    per_hour_grid = [1.0, 10.0, 100.0, 1000.0]
+    if args.frontier:
+        if args.sensitivity != "public":
+            raise ConfigError("frontier", "--sensitivity paper", "the frontier is honest-only")
+        args.per_hour = args.per_hour or "laplace"
+    features, profile = (None, None) if args.frontier else _profile_features(args.profile)
+    per_hour_grid = [1.0, 10.0, 100.0] if args.frontier else [1.0, 10.0, 100.0, 1000.0]
     default_grid = list(QUICK_EPSILONS if quick else PAPER_EPSILONS)
     grid = GridConfig(
         mechanisms=_mechanisms(args.mechanisms, quick),
@@ -403,6 +475,8 @@ def run(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
         sensitivity=args.sensitivity,
         per_hour_noise=args.per_hour,
+        features=features,
+        profile=profile,
     )
     read_options = ReadOptions(
         format=args.format,
@@ -447,6 +521,8 @@ def run(args: argparse.Namespace) -> int:
         console.warn(
             f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
         )
+    if args.frontier:
+        return run_frontier(datasets, grid, args.profile or "activity", args.out, quick=quick)
     t0 = time.perf_counter()
     results = []
     out: Path = args.out

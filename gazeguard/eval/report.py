@@ -106,7 +106,7 @@ def _multiplier(rows: dict[float, Result]) -> str:
     return f"×{m}" if m else "no release"
 
 
-def _clean_row(result: Result) -> Result | None:
+def clean_row(result: Result) -> Result | None:
     return next((r for r in result["rows"] if r["family"] == "none"), None)
 
 
@@ -118,7 +118,7 @@ def _accuracy_table(
     eps = meta["epsilons"]
     head = " \\| ".join(CLASSIFIER_LABELS[c] for c in clfs)
     lines = [f"**{title}** ({head}; mean over {meta['clf_reps']} noisy repetitions)", ""]
-    clean = _clean_row(result)
+    clean = clean_row(result)
     base = _cell(clean, what, "release", mode, clfs) if clean else "–"
     lines.append(
         f"Clean baseline: {base}; chance {_num(chance)}. {_axis(result)}; "
@@ -340,7 +340,7 @@ def _accuracy_figure(
 
     clfs = result["meta"]["classifiers"]
     fig, axes = plt.subplots(2, len(clfs), figsize=(4 * len(clfs), 7), sharey=True, squeeze=False)
-    clean = _clean_row(result)
+    clean = clean_row(result)
     for r, mode in enumerate(("window", "vote")):
         for c, clf in enumerate(clfs):
             ax = axes[r][c]
@@ -436,7 +436,7 @@ def _correlation_figure(result: Result, path: Path) -> Path | None:
     return path
 
 
-def _reid_and_task(row: Result) -> tuple[float, float] | None:
+def reid_and_task(row: Result) -> tuple[float, float] | None:
     """Strongest classifier's per-window re-identification and task accuracy on the release."""
     from gazeguard.eval.runner import best_accuracy  # noqa: PLC0415 - runner imports this module
 
@@ -457,7 +457,7 @@ def tradeoff_points(result: Result) -> list[tuple[str, float | None, float, floa
             continue
         if row.get("split_inside_chunk"):  # FPA: one noise draw on both halves (see † tables)
             continue
-        scores = _reid_and_task(row)
+        scores = reid_and_task(row)
         if scores is not None:
             points.append((str(row["mechanism"]), row["epsilon"], *scores))
     return points
@@ -490,8 +490,8 @@ def tradeoff_figure(runs: Sequence[tuple[str, Result]], path: Path) -> Path:
             xs, ys = zip(*frontier, strict=True)
             ax.step(xs, ys, where="post", color=color, lw=1.5, label=f"{label}: frontier")
     meta = first["meta"]
-    clean = _clean_row(first)
-    clean_scores = None if clean is None else _reid_and_task(clean)
+    clean = clean_row(first)
+    clean_scores = None if clean is None else reid_and_task(clean)
     if clean_scores is not None:
         ax.scatter(*clean_scores, s=120, marker="*", color="black", label="clean", zorder=3)
     ax.axvline(meta["chance_reid"], color="black", lw=1, label="chance")

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from gazeguard import __version__
 from gazeguard.dataset import FeatureTable
-from gazeguard.errors import GazeguardError
+from gazeguard.errors import ConfigError, GazeguardError
 from gazeguard.eval.correlation import correlation_analysis
 from gazeguard.eval.datasets import Dataset
 from gazeguard.eval.grid import RELEASE_FAMILIES, MechanismSpec
@@ -65,6 +65,9 @@ class GridConfig:
         sensitivity: ``"public"`` (the registry's bounds: the product's guarantee) or
             ``"paper"`` (Bozkir et al.'s data-dependent eq. 7, CFPA/DCFPA only; NOT private,
             to reproduce the paper: :mod:`gazeguard.eval.paper`).
+        features: release only these features (a release profile's list, in any order);
+            ``None``: every feature that varies in the dataset.
+        profile: the name of that profile, for the report (``None``: all features).
     """
 
     mechanisms: Sequence[MechanismSpec]
@@ -79,6 +82,8 @@ class GridConfig:
     correlation_lag: int = 40
     sensitivity: Literal["public", "paper"] = "public"
     per_hour_noise: str | None = None
+    features: Sequence[str] | None = None
+    profile: str | None = None
 
 
 def public_bounds(names: Sequence[str], window_s: float, step_s: float) -> FeatureBounds:
@@ -122,7 +127,7 @@ _STATE: dict[str, Any] = {}
 
 @dataclass(frozen=True)
 class _Shared:
-    """What every job of one dataset needs (inherited by forked workers)."""
+    """What every job of one dataset needs (pickled once into each worker)."""
 
     table: FeatureTable
     cols: IntArray
@@ -237,7 +242,11 @@ def run_jobs(
         for i, (spec, eps) in enumerate(jobs):
             report(i, _job(i, spec, eps))
     else:
-        ctx = multiprocessing.get_context("fork")
+        # Fresh workers, not forks: a fork of a process whose OpenMP pool is running (any
+        # scikit-learn k-NN before, e.g. the label evaluation of a previous dataset) deadlocks
+        # in the child. The shared state travels pickled, once per worker.
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["gazeguard.eval.runner"])
         with cf.ProcessPoolExecutor(grid.jobs, ctx, initializer=_init, initargs=init_args) as ex:
             futures = {ex.submit(_job, i, s, e): i for i, (s, e) in enumerate(jobs)}
             for fut in cf.as_completed(futures):
@@ -310,6 +319,17 @@ def evaluate_dataset(
     table = dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress)
     bounds = bounds or public_bounds(table.feature_names, grid.window_s, grid.step_s)
     cols, excluded = select_features(table)
+    if grid.features is not None:
+        wanted = set(grid.features)
+        unknown = sorted(wanted - set(table.feature_names))
+        if unknown:
+            raise ConfigError(
+                "features", ",".join(unknown), f"not in {dataset.name}'s feature table", "argument"
+            )
+        for j in cols.tolist():
+            if table.feature_names[j] not in wanted:
+                excluded[table.feature_names[j]] = f"not in the {grid.profile or 'given'} profile"
+        cols = np.asarray([j for j in cols.tolist() if table.feature_names[j] in wanted], np.intp)
     sub = FeatureBounds(bounds.lo[cols], bounds.hi[cols], bounds.max_step[cols])
     people = sorted(set(table.person.tolist()))
     tasks = sorted(set(table.task.tolist()))
@@ -353,6 +373,7 @@ def evaluate_dataset(
             "chance_reid": 1.0 / len(people),
             "chance_task": 1.0 / len(tasks) if len(tasks) > 1 else None,
             "features_released": [table.feature_names[int(c)] for c in cols],
+            "profile": grid.profile,
             "features_excluded": excluded,
             "k": grid.k,
             "epsilons": list(grid.epsilons),
