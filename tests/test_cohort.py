@@ -1,0 +1,173 @@
+"""Cohort aggregates (`gazeguard.cohort`): a person's contribution is bounded whatever the gaze,
+an hour of buckets composes within the cohort's budget, the noise has the stated σ, and a bucket
+is charged to every contributing session's ledger entry (real SQLite) before its aggregate is
+enqueued."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from gazeguard.accounting import compose
+from gazeguard.cohort import (
+    STREAM,
+    CohortAggregator,
+    contribution,
+    exact_sum,
+    plan_cohort,
+    privatize_sum,
+)
+from gazeguard.cohort_message import CohortMessage, json_schema, shipped_schema
+from gazeguard.errors import ConfigError
+from gazeguard.ledger import Ledger
+from gazeguard.mechanisms.noise import random_source
+
+CLASSES = ("read", "watch", "browse")
+
+
+def small_plan(budget: float = 5.0, classes: tuple[str, ...] = CLASSES, bucket_s: float = 60.0):  # type: ignore[no-untyped-def]
+    return plan_cohort(
+        ["fixation_rate", "pupil_mean"], [0.0, 2.0], [5.0, 8.0], ["1/s", "mm"], classes,
+        bucket_s=bucket_s, budget=budget, delta=5e-7,
+    )  # fmt: skip
+
+
+values = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    X=arrays(np.float64, st.tuples(st.integers(1, 20), st.just(2)), elements=values),
+    P=arrays(np.float64, st.tuples(st.integers(1, 20), st.just(3)), elements=values),
+)
+def test_a_contribution_is_bounded_whatever_the_gaze(X: np.ndarray, P: np.ndarray) -> None:
+    plan = small_plan()
+    P = P[: len(X)] if len(P) >= len(X) else np.resize(P, (len(X), 3))
+    v = contribution(plan, X, P)
+    assert v.shape == (plan.dimension,)
+    assert np.all(np.isfinite(v))
+    assert np.linalg.norm(v) <= plan.sensitivity_l2
+    assert v[-1] == 1.0  # the count
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    budget=st.floats(0.5, 100.0),
+    bucket_s=st.sampled_from([10.0, 60.0, 300.0]),
+    classes=st.sampled_from([(), CLASSES]),
+)
+def test_an_hour_of_buckets_composes_within_the_budget(
+    budget: float, bucket_s: float, classes: tuple[str, ...]
+) -> None:
+    plan = small_plan(budget, classes, bucket_s)
+    assert plan.buckets_per_hour == math.ceil(3600 / bucket_s) + 1
+    eps = compose({plan.event: plan.buckets_per_hour}, plan.delta).epsilon
+    assert eps <= budget * (1 + 1e-9)
+    assert eps >= budget * 0.97  # and the noise is not wastefully large
+    assert plan.sensitivity_l2 == pytest.approx(math.sqrt(2 + bool(classes)))
+    assert plan.sigma >= plan.event.ratio * plan.sensitivity_l2  # the grid only adds noise
+
+
+def test_more_budget_less_noise_and_bad_plans_refused() -> None:
+    assert small_plan(10.0).sigma < small_plan(5.0).sigma < small_plan(1.0).sigma
+    with pytest.raises(ConfigError, match="lo < hi"):
+        plan_cohort(["a"], [1.0], [1.0], [""], (), bucket_s=60, budget=1, delta=1e-6)
+    with pytest.raises(ConfigError, match=">= 2 classes"):
+        plan_cohort([], [], [], [], ("x",), bucket_s=60, budget=1, delta=1e-6)
+    with pytest.raises(ConfigError, match="at least one feature"):
+        plan_cohort([], [], [], [], (), bucket_s=60, budget=1, delta=1e-6)
+
+
+def test_the_noise_has_the_stated_sigma_and_lies_on_the_grid() -> None:
+    plan = small_plan()
+    source = random_source(7)
+    draws = np.stack([privatize_sum(plan, np.zeros(plan.dimension), source) for _ in range(600)])
+    sd = draws.std()
+    assert sd == pytest.approx(plan.sigma, rel=0.05)  # 600 × 6 draws: sd error ≈ 1.2 %
+    grid = float(plan.noise.grid[0])
+    assert np.all(np.rint(draws / grid) * grid == draws)
+
+
+def test_exact_sum_is_correctly_rounded() -> None:
+    parts = np.array([[1e16], [1.0], [-1e16]] * 3)
+    assert exact_sum(parts)[0] == 3.0  # a naive float sum gives 0 or 4
+
+
+def test_schema_file_is_current() -> None:
+    assert shipped_schema() == json.loads(json.dumps(json_schema(), sort_keys=True)), (
+        "cohort.schema.json is stale: python -m gazeguard.cohort_message --write-schema"
+    )
+
+
+def _feed(agg: CohortAggregator, n: int, rng: np.random.Generator, t0: float) -> np.ndarray:
+    """``n`` sessions with 20 vectors each in the bucket starting at ``t0``; their true means."""
+    truth = []
+    for i in range(n):
+        x = np.column_stack([rng.uniform(0, 5, 20), rng.uniform(2, 8, 20)])
+        p = rng.dirichlet(np.ones(3), 20)
+        agg.add("hmd", f"s{i:04d}", x, t0 + np.linspace(1, 59, 20), p)
+        truth.append(x.mean(axis=0))
+    return np.array(truth)
+
+
+def test_a_bucket_charges_every_session_then_enqueues_the_aggregate(tmp_path: Path) -> None:
+    plan = small_plan(budget=5.0)
+    n, bucket = 400, 29_000_000
+    t0 = bucket * 60.0
+    rng = np.random.default_rng(3)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        agg = CohortAggregator(
+            plan, ledger, cohort="lab", worker="w1", profile="activity", model="activity",
+            insecure_seed=11,
+        )  # fmt: skip
+        truth = _feed(agg, n, rng, t0)
+        assert agg.release_due(t0 + 60.0) == []  # the grace period has not passed
+        (rel,) = agg.release_due(t0 + 66.0)
+        assert agg.open_buckets == []
+        msg = rel.message
+        assert len(rel.sessions) == n
+        assert rel.left_out == ()
+        for s in rel.sessions:
+            (c,) = ledger.charges(s, STREAM)
+            assert c.chunk_index == bucket
+        pending = ledger.pending()
+        assert len(pending) == n
+        cohort_items = [p for p in pending if p.topic == "gazeguard/v1/cohort/lab/aggregates"]
+        assert len(cohort_items) == 1
+        assert cohort_items[0].id == max(p.id for p in pending), "the aggregate goes last"
+        receipts = [json.loads(p.payload) for p in pending if p.topic.endswith("/cohort")]
+        assert len(receipts) == n - 1
+        assert {r["bucket"] for r in receipts} == {bucket}
+        payload = json.loads(cohort_items[0].payload)
+        jsonschema.validate(payload, shipped_schema())
+        assert CohortMessage.model_validate(payload) == msg
+        assert ledger.verify() == []
+    assert abs(msg.noisy_count - n) < 5 * plan.sigma
+    assert msg.epsilon_per_hour <= 5.0 + 1e-9
+    means = np.array([f.mean for f in msg.features])
+    sds = np.array([f.sd for f in msg.features])
+    assert np.all(np.abs(means - truth.mean(axis=0)) < 5 * sds + 1e-9)
+    assert sum(msg.shares) == pytest.approx(1.0)
+
+
+def test_sessions_without_budget_are_left_out_before_the_sum(tmp_path: Path) -> None:
+    plan = small_plan(budget=5.0)
+    one, two = (compose({plan.event: k}, 1e-6).epsilon for k in (1, 2))
+    rng = np.random.default_rng(4)
+    with Ledger(tmp_path / "ledger.sqlite", session_cap=(one + two) / 2) as ledger:
+        agg = CohortAggregator(plan, ledger, cohort="lab", worker="w1", insecure_seed=1)
+        _feed(agg, 5, rng, 60.0)
+        (first,) = agg.release_due(1e9)
+        assert len(first.sessions) == 5
+        _feed(agg, 5, rng, 120.0)
+        assert agg.release_due(1e9) == [], "every session's cap is reached: nothing released"
+        assert all(len(ledger.charges(s, STREAM)) == 1 for s in first.sessions)
+        assert len(ledger.pending()) == 5
