@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -370,12 +371,17 @@ class CohortAggregator:
         self._insecure = insecure_seed is not None
         self._source = random_source(insecure_seed)
         self._buckets: dict[int, _Bucket] = {}
+        self._lock = threading.Lock()  # add() on the event loop, release() in a worker thread
+        self._closed_through = -1  # buckets up to this one were released: later rows are late
+        #: Vectors dropped because their bucket had already been released.
+        self.late_vectors = 0
         self._event = {event_key(plan.event): 1}
 
     @property
     def open_buckets(self) -> list[int]:
         """Buckets with contributions not yet released."""
-        return sorted(self._buckets)
+        with self._lock:
+            return sorted(self._buckets)
 
     def add(
         self,
@@ -385,8 +391,10 @@ class CohortAggregator:
         t_unix: npt.ArrayLike,
         probabilities: npt.ArrayLike | None = None,
     ) -> None:
-        """Record clean vectors of one session: ``X`` (T, F) profile features, feature units;
-        ``t_unix`` (T,) each window's end, Unix s; ``probabilities`` (T, C) or ``None``."""
+        """Record clean vectors of one session: ``session`` is its ledger session (receipts go
+        to ``{prefix}/{device}/{session}/cohort``); ``X`` (T, F) profile features, feature
+        units; ``t_unix`` (T,) each window's end, Unix s (non-finite or negative: ignored);
+        ``probabilities`` (T, C) or ``None``."""
         x = np.asarray(X, dtype=np.float64).reshape(-1, len(self.plan.features))
         t = np.asarray(t_unix, dtype=np.float64).reshape(-1)
         if x.shape[0] != t.shape[0]:
@@ -397,25 +405,32 @@ class CohortAggregator:
                 raise ValueError("the plan has classes: pass the class probabilities")
             p = np.asarray(probabilities, dtype=np.float64).reshape(-1, len(self.plan.classes))
         key = (device, session)
-        buckets = np.floor(t / self.plan.bucket_s).astype(np.int64)
-        for b in np.unique(buckets[np.isfinite(t)]):
-            sel = buckets == b
-            bucket = self._buckets.setdefault(int(b), _Bucket())
-            bucket.rows.setdefault(key, []).append(x[sel])
-            if p is not None:
-                bucket.probs.setdefault(key, []).append(p[sel])
+        ok = np.isfinite(t) & (t >= 0)
+        buckets = np.floor(np.where(ok, t, 0.0) / self.plan.bucket_s).astype(np.int64)
+        with self._lock:
+            late = ok & (buckets <= self._closed_through)
+            self.late_vectors += int(late.sum())
+            ok &= ~late
+            for b in np.unique(buckets[ok]):
+                sel = ok & (buckets == b)
+                bucket = self._buckets.setdefault(int(b), _Bucket())
+                bucket.rows.setdefault(key, []).append(x[sel])
+                if p is not None:
+                    bucket.probs.setdefault(key, []).append(p[sel])
 
     def release_due(self, now_unix: float) -> list[CohortRelease]:
         """Release every bucket that ended at least ``grace_s`` before ``now_unix``."""
         end = self.plan.bucket_s
-        due = [b for b in sorted(self._buckets) if (b + 1) * end + self.grace_s <= now_unix]
+        due = [b for b in self.open_buckets if (b + 1) * end + self.grace_s <= now_unix]
         out = [self.release(b) for b in due]
         return [r for r in out if r is not None]
 
     def release(self, bucket: int) -> CohortRelease | None:
         """Release ``bucket`` now (dropping its collected vectors): ``None`` when no session can
         pay for it. Blocks on the ledger's durable commits."""
-        data = self._buckets.pop(bucket, None)
+        with self._lock:
+            data = self._buckets.pop(bucket, None)
+            self._closed_through = max(self._closed_through, bucket)
         if data is None or not data.rows:
             return None
         plan = self.plan
@@ -424,7 +439,7 @@ class CohortAggregator:
         admitted: list[tuple[str, str]] = []
         left_out: list[str] = []
         for key in keys:
-            sid = session_key(*key)
+            sid = key[1]
             try:
                 self.ledger.preview(sid, {STREAM: math.inf}, events=self._event, gaze=span)
             except BudgetExhaustedError:
@@ -457,7 +472,7 @@ class CohortAggregator:
         charged: list[str] = []
         ids: list[int] = []
         for i, (device, session) in enumerate(admitted):
-            sid = session_key(device, session)
+            sid = session
             last = i == len(admitted) - 1
             topic = self.topic if last else f"{self.prefix}/{device}/{session}/cohort"
             body = payload if last else self._receipt(sid, bucket)
@@ -492,8 +507,3 @@ class CohortAggregator:
             "delta": self.plan.delta,
         }
         return json.dumps(body, sort_keys=True).encode()
-
-
-def session_key(device: str, session: str) -> str:
-    """The ledger session of ``session`` on ``device`` (as the fleet names it)."""
-    return f"{device}.{session}"

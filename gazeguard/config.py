@@ -433,6 +433,30 @@ class FleetSettings(_Section):
     discover_every_s: float = Field(2.0, gt=0, description="LSL stream discovery period, s")
 
 
+class CohortSettings(_Section):
+    """Fleet mode: DP aggregates over the sessions a worker serves (:mod:`gazeguard.cohort`),
+    published per bucket on ``{prefix}/cohort/{name}/aggregates``."""
+
+    enabled: bool = Field(False, description="publish cohort aggregates (fleet mode only)")
+    name: str = Field(
+        "default", pattern=r"^[^/+#\s]+$", description="cohort name, one MQTT topic level"
+    )
+    bucket_s: float = Field(60.0, gt=0, description="seconds of gaze per aggregate")
+    budget_share: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="share of ledger.budget_per_hour the aggregates cost each person "
+        "(at δ/2; the chunks get the rest at δ/2)",
+    )
+    model: str | None = Field(
+        None,
+        description="label model whose class histogram is aggregated too (a shipped name or a "
+        ".json path; unset: features only)",
+    )
+    grace_s: float = Field(5.0, ge=0, description="late vectors accepted after a bucket, s")
+
+
 class Settings(BaseSettings):
     """Everything ``gazeguard run`` needs. Defaults run out of the box."""
 
@@ -452,6 +476,7 @@ class Settings(BaseSettings):
     broker: BrokerSettings = BrokerSettings()
     fleet: FleetSettings = FleetSettings()
     labels: LabelSettings = LabelSettings()
+    cohort: CohortSettings = CohortSettings()
 
     @field_validator("device", "session")
     @classmethod
@@ -761,7 +786,18 @@ def validate_settings(settings: Settings) -> list[ConfigProblem]:
     problems += _broker_problems(settings)
     problems += _ledger_problems(settings)
     problems += _label_problems(settings)
+    problems += _cohort_problems(settings)
     return problems
+
+
+def _cohort_problems(settings: Settings) -> list[ConfigProblem]:
+    c = settings.cohort
+    if not c.enabled:
+        return []
+    if settings.ledger.budget_per_hour is None:
+        why = "cohort aggregates are calibrated to ledger.budget_per_hour; set one"
+        return [ConfigProblem("cohort.enabled", True, why)]
+    return []
 
 
 def _label_problems(settings: Settings) -> list[ConfigProblem]:

@@ -64,21 +64,26 @@ import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import aiomqtt
 import numpy as np
 import pylsl
 
 from gazeguard.config import BrokerSettings, Settings
-from gazeguard.errors import PublishError, StreamError
+from gazeguard.errors import ConfigError, PublishError, StreamError
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
 from gazeguard.pipeline import Pipeline
 from gazeguard.publish import Publisher, credentials, tls_context
 from gazeguard.samples import GazeSamples
+
+if TYPE_CHECKING:
+    from gazeguard.cohort import CohortAggregator
+    from gazeguard.labels import LabelModel
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +177,80 @@ class _Session:
         return json.dumps({"worker": worker, "time": time.time(), "nonce": self.nonce}).encode()
 
 
+@dataclass
+class CohortWiring:
+    """A worker's cohort aggregator and what feeds it from each session's clean features."""
+
+    aggregator: CohortAggregator
+    columns: np.ndarray  # the profile's columns among the 48 registry features
+    model: LabelModel | None
+    model_columns: np.ndarray | None
+
+    @classmethod
+    def build(cls, settings: Settings, ledger: Ledger, worker: str, prefix: str) -> CohortWiring:
+        """The plan for the release profile (and model) at the cohort's share of the budget.
+
+        Raises:
+            ConfigError: no per-hour budget, or a model for another window or step.
+        """
+        from gazeguard.cohort import CohortAggregator, plan_cohort  # noqa: PLC0415
+        from gazeguard.features import FEATURES, feature_bounds  # noqa: PLC0415
+        from gazeguard.labels import load_model  # noqa: PLC0415
+
+        c, f = settings.cohort, settings.features
+        budget = settings.ledger.budget_per_hour
+        if budget is None:
+            why = "cohort aggregates are calibrated to ledger.budget_per_hour; set one"
+            raise ConfigError("cohort.enabled", True, why)
+        all_names = [x.name for x in FEATURES]
+        names = list(settings.mechanism.features or all_names)
+        lo, hi, _ = feature_bounds(names, f.window_s, f.step_s)
+        units = [FEATURES[all_names.index(n)].unit for n in names]
+        model = load_model(c.model) if c.model is not None else None
+        if model is not None and (
+            model.spec.window_s != f.window_s or model.spec.step_s != f.step_s
+        ):
+            why = (
+                f"model {model.name!r} was trained on {model.spec.window_s:g} s windows every "
+                f"{model.spec.step_s:g} s; features here are {f.window_s:g} s every {f.step_s:g} s"
+            )
+            raise ConfigError("cohort.model", c.model, why)
+        plan = plan_cohort(
+            names, lo, hi, units, model.classes if model else (),
+            bucket_s=c.bucket_s, budget=c.budget_share * budget, delta=settings.ledger.delta / 2,
+        )  # fmt: skip
+        log.info("worker %s: %s", worker, plan.text())
+        agg = CohortAggregator(
+            plan, ledger, cohort=c.name, worker=worker, topic_prefix=prefix,
+            profile=settings.mechanism.profile or "custom",
+            model=model.name if model else None, grace_s=c.grace_s,
+            insecure_seed=settings.mechanism.insecure_seed,
+        )  # fmt: skip
+        cols = np.array([all_names.index(n) for n in names], dtype=np.intp)
+        mcols = (
+            None
+            if model is None
+            else np.array([all_names.index(n) for n in model.features], dtype=np.intp)
+        )
+        return cls(agg, cols, model, mcols)
+
+    def observer(self, device: str, session: str) -> Callable[[np.ndarray, np.ndarray], None]:
+        """The :attr:`Pipeline.on_features` hook of one session (sample times → Unix)."""
+        from gazeguard.samples import lsl_unix_offset  # noqa: PLC0415
+
+        def observe(X: np.ndarray, t: np.ndarray) -> None:
+            ok = np.all(np.isfinite(X[:, self.columns]), axis=1)
+            if not ok.any():
+                return
+            probs = None
+            if self.model is not None and self.model_columns is not None:
+                probs = self.model.predict_proba(np.nan_to_num(X[ok][:, self.model_columns]))
+            offset = lsl_unix_offset()
+            self.aggregator.add(device, session, X[ok][:, self.columns], t[ok] + offset, probs)
+
+        return observe
+
+
 class Fleet:
     """Many sessions in one process, all charging one ledger and draining one publisher.
 
@@ -190,6 +269,11 @@ class Fleet:
         self.refused = 0
         self.closed: list[str] = []
         self._attempt = 0  # failed raw-broker connections in a row
+        self.cohort: CohortWiring | None = (
+            CohortWiring.build(settings, ledger, self.worker_id, publisher.settings.topic_prefix)
+            if settings.cohort.enabled
+            else None
+        )
 
     def _open_session(self, session: str, topics: RawTopics | None) -> _Session | None:
         if session in self.sessions:
@@ -210,7 +294,10 @@ class Fleet:
             features=self.settings.features,
             mechanism=self.settings.mechanism,
             topic_prefix=self.publisher.settings.topic_prefix,
+            cohort_share=self.settings.cohort.budget_share if self.cohort else None,
         )
+        if self.cohort is not None:
+            pipeline.on_features = self.cohort.observer(self.settings.device, session)
         self.sessions[session] = _Session(pipeline, topics)
         self.publisher.publish_status(pipeline.status("starting"))
         log.info("worker %s: session %r opened", self.worker_id, session)
@@ -242,6 +329,24 @@ class Fleet:
         released = [await asyncio.to_thread(entry.pipeline.release, chunk) for chunk in chunks]
         self.publisher.notify([out for out in released if out is not None])
         self.publisher.publish_status(entry.pipeline.status())
+
+    async def run_cohort(self, stop: asyncio.Event) -> None:
+        """Release every closed cohort bucket (ledger commits in a worker thread), once a second,
+        until ``stop``; the bucket in progress at the stop is not released."""
+        if self.cohort is None:
+            return
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+            released = await asyncio.to_thread(self.cohort.aggregator.release_due, time.time())
+            for r in released:
+                log.info(
+                    "worker %s: cohort %r bucket %d released over %d sessions (%d left out)",
+                    self.worker_id, r.message.cohort, r.message.bucket, len(r.sessions),
+                    len(r.left_out),
+                )  # fmt: skip
+            if released:
+                self.publisher.notify()
 
     # ------------------------------------------------------------------ MQTT raw gaze
     async def run_mqtt(self, stop: asyncio.Event) -> None:

@@ -135,6 +135,9 @@ class Pipeline:
             charged to the same ledger (stream ``labels``) and collected by
             :meth:`take_labels`; the chunk noise is then calibrated to the budget the labels
             leave (:attr:`label_plan`).
+        cohort_share: the share of the hourly budget a fleet worker's cohort aggregates take
+            (:mod:`gazeguard.cohort`, at δ/2); the chunk noise is calibrated to the rest at δ/2.
+            The worker feeds its aggregator through :attr:`on_features`.
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -154,6 +157,7 @@ class Pipeline:
         tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
         clock_offset_s: float | None = None,
         labels: LabelSettings | None = None,
+        cohort_share: float | None = None,
     ) -> None:
         features = features or FeatureSettings()
         mechanism = mechanism or MechanismSettings()
@@ -185,18 +189,26 @@ class Pipeline:
         self.opened = ledger.open_session(session)
         self.label_plan: LabelPlan | None = None
         chunk_budget = self.opened.window_cap
+        chunk_delta = self.opened.delta
+        #: Called with every batch of clean feature vectors ``(X (T, 48), t (T,) sample time)``
+        #: by :meth:`feed`; the trusted cohort aggregator of a fleet worker, nothing else.
+        self.on_features: Callable[[np.ndarray, np.ndarray], None] | None = None
+        if cohort_share is not None and chunk_budget is not None:
+            # Cohort aggregates take their share at δ/2 (gazeguard.cohort); chunks the rest.
+            chunk_budget *= 1.0 - cohort_share
+            chunk_delta /= 2.0
         if labels is not None and labels.enabled:
             from gazeguard.label_stream import plan_labels  # noqa: PLC0415 - optional stage
 
             self.label_plan = plan_labels(
-                labels, features, chunk_budget, self.opened.delta, self.opened.window_s
+                labels, features, chunk_budget, chunk_delta, self.opened.window_s
             )
             chunk_budget = self.label_plan.chunk_budget
         lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
         bounds = Bounds(lo=lo, hi=hi, max_step=max_step)
         self.mechanism = build_mechanism(
             mechanism, names, bounds, features.step_s,
-            budget=chunk_budget, window_s=self.opened.window_s, delta=self.opened.delta,
+            budget=chunk_budget, window_s=self.opened.window_s, delta=chunk_delta,
         )  # fmt: skip
         self._params = MechanismParams.from_mechanism(self.mechanism)
         self._carries = self.mechanism.carries()
@@ -293,6 +305,8 @@ class Pipeline:
         self.stats.steps += len(t)
         if self.labels is not None and len(t):
             self._label_blocks += self.labels.add(X, t)
+        if self.on_features is not None and len(t):
+            self.on_features(X, t)
         chunks = self.chunker.add(X, t)
         if chunks:
             self._completed_at = time.perf_counter()

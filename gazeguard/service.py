@@ -399,6 +399,7 @@ async def serve_fleet(
         run = fleet.run_mqtt if settings.ingest.source == "mqtt" else fleet.run_lsl
         async with asyncio.TaskGroup() as tg:
             tg.create_task(run(stop), name="gazeguard.fleet")
+            tg.create_task(fleet.run_cohort(stop), name="gazeguard.fleet.cohort")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(duration_s):
                     await stop.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import paho.mqtt.publish as publish
+import pylsl
 import pytest
 from conftest import MosquittoBroker, Subscriber
 
@@ -377,3 +379,83 @@ def test_forward_sends_a_headsets_lsl_stream_to_a_fleet_worker(
     # ~9 s of gaze, a 2 s window and 1.6 s chunks: 4 chunks (minus stream start-up).
     assert len(indices) >= 3, (indices, fwd.stderr, err)
     assert indices == list(range(len(indices)))
+
+
+@pytest.mark.network
+def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """`gazeguard run --fleet --cohort lab`: three devices stream 9 s of gaze in real time; every
+    2 s bucket's aggregate reaches a subscriber (schema-valid), each contributing session is
+    charged once per bucket in its own ledger entry, and the chunks still flow. (The label
+    histogram is covered in test_cohort: the shipped model needs 30 s windows.)"""
+    import jsonschema  # noqa: PLC0415
+
+    from gazeguard.cohort_message import CohortMessage, shipped_schema  # noqa: PLC0415
+
+    cmd = [
+        sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--device", "fleet",
+        "--broker", f"{mosquitto.host}:{mosquitto.port}",
+        "--ledger", str(tmp_path / "ledger.sqlite"),
+        "--source", "mqtt", "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
+        "--budget-per-hour", "200", "--features", "fixation_rate,saccade_rate,pupil_mean",
+        "--cohort", "lab", "--bucket-s", "2",
+    ]  # fmt: skip
+    sub = Subscriber(mosquitto, f"sub-{unique_id}")
+    worker = subprocess.Popen(
+        cmd,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "GAZEGUARD_COHORT__GRACE_S": "1"},
+    )
+    broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+
+    async def device(session: str, seed: int) -> None:
+        gaze = simulate_gaze(9.0, 120.0, seed)
+        now = pylsl.local_clock()  # the worker reads sample times on this host's LSL clock
+        gaze = GazeSamples(gaze.timestamps + now, gaze.x_deg, gaze.y_deg, gaze.pupil_mm, gaze.valid)
+        async with RawGazeSender(broker, "hmd", session) as sender:
+            for start in range(0, len(gaze), 12):  # real time: 0.1 s of gaze per 0.1 s
+                await sender.send(gaze.slice(start, start + 12))
+                await asyncio.sleep(0.1)
+
+    try:
+        wait_online(mosquitto, 1)
+
+        async def devices() -> None:
+            await asyncio.gather(*(device(f"c{i}", 20 + i) for i in range(3)))
+
+        asyncio.run(devices())
+        topic = "gazeguard/v1/cohort/lab/aggregates"
+        assert sub.wait_for(lambda: len([m for m in sub.messages if m[0] == topic]) >= 3, 20), (
+            "aggregates of the closed buckets arrive"
+        )
+    finally:
+        err = stop_worker(worker)
+        with sub.lock:
+            messages = list(sub.messages)
+        sub.close()
+    aggregates = [json.loads(p) for t, p, _ in messages if t == topic]
+    for a in aggregates:
+        jsonschema.validate(a, shipped_schema())
+    parsed = [CohortMessage.model_validate(a) for a in aggregates]
+    assert {m.cohort for m in parsed} == {"lab"}
+    assert parsed[0].classes == []  # no --cohort-model: features and count only
+    assert [f.name for f in parsed[0].features] == ["fixation_rate", "saccade_rate", "pupil_mean"]
+    assert all(m.epsilon_per_hour <= 100.0 + 1e-9 for m in parsed)  # half of 200
+    buckets = {m.bucket for m in parsed}
+    with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
+        for i in range(3):
+            charged = [c.chunk_index for c in ledger.charges(f"hmd.c{i}", "cohort")]
+            assert len(charged) == len(set(charged)), "a bucket is charged once per session"
+            assert len(ledger.charges(f"hmd.c{i}")) >= 3, ("the chunks still flow", err)
+        assert ledger.verify() == []
+        # every published aggregate's bucket was charged to at least one session
+        all_charged = {
+            c.chunk_index for i in range(3) for c in ledger.charges(f"hmd.c{i}", "cohort")
+        }
+        assert buckets <= all_charged
+    receipts = [t for t, _, _ in messages if t.endswith("/cohort")]
+    assert receipts, "contributing sessions get a receipt on their own topic"
+    assert {t.split("/")[3] for t in receipts} <= {"hmd.c0", "hmd.c1", "hmd.c2"}

@@ -74,6 +74,20 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     lab.add_argument(
         "--label-share", type=float, help="share of --budget-per-hour for labels (0.5)"
     )
+    coh = parser.add_argument_group("cohort aggregates, fleet mode (the [cohort] section)")
+    coh.add_argument(
+        "--cohort",
+        metavar="NAME",
+        help="publish DP aggregates over this worker's sessions on "
+        "{prefix}/cohort/NAME/aggregates (needs --fleet and a --budget-per-hour)",
+    )
+    coh.add_argument("--bucket-s", type=float, help="seconds of gaze per aggregate (60)")
+    coh.add_argument(
+        "--cohort-share", type=float, help="share of --budget-per-hour for aggregates (0.5)"
+    )
+    coh.add_argument(
+        "--cohort-model", metavar="MODEL", help="also aggregate this label model's class histogram"
+    )
     g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
     g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
     g.add_argument("--ledger", type=Path, help="ledger SQLite file")
@@ -133,6 +147,12 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     put("labels", "decision_s", getattr(args, "decision_s", None))
     put("labels", "epsilon", getattr(args, "label_epsilon", None))
     put("labels", "budget_share", getattr(args, "label_share", None))
+    if getattr(args, "cohort", None):
+        put("cohort", "enabled", True)
+        put("cohort", "name", args.cohort)
+    put("cohort", "bucket_s", getattr(args, "bucket_s", None))
+    put("cohort", "budget_share", getattr(args, "cohort_share", None))
+    put("cohort", "model", getattr(args, "cohort_model", None))
     put("features", "window_s", args.window_s)
     put("features", "step_s", args.step_s)
     put("fleet", "enabled", args.fleet)
