@@ -336,8 +336,9 @@ class CohortAggregator:
     """Collects clean profile features per session and bucket; releases a bucket once closed.
 
     Feed it from the trusted worker (:meth:`add`); call :meth:`release_due` with the current
-    gaze time to release every bucket that ended ``grace_s`` before it. Not thread-safe: one
-    event loop or one thread drives it.
+    Unix time to release every bucket that ended ``grace_s`` before it. :meth:`add` and the
+    releases may run in different threads (a lock guards the buckets); vectors that arrive for
+    a bucket already released are dropped and counted in :attr:`late_vectors`.
 
     Args:
         plan: the calibrated bucket mechanism.
@@ -395,8 +396,9 @@ class CohortAggregator:
         to ``{prefix}/{device}/{session}/cohort``); ``X`` (T, F) profile features, feature
         units; ``t_unix`` (T,) each window's end, Unix s (non-finite or negative: ignored);
         ``probabilities`` (T, C) or ``None``."""
-        x = np.asarray(X, dtype=np.float64).reshape(-1, len(self.plan.features))
         t = np.asarray(t_unix, dtype=np.float64).reshape(-1)
+        f = len(self.plan.features)
+        x = np.asarray(X, dtype=np.float64).reshape(-1, f) if f else np.zeros((t.size, 0))
         if x.shape[0] != t.shape[0]:
             raise ValueError(f"{x.shape[0]} vectors but {t.shape[0]} times")
         p = None

@@ -171,3 +171,20 @@ def test_sessions_without_budget_are_left_out_before_the_sum(tmp_path: Path) -> 
         assert agg.release_due(1e9) == [], "every session's cap is reached: nothing released"
         assert all(len(ledger.charges(s, STREAM)) == 1 for s in first.sessions)
         assert len(ledger.pending()) == 5
+
+
+def test_histogram_only_plans_and_late_vectors(tmp_path: Path) -> None:
+    """Without features the aggregate is a label histogram; vectors for a released bucket are
+    dropped and counted, never summed into a bucket released again."""
+    plan = plan_cohort([], [], [], [], ("a", "b"), bucket_s=60, budget=10, delta=1e-6)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        agg = CohortAggregator(plan, ledger, cohort="c", worker="w", insecure_seed=2)
+        for i in range(5):
+            agg.add("d", f"s{i}", np.zeros((3, 0)), [61.0, 62.0, 63.0], [[0.9, 0.1]] * 3)
+        (rel,) = agg.release_due(1e9)
+        assert rel.message.features == []
+        assert len(rel.message.shares) == 2
+        agg.add("d", "s0", np.zeros((1, 0)), [61.0], [[0.5, 0.5]])
+        assert agg.late_vectors == 1
+        assert agg.open_buckets == []
+        assert agg.release_due(1e9) == []
