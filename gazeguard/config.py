@@ -794,6 +794,9 @@ def _cohort_problems(settings: Settings) -> list[ConfigProblem]:
     c = settings.cohort
     if not c.enabled:
         return []
+    if not settings.fleet.enabled:
+        why = "cohort aggregates are made over a fleet worker's sessions; add --fleet"
+        return [ConfigProblem("cohort.enabled", True, why)]
     if settings.ledger.budget_per_hour is None:
         why = "cohort aggregates are calibrated to ledger.budget_per_hour; set one"
         return [ConfigProblem("cohort.enabled", True, why)]

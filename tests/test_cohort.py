@@ -188,3 +188,15 @@ def test_histogram_only_plans_and_late_vectors(tmp_path: Path) -> None:
         assert agg.late_vectors == 1
         assert agg.open_buckets == []
         assert agg.release_due(1e9) == []
+
+
+def test_cohort_settings_need_fleet_mode_and_a_budget_per_hour() -> None:
+    from gazeguard.config import load_settings, validate_settings  # noqa: PLC0415
+
+    alone = load_settings(None, cohort={"enabled": True})
+    assert [p.field for p in validate_settings(alone)] == ["cohort.enabled"]
+    assert "--fleet" in validate_settings(alone)[0].reason
+    unbounded = load_settings(
+        None, cohort={"enabled": True}, fleet={"enabled": True}, ledger={"budget_per_hour": None}
+    )
+    assert "budget_per_hour" in validate_settings(unbounded)[-1].reason
