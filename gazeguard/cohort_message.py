@@ -7,23 +7,18 @@ derived mean of each profile feature, the noisy label histogram and its shares, 
 noise's standard deviation, and the user-level ε each contributing person was charged. Every
 figure is a post-processing of one Gaussian-mechanism release; nothing per session can be
 expressed. The JSON Schema ships as ``gazeguard/data/cohort.schema.json``
-(``python -m gazeguard.cohort_message --write-schema``).
+(``python -m gazeguard.message --write-schemas`` writes it with the others).
 
 Delivery is at least once; consumers deduplicate by ``(cohort, worker, bucket)``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from collections.abc import Sequence
-from importlib import resources
-from pathlib import Path
-from typing import Annotated, Final, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import Field, model_validator
 
+from gazeguard import message
 from gazeguard.message import FiniteFloat, Name, NoiseSource, Positive, _check_prefix, _Model
 
 COHORT_SCHEMA: Final = "gazeguard.cohort/1"
@@ -125,32 +120,11 @@ def cohort_topic(prefix: str, cohort: str) -> str:
     return f"{prefix}/cohort/{cohort}/aggregates"
 
 
-def json_schema() -> dict[str, object]:
-    """The JSON Schema of :class:`CohortMessage` (by alias)."""
-    return CohortMessage.model_json_schema(by_alias=True)
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of :class:`CohortMessage`, as shipped."""
+    return message.json_schema(CohortMessage)
 
 
-def shipped_schema() -> dict[str, object]:
-    """The schema file shipped in the package (``gazeguard/data/cohort.schema.json``)."""
-    text = resources.files("gazeguard").joinpath("data", SCHEMA_FILE).read_text("utf-8")
-    loaded: dict[str, object] = json.loads(text)
-    return loaded
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gazeguard.cohort_message [--write-schema]``: print or write the schema."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--write-schema", action="store_true", help="write the shipped file")
-    args = parser.parse_args(argv)
-    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
-    if args.write_schema:
-        path = Path(__file__).parent / "data" / SCHEMA_FILE
-        path.write_text(text, "utf-8")
-        sys.stdout.write(f"wrote {path}\n")
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def shipped_schema() -> dict[str, Any]:
+    """``gazeguard/data/cohort.schema.json`` as shipped."""
+    return message.shipped_schema(SCHEMA_FILE)

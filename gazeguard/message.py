@@ -589,10 +589,13 @@ def shipped_schema(filename: str) -> dict[str, Any]:
 
 
 def write_schemas(directory: Path) -> list[Path]:
-    """Write the payload schemas as ``chunk.schema.json`` and ``status.schema.json``."""
+    """Write the payload schemas: ``chunk``, ``status`` and ``cohort`` (``*.schema.json``)."""
+    from gazeguard.cohort_message import SCHEMA_FILE, CohortMessage  # noqa: PLC0415 - imports us
+
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for filename, model in SCHEMA_FILES.items():
+    files: dict[str, type[_Model]] = {**SCHEMA_FILES, SCHEMA_FILE: CohortMessage}
+    for filename, model in files.items():
         path = directory / filename
         path.write_text(json.dumps(json_schema(model), indent=2) + "\n", encoding="utf-8")
         written.append(path)
