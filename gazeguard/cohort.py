@@ -126,10 +126,6 @@ class CohortPlan:
         """User-level ε at δ of a full hour of buckets (≤ ``budget``; the accountant's figure)."""
         return compose({self.event: self.buckets_per_hour}, self.delta).epsilon
 
-    def count_sd(self) -> float:
-        """The noise sd of the count, sessions."""
-        return self.sigma
-
     def mean_sd(self, sessions: int) -> FloatArray:
         """(F,) the noise sd of each feature mean at ``sessions`` contributors, feature units."""
         f = max(len(self.features), 1)
@@ -318,11 +314,10 @@ def build_message(
 
 @dataclass(frozen=True)
 class CohortRelease:
-    """One released bucket: the aggregate, the sessions charged, their outbox ids."""
+    """One released bucket: the aggregate, the sessions charged, those left out (no budget)."""
 
     message: CohortMessage
     sessions: tuple[str, ...]
-    outbox_ids: tuple[int, ...]
     left_out: tuple[str, ...]
 
 
@@ -472,14 +467,13 @@ class CohortAggregator:
         )  # fmt: skip
         payload = message.to_payload()
         charged: list[str] = []
-        ids: list[int] = []
         for i, (device, session) in enumerate(admitted):
             sid = session
             last = i == len(admitted) - 1
             topic = self.topic if last else f"{self.prefix}/{device}/{session}/cohort"
             body = payload if last else self._receipt(sid, bucket)
             try:
-                charge = self.ledger.charge(
+                self.ledger.charge(
                     sid, bucket, {STREAM: math.inf}, topic, body,
                     events=self._event, gaze=span, stream=STREAM,
                 )  # fmt: skip
@@ -492,8 +486,7 @@ class CohortAggregator:
                 )  # fmt: skip
                 return None
             charged.append(sid)
-            ids.append(charge.outbox_id)
-        return CohortRelease(message, tuple(charged), tuple(ids), tuple(left_out))
+        return CohortRelease(message, tuple(charged), tuple(left_out))
 
     def _receipt(self, session: str, bucket: int) -> bytes:
         """What a contributing session's own topic learns: that it paid, and how much."""

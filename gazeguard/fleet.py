@@ -242,11 +242,12 @@ class CohortWiring:
             ok = np.all(np.isfinite(X[:, self.columns]), axis=1)
             if not ok.any():
                 return
+            rows = X[ok]
             probs = None
             if self.model is not None and self.model_columns is not None:
-                probs = self.model.predict_proba(np.nan_to_num(X[ok][:, self.model_columns]))
-            offset = lsl_unix_offset()
-            self.aggregator.add(device, session, X[ok][:, self.columns], t[ok] + offset, probs)
+                probs = self.model.predict_proba(np.nan_to_num(rows[:, self.model_columns]))
+            t_unix = t[ok] + lsl_unix_offset()
+            self.aggregator.add(device, session, rows[:, self.columns], t_unix, probs)
 
         return observe
 

@@ -129,8 +129,9 @@ class GazeguardFactory:
     def __call__(self, spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
         from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415 - heavy import
 
-        kw: dict[str, Any] = {"n": n, "epsilon": epsilon, "bounds": _bounds(self.bounds)}
-        kw["seed"] = seed
+        kw: dict[str, Any] = {
+            "n": n, "epsilon": epsilon, "bounds": _bounds(self.bounds), "seed": seed,
+        }  # fmt: skip
         if spec.family != "lpa":
             kw.update(k=self.k, transform=spec.transform or "dft")
         mech: Releaser = make_mechanism(spec.family, **kw)
