@@ -7,13 +7,16 @@ derived mean of each profile feature, the noisy label histogram and its shares, 
 noise's standard deviation, and the user-level ε each contributing person was charged. Every
 figure is a post-processing of one Gaussian-mechanism release; nothing per session can be
 expressed. The JSON Schema ships as ``gazeguard/data/cohort.schema.json``
-(``python -m gazeguard.message --write-schemas`` writes it with the others).
+(``python -m gazeguard.cohort_message --write-schema``).
 
 Delivery is at least once; consumers deduplicate by ``(cohort, worker, bucket)``.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import Field, model_validator
@@ -128,3 +131,17 @@ def json_schema() -> dict[str, Any]:
 def shipped_schema() -> dict[str, Any]:
     """``gazeguard/data/cohort.schema.json`` as shipped."""
     return message.shipped_schema(SCHEMA_FILE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m gazeguard.cohort_message --write-schema``: write the shipped schema file."""
+    if list(sys.argv[1:] if argv is None else argv) != ["--write-schema"]:
+        sys.stderr.write("usage: python -m gazeguard.cohort_message --write-schema\n")
+        return 2
+    (path,) = message.write_schemas(Path(__file__).parent / "data", {SCHEMA_FILE: CohortMessage})
+    sys.stdout.write(f"wrote {path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

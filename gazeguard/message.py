@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Protocol, Self
@@ -588,14 +588,12 @@ def shipped_schema(filename: str) -> dict[str, Any]:
     return loaded
 
 
-def write_schemas(directory: Path) -> list[Path]:
-    """Write the payload schemas: ``chunk``, ``status`` and ``cohort`` (``*.schema.json``)."""
-    from gazeguard.cohort_message import SCHEMA_FILE, CohortMessage  # noqa: PLC0415 - imports us
-
+def write_schemas(directory: Path, files: Mapping[str, type[_Model]] | None = None) -> list[Path]:
+    """Write payload schemas into ``directory``: ``files`` (file name → model), by default
+    :data:`SCHEMA_FILES` (``chunk.schema.json`` and ``status.schema.json``)."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    files: dict[str, type[_Model]] = {**SCHEMA_FILES, SCHEMA_FILE: CohortMessage}
-    for filename, model in files.items():
+    for filename, model in (SCHEMA_FILES if files is None else files).items():
         path = directory / filename
         path.write_text(json.dumps(json_schema(model), indent=2) + "\n", encoding="utf-8")
         written.append(path)

@@ -103,7 +103,7 @@ def test_exact_sum_is_correctly_rounded() -> None:
 
 def test_schema_file_is_current() -> None:
     assert shipped_schema() == json.loads(json.dumps(json_schema(), sort_keys=True)), (
-        "cohort.schema.json is stale: python -m gazeguard.message --write-schemas"
+        "cohort.schema.json is stale: python -m gazeguard.cohort_message --write-schema"
     )
 
 
