@@ -13,9 +13,12 @@ The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
    contributes ``v = [u/√F, h, 1]``: ``u`` the mean over its vectors of the profile features,
    each clipped to its public bounds ``[lo, hi]`` and mapped to ``[0, 1]``
    (``‖u/√F‖₂ ≤ 1``); ``h`` the mean of the label model's class probabilities over the same
-   vectors (a probability vector, ``‖h‖₂ ≤ 1``); and ``1`` for the count. So
-   ``‖v‖₂ ≤ √blocks =: Δ2`` (blocks = 1 + [F > 0] + [C > 0]) whatever the gaze — the bound
-   comes from the clipping, never from the data.
+   vectors (a probability vector, ``‖h‖₂ ≤ 1``); and ``1`` for the count when there are
+   features (their means need it; a histogram-only plan needs no count coordinate: every ``h``
+   sums to 1, so the histogram's total is the count). So ``‖v‖₂ ≤ √blocks =: Δ2``
+   (blocks = 2·[F > 0] + [C > 0]) whatever the gaze — the bound comes from the clipping, never
+   from the data. A histogram-only plan thus has Δ2 = 1, not √2: σ is √2 smaller for the same
+   budget.
 2. **Mechanism.** ``S = Σ_sessions v`` plus discrete Gaussian noise of ``σ = r·Δ2`` on every
    coordinate, on a power-of-two grid from the OS CSPRNG (:func:`gazeguard.mechanisms.
    calibration.calibrate_noise`: the grid's rounding is paid by inflating σ; the sampler's
@@ -94,7 +97,8 @@ class CohortPlan:
         delta: δ of ``budget``.
         buckets_per_hour: ``⌈3600/bucket_s⌉ + 1``.
         sensitivity_l2: ``Δ2 = √blocks``.
-        noise: the calibrated discrete Gaussian (one feature of ``D = F + C + 1`` coordinates).
+        noise: the calibrated discrete Gaussian (one feature of ``D = F + C + [F > 0]``
+            coordinates).
         event: the accounting event of one bucket, per person.
     """
 
@@ -112,9 +116,14 @@ class CohortPlan:
     event: GaussianEvent
 
     @property
+    def has_count(self) -> bool:
+        """Whether the last coordinate is the count (plans with features)."""
+        return len(self.features) > 0
+
+    @property
     def dimension(self) -> int:
-        """``D = F + C + 1`` noised coordinates per bucket."""
-        return len(self.features) + len(self.classes) + 1
+        """``D = F + C + [F > 0]`` noised coordinates per bucket."""
+        return len(self.features) + len(self.classes) + self.has_count
 
     @property
     def sigma(self) -> float:
@@ -181,9 +190,9 @@ def plan_cohort(
         raise ConfigError("cohort", None, "aggregate at least one feature or a label model")
     if not (math.isfinite(bucket_s) and bucket_s > 0):
         raise ConfigError("cohort.bucket_s", bucket_s, "must be finite and > 0")
-    blocks = 1 + (len(features) > 0) + (len(classes) > 0)
+    blocks = 2 * (len(features) > 0) + (len(classes) > 0)
     l2 = math.sqrt(blocks)
-    dim = len(features) + len(classes) + 1
+    dim = len(features) + len(classes) + (len(features) > 0)
     per_hour = chunks_per_window(3600.0, bucket_s)
     limit = PrivacyLoss.approx(budget, delta, field="cohort budget per hour")
 
@@ -218,7 +227,8 @@ def plan_cohort(
 def contribution(
     plan: CohortPlan, X: npt.ArrayLike, probabilities: npt.ArrayLike | None
 ) -> FloatArray:
-    """One session's bucket contribution ``[u/√F, h, 1]``, (D,), L2 norm ≤ ``Δ2``.
+    """One session's bucket contribution ``[u/√F, h, 1]`` (no count without features), (D,),
+    L2 norm ≤ ``Δ2``.
 
     Args:
         plan: the cohort plan.
@@ -244,7 +254,7 @@ def contribution(
         h = (h / total if total > 1.0 else h) * _SHRINK  # ‖h‖₂ ≤ ‖h‖₁ ≤ 1
     else:
         h = np.zeros(0)
-    return np.concatenate([mean_u, h, [1.0]])
+    return np.concatenate([mean_u, h, [1.0] if plan.has_count else []])
 
 
 def exact_sum(parts: npt.ArrayLike) -> FloatArray:
@@ -277,7 +287,8 @@ def build_message(
 ) -> CohortMessage:
     """Post-process one noisy sum into the published :class:`CohortMessage`."""
     f, c = len(plan.features), len(plan.classes)
-    noisy_count = float(noisy[-1])
+    # a histogram-only plan's count is the histogram's total (every session's h sums to 1)
+    noisy_count = float(noisy[-1]) if plan.has_count else float(noisy[f : f + c].sum()) / _SHRINK
     count = max(1, round(noisy_count))
     root_f = math.sqrt(max(f, 1))
     means = np.clip(plan.lo + (plan.hi - plan.lo) * root_f * noisy[:f] / count, plan.lo, plan.hi)

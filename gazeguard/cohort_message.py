@@ -59,7 +59,8 @@ class CohortMessage(_Model):
         worker: the fleet worker that aggregated.
         bucket: ``⌊t/bucket_s⌋`` of the bucket's gaze time (Unix s).
         bucket_start, bucket_end: the bucket, Unix s.
-        noisy_count: the noisy number of contributing sessions (sum of 1s + Gaussian noise).
+        noisy_count: the noisy number of contributing sessions (sum of 1s + Gaussian noise; for a
+            plan without features, the noisy histogram's total).
         count: ``max(1, round(noisy_count))``, the denominator of every mean (post-processing).
         features: per profile feature, see :class:`CohortFeature`.
         classes: the label model's classes (empty without a label model).

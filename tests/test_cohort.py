@@ -184,6 +184,13 @@ def test_histogram_only_plans_and_late_vectors(tmp_path: Path) -> None:
         (rel,) = agg.release_due(1e9)
         assert rel.message.features == []
         assert len(rel.message.shares) == 2
+        # no count coordinate: a person moves the histogram by ≤ 1 in L2, and its total counts
+        assert plan.dimension == 2
+        assert plan.sensitivity_l2 == 1.0
+        assert rel.message.sensitivity_l2 == 1.0
+        total = sum(rel.message.noisy_histogram)
+        assert rel.message.noisy_count == pytest.approx(total, rel=1e-9)
+        assert rel.message.count == max(1, round(rel.message.noisy_count))
         agg.add("d", "s0", np.zeros((1, 0)), [61.0], [[0.5, 0.5]])
         assert agg.late_vectors == 1
         assert agg.open_buckets == []

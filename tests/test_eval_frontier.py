@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 from gazeguard.accounting import RandomizedResponseEvent, compose
 from gazeguard.budget import chunks_per_window
 from gazeguard.cli import main
+from gazeguard.cohort import CohortPlan, plan_cohort
+from gazeguard.eval.cohort import dominant_activity, reidentification
 from gazeguard.eval.frontier import (
     ReleasePoint,
     best_near_chance,
+    cohort_points,
     label_limit,
     pareto,
     stream_points,
@@ -136,12 +139,84 @@ def test_stream_points_refuse_the_per_chunk_axis() -> None:
         stream_points({"meta": {"axis": "per-chunk"}, "rows": []}, "x")
 
 
+def _contributions(people: int, classes: int, seed: int) -> np.ndarray:
+    """(people, classes, 2 + classes + 1) contributions as the worker forms them: two feature
+    coordinates that differ between people, a one-hot class histogram, the count."""
+    rng = np.random.default_rng(seed)
+    feats = rng.uniform(0, 0.7, size=(people, 1, 2)).repeat(classes, axis=1)
+    onehot = np.broadcast_to(np.eye(classes), (people, classes, classes))
+    count = np.ones((people, classes, 1))
+    return np.concatenate([feats, onehot, count], axis=2)
+
+
+def _plans(budgets: list[float], classes: int) -> list[CohortPlan]:
+    names = ["saccade_right_ratio", "wordbook2_mean"]
+    return [
+        plan_cohort(names, [0, 0], [1, 1], ["1", "1"], [str(c) for c in range(classes)],
+                    bucket_s=60, budget=b, delta=1e-6)
+        for b in budgets
+    ]  # fmt: skip
+
+
+def test_the_cohorts_dominant_activity_survives_where_theory_says() -> None:
+    contribs = _contributions(200, 4, seed=1)
+    plans = _plans([1.0, 10.0, 1e5], 4)
+    rows = dominant_activity(
+        contribs, plans, [10, 200], buckets=300, dominance=0.5,
+        rng=np.random.default_rng(2), noise_seed=3,
+    )  # fmt: skip
+    by_n = {r["sessions"]: r for r in rows}
+    for row in rows:  # a perfect label model names the plurality every time
+        assert row["clean_accuracy"] == 1.0
+        acc = {c["budget_per_hour"]: c["accuracy"] for c in row["released"]}
+        assert acc[1e5] == 1.0  # σ ≪ 1 count
+    # σ ≈ 7.3 counts at 10 ε/hour: drowns a cohort of 10 (plurality ~5 vs ~2), not one of 200
+    small = {c["budget_per_hour"]: c for c in by_n[10]["released"]}
+    large = {c["budget_per_hour"]: c for c in by_n[200]["released"]}
+    assert small[10.0]["accuracy"] < 0.7 < 0.95 < large[10.0]["accuracy"]
+    assert large[10.0]["share_tv"] < small[10.0]["share_tv"]
+    assert small[1.0]["accuracy"] < 0.45  # σ ≈ 57: near chance 0.25
+
+
+def test_the_informed_attacker_finds_people_only_when_the_noise_lets_it() -> None:
+    contribs = _contributions(50, 4, seed=4)
+    weak, strong = _plans([1.0, 1e5], 4)
+    kwargs = {"candidates": 8, "buckets_per_recording": 5, "trials": 2000, "dominance": 0.5}
+    # σ ≈ 57 against people ≤ 1 apart: chance (1/8 = 0.125) within sampling error (±0.02)
+    at_chance = reidentification(
+        contribs, weak, rng=np.random.default_rng(5), noise_seed=6, **kwargs
+    )
+    assert abs(at_chance - 0.125) < 0.03
+    # σ ≪ the distance between people: found every time
+    found = reidentification(contribs, strong, rng=np.random.default_rng(7), noise_seed=8, **kwargs)
+    assert found > 0.99
+
+
+def test_cohort_points_are_one_kind_per_size() -> None:
+    result = {
+        "bucket_s": 60.0,
+        "reid": {"1": 0.13, "10": 0.14},
+        "rows": [
+            {"sessions": n, "clean_accuracy": 0.9, "released": [
+                {"budget_per_hour": 1.0, "accuracy": 0.3},
+                {"budget_per_hour": 10.0, "accuracy": 0.8},
+            ]}
+            for n in (10, 100)
+        ],
+    }  # fmt: skip
+    pts = cohort_points(result)
+    assert len({p.kind for p in pts}) == 2
+    assert {(p.budget, p.reid) for p in pts} == {(1.0, 0.13), (10.0, 0.14)}
+    assert all(p.clean_task == 0.9 for p in pts)
+
+
 def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     args = [
         "eval", "--frontier", "--quick", "--dataset", "synthetic", "--synthetic-people", "3",
         "--synthetic-duration", "94", "--mechanisms", "cfpa-32", "--utility-reps", "1",
         "--insecure-seed", "5", "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
+        "--cohort-sessions", "10",
     ]  # fmt: skip
     assert main(args) == 0
     text = capsys.readouterr().out
@@ -154,7 +229,12 @@ def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
         "stream: all features",
         "stream: activity profile",
         "labels (activity model)",
+        "cohort of 10: group's activity",
     }
+    cohort = res["cohort"]
+    assert cohort["candidates"] == 3  # 1 / the dataset's re-identification chance
+    assert [r["sessions"] for r in cohort["rows"]] == [10]
+    assert "Cohort rows answer a question about the group" in text
     for p in res["points"]:
         assert p["budget"] in (1.0, 10.0, 100.0)
         assert 0.0 <= p["reid"] <= 1.0

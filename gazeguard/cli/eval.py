@@ -118,6 +118,16 @@ def _floats(text: str) -> list[float]:
     return vals
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers like 10,100") from exc
+    if not vals or any(v < 2 for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: every cohort needs at least 2 sessions")
+    return vals
+
+
 def _pair(text: str) -> tuple[float, float]:
     try:
         return parse_pair(text)
@@ -220,9 +230,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every release kind on one privacy-utility plane per dataset: feature streams of "
         "all features and of --profile (default activity), and private labels from the "
-        "profile's label model at several decision cadences, all at user-level ε per hour "
+        "profile's label model at several decision cadences, and on synthetic cohort "
+        "aggregates over simulated headsets (--cohort-sessions), all at user-level ε per hour "
         "(--per-hour, default laplace; --epsilons, default 1,10,100); writes frontier.md, "
         "frontier.json and DATASET-frontier.png",
+    )
+    g.add_argument(
+        "--cohort-sessions",
+        metavar="N,N,...",
+        type=_int_list,
+        help="--frontier on synthetic: cohort sizes (simulated headsets) whose aggregates are "
+        "measured (default 10,100,1000; with --quick 10,100)",
     )
     g.add_argument(
         "--sensitivity",
@@ -390,7 +408,13 @@ def _profile_features(name: str | None) -> tuple[tuple[str, ...] | None, str | N
 
 
 def run_frontier(
-    datasets: Sequence[Dataset], grid: GridConfig, profile: str, out: Path, *, quick: bool
+    datasets: Sequence[Dataset],
+    grid: GridConfig,
+    profile: str,
+    out: Path,
+    *,
+    quick: bool,
+    cohort_sizes: Sequence[int] | None = None,
 ) -> int:
     """``gazeguard eval --frontier``: every release kind per dataset on one plane; writes
     ``frontier.json``, ``frontier.md`` and ``DATASET-frontier.png`` in ``out``."""
@@ -399,7 +423,7 @@ def run_frontier(
     done: list[dict[str, Any]] = []
     md: list[str] = ["# Privacy-utility frontier: every release kind at user-level ε per hour", ""]
     for ds in datasets:
-        res = evaluate_frontier(ds, grid, profile, quick=quick)
+        res = evaluate_frontier(ds, grid, profile, quick=quick, cohort_sizes=cohort_sizes)
         done.append(res)
         pts = [ReleasePoint(**{k: v for k, v in p.items() if k != "kept"}) for p in res["points"]]
         meta = res["meta"]
@@ -409,7 +433,7 @@ def run_frontier(
             "tolerance": meta["tolerance"],
         }
         limits = {float(b): v for b, v in res["label_limits"].items()}
-        md += [*frontier_table(ds.name, pts, limits=limits, **common), ""]
+        md += [*frontier_table(ds.name, pts, limits=limits, cohort=res["cohort"], **common), ""]
         frontier_figure(ds.name, pts, path=out / f"{ds.name}-frontier.png", **common)
         # written after every dataset so a long run leaves usable partial output
         (out / "frontier.json").write_text(json.dumps(done, indent=1, default=str) + "\n")
@@ -522,7 +546,14 @@ def run(args: argparse.Namespace) -> int:
             f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
         )
     if args.frontier:
-        return run_frontier(datasets, grid, args.profile or "activity", args.out, quick=quick)
+        return run_frontier(
+            datasets,
+            grid,
+            args.profile or "activity",
+            args.out,
+            quick=quick,
+            cohort_sizes=args.cohort_sessions,
+        )
     t0 = time.perf_counter()
     results = []
     out: Path = args.out

@@ -10,7 +10,11 @@ consumer keeps) against re-identification accuracy (what an attacker learns abou
   (:func:`gazeguard.eval.report.tradeoff_points`);
 * **private labels** (:mod:`gazeguard.eval.labels`): randomized response per decision at the ε
   the hourly budget allows at that cadence; task accuracy is the released decisions' accuracy,
-  re-identification the strongest attack on the released label sequences.
+  re-identification the strongest attack on the released label sequences;
+* **cohort aggregates** (:mod:`gazeguard.eval.cohort`, synthetic only: it needs a population of
+  simulated headsets): the worker's private label histogram per bucket over N people; its task
+  is the *group's* dominant activity (the table says so), re-identification the informed
+  maximum-likelihood attacker on a recording's buckets.
 
 The goal the product is measured against (issue 14): at re-identification within ``tolerance``
 of chance, task accuracy ≥ 80 % of clean at ε ≤ 10 per hour (δ 1e-6). Each kind's clean task
@@ -32,7 +36,8 @@ from typing import Any
 
 from gazeguard.accounting import RandomizedResponseEvent, compose
 from gazeguard.budget import chunks_per_window
-from gazeguard.eval.datasets import Dataset
+from gazeguard.eval.cohort import SIZES, cohort_kind, evaluate_cohort
+from gazeguard.eval.datasets import Dataset, Synthetic
 from gazeguard.eval.labels import evaluate as evaluate_labels
 from gazeguard.eval.report import clean_row, reid_and_task, tradeoff_points
 from gazeguard.eval.runner import GridConfig, _print, evaluate_dataset
@@ -105,6 +110,27 @@ def label_points(result: Mapping[str, Any], kind: str = "labels") -> list[Releas
                     float(cell["reid"]["accuracy"]),
                     float(cell["accuracy"]),
                     float(row["clean_decision_accuracy"]),
+                )
+            )
+    return points
+
+
+def cohort_points(result: Mapping[str, Any]) -> list[ReleasePoint]:
+    """The cohort result of :func:`gazeguard.eval.cohort.evaluate_cohort` as points, one kind
+    per cohort size (re-identification does not depend on the size)."""
+    points = []
+    for row in result["rows"]:
+        n = int(row["sessions"])
+        for cell in row["released"]:
+            budget = float(cell["budget_per_hour"])
+            points.append(
+                ReleasePoint(
+                    cohort_kind(n),
+                    f"{n} sessions, {result['bucket_s']:g} s buckets",
+                    budget,
+                    float(result["reid"][f"{budget:g}"]),
+                    float(cell["accuracy"]),
+                    float(row["clean_accuracy"]),
                 )
             )
     return points
@@ -199,6 +225,7 @@ def frontier_table(
     chance_reid: float,
     tolerance: float,
     limits: Mapping[float, dict[str, float] | None] | None = None,
+    cohort: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """Markdown: per release kind and budget, the best task accuracy at re-identification
     near chance, as a fraction of clean, and whether the goal is met; then the theory line."""
@@ -228,6 +255,20 @@ def frontier_table(
                 f"| {kind} | {budget:g} | {p.detail} | {p.task:.3f} | {p.clean_task:.3f} | "
                 f"{100 * p.kept:.0f} % | {p.reid:.3f} | {'**met**' if met else '—'} |"
             )
+    if cohort is not None:
+        lines += [
+            "",
+            "Cohort rows answer a question about the group, not a person: the activity most of "
+            f"N people do in a {cohort['bucket_s']:g} s bucket (each does the bucket's dominant "
+            f"activity with probability {cohort['dominance']:g}), from the worker's private label "
+            f"histogram (Δ2 = {cohort['sensitivity_l2']:.3g} with "
+            f"{len(cohort['profile_features'])} feature means beside it; σ per class "
+            + ", ".join(f"{v:.2g} at {b} ε/h" for b, v in cohort["sigma"].items())
+            + "); clean is the label model's own accuracy at that. Their re-identification "
+            f"is an informed attacker who knows everyone else's data and {cohort['candidates']} "
+            f"candidates' contributions in {cohort['buckets_per_recording']} buckets "
+            "(maximum likelihood: no attack on the aggregates does better).",
+        ]
     if limits:
         lines += ["", "Theory for labels (randomized response, PLD accountant): to keep "
                   f"{GOAL_FRACTION:.0%} of clean,"]  # fmt: skip
@@ -328,6 +369,7 @@ def evaluate_frontier(
     profile: str,
     *,
     quick: bool = False,
+    cohort_sizes: Sequence[int] | None = None,
     progress: Callable[[str], None] = _print,
 ) -> dict[str, Any]:
     """Measure every release kind of one dataset at the grid's user-level budgets per hour.
@@ -335,9 +377,11 @@ def evaluate_frontier(
     Feature streams of all features and of ``profile``'s features (``grid`` with
     ``per_hour_noise`` set: the noise the sidecar calibrates), and private labels from the
     label model of the same name when one is shipped (its own feature list; randomized
-    response at the ε each budget allows per decision). Returns the JSON-ready result:
-    ``points`` (:func:`points_json`), ``meta`` (chance, tolerance, budgets), the two stream
-    results, the labels result and the labels' theory limits per budget.
+    response at the ε each budget allows per decision); on the synthetic dataset also cohort
+    aggregates over ``cohort_sizes`` simulated headsets (default 10, 100 and 1,000; quick: 10
+    and 100). Returns the JSON-ready result: ``points`` (:func:`points_json`), ``meta``
+    (chance, tolerance, budgets), the two stream results, the labels result, the labels' theory
+    limits per budget and the cohort result (``None`` on recorded datasets).
     """
     if grid.per_hour_noise is None:
         msg = "the frontier needs per-hour budgets (GridConfig.per_hour_noise)"
@@ -381,6 +425,29 @@ def evaluate_frontier(
                 limits[f"{float(b):g}"] = label_limit(float(b), classes, max(cleans))
     else:
         progress(f"{dataset.name}: no shipped label model named {prof.name!r}: no label points")
+    cohort_result: dict[str, Any] | None = None
+    if isinstance(dataset, Synthetic) and prof.name in shipped_models():
+        s = grid.settings
+        table = dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress)
+        cohort_result = evaluate_cohort(
+            table,
+            (),  # the group's activity needs the histogram only: Δ2 = 1, the least noise
+            load_model(prof.name).features,
+            tuple(float(e) for e in grid.epsilons),
+            sizes=tuple(cohort_sizes or (SIZES[:2] if quick else SIZES)),
+            rate_hz=dataset.rate_hz,
+            recording_s=dataset.duration_s,
+            candidates=round(1.0 / meta["chance_reid"]),
+            window_s=grid.window_s,
+            step_s=grid.step_s,
+            # sampling error of an accuracy ≤ 0.5/√n: ≤ 0.016 for the task, ≤ 0.005 for the
+            # attack (its figure is compared with chance + tolerance)
+            buckets=1000 if quick else 4000,
+            trials=10_000 if quick else 40_000,
+            seed=s.insecure_seed,
+            progress=lambda m: progress(f"cohort: {m}"),
+        )
+        points += cohort_points(cohort_result)
     return {
         "dataset": dataset.name,
         "meta": {
@@ -396,4 +463,5 @@ def evaluate_frontier(
         "label_limits": limits,
         "streams": {"all": streams_all, prof.name: streams_prof},
         "labels": labels_result,
+        "cohort": cohort_result,
     }
