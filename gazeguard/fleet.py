@@ -586,7 +586,8 @@ class RawGazeSender:
         self._settings = settings
         self._identifier = f"gazeguard-device-{device}-{session}"
         self._buffer: deque[bytes] = deque(maxlen=max_buffered)
-        self._nonce = ""
+        self._nonce = ""  # of the latest hello
+        self._owned_nonce = ""  # of the hello the current (or last) owner answered
         self._claimed = asyncio.Event()
         self._ready = False  # claimed and the buffer sent: blocks go straight out
         self._resuming = False  # reconnected, waiting for the owner to renew its claim
@@ -681,7 +682,7 @@ class RawGazeSender:
         try:
             await self._claim(client)
         except aiomqtt.MqttError as exc:
-            self._connection_lost(exc)
+            self._connection_lost(exc, client)
 
     async def _watch(self, client: aiomqtt.Client) -> None:
         """Follow the owner topic and the owner's liveness topic; notice a dead connection."""
@@ -689,7 +690,7 @@ class RawGazeSender:
             async for message in client.messages:
                 await self._on_message(client, message)
         except aiomqtt.MqttError as exc:
-            self._connection_lost(exc)
+            self._connection_lost(exc, client)
 
     async def _on_message(self, client: aiomqtt.Client, message: aiomqtt.Message) -> None:
         payload = message.payload
@@ -699,8 +700,14 @@ class RawGazeSender:
         if topic == self.topics.owner and payload:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 owner = json.loads(payload)
-                if not self._claimed.is_set() and owner.get("nonce") == self._nonce:
+                nonce = owner.get("nonce")
+                # After a reconnect the owner renews its claim with the nonce it answered, even
+                # if a later hello was minted meanwhile but could not be sent (the connection
+                # died between the owner's will and our noticing): that is still our owner.
+                renewed = self._resuming and bool(nonce) and nonce == self._owned_nonce
+                if not self._claimed.is_set() and (nonce == self._nonce or renewed):
                     self.owner = str(owner["worker"])
+                    self._owned_nonce = str(nonce)
                     if not self._resuming:  # a renewed claim is not a new owner
                         self.owners.append(self.owner)
                     await client.subscribe(worker_topic(self.prefix, self.owner), qos=1)
@@ -719,8 +726,8 @@ class RawGazeSender:
         self._claimed.clear()
         why = "is offline" if offline else "released the session"
         log.warning("session %s: worker %s %s; asking for a new one", self.identity, old, why)
-        with contextlib.suppress(aiomqtt.MqttError):
-            await client.unsubscribe(worker_topic(self.prefix, str(old)))
+        with contextlib.suppress(aiomqtt.MqttError):  # short: the connection may be dying
+            await client.unsubscribe(worker_topic(self.prefix, str(old)), timeout=1.0)
         if offline:
             # A broker that shuts down publishes every client's will first: wait a moment, and
             # if our own connection dies too, resume the claim after the outage instead.
@@ -734,8 +741,15 @@ class RawGazeSender:
                 self._claim_in_background(delay), name="gazeguard.sender.claim"
             )
 
-    def _connection_lost(self, exc: BaseException) -> None:
-        """The broker went away: keep the claim's nonce, buffer, reconnect in the background."""
+    def _connection_lost(self, exc: BaseException, client: aiomqtt.Client) -> None:
+        """The broker went away: keep the claim's nonce, buffer, reconnect in the background.
+
+        A failure on a connection that is no longer the current one (a publish that waited out
+        its timeout on the old socket while the recovery had already reconnected) is not news:
+        it must not tear down the healthy new connection.
+        """
+        if client is not self._client:
+            return
         self._ready = False
         self._claimed.clear()
         self.owner = None
@@ -771,12 +785,15 @@ class RawGazeSender:
         """Publish one block (QoS 1), or buffer it while no worker owns the session or the
         broker is away."""
         payload = encode_gaze(block)
-        if self._ready and self._client is not None:
+        client = self._client
+        if self._ready and client is not None:
             try:
-                await self._client.publish(self.topics.gaze, payload, qos=1)
+                await client.publish(self.topics.gaze, payload, qos=1)
             except aiomqtt.MqttError as exc:
-                self._connection_lost(exc)  # resent after recovery; a duplicate is dropped
-            else:  # by the worker (timestamps must increase)
+                # buffered below and resent after recovery (a duplicate is dropped by the
+                # worker: timestamps must increase)
+                self._connection_lost(exc, client)
+            else:
                 return
         if len(self._buffer) == self._buffer.maxlen:
             self.dropped_blocks += 1

@@ -348,6 +348,47 @@ def test_a_broker_restart_loses_no_block_and_keeps_the_sessions_worker(
 
 
 @pytest.mark.network
+def test_a_hello_minted_as_the_broker_died_does_not_cost_the_session_its_worker(
+    tmp_path: Path, mosquitto: MosquittoBroker
+) -> None:
+    """The race behind CI's "the owner renewed its claim: [a, b]": the owner's will arrives as
+    the broker shuts down, the device's grace period ends before it has noticed its own
+    connection is dead, and it mints a hello (a new nonce) that never leaves. After the restart
+    the owner renews its claim with the nonce it answered; the device must take that renewal,
+    not wait it out and ask the other worker. The state is set directly (the nonce of an unsent
+    hello); before the fix the session moved or was claimed twice."""
+    workers = [start_worker(tmp_path, mosquitto, "--source", "mqtt") for _ in "ab"]
+    gaze = simulate_gaze(20.0, 120.0, seed=9)
+    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+
+    async def device() -> tuple[RawGazeSender, str | None]:
+        broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+        async with RawGazeSender(broker, "hmd", "lost-hello") as sender:
+            for block in blocks[:40]:
+                await sender.send(block)
+                await asyncio.sleep(0.005)
+            first = sender.owner
+            mosquitto.stop()
+            sender._nonce = "unsent-hello"  # the state the race leaves
+            mosquitto.start()
+            for block in blocks[40:]:
+                await sender.send(block)
+                await asyncio.sleep(0.005)
+            await until(lambda: sender.owner is not None and not sender._buffer, 20)
+            return sender, first
+
+    try:
+        wait_online(mosquitto, 2)
+        sender, first = asyncio.run(device())
+    finally:
+        errs = [stop_worker(w) for w in workers]
+    assert first is not None
+    assert sender.reconnects == 1
+    assert sender.owners == [first], errs
+    assert sender.owner == first
+
+
+@pytest.mark.network
 def test_forward_sends_a_headsets_lsl_stream_to_a_fleet_worker(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
