@@ -190,6 +190,11 @@ def test_the_informed_attacker_finds_people_only_when_the_noise_lets_it() -> Non
     # σ ≪ the distance between people: found every time
     found = reidentification(contribs, strong, rng=np.random.default_rng(7), noise_seed=8, **kwargs)
     assert found > 0.99
+    # without the other 49 people's data the same attacker is back near chance (0.125)
+    blind = reidentification(
+        contribs, strong, rng=np.random.default_rng(9), noise_seed=10, others=49, **kwargs
+    )
+    assert blind < 0.3
 
 
 def test_cohort_points_are_one_kind_per_size() -> None:
@@ -234,6 +239,7 @@ def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
     cohort = res["cohort"]
     assert cohort["candidates"] == 3  # 1 / the dataset's re-identification chance
     assert [r["sessions"] for r in cohort["rows"]] == [10]
+    assert set(cohort["rows"][0]["reid_uninformed"]) == {"1", "10", "100"}
     assert "Cohort rows answer a question about the group" in text
     for p in res["points"]:
         assert p["budget"] in (1.0, 10.0, 100.0)

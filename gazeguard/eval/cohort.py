@@ -24,6 +24,8 @@ and the table says that its task is the group's:
   the maximum-likelihood guess (least squares over the ``H`` buckets) is optimal, so this is an
   upper bound on what any attack on the aggregates learns. K = 1/chance of the dataset's
   re-identification, so chance lines coincide. It does not depend on N (the others cancel).
+  Beside it, per N, the attacker the per-person releases face: the candidates' data and the
+  population's mean contribution, but not the other N − 1 people's data.
 
 A person's contribution per task is the same in every bucket (one simulated bucket per person
 and task): that makes the attacker's job easier than real gaze would, never harder.
@@ -31,6 +33,7 @@ and task): that makes the attacker's job easier than real gaze would, never hard
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -91,10 +94,11 @@ def population(
 
 
 def _tasks(
-    rng: np.random.Generator, n: int, classes: int, dominance: float
+    rng: np.random.Generator, n: int, classes: int, dominance: float, d: int | None = None
 ) -> npt.NDArray[np.intp]:
-    """One bucket's activities of ``n`` people around a random dominant one."""
-    d = int(rng.integers(classes))
+    """One bucket's activities of ``n`` people around the dominant one ``d`` (random if
+    ``None``)."""
+    d = int(rng.integers(classes)) if d is None else d
     other = rng.integers(classes, size=n)
     return np.where(rng.random(n) < dominance, d, other).astype(np.intp)
 
@@ -167,22 +171,37 @@ def reidentification(
     dominance: float,
     rng: np.random.Generator,
     noise_seed: int | None,
+    others: int | None = None,
 ) -> float:
-    """Accuracy of the informed maximum-likelihood attacker (module docstring): which of
-    ``candidates`` people is in the cohort, from ``buckets_per_recording`` released buckets."""
+    """Accuracy of a maximum-likelihood attacker: which of ``candidates`` people is in the
+    cohort, from ``buckets_per_recording`` released buckets.
+
+    ``others=None``: the informed attacker of the module docstring (knows every other
+    contribution, so they cancel: the bound DP speaks to). ``others=N − 1``: the attacker the
+    per-person releases face — it knows the candidates' contributions and the population's
+    mean contribution, not the other people's data; N − 1 others (drawn from the population,
+    activities around the bucket's dominant one) are in every bucket and it subtracts their
+    expected sum.
+    """
     n_people, n_classes, _ = contribs.shape
     if candidates > n_people:
         raise ValueError(f"{candidates} candidates: the population has only {n_people} people")
     src = random_source(noise_seed)
+    mean = contribs.mean(axis=(0, 1))
     hits = 0
     for _ in range(trials):
         who = rng.choice(n_people, size=candidates, replace=False)
-        tasks = np.stack(
-            [_tasks(rng, candidates, n_classes, dominance) for _ in range(buckets_per_recording)]
-        )  # (H, K)
+        dominant = rng.integers(n_classes, size=buckets_per_recording)
+        tasks = np.stack([_tasks(rng, candidates, n_classes, dominance, int(d)) for d in dominant])
         c = contribs[who[None, :], tasks]  # (H, K, D)
         target = int(rng.integers(candidates))
-        y = np.stack([privatize_sum(plan, c[h, target], src) for h in range(len(c))])  # (H, D)
+        rest = np.zeros_like(c[:, 0])  # (H, D): what the attacker cannot subtract exactly
+        if others:
+            for h in range(len(c)):
+                ids = rng.choice(n_people, size=others, replace=others > n_people)
+                act = _tasks(rng, others, n_classes, dominance, int(dominant[h]))
+                rest[h] = exact_sum(contribs[ids, act]) - others * mean
+        y = np.stack([privatize_sum(plan, c[h, target] + rest[h], src) for h in range(len(c))])
         score = ((y[:, None, :] - c) ** 2).sum(axis=(0, 2))
         hits += int(np.argmin(score)) == target
     return hits / trials
@@ -253,19 +272,28 @@ def evaluate_cohort(
         contribs, plans, sizes, buckets=buckets, dominance=dominance, rng=rng, noise_seed=seed
     )
     h = max(1, int(recording_s // bucket_s))
-    reid = {
-        f"{plan.budget:g}": reidentification(
-            contribs, plan, candidates=candidates, buckets_per_recording=h, trials=trials,
-            dominance=dominance, rng=rng, noise_seed=None if seed is None else seed + 1,
-        )
-        for plan in plans
-    }  # fmt: skip
+    attack = functools.partial(
+        reidentification, contribs, candidates=candidates, buckets_per_recording=h,
+        dominance=dominance, rng=rng, noise_seed=None if seed is None else seed + 1,
+    )  # fmt: skip
+    reid = {f"{plan.budget:g}": attack(plan, trials=trials) for plan in plans}
+    for row in rows:  # the attacker without the others' data; fewer trials: it is slower
+        row["reid_uninformed"] = {
+            f"{plan.budget:g}": attack(
+                plan, trials=max(1, trials // 10), others=row["sessions"] - 1
+            )
+            for plan in plans
+        }
     for row in rows:
         progress(
             f"cohort of {row['sessions']}: dominant activity clean {row['clean_accuracy']:.3f}, "
             + ", ".join(
                 f"ε {r['budget_per_hour']:g}/h {r['accuracy']:.3f}" for r in row["released"]
             )
+        )
+        progress(
+            f"cohort of {row['sessions']}: re-identification without the others' data "
+            + ", ".join(f"ε {b}/h {a:.3f}" for b, a in row["reid_uninformed"].items())
         )
     progress(
         "cohort re-identification (informed attacker, "

@@ -267,7 +267,15 @@ def frontier_table(
             + "); clean is the label model's own accuracy at that. Their re-identification "
             f"is an informed attacker who knows everyone else's data and {cohort['candidates']} "
             f"candidates' contributions in {cohort['buckets_per_recording']} buckets "
-            "(maximum likelihood: no attack on the aggregates does better).",
+            "(maximum likelihood: no attack on the aggregates does better). The attacker the "
+            "per-person rows face — the candidates' data and the population's mean, not the "
+            "other people's data — gets "
+            + "; ".join(
+                f"{row['sessions']} sessions: "
+                + ", ".join(f"{a:.3f} at {b} ε/h" for b, a in row["reid_uninformed"].items())
+                for row in cohort["rows"]
+            )
+            + ".",
         ]
     if limits:
         lines += ["", "Theory for labels (randomized response, PLD accountant): to keep "
