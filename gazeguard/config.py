@@ -261,7 +261,8 @@ class MechanismSettings(_Section):
 
 
 class LedgerSettings(_Section):
-    """The durable per-session privacy ledger: caps in ε at ``delta``, windows in gaze time."""
+    """The durable per-session privacy ledger: caps in ε at ``delta``, windows in gaze time
+    (and, with ``wall_clock``, in wall-clock time too)."""
 
     path: Path = Field(Path("gazeguard-ledger.sqlite"), description="SQLite file")
     url: str | None = Field(
@@ -284,6 +285,12 @@ class LedgerSettings(_Section):
         description="pld: caps bound the accountant's ε at delta (privacy loss distributions); "
         "sequential: caps bound pure sequential ε (conservative)",
     )
+    wall_clock: bool = Field(
+        True,
+        description="budget_per_hour also caps every hour of wall-clock time, so no input (a "
+        "backlog stamped in the past, a replay) spends more than it per real hour; a session "
+        "opened with it refuses a later false as looser",
+    )
     synchronous: Literal["FULL", "EXTRA"] = Field("FULL", description="SQLite synchronous mode")
     window_cap: float | None = Field(None, description="RENAMED: ledger.budget_per_hour")
     window_s: float | None = Field(None, description="REMOVED: the budget's window is one hour")
@@ -300,6 +307,7 @@ class LedgerSettings(_Section):
             "window_s": HOUR_S,
             "delta": self.delta,
             "composition": self.composition,
+            "wall_clock": self.wall_clock,
         }
 
     @field_validator("session_cap", "budget_per_hour")
@@ -940,7 +948,10 @@ def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
 
     led = settings.ledger
     try:
-        wanted = Caps(led.session_cap, led.budget_per_hour, HOUR_S, led.delta, led.composition)
+        wanted = Caps(
+            led.session_cap, led.budget_per_hour, HOUR_S, led.delta, led.composition,
+            led.wall_clock,
+        )  # fmt: skip
         session = None if led.url is not None else expected_session(settings)
         stored = None if session is None else _stored_caps(led.path, session)
     except ConfigError as exc:

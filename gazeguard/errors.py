@@ -50,7 +50,8 @@ class BudgetExhaustedError(GazeguardError):
         session: session identifier.
         requested: ε the chunk would cost.
         remaining: ε still available under the binding cap.
-        cap: which cap refused the charge (``"session"`` or ``"w-event"``).
+        cap: which cap refused the charge (``"session"``, ``"per-3600-s-of-gaze"`` or
+            ``"per-3600-s-of-wall-clock"``).
     """
 
     def __init__(

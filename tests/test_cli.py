@@ -286,3 +286,16 @@ def test_a_looser_cap_on_restart_is_refused_at_startup_in_one_line(tmp_path: Pat
     assert "session cap ε 240" in lines[0]
     assert "480" in lines[0]
     assert "would refill" in lines[0]
+    # the wall-clock hour cap is part of the caps: switching it off on restart is looser too
+    with Ledger(tmp_path / "l.sqlite", window_cap=10.0, wall_clock=True) as ledger:
+        ledger.open_session("s2")
+    (tmp_path / "off.toml").write_text("[ledger]\nwall_clock = false\n")
+    out = gazeguard(
+        "run", *FAST, "--config", "off.toml", "--session", "s2", "--ledger", "l.sqlite",
+        "--duration", "3", cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == ExitCode.ERROR, out.stderr
+    assert "Traceback" not in out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if "ledger.wall_clock" in ln]
+    assert len(lines) == 1, out.stderr
+    assert "and of wall-clock time" in lines[0]

@@ -264,6 +264,42 @@ def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
         assert charge.state.spent == pytest.approx(1.1)  # raised deliberately, never reset
 
 
+def test_a_wall_clock_cap_binds_hours_of_gaze_charged_in_one_go(location: str) -> None:
+    """Issue 15.5: a backlog stamped in the past (or a replay) covers hours of gaze but is
+    charged within seconds. The per-hour cap in gaze time lets each gaze hour spend its budget;
+    with ``wall_clock`` no real hour can spend more than the cap, whatever the stamps say."""
+    one = {"f": 1.0}
+    hours = [(h * 3700.0, h * 3700.0 + 1.0) for h in range(4)]  # never two in one gaze hour
+    with Ledger(location, window_cap=2.0, composition="sequential") as ledger:
+        for i, span in enumerate(hours):  # gaze time only: every hour fits
+            ledger.charge("gaze-only", i, one, TOPIC, b"x", gaze=span)
+        assert ledger.state("gaze-only").spent == 4.0
+    with Ledger(location, window_cap=2.0, composition="sequential", wall_clock=True) as ledger:
+        for i, span in enumerate(hours[:2]):
+            ledger.charge("paced", i, one, TOPIC, b"x", gaze=span)
+        with pytest.raises(BudgetExhaustedError, match="wall-clock"):
+            ledger.preview("paced", one, gaze=hours[2])
+        with pytest.raises(BudgetExhaustedError, match="wall-clock"):
+            ledger.charge("paced", 2, one, TOPIC, b"x", gaze=hours[2])
+        assert ledger.state("paced").spent == 2.0
+        assert ledger.verify() == []
+    # turning the wall-clock cap off for a session opened with it would refill it: refused
+    with (
+        Ledger(location, window_cap=2.0, composition="sequential") as ledger,
+        pytest.raises(ConfigError, match=r"ledger\.wall_clock.*and of wall-clock time"),
+    ):
+        ledger.charge("paced", 2, one, TOPIC, b"x", gaze=hours[2])
+
+
+def test_the_sidecars_ledger_caps_wall_clock_hours_by_default(tmp_path: Path) -> None:
+    settings = LedgerSettings(path=tmp_path / "l.sqlite", composition="sequential")
+    assert settings.wall_clock
+    with open_ledger(settings) as ledger:  # budget_per_hour 10 by default
+        ledger.charge("s", 0, {"f": 6.0}, TOPIC, b"x", gaze=(0.0, 1.0))
+        with pytest.raises(BudgetExhaustedError, match="per-3600-s-of-wall-clock"):
+            ledger.charge("s", 1, {"f": 6.0}, TOPIC, b"x", gaze=(7200.0, 7201.0))
+
+
 def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'ledger.window_s'.*-4"):
         Ledger(tmp_path / "a.sqlite", window_cap=1.0, window_s=-4, composition="sequential")

@@ -88,6 +88,10 @@ class Ledger:
         composition: ``"pld"`` (default: caps bound the accountant's ε at ``delta``) or
             ``"sequential"`` (caps bound pure sequential ε, the conservative view; a session
             opened so refuses a later ``"pld"`` as looser).
+        wall_clock: ``window_cap`` also binds any ``window_s`` of wall-clock time (when the
+            releases were charged), not only of gaze time: a backlog or replay stamped in the
+            past cannot spend more than the cap per real hour. A session opened so refuses a
+            later ``False`` as looser.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class Ledger:
         timeout_s: float = 30.0,
         composer: Composer | None = None,
         composition: str = "pld",
+        wall_clock: bool = False,
     ) -> None:
         self._caps = Caps(
             _cap(session_cap, "ledger.session_cap"),
@@ -111,6 +116,7 @@ class Ledger:
             float(window_s),
             float(delta),
             composition,
+            bool(wall_clock),
         )
         self._allow_increase = allow_cap_increase
         self._composer: Composer = composer if composer is not None else LedgerComposer()
@@ -193,12 +199,15 @@ class Ledger:
         release = _release(epsilon, events)
         span = _span(gaze)
         with self._backend.read() as sql:
+            now = time.time()
             store = Store(sql)
             row = store.session(session)
             caps = self._caps if row is None else self._binding(session, row)
             row = row or _empty_row(caps)
             counts = store.counts(session)
-            self._check(store, session, caps=caps, counts=counts, release=release, span=span)
+            self._check(
+                store, session, caps=caps, counts=counts, release=release, span=span, now=now
+            )
             after = _charged(row, release, span, "chunks", 0)
             window = self._trailing(
                 store, session, caps=caps, last_end=after.last_gaze_end, span=span, release=release
@@ -268,7 +277,9 @@ class Ledger:
                     f"{row.version}); preview again"
                 )
             counts = store.counts(session)
-            self._check(store, session, caps=caps, counts=counts, release=release, span=span)
+            self._check(
+                store, session, caps=caps, counts=counts, release=release, span=span, now=now
+            )
             store.insert_charge(
                 session, stream, chunk_index, epsilon=release.epsilon, units=release.units,
                 events=release.events, gaze=span, now=now,
@@ -457,17 +468,22 @@ class Ledger:
         counts: Counts,
         release: _Release,
         span: tuple[float, float],
+        now: float,
     ) -> None:
         windows: list[Counts] = []
+        wall: Counts | None = None
         if caps.window is not None:
             later = store.gaze_ends(session, span[1], span[1] + caps.window_s)
             windows = [
                 store.window_counts(session, a, e)
                 for a, e in policy.windows_to_check(span[1], caps.window_s, later)
             ]
+            if caps.wall_clock:
+                wall = store.charged_since(session, now - caps.window_s)
         policy.check(
-            self._composer, caps, session, session=counts, windows=windows, cost=release.events
-        )
+            self._composer, caps, session, session=counts, windows=windows, cost=release.events,
+            wall=wall,
+        )  # fmt: skip
 
     def _trailing(
         self,

@@ -130,6 +130,17 @@ class Store:
         )
         return {str(k): int(n) for k, n in rows}
 
+    def charged_since(self, session: str, since: float) -> dict[str, int]:
+        """Event counts of the session's charges made after ``since`` (Unix s, wall clock)."""
+        rows = self.sql.all(
+            "SELECT e.key, SUM(ce.count) FROM charges c "
+            "JOIN charge_events ce ON ce.session = c.session AND ce.stream = c.stream "
+            "AND ce.idx = c.idx JOIN events e ON e.id = ce.event_id "
+            "WHERE c.session = ? AND c.created > ? GROUP BY e.key",
+            (session, since),
+        )
+        return {str(k): int(n) for k, n in rows}
+
     def gaze_ends(self, session: str, start: float, end: float) -> list[float]:
         """Gaze end times of the session's charges in ``[start, end)``."""
         rows = self.sql.all(

@@ -82,6 +82,10 @@ class Caps:
         window: cap on the ε of any ``window_s`` seconds of gaze, or ``None``.
         window_s: the window's length in seconds of gaze time (default one hour).
         delta: the δ every ε here is stated at.
+        composition: ``"pld"`` or ``"sequential"``.
+        wall_clock: the window cap also binds any ``window_s`` seconds of wall-clock (charging)
+            time, so no input — a backlog stamped in the past, a replay — can spend more than
+            ``window`` per real hour, whatever its gaze time says.
     """
 
     session: float | None = None
@@ -89,6 +93,7 @@ class Caps:
     window_s: float = HOUR_S
     delta: float = DEFAULT_DELTA
     composition: str = "pld"
+    wall_clock: bool = False
 
     def __post_init__(self) -> None:
         if self.composition not in COMPOSITIONS:
@@ -112,6 +117,8 @@ class Caps:
         """One line for messages."""
         s = "none" if self.session is None else f"ε {self.session:g}"
         w = "none" if self.window is None else f"ε {self.window:g} per {self.window_s:g} s of gaze"
+        if self.window is not None and self.wall_clock:
+            w += " and of wall-clock time"
         how = ", pure sequential composition" if self.sequential else ""
         return f"session cap {s}, window cap {w}, at δ {self.delta:g}{how}"
 
@@ -124,7 +131,8 @@ class Caps:
         """Canonical JSON, as stored with the session."""
         return json.dumps(
             {"session": self.session, "window": self.window, "window_s": self.window_s,
-             "delta": self.delta, "composition": self.composition},
+             "delta": self.delta, "composition": self.composition,
+             "wall_clock": self.wall_clock},
             sort_keys=True,
         )  # fmt: skip
 
@@ -134,7 +142,7 @@ class Caps:
         d = json.loads(text)
         return cls(
             d["session"], d["window"], float(d["window_s"]), float(d["delta"]),
-            str(d.get("composition", "pld")),
+            str(d.get("composition", "pld")), bool(d.get("wall_clock", False)),
         )  # fmt: skip
 
     def at_least_as_strict_as(self, other: Caps) -> bool:
@@ -148,7 +156,8 @@ class Caps:
             and self.window_s >= other.window_s
         )
         composition_ok = self.sequential or not other.sequential
-        return session_ok and window_ok and self.delta <= other.delta and composition_ok
+        wall_ok = other.window is None or self.wall_clock or not other.wall_clock
+        return session_ok and window_ok and wall_ok and self.delta <= other.delta and composition_ok
 
 
 def loosened(stored: Caps, wanted: Caps) -> list[tuple[str, object]]:
@@ -164,6 +173,8 @@ def loosened(stored: Caps, wanted: Caps) -> list[tuple[str, object]]:
         out.append(("ledger.delta", wanted.delta))
     if stored.sequential and not wanted.sequential:
         out.append(("ledger.composition", wanted.composition))
+    if stored.window is not None and stored.wall_clock and not wanted.wall_clock:
+        out.append(("ledger.wall_clock", wanted.wall_clock))
     return out
 
 
@@ -266,6 +277,7 @@ def check(
     session: Counts,
     windows: Iterable[Counts],
     cost: Counts,
+    wall: Counts | None = None,
 ) -> None:
     """Refuse ``cost`` if it would take the session or any given window over its cap.
 
@@ -276,6 +288,8 @@ def check(
         session: the session's counts before this release.
         windows: the counts of every window the release falls in (before it).
         cost: the release's own counts.
+        wall: the counts charged in the trailing ``window_s`` of wall-clock time, checked
+            against the window cap when ``caps.wall_clock`` (``None``: not checked).
 
     Raises:
         BudgetExhaustedError: the release does not fit; nothing about it may be written.
@@ -292,3 +306,13 @@ def check(
                 raise BudgetExhaustedError(
                     session_name, alone, caps.window - before, f"per-{caps.window_s:g}-s-of-gaze"
                 )
+        if (
+            caps.wall_clock
+            and wall is not None
+            and not fits(composer, caps, wall, cost, caps.window)
+        ):
+            before = spent(composer, caps, wall)
+            alone = spent(composer, caps, cost)
+            raise BudgetExhaustedError(
+                session_name, alone, caps.window - before, f"per-{caps.window_s:g}-s-of-wall-clock"
+            )
