@@ -309,7 +309,7 @@ def frontier_figure(
     mpl.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    fig, ax = plt.subplots(figsize=(8, 6.5))
+    fig, ax = plt.subplots(figsize=(10.5, 6.5))
     colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
     kinds = list(dict.fromkeys(p.kind for p in points))
     budgets = sorted({p.budget for p in points})
@@ -352,7 +352,7 @@ def frontier_figure(
         title=f"{dataset}: every release kind at user-level ε per hour of gaze\n"
         "(black: chance; dotted: each kind's clean accuracy; grey band: re-id near chance)",
     )
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # no point hidden
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
