@@ -369,11 +369,46 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def _fleet_banner(settings: Settings, fleet: Fleet) -> None:
+    """What a worker serves, where it publishes and what each person pays, once at startup."""
+    led = settings.ledger
+    budget = (
+        "no hourly budget"
+        if led.budget_per_hour is None
+        else f"ε {led.budget_per_hour:g} per hour of gaze"
+        + (" and of wall-clock time" if led.wall_clock else "")
+        + f" per person at δ {led.delta:g}"
+    )
+    console = get_console()
+    console.say(
+        "startup",
+        f"gazeguard fleet worker {fleet.worker_id}: {settings.ingest.source} sessions, "
+        f"privatized releases to {fleet.publisher.endpoint}; {budget}",
+        worker=fleet.worker_id,
+    )
+    if fleet.cohort is not None and led.budget_per_hour is not None:
+        plan = fleet.cohort.aggregator.plan
+        share = settings.cohort.budget_share
+        console.say(
+            "startup",
+            f"cohort {settings.cohort.name!r}: {share:.0%} of the hourly budget (ε "
+            f"{plan.budget:g} at δ {plan.delta:g}) goes to the aggregates, each session's chunks "
+            f"are calibrated to the rest at δ {plan.delta:g}; {plan.text()}",
+            cohort=settings.cohort.name,
+            sigma=plan.sigma,
+        )
+
+
 def _run_fleet(settings: Settings, duration_s: float | None) -> int:
     async def main() -> Fleet:
         stop = asyncio.Event()
         stop_on_signals(stop)
-        return await serve_fleet(settings, duration_s=duration_s, stop=stop)
+        return await serve_fleet(
+            settings,
+            duration_s=duration_s,
+            stop=stop,
+            ready=lambda fleet: _fleet_banner(settings, fleet),
+        )
 
     fleet = run_loop(main())
     get_console().say(
