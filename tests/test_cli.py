@@ -270,32 +270,33 @@ def test_parquet_without_its_extra_says_which_in_one_line(tmp_path: Path) -> Non
     assert not (tmp_path / "out.parquet").exists()
 
 
+def _refused_in_one_line(tmp_path: Path, field: str, *args: str) -> str:
+    """``gazeguard run ARGS`` exits 1 at startup, without a traceback, with one line naming
+    ``field``; that line."""
+    out = gazeguard("run", *FAST, "--ledger", "l.sqlite", "--duration", "3", *args, cwd=tmp_path)
+    assert out.returncode == ExitCode.ERROR, out.stderr
+    assert "Traceback" not in out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if field in ln]
+    assert len(lines) == 1, out.stderr
+    return lines[0]
+
+
 def test_a_looser_cap_on_restart_is_refused_at_startup_in_one_line(tmp_path: Path) -> None:
     """Issue 15.3: restarting a session with --session-cap 480 after it was opened with 240 used
     to print "session cap 480" and log a traceback per chunk with exit status 0."""
     with Ledger(tmp_path / "l.sqlite", session_cap=240.0, window_cap=10.0) as ledger:
         ledger.open_session("s1")
-    out = gazeguard(
-        "run", *FAST, "--session", "s1", "--ledger", "l.sqlite", "--session-cap", "480",
-        "--duration", "3", cwd=tmp_path,
-    )  # fmt: skip
-    assert out.returncode == ExitCode.ERROR, out.stderr
-    assert "Traceback" not in out.stderr
-    lines = [ln for ln in out.stderr.splitlines() if "ledger.session_cap" in ln]
-    assert len(lines) == 1, out.stderr
-    assert "session cap ε 240" in lines[0]
-    assert "480" in lines[0]
-    assert "would refill" in lines[0]
+    line = _refused_in_one_line(
+        tmp_path, "ledger.session_cap", "--session", "s1", "--session-cap", "480"
+    )
+    assert "session cap ε 240" in line
+    assert "480" in line
+    assert "would refill" in line
     # the wall-clock hour cap is part of the caps: switching it off on restart is looser too
     with Ledger(tmp_path / "l.sqlite", window_cap=10.0, wall_clock=True) as ledger:
         ledger.open_session("s2")
     (tmp_path / "off.toml").write_text("[ledger]\nwall_clock = false\n")
-    out = gazeguard(
-        "run", *FAST, "--config", "off.toml", "--session", "s2", "--ledger", "l.sqlite",
-        "--duration", "3", cwd=tmp_path,
-    )  # fmt: skip
-    assert out.returncode == ExitCode.ERROR, out.stderr
-    assert "Traceback" not in out.stderr
-    lines = [ln for ln in out.stderr.splitlines() if "ledger.wall_clock" in ln]
-    assert len(lines) == 1, out.stderr
-    assert "and of wall-clock time" in lines[0]
+    line = _refused_in_one_line(
+        tmp_path, "ledger.wall_clock", "--config", "off.toml", "--session", "s2"
+    )
+    assert "and of wall-clock time" in line
