@@ -39,7 +39,9 @@ buffers. A broker that shuts down first publishes every client's will, so a devi
 ``offline`` owner as dead only if its own connection survives ``OFFLINE_GRACE_S``. The session
 keeps its worker, its feature window and every sample.
 
-Topics (raw side): ``{raw}/hello`` (JSON ``{"device", "session", "nonce"}``),
+Topics (raw side): ``{raw}/hello`` (JSON ``{"device", "session", "nonce"}`` and, from
+``gazeguard forward``, ``"unix_offset"``: Unix time minus the blocks' timestamps on the device's
+host, so that a worker on another host dates the gaze correctly),
 ``{raw}/{device}/{session}/gaze`` (binary blocks, QoS 1), ``{raw}/{device}/{session}/owner``
 (retained JSON ``{"worker", "time", "nonce"}``; emptied when the worker closes the session),
 ``{raw}/workers/{worker}`` (retained ``online``/``offline``).
@@ -57,6 +59,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import secrets
@@ -234,8 +237,11 @@ class CohortWiring:
         )
         return cls(agg, cols, model, mcols)
 
-    def observer(self, device: str, session: str) -> Callable[[np.ndarray, np.ndarray], None]:
-        """The :attr:`Pipeline.on_features` hook of one session (sample times → Unix)."""
+    def observer(
+        self, device: str, session: str, pipeline: Pipeline
+    ) -> Callable[[np.ndarray, np.ndarray], None]:
+        """The :attr:`Pipeline.on_features` hook of one session (sample times → Unix with the
+        pipeline's clock offset: the device's when its hello stated one, else this host's)."""
         from gazeguard.samples import lsl_unix_offset  # noqa: PLC0415
 
         def observe(X: np.ndarray, t: np.ndarray) -> None:
@@ -246,7 +252,8 @@ class CohortWiring:
             probs = None
             if self.model is not None and self.model_columns is not None:
                 probs = self.model.predict_proba(np.nan_to_num(rows[:, self.model_columns]))
-            t_unix = t[ok] + lsl_unix_offset()
+            offset = pipeline.clock_offset_s
+            t_unix = t[ok] + (lsl_unix_offset() if offset is None else offset)
             self.aggregator.add(device, session, rows[:, self.columns], t_unix, probs)
 
         return observe
@@ -298,7 +305,7 @@ class Fleet:
             cohort_share=self.settings.cohort.budget_share if self.cohort else None,
         )
         if self.cohort is not None:
-            pipeline.on_features = self.cohort.observer(self.settings.device, session)
+            pipeline.on_features = self.cohort.observer(self.settings.device, session, pipeline)
         self.sessions[session] = _Session(pipeline, topics)
         self.publisher.publish_status(pipeline.status("starting"))
         log.info("worker %s: session %r opened", self.worker_id, session)
@@ -425,12 +432,19 @@ class Fleet:
             device, session = str(hello["device"]), str(hello["session"])
             nonce = str(hello.get("nonce", ""))
             topics = RawTopics.of(self.settings.fleet.raw_prefix, device, session)
+            offset = hello.get("unix_offset")
+            if offset is not None and not (
+                isinstance(offset, int | float) and math.isfinite(offset)
+            ):
+                raise ValueError(f"unix_offset must be a finite number, got {offset!r}")
         except (ValueError, KeyError, TypeError, StreamError) as exc:
             log.warning("worker %s: ignoring malformed hello %r: %s", self.worker_id, payload, exc)
             return
         entry = self._open_session(f"{device}.{session}", topics)
         if entry is None:
             return
+        if offset is not None:  # the device's clock, not ours: its samples → Unix time
+            entry.pipeline.clock_offset_s = float(offset)
         entry.nonce = nonce
         await client.subscribe(topics.gaze, qos=1)
         await client.publish(topics.owner, entry.owner_payload(self.worker_id), qos=1, retain=True)
@@ -560,6 +574,10 @@ class RawGazeSender:
             (later re-claims keep trying).
         max_buffered: blocks kept while no worker owns the session.
         resume_timeout_s: after a reconnect, wait this long for the owner before saying hello, s.
+        unix_offset: returns Unix time minus the blocks' timestamps, s (``gazeguard forward``:
+            this host's ``time.time() − local_clock()``); sent with every hello so the worker
+            dates the session's gaze on *this* host's clock. ``None``: the worker assumes its
+            own LSL clock (blocks from the same host).
     """
 
     def __init__(
@@ -572,6 +590,7 @@ class RawGazeSender:
         claim_timeout_s: float = 15.0,
         max_buffered: int = 600,
         resume_timeout_s: float = 10.0,
+        unix_offset: Callable[[], float] | None = None,
     ) -> None:
         self.topics = RawTopics.of(prefix, device, session)
         self.prefix = prefix
@@ -579,6 +598,7 @@ class RawGazeSender:
         self.identity = {"device": device, "session": session}
         self.claim_timeout_s = claim_timeout_s
         self.resume_timeout_s = resume_timeout_s
+        self.unix_offset = unix_offset
         self.owner: str | None = None
         self.owners: list[str] = []
         self.dropped_blocks = 0
@@ -656,7 +676,10 @@ class RawGazeSender:
         while True:
             if not self._claimed.is_set():
                 self._nonce = secrets.token_hex(8)
-                hello = json.dumps({**self.identity, "nonce": self._nonce}).encode()
+                said: dict[str, object] = {**self.identity, "nonce": self._nonce}
+                if self.unix_offset is not None:
+                    said["unix_offset"] = self.unix_offset()
+                hello = json.dumps(said).encode()
                 while not self._claimed.is_set():
                     await client.publish(self.hello, hello, qos=1)
                     with contextlib.suppress(TimeoutError):

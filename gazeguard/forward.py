@@ -26,6 +26,7 @@ from gazeguard.config import BrokerSettings, Settings
 from gazeguard.errors import ConfigError
 from gazeguard.fleet import RawGazeSender
 from gazeguard.ingest import GazeStream, GazeStreamInfo
+from gazeguard.samples import lsl_unix_offset
 from gazeguard.service import session_id_for
 
 
@@ -81,7 +82,11 @@ async def forward(
         info = stream.info
         summary.session = settings.session or session_id_for(info.source_id, info.name)
         async with RawGazeSender(
-            raw, settings.device, summary.session, prefix=settings.fleet.raw_prefix
+            raw,
+            settings.device,
+            summary.session,
+            prefix=settings.fleet.raw_prefix,
+            unix_offset=lsl_unix_offset,  # this host's clock: workers may run elsewhere
         ) as sender:
             if ready is not None:
                 ready(summary, info, sender.owner)

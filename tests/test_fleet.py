@@ -389,6 +389,40 @@ def test_a_hello_minted_as_the_broker_died_does_not_cost_the_session_its_worker(
 
 
 @pytest.mark.network
+def test_a_worker_dates_gaze_on_the_devices_clock(
+    tmp_path: Path, mosquitto: MosquittoBroker
+) -> None:
+    """Blocks carry the device host's clock. A device that states its Unix offset in the hello
+    (``gazeguard forward`` does) has its gaze dated on *its* clock by a worker on any host; before,
+    the worker added its own LSL offset, so hosts with different uptimes shifted the session's
+    gaze times (cohort buckets misaligned, windows moved on failover)."""
+    worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
+    gaze = simulate_gaze(12.0, 120.0, seed=5)  # stamped 0 … 12 s on the "device's" clock
+    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    offset = 1_600_000_000.0  # the device's Unix time minus its sample clock
+    ledger_path, session = tmp_path / "ledger.sqlite", "hmd.dated"
+
+    async def device() -> None:
+        broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+        async with RawGazeSender(broker, "hmd", "dated", unix_offset=lambda: offset) as sender:
+            for block in blocks:
+                await sender.send(block)
+                await asyncio.sleep(0.002)
+            await until(lambda: charges(ledger_path, session) >= 3, 20)
+
+    try:
+        wait_online(mosquitto, 1)
+        asyncio.run(device())
+    finally:
+        err = stop_worker(worker)
+    with Ledger(ledger_path, create=False) as ledger:
+        records = ledger.charges(session)
+    assert len(records) >= 3, err
+    for r in records:
+        assert offset <= r.gaze_start < r.gaze_end <= offset + 12.0
+
+
+@pytest.mark.network
 def test_forward_sends_a_headsets_lsl_stream_to_a_fleet_worker(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
