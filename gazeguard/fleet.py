@@ -36,14 +36,18 @@ subscribes to its sessions' gaze topics again and republishes their owner messag
 nonces it answered (a broker without persistence has forgotten them); a reconnected device waits
 for that renewed claim (``resume_timeout_s``) before saying hello to anyone else, and meanwhile
 buffers. A broker that shuts down first publishes every client's will, so a device treats an
-``offline`` owner as dead only if its own connection survives ``OFFLINE_GRACE_S``. The session
-keeps its worker, its feature window and every sample.
+``offline`` owner as dead only if its own connection survives ``OFFLINE_GRACE_S``. A broker
+without persistence also forgets the blocks it had acknowledged (QoS 1) but not yet delivered to
+the worker: the renewed claim says ``through`` which sample time the worker holds, and the device
+sends again, from the blocks it keeps after sending (``max_buffered``), every block after it. The
+session keeps its worker, its feature window and every sample.
 
 Topics (raw side): ``{raw}/hello`` (JSON ``{"device", "session", "nonce"}`` and, from
 ``gazeguard forward``, ``"unix_offset"``: Unix time minus the blocks' timestamps on the device's
 host, so that a worker on another host dates the gaze correctly),
 ``{raw}/{device}/{session}/gaze`` (binary blocks, QoS 1), ``{raw}/{device}/{session}/owner``
-(retained JSON ``{"worker", "time", "nonce"}``; emptied when the worker closes the session),
+(retained JSON ``{"worker", "time", "nonce", "through"}``, ``through``: the newest sample time
+the worker holds, absent before the first; emptied when the worker closes the session),
 ``{raw}/workers/{worker}`` (retained ``online``/``offline``).
 
 Raw block format (little-endian): ``b"GGR1"``, ``uint32`` N, then four float64 arrays of N:
@@ -82,7 +86,7 @@ from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
 from gazeguard.pipeline import Pipeline
 from gazeguard.publish import Publisher, credentials, tls_context
-from gazeguard.samples import GazeSamples
+from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
     from gazeguard.cohort import CohortAggregator
@@ -171,13 +175,18 @@ class _Session:
     last_t: float = -np.inf
     last_seen: float = field(default_factory=time.monotonic)
     samples: int = 0  # accepted (timestamps increasing)
+    future_samples: int = 0  # stamped ahead of the clock: dropped, never adopted as "last"
     dropped_samples: int = 0
     bad_blocks: int = 0
     nonce: str = ""  # of the hello this worker answered: its retained claim echoes it
 
     def owner_payload(self, worker: str) -> bytes:
-        """The retained owner message of this session when served by ``worker``."""
-        return json.dumps({"worker": worker, "time": time.time(), "nonce": self.nonce}).encode()
+        """The retained owner message of this session when served by ``worker``: with
+        ``through``, the newest sample time it holds (absent before the first sample)."""
+        said: dict[str, object] = {"worker": worker, "time": time.time(), "nonce": self.nonce}
+        if math.isfinite(self.last_t):
+            said["through"] = self.last_t
+        return json.dumps(said).encode()
 
 
 @dataclass
@@ -242,7 +251,6 @@ class CohortWiring:
     ) -> Callable[[np.ndarray, np.ndarray], None]:
         """The :attr:`Pipeline.on_features` hook of one session (sample times → Unix with the
         pipeline's clock offset: the device's when its hello stated one, else this host's)."""
-        from gazeguard.samples import lsl_unix_offset  # noqa: PLC0415
 
         def observe(X: np.ndarray, t: np.ndarray) -> None:
             ok = np.all(np.isfinite(X[:, self.columns]), axis=1)
@@ -319,12 +327,13 @@ class Fleet:
         self.publisher.publish_status(entry.pipeline.status("stopped"))
         self.closed.append(session)
         log.info(
-            "worker %s: session %r closed (%d samples, %d dropped as not newer, %d bad blocks; "
-            "%d chunks released)",
+            "worker %s: session %r closed (%d samples, %d dropped as not newer, %d as ahead of "
+            "the clock, %d bad blocks; %d chunks released)",
             self.worker_id,
             session,
             entry.samples,
             entry.dropped_samples,
+            entry.future_samples,
             entry.bad_blocks,
             entry.pipeline.stats.released,
         )
@@ -470,6 +479,26 @@ class Fleet:
             entry.bad_blocks += 1
             log.warning("session %r: malformed gaze block dropped: %s", key, exc)
             return
+        # Samples stamped ahead of the clock are dropped first, so one never becomes the "last"
+        # that every later sample would have to beat, nor opens a gap of a million seconds for
+        # the feature window to walk (LSL ingest's rule, ingest.future_tolerance_s).
+        offset = entry.pipeline.clock_offset_s
+        now = time.time() - (lsl_unix_offset() if offset is None else offset)  # the block's clock
+        ts = block.timestamps
+        ahead = ts > now + self.settings.ingest.future_tolerance_s
+        if ahead.any():
+            if entry.future_samples == 0:
+                log.warning(
+                    "session %r: gaze stamped ahead of the clock dropped (first %.3g s ahead)",
+                    key,
+                    float(ts[ahead][0] - now),
+                )
+            entry.future_samples += int(ahead.sum())
+            idx = np.flatnonzero(~ahead)
+            block = GazeSamples(
+                block.timestamps[idx], block.x_deg[idx], block.y_deg[idx], block.pupil_mm[idx],
+                block.valid[idx],
+            )  # fmt: skip
         # Keep strictly increasing time across blocks (drop and count the rest).
         t = block.timestamps
         keep = t > np.maximum.accumulate(np.concatenate(([entry.last_t], t[:-1])))
@@ -561,7 +590,9 @@ class RawGazeSender:
     * **Broker outage.** The sender reconnects with jittered backoff (counted in
       :attr:`reconnects`), then waits up to ``resume_timeout_s`` for its owner to renew the
       claim (workers republish their claims when they reconnect) before asking anyone else, so
-      the session keeps its worker and its feature window.
+      the session keeps its worker and its feature window. The renewal says through which
+      sample time the worker holds; the blocks after it that the broker had acknowledged but
+      lost with its restart are sent again from the last ``max_buffered`` blocks sent.
 
     :attr:`owners` lists the worker of every claim, in order (a claim renewed after an outage
     is not a new one).
@@ -572,7 +603,8 @@ class RawGazeSender:
         prefix: raw topic prefix (``fleet.raw_prefix``).
         claim_timeout_s: give up if no worker claims the session within this on entry, s
             (later re-claims keep trying).
-        max_buffered: blocks kept while no worker owns the session.
+        max_buffered: blocks kept while no worker owns the session (and, as many, of the
+            blocks sent, to send again what a restarted broker lost).
         resume_timeout_s: after a reconnect, wait this long for the owner before saying hello, s.
         unix_offset: returns Unix time minus the blocks' timestamps, s (``gazeguard forward``:
             this host's ``time.time() − local_clock()``); sent with every hello so the worker
@@ -602,16 +634,21 @@ class RawGazeSender:
         self.owner: str | None = None
         self.owners: list[str] = []
         self.dropped_blocks = 0
+        self.resent_blocks = 0  # acknowledged by a broker that lost them in a restart
         self.reconnects = 0
         self._settings = settings
         self._identifier = f"gazeguard-device-{device}-{session}"
-        self._buffer: deque[bytes] = deque(maxlen=max_buffered)
+        # Blocks to send, and blocks sent (the owner's renewal says which it holds): (newest
+        # sample time, payload).
+        self._buffer: deque[tuple[float, bytes]] = deque(maxlen=max_buffered)
+        self._sent: deque[tuple[float, bytes]] = deque(maxlen=max_buffered)
         self._nonce = ""  # of the latest hello
         self._owned_nonce = ""  # of the hello the current (or last) owner answered
         self._claimed = asyncio.Event()
         self._ready = False  # claimed and the buffer sent: blocks go straight out
         self._resuming = False  # reconnected, waiting for the owner to renew its claim
         self._client: aiomqtt.Client | None = None
+        self._dead = asyncio.Event()  # set when the current connection is known lost
         self._conn: contextlib.AsyncExitStack | None = None
         self._reclaim: asyncio.Task[None] | None = None
         self._recover: asyncio.Task[None] | None = None
@@ -652,14 +689,37 @@ class RawGazeSender:
             with contextlib.suppress(aiomqtt.MqttError):
                 await conn.aclose()
             raise
-        self._conn, self._client = conn, client
+        self._conn, self._client, self._dead = conn, client, asyncio.Event()
         return client
 
     async def _disconnect(self) -> None:
         conn, self._conn, self._client = self._conn, None, None
+        self._dead.set()  # publishes still waiting on it give up
         if conn is not None:
             with contextlib.suppress(aiomqtt.MqttError):
                 await conn.aclose()
+
+    async def _publish(self, client: aiomqtt.Client, topic: str, payload: bytes) -> None:
+        """Publish at QoS 1 and wait for the broker's PUBACK — or give up (:class:`MqttError`)
+        as soon as the connection is known lost. aiomqtt would wait out its whole timeout
+        (10 s) for a PUBACK that cannot come: the device stalled, the broker's restart was
+        held back, and its owner's claim timed out (CI: "the owner renewed its claim")."""
+        dead = self._dead
+        if client is not self._client or dead.is_set():
+            raise aiomqtt.MqttError("the connection to the raw gaze broker is lost")
+        publish = asyncio.ensure_future(client.publish(topic, payload, qos=1))
+        lost = asyncio.ensure_future(dead.wait())
+        try:
+            await asyncio.wait((publish, lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not publish.done():
+                publish.cancel()
+                with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+                    await publish
+        if publish.cancelled():
+            raise aiomqtt.MqttError("the connection to the raw gaze broker was lost")
+        publish.result()  # a failure of the publish itself
 
     @staticmethod
     async def _cancel(task: asyncio.Task[None] | None) -> None:
@@ -681,17 +741,18 @@ class RawGazeSender:
                     said["unix_offset"] = self.unix_offset()
                 hello = json.dumps(said).encode()
                 while not self._claimed.is_set():
-                    await client.publish(self.hello, hello, qos=1)
+                    await self._publish(client, self.hello, hello)
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(2.0):
                             await self._claimed.wait()
             while self._buffer and self._claimed.is_set():  # blocks sent meanwhile join the end
                 item = self._buffer.popleft()
                 try:
-                    await client.publish(self.topics.gaze, item, qos=1)
+                    await self._publish(client, self.topics.gaze, item[1])
                 except aiomqtt.MqttError:
                     self._buffer.appendleft(item)  # resent after the reconnect
                     raise
+                self._sent.append(item)
             if self._claimed.is_set():
                 self._ready = True
                 return
@@ -733,6 +794,8 @@ class RawGazeSender:
                     self._owned_nonce = str(nonce)
                     if not self._resuming:  # a renewed claim is not a new owner
                         self.owners.append(self.owner)
+                    # renewed: resend what the worker lacks (all if it holds no sample yet)
+                    self._resend_after(owner.get("through", -math.inf) if renewed else None)
                     await client.subscribe(worker_topic(self.prefix, self.owner), qos=1)
                     self._claimed.set()
         elif self.owner is not None and (
@@ -740,6 +803,27 @@ class RawGazeSender:
             or (topic == worker_topic(self.prefix, self.owner) and payload == b"offline")
         ):
             await self._lost(client, offline=bool(payload))
+
+    def _resend_after(self, through: object) -> None:
+        """Queue again, before the buffer, the blocks sent after sample time ``through`` (the
+        owner renewing its claim after an outage holds no later sample: the broker lost them);
+        forget the rest. ``None`` (a new claim): forget every block sent."""
+        sent, self._sent = self._sent, deque(maxlen=self._sent.maxlen)
+        if not isinstance(through, int | float) or not math.isfinite(through):
+            return
+        again = [item for item in sent if item[0] > through]
+        if not again:
+            return
+        keep = [*again, *self._buffer]
+        overflow = max(0, len(keep) - (self._buffer.maxlen or len(keep)))
+        self.dropped_blocks += overflow  # the oldest go, as when the buffer overflows
+        self._buffer = deque(keep[overflow:], maxlen=self._buffer.maxlen)
+        self.resent_blocks += len(again)
+        log.info(
+            "session %s: %d blocks the broker lost in its restart sent again",
+            self.identity,
+            len(again),
+        )
 
     async def _lost(self, client: aiomqtt.Client, *, offline: bool) -> None:
         """The owner died (re-claim at once) or let the session go (re-claim on the next send:
@@ -773,6 +857,7 @@ class RawGazeSender:
         """
         if client is not self._client:
             return
+        self._dead.set()
         self._ready = False
         self._claimed.clear()
         self.owner = None
@@ -807,20 +892,21 @@ class RawGazeSender:
     async def send(self, block: GazeSamples) -> None:
         """Publish one block (QoS 1), or buffer it while no worker owns the session or the
         broker is away."""
-        payload = encode_gaze(block)
+        item = (float(block.timestamps[-1]) if len(block) else -math.inf, encode_gaze(block))
         client = self._client
         if self._ready and client is not None:
             try:
-                await client.publish(self.topics.gaze, payload, qos=1)
+                await self._publish(client, self.topics.gaze, item[1])
             except aiomqtt.MqttError as exc:
                 # buffered below and resent after recovery (a duplicate is dropped by the
                 # worker: timestamps must increase)
                 self._connection_lost(exc, client)
             else:
+                self._sent.append(item)
                 return
         if len(self._buffer) == self._buffer.maxlen:
             self.dropped_blocks += 1
-        self._buffer.append(payload)
+        self._buffer.append(item)
         self._start_claim()
 
     async def __aexit__(
