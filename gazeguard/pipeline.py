@@ -109,6 +109,8 @@ class PipelineStats:
     withheld: int = 0
     dropped: int = 0
     tail_steps_dropped: int = 0
+    pauses: int = 0  # gaps long enough to start a new segment (see Pipeline.feed)
+    pause_steps_dropped: int = 0  # steps of incomplete chunks a pause ended
     last_reason: str | None = None
     state: SessionState = "starting"
     withheld_indices: list[int] = field(default_factory=list)
@@ -228,14 +230,14 @@ class Pipeline:
             feature_window_s=features.window_s,
             hold_limit_s=hold,
         )
-        self.extractor = FeatureExtractor(
-            window_s=features.window_s,
-            step_s=features.step_s,
-            min_valid_fraction=features.min_valid_fraction,
-            hold_limit_s=features.hold_limit_s,
-            detector=EventDetector(velocity_threshold_deg_s=features.saccade_threshold_deg_s),
-        )
+        self._features = features
+        self.extractor = self._new_extractor()
         self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
+        # A pause longer than this starts a new segment (see feed): every window inside it would
+        # carry only defaults, and it is at least a chunk long, so the chunks of two segments
+        # never fall closer together in gaze time than one grid's (the hourly calibration).
+        self.pause_s = max(features.window_s + hold, self.mechanism.n * features.step_s)
+        self._last_t = -math.inf  # newest sample time fed
         self.profile = mechanism.profile
         self.labels: LabelStream | None = None
         self._label_blocks: list[tuple[np.ndarray, np.ndarray]] = []
@@ -295,13 +297,66 @@ class Pipeline:
         out, self._labels_ready = self._labels_ready, []
         return out
 
+    def _new_extractor(self) -> FeatureExtractor:
+        f = self._features
+        return FeatureExtractor(
+            window_s=f.window_s,
+            step_s=f.step_s,
+            min_valid_fraction=f.min_valid_fraction,
+            hold_limit_s=f.hold_limit_s,
+            detector=EventDetector(velocity_threshold_deg_s=f.saccade_threshold_deg_s),
+        )
+
     def feed(self, block: GazeSamples) -> list[Chunk]:
         """Events, features and chunking only: the (raw) chunks this block completed.
 
         Cheap and CPU-only; :meth:`release` does the privatizing and the durable charge. The
         chunks returned are raw: hand them to :meth:`release` and nowhere else.
+
+        A pause in the gaze longer than :attr:`pause_s` (``max(W + hold limit, n·s)``: 60 s at
+        the defaults) ends a segment: the incomplete chunk is dropped (not padded, counted in
+        ``stats.pause_steps_dropped``), and the next sample starts a new feature window (its
+        first vector W later) while the chunk numbering continues. Walking the pause step by
+        step instead would release chunks of nothing but default values — an hour's pause, an
+        hour's budget, spent in one burst that the wall-clock cap then makes the next real hour
+        pay for — and a pause of days would take the process minutes.
         """
+        ts = block.timestamps
+        prev = np.concatenate(([self._last_t], ts[:-1]))
+        cuts = np.flatnonzero((ts - prev > self.pause_s) & np.isfinite(prev)).tolist()
+        if not cuts:
+            return self._feed(block)
+        chunks: list[Chunk] = []
+        starts = cuts if cuts[0] == 0 else [0, *cuts]
+        for a, b in zip(starts, [*starts[1:], len(block)], strict=True):
+            if a in cuts:
+                self._new_segment(float(ts[a] - prev[a]))
+            chunks += self._feed(block.slice(a, b))
+        return chunks
+
+    def _new_segment(self, pause: float) -> None:
+        dropped = self.chunker.restart()
+        if self.labels is not None:
+            self.labels.restart()
+        stats = self.extractor.stats
+        self.extractor = self._new_extractor()
+        self.extractor.stats = stats  # one set of counters per session
+        self.stats.pauses += 1
+        self.stats.pause_steps_dropped += dropped
+        log.info(
+            "session %r: gaze paused %.0f s (> %.0f s): a new feature window starts (first "
+            "vector %g s later); %d steps of an incomplete chunk dropped (not padded)",
+            self.session,
+            pause,
+            self.pause_s,
+            self._features.window_s,
+            dropped,
+        )
+
+    def _feed(self, block: GazeSamples) -> list[Chunk]:
         X, t = self.extractor.push(block)
+        if len(block):
+            self._last_t = float(block.timestamps[-1])
         self.stats.steps += len(t)
         if self.labels is not None and len(t):
             self._label_blocks += self.labels.add(X, t)

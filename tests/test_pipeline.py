@@ -7,11 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gazeguard.chunking import Chunk
 from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.errors import ConfigError
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage
 from gazeguard.pipeline import Pipeline, ReleasedChunk
+from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
 
 NAMES = ["fixation_rate", "saccade_rate", "pupil_mean"]
@@ -106,3 +108,54 @@ def test_unknown_feature_in_the_profile_is_refused_with_the_known_names(tmp_path
     ):
         Pipeline(ledger, session="u1", device="hmd",
                  mechanism=MechanismSettings(features=["fixaton_rate"]))  # fmt: skip
+
+
+def chunked(pipe: Pipeline, *parts: GazeSamples) -> list[Chunk]:
+    """The raw chunks ``parts`` complete, fed in blocks of 12 samples."""
+    return [c for p in parts for i in range(0, len(p), 12) for c in pipe.feed(p.slice(i, i + 12))]
+
+
+@pytest.mark.parametrize("pause_s", [3600.0, 86400.0 * 3])
+def test_a_long_pause_starts_a_new_segment_instead_of_releasing_empty_windows(
+    tmp_path: Path, pause_s: float
+) -> None:
+    """A headset paused for an hour used to be walked step by step: every empty window became
+    a vector of defaults, 72,000 steps (2,250 chunks) here, each to be charged; a pause of days
+    took minutes of CPU. After a pause longer than ``pause_s`` the pipeline starts a new
+    segment: what follows is chunked exactly as a fresh session would chunk it, and the chunk
+    numbering continues."""
+    gaze = simulate_gaze(20.0, 120.0, 3)
+    a, b = gaze.slice(0, 1260), gaze.slice(1260, 2400)  # 10.5 s: 5 chunks and some steps
+    later = GazeSamples(b.timestamps + pause_s, b.x_deg, b.y_deg, b.pupil_mm, b.valid)
+
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+
+        def pipeline(session: str) -> Pipeline:
+            return Pipeline(
+                ledger, session=session, device="hmd", features=FAST, mechanism=mechanism()
+            )
+
+        pipe = pipeline("u1")
+        assert pipe.pause_s == pytest.approx(4.0)  # W + hold limit (2 s + 2 s) > n·s = 1.6 s
+        both = chunked(pipe, a, later)
+        first, second = chunked(pipeline("u2"), a), chunked(pipeline("u3"), later)
+    assert pipe.stats.pauses == 1
+    assert 0 < pipe.stats.pause_steps_dropped < 32
+    assert [c.index for c in both] == list(range(len(first) + len(second)))
+    for got, want in zip(both, first + second, strict=True):
+        np.testing.assert_array_equal(got.values, want.values)
+        np.testing.assert_array_equal(got.timestamps, want.timestamps)
+
+
+def test_a_pause_shorter_than_a_segment_break_is_walked(tmp_path: Path) -> None:
+    """Within ``pause_s`` the feature window runs on through the gap (held values, then
+    defaults): the grid of steps, and so the chunks, stay continuous."""
+    gaze = simulate_gaze(20.0, 120.0, 3)
+    a, b = gaze.slice(0, 1200), gaze.slice(1200, 2400)
+    later = GazeSamples(b.timestamps + 3.0, b.x_deg, b.y_deg, b.pupil_mm, b.valid)
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        pipe = Pipeline(ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism())
+        out = chunked(pipe, a, later)
+    assert pipe.stats.pauses == 0
+    steps = np.concatenate([c.timestamps for c in out])
+    np.testing.assert_allclose(np.diff(steps), FAST.step_s)

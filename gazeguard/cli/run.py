@@ -351,9 +351,10 @@ def run(args: argparse.Namespace) -> int:
     console.say(
         "summary",
         f"gazeguard: session {summary.session!r}: {s.released} chunks released, "
-        f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped; "
-        f"user-level ε {summary.spent:.4g} ({remaining}); {summary.pending} chunks still in the "
-        f"outbox; ledger {summary.ledger}{why} (exit status {int(code)})",
+        f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped"
+        + (f", {s.pauses} pauses ({s.pause_steps_dropped} steps dropped)" if s.pauses else "")
+        + f"; user-level ε {summary.spent:.4g} ({remaining}); {summary.pending} chunks still in "
+        f"the outbox; ledger {summary.ledger}{why} (exit status {int(code)})",
         session=summary.session,
         released=s.released,
         withheld=s.withheld,
