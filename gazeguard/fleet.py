@@ -809,7 +809,7 @@ class RawGazeSender:
         owner renewing its claim after an outage holds no later sample: the broker lost them);
         forget the rest. ``None`` (a new claim): forget every block sent."""
         sent, self._sent = self._sent, deque(maxlen=self._sent.maxlen)
-        if not isinstance(through, int | float) or not math.isfinite(through):
+        if not isinstance(through, int | float) or math.isnan(through):
             return
         again = [item for item in sent if item[0] > through]
         if not again:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import signal
@@ -400,6 +401,34 @@ def test_blocks_a_restarted_broker_acknowledged_but_lost_are_sent_again(
     assert int(closed.group(1)) == len(gaze), err
     with Ledger(ledger_path, create=False) as ledger:  # 24 s, 2 s window, 1.6 s chunks: 13
         assert [c.chunk_index for c in ledger.charges(session)] == list(range(13)), err
+
+
+def test_a_renewed_claim_resends_the_blocks_after_through_and_keeps_the_buffer_bound() -> None:
+    """The resend rule on its own: blocks sent after the renewal's ``through`` go back in front
+    of the buffer, in order; a renewal without ``through`` (the worker holds no sample yet)
+    resends all; a new claim (``None``) resends none; the buffer keeps its bound, the oldest
+    going first, counted as dropped."""
+    broker = BrokerSettings(host="127.0.0.1", port=1)
+    sender = RawGazeSender(broker, "hmd", "rule", max_buffered=4)
+    blocks = [(float(i), f"b{i}".encode()) for i in range(4)]
+
+    def sent(*items: tuple[float, bytes]) -> None:
+        sender._sent.clear()
+        sender._sent.extend(items)
+
+    sent(*blocks[:3])
+    sender._buffer.append(blocks[3])
+    sender._resend_after(0.0)
+    assert list(sender._buffer) == [blocks[1], blocks[2], blocks[3]]
+    assert (sender.resent_blocks, sender.dropped_blocks, len(sender._sent)) == (2, 0, 0)
+    sent(*blocks[:3])
+    sender._resend_after(-math.inf)  # no "through": everything sent, and the bound holds
+    assert list(sender._buffer) == [blocks[2], blocks[1], blocks[2], blocks[3]]
+    assert sender.dropped_blocks == 2
+    sent(*blocks[:3])
+    sender._resend_after(None)
+    assert len(sender._buffer) == 4
+    assert not sender._sent
 
 
 @pytest.mark.network
