@@ -1,11 +1,13 @@
 """Sample order: one routine that decides which gaze samples are in time order and plausible.
 
-Every gaze source ends here before events and features (which need timestamps that are finite and
-strictly increasing, also across blocks): the LSL ingest (:class:`gazeguard.presets.Normalizer`)
-and raw gaze that arrives over MQTT in a fleet. :class:`SampleOrder` keeps the state of one
-stream across blocks and, for each block, says which samples to keep and what their timestamps
-are. What it refuses it counts (:class:`OrderStats`); nothing it refuses ever changes its state,
-so one bad sample cannot stop a stream.
+Every LSL gaze source ends here before events and features (which need timestamps that are finite
+and strictly increasing, also across blocks): the LSL ingest
+(:class:`gazeguard.presets.Normalizer`), the sidecar's and a fleet's alike. Raw gaze that arrives
+over MQTT in a fleet still has its own, simpler rule in :mod:`gazeguard.fleet` (samples ahead of
+the device's clock are dropped, then every sample not newer than the last; no resynchronisation).
+:class:`SampleOrder` keeps the state of one stream across blocks and, for each block, says which
+samples to keep and what their timestamps are. What it refuses it counts (:class:`OrderStats`);
+nothing it refuses ever changes its state, so one bad sample cannot stop a stream.
 
 A sample is **dropped** when
 
