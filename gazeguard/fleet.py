@@ -44,7 +44,9 @@ session keeps its worker, its feature window and every sample.
 
 Topics (raw side): ``{raw}/hello`` (JSON ``{"device", "session", "nonce"}`` and, from
 ``gazeguard forward``, ``"unix_offset"``: Unix time minus the blocks' timestamps on the device's
-host, so that a worker on another host dates the gaze correctly),
+host, so that a worker on another host dates the gaze correctly, and ``"now"``: the blocks' clock
+when the hello left, so that the worker knows how far the device's gaze may run without trusting
+the two hosts' Unix clocks to agree),
 ``{raw}/{device}/{session}/gaze`` (binary blocks, QoS 1), ``{raw}/{device}/{session}/owner``
 (retained JSON ``{"worker", "time", "nonce", "through"}``, ``through``: the newest sample time
 the worker holds, absent before the first; emptied when the worker closes the session),
@@ -176,6 +178,9 @@ class _Session:
     last_seen: float = field(default_factory=time.monotonic)
     samples: int = 0  # accepted (timestamps increasing)
     future_samples: int = 0  # stamped ahead of the clock: dropped, never adopted as "last"
+    # The device's clock (the blocks' timestamps) as its hello stated it, and this host's
+    # monotonic time when the hello arrived: (device "now", monotonic), s.
+    clock_ref: tuple[float, float] | None = None
     dropped_samples: int = 0
     bad_blocks: int = 0
     nonce: str = ""  # of the hello this worker answered: its retained claim echoes it
@@ -441,11 +446,12 @@ class Fleet:
             device, session = str(hello["device"]), str(hello["session"])
             nonce = str(hello.get("nonce", ""))
             topics = RawTopics.of(self.settings.fleet.raw_prefix, device, session)
-            offset = hello.get("unix_offset")
-            if offset is not None and not (
-                isinstance(offset, int | float) and math.isfinite(offset)
-            ):
-                raise ValueError(f"unix_offset must be a finite number, got {offset!r}")
+            offset, device_now = hello.get("unix_offset"), hello.get("now")
+            for name, value in (("unix_offset", offset), ("now", device_now)):
+                if value is not None and not (
+                    isinstance(value, int | float) and math.isfinite(value)
+                ):
+                    raise ValueError(f"{name} must be a finite number, got {value!r}")
         except (ValueError, KeyError, TypeError, StreamError) as exc:
             log.warning("worker %s: ignoring malformed hello %r: %s", self.worker_id, payload, exc)
             return
@@ -454,6 +460,8 @@ class Fleet:
             return
         if offset is not None:  # the device's clock, not ours: its samples → Unix time
             entry.pipeline.clock_offset_s = float(offset)
+        if device_now is not None:
+            entry.clock_ref = (float(device_now), time.monotonic())
         entry.nonce = nonce
         await client.subscribe(topics.gaze, qos=1)
         await client.publish(topics.owner, entry.owner_payload(self.worker_id), qos=1, retain=True)
@@ -480,10 +488,14 @@ class Fleet:
             log.warning("session %r: malformed gaze block dropped: %s", key, exc)
             return
         # Samples stamped ahead of the clock are dropped first, so one never becomes the "last"
-        # that every later sample would have to beat, nor opens a gap of a million seconds for
-        # the feature window to walk (LSL ingest's rule, ingest.future_tolerance_s).
+        # that every later sample would have to beat (LSL ingest's rule,
+        # ingest.future_tolerance_s). "Now" on the device's clock: from its hello's "now" and the
+        # time since, or from the Unix clocks; the later of the two, so that neither a slow hello
+        # nor a device whose Unix clock runs ahead of ours makes its fresh gaze look early.
         offset = entry.pipeline.clock_offset_s
-        now = time.time() - (lsl_unix_offset() if offset is None else offset)  # the block's clock
+        now = time.time() - (lsl_unix_offset() if offset is None else offset)
+        if entry.clock_ref is not None:
+            now = max(now, entry.clock_ref[0] + time.monotonic() - entry.clock_ref[1])
         ts = block.timestamps
         ahead = ts > now + self.settings.ingest.future_tolerance_s
         if ahead.any():
@@ -610,6 +622,9 @@ class RawGazeSender:
             this host's ``time.time() − local_clock()``); sent with every hello so the worker
             dates the session's gaze on *this* host's clock. ``None``: the worker assumes its
             own LSL clock (blocks from the same host).
+        clock: returns the blocks' clock now, s (``gazeguard forward``: ``local_clock``); sent
+            with every hello so the worker knows the device's "now" without comparing the
+            hosts' Unix clocks (it drops gaze stamped ahead of it). ``None``: not sent.
     """
 
     def __init__(
@@ -623,6 +638,7 @@ class RawGazeSender:
         max_buffered: int = 600,
         resume_timeout_s: float = 10.0,
         unix_offset: Callable[[], float] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.topics = RawTopics.of(prefix, device, session)
         self.prefix = prefix
@@ -631,6 +647,7 @@ class RawGazeSender:
         self.claim_timeout_s = claim_timeout_s
         self.resume_timeout_s = resume_timeout_s
         self.unix_offset = unix_offset
+        self.clock = clock
         self.owner: str | None = None
         self.owners: list[str] = []
         self.dropped_blocks = 0
@@ -736,12 +753,8 @@ class RawGazeSender:
         while True:
             if not self._claimed.is_set():
                 self._nonce = secrets.token_hex(8)
-                said: dict[str, object] = {**self.identity, "nonce": self._nonce}
-                if self.unix_offset is not None:
-                    said["unix_offset"] = self.unix_offset()
-                hello = json.dumps(said).encode()
                 while not self._claimed.is_set():
-                    await self._publish(client, self.hello, hello)
+                    await self._publish(client, self.hello, self._hello())
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(2.0):
                             await self._claimed.wait()
@@ -803,6 +816,15 @@ class RawGazeSender:
             or (topic == worker_topic(self.prefix, self.owner) and payload == b"offline")
         ):
             await self._lost(client, offline=bool(payload))
+
+    def _hello(self) -> bytes:
+        """The hello for the current nonce, with the clocks as they are now (it is resent)."""
+        said: dict[str, object] = {**self.identity, "nonce": self._nonce}
+        if self.unix_offset is not None:
+            said["unix_offset"] = self.unix_offset()
+        if self.clock is not None:
+            said["now"] = self.clock()
+        return json.dumps(said).encode()
 
     def _resend_after(self, through: object) -> None:
         """Queue again, before the buffer, the blocks sent after sample time ``through`` (the

@@ -22,6 +22,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pylsl
+
 from gazeguard.config import BrokerSettings, Settings
 from gazeguard.errors import ConfigError
 from gazeguard.fleet import RawGazeSender
@@ -87,6 +89,7 @@ async def forward(
             summary.session,
             prefix=settings.fleet.raw_prefix,
             unix_offset=lsl_unix_offset,  # this host's clock: workers may run elsewhere
+            clock=pylsl.local_clock,
         ) as sender:
             if ready is not None:
                 ready(summary, info, sender.owner)

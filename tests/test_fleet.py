@@ -545,6 +545,45 @@ def test_one_block_stamped_ahead_of_the_clock_does_not_stop_a_raw_session(
 
 
 @pytest.mark.network
+def test_a_device_whose_unix_clock_runs_ahead_keeps_its_fresh_gaze(
+    tmp_path: Path, mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The future rule must not trust two hosts' Unix clocks to agree: a headset whose wall clock
+    runs 5 s ahead of the worker's states a Unix offset 5 s too large, so by the Unix clocks its
+    freshest 5 s of gaze looked early and were dropped. Its hello also says "now" on the
+    blocks' own clock, and the worker measures from that."""
+    monkeypatch.setenv("GAZEGUARD_FLEET__IDLE_TIMEOUT_S", "3")
+    worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
+    gaze = simulate_gaze(12.0, 120.0, seed=7)
+    m0 = time.monotonic()
+
+    def clock() -> float:  # the headset's LSL clock: 30 s since it booted
+        return 30.0 + time.monotonic() - m0
+
+    fresh = GazeSamples(gaze.timestamps + 18.0, gaze.x_deg, gaze.y_deg, gaze.pupil_mm, gaze.valid)
+    blocks = [fresh.slice(start, start + 12) for start in range(0, len(fresh), 12)]
+
+    async def device() -> None:
+        broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+        async with RawGazeSender(
+            broker, "hmd", "skewed", clock=clock, unix_offset=lambda: time.time() + 5.0 - clock()
+        ) as sender:
+            for block in blocks:  # stamped 18-30 s: all of it already past on its clock
+                await sender.send(block)
+            await until(lambda: sender.owner is None, 30)  # silent: closed, every block read
+
+    try:
+        wait_online(mosquitto, 1)
+        asyncio.run(device())
+    finally:
+        err = stop_worker(worker)
+    closed = re.search(r"closed \((\d+) samples, (\d+) dropped as not newer, (\d+) as ahead", err)
+    assert closed is not None, err
+    assert tuple(map(int, closed.groups())) == (len(gaze), 0, 0), err
+    assert charges(tmp_path / "ledger.sqlite", "hmd.skewed") >= 5, err
+
+
+@pytest.mark.network
 def test_forward_sends_a_headsets_lsl_stream_to_a_fleet_worker(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
