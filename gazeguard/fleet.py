@@ -89,6 +89,7 @@ from gazeguard.ledger import Ledger
 from gazeguard.pipeline import Pipeline
 from gazeguard.publish import Publisher, credentials, tls_context
 from gazeguard.samples import GazeSamples, lsl_unix_offset
+from gazeguard.topics import session_id_for
 
 if TYPE_CHECKING:
     from gazeguard.cohort import CohortAggregator
@@ -561,7 +562,6 @@ class Fleet:
                 task.cancel()
 
     async def _serve_lsl(self, source_id: str, stop: asyncio.Event) -> None:
-        from gazeguard.service import session_id_for  # noqa: PLC0415 - avoids a cycle
 
         ingest = self.settings.ingest.model_copy(update={"source_id": source_id})
         session = session_id_for(source_id, "")

@@ -29,7 +29,7 @@ from gazeguard.errors import ConfigError
 from gazeguard.fleet import RawGazeSender
 from gazeguard.ingest import GazeStream, GazeStreamInfo
 from gazeguard.samples import lsl_unix_offset
-from gazeguard.service import session_id_for
+from gazeguard.topics import session_id_for
 
 
 @dataclass

@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from gazeguard.pipeline import Pipeline, PipelineStats, ReleasedChunk
 from gazeguard.presets import IngestStats
 from gazeguard.publish import Publisher
 from gazeguard.simulate import SimulatedHeadset
+from gazeguard.topics import session_id_for
 
 log = logging.getLogger(__name__)
 
@@ -100,12 +100,6 @@ class RunSummary:
     broker_refusals: int = 0
     broker_error: str | None = None
     refused: int = 0
-
-
-def session_id_for(source_id: str, name: str) -> str:
-    """A topic-safe session id derived from the stream identity (stable across restarts)."""
-    raw = source_id or name or "gaze"
-    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", raw)[:120]
 
 
 def simulated_source_id(settings: IngestSettings) -> str:

@@ -13,6 +13,7 @@ topic.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from gazeguard.errors import ConfigError
@@ -21,6 +22,14 @@ from gazeguard.errors import ConfigError
 MAX_NAME_CHARS = 128
 #: Characters MQTT gives a meaning in topics.
 RESERVED = "/+#"
+
+
+def session_id_for(source_id: str, name: str) -> str:
+    """A topic-safe session id derived from an LSL stream's identity (stable across restarts):
+    its ``source_id``, else its name, else ``"gaze"``, with every run of characters outside
+    ``A–Z a–z 0–9 _ . : -`` replaced by ``_`` and at most 120 characters kept."""
+    raw = source_id or name or "gaze"
+    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", raw)[:120]
 
 
 def name_problem(value: object) -> str | None:

@@ -28,6 +28,7 @@ from gazeguard.message import (
     shipped_schema,
     status_topic,
 )
+from gazeguard.topics import name_problem, session_id_for
 
 F, N = 4, 16
 
@@ -268,6 +269,13 @@ def test_status_needs_a_reason_when_something_is_wrong() -> None:
         {**base, "state": "budget_exhausted", "reason": "session cap 1 reached"}
     )
     assert json.loads(ok.to_payload())["schema"] == "gazeguard.status/1"
+
+
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_a_session_id_derived_from_a_stream_is_always_topic_safe(source_id: str, name: str) -> None:
+    """Whatever an LSL outlet calls itself (control characters, surrogates, 10 kB), the session id
+    derived from it passes the topic rule, so a stream's name can never stall the outbox."""
+    assert name_problem(session_id_for(source_id, name)) is None
 
 
 def test_topics() -> None:
