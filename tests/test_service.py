@@ -71,6 +71,13 @@ def finish(proc: subprocess.Popen[str], timeout: float = 30, status: int = ExitC
     return err
 
 
+def broker_story(broker: MosquittoBroker) -> str:
+    """The broker log's connections, publishes and saves (what a failed delivery test needs)."""
+    keep = ("version", "New client", "disconnected", "CONNACK", "PUBLISH", "Saving", "Error")
+    lines = broker.log.read_text(errors="replace").splitlines() if broker.log.exists() else []
+    return "\n".join(line for line in lines if any(k in line for k in keep))[-6000:]
+
+
 def ledger_indices(tmp_path: Path, session: str = "s1") -> list[int]:
     with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
         return [c.chunk_index for c in ledger.charges(session)]
@@ -124,12 +131,16 @@ def test_broker_outage_loses_and_duplicates_nothing(
         persistent_broker.stop()  # chunks charged now wait in the outbox
         time.sleep(3)
         persistent_broker.start()
-        finish(proc)
+        err = finish(proc)
         indices = ledger_indices(tmp_path)
-        assert sub.wait_for(lambda: len(sub.chunks()) >= len(indices), 15)
+        arrived = sub.wait_for(lambda: len(sub.chunks()) >= len(indices), 15)
         time.sleep(0.5)  # a late duplicate would arrive now
         received = [c.chunk_index for c in sub.chunks()]
-        assert received == indices, "every charged chunk exactly once, in order"
+        assert received == indices, (
+            f"every charged chunk exactly once, in order (all arrived: {arrived}); "
+            f"missing {sorted(set(indices) - set(received))}\n"
+            f"broker:\n{broker_story(persistent_broker)}\nsidecar:\n{err[-3000:]}"
+        )
     finally:
         sub.close()
 
