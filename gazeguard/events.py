@@ -369,7 +369,7 @@ class EventDetector:
         """First buffer index still needed: h + 1 samples of lookback before the next sample."""
         return max(0, self._next - self.h - 1)
 
-    def _classify(self, stop: int, final: bool = False) -> Events:
+    def _classify(self, stop: int, final: bool = False) -> Events:  # noqa: PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
         """Classify buffer samples [self._next, stop) and close the runs they complete."""
         a = self._next
         if stop <= a:

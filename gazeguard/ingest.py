@@ -276,7 +276,7 @@ class GazeStream:
         return inlet, meta, layout
 
     # -- the pull thread ------------------------------------------------------------------
-    def _pull_loop(self, inlet: pylsl.StreamInlet, norm: Normalizer) -> None:
+    def _pull_loop(self, inlet: pylsl.StreamInlet, norm: Normalizer) -> None:  # noqa: PLR0912, PLR0915 - the pull thread's one hot loop (a call per pull is its cost)
         assert self._queue is not None
         assert self._meta is not None
         queue, meta = self._queue, self._meta

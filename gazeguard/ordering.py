@@ -274,7 +274,7 @@ class SampleOrder:
         self.stats.lost += int(steps[steps > 0].sum())
 
     # -- a block with something to refuse: one sample at a time -------------------------------
-    def _slow(
+    def _slow(  # noqa: PLR0912, PLR0915 - numeric: the per-sample plausibility and resync state machine
         self, t: FloatArray, index: FloatArray | None, now: float
     ) -> tuple[BoolArray, FloatArray]:
         st = self.stats

@@ -100,6 +100,27 @@ class ReleasedChunk:
         return self.message.chunk_index
 
 
+def _profile_names(mechanism: MechanismSettings) -> list[str]:
+    """The release profile's feature names (all 48 when ``mechanism.features`` is unset).
+
+    Raises:
+        ConfigError: an unknown name (also in ``epsilon_per_feature``), or an empty profile.
+    """
+    all_names = [f.name for f in FEATURES]
+    names = list(mechanism.features) if mechanism.features is not None else all_names
+    unknown = [n for n in [*names, *mechanism.epsilon_per_feature] if n not in all_names]
+    if unknown or not names:
+        raise ConfigError(
+            "mechanism.features",
+            unknown or names,
+            f"unknown feature name(s); known: {', '.join(all_names)}"
+            if unknown
+            else "the release profile is empty",
+            None,
+        )
+    return names
+
+
 @dataclass(slots=True)
 class PipelineStats:
     """Counters of one session (chunks and steps)."""
@@ -173,39 +194,16 @@ class Pipeline:
         self.stats = PipelineStats()
 
         all_names = [f.name for f in FEATURES]
-        names = list(mechanism.features) if mechanism.features is not None else all_names
-        unknown = [n for n in [*names, *mechanism.epsilon_per_feature] if n not in all_names]
-        if unknown or not names:
-            raise ConfigError(
-                "mechanism.features",
-                unknown or names,
-                f"unknown feature name(s); known: {', '.join(all_names)}"
-                if unknown
-                else "the release profile is empty",
-                None,
-            )
+        names = _profile_names(mechanism)
         self.feature_names = names
         self._index = np.array([all_names.index(n) for n in names], dtype=np.intp)
         self.units = [FEATURES[i].unit for i in self._index]
         # Caps recorded with the session bind; a looser configuration is refused here.
         self.opened = ledger.open_session(session)
-        self.label_plan: LabelPlan | None = None
-        chunk_budget = self.opened.window_cap
-        chunk_delta = self.opened.delta
         #: Called with every batch of clean feature vectors ``(X (T, 48), t (T,) sample time)``
         #: by :meth:`feed`; the trusted cohort aggregator of a fleet worker, nothing else.
         self.on_features: Callable[[np.ndarray, np.ndarray], None] | None = None
-        if cohort_share is not None and chunk_budget is not None:
-            # Cohort aggregates take their share at δ/2 (gazeguard.cohort); chunks the rest.
-            chunk_budget *= 1.0 - cohort_share
-            chunk_delta /= 2.0
-        if labels is not None and labels.enabled:
-            from gazeguard.label_stream import plan_labels  # noqa: PLC0415 - optional stage
-
-            self.label_plan = plan_labels(
-                labels, features, chunk_budget, chunk_delta, self.opened.window_s
-            )
-            chunk_budget = self.label_plan.chunk_budget
+        chunk_budget, chunk_delta = self._split_budget(features, labels, cohort_share)
         lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
         bounds = Bounds(lo=lo, hi=hi, max_step=max_step)
         self.mechanism = build_mechanism(
@@ -258,6 +256,28 @@ class Pipeline:
                 session,
                 mechanism.insecure_seed,
             )
+
+    def _split_budget(
+        self, features: FeatureSettings, labels: LabelSettings | None, cohort_share: float | None
+    ) -> tuple[float | None, float]:
+        """The hourly ε and the δ left for the chunk stream, after the cohort aggregates' share
+        (at δ/2, :mod:`gazeguard.cohort`) and the private labels' plan (sets
+        :attr:`label_plan`)."""
+        self.label_plan: LabelPlan | None = None
+        chunk_budget = self.opened.window_cap
+        chunk_delta = self.opened.delta
+        if cohort_share is not None and chunk_budget is not None:
+            # Cohort aggregates take their share at δ/2 (gazeguard.cohort); chunks the rest.
+            chunk_budget *= 1.0 - cohort_share
+            chunk_delta /= 2.0
+        if labels is not None and labels.enabled:
+            from gazeguard.label_stream import plan_labels  # noqa: PLC0415 - optional stage
+
+            self.label_plan = plan_labels(
+                labels, features, chunk_budget, chunk_delta, self.opened.window_s
+            )
+            chunk_budget = self.label_plan.chunk_budget
+        return chunk_budget, chunk_delta
 
     @property
     def carries(self) -> str:

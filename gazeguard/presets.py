@@ -335,7 +335,7 @@ def _layout_eyelink(meta: StreamMeta, s: IngestSettings) -> Layout:
     )
 
 
-def _layout_generic(meta: StreamMeta, s: IngestSettings) -> Layout:
+def _layout_generic(meta: StreamMeta, s: IngestSettings) -> Layout:  # noqa: PLR0912 - one branch per channel convention of an undescribed stream
     chans = meta.channels
     if len(chans) != meta.channel_count or not any(c.type for c in chans):
         raise StreamError(

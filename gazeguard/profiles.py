@@ -628,6 +628,37 @@ def build_profile(
             mechanism, then).
     """
     st = settings or BuildSettings()
+    eps_list, people, classes = _check_build(table, spec, epsilons, st)
+    job = _Job(table, spec, eps_list, st, people, classes, progress)
+    t0 = time.perf_counter()
+    sweep = _sweep(job)
+    chosen, confirmed, confirmations = _choose(job, sweep)
+    key = "clean" if chosen.epsilon is None else f"{chosen.epsilon:g}"
+    features = [table.feature_names[int(c)] for c in sweep.ordered_cols[key][: chosen.size]]
+    budget = None
+    if chosen.epsilon is not None:
+        budget = suggested_budget(spec, chosen.size, chosen.epsilon, st.step_s)
+    built = _built_record(job, sweep, chosen, confirmed, confirmations)
+    built["elapsed_s"] = round(time.perf_counter() - t0, 1)
+    built.update(provenance or {})
+    return Profile(
+        name=name,
+        task=task,
+        classes=classes,
+        features=features,
+        suggested_budget=budget,
+        built=built,
+    )
+
+
+def _check_build(
+    table: FeatureTable, spec: MechanismSpec, epsilons: Sequence[float], st: BuildSettings
+) -> tuple[list[float | None], list[str], list[str]]:
+    """The noise levels to sweep (``[None]``: clean), the people and the task classes.
+
+    Raises:
+        ConfigError: see :func:`build_profile`.
+    """
     check_stream_mechanism(spec)
     if st.criterion not in CRITERIA:
         raise ConfigError("criterion", st.criterion, f"choose from {', '.join(CRITERIA)}")
@@ -642,12 +673,45 @@ def build_profile(
             f"{len(people)} people, {len(classes)} tasks",
             "a profile needs labelled recordings of at least 2 people and 2 tasks",
         )
+    return eps_list, people, classes
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """One :func:`build_profile` call's inputs, checked (``eps_list``: ``[None]`` is clean)."""
+
+    table: FeatureTable
+    spec: MechanismSpec
+    eps_list: list[float | None]
+    st: BuildSettings
+    people: list[str]
+    classes: list[str]
+    progress: Progress
+
+
+@dataclass(frozen=True, slots=True)
+class _Sweep:
+    """What :func:`_sweep` measured: per noise level (key ``clean`` or ``f"{ε:g}"``) the
+    feature ranking and the candidate columns in that order, and every frontier point."""
+
+    names_all: list[str]
+    excluded: dict[str, str]  # feature → why it was not a candidate
+    rankings: dict[str, list[FeatureScore]]
+    ordered_cols: dict[str, IntArray]
+    frontier: list[FrontierPoint]
+    limit: float  # re-identification accuracy counted as "at chance" (1/people + tolerance)
+    chance: float  # 1/people
+
+
+def _sweep(job: _Job) -> _Sweep:
+    """Rank the candidate features at each noise level and evaluate every profile size."""
+    table, spec, st, progress = job.table, job.spec, job.st, job.progress
+    chance = 1.0 / len(job.people)
     cols, excluded = candidate_columns(table)
     names_all = [table.feature_names[int(c)] for c in cols]
     b = _bounds(names_all, st.window_s, st.step_s)
     prange = np.asarray(b.hi - b.lo, np.float64)
     max_size = cols.size if st.max_size is None else max(1, min(st.max_size, cols.size))
-    chance = 1.0 / len(people)
     limit = chance + st.tolerance
     seed = st.insecure_seed
     t0 = time.perf_counter()
@@ -655,7 +719,7 @@ def build_profile(
     rankings: dict[str, list[FeatureScore]] = {}
     frontier: list[FrontierPoint] = []
     ordered_cols: dict[str, IntArray] = {}
-    for i, eps in enumerate(eps_list):
+    for i, eps in enumerate(job.eps_list):
         key = "clean" if eps is None else f"{eps:g}"
         nv = noise_variance(
             table,
@@ -699,6 +763,18 @@ def build_profile(
                 f"re-id {pt.reid:.3f} ({pt.reid_classifier}) {ok} "
                 f"[{time.perf_counter() - t0:.0f} s]"
             )
+    return _Sweep(names_all, excluded, rankings, ordered_cols, frontier, limit, chance)
+
+
+def _choose(job: _Job, sweep: _Sweep) -> tuple[FrontierPoint, FrontierPoint, list[dict[str, Any]]]:
+    """The chosen frontier point, its confirmation on fresh releases, and every confirmation
+    tried: the best task accuracy at chance re-identification, near-ties broken by cost.
+
+    Raises:
+        ConfigError: no point keeps re-identification at chance, or none is confirmed.
+    """
+    table, spec, st, eps_list, progress = job.table, job.spec, job.st, job.eps_list, job.progress
+    frontier, limit, seed = sweep.frontier, sweep.limit, st.insecure_seed
 
     def cost(p: FrontierPoint) -> float:
         return p.size * (p.epsilon if p.epsilon is not None else 0.0)
@@ -710,7 +786,7 @@ def build_profile(
             "epsilons",
             [e for e in eps_list if e is not None] or "clean",
             f"no profile size keeps re-identification within {st.tolerance:g} of chance "
-            f"({chance:.3f}) with {spec.key}; the lowest was {best_reid.reid:.3f} (size "
+            f"({sweep.chance:.3f}) with {spec.key}; the lowest was {best_reid.reid:.3f} (size "
             f"{best_reid.size}, ε {best_reid.epsilon}); use a smaller ε or a stronger mechanism",
         )
     # Candidates: by task accuracy, near-ties (within margin) broken by cost, then size.
@@ -721,14 +797,12 @@ def build_profile(
     )
     rest = sorted((p for p in qualifying if p.task < top - st.margin), key=lambda p: -p.task)
     candidates = near + rest
-    chosen: FrontierPoint | None = None
-    confirmed: FrontierPoint | None = None
     confirmations: list[dict[str, Any]] = []
     for j, cand in enumerate(candidates[:3]):
         key = "clean" if cand.epsilon is None else f"{cand.epsilon:g}"
         confirm = evaluate_point(
             table,
-            ordered_cols[key][: cand.size],
+            sweep.ordered_cols[key][: cand.size],
             spec,
             cand.epsilon,
             reps=st.confirm_reps,
@@ -747,35 +821,38 @@ def build_profile(
             f"{confirm.reid:.3f} ({'ok' if confirm.reid <= limit else 'above chance'})"
         )
         if confirm.reid <= limit:
-            chosen = cand
-            confirmed = confirm
-            break
-    if chosen is None or confirmed is None:
-        raise ConfigError(
-            "epsilons",
-            [e for e in eps_list if e is not None],
-            f"the best frontier points did not keep re-identification within {st.tolerance:g} "
-            f"of chance on {st.confirm_reps} fresh releases; use a smaller ε",
-        )
-    key = "clean" if chosen.epsilon is None else f"{chosen.epsilon:g}"
-    features = [table.feature_names[int(c)] for c in ordered_cols[key][: chosen.size]]
-    budget = None
-    if chosen.epsilon is not None:
-        budget = suggested_budget(spec, chosen.size, chosen.epsilon, st.step_s)
-    built: dict[str, Any] = {
+            return cand, confirm, confirmations
+    raise ConfigError(
+        "epsilons",
+        [e for e in eps_list if e is not None],
+        f"the best frontier points did not keep re-identification within {st.tolerance:g} "
+        f"of chance on {st.confirm_reps} fresh releases; use a smaller ε",
+    )
+
+
+def _built_record(
+    job: _Job,
+    sweep: _Sweep,
+    chosen: FrontierPoint,
+    confirmed: FrontierPoint,
+    confirmations: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The profile file's ``built`` record: how it was chosen, from what, and every score."""
+    st, eps_list = job.st, job.eps_list
+    return {
         "criterion": st.criterion,
         "noise": {
-            "mechanism": spec.key,
+            "mechanism": job.spec.key,
             "epsilons": [e for e in eps_list if e is not None],
             "k": st.k,
         },
         "window_s": st.window_s,
         "step_s": st.step_s,
-        "people": len(people),
-        "rows": table.n_rows,
-        "candidates": len(names_all),
-        "excluded": excluded,
-        "chance": {"task": 1.0 / len(classes), "reid": chance},
+        "people": len(job.people),
+        "rows": job.table.n_rows,
+        "candidates": len(sweep.names_all),
+        "excluded": sweep.excluded,
+        "chance": {"task": 1.0 / len(job.classes), "reid": sweep.chance},
         "rule": (
             f"highest task accuracy (best classifier, per window, leave-one-person-out) among "
             f"(size, ε) whose re-identification (best classifier, per window, first half → "
@@ -805,20 +882,10 @@ def build_profile(
                 }
                 for s in ranking
             ]
-            for k_, ranking in rankings.items()
+            for k_, ranking in sweep.rankings.items()
         },
-        "frontier": [p.as_dict() for p in frontier],
-        "noise_source": "INSECURE-seeded" if seed is not None else "os-csprng",
+        "frontier": [p.as_dict() for p in sweep.frontier],
+        "noise_source": "INSECURE-seeded" if st.insecure_seed is not None else "os-csprng",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gazeguard_version": __version__,
-        "elapsed_s": round(time.perf_counter() - t0, 1),
     }
-    built.update(provenance or {})
-    return Profile(
-        name=name,
-        task=task,
-        classes=classes,
-        features=features,
-        suggested_budget=budget,
-        built=built,
-    )

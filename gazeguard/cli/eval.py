@@ -181,6 +181,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     parser.epilog = f"{_sources()}\n{FORMAT_HELP}\n{EPILOG}"
     parser.formatter_class = _HelpFormatter
+    _what_to_evaluate(parser)
+    _protocol(parser)
+    _data(parser)
+    _csv_reading(parser)
+    _output(parser)
+
+
+def _what_to_evaluate(parser: argparse.ArgumentParser) -> None:
+    """What is evaluated: datasets, mechanisms, the ε grid, the frontier."""
     g = parser.add_argument_group("what to evaluate")
     g.add_argument(
         "--dataset",
@@ -258,6 +267,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="kept frequency coefficients: 'auto' (from the package's public prior spectrum, "
         "never from the data; default) or an integer <= n/2",
     )
+
+
+def _protocol(parser: argparse.ArgumentParser) -> None:
+    """Repetitions, classifiers and the attack protocol."""
     r = parser.add_argument_group("repetitions and protocol")
     r.add_argument(
         "--utility-reps",
@@ -302,6 +315,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SEED",
         help="INSECURE: reproducible noise from this seed instead of the OS CSPRNG",
     )
+
+
+def _data(parser: argparse.ArgumentParser) -> None:
+    """Where recordings are and how features are computed."""
     d = parser.add_argument_group("data and features")
     d.add_argument(
         "--data-dir",
@@ -323,6 +340,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--synthetic-duration", type=float, help="seconds per simulated recording (300; quick 150)"
     )
     d.add_argument("--synthetic-rate", type=float, default=60.0, help="simulated rate, Hz (60)")
+
+
+def _csv_reading(parser: argparse.ArgumentParser) -> None:
+    """How ``csv:PATH`` recordings are read."""
     c = parser.add_argument_group("reading csv:PATH recordings (formats below)")
     c.add_argument(
         "--format",
@@ -375,6 +396,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="person and task from each recording's path where its columns do not give them, "
         "e.g. '{person}_{task}' (file P01_reading.asc) or '{person}/{task}' (P01/reading.csv)",
     )
+
+
+def _output(parser: argparse.ArgumentParser) -> None:
+    """Worker processes, caching and the output directory."""
     o = parser.add_argument_group("running and output")
     o.add_argument("--out", type=Path, default=Path("gazeguard-eval"), help="output directory")
     o.add_argument(
@@ -463,81 +488,13 @@ def run(args: argparse.Namespace) -> int:
     if args.render is not None:
         return _render(args.render, args.out)
     quick = bool(args.quick)
-    classifiers = tuple(c.strip() for c in args.classifiers.split(",") if c.strip())
-    unknown = [c for c in classifiers if c not in CLASSIFIERS]
-    if unknown or not classifiers:
-        raise ConfigError("classifiers", args.classifiers, f"choose from {','.join(CLASSIFIERS)}")
-    for name in ("utility_reps", "clf_reps", "jobs", "every_task", "every_reid"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            raise ConfigError(name.replace("_", "-"), v, "must be >= 1", "argument")
-    settings = EvalSettings(
-        utility_reps=args.utility_reps or (10 if quick else 100),
-        clf_reps=args.clf_reps or (1 if quick else 3),
-        classifiers=classifiers,
-        every_task=args.every_task,
-        every_reid=args.every_reid,
-        insecure_seed=args.insecure_seed,
-        per_hour_step_s=args.step if args.per_hour else None,
-    )
+    settings = _eval_settings(args, quick)  # before --frontier implies --per-hour laplace
     if args.frontier:
         if args.sensitivity != "public":
             raise ConfigError("frontier", "--sensitivity paper", "the frontier is honest-only")
         args.per_hour = args.per_hour or "laplace"
-    features, profile = (None, None) if args.frontier else _profile_features(args.profile)
-    per_hour_grid = [1.0, 10.0, 100.0] if args.frontier else [1.0, 10.0, 100.0, 1000.0]
-    default_grid = list(QUICK_EPSILONS if quick else PAPER_EPSILONS)
-    grid = GridConfig(
-        mechanisms=_mechanisms(args.mechanisms, quick),
-        epsilons=args.epsilons or (per_hour_grid if args.per_hour else default_grid),
-        k=args.k,
-        settings=settings,
-        window_s=args.window,
-        step_s=args.step,
-        jobs=args.jobs or (2 if quick else 1),
-        cache_dir=None if args.no_cache else args.cache_dir,
-        tolerance=args.tolerance,
-        sensitivity=args.sensitivity,
-        per_hour_noise=args.per_hour,
-        features=features,
-        profile=profile,
-    )
-    read_options = ReadOptions(
-        format=args.format,
-        units=args.units,
-        time_unit=args.time_unit,
-        fov_deg=args.fov,
-        screen_mm=args.screen,
-        distance_mm=args.distance,
-        resolution_px=args.resolution,
-        min_confidence=args.min_confidence,
-        pupil_scale=args.pupil_scale,
-    )
-    datasets = []
-    for spec in args.dataset or ["gazegraph", "synthetic"]:
-        try:
-            datasets.append(
-                open_dataset(
-                    spec,
-                    args.data_dir,
-                    synthetic_people=args.synthetic_people or (6 if quick else 8),
-                    synthetic_duration_s=args.synthetic_duration or (150.0 if quick else 300.0),
-                    synthetic_rate_hz=args.synthetic_rate,
-                    read_options=read_options,
-                    labels=args.labels,
-                )
-            )
-        except DataNotFoundError as exc:
-            if args.dataset:  # asked for by name: say so and stop
-                raise
-            info = PUBLIC_DATASETS[exc.dataset]
-            looked = ", ".join(str(p) for p in exc.looked) or "no data folder"
-            print(
-                f"gazeguard eval: note: {exc.dataset} recordings not found ({looked}), so "
-                f"evaluating synthetic only; for the real data download {info.download} from "
-                f"{info.url} and pass --data-dir FOLDER",
-                file=sys.stderr,
-            )
+    grid = _grid(args, settings, quick)
+    datasets = _datasets(args, quick)
     console = get_console()
     if args.sensitivity == "paper":
         console.warn(f"WARNING: --sensitivity paper: {NOT_PRIVATE}")
@@ -571,3 +528,88 @@ def run(args: argparse.Namespace) -> int:
         f"({time.perf_counter() - t0:.0f} s)"
     )
     return ExitCode.OK
+
+
+def _eval_settings(args: argparse.Namespace, quick: bool) -> EvalSettings:
+    """The evaluation protocol from ``--classifiers``, ``--*-reps``, ``--every-*``."""
+    classifiers = tuple(c.strip() for c in args.classifiers.split(",") if c.strip())
+    unknown = [c for c in classifiers if c not in CLASSIFIERS]
+    if unknown or not classifiers:
+        raise ConfigError("classifiers", args.classifiers, f"choose from {','.join(CLASSIFIERS)}")
+    for name in ("utility_reps", "clf_reps", "jobs", "every_task", "every_reid"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise ConfigError(name.replace("_", "-"), v, "must be >= 1", "argument")
+    return EvalSettings(
+        utility_reps=args.utility_reps or (10 if quick else 100),
+        clf_reps=args.clf_reps or (1 if quick else 3),
+        classifiers=classifiers,
+        every_task=args.every_task,
+        every_reid=args.every_reid,
+        insecure_seed=args.insecure_seed,
+        per_hour_step_s=args.step if args.per_hour else None,
+    )
+
+
+def _grid(args: argparse.Namespace, settings: EvalSettings, quick: bool) -> GridConfig:
+    """The mechanisms × ε grid (ε per hour with ``--per-hour``/``--frontier``)."""
+    features, profile = (None, None) if args.frontier else _profile_features(args.profile)
+    per_hour_grid = [1.0, 10.0, 100.0] if args.frontier else [1.0, 10.0, 100.0, 1000.0]
+    default_grid = list(QUICK_EPSILONS if quick else PAPER_EPSILONS)
+    return GridConfig(
+        mechanisms=_mechanisms(args.mechanisms, quick),
+        epsilons=args.epsilons or (per_hour_grid if args.per_hour else default_grid),
+        k=args.k,
+        settings=settings,
+        window_s=args.window,
+        step_s=args.step,
+        jobs=args.jobs or (2 if quick else 1),
+        cache_dir=None if args.no_cache else args.cache_dir,
+        tolerance=args.tolerance,
+        sensitivity=args.sensitivity,
+        per_hour_noise=args.per_hour,
+        features=features,
+        profile=profile,
+    )
+
+
+def _datasets(args: argparse.Namespace, quick: bool) -> list[Dataset]:
+    """The datasets to evaluate (``--dataset``, default gazegraph and synthetic); a default one
+    whose recordings are missing is skipped with a note saying where to get them."""
+    read_options = ReadOptions(
+        format=args.format,
+        units=args.units,
+        time_unit=args.time_unit,
+        fov_deg=args.fov,
+        screen_mm=args.screen,
+        distance_mm=args.distance,
+        resolution_px=args.resolution,
+        min_confidence=args.min_confidence,
+        pupil_scale=args.pupil_scale,
+    )
+    datasets: list[Dataset] = []
+    for spec in args.dataset or ["gazegraph", "synthetic"]:
+        try:
+            datasets.append(
+                open_dataset(
+                    spec,
+                    args.data_dir,
+                    synthetic_people=args.synthetic_people or (6 if quick else 8),
+                    synthetic_duration_s=args.synthetic_duration or (150.0 if quick else 300.0),
+                    synthetic_rate_hz=args.synthetic_rate,
+                    read_options=read_options,
+                    labels=args.labels,
+                )
+            )
+        except DataNotFoundError as exc:
+            if args.dataset:  # asked for by name: say so and stop
+                raise
+            info = PUBLIC_DATASETS[exc.dataset]
+            looked = ", ".join(str(p) for p in exc.looked) or "no data folder"
+            print(
+                f"gazeguard eval: note: {exc.dataset} recordings not found ({looked}), so "
+                f"evaluating synthetic only; for the real data download {info.download} from "
+                f"{info.url} and pass --data-dir FOLDER",
+                file=sys.stderr,
+            )
+    return datasets

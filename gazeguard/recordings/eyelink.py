@@ -69,7 +69,7 @@ class _Columns:
     res: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
 
 
-def read_eyelink(path: Path, opts: ReadOptions) -> list[GazeRecording]:
+def read_eyelink(path: Path, opts: ReadOptions) -> list[GazeRecording]:  # noqa: PLR0912, PLR0915 - vendor format parser, one branch per record type
     """Read an EyeLink ASC file (see the module docstring); one recording.
 
     Raises:

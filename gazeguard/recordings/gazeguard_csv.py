@@ -97,7 +97,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:
+def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:  # noqa: PLR0912, PLR0915 - format parser, one branch per column convention
     path, header = table.path, table.header
     parsed = [split_unit(h) for h in header]
     bases: dict[str, int] = {}

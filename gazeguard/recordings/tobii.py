@@ -52,7 +52,7 @@ def looks_like_tobii(header_line: str) -> bool:
     )
 
 
-def read_tobii(path: Path, opts: ReadOptions) -> list[GazeRecording]:
+def read_tobii(path: Path, opts: ReadOptions) -> list[GazeRecording]:  # noqa: PLR0912, PLR0915 - vendor format parser, one branch per export column
     """Read a Tobii Pro Lab data export (see the module docstring); one recording per
     (participant, recording name).
 

@@ -236,7 +236,7 @@ def pd_test(model: TaskModel, y: BinArray, seed: int, k: int, gamma: float) -> b
     return bool(counts[0] >= k)
 
 
-def marginals_release(
+def marginals_release(  # noqa: PLR0915 - numeric: the plausible-deniability synthesis loop
     table: FeatureTable,
     params: Mapping[str, object],
     seed: int | None = None,

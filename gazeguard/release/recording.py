@@ -29,9 +29,11 @@ The manifest reports the per-chunk figure and the largest per-person figure. Bou
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from gazeguard.accounting import Event, compose
 from gazeguard.dataset import FeatureTable
@@ -48,6 +50,9 @@ from gazeguard.release._common import (
     require_finite,
     seed_policy,
 )
+
+if TYPE_CHECKING:
+    from gazeguard.mechanisms import Bounds, Mechanism
 
 DP_MECHANISMS = tuple(MECHANISMS)
 TAIL_POLICIES = ("drop", "pad")
@@ -87,7 +92,43 @@ def recording_release(
         ConfigError: naming the parameter that is invalid (``epsilon`` ≤ 0, ``n`` not a power of
             two for cfpa/dcfpa, ``keep`` > n/2, missing bounds, ...).
     """
-    from gazeguard.mechanisms import Bounds, Mechanism, make_mechanism  # noqa: PLC0415
+    setup = _setup(name, table, params)
+    mechanisms = _Mechanisms(setup, seed)
+    done = _release_recordings(setup, table, mechanisms, progress)
+    keep_rows = np.flatnonzero(done.released)
+    out_table = FeatureTable(
+        done.X[keep_rows],
+        table.t[keep_rows],
+        table.person[keep_rows],
+        table.task[keep_rows],
+        table.recording[keep_rows],
+        table.feature_names,
+        table.feature_units,
+    )
+    return Release(out_table, _manifest(setup, table, done, mechanisms, seed))
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """One release's checked parameters (``n`` 0 and ``whole`` for FPA: a recording at once)."""
+
+    name: str
+    whole: bool
+    transformed: bool
+    params: Params
+    epsilon: float
+    n: int
+    keep: int | str
+    transform: str
+    tail: str
+    effective: dict[str, Any]
+    public: Bounds
+    f: int
+
+
+def _setup(name: str, table: FeatureTable, params: Mapping[str, object]) -> _Setup:
+    """Check ``params`` for mechanism ``name`` (see :func:`recording_release`)."""
+    from gazeguard.mechanisms import Bounds  # noqa: PLC0415
 
     kind = mechanism_kind(name, field="mechanism")
     whole = not kind.online  # FPA: one release per recording
@@ -108,28 +149,58 @@ def recording_release(
     if kind.difference and ranges.max_step is None:
         raise p.error("bounds", "(lo, hi)", f"{name} needs max_step for every feature")
     public = Bounds(ranges.lo, ranges.hi, ranges.max_step)
-    f = len(table.feature_names)
+    return _Setup(
+        name, whole, kind.transformed, p, epsilon, n, keep, transform, tail, effective, public,
+        len(table.feature_names),
+    )  # fmt: skip
 
-    cache: dict[int, Mechanism] = {}
 
-    def mechanism(length: int) -> Mechanism:
-        if length not in cache:
+class _Mechanisms:
+    """One mechanism per chunk length (a padded tail or an FPA recording has its own)."""
+
+    def __init__(self, setup: _Setup, seed: int | None) -> None:
+        self.setup = setup
+        self.seed = seed
+        self.cache: dict[int, Mechanism] = {}
+
+    def __call__(self, length: int) -> Mechanism:
+        from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415
+
+        s = self.setup
+        if length not in self.cache:
             try:
-                cache[length] = make_mechanism(
-                    name,
+                self.cache[length] = make_mechanism(
+                    s.name,
                     n=length,
-                    k=keep,
-                    epsilon=epsilon,
-                    bounds=public,
-                    transform=transform,
-                    seed=None if seed is None else seed + length,
-                    n_features=f,
+                    k=s.keep,
+                    epsilon=s.epsilon,
+                    bounds=s.public,
+                    transform=s.transform,
+                    seed=None if self.seed is None else self.seed + length,
+                    n_features=s.f,
                 )
             except ConfigError as exc:
                 field = _PARAM_NAMES.get(exc.field, exc.field)
-                raise p.error(field, exc.value, exc.reason) from exc
-        return cache[length]
+                raise s.params.error(field, exc.value, exc.reason) from exc
+        return self.cache[length]
 
+
+@dataclass(frozen=True, slots=True)
+class _Released:
+    """The released values (NaN where not released), which rows were, and the accounting."""
+
+    X: FloatArray
+    released: npt.NDArray[np.bool_]
+    chunks_per_person: dict[str, int]
+    events_per_person: dict[str, dict[Event, int]]
+    per_recording: dict[str, dict[str, int]]
+
+
+def _release_recordings(
+    setup: _Setup, table: FeatureTable, mechanism: _Mechanisms, progress: Progress
+) -> _Released:
+    """Release every recording chunk by chunk (FPA: whole), counting each person's events."""
+    n = setup.n
     X = np.full(table.X.shape, np.nan)
     released = np.zeros(table.n_rows, dtype=bool)
     chunks_per_person: dict[str, int] = {}
@@ -138,10 +209,10 @@ def recording_release(
     recordings = list(table.recordings())
     for done, (rec, rows) in enumerate(recordings, start=1):
         size = rows.size
-        if whole:
+        if setup.whole:
             plan: list[tuple[IndexArray, int]] = [(rows, size)] if size >= 2 else []
         else:
-            full, tail_real = _chunk_plan(size, n, tail)
+            full, tail_real = _chunk_plan(size, n, setup.tail)
             plan = [(rows[c * n : (c + 1) * n], n) for c in range(full)]
             if tail_real:
                 last = rows[full * n :]
@@ -163,23 +234,25 @@ def recording_release(
             "steps_released": int(released[rows].sum()),
         }
         progress(done, len(recordings), f"recording {rec!r}: {len(plan)} chunks")
+    return _Released(X, released, chunks_per_person, events_per_person, per_recording)
 
-    keep_rows = np.flatnonzero(released)
-    out_table = FeatureTable(
-        X[keep_rows],
-        table.t[keep_rows],
-        table.person[keep_rows],
-        table.task[keep_rows],
-        table.recording[keep_rows],
-        table.feature_names,
-        table.feature_units,
-    )
+
+def _manifest(
+    setup: _Setup,
+    table: FeatureTable,
+    done: _Released,
+    mechanisms: _Mechanisms,
+    seed: int | None,
+) -> dict[str, Any]:
+    """The release manifest: parameters, the user-level guarantee (pure and at δ), details."""
+    name, epsilon, f, n, whole = setup.name, setup.epsilon, setup.f, setup.n, setup.whole
+    cache = mechanisms.cache
     per_chunk = f * epsilon
-    max_chunks = max(chunks_per_person.values(), default=0)
+    max_chunks = max(done.chunks_per_person.values(), default=0)
     # The accountant's user-level ε at δ: each person's releases composed (PLD), the worst one.
-    composed = (compose(c, USER_DELTA).epsilon for c in events_per_person.values())
+    composed = (compose(c, USER_DELTA).epsilon for c in done.events_per_person.values())
     at_delta = max(composed, default=0.0)
-    resolved_keep: Any = sorted({m.k for m in cache.values()}) if kind.transformed else None
+    resolved_keep: Any = sorted({m.k for m in cache.values()}) if setup.transformed else None
     unit, units = ("recording", "recordings") if whole else (f"chunk of {n} steps", "chunks")
     statement = (
         f"{name.upper()} (Bozkir et al. 2021) with epsilon={epsilon:g} per feature per {unit} "
@@ -190,39 +263,36 @@ def recording_release(
         "(privacy loss distributions)."
     )
     if not whole:
-        dropped = table.n_rows - int(released.sum())
+        dropped = table.n_rows - int(done.released.sum())
         statement += (
-            f" Tails shorter than a chunk were {'padded' if tail == 'pad' else 'dropped'}"
+            f" Tails shorter than a chunk were {'padded' if setup.tail == 'pad' else 'dropped'}"
             f" ({dropped} steps not released)."
         )
-    return Release(
-        out_table,
-        {
-            "mechanism": name,
-            "parameters": effective,
-            "guarantee": {
-                "kind": "epsilon-DP",
-                "statement": statement,
-                "numbers": {
-                    "epsilon_per_feature_per_chunk": epsilon,
-                    "epsilon_per_chunk": per_chunk,
-                    "epsilon_per_person": per_chunk * max_chunks,
-                    "epsilon_per_person_at_delta": at_delta,
-                    "delta": USER_DELTA,
-                    "max_chunks_per_person": max_chunks,
-                },
-            },
-            "seed_policy": seed_policy(
-                seed,
-                "os.urandom for gazeguard.mechanisms' discrete Laplace",
-                "gazeguard.mechanisms.InsecureSeededRandom, seed + chunk length",
-            ),
-            "details": {
-                "kept_frequencies": resolved_keep,
-                "noise_scale": {
-                    str(length): m.noise_scale.tolist() for length, m in sorted(cache.items())
-                },
-                "recordings": per_recording,
+    return {
+        "mechanism": name,
+        "parameters": setup.effective,
+        "guarantee": {
+            "kind": "epsilon-DP",
+            "statement": statement,
+            "numbers": {
+                "epsilon_per_feature_per_chunk": epsilon,
+                "epsilon_per_chunk": per_chunk,
+                "epsilon_per_person": per_chunk * max_chunks,
+                "epsilon_per_person_at_delta": at_delta,
+                "delta": USER_DELTA,
+                "max_chunks_per_person": max_chunks,
             },
         },
-    )
+        "seed_policy": seed_policy(
+            seed,
+            "os.urandom for gazeguard.mechanisms' discrete Laplace",
+            "gazeguard.mechanisms.InsecureSeededRandom, seed + chunk length",
+        ),
+        "details": {
+            "kept_frequencies": resolved_keep,
+            "noise_scale": {
+                str(length): m.noise_scale.tolist() for length, m in sorted(cache.items())
+            },
+            "recordings": done.per_recording,
+        },
+    }
