@@ -528,10 +528,23 @@ class Fleet:
         await self._process(entry, block)
 
     async def _sweep(self, client: aiomqtt.Client) -> None:
+        """Let go of every session whose device sent nothing for ``fleet.idle_timeout_s``.
+
+        Time this worker did not run (frozen, suspended, starved of CPU: its sweep woke late by
+        that much) is not the devices' silence: their blocks wait at the broker meanwhile, so it
+        is added to every session's ``last_seen``. Without that, a worker resuming after a
+        freeze longer than the timeout let every session go before reading what was queued.
+        """
         idle = self.settings.fleet.idle_timeout_s
+        every = min(1.0, idle / 2)
+        tick = time.monotonic()
         while True:
-            await asyncio.sleep(min(1.0, idle / 2))
+            await asyncio.sleep(every)
             now = time.monotonic()
+            absent, tick = now - tick - every, now
+            if absent > 0:
+                for entry in self.sessions.values():
+                    entry.last_seen = min(now, entry.last_seen + absent)
             for session, entry in list(self.sessions.items()):
                 if now - entry.last_seen > idle:
                     await self._release_claim(client, session)
