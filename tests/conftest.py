@@ -57,6 +57,7 @@ class MosquittoBroker:
             f"log_type all\n{body}" + ("" if "persistence" in body else "persistence false\n")
         )
         self.proc: subprocess.Popen[bytes] | None = None
+        self.killed = False  # a stop needed SIGKILL (see stop)
 
     def start(self) -> None:
         """Start (or restart) the broker and wait until it accepts connections."""
@@ -72,14 +73,19 @@ class MosquittoBroker:
         raise RuntimeError(f"mosquitto did not start on port {self.port}; see {self.log}")
 
     def stop(self) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL)."""
+        """Stop the broker: SIGTERM, and SIGKILL only if it has not exited 30 s later.
+
+        A clean exit saves a persistent broker's state (sessions, queued messages); a SIGKILL
+        turns "an outage" into "a crash that lost the last autosave interval", so it is
+        recorded in :attr:`killed` for the tests whose scenario needs the clean exit."""
         if self.proc is not None:
             self.proc.terminate()
             try:
-                self.proc.wait(5)
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                self.killed = True
             self.proc = None
 
 

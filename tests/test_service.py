@@ -129,6 +129,7 @@ def test_broker_outage_loses_and_duplicates_nothing(
         proc = gazeguard_run(tmp_path, persistent_broker, unique_id, "--duration", "11")
         assert sub.wait_for(lambda: len(sub.chunks()) >= 1, 15)
         persistent_broker.stop()  # chunks charged now wait in the outbox
+        assert not persistent_broker.killed, "the broker needed SIGKILL: its state is not saved"
         time.sleep(3)
         persistent_broker.start()
         err = finish(proc)
