@@ -82,6 +82,7 @@ import aiomqtt
 import numpy as np
 import pylsl
 
+from gazeguard._threads import to_thread_to_the_end
 from gazeguard.config import BrokerSettings, Settings
 from gazeguard.errors import ConfigError, PublishError, StreamError
 from gazeguard.ingest import GazeStream
@@ -349,7 +350,7 @@ class Fleet:
         chunks = entry.pipeline.feed(block)
         if not chunks:
             return
-        released = [await asyncio.to_thread(entry.pipeline.release, chunk) for chunk in chunks]
+        released = [await to_thread_to_the_end(entry.pipeline.release, c) for c in chunks]
         self.publisher.notify([out for out in released if out is not None])
         self.publisher.publish_status(entry.pipeline.status())
 
@@ -361,7 +362,7 @@ class Fleet:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
-            released = await asyncio.to_thread(self.cohort.aggregator.release_due, time.time())
+            released = await to_thread_to_the_end(self.cohort.aggregator.release_due, time.time())
             for r in released:
                 log.info(
                     "worker %s: cohort %r bucket %d released over %d sessions (%d left out)",

@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gazeguard._threads import to_thread_to_the_end
 from gazeguard.broker import EmbeddedBroker, probe_mqtt
 from gazeguard.chunking import Chunk
 from gazeguard.config import (
@@ -444,7 +445,7 @@ async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) 
                 except StopAsyncIteration:
                     return
                 pending = asyncio.ensure_future(anext(blocks))
-                released = await asyncio.to_thread(pipeline.push, block)
+                released = await to_thread_to_the_end(pipeline.push, block)
                 labels = pipeline.take_labels()
                 if released or labels:
                     publisher.notify([*released, *labels])

@@ -3,12 +3,14 @@ real Mosquitto → a real subscriber; the ledger is a real SQLite file read back
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +20,11 @@ import pytest
 from conftest import MosquittoBroker, Subscriber, free_port
 
 from gazeguard.cli import ExitCode
+from gazeguard.config import load_settings
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage, StatusMessage, json_schema
-from gazeguard.service import freeze_startup_objects
+from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
+from gazeguard.service import RunSummary, freeze_startup_objects, serve
 
 pytestmark = pytest.mark.network
 
@@ -144,6 +148,58 @@ def test_broker_outage_loses_and_duplicates_nothing(
         )
     finally:
         sub.close()
+
+
+def test_a_chunk_being_charged_when_the_run_stops_is_delivered_before_the_summary(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping cancels the ingest task, not the worker thread that is charging a chunk: the
+    charge used to commit after the final flush and the summary, so the chunk stayed in the
+    outbox while the run said 0 pending and exited 0 (CI: the outage test's last chunk never
+    arrived). A charge that takes a second (a slow disk) and a stop asked for meanwhile: the run
+    now waits for the charge, delivers it, and counts it."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    settings = load_settings(
+        None,
+        device="hmd",
+        session="s1",
+        ingest={"source": "simulated", "source_id": unique_id},
+        features={"window_s": 2.0, "step_s": 0.02},
+        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES.split(",")},
+        ledger={"path": str(ledger_path), "budget_per_hour": None},
+        broker={"host": mosquitto.host, "port": mosquitto.port},
+    )
+    release = Pipeline.release
+    asked = threading.Event()
+    stop = asyncio.Event()
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def slow_release(self: Pipeline, chunk: Chunk) -> ReleasedChunk | None:
+        if not asked.is_set():  # the first chunk: the run is asked to stop while it is charged
+            asked.set()
+            assert loop is not None
+            loop.call_soon_threadsafe(stop.set)
+            time.sleep(1.0)
+        return release(self, chunk)
+
+    monkeypatch.setattr(Pipeline, "release", slow_release)
+
+    async def main() -> RunSummary:
+        nonlocal loop
+        loop = asyncio.get_running_loop()
+        return await serve(settings, stop=stop, duration_s=60)
+
+    summary = asyncio.run(main())
+    with Ledger(ledger_path, create=False) as ledger:
+        charged = [c.chunk_index for c in ledger.charges("s1")]
+        pending = ledger.pending(session="s1")
+        spent = ledger.state("s1").epsilon
+    assert asked.is_set()
+    assert charged == [0]
+    assert pending == []
+    assert summary.pending == 0
+    assert summary.stats.released == 1
+    assert summary.spent == pytest.approx(spent)
 
 
 def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
