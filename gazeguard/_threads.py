@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -30,4 +33,8 @@ async def to_thread_to_the_end(func: Callable[P, T], /, *args: P.args, **kwargs:
                 await asyncio.wait({call})
             except asyncio.CancelledError:
                 continue  # cancelled again: the thread still runs; keep waiting for it
+        if not call.cancelled() and (exc := call.exception()) is not None:
+            # Nobody awaits the result any more: say what failed instead of losing it.
+            name = getattr(func, "__qualname__", repr(func))
+            log.error("%s failed while its caller was stopping: %r", name, exc)
         raise
