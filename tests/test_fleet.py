@@ -449,11 +449,17 @@ def test_blocks_a_restarted_broker_acknowledged_but_lost_are_sent_again(
             await until_released(sender)
             return sender
 
+    failure: BaseException | None = None
     try:
         wait_online(mosquitto, 1)
         sender = asyncio.run(device())
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
         err = stop_worker(worker)
+        if failure is not None:  # the worker's side of a device that waited in vain
+            failure.add_note(f"worker log (tail):\n{err[-6000:]}")
     assert len(sender.owners) == 1, (sender.owners, err)
     assert sender.resent_blocks > 0, err
     closed = re.search(r"session 'hmd\.queued' closed \((\d+) samples", err)
