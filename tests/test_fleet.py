@@ -4,6 +4,7 @@ with MQTT v5 shared subscriptions, real LSL outlets, one SQLite ledger shared by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -12,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +181,21 @@ def liveness(sub: Subscriber) -> dict[str, bytes]:
         return {t.rsplit("/", 1)[1]: p for t, p, _ in sub.messages if "/workers/" in t}
 
 
+def blocks_of(gaze: GazeSamples) -> list[GazeSamples]:
+    """``gaze`` cut into the 12-sample blocks a device sends (100 ms at 120 Hz)."""
+    return [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+
+
+@contextlib.contextmanager
+def frozen(worker: subprocess.Popen[str]) -> Iterator[None]:
+    """The worker does not run inside the block (SIGSTOP, then SIGCONT whatever happens)."""
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+
+
 async def send_paced(sender: RawGazeSender, blocks: list[GazeSamples], pause_s: float) -> None:
     """Send ``blocks`` in order, ``pause_s`` apart (a headset's pace, compressed)."""
     for block in blocks:
@@ -227,7 +243,7 @@ def test_a_killed_workers_session_moves_to_another_worker(
     ledger_path = tmp_path / "ledger.sqlite"
     session = "hmd.failover"
     gaze = simulate_gaze(40.0, 120.0, seed=5)
-    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    blocks = blocks_of(gaze)
     before_kill = 0
 
     def charged() -> int:
@@ -336,7 +352,7 @@ def test_a_broker_restart_loses_no_block_and_keeps_the_sessions_worker(
     monkeypatch.setenv("GAZEGUARD_FLEET__IDLE_TIMEOUT_S", "5")
     workers = [start_worker(tmp_path, mosquitto, "--source", "mqtt") for _ in "ab"]
     gaze = simulate_gaze(40.0, 120.0, seed=8)
-    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    blocks = blocks_of(gaze)
     ledger_path = tmp_path / "ledger.sqlite"
     session = "hmd.outage"
 
@@ -386,7 +402,7 @@ def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
     monkeypatch.setenv("GAZEGUARD_FLEET__IDLE_TIMEOUT_S", "2")
     worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
     gaze = simulate_gaze(16.0, 120.0, seed=13)
-    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    blocks = blocks_of(gaze)
     ledger_path, session = tmp_path / "ledger.sqlite", "hmd.frozen"
 
     async def device() -> RawGazeSender:
@@ -394,12 +410,9 @@ def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
         async with RawGazeSender(broker, "hmd", "frozen") as sender:
             await send_paced(sender, blocks[:50], 0.002)
             await until(lambda: charges(ledger_path, session) >= 1, 20)
-            os.kill(worker.pid, signal.SIGSTOP)
-            try:
+            with frozen(worker):
                 await send_paced(sender, blocks[50:100], 0.002)  # queued for it at the broker
                 await asyncio.sleep(4.0)  # the freeze: twice the idle timeout
-            finally:
-                os.kill(worker.pid, signal.SIGCONT)
             await send_paced(sender, blocks[100:], 0.002)
             await until_released(sender)
             return sender
@@ -428,7 +441,7 @@ def test_blocks_a_restarted_broker_acknowledged_but_lost_are_sent_again(
     monkeypatch.setenv("GAZEGUARD_FLEET__IDLE_TIMEOUT_S", "5")
     worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
     gaze = simulate_gaze(24.0, 120.0, seed=12)
-    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    blocks = blocks_of(gaze)
     ledger_path, session = tmp_path / "ledger.sqlite", "hmd.queued"
 
     async def device() -> RawGazeSender:
@@ -436,14 +449,11 @@ def test_blocks_a_restarted_broker_acknowledged_but_lost_are_sent_again(
         async with RawGazeSender(broker, "hmd", "queued") as sender:
             await send_paced(sender, blocks[:50], 0.002)
             await until(lambda: charges(ledger_path, session) >= 1, 20)
-            os.kill(worker.pid, signal.SIGSTOP)  # the broker queues what follows for it
-            try:
+            with frozen(worker):  # the broker queues what follows for it
                 for block in blocks[50:150]:
                     await sender.send(block)  # acknowledged by the broker: not buffered
                 assert not sender._buffer
                 mosquitto.stop()  # ... and forgotten with it
-            finally:
-                os.kill(worker.pid, signal.SIGCONT)
             mosquitto.start()
             await send_paced(sender, blocks[150:], 0.002)
             await until_released(sender)
@@ -509,7 +519,7 @@ def test_a_hello_minted_as_the_broker_died_does_not_cost_the_session_its_worker(
     hello); before the fix the session moved or was claimed twice."""
     workers = [start_worker(tmp_path, mosquitto, "--source", "mqtt") for _ in "ab"]
     gaze = simulate_gaze(20.0, 120.0, seed=9)
-    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    blocks = blocks_of(gaze)
 
     async def device() -> tuple[RawGazeSender, str | None]:
         broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
@@ -544,7 +554,7 @@ def test_a_worker_dates_gaze_on_the_devices_clock(
     gaze times (cohort buckets misaligned, windows moved on failover)."""
     worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
     gaze = simulate_gaze(12.0, 120.0, seed=5)  # stamped 0 … 12 s on the "device's" clock
-    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    blocks = blocks_of(gaze)
     offset = 1_600_000_000.0  # the device's Unix time minus its sample clock
     ledger_path, session = tmp_path / "ledger.sqlite", "hmd.dated"
 
@@ -578,7 +588,7 @@ def test_one_block_stamped_ahead_of_the_clock_does_not_stop_a_raw_session(
     flows."""
     worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
     gaze = simulate_gaze(12.0, 120.0, seed=6)
-    blocks = [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+    blocks = blocks_of(gaze)
     poison = GazeSamples.from_arrays([1e6, 1e6 + 0.01], [0.0, 0.0], [0.0, 0.0])
     offset = time.time() - 30.0  # the gaze ended 18 s ago on the device's clock
     ledger_path, session = tmp_path / "ledger.sqlite", "hmd.poison"
@@ -623,7 +633,7 @@ def test_a_device_whose_unix_clock_runs_ahead_keeps_its_fresh_gaze(
         return 30.0 + time.monotonic() - m0
 
     fresh = GazeSamples(gaze.timestamps + 18.0, gaze.x_deg, gaze.y_deg, gaze.pupil_mm, gaze.valid)
-    blocks = [fresh.slice(start, start + 12) for start in range(0, len(fresh), 12)]
+    blocks = blocks_of(fresh)
 
     async def device() -> None:
         broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
