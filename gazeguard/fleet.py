@@ -767,6 +767,7 @@ class RawGazeSender:
         while True:
             if not self._claimed.is_set():
                 self._nonce = secrets.token_hex(8)
+                log.debug("session %s: hello (nonce %s)", self.identity, self._nonce)
                 while not self._claimed.is_set():
                     await self._publish(client, self.hello, self._hello())
                     with contextlib.suppress(TimeoutError):
@@ -816,6 +817,15 @@ class RawGazeSender:
                 # if a later hello was minted meanwhile but could not be sent (the connection
                 # died between the owner's will and our noticing): that is still our owner.
                 renewed = self._resuming and bool(nonce) and nonce == self._owned_nonce
+                log.debug(
+                    "session %s: owner message %s (hello %s, owned %s, resuming %s, claimed %s)",
+                    self.identity,
+                    owner,
+                    self._nonce,
+                    self._owned_nonce,
+                    self._resuming,
+                    self._claimed.is_set(),
+                )
                 if not self._claimed.is_set() and (nonce == self._nonce or renewed):
                     self.owner = str(owner["worker"])
                     self._owned_nonce = str(nonce)
@@ -909,16 +919,22 @@ class RawGazeSender:
             await self._disconnect()
             try:
                 client = await self._connect()
-            except aiomqtt.MqttError:
+            except aiomqtt.MqttError as exc:
+                log.debug("session %s: reconnect failed: %s", self.identity, exc)
                 attempt += 1
                 await asyncio.sleep(random.uniform(0, min(5.0, 0.2 * 1.5**attempt)))
                 continue
             self.reconnects += 1
             self._resuming = True
+            log.debug("session %s: reconnected; waiting for the owner's renewal", self.identity)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.resume_timeout_s):
                     await self._claimed.wait()  # the watcher accepts the old nonce
             self._resuming = False
+            if not self._claimed.is_set():
+                log.debug(
+                    "session %s: no renewal within %g s", self.identity, self.resume_timeout_s
+                )
             try:
                 await self._claim(client)
             except aiomqtt.MqttError:

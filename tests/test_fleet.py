@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -429,7 +430,10 @@ def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
 
 @pytest.mark.network
 def test_blocks_a_restarted_broker_acknowledged_but_lost_are_sent_again(
-    tmp_path: Path, mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    mosquitto: MosquittoBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A broker without persistence acknowledges a block (QoS 1) and queues it for the worker;
     if it dies before delivering it, the block is gone, though the device saw it acknowledged
@@ -439,6 +443,7 @@ def test_blocks_a_restarted_broker_acknowledged_but_lost_are_sent_again(
     send after the restart went out on the dead socket and waited aiomqtt's 10 s for a PUBACK,
     so the worker let the silent session go and the device claimed it again (two owners)."""
     monkeypatch.setenv("GAZEGUARD_FLEET__IDLE_TIMEOUT_S", "5")
+    caplog.set_level(logging.DEBUG, logger="gazeguard.fleet")  # the device's side, on failure
     worker = start_worker(tmp_path, mosquitto, "--source", "mqtt")
     gaze = simulate_gaze(24.0, 120.0, seed=12)
     blocks = blocks_of(gaze)
