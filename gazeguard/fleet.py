@@ -87,6 +87,7 @@ from gazeguard.config import BrokerSettings, Settings
 from gazeguard.errors import ConfigError, PublishError, StreamError
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
+from gazeguard.mqtt_client import MqttClient
 from gazeguard.pipeline import Pipeline
 from gazeguard.publish import Publisher, credentials, tls_context
 from gazeguard.samples import GazeSamples, lsl_unix_offset
@@ -157,9 +158,9 @@ def worker_topic(prefix: str, worker: str) -> str:
 
 def _client(
     settings: BrokerSettings, identifier: str, will: aiomqtt.Will | None = None
-) -> aiomqtt.Client:
+) -> MqttClient:
     username, password = credentials(settings)
-    return aiomqtt.Client(
+    return MqttClient(
         settings.host or "127.0.0.1",
         settings.port,
         username=username,

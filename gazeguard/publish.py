@@ -29,7 +29,7 @@ connection is made in time or the broker refuses the login or the TLS handshake 
 aiomqtt 2.5's ``Client.publish(qos=1)`` returns only when paho's ``on_publish`` fired, which for
 QoS 1 is the PUBACK (paho ``_handle_pubackcomp``); but it drops the PUBACK reason code, so an MQTT
 v5 broker's refusal (e.g. 0x87 "Not authorized" from an ACL) would look like success.
-:class:`_Client` records it; a refused item stays in the outbox and is retried after a backoff.
+:class:`MqttClient` records it; a refused item stays in the outbox and is retried after a backoff.
 """
 
 from __future__ import annotations
@@ -42,16 +42,16 @@ import ssl
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
 
 import aiomqtt
 from aiomqtt.exceptions import MqttConnectError
-from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from gazeguard.config import BrokerSettings
 from gazeguard.errors import ConfigError, PublishError
 from gazeguard.message import StatusMessage, status_topic
+from gazeguard.mqtt_client import MqttClient
 
 log = logging.getLogger(__name__)
 
@@ -84,69 +84,6 @@ class Outbox(Protocol):
     def pending(self, limit: int | None = None) -> Sequence[OutboxEntry]: ...
     def mark_delivered(self, outbox_id: int) -> object: ...
     def mark_refused(self, outbox_id: int, reason: str) -> object: ...
-
-
-class _Client(aiomqtt.Client):
-    """aiomqtt's client, plus the reason code of the latest PUBACK (aiomqtt discards it).
-
-    The publisher keeps at most one publish in flight per connection, so the latest PUBACK is
-    the one for that publish.
-    """
-
-    puback_reason: ReasonCode | None = None
-    socket_opened = False  # paho created the socket (set from paho's connect thread)
-
-    async def __aenter__(self) -> Self:
-        connect = asyncio.ensure_future(super().__aenter__())
-        try:
-            return await asyncio.shield(connect)
-        except BaseException:
-            # aiomqtt 2.5 leaves paho's socket open when a connect attempt is cancelled or ends
-            # after the TCP connection was made (refused login, CONNACK timeout). While paho
-            # connects (TCP + TLS, in a worker thread, bounded by its 5 s connect timeout) let
-            # it finish, so no socket appears after we closed; once the socket exists, stop the
-            # attempt. Then close whatever it opened.
-            while not connect.done():
-                if self.socket_opened:
-                    connect.cancel()
-                await asyncio.wait({connect}, timeout=0.05)
-            if not connect.cancelled():
-                connect.exception()  # retrieved: it is reported by the caller's exception
-            self._close_socket()
-            raise
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await super().__aexit__(exc_type, exc, tb)
-        finally:
-            self._close_socket()  # a cancelled graceful disconnect leaves it open, too
-
-    def _close_socket(self) -> None:
-        if self._misc_task is not None and not self._misc_task.done():
-            self._misc_task.cancel()
-        if self._client.socket() is not None:
-            # paho's own close: unregisters the socket from the event loop, then closes it.
-            self._client._sock_close()
-
-    def _on_socket_open(self, client: Any, userdata: Any, sock: Any) -> None:
-        self.socket_opened = True
-        super()._on_socket_open(client, userdata, sock)
-
-    def _on_publish(
-        self,
-        client: Any,
-        userdata: Any,
-        mid: int,
-        reason_code: ReasonCode,
-        properties: Properties,
-    ) -> None:
-        self.puback_reason = reason_code
-        super()._on_publish(client, userdata, mid, reason_code, properties)
 
 
 class _ItemRefusedError(Exception):
@@ -360,9 +297,9 @@ class Publisher:
             )
         raise PublishError(msg)
 
-    def _client(self) -> _Client:
+    def _client(self) -> MqttClient:
         username, password = self._credentials
-        return _Client(
+        return MqttClient(
             self.host,
             self.port,
             username=username,
@@ -439,7 +376,7 @@ class Publisher:
             return True
         return False
 
-    async def _watch(self, client: _Client) -> None:
+    async def _watch(self, client: MqttClient) -> None:
         """Raise when the connection drops (aiomqtt ends its message iterator with MqttError)."""
         async for _ in client.messages:  # we subscribe to nothing; this only ends by raising
             pass
@@ -463,7 +400,7 @@ class Publisher:
         ids = sorted(self._handed)[: self._batch]
         return [self._handed[i] for i in ids], len(ids) == self._batch
 
-    async def _drain(self, client: _Client) -> None:
+    async def _drain(self, client: MqttClient) -> None:
         """Deliver outbox items oldest first, then the latest statuses; sleep until notified."""
         self._read_table = True  # what happened while disconnected is only in the table
         while True:
@@ -517,7 +454,7 @@ class Publisher:
 
     async def _send(
         self,
-        client: _Client,
+        client: MqttClient,
         topic: str,
         payload: bytes,
         *,

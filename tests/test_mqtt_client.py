@@ -1,0 +1,164 @@
+"""MqttClient keeps its connection's socket watched on uvloop, where aiomqtt's own client does not.
+
+uvloop stops watching a socket that reports an error (POLLERR), without a sign, and keeps the
+closed poll handle under that descriptor number, so every later registration of the number
+raises inside an event-loop callback. aiomqtt registers sockets by number. So its connection
+goes deaf in two ways: the socket that got the error is never read again, and a later socket
+that happens to get the same number is never watched at all. A fleet worker was seen deaf after
+a broker restart. These tests cause both states on purpose, against a real Mosquitto, and check
+that each hazard is still there with plain aiomqtt (so the guard still earns its place).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import Any
+
+import aiomqtt
+import pytest
+import uvloop
+from conftest import MosquittoBroker
+
+from gazeguard.mqtt_client import MqttClient
+
+pytestmark = pytest.mark.network
+
+
+async def leave_dead_poll_handles(count: int) -> list[int]:
+    """Make uvloop hold a failed, closed poll handle for ``count`` descriptor numbers, then free
+    the numbers. Returns them.
+
+    Each is a UDP socket "connected" to a port nothing listens on. The ICMP rejection of its
+    datagram is a socket error (POLLERR). uvloop's poll for it closes silently and stays under
+    that number: from then on, registering the number raises. The socket is then closed without
+    being unregistered, as a socket dies under a library that registered it by number.
+    """
+    loop = asyncio.get_running_loop()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()
+    socks = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        sock.connect(dead)
+        loop.add_reader(sock.fileno(), lambda: None)
+        sock.send(b"x")  # answered by ICMP "port unreachable"
+        socks.append(sock)
+
+    def refused(fd: int) -> bool:
+        try:
+            loop.add_writer(fd, lambda: None)
+        except RuntimeError:
+            return True
+        loop.remove_writer(fd)
+        return False
+
+    pending = [sock.fileno() for sock in socks]
+    async with asyncio.timeout(10):
+        while True:  # the loop's state has no event to await: poll it
+            pending = [fd for fd in pending if not refused(fd)]
+            if not pending:
+                break
+            await asyncio.sleep(0.01)
+    numbers = [sock.detach() for sock in socks]
+    for fd in numbers:
+        socket.close(fd)
+    return numbers
+
+
+async def round_trip(client: aiomqtt.Client) -> bytes:
+    await client.subscribe("gg/echo", qos=1)
+    await client.publish("gg/echo", b"ping", qos=1)
+    async with asyncio.timeout(5):
+        async for message in client.messages:
+            assert isinstance(message.payload, bytes)
+            return message.payload
+    raise AssertionError("unreachable")
+
+
+def test_aiomqtt_alone_hangs_on_a_descriptor_number_uvloop_holds_a_dead_handle_for(
+    mosquitto: MosquittoBroker,
+) -> None:
+    """The hazard itself, so that the next test means something: aiomqtt's client connecting on
+    a poisoned number never reads its CONNACK (it times out) while the loop logs the refusal."""
+
+    async def main() -> None:
+        await leave_dead_poll_handles(24)
+        refused: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: refused.append(ctx))
+        client = aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="plain", timeout=2)
+        with pytest.raises(aiomqtt.MqttError, match="timed out"):
+            async with client:
+                pass
+        assert any("closed" in str(ctx.get("exception")) for ctx in refused), refused
+
+    uvloop.run(main())
+
+
+def test_mqtt_client_is_watched_on_such_a_number_and_says_so(
+    mosquitto: MosquittoBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MqttClient clears the dead handle, registers its socket again and works: it connects,
+    its subscription and publish round-trip through the broker; the clearing is logged."""
+
+    async def main() -> bytes:
+        await leave_dead_poll_handles(24)
+        async with MqttClient(mosquitto.host, mosquitto.port, identifier="kept", timeout=5) as c:
+            return await round_trip(c)
+
+    with caplog.at_level(logging.WARNING, logger="gazeguard.mqtt_client"):
+        assert uvloop.run(main()) == b"ping"
+    assert "refused to watch socket" in caplog.text
+
+
+@pytest.mark.parametrize("runner", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
+def test_mqtt_client_round_trips_and_reconnects_on_either_loop(
+    mosquitto: MosquittoBroker, runner: Any
+) -> None:
+    """The plain path on both loops: connect, round trip, disconnect, connect again with the
+    same client id (its socket registered afresh, the old one fully unregistered)."""
+
+    async def main() -> list[bytes]:
+        got = []
+        for _ in range(2):
+            async with MqttClient(mosquitto.host, mosquitto.port, identifier="twice") as c:
+                got.append(await round_trip(c))
+        return got
+
+    assert runner(main()) == [b"ping", b"ping"]
+
+
+@pytest.mark.parametrize("client_class", [aiomqtt.Client, MqttClient], ids=["aiomqtt", "ours"])
+def test_a_socket_the_loop_stopped_watching_still_notices_its_broker_go(
+    mosquitto: MosquittoBroker, client_class: type[aiomqtt.Client]
+) -> None:
+    """uvloop drops the watch of a socket that reports an error, without a sign (the RST after a
+    write to a closed broker). Simulated here by unregistering the connected socket's reader.
+    Then the broker stops: aiomqtt's client does not notice within 3 s (it would when its 60 s
+    keepalive ran out); MqttClient reads the end of stream on its next once-a-second look."""
+
+    async def main() -> float | None:
+        async with client_class(mosquitto.host, mosquitto.port, identifier="deaf") as client:
+            asyncio.get_running_loop().remove_reader(client._client.socket())
+            mosquitto.stop()
+            started = time.monotonic()
+            try:
+                async with asyncio.timeout(3):
+                    async for _ in client.messages:
+                        pass
+            except aiomqtt.MqttError:
+                return time.monotonic() - started
+            except TimeoutError:
+                return None
+        raise AssertionError("unreachable")
+
+    noticed_after_s = uvloop.run(main())
+    if client_class is MqttClient:
+        assert noticed_after_s is not None
+        assert noticed_after_s < 2.5
+    else:
+        assert noticed_after_s is None, "the hazard this guards against is gone: drop the guard?"
