@@ -391,7 +391,9 @@ async def serve_fleet(
         )
         if ready is not None:
             ready(fleet)
-        run = fleet.run_mqtt if settings.ingest.source == "mqtt" else fleet.run_lsl
+        run = {"mqtt": fleet.run_mqtt, "jetstream": fleet.run_jetstream}.get(
+            settings.ingest.source, fleet.run_lsl
+        )
         async with asyncio.TaskGroup() as tg:
             tg.create_task(run(stop), name="gazeguard.fleet")
             tg.create_task(fleet.run_cohort(stop), name="gazeguard.fleet.cohort")
