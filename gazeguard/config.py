@@ -456,10 +456,10 @@ class NatsSettings(_Section):
         5.0, gt=0, description="a pinned worker silent this long loses its partitions, s"
     )
     ack_wait_s: float = Field(
-        30.0,
+        10.0,
         gt=0,
         description="an unacknowledged block is delivered again after, s (a takeover reads the "
-        "dead worker's unacknowledged blocks from its replay: no need to be short)",
+        "dead worker's unacknowledged blocks from its replay; what comes again is skipped)",
     )
     replicas: int = Field(1, ge=1, le=5, description="stream replicas (3 on a 3-node cluster)")
     creds_file: Path | None = Field(None, description="NATS credentials file (JWT + nkey)")
