@@ -26,7 +26,7 @@ from gazeguard.config import NatsSettings, Settings, validate_settings
 from gazeguard.errors import StreamError
 from gazeguard.jetstream import JetStreamSender, consumer_name, gaze_subject
 from gazeguard.ledger import Ledger
-from gazeguard.simulate import simulate_gaze
+from gazeguard.simulate import SimulatedHeadset, simulate_gaze
 
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--epsilon", "0.5",
         "--budget-per-hour", "none",
@@ -301,6 +301,41 @@ def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_
         assert closed[f"hmd.{s}"] == [(3600, 0)], (s, closed.get(f"hmd.{s}"), text)
     assert "resumes after chunk" in text, text
     assert re.search(r"pinned on partition 0; replayed [1-9]\d* retained blocks", text), text
+
+
+@pytest.mark.network
+def test_forward_to_jetstream_feeds_a_jetstream_worker(
+    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """`gazeguard forward --to jetstream` (real LSL outlet → JetStream) feeds a worker, which
+    dates the gaze on the forwarder's clock (its Gazeguard-Unix-Offset header)."""
+    name = f"fwdjs-{unique_id}"
+    head = SimulatedHeadset(120, seed=3, name=name, source_id=f"{name}-src")
+    head.start()
+    workers = [Worker(tmp_path, mosquitto, worker_env(nats_server, 2, tmp_path), 0)]
+    ledger_path, session = tmp_path / "ledger.sqlite", f"hmd.{name}-src"
+    try:
+        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        cmd = [
+            sys.executable, "-m", "gazeguard", "forward", "--to", "jetstream",
+            "--nats", nats_server.url, "--device", "hmd", "--stream-name", name,
+            "--duration", "7",
+        ]  # fmt: skip
+        fwd = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        assert fwd.returncode == 0, fwd.stderr
+        wait_for(lambda: drained(nats_server, 2), 30, workers[0].text)
+    finally:
+        codes = stop_all(workers)
+        head.stop()
+    assert codes == [0], workers[0].text()
+    assert f"session {session} on NATS JetStream {nats_server.url}" in fwd.stderr
+    indices = charge_indices(ledger_path, session)
+    # ~7 s of gaze, a 2 s window and 1.6 s chunks: 3 chunks (minus stream start-up).
+    assert len(indices) >= 2, (indices, fwd.stderr, workers[0].text())
+    assert indices == list(range(len(indices)))
+    with Ledger(ledger_path, create=False) as ledger:
+        first = ledger.charges(session)[0]
+    assert abs(first.gaze_start - time.time()) < 60, "dated on the forwarder's Unix clock"
 
 
 def test_jetstream_source_needs_fleet_mode_and_a_window_long_retention() -> None:
