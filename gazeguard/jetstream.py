@@ -50,6 +50,13 @@ vectors is skipped), cohort aggregates and private labels of replayed gaze (not 
 the step counters of the dead worker. A worker that was paused rather than dead and still holds
 sessions of a partition whose pin moved closes them on its next (refused) pull; any chunk it
 charged meanwhile is refused to the other by the ledger's one-charge-per-index rule.
+
+A session silent for ``fleet.idle_timeout_s`` is closed; if its device resumes, the session is
+opened again without a replay (its window starts empty, as in the MQTT fleet). Tested: one
+worker with several devices and partitions, the pinned worker SIGKILLed mid-stream, ``gazeguard
+forward --to jetstream``, all on one ``nats-server``. Not tested yet: a NATS server restart or a
+3-node cluster (a worker whose pin the server forgot is refused, lets the partition go and takes
+it over again through a replay), throughput beyond the tests' few sessions.
 """
 
 from __future__ import annotations

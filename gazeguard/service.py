@@ -367,13 +367,13 @@ async def serve_fleet(
     stop: asyncio.Event | None = None,
     ready: Callable[[Fleet], None] | None = None,
 ) -> Fleet:
-    """Fleet mode: serve every session that appears (LSL streams or MQTT raw gaze).
+    """Fleet mode: serve every session that appears (LSL streams, MQTT or JetStream raw gaze).
 
     Returns the :class:`~gazeguard.fleet.Fleet` (its ``closed`` sessions and counters).
 
     Raises:
         ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (e.g. a source
-            other than 'lsl' or 'mqtt').
+            other than 'lsl', 'mqtt' or 'jetstream').
     """
     require_valid(
         settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"enabled": True})})

@@ -115,7 +115,6 @@ def worker_env(server: NatsServer, partitions: int, tmp_path: Path) -> dict[str,
         GAZEGUARD_FLEET__NATS__SERVERS=f'["{server.url}"]',
         GAZEGUARD_FLEET__NATS__PARTITIONS=str(partitions),
         GAZEGUARD_FLEET__NATS__MAX_AGE_S="120",
-        GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S="2",
         # a killed worker's unacknowledged blocks come again (skipped: replayed) after this
         GAZEGUARD_FLEET__NATS__ACK_WAIT_S="2",
         GAZEGUARD_FLEET__IDLE_TIMEOUT_S="60",
