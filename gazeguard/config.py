@@ -453,7 +453,10 @@ class NatsSettings(_Section):
         "workers", pattern=r"^[A-Za-z0-9_-]+$", description="priority group of the consumers"
     )
     pin_timeout_s: float = Field(
-        5.0, gt=0, description="a pinned worker silent this long loses its partitions, s"
+        5.0,
+        gt=0,
+        description="a pinned worker that has not pulled for this long loses its partitions, s: "
+        "the failover time when a worker dies",
     )
     ack_wait_s: float = Field(
         10.0,

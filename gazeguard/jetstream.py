@@ -22,9 +22,12 @@ Changing P re-maps the *new* blocks of live sessions: change it between runs onl
 
 **Partitions → workers.** Each partition ``p`` has a durable pull consumer ``part-{p}`` with a
 priority group (``fleet.nats.group``) under ``priority_policy = "pinned_client"``: the server
-pins one pulling worker per partition and, when that worker's connection dies or it stops
-pulling for ``fleet.nats.pin_timeout_s``, hands the pin to another puller (the next pull of the
-old one is refused with status 423). nats-py (2.16) has no API for priority groups, so the
+pins one pulling worker per partition and, when that worker has not pulled for
+``fleet.nats.pin_timeout_s`` (dead, or stalled), hands the pin to another puller (the next pull
+of the old one is refused with status 423). A SIGKILLed worker's pin moved after that timeout on
+the installed server (measured: 5.5 s between the dead worker's last charge and the new one's
+first at the default 5 s), not at the disconnect: the timeout is the failover time, traded
+against spurious moves when a worker stalls (harmless, if costly: a replay). nats-py (2.16) has no API for priority groups, so the
 consumers are created with ``$JS.API.CONSUMER.CREATE`` and pulled with
 ``$JS.API.CONSUMER.MSG.NEXT`` requests carrying ``group`` and, once pinned, the
 ``Nats-Pin-Id`` the server handed out as ``id`` (as ``bench/spike_jetstream_pinned.py``).
