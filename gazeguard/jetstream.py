@@ -27,9 +27,9 @@ pins one pulling worker per partition and, when that worker has not pulled for
 of the old one is refused with status 423). A SIGKILLed worker's pin moved after that timeout on
 the installed server (measured: 5.5 s between the dead worker's last charge and the new one's
 first at the default 5 s), not at the disconnect: the timeout is the failover time, traded
-against spurious moves when a worker stalls (harmless, if costly: a replay). nats-py (2.16) has no API for priority groups, so the
-consumers are created with ``$JS.API.CONSUMER.CREATE`` and pulled with
-``$JS.API.CONSUMER.MSG.NEXT`` requests carrying ``group`` and, once pinned, the
+against spurious moves when a worker stalls (harmless, if costly: a replay). nats-py (2.16) has
+no API for priority groups, so the consumers are created with ``$JS.API.CONSUMER.CREATE`` and
+pulled with ``$JS.API.CONSUMER.MSG.NEXT`` requests carrying ``group`` and, once pinned, the
 ``Nats-Pin-Id`` the server handed out as ``id`` (as ``bench/spike_jetstream_pinned.py``).
 
 **Worker.** For each block of a partition it is pinned on, the worker opens the session
