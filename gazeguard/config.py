@@ -68,10 +68,12 @@ class _Section(BaseModel):
 class IngestSettings(_Section):
     """Where the gaze comes from and how its channels are read."""
 
-    source: Literal["auto", "lsl", "simulated", "mqtt"] = Field(
+    source: Literal["auto", "lsl", "simulated", "mqtt", "jetstream"] = Field(
         "auto",
         description="'lsl': wait for a headset stream; 'simulated': built-in simulated headset; "
         "'mqtt': raw gaze from an MQTT topic inside a trusted network (fleet mode only); "
+        "'jetstream': raw gaze from a NATS JetStream stream, partitions pinned to workers "
+        "(fleet mode only, trusted network); "
         "'auto': resolve an LSL stream and, if none appears and no stream name or source_id is "
         "configured, start the simulated headset (with a warning)",
     )
@@ -418,6 +420,59 @@ class BrokerSettings(_Section):
             raise ValueError(exc.reason) from exc
 
 
+class NatsSettings(_Section):
+    """NATS JetStream carrying raw gaze for ``ingest.source = 'jetstream'``.
+
+    Raw gaze is on this wire: run it inside the fleet's trusted network, with TLS and one
+    credential per device (publish on its own subjects only) and per worker.
+    """
+
+    servers: list[str] = Field(
+        default_factory=lambda: ["nats://127.0.0.1:4222"],
+        min_length=1,
+        description="NATS server URLs (nats:// or tls://)",
+    )
+    stream: str = Field(
+        "GAZE", pattern=r"^[A-Za-z0-9_-]+$", description="JetStream stream holding raw gaze"
+    )
+    subject_prefix: str = Field(
+        "gaze.raw",
+        pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$",
+        description="devices publish on {prefix}.{device}.{session}",
+    )
+    partitions: int = Field(
+        8, ge=1, le=1024, description="P: sessions are hashed into P partitions, one worker each"
+    )
+    max_age_s: float = Field(
+        120.0,
+        gt=0,
+        description="raw gaze retained by the stream, s; at least the feature window (a worker "
+        "taking a partition over rebuilds the windows from it)",
+    )
+    group: str = Field(
+        "workers", pattern=r"^[A-Za-z0-9_-]+$", description="priority group of the consumers"
+    )
+    pin_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="a pinned worker that has not pulled for this long loses its partitions, s: "
+        "the failover time when a worker dies",
+    )
+    ack_wait_s: float = Field(
+        10.0,
+        gt=0,
+        description="an unacknowledged block is delivered again after, s (a takeover reads the "
+        "dead worker's unacknowledged blocks from its replay; what comes again is skipped)",
+    )
+    replicas: int = Field(1, ge=1, le=5, description="stream replicas (3 on a 3-node cluster)")
+    creds_file: Path | None = Field(None, description="NATS credentials file (JWT + nkey)")
+    user: str | None = None
+    password: SecretStr | None = None
+    tls_ca_file: Path | None = Field(None, description="CA bundle to verify the servers")
+    tls_cert_file: Path | None = Field(None, description="client certificate (mutual TLS)")
+    tls_key_file: Path | None = Field(None, description="client key (mutual TLS)")
+
+
 class FleetSettings(_Section):
     """One process serving many sessions; many processes sharing one (PostgreSQL) ledger."""
 
@@ -433,6 +488,10 @@ class FleetSettings(_Section):
         "default: the publishing broker",
     )
     raw_prefix: str = Field("gazeguard/raw/v1", description="raw gaze topics: {prefix}/…")
+    nats: NatsSettings = Field(
+        default_factory=NatsSettings,
+        description="NATS JetStream carrying raw gaze for ingest.source='jetstream'",
+    )
     share_group: str = Field(
         "gazeguard", description="MQTT v5 shared-subscription group of the workers"
     )
@@ -888,14 +947,51 @@ def _mechanism_problems(settings: Settings) -> list[ConfigProblem]:
 def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
     ing = settings.ingest
     problems = []
-    if settings.fleet.enabled and ing.source not in ("lsl", "mqtt"):
+    if settings.fleet.enabled and ing.source not in ("lsl", "mqtt", "jetstream"):
         problems.append(
             ConfigProblem(
                 "ingest.source",
                 ing.source,
-                "fleet mode serves real streams: set ingest.source to 'lsl' or 'mqtt'",
+                "fleet mode serves real streams: set ingest.source to 'lsl', 'mqtt' or 'jetstream'",
             )
         )
+    if ing.source == "jetstream":
+        if not settings.fleet.enabled:
+            problems.append(
+                ConfigProblem(
+                    "ingest.source",
+                    ing.source,
+                    "raw gaze over NATS JetStream is read in fleet mode only: set fleet.enabled "
+                    "(--fleet)",
+                )
+            )
+        nats = settings.fleet.nats
+        if nats.max_age_s < settings.features.window_s:
+            problems.append(
+                ConfigProblem(
+                    "fleet.nats.max_age_s",
+                    nats.max_age_s,
+                    f"the stream must retain at least the feature window "
+                    f"({settings.features.window_s:g} s): a worker taking a partition over "
+                    "rebuilds each session's window from it",
+                )
+            )
+        if (nats.tls_cert_file is None) != (nats.tls_key_file is None):
+            problems.append(
+                ConfigProblem(
+                    "fleet.nats.tls_cert_file",
+                    None if nats.tls_cert_file is None else str(nats.tls_cert_file),
+                    "mutual TLS needs both fleet.nats.tls_cert_file and fleet.nats.tls_key_file",
+                )
+            )
+        if nats.creds_file is not None and nats.user is not None:
+            problems.append(
+                ConfigProblem(
+                    "fleet.nats.user",
+                    nats.user,
+                    "give either fleet.nats.creds_file or fleet.nats.user/password, not both",
+                )
+            )
     if ing.source == "mqtt" and not settings.fleet.enabled:
         problems.append(
             ConfigProblem(

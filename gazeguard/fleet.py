@@ -551,6 +551,13 @@ class Fleet:
                 if now - entry.last_seen > idle:
                     await self._release_claim(client, session)
 
+    # ------------------------------------------------------------------ NATS JetStream
+    async def run_jetstream(self, stop: asyncio.Event) -> None:
+        """Serve the partitions NATS JetStream pins on this worker (:mod:`gazeguard.jetstream`)."""
+        from gazeguard.jetstream import JetStreamIngest  # noqa: PLC0415 - optional: nats-py
+
+        await JetStreamIngest(self).run(stop)
+
     # ------------------------------------------------------------------ LSL
     async def run_lsl(self, stop: asyncio.Event) -> None:
         """Discover LSL gaze streams and serve each as its own session until ``stop``."""

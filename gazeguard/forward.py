@@ -1,4 +1,4 @@
-"""The device side of an MQTT fleet: ``gazeguard forward`` (:mod:`gazeguard.cli.forward`).
+"""The device side of a fleet: ``gazeguard forward`` (:mod:`gazeguard.cli.forward`).
 
 Runs next to a headset (inside the trusted network: raw gaze goes on the wire). It reads the
 headset's LSL stream with the same ingest as ``gazeguard run`` — presets, normalisation to
@@ -12,6 +12,12 @@ privatizes anything and never publishes on the privatized topics.
     # on the workers:
     gazeguard run --fleet --source mqtt --broker fleet-broker.lab:1883 --ledger ...
 
+With ``--to jetstream`` the blocks go to the NATS JetStream stream of ``fleet.nats`` instead
+(:class:`~gazeguard.jetstream.JetStreamSender`; no claim, workers run
+``gazeguard run --fleet --source jetstream``):
+
+    gazeguard forward --to jetstream --nats tls://nats.lab:4222 --device hmd-07
+
 The session id is ``--session``, else derived from the stream's source_id, exactly as
 ``gazeguard run`` derives it, so a restarted forwarder continues the same session (and budget).
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import pylsl
 
@@ -30,6 +37,9 @@ from gazeguard.fleet import RawGazeSender
 from gazeguard.ingest import GazeStream, GazeStreamInfo
 from gazeguard.samples import lsl_unix_offset
 from gazeguard.topics import session_id_for
+
+if TYPE_CHECKING:
+    from gazeguard.jetstream import JetStreamSender
 
 
 @dataclass
@@ -74,23 +84,38 @@ async def forward(
     duration_s: float | None = None,
     stop: asyncio.Event | None = None,
     ready: Ready | None = None,
+    to: Literal["mqtt", "jetstream"] = "mqtt",
 ) -> ForwardSummary:
     """Forward the configured LSL gaze stream to the fleet until ``stop``, ``duration_s`` or the
-    stream ends."""
+    stream ends: to the MQTT raw topics (claimed by a worker), or with ``to="jetstream"`` to the
+    NATS JetStream stream of ``fleet.nats`` (no claim: the server's partitioning decides)."""
     stop = stop or asyncio.Event()
-    raw = raw_broker(settings)
+    raw = raw_broker(settings) if to == "mqtt" else None
     summary = ForwardSummary()
     async with GazeStream(settings.ingest) as stream:
         info = stream.info
         summary.session = settings.session or session_id_for(info.source_id, info.name)
-        async with RawGazeSender(
-            raw,
-            settings.device,
-            summary.session,
-            prefix=settings.fleet.raw_prefix,
-            unix_offset=lsl_unix_offset,  # this host's clock: workers may run elsewhere
-            clock=pylsl.local_clock,
-        ) as sender:
+        sender: RawGazeSender | JetStreamSender
+        if raw is not None:
+            sender = RawGazeSender(
+                raw,
+                settings.device,
+                summary.session,
+                prefix=settings.fleet.raw_prefix,
+                unix_offset=lsl_unix_offset,  # this host's clock: workers may run elsewhere
+                clock=pylsl.local_clock,
+            )
+        else:
+            from gazeguard.jetstream import JetStreamSender  # noqa: PLC0415 - optional: nats-py
+
+            sender = JetStreamSender(
+                settings.fleet.nats,
+                settings.device,
+                summary.session,
+                unix_offset=lsl_unix_offset,
+                clock=pylsl.local_clock,
+            )
+        async with sender:
             if ready is not None:
                 ready(summary, info, sender.owner)
 

@@ -236,6 +236,10 @@ class Pipeline:
         # never fall closer together in gaze time than one grid's (the hourly calibration).
         self.pause_s = max(features.window_s + hold, self.mechanism.n * features.step_s)
         self._last_t = -math.inf  # newest sample time fed
+        #: Sample time, s: feature vectors stamped at or before it rebuild the window but are
+        #: not chunked, counted or observed (a fleet worker taking a session over replays the
+        #: retained gaze whose chunks the ledger charged already). ``-inf``: every vector counts.
+        self.resume_after = -math.inf
         self.profile = mechanism.profile
         self.labels: LabelStream | None = None
         self._label_blocks: list[tuple[np.ndarray, np.ndarray]] = []
@@ -377,6 +381,9 @@ class Pipeline:
         X, t = self.extractor.push(block)
         if len(block):
             self._last_t = float(block.timestamps[-1])
+        if len(t) and t[0] <= self.resume_after:
+            keep = t > self.resume_after
+            X, t = X[keep], t[keep]
         self.stats.steps += len(t)
         if self.labels is not None and len(t):
             self._label_blocks += self.labels.add(X, t)

@@ -32,9 +32,10 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--session", help="session id (default: derived from the stream source_id)")
     g.add_argument(
         "--source",
-        choices=["auto", "lsl", "simulated", "mqtt"],
+        choices=["auto", "lsl", "simulated", "mqtt", "jetstream"],
         help="gaze source (default auto: an LSL stream, else the simulated headset; "
-        "mqtt: raw gaze over MQTT in fleet mode, trusted networks only)",
+        "mqtt / jetstream: raw gaze over MQTT / NATS JetStream in fleet mode, trusted networks "
+        "only)",
     )
     g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
     g.add_argument("--stream-name", help="LSL stream name to resolve")

@@ -1,0 +1,672 @@
+"""Fleet raw-gaze ingest on NATS JetStream (issue 17, step 1): the engine decides ownership.
+
+``ingest.source = "jetstream"`` (fleet mode), beside the MQTT claim protocol of
+:mod:`gazeguard.fleet`. Raw gaze is on this wire: trusted network, TLS, one credential per
+device and per worker.
+
+**Devices** (:class:`JetStreamSender`) publish gaze blocks in the GGR1 format
+(:func:`~gazeguard.fleet.encode_gaze`) on ``{prefix}.{device}.{session}`` with JetStream
+acknowledgements; a ``Nats-Msg-Id`` per block lets the server drop a block sent twice (a publish
+retried after a lost acknowledgement). Optional headers: ``Gazeguard-Unix-Offset`` (Unix time
+minus the blocks' timestamps on the device's host, s) and ``Gazeguard-Now`` (the blocks' clock
+when the block left, s), as the MQTT hello carries them.
+
+**The stream** (``fleet.nats.stream``, file storage) captures ``{prefix}.*.*`` and keeps the
+last ``fleet.nats.max_age_s`` seconds. Its ``subject_transform`` partitions the sessions:
+``{prefix}.D.S`` is stored as ``{prefix}.part.{p}.D.S`` with ``p = partition(P, 1, 2)``, the
+server's own deterministic hash of the device and session tokens. Why the server's mapping and not
+per-partition filters computed by a hash here: every client (workers of any version, other
+languages, ``nats`` CLI) then agrees on the partition of a session by construction, devices need
+not know P, and the server (≥ 2.10; the installed one is tested) does it on the ingest path.
+Changing P re-maps the *new* blocks of live sessions: change it between runs only.
+
+**Partitions → workers.** Each partition ``p`` has a durable pull consumer ``part-{p}`` with a
+priority group (``fleet.nats.group``) under ``priority_policy = "pinned_client"``: the server
+pins one pulling worker per partition and, when that worker has not pulled for
+``fleet.nats.pin_timeout_s`` (dead, or stalled), hands the pin to another puller (the next pull
+of the old one is refused with status 423). A SIGKILLed worker's pin moved after that timeout on
+the installed server (measured: 5.5 s between the dead worker's last charge and the new one's
+first at the default 5 s), not at the disconnect: the timeout is the failover time, traded
+against spurious moves when a worker stalls (harmless, if costly: a replay). nats-py (2.16) has
+no API for priority groups, so the consumers are created with ``$JS.API.CONSUMER.CREATE`` and
+pulled with ``$JS.API.CONSUMER.MSG.NEXT`` requests carrying ``group`` and, once pinned, the
+``Nats-Pin-Id`` the server handed out as ``id`` (as ``bench/spike_jetstream_pinned.py``).
+
+**Worker.** For each block of a partition it is pinned on, the worker opens the session
+``{device}.{session}`` (same :class:`~gazeguard.pipeline.Pipeline` as the MQTT fleet), drops
+samples stamped ahead of the clock or not after the session's newest one, feeds and releases,
+then acknowledges the block. The ledger stays the arbiter: a chunk index is charged once.
+
+**Takeover.** When a worker is newly pinned on a partition it first *replays* the partition's
+retained blocks (an ephemeral, unacknowledged consumer over everything the stream still holds
+for it, to the end at that moment), then pulls from the durable consumer; blocks the durable
+consumer delivers that the replay already covered (stream sequence ≤ the replay's end) are
+acknowledged unread. Each session re-opened by the replay continues the ledger's chunk numbering
+and sets :attr:`Pipeline.resume_after` to the sample time of its last charged chunk (plus half a
+step): the replayed gaze up to there only rebuilds the feature window, and the feature vectors
+after it — including those of the incomplete chunk the dead worker never charged — are chunked
+and charged. What is rebuilt: the feature window and the incomplete chunk, from the last
+``max_age_s`` seconds of gaze (so ``max_age_s`` ≥ the feature window). What is not: gaze older
+than ``max_age_s`` (a partition unowned longer than that loses it), the old grid's alignment
+(the new feature steps start at the first replayed sample: at the cut, at most half a step of
+vectors is skipped), cohort aggregates and private labels of replayed gaze (not re-fed), and
+the step counters of the dead worker. A worker that was paused rather than dead and still holds
+sessions of a partition whose pin moved closes them on its next (refused) pull; any chunk it
+charged meanwhile is refused to the other by the ledger's one-charge-per-index rule.
+
+A session silent for ``fleet.idle_timeout_s`` is closed; if its device resumes, the session is
+opened again without a replay (its window starts empty, as in the MQTT fleet). Tested: one
+worker with several devices and partitions, the pinned worker SIGKILLed mid-stream, ``gazeguard
+forward --to jetstream``, all on one ``nats-server``. Not tested yet: a NATS server restart or a
+3-node cluster (a worker whose pin the server forgot is refused, lets the partition go and takes
+it over again through a replay), throughput beyond the tests' few sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import re
+import ssl
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import nats
+import nats.errors
+import nats.js.errors
+import numpy as np
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    StorageType,
+    StreamConfig,
+    SubjectTransform,
+)
+
+from gazeguard.errors import ConfigError, PublishError, StreamError
+from gazeguard.fleet import decode_gaze, encode_gaze
+from gazeguard.samples import GazeSamples, lsl_unix_offset
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
+    from nats.js.client import JetStreamContext
+
+    from gazeguard.config import NatsSettings, Settings
+    from gazeguard.fleet import Fleet, _Session
+
+log = logging.getLogger(__name__)
+
+#: Headers a device may set on a block (see the module docstring).
+UNIX_OFFSET_HEADER = "Gazeguard-Unix-Offset"
+NOW_HEADER = "Gazeguard-Now"
+#: One subject token: a device or session id.
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+#: A pull request: at most this many blocks, expiring after this long (ns).
+PULL_BATCH = 64
+PULL_EXPIRES_NS = 500_000_000
+
+
+def gaze_subject(prefix: str, device: str, session: str) -> str:
+    """The subject a device publishes ``session``'s gaze on.
+
+    Raises:
+        StreamError: ``device`` or ``session`` is not one subject token (letters, digits,
+            ``_``, ``-``).
+    """
+    for name, value in (("device", device), ("session", session)):
+        if not _TOKEN.match(value):
+            msg = f"{name} {value!r} is not one NATS subject token (letters, digits, _ and -)"
+            raise StreamError(msg)
+    return f"{prefix}.{device}.{session}"
+
+
+def partition_subject(prefix: str, partition: int | str) -> str:
+    """The stored subjects of one partition (``"*"``: of all), as consumers filter them."""
+    return f"{prefix}.part.{partition}.>"
+
+
+def stream_config(nats_settings: NatsSettings) -> StreamConfig:
+    """The raw gaze stream: ``{prefix}.*.*`` kept ``max_age_s``, partitioned by the server."""
+    prefix, p = nats_settings.subject_prefix, nats_settings.partitions
+    return StreamConfig(
+        name=nats_settings.stream,
+        subjects=[f"{prefix}.*.*"],
+        storage=StorageType.FILE,
+        max_age=nats_settings.max_age_s,
+        num_replicas=nats_settings.replicas,
+        subject_transform=SubjectTransform(
+            src=f"{prefix}.*.*",
+            dest=f"{prefix}.part.{{{{partition({p},1,2)}}}}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}",
+        ),
+    )
+
+
+def consumer_name(partition: int) -> str:
+    """The durable consumer of ``partition``."""
+    return f"part-{partition}"
+
+
+def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
+    """Keyword arguments of :func:`nats.connect` for ``fleet.nats`` (login, TLS, reconnects).
+
+    Raises:
+        ConfigError: a TLS file that cannot be loaded.
+    """
+    opts: dict[str, Any] = {
+        "servers": list(nats_settings.servers),
+        "name": name,
+        "max_reconnect_attempts": -1,  # forever: an outage is waited out, blocks buffered
+        "reconnect_time_wait": 0.5,
+        "connect_timeout": 2,
+    }
+    if nats_settings.creds_file is not None:
+        opts["user_credentials"] = str(nats_settings.creds_file)
+    if nats_settings.user is not None:
+        opts["user"] = nats_settings.user
+        if nats_settings.password is not None:
+            opts["password"] = nats_settings.password.get_secret_value()
+    tls_wanted = nats_settings.tls_ca_file is not None or nats_settings.tls_cert_file is not None
+    if tls_wanted or any(s.startswith("tls://") for s in nats_settings.servers):
+        try:
+            ctx = ssl.create_default_context(
+                cafile=None if nats_settings.tls_ca_file is None else str(nats_settings.tls_ca_file)
+            )
+            if nats_settings.tls_cert_file is not None:
+                ctx.load_cert_chain(
+                    str(nats_settings.tls_cert_file),
+                    None if nats_settings.tls_key_file is None else str(nats_settings.tls_key_file),
+                )
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                "fleet.nats.tls_ca_file", None, f"cannot load TLS files: {exc}"
+            ) from exc
+        opts["tls"] = ctx
+    return opts
+
+
+async def ensure_stream(js: JetStreamContext, nats_settings: NatsSettings) -> None:
+    """Create the raw gaze stream, or bring an existing one to this configuration."""
+    config = stream_config(nats_settings)
+    try:
+        await js.add_stream(config)
+    except nats.js.errors.BadRequestError:  # exists with another configuration
+        await js.update_stream(config)
+
+
+async def ensure_consumers(nc: Client, nats_settings: NatsSettings) -> None:
+    """Create (or update) the durable pinned-client consumer of every partition.
+
+    Raises:
+        StreamError: the server refused one (e.g. older than 2.11: no priority groups).
+    """
+    for p in range(nats_settings.partitions):
+        name = consumer_name(p)
+        config = {
+            "durable_name": name,
+            "filter_subject": partition_subject(nats_settings.subject_prefix, p),
+            "ack_policy": "explicit",
+            "ack_wait": int(nats_settings.ack_wait_s * 1e9),
+            "max_ack_pending": 1000,
+            "deliver_policy": "all",
+            "num_replicas": nats_settings.replicas,
+            "priority_groups": [nats_settings.group],
+            "priority_policy": "pinned_client",
+            "priority_timeout": int(nats_settings.pin_timeout_s * 1e9),
+        }
+        reply = await nc.request(
+            f"$JS.API.CONSUMER.CREATE.{nats_settings.stream}.{name}",
+            json.dumps({"stream_name": nats_settings.stream, "config": config}).encode(),
+            timeout=5,
+        )
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            msg = f"JetStream refused consumer {name}: {answer['error']}"
+            raise StreamError(msg)
+        if answer.get("config", {}).get("priority_policy") != "pinned_client":
+            msg = f"consumer {name}: the server ignores priority groups (needs nats-server ≥ 2.11)"
+            raise StreamError(msg)
+
+
+@dataclass
+class _Partition:
+    """What one worker knows of one partition."""
+
+    index: int
+    pin: str | None = None  # the Nats-Pin-Id the server gave us (pulls send it); None: none
+    served: str | None = None  # the pin whose sessions we hold (the takeover is done)
+    replayed_through: int = 0  # stream sequence the takeover's replay read up to
+    sessions: set[str] = field(default_factory=set)
+    blocks: int = 0  # processed from the durable consumer
+    skipped: int = 0  # delivered by the durable consumer, already read by the replay
+
+
+class JetStreamIngest:
+    """The worker side: serve every partition the server pins on this worker, until ``stop``.
+
+    Args:
+        fleet: the worker's :class:`~gazeguard.fleet.Fleet` (sessions, ledger, publisher).
+    """
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.settings: Settings = fleet.settings
+        self.nats: NatsSettings = fleet.settings.fleet.nats
+        self.partitions = [_Partition(p) for p in range(self.nats.partitions)]
+        self.duplicate_blocks = 0  # delivered again, every sample already held
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._stopping = False  # every loop ends at its next turn (see _pull)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Connect, set up the stream and consumers, pull every partition until ``stop``; then
+        close every session (their incomplete chunks are dropped, as at any stop)."""
+        worker = self.fleet.worker_id
+        nc = await nats.connect(**connect_options(self.nats, f"gazeguard-worker-{worker}"))
+        self._nc, self._js = nc, nc.jetstream()
+        try:
+            await ensure_stream(self._js, self.nats)
+            await ensure_consumers(nc, self.nats)
+            log.info(
+                "worker %s: pulling %d partitions of JetStream stream %s (group %s)",
+                worker, self.nats.partitions, self.nats.stream, self.nats.group,
+            )  # fmt: skip
+            async with asyncio.TaskGroup() as tg:
+                tasks = [
+                    tg.create_task(self._serve(part), name=f"gazeguard.jetstream[{part.index}]")
+                    for part in self.partitions
+                ]
+                tasks.append(tg.create_task(self._sweep(), name="gazeguard.jetstream.sweep"))
+                await stop.wait()
+                self._stopping = True
+                for task in tasks:
+                    task.cancel()
+        finally:
+            for session in list(self.fleet.sessions):
+                self.fleet._close_session(session)
+            for part in self.partitions:
+                log.info(
+                    "worker %s: partition %d: %d blocks processed, %d already replayed",
+                    worker, part.index, part.blocks, part.skipped,
+                )  # fmt: skip
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await nc.close()
+
+    # ------------------------------------------------------------------ pulling
+    async def _serve(self, part: _Partition) -> None:
+        """Pull the partition's durable consumer (keeping any pin alive) and process what
+        arrives, concurrently: a long takeover replay must not stop the pulls, or the server
+        would hand the pin on after ``pin_timeout_s``."""
+        queue: asyncio.Queue[Msg | None] = asyncio.Queue()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._pull(part, queue), name=f"gazeguard.jetstream.pull[{part.index}]")
+            tg.create_task(self._work(part, queue), name=f"gazeguard.jetstream.work[{part.index}]")
+
+    async def _pull(self, part: _Partition, queue: asyncio.Queue[Msg | None]) -> None:
+        """Pull for ever, with the current pin's id once pinned; queue the blocks, and ``None``
+        when the server says the pin is another worker's (status 423)."""
+        nc = self._nc
+        assert nc is not None
+        subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.nats.stream}.{consumer_name(part.index)}"
+        inbox = nc.new_inbox()
+        answers: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def answer(msg: Msg) -> None:
+            answers.put_nowait(msg)
+
+        # A callback and asyncio.timeout, not Subscription.next_msg: next_msg waits with
+        # asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands as a
+        # message arrives; the worker then never stopped (seen: 1 stop in 6 hung).
+        sub = await nc.subscribe(inbox, cb=answer)
+        try:
+            while not self._stopping:
+                request: dict[str, Any] = {
+                    "batch": PULL_BATCH,
+                    "expires": PULL_EXPIRES_NS,
+                    "group": self.nats.group,
+                }
+                if part.pin is not None:
+                    request["id"] = part.pin
+                try:
+                    await nc.publish(subject, json.dumps(request).encode(), reply=inbox)
+                except nats.errors.Error as exc:  # closed or stale: nats-py reconnects
+                    log.debug("partition %d: pull request failed: %s", part.index, exc)
+                    await asyncio.sleep(0.2)
+                    continue
+                await self._read_batch(part, answers, queue)
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    async def _read_batch(
+        self, part: _Partition, answers: asyncio.Queue[Msg], queue: asyncio.Queue[Msg | None]
+    ) -> None:
+        """The answers to one pull request: blocks (queued) or a status (the request is over)."""
+        deadline = time.monotonic() + PULL_EXPIRES_NS / 1e9 + 0.2
+        got = 0
+        while got < PULL_BATCH:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                async with asyncio.timeout(left):
+                    msg = await answers.get()
+            except TimeoutError:
+                return
+            headers = msg.headers or {}
+            status = headers.get("Status")
+            if status:
+                if status == "423":  # pinned on another worker: ours (if any) is gone
+                    part.pin = None
+                    queue.put_nowait(None)
+                if status in ("404", "408", "409", "423"):
+                    return
+                continue  # 100: heartbeat
+            got += 1
+            part.pin = headers.get("Nats-Pin-Id", part.pin)
+            queue.put_nowait(msg)
+
+    async def _work(self, part: _Partition, queue: asyncio.Queue[Msg | None]) -> None:
+        """Process the queued blocks in order (a new pin: take over first), acknowledge each."""
+        while not self._stopping:
+            msg = await queue.get()
+            if msg is None:
+                self._unpin(part, "the server pinned another worker")
+                continue
+            pin = (msg.headers or {}).get("Nats-Pin-Id")
+            if pin and pin != part.served:
+                if part.served is not None:
+                    self._unpin(part, "pinned again under a new id")
+                part.served = pin
+                await self._take_over(part)
+            if msg.metadata.sequence.stream <= part.replayed_through:
+                part.skipped += 1
+            else:
+                await self._on_block(part, msg)
+                part.blocks += 1
+            with contextlib.suppress(nats.errors.Error):
+                await msg.respond(b"+ACK")
+
+    def _unpin(self, part: _Partition, why: str) -> None:
+        """Let the partition's sessions go (their incomplete chunks are the next owner's)."""
+        part.served = None
+        if not part.sessions:
+            return
+        log.warning(
+            "worker %s: partition %d lost (%s); closing its %d sessions",
+            self.fleet.worker_id, part.index, why, len(part.sessions),
+        )  # fmt: skip
+        for session in sorted(part.sessions):
+            self.fleet._close_session(session)
+        part.sessions = set()
+
+    async def _take_over(self, part: _Partition) -> None:
+        """Newly pinned: rebuild the partition's sessions from the stream's retained gaze.
+
+        The replay reads, unacknowledged, every retained block of the partition up to the last
+        one the durable consumer had delivered (to anyone) when we were pinned: those it had
+        delivered to a dead worker without an acknowledgement are processed here in order, the
+        acknowledged ones only rebuild windows (the ledger's cut, see :meth:`_session_of`). What
+        it had not delivered yet comes from the durable consumer afterwards, in order.
+        """
+        js = self._js
+        assert js is not None
+        for session in sorted(part.sessions):  # stale state of an earlier pin
+            self.fleet._close_session(session)
+        part.sessions = set()
+        started = time.monotonic()
+        durable = await js.consumer_info(self.nats.stream, consumer_name(part.index))
+        through = durable.delivered.stream_seq if durable.delivered is not None else 0
+        through = int(through or 0)
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        filt = partition_subject(self.nats.subject_prefix, part.index)
+        replayed = 0
+        if through > part.replayed_through:
+            psub = await js.pull_subscribe(filt, stream=self.nats.stream, config=config)
+            try:
+                done = (await psub.consumer_info()).num_pending == 0
+                while not done:
+                    try:
+                        msgs = await psub.fetch(256, timeout=5)
+                    except (TimeoutError, nats.errors.TimeoutError):
+                        break  # aged out meanwhile
+                    for msg in msgs:
+                        seq = msg.metadata.sequence.stream
+                        if seq > through:
+                            done = True
+                            break
+                        await self._on_block(part, msg)
+                        part.replayed_through = seq
+                        replayed += 1
+                        done = seq == through or msg.metadata.num_pending == 0
+            finally:
+                with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                    await psub.unsubscribe()
+        log.info(
+            "worker %s: pinned on partition %d; replayed %d retained blocks (through stream "
+            "sequence %d) in %.2f s: %d sessions",
+            self.fleet.worker_id, part.index, replayed, part.replayed_through,
+            time.monotonic() - started, len(part.sessions),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ blocks
+    def _session_of(self, part: _Partition, msg: Msg) -> tuple[str, _Session | None]:
+        """The session a stored block belongs to, opened (and resumed) on first sight."""
+        tokens = msg.subject.split(".")
+        key = f"{tokens[-2]}.{tokens[-1]}"
+        entry = self.fleet.sessions.get(key)
+        if entry is not None:
+            return key, entry
+        entry = self.fleet._open_session(key, None)
+        if entry is None:
+            return key, None
+        part.sessions.add(key)
+        offset = _header_float(msg, UNIX_OFFSET_HEADER)
+        if offset is not None:
+            entry.pipeline.clock_offset_s = offset
+        charged = self.fleet.ledger.charges(key)
+        if charged:
+            used = lsl_unix_offset() if offset is None else offset
+            half_step = self.settings.features.step_s / 2
+            entry.pipeline.resume_after = charged[-1].gaze_end - used + half_step
+            log.info(
+                "worker %s: session %r resumes after chunk %d (gaze up to %.3f s rebuilds the "
+                "window only)",
+                self.fleet.worker_id, key, charged[-1].chunk_index, entry.pipeline.resume_after,
+            )  # fmt: skip
+        return key, entry
+
+    async def _on_block(self, part: _Partition, msg: Msg) -> None:
+        """Decode one block and feed its new samples to its session."""
+        key, entry = self._session_of(part, msg)
+        if entry is None:
+            return  # refused: fleet.max_sessions reached (logged)
+        entry.last_seen = time.monotonic()
+        try:
+            block = decode_gaze(msg.data)
+        except StreamError as exc:
+            entry.bad_blocks += 1
+            log.warning("session %r: malformed gaze block dropped: %s", key, exc)
+            return
+        if len(block) and block.timestamps[-1] <= entry.last_t:
+            self.duplicate_blocks += 1  # delivered again: every sample is held already
+            return
+        block = self._drop_future(entry, key, block, _header_float(msg, NOW_HEADER))
+        t = block.timestamps
+        keep = t > np.maximum.accumulate(np.concatenate(([entry.last_t], t[:-1])))
+        if not keep.all():
+            entry.dropped_samples += int((~keep).sum())
+            block = _select(block, np.flatnonzero(keep))
+        if len(block) == 0:
+            return
+        entry.last_t = float(block.timestamps[-1])
+        entry.samples += len(block)
+        await self.fleet._process(entry, block)
+
+    def _drop_future(
+        self, entry: _Session, key: str, block: GazeSamples, device_now: float | None
+    ) -> GazeSamples:
+        """Drop samples stamped ahead of the device's clock (``ingest.future_tolerance_s``), as
+        the MQTT fleet does: "now" is the later of this host's Unix clock less the offset and
+        the block's ``Gazeguard-Now``."""
+        offset = entry.pipeline.clock_offset_s
+        now = time.time() - (lsl_unix_offset() if offset is None else offset)
+        if device_now is not None:
+            now = max(now, device_now)
+        ahead = block.timestamps > now + self.settings.ingest.future_tolerance_s
+        if not ahead.any():
+            return block
+        if entry.future_samples == 0:
+            log.warning(
+                "session %r: gaze stamped ahead of the clock dropped (first %.3g s ahead)",
+                key,
+                float(block.timestamps[ahead][0] - now),
+            )
+        entry.future_samples += int(ahead.sum())
+        return _select(block, np.flatnonzero(~ahead))
+
+    async def _sweep(self) -> None:
+        """Close every session silent for ``fleet.idle_timeout_s`` (time this worker did not
+        run is not the devices' silence, as in :meth:`Fleet._sweep`)."""
+        idle = self.settings.fleet.idle_timeout_s
+        every = min(1.0, idle / 2)
+        tick = time.monotonic()
+        while not self._stopping:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            absent, tick = now - tick - every, now
+            if absent > 0:
+                for entry in self.fleet.sessions.values():
+                    entry.last_seen = min(now, entry.last_seen + absent)
+            for session, entry in list(self.fleet.sessions.items()):
+                if now - entry.last_seen > idle:
+                    self.fleet._close_session(session)
+                    for part in self.partitions:
+                        part.sessions.discard(session)
+
+
+def _select(block: GazeSamples, idx: np.ndarray) -> GazeSamples:
+    return GazeSamples(
+        block.timestamps[idx], block.x_deg[idx], block.y_deg[idx], block.pupil_mm[idx],
+        block.valid[idx],
+    )  # fmt: skip
+
+
+def _header_float(msg: Msg, name: str) -> float | None:
+    """A finite float header, else ``None`` (absent or malformed: ignored)."""
+    raw = (msg.headers or {}).get(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+class JetStreamSender:
+    """Device side of JetStream raw-gaze ingest: publish blocks with JetStream acknowledgements.
+
+    ``async with JetStreamSender(nats_settings, "hmd-7", "s1") as sender:
+    await sender.send(block)``. There is no claim: the server's partitioning and pinning decide
+    which worker reads the session. nats-py reconnects (forever) and buffers what is published
+    meanwhile; a publish whose acknowledgement does not come within ``ack_timeout_s`` is retried
+    (same ``Nats-Msg-Id``: the stream keeps one copy) until it is acknowledged.
+
+    Args:
+        nats_settings: servers, login, TLS, stream and subject prefix (``fleet.nats``).
+        device, session: identity of the session (one subject token each).
+        ack_timeout_s: wait this long for the stream's acknowledgement before retrying, s.
+        unix_offset: returns Unix time minus the blocks' timestamps, s (sent as a header so a
+            worker on another host dates the gaze correctly); ``None``: not sent.
+        clock: returns the blocks' clock now, s (header; workers drop gaze stamped ahead of
+            it); ``None``: not sent.
+
+    Raises:
+        StreamError: ``device`` or ``session`` is not one subject token.
+    """
+
+    def __init__(
+        self,
+        nats_settings: NatsSettings,
+        device: str,
+        session: str,
+        *,
+        ack_timeout_s: float = 2.0,
+        unix_offset: Callable[[], float] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.subject = gaze_subject(nats_settings.subject_prefix, device, session)
+        self.nats = nats_settings
+        self.ack_timeout_s = ack_timeout_s
+        self.unix_offset = unix_offset
+        self.clock = clock
+        self.owner: str | None = None  # no claim: kept for ``gazeguard forward``'s summary
+        self.owners: list[str] = []
+        self.reconnects = 0
+        self.retries = 0  # publishes sent again after a missing acknowledgement
+        self.dropped_blocks = 0  # never: every block is retried until acknowledged
+        self._name = f"gazeguard-device-{device}-{session}"
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+
+    async def __aenter__(self) -> Self:
+        async def reconnected() -> None:
+            self.reconnects += 1
+
+        try:
+            self._nc = await nats.connect(
+                **connect_options(self.nats, self._name), reconnected_cb=reconnected
+            )
+        except (nats.errors.Error, OSError) as exc:
+            msg = f"cannot reach NATS at {', '.join(self.nats.servers)}: {exc}"
+            raise PublishError(msg) from exc
+        self._js = self._nc.jetstream()
+        return self
+
+    async def send(self, block: GazeSamples) -> None:
+        """Publish one block and wait for the stream to acknowledge it (retrying meanwhile)."""
+        js = self._js
+        assert js is not None, "use JetStreamSender as an async context manager"
+        last = float(block.timestamps[-1]) if len(block) else -math.inf
+        headers = {"Nats-Msg-Id": f"{self.subject}@{last!r}"}
+        if self.unix_offset is not None:
+            headers[UNIX_OFFSET_HEADER] = repr(self.unix_offset())
+        if self.clock is not None:
+            headers[NOW_HEADER] = repr(self.clock())
+        payload = encode_gaze(block)
+        attempt = 0
+        while True:
+            try:
+                await js.publish(self.subject, payload, timeout=self.ack_timeout_s, headers=headers)
+                return
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError) as exc:
+                attempt += 1
+                self.retries += 1
+                log.debug("%s: publish not acknowledged (%s); retrying", self.subject, exc)
+                await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        nc, self._nc, self._js = self._nc, None, None
+        if nc is not None:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await nc.drain()
