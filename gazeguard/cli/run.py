@@ -105,7 +105,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         "--fleet",
         action="store_true",
         default=None,
-        help="serve every stream found (LSL) or claimed (ingest.source=mqtt), one session each",
+        help="serve every stream found (LSL), claimed (--source mqtt) or on a pinned JetStream "
+        "partition (--source jetstream), one session each",
     )
 
 
