@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,13 +24,16 @@ import pylsl
 import pytest
 from conftest import MosquittoBroker, Subscriber
 
-from gazeguard.config import BrokerSettings
+from gazeguard.config import BrokerSettings, load_settings
 from gazeguard.errors import StreamError
-from gazeguard.fleet import RawGazeSender, decode_gaze, encode_gaze
+from gazeguard.fleet import Fleet, RawGazeSender, decode_gaze, encode_gaze
 from gazeguard.ledger import Ledger
+from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
 from gazeguard.samples import GazeSamples
+from gazeguard.service import serve_fleet
 from gazeguard.simulate import SimulatedHeadset, simulate_gaze
 
+FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--epsilon", "0.5",
         "--budget-per-hour", "none",
         "--features", "fixation_rate,saccade_rate,pupil_mean"]  # fmt: skip
@@ -392,6 +396,66 @@ def test_a_broker_restart_loses_no_block_and_keeps_the_sessions_worker(
 
 
 @pytest.mark.network
+def test_a_worker_behind_on_its_charges_keeps_sessions_whose_blocks_wait_in_its_queue(
+    tmp_path: Path,
+    mosquitto: MosquittoBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A slow disk held a worker's charges up for longer than the idle timeout. The worker let
+    sessions go while their blocks, received and acknowledged to the broker, still waited in its
+    own queue, then dropped them as blocks of closed sessions (seen under load: 67 of 90 blocks
+    per session read). Here the first charge takes 3 s and the idle timeout is 1 s: the session
+    keeps its one owner, every sample is read once, and no block is dropped."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    settings = load_settings(
+        None,
+        device="fleet",
+        fleet={"enabled": True, "idle_timeout_s": 1.0},
+        ingest={"source": "mqtt"},
+        features={"window_s": 2.0, "step_s": 0.05},
+        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES},
+        ledger={"path": str(ledger_path), "budget_per_hour": None},
+        broker={"host": mosquitto.host, "port": mosquitto.port},
+    )
+    release = Pipeline.release
+    slowed = threading.Event()
+
+    def slow_release(self: Pipeline, chunk: Chunk) -> ReleasedChunk | None:
+        if not slowed.is_set():  # the first charge: a disk that takes 3 s to sync
+            slowed.set()
+            time.sleep(3.0)
+        return release(self, chunk)
+
+    monkeypatch.setattr(Pipeline, "release", slow_release)
+    gaze = simulate_gaze(8.0, 120.0, seed=31)
+
+    async def main() -> tuple[Fleet, RawGazeSender]:
+        stop = asyncio.Event()
+        worker = asyncio.create_task(serve_fleet(settings, stop=stop))
+        broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+        try:
+            async with RawGazeSender(broker, "hmd", "behind") as sender:
+                await send_paced(sender, blocks_of(gaze), 0.02)
+                await until_released(sender)
+        finally:
+            stop.set()
+        return await worker, sender
+
+    with caplog.at_level(logging.INFO, logger="gazeguard.fleet"):
+        fleet, sender = asyncio.run(main())
+    assert slowed.is_set()
+    assert fleet.late_blocks == 0, caplog.text
+    assert fleet.closed == ["hmd.behind"], caplog.text
+    assert len(sender.owners) == 1, sender.owners
+    closed = re.search(r"session 'hmd\.behind' closed \((\d+) samples", caplog.text)
+    assert closed is not None, caplog.text
+    assert int(closed.group(1)) == len(gaze)
+    with Ledger(ledger_path, create=False) as ledger:  # 8 s, 2 s window, 1.6 s chunks: 3
+        assert [c.chunk_index for c in ledger.charges("hmd.behind")] == [0, 1, 2]
+
+
+@pytest.mark.network
 def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
     tmp_path: Path, mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -696,7 +760,7 @@ def test_forward_sends_a_headsets_lsl_stream_to_a_fleet_worker(
 
 @pytest.mark.network
 def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
-    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """`gazeguard run --fleet --cohort lab`: three devices stream 9 s of gaze in real time; every
     2 s bucket's aggregate reaches a subscriber (schema-valid), each contributing session is
@@ -705,6 +769,8 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
     import jsonschema  # noqa: PLC0415
 
     from gazeguard.cohort_message import CohortMessage, shipped_schema  # noqa: PLC0415
+
+    caplog.set_level(logging.DEBUG, logger="gazeguard.fleet")  # the devices' side, on failure
 
     cmd = [
         sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--device", "fleet",
@@ -733,6 +799,8 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
                 await sender.send(gaze.slice(start, start + 12))
                 await asyncio.sleep(0.1)
 
+    topic = "gazeguard/v1/cohort/lab/aggregates"
+    failure: BaseException | None = None
     try:
         wait_online(mosquitto, 1)
 
@@ -740,12 +808,16 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
             await asyncio.gather(*(device(f"c{i}", 20 + i) for i in range(3)))
 
         asyncio.run(devices())
-        topic = "gazeguard/v1/cohort/lab/aggregates"
         assert sub.wait_for(lambda: len([m for m in sub.messages if m[0] == topic]) >= 3, 20), (
             "aggregates of the closed buckets arrive"
         )
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
         err = stop_worker(worker)
+        if failure is not None:  # the worker's side of aggregates that did not come
+            failure.add_note(f"worker log (tail):\n{err[-8000:]}")
         with sub.lock:
             messages = list(sub.messages)
         sub.close()

@@ -417,10 +417,12 @@ def _run_fleet(settings: Settings, duration_s: float | None) -> int:
     get_console().say(
         "summary",
         f"gazeguard fleet worker {fleet.worker_id}: {len(fleet.closed)} sessions served, "
-        f"{len(fleet.sessions)} open at exit, {fleet.refused} refused",
+        f"{len(fleet.sessions)} open at exit, {fleet.refused} refused, "
+        f"{fleet.late_blocks} blocks of closed sessions dropped",
         worker=fleet.worker_id,
         served=len(fleet.closed),
         open=len(fleet.sessions),
         refused=fleet.refused,
+        late_blocks=fleet.late_blocks,
     )
     return ExitCode.OK
