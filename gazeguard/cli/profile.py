@@ -82,6 +82,7 @@ def _pair(text: str) -> tuple[float, float]:
 
 
 def _data_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the labelled recordings come from and how features are extracted (window, step: s)."""
     d = p.add_argument_group("labelled public recordings")
     d.add_argument(
         "--dataset",
@@ -116,7 +117,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = parser.add_subparsers(dest="profile_command", metavar="SUBCOMMAND")
+    _build_command(sub)
+    _show_command(sub)
+    _train_command(sub)
+    _labels_budget_command(sub)
 
+
+def _build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``profile build``: the profile, its data, the noise level and the selection."""
     b = sub.add_parser(
         "build",
         help="select a release profile for a task from labelled public recordings",
@@ -127,7 +135,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--task", help="what the profile is for (default: the name)")
     b.add_argument("--out", type=Path, help="output file (default: ./NAME.json)")
     _data_arguments(b)
-    n = b.add_argument_group("noise level the profile is built for")
+    _noise_level(b)
+    _selection(b)
+
+
+def _noise_level(p: argparse.ArgumentParser) -> None:
+    """The mechanism and ε (per feature per chunk) a profile is built for."""
+    n = p.add_argument_group("noise level the profile is built for")
     n.add_argument(
         "--mechanism",
         default="cfpa-32-dct",
@@ -141,7 +155,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="ε per feature per chunk to consider, comma-separated (2.4,4.8,9.6)",
     )
     n.add_argument("--k", type=_k, default="auto", help="kept coefficients: auto or an integer")
-    s = b.add_argument_group("selection")
+
+
+def _selection(p: argparse.ArgumentParser) -> None:
+    """How the profile is chosen: ranking, repetitions, tolerances (accuracy fractions)."""
+    s = p.add_argument_group("selection")
     s.add_argument(
         "--criterion",
         choices=("info-ratio", "f-ratio"),
@@ -183,10 +201,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="INSECURE: reproducible noise (tests); the profile records it",
     )
 
+
+def _show_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``profile show``."""
     sh = sub.add_parser("show", help="validate a profile and print it")
     sh.add_argument("profile", help="shipped name (e.g. activity) or path to a .json file")
     sh.add_argument("--json", action="store_true", help="print the whole file")
 
+
+def _train_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``profile train-model``: the model, what it reads, decision lengths (s), then the data."""
     t = sub.add_parser(
         "train-model",
         help="train a profile's label model on labelled public recordings (JSON format)",
@@ -220,6 +244,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     _data_arguments(t)
 
+
+def _labels_budget_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``profile labels-budget``: budget (ε per hour), classes or model, cadence or survival."""
     lb = sub.add_parser(
         "labels-budget", help="print the private-label budget arithmetic (as at startup)"
     )

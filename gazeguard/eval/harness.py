@@ -319,6 +319,186 @@ def _utility_summary(
     }
 
 
+@dataclass
+class _RepResults:
+    """What the repetitions of one configuration accumulate.
+
+    Attributes:
+        nmse_reps: per utility repetition, (R, F) NMSE per recording and feature.
+        rmse_reps: per utility repetition, (R, F) RMSE per recording and feature, as a fraction
+            of each feature's public range.
+        task_acc: task-recognition scores, per view and classifier.
+        reid_acc: re-identification scores, per view and classifier.
+        half_acc: first-half/second-half task scores (only with more than one task).
+        chunks: chunks per recording of the last release, in recording order.
+        released_rows: rows in the last release.
+    """
+
+    nmse_reps: list[FloatArray]
+    rmse_reps: list[FloatArray]
+    task_acc: ScoreLists
+    reid_acc: ScoreLists
+    half_acc: ScoreLists
+    chunks: list[int]
+    released_rows: int = 0
+
+
+def _recording_errors(
+    raw: FloatArray, released: FloatArray, recs: npt.NDArray[Any], span: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Per-recording utility errors of one release.
+
+    ``raw`` and ``released`` are (M, F) values of the released rows, ``recs`` their (M,)
+    recording ids, ``span`` the (F,) public range of each feature (1 where it is empty).
+    Returns (R, F) NMSE and (R, F) RMSE as a fraction of ``span``, one row per recording in
+    sorted id order.
+    """
+    nm, rm = [], []
+    for rid in np.unique(recs):
+        m = recs == rid
+        nm.append(nmse(raw[m].T, released[m].T))
+        rm.append(np.sqrt(np.mean((raw[m] - released[m]) ** 2, axis=0)) / span)
+    return np.stack(nm), np.stack(rm)
+
+
+def _classify_rep(
+    acc: _RepResults,
+    table: FeatureTable,
+    rel: Released,
+    raw: FloatArray,
+    *,
+    spec: MechanismSpec,
+    clean: bool,
+    settings: EvalSettings,
+    seed: int,
+    has_tasks: bool,
+) -> None:
+    """Run the classification protocols on one release and add their scores to ``acc``.
+
+    ``raw`` is the (M, F) clean values of the released rows (attacked besides the release
+    itself unless ``clean``); ``seed`` is this repetition's classifier seed.
+    """
+    views = {"release": rel.values} if clean else {"release": rel.values, "raw": raw}
+    who, task = table.person[rel.rows], table.task[rel.rows]
+    recs = table.recording[rel.rows]
+    clfs = settings.classifiers
+    # Cut train/test between released chunks; FPA's chunk is the whole recording (longer
+    # than any cut allows), so its cut falls inside the one chunk: see split_point.
+    block = table.n_rows if spec.family == "fpa" else int(spec.n or 1)
+    collect_scores(
+        acc.task_acc,
+        task_recognition(
+            rel.values,
+            views,
+            task,
+            who,
+            recs,
+            classifiers=clfs,
+            every=settings.every_task,
+            seed=seed,
+        ),
+    )
+    collect_scores(
+        acc.reid_acc,
+        reidentification(
+            rel.values,
+            views,
+            who,
+            recs,
+            classifiers=clfs,
+            every=settings.every_reid,
+            seed=seed,
+            block=block,
+        ),
+    )
+    if has_tasks:
+        collect_scores(
+            acc.half_acc,
+            half_split_protocol(
+                rel.values,
+                views,
+                task,
+                recs,
+                classifiers=clfs,
+                every=settings.every_reid,
+                seed=seed,
+                block=block,
+            ),
+        )
+
+
+def _run_reps(
+    table: FeatureTable,
+    cols: IntArray,
+    spec: MechanismSpec,
+    mechanisms: MechanismCache | None,
+    *,
+    reps: int,
+    settings: EvalSettings,
+    bounds: FeatureBounds,
+    job_seed: int,
+) -> _RepResults:
+    """Release the table ``reps`` times and score each release (utility, then classification).
+
+    Stops early if a release keeps no rows. ``mechanisms`` is None for the clean baseline,
+    which has no utility repetitions.
+    """
+    clean = mechanisms is None
+    span = np.where(bounds.hi > bounds.lo, bounds.hi - bounds.lo, 1.0)
+    acc = _RepResults([], [], {}, {}, {}, [])
+    has_tasks = np.unique(table.task).size > 1
+    for rep in range(reps):
+        rel = release_table(table, cols, spec, mechanisms)
+        acc.chunks, acc.released_rows = rel.chunks, int(rel.rows.size)
+        if rel.rows.size == 0:
+            break
+        raw = table.X[np.ix_(rel.rows, cols)]
+        if not clean and rep < settings.utility_reps:
+            nm, rm = _recording_errors(raw, rel.values, table.recording[rel.rows], span)
+            acc.nmse_reps.append(nm)
+            acc.rmse_reps.append(rm)
+        if rep < settings.clf_reps:
+            _classify_rep(
+                acc,
+                table,
+                rel,
+                raw,
+                spec=spec,
+                clean=clean,
+                settings=settings,
+                seed=job_seed * 1000 + rep,
+                has_tasks=has_tasks,
+            )
+    return acc
+
+
+def _user_epsilon(
+    spec: MechanismSpec, eps: float, n_feat: int, chunks: list[int], settings: EvalSettings
+) -> dict[str, Any]:
+    """User-level ε of a whole released recording: its max and mean over recordings.
+
+    ``eps`` is ε per feature per chunk (or, in budget mode, per hour of gaze); ``chunks`` the
+    chunks per recording. ``multiplier_max`` is the largest factor from ``eps`` to a
+    recording's user-level ε (hours spanned in budget mode, else ``n_feat`` times chunks).
+    """
+    hours: list[int] = []
+    if settings.per_hour_step_s is not None:
+        # budget mode: each hour of gaze a recording spans costs at most the budget (a whole
+        # recording released at once, FPA, is one release calibrated to the budget)
+        step = settings.per_hour_step_s
+        hours = [1 if spec.n is None else math.ceil(c * spec.n * step / 3600.0) for c in chunks]
+        per_rec_eps = [eps * h for h, c in zip(hours, chunks, strict=True) if c > 0]
+    else:
+        per_rec_eps = [user_level_epsilon(eps, n_feat, c) for c in chunks if c > 0]
+    return {
+        "max": max(per_rec_eps, default=0.0),
+        "mean": float(np.mean(per_rec_eps)) if per_rec_eps else 0.0,
+        "multiplier_max": max(hours, default=0)
+        if settings.per_hour_step_s is not None
+        else n_feat * max(chunks, default=0),
+    }
+
+
 def evaluate_configuration(
     table: FeatureTable,
     cols: IntArray,
@@ -342,87 +522,18 @@ def evaluate_configuration(
     reps = settings.clf_reps if clean else max(settings.utility_reps, settings.clf_reps)
     seed = None if settings.insecure_seed is None else settings.insecure_seed + 1_000_003 * job_seed
     mechanisms = None if clean else MechanismCache(spec, eps, factory, seed)
-    span = np.where(bounds.hi > bounds.lo, bounds.hi - bounds.lo, 1.0)
-    nmse_reps: list[FloatArray] = []  # per rep: (R, F)
-    rmse_reps: list[FloatArray] = []
-    task_acc: ScoreLists = {}
-    reid_acc: ScoreLists = {}
-    half_acc: ScoreLists = {}
-    has_tasks = np.unique(table.task).size > 1
-    chunks: list[int] = []
-    released_rows = 0
-    for rep in range(reps):
-        rel = release_table(table, cols, spec, mechanisms)
-        chunks, released_rows = rel.chunks, int(rel.rows.size)
-        if rel.rows.size == 0:
-            break
-        raw = table.X[np.ix_(rel.rows, cols)]
-        recs = table.recording[rel.rows]
-        if not clean and rep < settings.utility_reps:
-            nm, rm = [], []
-            for rid in np.unique(recs):
-                m = recs == rid
-                nm.append(nmse(raw[m].T, rel.values[m].T))
-                rm.append(np.sqrt(np.mean((raw[m] - rel.values[m]) ** 2, axis=0)) / span)
-            nmse_reps.append(np.stack(nm))
-            rmse_reps.append(np.stack(rm))
-        if rep < settings.clf_reps:
-            views = {"release": rel.values} if clean else {"release": rel.values, "raw": raw}
-            who, task = table.person[rel.rows], table.task[rel.rows]
-            clfs, cseed = settings.classifiers, job_seed * 1000 + rep
-            # Cut train/test between released chunks; FPA's chunk is the whole recording (longer
-            # than any cut allows), so its cut falls inside the one chunk: see split_point.
-            block = table.n_rows if spec.family == "fpa" else int(spec.n or 1)
-            collect_scores(
-                task_acc,
-                task_recognition(
-                    rel.values,
-                    views,
-                    task,
-                    who,
-                    recs,
-                    classifiers=clfs,
-                    every=settings.every_task,
-                    seed=cseed,
-                ),
-            )
-            collect_scores(
-                reid_acc,
-                reidentification(
-                    rel.values,
-                    views,
-                    who,
-                    recs,
-                    classifiers=clfs,
-                    every=settings.every_reid,
-                    seed=cseed,
-                    block=block,
-                ),
-            )
-            if has_tasks:
-                collect_scores(
-                    half_acc,
-                    half_split_protocol(
-                        rel.values,
-                        views,
-                        task,
-                        recs,
-                        classifiers=clfs,
-                        every=settings.every_reid,
-                        seed=cseed,
-                        block=block,
-                    ),
-                )
+    acc = _run_reps(
+        table,
+        cols,
+        spec,
+        mechanisms,
+        reps=reps,
+        settings=settings,
+        bounds=bounds,
+        job_seed=job_seed,
+    )
+    chunks = acc.chunks
     n_feat = int(cols.size)
-    hours: list[int] = []
-    if settings.per_hour_step_s is not None:
-        # budget mode: each hour of gaze a recording spans costs at most the budget (a whole
-        # recording released at once, FPA, is one release calibrated to the budget)
-        step = settings.per_hour_step_s
-        hours = [1 if spec.n is None else math.ceil(c * spec.n * step / 3600.0) for c in chunks]
-        per_rec_eps = [eps * h for h, c in zip(hours, chunks, strict=True) if c > 0]
-    else:
-        per_rec_eps = [user_level_epsilon(eps, n_feat, c) for c in chunks if c > 0]
     return {
         "mechanism": spec.key,
         "label": spec.label,
@@ -430,31 +541,23 @@ def evaluate_configuration(
         "n": spec.n,
         "transform": spec.transform,
         "epsilon": None if clean else eps,
-        "epsilon_user": None
-        if clean
-        else {
-            "max": max(per_rec_eps, default=0.0),
-            "mean": float(np.mean(per_rec_eps)) if per_rec_eps else 0.0,
-            "multiplier_max": max(hours, default=0)
-            if settings.per_hour_step_s is not None
-            else n_feat * max(chunks, default=0),
-        },
+        "epsilon_user": None if clean else _user_epsilon(spec, eps, n_feat, chunks, settings),
         "features_released": n_feat,
-        "rows_released": released_rows,
-        "rows_dropped": int(table.n_rows - released_rows),
+        "rows_released": acc.released_rows,
+        "rows_dropped": int(table.n_rows - acc.released_rows),
         "chunks_per_recording": {"min": min(chunks, default=0), "max": max(chunks, default=0)},
         # Recordings whose train/test cut falls inside one released chunk (a single chunk, e.g.
         # FPA): one noise draw on both sides, so "re-identification" links two halves of it.
         "split_inside_chunk": 0 if clean else sum(1 for c in chunks if c == 1),
         "k": None if mechanisms is None else mechanisms.k(),
-        "reps": {"utility": len(nmse_reps), "clf": min(reps, settings.clf_reps)},
+        "reps": {"utility": len(acc.nmse_reps), "clf": min(reps, settings.clf_reps)},
         "utility": _utility_summary(
-            nmse_reps, rmse_reps, [table.feature_names[int(c)] for c in cols]
+            acc.nmse_reps, acc.rmse_reps, [table.feature_names[int(c)] for c in cols]
         )
-        if nmse_reps
+        if acc.nmse_reps
         else None,
-        "task": summarise_scores(task_acc),
-        "task_half": summarise_scores(half_acc),
-        "reid": summarise_scores(reid_acc),
+        "task": summarise_scores(acc.task_acc),
+        "task_half": summarise_scores(acc.half_acc),
+        "reid": summarise_scores(acc.reid_acc),
         "elapsed_s": time.perf_counter() - t0,
     }

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -159,6 +160,146 @@ def _mean_best(runs: list[dict[str, float]]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- one dataset
+Sequences = dict[str, tuple[IntArray, str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Repetitions:
+    """How each cadence's released labels are drawn and attacked.
+
+    Attributes:
+        reps: randomized-response repetitions scored for accuracy.
+        attack_reps: how many of them are attacked (re-identification).
+        source: the noise source (the OS CSPRNG, or an INSECURE reproducible one).
+        att_seed: attacker seed of the clean labels; repetition r uses ``att_seed + r``.
+        budgets: user-level budgets per hour (ε at :data:`DELTA`).
+    """
+
+    reps: int
+    attack_reps: int
+    source: RandomSource
+    att_seed: int
+    budgets: tuple[float, ...]
+
+
+def _usable_features(table: FeatureTable, features: list[str]) -> list[str]:
+    """The requested ``features`` the table has and that vary (by :func:`select_features`)."""
+    usable = [f for f in features if f in table.feature_names]
+    cols, _ = select_features(table)
+    varying = {table.feature_names[int(c)] for c in cols}
+    return [f for f in usable if f in varying]
+
+
+def _released_row(
+    seqs: Sequences,
+    classes: list[str],
+    budget: float,
+    *,
+    decision_s: float,
+    clean_acc: float,
+    rep: _Repetitions,
+) -> dict[str, Any]:
+    """Randomized response at one user-level ``budget`` per hour, for decisions every
+    ``decision_s`` s: accuracy (fraction of decisions right) against ``clean_acc`` and the
+    re-identification attack on the released label sequences, JSON-ready."""
+    C = len(classes)
+    eps, per_hour = epsilon_per_decision(budget, decision_s, C)
+    rr = RandomizedResponse(C, eps)
+    accs, runs = [], []
+    for r in range(max(rep.reps, rep.attack_reps)):
+        priv = privatize(seqs, rr, rep.source)
+        if r < rep.reps:
+            hits = np.concatenate(
+                [labels == classes.index(task) for labels, _, task in priv.values()]
+            )
+            accs.append(float(np.mean(hits)))
+        if r < rep.attack_reps:
+            a = attack(priv, C, rep.att_seed + r)
+            if a is not None:
+                runs.append(a)
+    p = survival_probability(eps, C)
+    acc = float(np.mean(accs))
+    return {
+        "budget_per_hour": budget,
+        "decisions_in_an_hour": per_hour,
+        "epsilon_per_decision": round(eps, 5),
+        "hour_epsilon_at_delta": round(
+            compose({RandomizedResponseEvent(eps, C): per_hour}, DELTA).epsilon, 4
+        ),
+        "survival": round(p, 4),
+        "accuracy": round(acc, 4),
+        "accuracy_sd": round(float(np.std(accs)), 4),
+        "predicted": round(released_accuracy(clean_acc, p, C), 4),
+        "kept_fraction_of_clean": round(acc / clean_acc, 4) if clean_acc else None,
+        "reid": _mean_best(runs) if runs else None,
+    }
+
+
+def _cadence_message(
+    name: str, decision_s: float, clean_acc: float, row: dict[str, Any], t0: float
+) -> str:
+    """The progress line of one cadence (``decision_s`` s); ``t0``: start (perf_counter, s)."""
+    return (
+        f"{name}: {decision_s:g} s decisions: clean {clean_acc:.3f}, re-id on clean labels "
+        f"{(row['reid_clean_labels'] or {}).get('accuracy')}; "
+        + ", ".join(
+            f"B{d['budget_per_hour']:g}: ε {d['epsilon_per_decision']:.3g} → "
+            f"{d['accuracy']:.3f} (re-id {(d['reid'] or {}).get('accuracy')})"
+            for d in row["released"]
+        )
+        + f" [{time.perf_counter() - t0:.0f} s]"
+    )
+
+
+def _cadence_row(
+    name: str,
+    table: FeatureTable,
+    probs: npt.NDArray[np.float64],
+    classes: list[str],
+    *,
+    decision_s: float,
+    step_s: float,
+    rep: _Repetitions,
+    t0: float,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Clean and released decisions every ``decision_s`` s (``probs``: (N, C) per-window class
+    probabilities, ``step_s``: s between feature vectors), JSON-ready; reports progress."""
+    steps = round(decision_s / step_s)
+    seqs = decisions(table, probs, steps)
+    row: dict[str, Any] = {
+        "decision_s": decision_s,
+        "windows_per_decision": steps,
+        "decisions_per_hour": round(3600.0 / decision_s, 2),
+    }
+    if not seqs or min(v[0].size for v in seqs.values()) < 2:
+        row["unavailable"] = (
+            f"recordings hold fewer than two decisions of {steps} feature vectors "
+            f"({decision_s:g} s)"
+        )
+        progress(f"{name}: {decision_s:g} s decisions: unavailable")
+        return row
+    n_dec = sum(v[0].size for v in seqs.values())
+    correct = np.concatenate([labels == classes.index(task) for labels, _, task in seqs.values()])
+    clean_acc = float(np.mean(correct))
+    clean_att = attack(seqs, len(classes), rep.att_seed)
+    row.update(
+        decisions=n_dec,
+        decisions_per_recording=round(n_dec / len(seqs), 2),
+        clean_decision_accuracy=round(clean_acc, 4),
+        reid_clean_labels=None if clean_att is None else _mean_best([clean_att]),
+        released=[],
+    )
+    for budget in rep.budgets:
+        row["released"].append(
+            _released_row(
+                seqs, classes, budget, decision_s=decision_s, clean_acc=clean_acc, rep=rep
+            )
+        )
+    progress(_cadence_message(name, decision_s, clean_acc, row, t0))
+    return row
+
+
 def evaluate(
     name: str,
     table: FeatureTable,
@@ -184,10 +325,7 @@ def evaluate(
     step_s = float(np.median(np.diff(table.t[: min(50, table.n_rows)])))
     source: RandomSource = OsRandom() if seed is None else random_source(seed)
     t0 = time.perf_counter()
-    usable = [f for f in features if f in table.feature_names]
-    cols, _ = select_features(table)
-    varying = {table.feature_names[int(c)] for c in cols}
-    usable = [f for f in usable if f in varying]
+    usable = _usable_features(table, features)
     probs = lopo_probabilities(table, usable, every=every)
     truth = np.array([classes.index(t) for t in table.task])
     window_acc = float(np.mean(np.argmax(probs, axis=1) == truth))
@@ -206,79 +344,20 @@ def evaluate(
         "clean_window_accuracy": round(window_acc, 4),
         "cadences": [],
     }
-    att_seed = 0 if seed is None else seed
+    rep = _Repetitions(reps, attack_reps, source, 0 if seed is None else seed, budgets)
     for decision_s in cadences:
-        steps = round(decision_s / step_s)
-        seqs = decisions(table, probs, steps)
-        row: dict[str, Any] = {
-            "decision_s": decision_s,
-            "windows_per_decision": steps,
-            "decisions_per_hour": round(3600.0 / decision_s, 2),
-        }
-        if not seqs or min(v[0].size for v in seqs.values()) < 2:
-            row["unavailable"] = (
-                f"recordings hold fewer than two decisions of {steps} feature vectors "
-                f"({decision_s:g} s)"
+        res["cadences"].append(
+            _cadence_row(
+                name,
+                table,
+                probs,
+                classes,
+                decision_s=decision_s,
+                step_s=step_s,
+                rep=rep,
+                t0=t0,
+                progress=progress,
             )
-            res["cadences"].append(row)
-            progress(f"{name}: {decision_s:g} s decisions: unavailable")
-            continue
-        n_dec = sum(v[0].size for v in seqs.values())
-        correct = np.concatenate(
-            [labels == classes.index(task) for labels, _, task in seqs.values()]
-        )
-        clean_acc = float(np.mean(correct))
-        clean_att = attack(seqs, C, att_seed)
-        row.update(
-            decisions=n_dec,
-            decisions_per_recording=round(n_dec / len(seqs), 2),
-            clean_decision_accuracy=round(clean_acc, 4),
-            reid_clean_labels=None if clean_att is None else _mean_best([clean_att]),
-            released=[],
-        )
-        for budget in budgets:
-            eps, per_hour = epsilon_per_decision(budget, decision_s, C)
-            rr = RandomizedResponse(C, eps)
-            accs, runs = [], []
-            for r in range(max(reps, attack_reps)):
-                priv = privatize(seqs, rr, source)
-                if r < reps:
-                    hits = np.concatenate(
-                        [labels == classes.index(task) for labels, _, task in priv.values()]
-                    )
-                    accs.append(float(np.mean(hits)))
-                if r < attack_reps:
-                    a = attack(priv, C, att_seed + r)
-                    if a is not None:
-                        runs.append(a)
-            p = survival_probability(eps, C)
-            acc = float(np.mean(accs))
-            row["released"].append(
-                {
-                    "budget_per_hour": budget,
-                    "decisions_in_an_hour": per_hour,
-                    "epsilon_per_decision": round(eps, 5),
-                    "hour_epsilon_at_delta": round(
-                        compose({RandomizedResponseEvent(eps, C): per_hour}, DELTA).epsilon, 4
-                    ),
-                    "survival": round(p, 4),
-                    "accuracy": round(acc, 4),
-                    "accuracy_sd": round(float(np.std(accs)), 4),
-                    "predicted": round(released_accuracy(clean_acc, p, C), 4),
-                    "kept_fraction_of_clean": round(acc / clean_acc, 4) if clean_acc else None,
-                    "reid": _mean_best(runs) if runs else None,
-                }
-            )
-        res["cadences"].append(row)
-        progress(
-            f"{name}: {decision_s:g} s decisions: clean {clean_acc:.3f}, re-id on clean labels "
-            f"{(row['reid_clean_labels'] or {}).get('accuracy')}; "
-            + ", ".join(
-                f"B{d['budget_per_hour']:g}: ε {d['epsilon_per_decision']:.3g} → "
-                f"{d['accuracy']:.3f} (re-id {(d['reid'] or {}).get('accuracy')})"
-                for d in row["released"]
-            )
-            + f" [{time.perf_counter() - t0:.0f} s]"
         )
     res["elapsed_s"] = round(time.perf_counter() - t0, 1)
     return res

@@ -20,7 +20,8 @@ bounds (passed to the mechanisms as ``bounds``, ``range="public"``).
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,9 @@ from gazeguard.eval.harness import (
     summarise_scores,
 )
 from gazeguard.eval.metrics import half_split, subsample
+
+if TYPE_CHECKING:
+    from gazeguard.release import ReleaseMechanism
 
 IntArray = npt.NDArray[np.intp]
 
@@ -82,6 +86,152 @@ def release_params(
     raise ValueError(msg)
 
 
+@dataclass
+class _Reps:
+    """What the repetitions of one dataset-release configuration accumulate.
+
+    Attributes:
+        task_acc: task recognition (leave-one-person-out) scores, per view and classifier.
+        half_acc: task scores across recording halves, per view and classifier.
+        reid_acc: re-identification scores across recording halves, per view and classifier.
+        manifest: the manifest of the first whole-table release.
+        released_rows: rows in the last whole-table release.
+    """
+
+    task_acc: ScoreLists = field(default_factory=dict)
+    half_acc: ScoreLists = field(default_factory=dict)
+    reid_acc: ScoreLists = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    released_rows: int = 0
+
+
+def _score_release_view(
+    acc: _Reps, R: FeatureTable, *, settings: EvalSettings, has_tasks: bool, seed: int
+) -> None:
+    """Train and test every protocol on the whole-table release ``R`` (real labels put back).
+
+    ``seed`` is this repetition's classifier seed.
+    """
+    clfs = settings.classifiers
+    view = {"release": R.X}
+    if has_tasks:
+        collect_scores(
+            acc.task_acc,
+            task_recognition(
+                R.X,
+                view,
+                R.task,
+                R.person,
+                R.recording,
+                classifiers=clfs,
+                every=settings.every_task,
+                seed=seed,
+            ),
+        )
+        collect_scores(
+            acc.half_acc,
+            half_split_protocol(
+                R.X,
+                view,
+                R.task,
+                R.recording,
+                classifiers=clfs,
+                every=settings.every_reid,
+                seed=seed,
+            ),
+        )
+    collect_scores(
+        acc.reid_acc,
+        half_split_protocol(
+            R.X,
+            view,
+            R.person,
+            R.recording,
+            classifiers=clfs,
+            every=settings.every_reid,
+            seed=seed,
+        ),
+    )
+
+
+def _score_raw_view(
+    acc: _Reps,
+    H: FeatureTable,
+    sub: FeatureTable,
+    te: IntArray,
+    *,
+    settings: EvalSettings,
+    has_tasks: bool,
+    seed: int,
+) -> None:
+    """David-John protocol: train on the release ``H`` of the first halves, test on raw rows.
+
+    ``sub`` is the table of released columns, ``te`` the (M,) indices of its subsampled
+    second-half rows; ``seed`` is this repetition's classifier seed.
+    """
+    clfs = settings.classifiers
+    tr = subsample(np.arange(H.n_rows), H.recording, settings.every_reid)
+    raw = sub.X[te]
+    collect_scores(
+        acc.reid_acc,
+        fit_and_score(
+            H.X[tr],
+            H.person[tr],
+            {"raw": (raw, sub.person[te], sub.recording[te])},
+            classifiers=clfs,
+            seed=seed,
+        ),
+    )
+    if has_tasks:
+        collect_scores(
+            acc.half_acc,
+            fit_and_score(
+                H.X[tr],
+                H.task[tr],
+                {"raw": (raw, sub.task[te], sub.recording[te])},
+                classifiers=clfs,
+                seed=seed,
+            ),
+        )
+
+
+def _run_reps(
+    mechanism: ReleaseMechanism,
+    table: FeatureTable,
+    sub: FeatureTable,
+    params: dict[str, object],
+    *,
+    settings: EvalSettings,
+    job_seed: int,
+) -> _Reps:
+    """``settings.clf_reps`` repetitions, each with a whole-table and a first-halves release.
+
+    ``table`` is the full feature table, ``sub`` its released columns.
+    """
+    train_rows, test_rows = half_split(table.recording)
+    first = _rows(sub, train_rows)
+    te = subsample(test_rows, table.recording, settings.every_reid)
+    has_tasks = np.unique(table.task).size > 1
+    acc = _Reps()
+    for rep in range(settings.clf_reps):
+        seed = (
+            None
+            if settings.insecure_seed is None
+            else settings.insecure_seed + 1_000_003 * job_seed + 2 * rep
+        )
+        full = mechanism(sub, params, seed=seed)
+        acc.manifest = acc.manifest or full.manifest
+        # The attacks are scored against who really is who (k-same releases group ids only).
+        R = full.oracle_table()
+        acc.released_rows = R.n_rows
+        cseed = job_seed * 1000 + rep
+        _score_release_view(acc, R, settings=settings, has_tasks=has_tasks, seed=cseed)
+        # David-John protocol: release the first halves only, test on raw second halves.
+        H = mechanism(first, params, seed=None if seed is None else seed + 1).oracle_table()
+        _score_raw_view(acc, H, sub, te, settings=settings, has_tasks=has_tasks, seed=cseed)
+    return acc
+
+
 def evaluate_release_configuration(
     table: FeatureTable,
     cols: IntArray,
@@ -103,92 +253,8 @@ def evaluate_release_configuration(
     mechanism = RELEASE_MECHANISMS[spec.family]
     sub = _columns(table, cols)
     params = release_params(spec, epsilon, sub.feature_names, bounds)
-    train_rows, test_rows = half_split(table.recording)
-    first = _rows(sub, train_rows)
-    te = subsample(test_rows, table.recording, settings.every_reid)
-    has_tasks = np.unique(table.task).size > 1
-    task_acc: ScoreLists = {}
-    half_acc: ScoreLists = {}
-    reid_acc: ScoreLists = {}
-    manifest: dict[str, Any] = {}
-    released_rows = 0
-    clfs = settings.classifiers
-    for rep in range(settings.clf_reps):
-        seed = (
-            None
-            if settings.insecure_seed is None
-            else settings.insecure_seed + 1_000_003 * job_seed + 2 * rep
-        )
-        full = mechanism(sub, params, seed=seed)
-        manifest = manifest or full.manifest
-        # The attacks are scored against who really is who (k-same releases group ids only).
-        R = full.oracle_table()
-        released_rows = R.n_rows
-        cseed = job_seed * 1000 + rep
-        view = {"release": R.X}
-        if has_tasks:
-            collect_scores(
-                task_acc,
-                task_recognition(
-                    R.X,
-                    view,
-                    R.task,
-                    R.person,
-                    R.recording,
-                    classifiers=clfs,
-                    every=settings.every_task,
-                    seed=cseed,
-                ),
-            )
-            collect_scores(
-                half_acc,
-                half_split_protocol(
-                    R.X,
-                    view,
-                    R.task,
-                    R.recording,
-                    classifiers=clfs,
-                    every=settings.every_reid,
-                    seed=cseed,
-                ),
-            )
-        collect_scores(
-            reid_acc,
-            half_split_protocol(
-                R.X,
-                view,
-                R.person,
-                R.recording,
-                classifiers=clfs,
-                every=settings.every_reid,
-                seed=cseed,
-            ),
-        )
-        # David-John protocol: release the first halves only, test on raw second halves.
-        H = mechanism(first, params, seed=None if seed is None else seed + 1).oracle_table()
-        tr = subsample(np.arange(H.n_rows), H.recording, settings.every_reid)
-        raw = sub.X[te]
-        collect_scores(
-            reid_acc,
-            fit_and_score(
-                H.X[tr],
-                H.person[tr],
-                {"raw": (raw, sub.person[te], sub.recording[te])},
-                classifiers=clfs,
-                seed=cseed,
-            ),
-        )
-        if has_tasks:
-            collect_scores(
-                half_acc,
-                fit_and_score(
-                    H.X[tr],
-                    H.task[tr],
-                    {"raw": (raw, sub.task[te], sub.recording[te])},
-                    classifiers=clfs,
-                    seed=cseed,
-                ),
-            )
+    acc = _run_reps(mechanism, table, sub, params, settings=settings, job_seed=job_seed)
+    manifest, released_rows = acc.manifest, acc.released_rows
     numbers = manifest.get("guarantee", {}).get("numbers", {})
     eps_user = numbers.get("epsilon_per_person_task")
     return {
@@ -209,8 +275,8 @@ def evaluate_release_configuration(
         "k": None,
         "reps": {"utility": 0, "clf": settings.clf_reps},
         "utility": None,
-        "task": summarise_scores(task_acc),
-        "task_half": summarise_scores(half_acc),
-        "reid": summarise_scores(reid_acc),
+        "task": summarise_scores(acc.task_acc),
+        "task_half": summarise_scores(acc.half_acc),
+        "reid": summarise_scores(acc.reid_acc),
         "elapsed_s": time.perf_counter() - t0,
     }

@@ -38,6 +38,7 @@ averages reveal about a group.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,7 @@ import numpy as np
 from gazeguard.dataset import FeatureTable
 from gazeguard.release._common import (
     FloatArray,
+    IndexArray,
     Params,
     Progress,
     Release,
@@ -89,6 +91,147 @@ def form_groups(
     return groups, []
 
 
+def _check_task_sizes(sequences: Mapping[str, Mapping[str, IndexArray]], k: int, p: Params) -> None:
+    """Raise a :class:`ConfigError` naming ``k`` if a task has fewer than k people."""
+    for task, seqs in sequences.items():
+        if len(seqs) < k:
+            raise p.error(
+                "k",
+                k,
+                f"task {task!r} has only {len(seqs)} people ({', '.join(seqs)}); k-same needs at "
+                f"least k people per task. Choose k <= {len(seqs)} or leave that task out",
+            )
+
+
+@dataclass
+class _Output:
+    """What the release accumulates over all tasks and groups.
+
+    Attributes:
+        parts: one table of ``t_max`` rows per released member, in release order.
+        person_map: member label (``gNN-mM``) → real person id.
+        recording_map: released recording label (``gNN-mM-rR``) → real recording id.
+        per_task: the manifest's per-task counts (no real ids).
+        private_tasks: per task, the real members of each group and the dropped people.
+        number: groups numbered so far (across all tasks).
+    """
+
+    parts: list[FeatureTable] = field(default_factory=list)
+    person_map: dict[str, str] = field(default_factory=dict)
+    recording_map: dict[str, str] = field(default_factory=dict)
+    per_task: dict[str, dict[str, Any]] = field(default_factory=dict)
+    private_tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    number: int = 0
+
+
+def _release_group(
+    out: _Output,
+    table: FeatureTable,
+    group: list[str],
+    gid: str,
+    *,
+    task: str,
+    seqs: Mapping[str, IndexArray],
+    t_max: int,
+    t_ref: FloatArray,
+) -> None:
+    """Release one group: its step-wise average once per member, labelled ``gid``.
+
+    ``seqs`` maps each person to their row indices in ``table`` for ``task``; every member's
+    sequence is padded to ``t_max`` steps, and ``t_ref`` is the (t_max,) step times (s) the
+    members' rows all carry. Appends one (t_max, F) table per member to ``out.parts`` and records
+    the member and recording labels in ``out``'s maps.
+    """
+    rows = np.stack([padded(seqs[person], t_max) for person in group])  # (g, t_max)
+    mean: FloatArray = table.X[rows].mean(axis=0)  # (t_max, F)
+    for j, (person, member_rows) in enumerate(zip(group, rows, strict=True)):
+        member = f"{gid}-m{j + 1}"
+        out.person_map[member] = person
+        real_recordings = table.recording[member_rows]
+        labels = {
+            r: f"{member}-r{i + 1}" for i, r in enumerate(dict.fromkeys(real_recordings.tolist()))
+        }
+        out.recording_map.update({label: real for real, label in labels.items()})
+        out.parts.append(
+            FeatureTable(
+                mean.copy(),
+                t_ref.copy(),
+                np.full(t_max, member),
+                np.full(t_max, task),
+                np.array([labels[r] for r in real_recordings.tolist()], dtype=str),
+                table.feature_names,
+                table.feature_units,
+            )
+        )
+
+
+def _release_task(
+    out: _Output,
+    table: FeatureTable,
+    task: str,
+    seqs: Mapping[str, IndexArray],
+    *,
+    groups: list[list[str]],
+    dropped: list[str],
+    width: int,
+) -> None:
+    """Release one task's groups and add its manifest and private entries to ``out``.
+
+    ``seqs`` maps each of the task's people to their row indices in ``table``; ``width`` is the
+    number of digits of the group numbers.
+    """
+    kept = [person for g in groups for person in g]
+    t_max = max(seqs[person].size for person in kept)
+    longest = max(kept, key=lambda person: (seqs[person].size, person))
+    t_ref = table.t[padded(seqs[longest], t_max)]
+    group_ids = []
+    for group in groups:
+        out.number += 1
+        gid = f"g{out.number:0{width}d}"
+        group_ids.append(gid)
+        _release_group(out, table, group, gid, task=task, seqs=seqs, t_max=t_max, t_ref=t_ref)
+    out.per_task[task] = {
+        "people": len(seqs),
+        "groups": group_ids,
+        "group_sizes": [len(g) for g in groups],
+        "dropped_people": len(dropped),
+        "t_max": int(t_max),
+        "rows_released": int(t_max * len(kept)),
+    }
+    out.private_tasks[task] = {
+        "groups": {gid: list(g) for gid, g in zip(group_ids, groups, strict=True)},
+        "dropped_people": sorted(dropped),
+    }
+
+
+def _guarantee(k: int, leftover: str, per_task: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The manifest's k-anonymity guarantee: statement and numbers, from the per-task counts."""
+    min_size = min((min(t["group_sizes"]) for t in per_task.values()), default=k)
+    dropped_total = sum(t["dropped_people"] for t in per_task.values())
+    statement = (
+        f"k-anonymity with k={k}: within each task every released feature-vector sequence is the "
+        f"step-wise average of a fixed group of {'exactly' if leftover == 'drop' else 'at least'} "
+        f"{k} people and is released identically for each of them, so linking a released "
+        f"sequence to a person succeeds with probability at most 1/{min_size}. Not differential "
+        "privacy."
+    )
+    if leftover == "drop":
+        statement += (
+            f" People left over when a task's head count is not a multiple of k are not released "
+            f"({dropped_total} person-task sequences dropped)."
+        )
+    return {
+        "kind": "k-anonymity",
+        "statement": statement,
+        "numbers": {
+            "k": k,
+            "smallest_group": int(min_size),
+            "max_reidentification_probability": 1.0 / min_size,
+            "dropped_person_task_sequences": int(dropped_total),
+        },
+    }
+
+
 def ksame_release(
     table: FeatureTable,
     params: Mapping[str, object],
@@ -119,111 +262,34 @@ def ksame_release(
     rng = ReleaseRandom(seed)
 
     sequences = task_sequences(table)
-    for task, seqs in sequences.items():
-        if len(seqs) < k:
-            raise p.error(
-                "k",
-                k,
-                f"task {task!r} has only {len(seqs)} people ({', '.join(seqs)}); k-same needs at "
-                f"least k people per task. Choose k <= {len(seqs)} or leave that task out",
-            )
+    _check_task_sizes(sequences, k, p)
 
     grouped = {task: form_groups(list(seqs), k, leftover, rng) for task, seqs in sequences.items()}
     width = len(str(sum(len(groups) for groups, _ in grouped.values())))
-    parts: list[FeatureTable] = []
-    per_task: dict[str, dict[str, Any]] = {}
-    private_tasks: dict[str, dict[str, Any]] = {}
-    person_map: dict[str, str] = {}
-    recording_map: dict[str, str] = {}
-    number = 0
+    out = _Output()
     for n_done, (task, (groups, dropped)) in enumerate(grouped.items()):
-        seqs = sequences[task]
-        kept = [person for g in groups for person in g]
-        t_max = max(seqs[person].size for person in kept)
-        longest = max(kept, key=lambda person: (seqs[person].size, person))
-        t_ref = table.t[padded(seqs[longest], t_max)]
-        group_ids = []
-        for group in groups:
-            number += 1
-            gid = f"g{number:0{width}d}"
-            group_ids.append(gid)
-            rows = np.stack([padded(seqs[person], t_max) for person in group])  # (g, t_max)
-            mean: FloatArray = table.X[rows].mean(axis=0)  # (t_max, F)
-            for j, (person, member_rows) in enumerate(zip(group, rows, strict=True)):
-                member = f"{gid}-m{j + 1}"
-                person_map[member] = person
-                real_recordings = table.recording[member_rows]
-                labels = {
-                    r: f"{member}-r{i + 1}"
-                    for i, r in enumerate(dict.fromkeys(real_recordings.tolist()))
-                }
-                recording_map.update({label: real for real, label in labels.items()})
-                parts.append(
-                    FeatureTable(
-                        mean.copy(),
-                        t_ref.copy(),
-                        np.full(t_max, member),
-                        np.full(t_max, task),
-                        np.array([labels[r] for r in real_recordings.tolist()], dtype=str),
-                        table.feature_names,
-                        table.feature_units,
-                    )
-                )
-        per_task[task] = {
-            "people": len(seqs),
-            "groups": group_ids,
-            "group_sizes": [len(g) for g in groups],
-            "dropped_people": len(dropped),
-            "t_max": int(t_max),
-            "rows_released": int(t_max * len(kept)),
-        }
-        private_tasks[task] = {
-            "groups": {gid: list(g) for gid, g in zip(group_ids, groups, strict=True)},
-            "dropped_people": sorted(dropped),
-        }
+        _release_task(
+            out, table, task, sequences[task], groups=groups, dropped=dropped, width=width
+        )
         progress(n_done + 1, len(sequences), f"task {task!r}: {len(groups)} groups")
 
-    out = concat_tables(parts, table)
-    min_size = min((min(t["group_sizes"]) for t in per_task.values()), default=k)
-    dropped_total = sum(t["dropped_people"] for t in per_task.values())
-    statement = (
-        f"k-anonymity with k={k}: within each task every released feature-vector sequence is the "
-        f"step-wise average of a fixed group of {'exactly' if leftover == 'drop' else 'at least'} "
-        f"{k} people and is released identically for each of them, so linking a released "
-        f"sequence to a person succeeds with probability at most 1/{min_size}. Not differential "
-        "privacy."
-    )
-    if leftover == "drop":
-        statement += (
-            f" People left over when a task's head count is not a multiple of k are not released "
-            f"({dropped_total} person-task sequences dropped)."
-        )
     return Release(
-        out,
+        concat_tables(out.parts, table),
         {
             "mechanism": NAME,
             "parameters": effective,
-            "guarantee": {
-                "kind": "k-anonymity",
-                "statement": statement,
-                "numbers": {
-                    "k": k,
-                    "smallest_group": int(min_size),
-                    "max_reidentification_probability": 1.0 / min_size,
-                    "dropped_person_task_sequences": int(dropped_total),
-                },
-            },
+            "guarantee": _guarantee(k, leftover, out.per_task),
             "seed_policy": rng.policy,
             "details": {
-                "tasks": per_task,
+                "tasks": out.per_task,
                 "ids": "group ids (gNN-mM); the real ids are not released",
             },
         },
         private={
             "format": MAPPING_FORMAT,
             "warning": MAPPING_WARNING,
-            "person": person_map,
-            "recording": recording_map,
-            "tasks": private_tasks,
+            "person": out.person_map,
+            "recording": out.recording_map,
+            "tasks": out.private_tasks,
         },
     )
