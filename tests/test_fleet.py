@@ -786,9 +786,16 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "GAZEGUARD_COHORT__GRACE_S": "1"},
+        env={
+            **os.environ,
+            "GAZEGUARD_COHORT__GRACE_S": "1",
+            "GAZEGUARD_FLEET__IDLE_TIMEOUT_S": "2",
+        },
     )
     broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+
+    def closed() -> set[str]:  # sessions the worker let go: it read all their blocks first
+        return {m.session for m in sub.statuses() if m.state == "stopped"}
 
     async def device(session: str, seed: int) -> None:
         gaze = simulate_gaze(9.0, 120.0, seed)
@@ -808,6 +815,11 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
             await asyncio.gather(*(device(f"c{i}", 20 + i) for i in range(3)))
 
         asyncio.run(devices())
+        # A loaded machine's worker can be seconds behind the devices (slow fsyncs): stopping it
+        # then cut the sessions short (2 of 4 chunks). It lets each go once its device is silent
+        # and every block it received is read.
+        sessions = {f"hmd.c{i}" for i in range(3)}
+        assert sub.wait_for(lambda: closed() >= sessions, 60), ("sessions let go", closed())
         assert sub.wait_for(lambda: len([m for m in sub.messages if m[0] == topic]) >= 3, 20), (
             "aggregates of the closed buckets arrive"
         )
