@@ -80,39 +80,78 @@ async def round_trip(client: aiomqtt.Client) -> bytes:
     raise AssertionError("unreachable")
 
 
+class Said(logging.Handler):
+    """The messages one logger emitted (attached to it directly: no propagation involved)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+TRIES = 5  # a socket an earlier test leaked can be collected meanwhile and free a lower number
+
+
 def test_aiomqtt_alone_hangs_on_a_descriptor_number_uvloop_holds_a_dead_handle_for(
     mosquitto: MosquittoBroker,
 ) -> None:
-    """The hazard itself, so that the next test means something: aiomqtt's client connecting on
-    a poisoned number never reads its CONNACK (it times out) while the loop logs the refusal."""
+    """The hazard itself, so that the next test means something: aiomqtt's client whose socket
+    lands on a poisoned number never reads its CONNACK (it times out) while the loop logs the
+    refusal. (Tried again if the socket landed on a number freed meanwhile by someone else.)"""
 
     async def main() -> None:
-        await leave_dead_poll_handles(24)
+        loop = asyncio.get_running_loop()
         refused: list[dict[str, Any]] = []
-        asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: refused.append(ctx))
-        client = aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="plain", timeout=2)
-        with pytest.raises(aiomqtt.MqttError, match="timed out"):
-            async with client:
-                pass
-        assert any("closed" in str(ctx.get("exception")) for ctx in refused), refused
+        loop.set_exception_handler(lambda _l, ctx: refused.append(ctx))
+        for _ in range(TRIES):
+            numbers = set(await leave_dead_poll_handles(24))
+            refused.clear()
+            client = aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="plain", timeout=2)
+            try:
+                async with client:
+                    sock = client._client.socket()
+                    assert sock is None or sock.fileno() not in numbers, "the hazard is gone"
+                    continue  # its socket got a number nobody poisoned: again
+            except aiomqtt.MqttError as exc:
+                failure = str(exc)
+                sock = client._client.socket()
+                assert sock is not None  # aiomqtt leaves it open
+                assert sock.fileno() in numbers
+                assert "timed out" in failure
+                assert any("closed" in str(ctx.get("exception")) for ctx in refused), refused
+                client._client._sock_close()  # not leaked into later tests
+                return
+        raise AssertionError(f"no socket landed on a poisoned number in {TRIES} tries")
 
     uvloop.run(main())
 
 
-def test_mqtt_client_is_watched_on_such_a_number_and_says_so(
-    mosquitto: MosquittoBroker, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_mqtt_client_is_watched_on_such_a_number_and_says_so(mosquitto: MosquittoBroker) -> None:
     """MqttClient clears the dead handle, registers its socket again and works: it connects,
     its subscription and publish round-trip through the broker; the clearing is logged."""
 
     async def main() -> bytes:
-        await leave_dead_poll_handles(24)
-        async with MqttClient(mosquitto.host, mosquitto.port, identifier="kept", timeout=5) as c:
-            return await round_trip(c)
+        for _ in range(TRIES):
+            numbers = set(await leave_dead_poll_handles(24))
+            client = MqttClient(mosquitto.host, mosquitto.port, identifier="kept", timeout=5)
+            async with client as c:
+                sock = c._client.socket()
+                assert sock is not None
+                if sock.fileno() not in numbers:
+                    continue  # a number freed meanwhile by someone else: again
+                return await round_trip(c)
+        raise AssertionError(f"no socket landed on a poisoned number in {TRIES} tries")
 
-    with caplog.at_level(logging.WARNING, logger="gazeguard.mqtt_client"):
+    said = Said()
+    logger = logging.getLogger("gazeguard.mqtt_client")
+    logger.addHandler(said)
+    try:
         assert uvloop.run(main()) == b"ping"
-    assert "refused to watch socket" in caplog.text
+    finally:
+        logger.removeHandler(said)
+    assert any("refused to watch socket" in line for line in said.lines), said.lines
 
 
 @pytest.mark.parametrize("runner", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
