@@ -60,17 +60,27 @@ class MosquittoBroker:
         self.killed = False  # a stop needed SIGKILL (see stop)
 
     def start(self) -> None:
-        """Start (or restart) the broker and wait until it accepts connections."""
+        """Start (or restart) the broker and wait until every listener of its configuration
+        accepts connections (Mosquitto opens them one after another: a test that went on once
+        the first answered was refused on the second, its TLS port, under load)."""
         self.proc = subprocess.Popen([self.exe, "-c", str(self.conf)])
+        ports = [int(p) for p in re.findall(r"^listener\s+(\d+)", self.conf.read_text(), re.M)]
+        waiting = ports or [self.port]
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            waiting = [port for port in waiting if not self._accepts(port)]
+            if not waiting:
+                return
+            time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"mosquitto did not start on port {self.port}; see {self.log}")
+        raise RuntimeError(f"mosquitto did not open port(s) {waiting}; see {self.log}")
+
+    def _accepts(self, port: int) -> bool:
+        try:
+            with socket.create_connection((self.host, port), timeout=0.2):
+                return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         """Stop the broker: SIGTERM, and SIGKILL only if it has not exited 30 s later.
