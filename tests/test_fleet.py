@@ -15,14 +15,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import paho.mqtt.publish as publish
 import pylsl
 import pytest
-from conftest import MosquittoBroker, Subscriber
+from conftest import MosquittoBroker, Subscriber, until
 
 from gazeguard.config import BrokerSettings, load_settings
 from gazeguard.errors import StreamError
@@ -213,16 +213,6 @@ async def until_released(sender: RawGazeSender) -> None:
     worker lets the session go: it has read every block, and its closing count is final."""
     await until(lambda: sender.owner is not None and not sender._buffer, 20)
     await until(lambda: sender.owner is None, 30)
-
-
-async def until(predicate: Callable[[], bool], within_s: float) -> None:
-    """Poll ``predicate`` every 20 ms until it holds; fail after ``within_s`` seconds."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"condition not met within {within_s:g} s")
 
 
 def wait_online(broker: MosquittoBroker, n: int) -> None:

@@ -21,7 +21,7 @@ from typing import IO
 
 import nats
 import pytest
-from conftest import MosquittoBroker, free_port
+from conftest import MosquittoBroker, free_port, until
 
 from gazeguard.config import NatsSettings, Settings, validate_settings
 from gazeguard.errors import StreamError
@@ -143,16 +143,6 @@ def wait_for(predicate: Callable[[], bool], within_s: float, what: Callable[[], 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within_s:g} s\n{what()}")
         time.sleep(0.05)
-
-
-async def until(predicate: Callable[[], bool], within_s: float) -> None:
-    """Poll ``predicate`` every 20 ms until it holds; fail after ``within_s`` seconds."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"condition not met within {within_s:g} s")
 
 
 def drained(server: NatsServer, partitions: int) -> bool:
