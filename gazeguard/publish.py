@@ -51,7 +51,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from gazeguard.config import BrokerSettings
 from gazeguard.errors import ConfigError, PublishError
 from gazeguard.message import StatusMessage, status_topic
-from gazeguard.mqtt_client import MqttClient
+from gazeguard.mqtt.client import MqttClient
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class Publisher:
             raise ConfigError(
                 "broker.host",
                 None,
-                "the publisher needs a broker; start gazeguard.broker.EmbeddedBroker and use "
+                "the publisher needs a broker; start gazeguard.mqtt.broker.EmbeddedBroker and use "
                 "its settings(), or set broker.host",
             )
         self.settings = settings
