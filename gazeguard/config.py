@@ -1023,7 +1023,7 @@ def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
 
 
 def _broker_problems(settings: Settings) -> list[ConfigProblem]:
-    from gazeguard.publish import credentials, tls_context  # noqa: PLC0415 - needs aiomqtt
+    from gazeguard.mqtt.client import credentials, tls_context  # noqa: PLC0415 - needs aiomqtt
 
     problems = []
     for broker in (settings.broker, settings.fleet.raw_broker):

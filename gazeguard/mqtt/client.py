@@ -33,6 +33,9 @@ be watched (``on_socket_open``, ``on_socket_register_write``), and aiomqtt regis
 
 It also keeps the reason code of the latest PUBACK (aiomqtt discards it), and it closes paho's
 socket when a connect attempt is cancelled or fails (aiomqtt leaves it open).
+
+:class:`ClientFactory` builds them from :class:`~gazeguard.config.BrokerSettings`, with the TLS
+context (:func:`tls_context`) and the login (:func:`credentials`) those settings describe.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ import aiomqtt
 import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
+
+from gazeguard.config import BrokerSettings
+from gazeguard.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -238,3 +244,105 @@ class MqttClient(aiomqtt.Client):
     def _lost(self, exc: BaseException) -> None:
         if not self._disconnected.done():
             self._disconnected.set_exception(exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a client from the broker settings
+
+
+class ClientFactory:
+    """Builds :class:`MqttClient` objects for one broker's settings: host and port, login, TLS,
+    keepalive. The TLS context and the login are made (and checked) once, here.
+
+    Args:
+        settings: ``broker.*``; a missing ``host`` means ``127.0.0.1``.
+
+    Raises:
+        ConfigError: inconsistent TLS or credential settings, unreadable certificate files.
+    """
+
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self.tls = tls_context(settings)
+        self._username, self._password = credentials(settings)
+
+    def __call__(
+        self,
+        identifier: str | None,
+        *,
+        protocol: aiomqtt.ProtocolVersion = aiomqtt.ProtocolVersion.V5,
+        **kwargs: Any,
+    ) -> MqttClient:
+        """A new client with the MQTT client id ``identifier`` (``None``: the broker picks one)
+        speaking ``protocol``; ``kwargs`` are further ``aiomqtt.Client`` arguments (``timeout``,
+        ``will``, ...)."""
+        return MqttClient(
+            self.settings.host or "127.0.0.1",
+            self.settings.port,
+            username=self._username,
+            password=self._password,
+            identifier=identifier,
+            protocol=protocol,
+            keepalive=self.settings.keepalive_s,
+            tls_context=self.tls,
+            **kwargs,
+        )
+
+
+class _ClosingSSLSocket(ssl.SSLSocket):
+    """An SSL socket that closes itself when its handshake fails.
+
+    paho-mqtt 2.2 wraps the TCP socket and calls ``do_handshake()`` without closing the socket
+    when the handshake fails (e.g. an untrusted broker certificate), leaking one file descriptor
+    per attempt until the garbage collector finds it. Installed via the documented
+    ``SSLContext.sslsocket_class`` hook.
+    """
+
+    def do_handshake(self, block: bool = False) -> None:
+        try:
+            super().do_handshake(block)
+        except BaseException:
+            self.close()
+            raise
+
+
+def tls_context(settings: BrokerSettings) -> ssl.SSLContext | None:
+    """The TLS context from ``broker.tls/ca_file/cert_file/key_file`` (``None`` without TLS)."""
+    files = {"ca_file": settings.ca_file, "cert_file": settings.cert_file}
+    files["key_file"] = settings.key_file
+    if not settings.tls:
+        for field, path in files.items():
+            if path is not None:
+                raise ConfigError(
+                    f"broker.{field}", str(path), "is set but broker.tls is false; set broker.tls"
+                )
+        return None
+    for field, path in files.items():
+        if path is not None and not path.is_file():
+            raise ConfigError(f"broker.{field}", str(path), "file not found")
+    if settings.key_file is not None and settings.cert_file is None:
+        raise ConfigError(
+            "broker.key_file", str(settings.key_file), "needs broker.cert_file (mutual TLS)"
+        )
+    try:
+        context = ssl.create_default_context(
+            cafile=str(settings.ca_file) if settings.ca_file else None
+        )
+        if settings.cert_file is not None:
+            context.load_cert_chain(
+                settings.cert_file, settings.key_file if settings.key_file else None
+            )
+        context.sslsocket_class = _ClosingSSLSocket
+    except (ssl.SSLError, ValueError) as exc:
+        field = "broker.cert_file" if settings.cert_file else "broker.ca_file"
+        value = settings.cert_file or settings.ca_file
+        raise ConfigError(field, str(value), f"cannot be loaded as PEM: {exc}") from exc
+    return context
+
+
+def credentials(settings: BrokerSettings) -> tuple[str | None, str | None]:
+    """``(username, password)`` from ``broker.username/password`` (password revealed here only)."""
+    if settings.password is not None and settings.username is None:
+        raise ConfigError("broker.username", None, "broker.password is set; set the username too")
+    password = settings.password.get_secret_value() if settings.password else None
+    return settings.username, password
