@@ -42,7 +42,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from gazeguard.config import BrokerSettings
 from gazeguard.ledger import Ledger, LedgerState
 from gazeguard.message import ChunkMessage, LedgerSnapshot, MechanismParams, chunk_topic
-from gazeguard.publish import OutboxEntry, Publisher
+from gazeguard.outbox import OutboxEntry
+from gazeguard.publish import Publisher
 
 RESULTS = Path(__file__).resolve().parent / "results" / "publish.json"
 N_FEATURES, N_STEPS = 52, 32

@@ -61,8 +61,9 @@ from _harness import (
 import gazeguard.service
 from gazeguard.config import FeatureSettings, Settings, load_settings
 from gazeguard.ledger import Ledger
+from gazeguard.outbox import OutboxEntry
 from gazeguard.pipeline import Pipeline, ReleasedChunk
-from gazeguard.publish import OutboxEntry, Publisher
+from gazeguard.publish import Publisher
 from gazeguard.simulate import simulate_gaze
 
 TARGETS = {"p99_ms": 5.0, "cpu_pct": 2.0, "rss_max_mb": 120.0}

@@ -48,7 +48,7 @@ from pydantic_settings import (
 
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, mechanism_kind, noise_kind
-from gazeguard.topics import check_prefix, name_problem
+from gazeguard.mqtt.topics import check_prefix, name_problem
 
 if TYPE_CHECKING:
     from gazeguard.ledger.policy import Caps
@@ -550,7 +550,7 @@ class Settings(BaseSettings):
     def _topic_safe(cls, v: str | None) -> str | None:
         why = None if v is None else name_problem(v)
         if why is not None:
-            raise ValueError(f"{why}; the rule is in gazeguard/topics.py (README: Messages)")
+            raise ValueError(f"{why}; the rule is in gazeguard/mqtt/topics.py (README: Messages)")
         return v
 
     @classmethod
@@ -1023,7 +1023,7 @@ def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
 
 
 def _broker_problems(settings: Settings) -> list[ConfigProblem]:
-    from gazeguard.publish import credentials, tls_context  # noqa: PLC0415 - needs aiomqtt
+    from gazeguard.mqtt.client import credentials, tls_context  # noqa: PLC0415 - needs aiomqtt
 
     problems = []
     for broker in (settings.broker, settings.fleet.raw_broker):

@@ -295,7 +295,7 @@ def plan_labels(
 @dataclass(frozen=True, slots=True)
 class ReleasedLabel:
     """A label whose charge is committed and whose payload waits in the ledger outbox (the
-    outbox-entry view :class:`gazeguard.publish.OutboxEntry`: hand it to ``Publisher.notify``).
+    outbox-entry view :class:`gazeguard.outbox.OutboxEntry`: hand it to ``Publisher.notify``).
 
     Attributes:
         message: the label message as published.

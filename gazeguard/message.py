@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, MechanismKind, mechanism_kind
-from gazeguard.topics import check_name, check_prefix
+from gazeguard.mqtt.topics import check_name, check_prefix
 
 CHUNK_SCHEMA: Final = "gazeguard.chunk/2"
 STATUS_SCHEMA: Final = "gazeguard.status/1"

@@ -83,7 +83,7 @@ class ReleasedChunk:
     completed_at: float
     charged_at: float
 
-    # The outbox-entry view (``gazeguard.publish.OutboxEntry``): hand it to Publisher.notify.
+    # The outbox-entry view (``gazeguard.outbox.OutboxEntry``): hand it to Publisher.notify.
     @property
     def id(self) -> int:
         """Position in the ledger outbox (same as :attr:`outbox_id`)."""

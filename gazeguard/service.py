@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gazeguard._threads import to_thread_to_the_end
-from gazeguard.broker import EmbeddedBroker, probe_mqtt
 from gazeguard.chunking import Chunk
 from gazeguard.config import (
     BrokerSettings,
@@ -51,11 +50,12 @@ from gazeguard.fleet import Fleet
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
 from gazeguard.message import IngestCounters, SessionState
+from gazeguard.mqtt.broker import EmbeddedBroker, probe_mqtt
+from gazeguard.mqtt.topics import session_id_for
 from gazeguard.pipeline import Pipeline, PipelineStats, ReleasedChunk
 from gazeguard.presets import IngestStats
 from gazeguard.publish import Publisher
 from gazeguard.simulate import SimulatedHeadset
-from gazeguard.topics import session_id_for
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import aiomqtt
 import pytest
 from conftest import MosquittoBroker
 
-from gazeguard.broker import EmbeddedBroker
 from gazeguard.config import BrokerSettings
 from gazeguard.errors import PublishError
 from gazeguard.ledger import Ledger
 from gazeguard.message import StatusMessage, status_topic
+from gazeguard.mqtt.broker import EmbeddedBroker
 from gazeguard.publish import Publisher
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]

@@ -28,7 +28,7 @@ from gazeguard.message import (
     shipped_schema,
     status_topic,
 )
-from gazeguard.topics import name_problem, session_id_for
+from gazeguard.mqtt.topics import name_problem, session_id_for
 
 F, N = 4, 16
 

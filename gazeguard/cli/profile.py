@@ -297,23 +297,11 @@ def _data_command(args: argparse.Namespace) -> list[str]:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from gazeguard.eval.attacks import CLASSIFIERS  # noqa: PLC0415 - heavy import
-    from gazeguard.eval.grid import parse_mechanism  # noqa: PLC0415
-    from gazeguard.profiles import (  # noqa: PLC0415
-        BuildSettings,
-        build_profile,
-        check_stream_mechanism,
-    )
+    from gazeguard.eval.grid import parse_mechanism  # noqa: PLC0415 - heavy import
+    from gazeguard.profiles import build_profile, check_stream_mechanism  # noqa: PLC0415
 
-    classifiers = tuple(c.strip() for c in args.classifiers.split(",") if c.strip())
-    if not classifiers or any(c not in CLASSIFIERS for c in classifiers):
-        raise ConfigError(
-            "classifiers", args.classifiers, f"choose from {','.join(CLASSIFIERS)}", "argument"
-        )
-    for name in ("tolerance", "margin"):
-        v = getattr(args, name)
-        if not 0 <= v < 1:
-            raise ConfigError(name, v, "must be in [0, 1)", "argument")
+    classifiers = _checked_classifiers(args.classifiers)
+    _check_fractions(args)
     spec = parse_mechanism(args.mechanism)
     check_stream_mechanism(spec)
     if args.insecure_seed is not None:
@@ -323,7 +311,50 @@ def _build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     ds, table = _open_table(args, _progress)
-    settings = BuildSettings(
+    profile = build_profile(
+        table,
+        name=args.name,
+        task=args.task or args.name,
+        spec=spec,
+        epsilons=args.epsilons,
+        settings=_build_settings(args, classifiers),
+        provenance={
+            "dataset": ds.name,
+            "dataset_fingerprint": ds.fingerprint(),
+            "command": shlex.join(_build_command_line(args, spec.key, classifiers)),
+        },
+        progress=_progress,
+    )
+    out: Path = args.out or Path(f"{args.name}.json")
+    profile.save(out)
+    _print_profile(profile)
+    print(f"wrote {out}")
+    return 0
+
+
+def _checked_classifiers(text: str) -> tuple[str, ...]:
+    """The classifiers of ``--classifiers`` (comma-separated), each one the evaluation knows."""
+    from gazeguard.eval.attacks import CLASSIFIERS  # noqa: PLC0415 - heavy import
+
+    classifiers = tuple(c.strip() for c in text.split(",") if c.strip())
+    if not classifiers or any(c not in CLASSIFIERS for c in classifiers):
+        raise ConfigError("classifiers", text, f"choose from {','.join(CLASSIFIERS)}", "argument")
+    return classifiers
+
+
+def _check_fractions(args: argparse.Namespace) -> None:
+    """``--tolerance`` and ``--margin`` are accuracy fractions in [0, 1)."""
+    for name in ("tolerance", "margin"):
+        v = getattr(args, name)
+        if not 0 <= v < 1:
+            raise ConfigError(name, v, "must be in [0, 1)", "argument")
+
+
+def _build_settings(args: argparse.Namespace, classifiers: tuple[str, ...]) -> Any:
+    """The selection settings of ``profile build`` (:class:`gazeguard.profiles.BuildSettings`)."""
+    from gazeguard.profiles import BuildSettings  # noqa: PLC0415 - heavy import
+
+    return BuildSettings(
         criterion=args.criterion,
         max_size=args.max_size,
         reps=args.reps,
@@ -338,7 +369,14 @@ def _build(args: argparse.Namespace) -> int:
         step_s=args.step,
         insecure_seed=args.insecure_seed,
     )
-    command = [
+
+
+def _build_command_line(
+    args: argparse.Namespace, mechanism: str, classifiers: tuple[str, ...]
+) -> list[str]:
+    """The ``gazeguard profile build`` command that builds this profile again (its provenance):
+    the choices that shape it, defaults left out where they are the usual ones."""
+    return [
         "gazeguard",
         "profile",
         "build",
@@ -347,7 +385,7 @@ def _build(args: argparse.Namespace) -> int:
         *(["--task", args.task] if args.task else []),
         *_data_command(args),
         "--mechanism",
-        spec.key,
+        mechanism,
         "--epsilons",
         ",".join(f"{e:g}" for e in args.epsilons),
         "--criterion",
@@ -360,25 +398,6 @@ def _build(args: argparse.Namespace) -> int:
         *(["--classifiers", ",".join(classifiers)] if len(classifiers) != 4 else []),
         *(["--insecure-seed", str(args.insecure_seed)] if args.insecure_seed is not None else []),
     ]
-    profile = build_profile(
-        table,
-        name=args.name,
-        task=args.task or args.name,
-        spec=spec,
-        epsilons=args.epsilons,
-        settings=settings,
-        provenance={
-            "dataset": ds.name,
-            "dataset_fingerprint": ds.fingerprint(),
-            "command": shlex.join(command),
-        },
-        progress=_progress,
-    )
-    out: Path = args.out or Path(f"{args.name}.json")
-    profile.save(out)
-    _print_profile(profile)
-    print(f"wrote {out}")
-    return 0
 
 
 def _print_profile(profile: Any) -> None:
@@ -427,7 +446,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from gazeguard.labels import lopo_probabilities, train_model  # noqa: PLC0415
+    from gazeguard.labels import train_model  # noqa: PLC0415 - heavy import
     from gazeguard.profiles import load_profile  # noqa: PLC0415
 
     profile = load_profile(args.profile)
@@ -440,35 +459,8 @@ def _train(args: argparse.Namespace) -> int:
             f"note: profile {profile.name!r} lists classes {profile.classes}; {ds.name} has "
             f"{classes}"
         )
-    if args.features == "usable":
-        from gazeguard.profiles import candidate_columns  # noqa: PLC0415
-
-        cols, _excluded = candidate_columns(table)
-        features = [table.feature_names[i] for i in cols]
-    else:
-        features = list(profile.features)
-    probs = lopo_probabilities(
-        table, features, regularization=args.regularization, every=args.every
-    )
-    pred = np.asarray(classes)[np.argmax(probs, axis=1)]
-    lopo = float(np.mean(pred == table.task))
-    per_decision = {
-        f"{d:g}": round(block_accuracy(probs, table, classes, round(d / args.step)), 4)
-        for d in args.decision_s
-        if round(d / args.step) >= 1
-    }
-    command = [
-        "gazeguard",
-        "profile",
-        "train-model",
-        "--profile",
-        profile.name,
-        *_data_command(args),
-        "--regularization",
-        f"{args.regularization:g}",
-        *(["--every", str(args.every)] if args.every != 1 else []),
-        *(["--features", args.features] if args.features != "profile" else []),
-    ]
+    features = _model_features(args.features, profile, table)
+    lopo, per_decision = _lopo_accuracy(args, table, features, classes)
     model = train_model(
         table,
         features,
@@ -486,7 +478,7 @@ def _train(args: argparse.Namespace) -> int:
             "lopo_decision_accuracy": per_decision,
             "features_chosen": args.features,
             "chance": round(1.0 / len(classes), 4),
-            "command": shlex.join(command),
+            "command": shlex.join(_train_command_line(args, profile.name)),
         },
     )
     out: Path = args.out or Path(f"{profile.name}.json")
@@ -498,6 +490,53 @@ def _train(args: argparse.Namespace) -> int:
         f"{', '.join(f'{k} s: {v:.3f}' for k, v in per_decision.items())}\nwrote {out}"
     )
     return 0
+
+
+def _model_features(chosen: str, profile: Any, table: Any) -> list[str]:
+    """What the model reads (``--features``): the profile's released features (``profile``), or
+    every feature that varies in the build data (``usable``)."""
+    if chosen == "usable":
+        from gazeguard.profiles import candidate_columns  # noqa: PLC0415
+
+        cols, _excluded = candidate_columns(table)
+        return [table.feature_names[i] for i in cols]
+    return list(profile.features)
+
+
+def _lopo_accuracy(
+    args: argparse.Namespace, table: Any, features: list[str], classes: list[str]
+) -> tuple[float, dict[str, float]]:
+    """Leave-one-person-out accuracy of the model: per window, and per decision length of
+    ``--decision-s`` (keyed ``"{s:g}"``, rounded to 4 places; lengths under one step left out)."""
+    from gazeguard.labels import lopo_probabilities  # noqa: PLC0415 - heavy import
+
+    probs = lopo_probabilities(
+        table, features, regularization=args.regularization, every=args.every
+    )
+    pred = np.asarray(classes)[np.argmax(probs, axis=1)]
+    lopo = float(np.mean(pred == table.task))
+    per_decision = {
+        f"{d:g}": round(block_accuracy(probs, table, classes, round(d / args.step)), 4)
+        for d in args.decision_s
+        if round(d / args.step) >= 1
+    }
+    return lopo, per_decision
+
+
+def _train_command_line(args: argparse.Namespace, profile: str) -> list[str]:
+    """The ``gazeguard profile train-model`` command that trains this model again (provenance)."""
+    return [
+        "gazeguard",
+        "profile",
+        "train-model",
+        "--profile",
+        profile,
+        *_data_command(args),
+        "--regularization",
+        f"{args.regularization:g}",
+        *(["--every", str(args.every)] if args.every != 1 else []),
+        *(["--features", args.features] if args.features != "profile" else []),
+    ]
 
 
 def block_accuracy(probs: Any, table: Any, classes: list[str], steps: int) -> float:

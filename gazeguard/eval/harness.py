@@ -361,6 +361,43 @@ def _recording_errors(
     return np.stack(nm), np.stack(rm)
 
 
+@dataclass(frozen=True, slots=True)
+class _Attacked:
+    """One release as the classification protocols attack it.
+
+    Attributes:
+        values: (M, F) the release: what every model is trained on.
+        views: what the models are tested on: the release, and the clean values of the same
+            rows unless the release is the clean baseline.
+        person, task, recording: (M,) of each released row.
+        block: rows per released chunk: train/test cuts fall between chunks. FPA's chunk is the
+            whole recording (longer than any cut allows), so its cut falls inside the one chunk
+            (see :func:`gazeguard.eval.metrics.split_point`).
+    """
+
+    values: FloatArray
+    views: dict[str, FloatArray]
+    person: npt.NDArray[Any]
+    task: npt.NDArray[Any]
+    recording: npt.NDArray[Any]
+    block: int
+
+    @classmethod
+    def of(
+        cls, table: FeatureTable, rel: Released, raw: FloatArray, spec: MechanismSpec, clean: bool
+    ) -> _Attacked:
+        """``rel`` of ``table`` released with ``spec``; ``raw``: the clean values of its rows."""
+        views = {"release": rel.values} if clean else {"release": rel.values, "raw": raw}
+        return cls(
+            rel.values,
+            views,
+            table.person[rel.rows],
+            table.task[rel.rows],
+            table.recording[rel.rows],
+            table.n_rows if spec.family == "fpa" else int(spec.n or 1),
+        )
+
+
 def _classify_rep(
     acc: _RepResults,
     table: FeatureTable,
@@ -378,53 +415,24 @@ def _classify_rep(
     ``raw`` is the (M, F) clean values of the released rows (attacked besides the release
     itself unless ``clean``); ``seed`` is this repetition's classifier seed.
     """
-    views = {"release": rel.values} if clean else {"release": rel.values, "raw": raw}
-    who, task = table.person[rel.rows], table.task[rel.rows]
-    recs = table.recording[rel.rows]
+    a = _Attacked.of(table, rel, raw, spec, clean)
     clfs = settings.classifiers
-    # Cut train/test between released chunks; FPA's chunk is the whole recording (longer
-    # than any cut allows), so its cut falls inside the one chunk: see split_point.
-    block = table.n_rows if spec.family == "fpa" else int(spec.n or 1)
-    collect_scores(
-        acc.task_acc,
-        task_recognition(
-            rel.values,
-            views,
-            task,
-            who,
-            recs,
-            classifiers=clfs,
-            every=settings.every_task,
-            seed=seed,
-        ),
-    )
-    collect_scores(
-        acc.reid_acc,
-        reidentification(
-            rel.values,
-            views,
-            who,
-            recs,
-            classifiers=clfs,
-            every=settings.every_reid,
-            seed=seed,
-            block=block,
-        ),
-    )
+    task_scores = task_recognition(
+        a.values, a.views, a.task, a.person, a.recording,
+        classifiers=clfs, every=settings.every_task, seed=seed,
+    )  # fmt: skip
+    collect_scores(acc.task_acc, task_scores)
+    reid_scores = reidentification(
+        a.values, a.views, a.person, a.recording,
+        classifiers=clfs, every=settings.every_reid, seed=seed, block=a.block,
+    )  # fmt: skip
+    collect_scores(acc.reid_acc, reid_scores)
     if has_tasks:
-        collect_scores(
-            acc.half_acc,
-            half_split_protocol(
-                rel.values,
-                views,
-                task,
-                recs,
-                classifiers=clfs,
-                every=settings.every_reid,
-                seed=seed,
-                block=block,
-            ),
-        )
+        half_scores = half_split_protocol(
+            a.values, a.views, a.task, a.recording,
+            classifiers=clfs, every=settings.every_reid, seed=seed, block=a.block,
+        )  # fmt: skip
+        collect_scores(acc.half_acc, half_scores)
 
 
 def _run_reps(

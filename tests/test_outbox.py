@@ -1,0 +1,167 @@
+"""The outbox drain on its own: a real SQLite ledger in ``tmp_path`` drained through an in-process
+sink that keeps what it accepts in a list (no broker): order, refused items moved aside, retries
+after a lost connection, latest values."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import pytest
+
+from gazeguard.ledger import Ledger
+from gazeguard.outbox import DELIVERED, Delivery, Drain, SinkUnavailableError
+
+pytestmark = pytest.mark.timeout(30)
+
+SESSION = "s"
+
+
+class ListSink:
+    """A sink that appends what it accepts to :attr:`received`, ``(topic, payload, retain)``.
+
+    Refuses the topics in ``refuse`` for good. Loses its connection once at each topic in
+    ``fail_once``: before the message arrives, or (``ack_lost``) after it arrived but before
+    the drain heard back, as when a PUBACK is lost with the connection.
+    """
+
+    name = "list sink"
+    advice = "check the list"
+    label = "list sink (test)"
+
+    def __init__(
+        self, *, refuse: Iterable[str] = (), fail_once: Iterable[str] = (), ack_lost: bool = False
+    ) -> None:
+        self.received: list[tuple[str, bytes, bool]] = []
+        self.attempts: list[str] = []
+        self.connects = 0
+        self._refuse = set(refuse)
+        self._fail_once = set(fail_once)
+        self._ack_lost = ack_lost
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[ListSink]:
+        self.connects += 1
+        yield self
+
+    async def deliver(self, topic: str, payload: bytes, *, retain: bool) -> Delivery:
+        await asyncio.sleep(0)  # a real sink waits for the other side
+        self.attempts.append(topic)
+        if topic in self._refuse:
+            return Delivery(f"{topic} is not for this list")
+        if topic in self._fail_once:
+            self._fail_once.discard(topic)
+            if self._ack_lost:
+                self.received.append((topic, payload, retain))
+            raise SinkUnavailableError(f"connection lost at {topic}")
+        self.received.append((topic, payload, retain))
+        return DELIVERED
+
+    async def wait_lost(self) -> None:
+        await asyncio.Event().wait()  # never lost by itself
+
+
+def charge(ledger: Ledger, index: int) -> int:
+    """Charge item ``index`` of the session, published on topic ``t/{index}``; its outbox id."""
+    payload = f"payload {index}".encode()
+    return ledger.charge(SESSION, index, {"a": 0.1}, topic=f"t/{index}", payload=payload).outbox_id
+
+
+def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connection(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Item 2 is refused for good, the connection is lost once at item 3: 0, 1, 3, 4 arrive in
+    this order, once each; 2 is kept in the ledger as refused with the sink's reason; the drain
+    reconnected once and went on from item 3."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ids = [charge(ledger, i) for i in range(5)]
+    sink = ListSink(refuse={"t/2"}, fail_once={"t/3"})
+    acked: list[int] = []
+
+    async def scenario() -> Drain:
+        drain = Drain(
+            ledger,
+            sink,
+            connect_timeout=5,
+            reconnect_max_s=0.05,
+            on_acked=lambda item: acked.append(item.id),
+        )
+        async with drain:
+            await drain.flush(10)
+            assert drain.connected
+        return drain
+
+    with caplog.at_level(logging.WARNING, logger="gazeguard.outbox"):
+        drain = asyncio.run(scenario())
+    assert [(t, p) for t, p, _ in sink.received] == [
+        (f"t/{i}", f"payload {i}".encode()) for i in (0, 1, 3, 4)
+    ]
+    assert not any(retain for *_, retain in sink.received)
+    assert sink.attempts == ["t/0", "t/1", "t/2", "t/3", "t/3", "t/4"]
+    assert acked == [ids[i] for i in (0, 1, 3, 4)]
+    assert (drain.delivered, drain.refused_items, drain.connections, sink.connects) == (4, 1, 2, 2)
+    assert drain.refusals == 1  # the refused item; the lost connection is no refusal
+    assert ledger.pending() == []
+    (refused,) = ledger.refused(SESSION)
+    assert (refused.id, refused.chunk_index, refused.topic) == (ids[2], 2, "t/2")
+    assert "t/2 is not for this list" in refused.reason
+    state = ledger.state(SESSION)
+    assert (state.chunks, state.refused) == (5, 1)  # a refused item's ε stays spent
+    retries = [r.getMessage() for r in caplog.records if "next retry in" in r.getMessage()]
+    assert len(retries) == 1
+    assert retries[0].startswith("list sink: connection lost at t/3.")
+    ledger.close()
+
+
+def test_an_acknowledgement_lost_with_the_connection_means_the_item_comes_again(
+    tmp_path: Path,
+) -> None:
+    """At least once: item 1 arrived but the connection went before the answer; after the
+    reconnect it is sent again, and the order holds (deduplicated: 0, 1, 2)."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    for i in range(3):
+        charge(ledger, i)
+    sink = ListSink(fail_once={"t/1"}, ack_lost=True)
+
+    async def scenario() -> Drain:
+        async with Drain(ledger, sink, connect_timeout=5, reconnect_max_s=0.05) as drain:
+            await drain.flush(10)
+        return drain
+
+    drain = asyncio.run(scenario())
+    assert [t for t, *_ in sink.received] == ["t/0", "t/1", "t/1", "t/2"]
+    assert (drain.delivered, drain.connections) == (3, 2)
+    assert ledger.pending() == []
+    ledger.close()
+
+
+def test_latest_values_follow_the_outbox_and_are_sent_again_after_a_reconnect(
+    tmp_path: Path,
+) -> None:
+    """Only the newest value of a topic is sent, retained, after the outbox items; after a
+    reconnect (lost at item 1, charged later and handed over by notify) it is sent again."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    charge(ledger, 0)
+    sink = ListSink(fail_once={"t/1"})
+
+    async def scenario() -> None:
+        async with Drain(ledger, sink, connect_timeout=5, reconnect_max_s=0.05) as drain:
+            drain.put_latest("status", b"old")
+            drain.put_latest("status", b"new")
+            await drain.flush(10)
+            oid = charge(ledger, 1)
+            drain.notify([item for item in ledger.pending() if item.id == oid])
+            await drain.flush(10)
+            assert drain.connections == 2
+
+    asyncio.run(scenario())
+    assert sink.received == [
+        ("t/0", b"payload 0", False),
+        ("status", b"new", True),
+        ("t/1", b"payload 1", False),
+        ("status", b"new", True),
+    ]
+    ledger.close()
