@@ -5,7 +5,7 @@
 device and per worker.
 
 **Devices** (:class:`JetStreamSender`) publish gaze blocks in the GGR1 format
-(:func:`~gazeguard.fleet.encode_gaze`) on ``{prefix}.{device}.{session}`` with JetStream
+(:mod:`gazeguard.rawgaze`) on ``{prefix}.{device}.{session}`` with JetStream
 acknowledgements; a ``Nats-Msg-Id`` per block lets the server drop a block sent twice (a publish
 retried after a lost acknowledgement). Optional headers: ``Gazeguard-Unix-Offset`` (Unix time
 minus the blocks' timestamps on the device's host, s) and ``Gazeguard-Now`` (the blocks' clock
@@ -90,7 +90,7 @@ from nats.js.api import (
 )
 
 from gazeguard.errors import ConfigError, PublishError, StreamError
-from gazeguard.fleet import decode_gaze, encode_gaze
+from gazeguard.rawgaze import decode_gaze, encode_gaze
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
