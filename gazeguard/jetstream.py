@@ -247,6 +247,13 @@ class _Partition:
     sessions: set[str] = field(default_factory=set)
     blocks: int = 0  # processed from the durable consumer
     skipped: int = 0  # delivered by the durable consumer, already read by the replay
+    queue: asyncio.Queue[Msg | None] | None = None  # pulled, waiting to be processed
+    busy: bool = False  # a block (or a takeover's replay) is being processed
+
+    @property
+    def behind(self) -> bool:
+        """Blocks of this partition are in the worker's hands, not yet processed."""
+        return self.busy or (self.queue is not None and not self.queue.empty())
 
 
 class JetStreamIngest:
@@ -306,6 +313,7 @@ class JetStreamIngest:
         arrives, concurrently: a long takeover replay must not stop the pulls, or the server
         would hand the pin on after ``pin_timeout_s``."""
         queue: asyncio.Queue[Msg | None] = asyncio.Queue()
+        part.queue = queue
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._pull(part, queue), name=f"gazeguard.jetstream.pull[{part.index}]")
             tg.create_task(self._work(part, queue), name=f"gazeguard.jetstream.work[{part.index}]")
@@ -381,19 +389,27 @@ class JetStreamIngest:
             if msg is None:
                 self._unpin(part, "the server pinned another worker")
                 continue
-            pin = (msg.headers or {}).get("Nats-Pin-Id")
-            if pin and pin != part.served:
-                if part.served is not None:
-                    self._unpin(part, "pinned again under a new id")
-                part.served = pin
-                await self._take_over(part)
-            if msg.metadata.sequence.stream <= part.replayed_through:
-                part.skipped += 1
-            else:
-                await self._on_block(part, msg)
-                part.blocks += 1
-            with contextlib.suppress(nats.errors.Error):
-                await msg.respond(b"+ACK")
+            part.busy = True
+            try:
+                await self._handle(part, msg)
+            finally:
+                part.busy = False
+
+    async def _handle(self, part: _Partition, msg: Msg) -> None:
+        """One block of the durable consumer (a new pin: take over first); acknowledge it."""
+        pin = (msg.headers or {}).get("Nats-Pin-Id")
+        if pin and pin != part.served:
+            if part.served is not None:
+                self._unpin(part, "pinned again under a new id")
+            part.served = pin
+            await self._take_over(part)
+        if msg.metadata.sequence.stream <= part.replayed_through:
+            part.skipped += 1
+        else:
+            await self._on_block(part, msg)
+            part.blocks += 1
+        with contextlib.suppress(nats.errors.Error):
+            await msg.respond(b"+ACK")
 
     def _unpin(self, part: _Partition, why: str) -> None:
         """Let the partition's sessions go (their incomplete chunks are the next owner's)."""
@@ -540,18 +556,35 @@ class JetStreamIngest:
         return _select(block, np.flatnonzero(~ahead))
 
     async def _sweep(self) -> None:
-        """Close every session silent for ``fleet.idle_timeout_s`` (time this worker did not
-        run is not the devices' silence, as in :meth:`Fleet._sweep`)."""
+        """Close every session silent for ``fleet.idle_timeout_s``.
+
+        Time this worker did not keep up is not the devices' silence, so it is added to the
+        sessions' ``last_seen``:
+
+        * time it did not run (frozen, suspended, starved of CPU: its sweep woke late by that
+          much), while their blocks waited in the stream. Without that, a worker resuming after
+          a freeze longer than the timeout let every session go before reading what waited;
+        * for the sessions of a partition with blocks in the worker's hands (queued after a
+          pull, or being processed: a slow disk holding a charge up, a takeover's replay), the
+          whole interval. Without that, a worker behind by more than the timeout let such
+          sessions go and opened them again on their next block with an empty feature window
+          (their incomplete chunk lost), as the retired MQTT fleet once did under load.
+        """
         idle = self.settings.fleet.idle_timeout_s
         every = min(1.0, idle / 2)
         tick = time.monotonic()
         while not self._stopping:
             await asyncio.sleep(every)
             now = time.monotonic()
-            absent, tick = now - tick - every, now
-            if absent > 0:
-                for entry in self.fleet.sessions.values():
-                    entry.last_seen = min(now, entry.last_seen + absent)
+            interval, tick = now - tick, now
+            for part in self.partitions:
+                absent = interval if part.behind else interval - every
+                if absent <= 0:
+                    continue
+                for session in part.sessions:
+                    entry = self.fleet.sessions.get(session)
+                    if entry is not None:
+                        entry.last_seen = min(now, entry.last_seen + absent)
             for session, entry in list(self.fleet.sessions.items()):
                 if now - entry.last_seen > idle:
                     self.fleet._close_session(session)
