@@ -126,7 +126,7 @@ class CohortWiring:
         self, device: str, session: str, pipeline: Pipeline
     ) -> Callable[[np.ndarray, np.ndarray], None]:
         """The :attr:`Pipeline.on_features` hook of one session (sample times → Unix with the
-        pipeline's clock offset: the device's when its hello stated one, else this host's)."""
+        pipeline's clock offset: the device's when its blocks state one, else this host's)."""
 
         def observe(X: np.ndarray, t: np.ndarray) -> None:
             ok = np.all(np.isfinite(X[:, self.columns]), axis=1)
