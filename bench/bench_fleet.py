@@ -1,19 +1,26 @@
-"""Fleet scaling (issue 7): concurrent 120 Hz sessions per worker process over MQTT raw gaze.
+"""Fleet scaling (issue 7): concurrent 120 Hz sessions per worker process, raw gaze on JetStream.
 
-Per *level* (L sessions, W worker processes), everything fresh: a local Mosquitto ($SYS every
-second), W × ``gazeguard run --fleet --source mqtt`` (default features: W = 30 s, s = 0.5 s,
-n = 32, all 48 features, DCFPA; one SQLite ledger shared by the workers), one or two
-load-generator processes (this script with ``--generator``) running L ``RawGazeSender`` devices
-in real time — a 12-sample block (100 ms of 120 Hz gaze from ``simulate_gaze``) every 100 ms per
-session, session starts spread uniformly over one chunk period (16 s) so that chunk completions
-are spread as in a real fleet — and a paho-mqtt subscriber (this process) on every privatized
-chunk topic.
+Raw gaze goes over NATS JetStream (issue 17; the MQTT raw-gaze path this first measured is
+retired, and so are its results' numbers as a baseline for this path).
+
+Per *level* (L sessions, W worker processes), everything fresh: a local ``nats-server -js`` (the
+raw gaze stream, ``--partitions`` partitions), a local Mosquitto for the privatized chunks ($SYS
+every second), W × ``gazeguard run --fleet --source jetstream`` (default features: W = 30 s,
+s = 0.5 s, n = 32, all 48 features, DCFPA; one SQLite ledger shared by the workers), one or two
+load-generator processes (this script with ``--generator``) running L ``JetStreamSender``
+devices in real time — a 12-sample block (100 ms of 120 Hz gaze from ``simulate_gaze``) every
+100 ms per session, each acknowledged by the stream before the next, session starts spread
+uniformly over one chunk period (16 s) so that chunk completions are spread as in a real fleet —
+and a paho-mqtt subscriber (this process) on every privatized chunk topic. With 2 workers the
+server pins each partition on whichever pulls first: the split of sessions is reported, not
+balanced.
 
 Latency of a chunk: from the wall-clock moment the generator handed the block that completed the
-chunk to its MQTT client, to the subscriber's receipt of the privatized chunk. Which block
+chunk to its NATS client, to the subscriber's receipt of the privatized chunk. Which block
 completes which chunk is computed offline by running the same blocks through the same
 ``FeatureExtractor`` and ``Chunker`` (features are block-split invariant and deterministic). This
-includes both broker hops, so it is an upper bound of "block arrival → chunk published".
+includes the stream and the MQTT broker, so it is an upper bound of "block arrival → chunk
+published".
 
 A level is **sustained** when: no sample loss (Mosquitto's ``$SYS/broker/publish/messages/dropped``
 did not grow, and every chunk the sent blocks complete was received), p99 ≤ 50 ms, and the load
@@ -34,6 +41,7 @@ import asyncio
 import collections
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -49,19 +57,21 @@ import uvloop
 from _harness import (
     RESULTS,
     Broker,
+    NatsServer,
     ProcessMeter,
     Subscriber,
     latency_stats,
     load_now,
     machine,
     mosquitto,
+    nats_server,
     write_results,
 )
 
 from gazeguard.chunking import Chunker
-from gazeguard.config import BrokerSettings
+from gazeguard.config import NatsSettings
 from gazeguard.features import FEATURES, FeatureExtractor
-from gazeguard.fleet import RawGazeSender
+from gazeguard.jetstream import JetStreamSender
 from gazeguard.ledger import Ledger
 from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
@@ -76,6 +86,8 @@ LAG_LIMIT_MS = 50.0
 TARGET_PER_CORE = 200
 LOGS = RESULTS / "logs"  # raw py-spy profiles (collapsed stacks, for flame graphs)
 DEVICE = "gen"
+OPENED = re.compile(r"session '([^']+)' opened")
+PINNED = re.compile(r"pinned on partition (\d+)")
 
 
 # ------------------------------------------------------------------------------ gaze and chunks
@@ -108,10 +120,9 @@ async def generate(args: argparse.Namespace) -> None:
     offsets = rng.uniform(0.0, args.stagger, count)
     sends = np.full((count, blocks), np.nan)
     lags = np.full((count, blocks), np.nan)
-    claimed = np.full(count, np.nan)
-    owners = [""] * count
+    connected = np.full(count, np.nan)
     errors: list[str] = []
-    broker = BrokerSettings(host="127.0.0.1", port=args.port)
+    nats = NatsSettings(servers=[args.nats], partitions=args.partitions)
     base = args.start_at
 
     async def session(i: int) -> None:
@@ -120,9 +131,8 @@ async def generate(args: argparse.Namespace) -> None:
         await asyncio.sleep(max(0.0, base + offsets[i] - time.time()))
         try:
             name = f"{args.tag}s{idx}"
-            async with RawGazeSender(broker, DEVICE, name, claim_timeout_s=60.0) as sender:
-                t0 = claimed[i] = time.time()
-                owners[i] = sender.owner or ""
+            async with JetStreamSender(nats, DEVICE, name) as sender:
+                t0 = connected[i] = time.time()
                 for b in range(blocks):
                     due = t0 + (b + 1) * BLOCK_S
                     delay = due - time.time()
@@ -140,35 +150,47 @@ async def generate(args: argparse.Namespace) -> None:
         index=np.arange(args.first, args.first + count),
         sends=sends,
         lags=lags,
-        claimed=claimed,
-        owners=np.array(owners),
+        connected=connected,
         errors=np.array(json.dumps(errors)),
     )
 
 
 # ------------------------------------------------------------------------------ one level
 class Worker:
-    """A ``gazeguard run --fleet --source mqtt`` process; stderr drained by a thread."""
+    """A ``gazeguard run --fleet --source jetstream`` process; stderr drained by a thread."""
 
-    def __init__(self, broker: Broker, ledger: Path, extra: list[str]) -> None:
+    def __init__(
+        self, broker: Broker, nats: NatsServer, partitions: int, ledger: Path, extra: list[str]
+    ) -> None:
         cmd = [
-            sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--source", "mqtt",
+            sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--source", "jetstream",
             "--device", "fleet", "--broker", broker.address, "--ledger", str(ledger), *extra,
         ]  # fmt: skip
+        env = {
+            **os.environ,
+            "GAZEGUARD_FLEET__NATS__SERVERS": json.dumps([nats.url]),
+            "GAZEGUARD_FLEET__NATS__PARTITIONS": str(partitions),
+        }
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
         )
         self.ready = threading.Event()
         self.tail: collections.deque[str] = collections.deque(maxlen=30)
         self.warnings = 0
+        self.sessions: set[str] = set()  # sessions this worker opened
+        self.partitions: set[int] = set()  # partitions the server pinned on it
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.tail.append(line.rstrip())
-            if "waiting for sessions" in line:
+            if "partitions of JetStream stream" in line:
                 self.ready.set()
+            if (m := OPENED.search(line)) is not None:
+                self.sessions.add(m[1])
+            if (m := PINNED.search(line)) is not None:
+                self.partitions.add(int(m[1]))
             if "WARNING" in line or "ERROR" in line:
                 self.warnings += 1
 
@@ -182,15 +204,17 @@ class Worker:
 
 
 def start_generators(
-    port: int, sessions: int, gaze_s: float, stagger: float, start_at: float, tag: str, tmp: Path
-) -> list[tuple[subprocess.Popen[bytes], Path]]:
+    nats: str, partitions: int, sessions: int, gaze_s: float, stagger: float, start_at: float,
+    tag: str, tmp: Path,
+) -> list[tuple[subprocess.Popen[bytes], Path]]:  # fmt: skip
     """One load generator up to 100 sessions, else two, splitting the sessions between them."""
     n = 1 if sessions <= 100 else 2
     out = []
     for g in range(n):
         first, stop = g * sessions // n, (g + 1) * sessions // n
         path = tmp / f"gen{g}.npz"
-        cmd = [sys.executable, __file__, "--generator", "--port", str(port), "--first", str(first),
+        cmd = [sys.executable, __file__, "--generator", "--nats", nats,
+               "--partitions", str(partitions), "--first", str(first),
                "--count", str(stop - first), "--gaze-s", f"{gaze_s:g}", "--stagger", f"{stagger:g}",
                "--start-at", repr(start_at), "--tag", tag, "--out", str(path)]  # fmt: skip
         out.append((subprocess.Popen(cmd), path))
@@ -201,11 +225,10 @@ def chunk_latencies(
     files: list[Path], received: dict[tuple[str, int], float], tag: str, gaze_s: float,
     args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
-    """Send → receipt per chunk, chunks never received, generator lag, owners and errors."""
+    """Send → receipt per chunk, chunks never received, generator lag and errors."""
     gen = [np.load(f) for f in files]
     sends = np.concatenate([g["sends"] for g in gen])
     lags = np.concatenate([g["lags"] for g in gen])
-    owners = np.concatenate([g["owners"] for g in gen])
     latencies: list[float] = []
     worst: list[tuple[float, float, str, int]] = []  # (latency ms, received at, session, chunk)
     missing = 0
@@ -225,7 +248,6 @@ def chunk_latencies(
         "worst": sorted(worst, reverse=True)[:10],
         "missing": missing,
         "lag": latency_stats(lags[np.isfinite(lags)].tolist()),
-        "owners": collections.Counter(str(o) for o in owners).most_common(),
         "errors": [e for g in gen for e in json.loads(str(g["errors"]))],
     }
 
@@ -246,9 +268,13 @@ def run_level(
             received[(topic.split("/")[3], int(json.loads(payload)["chunk_index"]))] = wall
 
     extra = ["--window-s", f"{args.window:g}", "--step-s", f"{args.step:g}"]
-    with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as broker:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mosquitto(Path(tmp)) as broker,
+        nats_server(Path(tmp)) as nats,
+    ):
         ledger = Path(tmp) / "ledger.sqlite"
-        pool = [Worker(broker, ledger, extra) for _ in range(workers)]
+        pool = [Worker(broker, nats, args.partitions, ledger, extra) for _ in range(workers)]
         try:
             for w in pool:
                 if not w.ready.wait(60):
@@ -258,12 +284,15 @@ def run_level(
             time.sleep(1.5)  # a first $SYS sample
             dropped_before = dropped[-1] if dropped else 0.0
             start_at = time.time() + 3.0  # generators import and build their gaze first
-            gens = start_generators(broker.port, sessions, gaze_s, period, start_at, tag, Path(tmp))
-            # Every session emits feature vectors from stagger + claim + window on; measure
+            gens = start_generators(
+                nats.url, args.partitions, sessions, gaze_s, period, start_at, tag, Path(tmp)
+            )
+            # Every session emits feature vectors from stagger + window on; measure
             # until the first sessions stop sending.
             time.sleep(max(0.0, start_at + period + args.window + 3.0 - time.time()))
             meters = [ProcessMeter(w.proc.pid) for w in pool]
-            others = [ProcessMeter(broker.proc.pid)] + [ProcessMeter(g.pid) for g, _ in gens]
+            others = [ProcessMeter(broker.proc.pid), ProcessMeter(nats.proc.pid)]
+            others += [ProcessMeter(g.pid) for g, _ in gens]
             for m in meters + others:
                 m.start()
             spy = Path(tmp) / "profile.txt"
@@ -312,13 +341,15 @@ def run_level(
             {"ms": round(ms, 1), "at_s": round(at - start_at, 1), "session": k, "chunk": c}
             for ms, at, k, c in res["worst"]
         ],
-        "sessions_per_worker": res["owners"],
+        "sessions_per_worker": [len(w.sessions) for w in pool],
+        "partitions_per_worker": [sorted(w.partitions) for w in pool],
         "latency": lat,
         "generator_lag": lag,
         "worker_cpu_pct": [f.cpu_pct for f in worker_fp],
         "worker_rss_max_mb": [f.rss_max_mb for f in worker_fp],
         "broker_cpu_pct": other_fp[0].cpu_pct,
-        "generator_cpu_pct": [f.cpu_pct for f in other_fp[1:]],
+        "nats_cpu_pct": other_fp[1].cpu_pct,
+        "generator_cpu_pct": [f.cpu_pct for f in other_fp[2:]],
         "cpu_window_s": worker_fp[0].wall_s,
         "worker_warnings": sum(w.warnings for w in pool),
         "no_loss": no_loss,
@@ -344,6 +375,9 @@ COMPONENTS = (
     ("pydantic", "chunk message (pydantic, JSON)"),
     ("json/", "chunk message (pydantic, JSON)"),
     ("gazeguard/fleet.py", "fleet: raw block decode, dispatch"),
+    ("gazeguard/jetstream.py", "fleet: raw block decode, dispatch"),
+    ("gazeguard/rawgaze.py", "fleet: raw block decode, dispatch"),
+    ("nats/", "NATS client (nats-py)"),
     ("gazeguard/pipeline.py", "pipeline glue"),
     ("gazeguard/publish.py", "publisher"),
     ("paho/", "MQTT client (paho, aiomqtt)"),
@@ -422,9 +456,10 @@ def run_line(res: dict[str, Any], rep: int) -> str:
     return (
         f"{res['workers']} worker(s) {res['sessions']:4d} sessions run {rep + 1}: "
         f"p50 {lat['p50_ms']:.1f} p99 {lat['p99_ms']:.1f} max {lat['max_ms']:.1f} ms over "
-        f"{lat['n']} chunks; CPU% worker {cpu}, broker {res['broker_cpu_pct']:.0f}, generators "
-        f"{gens}; send lag p99 {res['generator_lag']['p99_ms']:.0f} ms; missing "
-        f"{res['chunks_missing']}, dropped {res['broker_dropped']:g} → {verdict} "
+        f"{lat['n']} chunks; CPU% worker {cpu}, broker {res['broker_cpu_pct']:.0f}, nats "
+        f"{res['nats_cpu_pct']:.0f}, generators {gens}; sessions per worker "
+        f"{res['sessions_per_worker']}; send lag p99 {res['generator_lag']['p99_ms']:.0f} ms; "
+        f"missing {res['chunks_missing']}, dropped {res['broker_dropped']:g} → {verdict} "
         f"(load {res['load_after']})"
     )
 
@@ -483,11 +518,14 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=30.0, help="feature window W, s")
     ap.add_argument("--step", type=float, default=0.5, help="feature step s, s")
     ap.add_argument("--seconds", type=float, default=32.0, help="gaze after the first chunk, s")
+    ap.add_argument("--partitions", type=int, default=8, help="JetStream partitions (default 8)")
     ap.add_argument("--profile", action="store_true", help="py-spy the last 1-worker level")
     ap.add_argument("--quick", action="store_true", help="levels 25,50; W 10 s; 1 run, 1 worker")
+
     ap.add_argument("--name", default="fleet", help="results file stem (default fleet)")
     ap.add_argument("--generator", action="store_true", help=argparse.SUPPRESS)
-    for name in ("--port", "--first", "--count"):
+    ap.add_argument("--nats", help=argparse.SUPPRESS)
+    for name in ("--first", "--count"):
         ap.add_argument(name, type=int, help=argparse.SUPPRESS)
     for name in ("--gaze-s", "--stagger", "--start-at"):
         ap.add_argument(name, type=float, help=argparse.SUPPRESS)

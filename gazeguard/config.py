@@ -71,9 +71,9 @@ class IngestSettings(_Section):
     source: Literal["auto", "lsl", "simulated", "mqtt", "jetstream"] = Field(
         "auto",
         description="'lsl': wait for a headset stream; 'simulated': built-in simulated headset; "
-        "'mqtt': raw gaze from an MQTT topic inside a trusted network (fleet mode only); "
         "'jetstream': raw gaze from a NATS JetStream stream, partitions pinned to workers "
-        "(fleet mode only, trusted network); "
+        "(fleet mode only, trusted network; the 'fleet' extra); "
+        "'mqtt': retired (issue 17), refused at startup: use 'jetstream'; "
         "'auto': resolve an LSL stream and, if none appears and no stream name or source_id is "
         "configured, start the simulated headset (with a warning)",
     )
@@ -482,18 +482,9 @@ class FleetSettings(_Section):
         pattern=r"^[^/+#\s]+$",
         description="this worker's id, one MQTT topic level (default: host-pid)",
     )
-    raw_broker: BrokerSettings | None = Field(
-        None,
-        description="broker carrying raw gaze (trusted network) for ingest.source='mqtt'; "
-        "default: the publishing broker",
-    )
-    raw_prefix: str = Field("gazeguard/raw/v1", description="raw gaze topics: {prefix}/…")
     nats: NatsSettings = Field(
         default_factory=NatsSettings,
         description="NATS JetStream carrying raw gaze for ingest.source='jetstream'",
-    )
-    share_group: str = Field(
-        "gazeguard", description="MQTT v5 shared-subscription group of the workers"
     )
     idle_timeout_s: float = Field(10.0, gt=0, description="close a silent session after, s")
     max_sessions: int = Field(1000, ge=1, description="sessions one process accepts")
@@ -569,6 +560,22 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
         return tuple(sources)
 
+
+#: What to do instead of the MQTT raw-gaze fleet path (``ingest.source = "mqtt"``).
+MQTT_RETIRED = (
+    "the MQTT raw-gaze fleet path was retired (issue 17): raw gaze now goes over NATS "
+    "JetStream: set ingest.source = 'jetstream' (--source jetstream; pip install "
+    "'gazeguard[fleet]'), configure [fleet.nats] and send with `gazeguard forward`"
+)
+
+#: Settings of the retired MQTT raw-gaze fleet path: refused with this reason, not as a typo.
+RETIRED: dict[tuple[str | int, ...], str] = {
+    ("fleet", name): (
+        f"fleet.{name} belonged to the MQTT raw-gaze fleet path, retired in issue 17: remove "
+        "it; raw gaze now goes over NATS JetStream (ingest.source = 'jetstream', [fleet.nats])"
+    )
+    for name in ("raw_broker", "raw_prefix", "share_group")
+}
 
 # The TOML file for the next Settings() construction; set only inside load_settings.
 _TOML_FILE: dict[str, Path | None] = {"path": None}
@@ -711,13 +718,14 @@ def _read(
         problems = []
         for err in exc.errors():
             loc = tuple(err["loc"])
+            retired = RETIRED.get(loc) if err["type"] == "extra_forbidden" else None
             problems.append(
                 ConfigProblem(
                     ".".join(str(p) for p in loc),
                     _mask(loc, err.get("input")),
-                    err["msg"],
+                    retired or err["msg"],
                     _source_of(loc, overrides, path),
-                    _suggestion(err),
+                    None if retired else _suggestion(err),
                 )
             )
         return None, problems, exc.errors()
@@ -944,18 +952,38 @@ def _mechanism_problems(settings: Settings) -> list[ConfigProblem]:
     return []
 
 
+def _nats_installed() -> bool:
+    """Whether nats-py (the ``fleet`` extra) imports: :mod:`gazeguard.jetstream` needs it."""
+    try:
+        import nats  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
 def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
     ing = settings.ingest
     problems = []
-    if settings.fleet.enabled and ing.source not in ("lsl", "mqtt", "jetstream"):
+    if ing.source == "mqtt":
+        problems.append(ConfigProblem("ingest.source", ing.source, MQTT_RETIRED))
+    elif settings.fleet.enabled and ing.source not in ("lsl", "jetstream"):
         problems.append(
             ConfigProblem(
                 "ingest.source",
                 ing.source,
-                "fleet mode serves real streams: set ingest.source to 'lsl', 'mqtt' or 'jetstream'",
+                "fleet mode serves real streams: set ingest.source to 'lsl' or 'jetstream'",
             )
         )
     if ing.source == "jetstream":
+        if not _nats_installed():
+            problems.append(
+                ConfigProblem(
+                    "ingest.source",
+                    ing.source,
+                    "raw gaze over NATS JetStream needs nats-py, which is not installed: "
+                    "pip install 'gazeguard[fleet]'",
+                )
+            )
         if not settings.fleet.enabled:
             problems.append(
                 ConfigProblem(
@@ -992,14 +1020,6 @@ def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
                     "give either fleet.nats.creds_file or fleet.nats.user/password, not both",
                 )
             )
-    if ing.source == "mqtt" and not settings.fleet.enabled:
-        problems.append(
-            ConfigProblem(
-                "ingest.source",
-                ing.source,
-                "raw gaze over MQTT is read in fleet mode only: set fleet.enabled (--fleet)",
-            )
-        )
     if ing.source in ("lsl", "auto"):
         if ing.preset == "tobii" and (ing.screen_size_mm is None or ing.screen_distance_mm is None):
             problems.append(
@@ -1025,15 +1045,15 @@ def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
 def _broker_problems(settings: Settings) -> list[ConfigProblem]:
     from gazeguard.mqtt.client import credentials, tls_context  # noqa: PLC0415 - needs aiomqtt
 
-    problems = []
-    for broker in (settings.broker, settings.fleet.raw_broker):
-        if broker is None or broker.host is None:
-            continue  # the embedded broker takes no TLS or login
-        for check in (credentials, tls_context):
-            try:
-                check(broker)
-            except ConfigError as exc:
-                problems.append(ConfigProblem(exc.field, exc.value, exc.reason))
+    problems: list[ConfigProblem] = []
+    broker = settings.broker
+    if broker.host is None:
+        return problems  # the embedded broker takes no TLS or login
+    for check in (credentials, tls_context):
+        try:
+            check(broker)
+        except ConfigError as exc:
+            problems.append(ConfigProblem(exc.field, exc.value, exc.reason))
     return problems
 
 

@@ -1,15 +1,17 @@
-"""Fleet raw-gaze ingest on NATS JetStream (issue 17, step 1): the engine decides ownership.
+"""Fleet raw-gaze ingest on NATS JetStream (issue 17): the engine decides ownership.
 
-``ingest.source = "jetstream"`` (fleet mode), beside the MQTT claim protocol of
-:mod:`gazeguard.fleet`. Raw gaze is on this wire: trusted network, TLS, one credential per
-device and per worker.
+``ingest.source = "jetstream"`` (fleet mode; nats-py, the ``fleet`` extra), the fleet's one way
+in for raw gaze from devices on other hosts (the MQTT claim protocol it replaced was retired in
+step 2). Raw gaze is on this wire: trusted network, TLS, one credential per device (publish on
+its own subjects, replies on its own inbox: :class:`JetStreamSender`) and per worker.
 
 **Devices** (:class:`JetStreamSender`) publish gaze blocks in the GGR1 format
-(:func:`~gazeguard.fleet.encode_gaze`) on ``{prefix}.{device}.{session}`` with JetStream
+(:mod:`gazeguard.rawgaze`) on ``{prefix}.{device}.{session}`` with JetStream
 acknowledgements; a ``Nats-Msg-Id`` per block lets the server drop a block sent twice (a publish
 retried after a lost acknowledgement). Optional headers: ``Gazeguard-Unix-Offset`` (Unix time
 minus the blocks' timestamps on the device's host, s) and ``Gazeguard-Now`` (the blocks' clock
-when the block left, s), as the MQTT hello carries them.
+when the block left, s: workers measure "ahead of the clock" from it, not from the two hosts'
+Unix clocks).
 
 **The stream** (``fleet.nats.stream``, file storage) captures ``{prefix}.*.*`` and keeps the
 last ``fleet.nats.max_age_s`` seconds. Its ``subject_transform`` partitions the sessions:
@@ -33,9 +35,10 @@ pulled with ``$JS.API.CONSUMER.MSG.NEXT`` requests carrying ``group`` and, once 
 ``Nats-Pin-Id`` the server handed out as ``id`` (as ``bench/spike_jetstream_pinned.py``).
 
 **Worker.** For each block of a partition it is pinned on, the worker opens the session
-``{device}.{session}`` (same :class:`~gazeguard.pipeline.Pipeline` as the MQTT fleet), drops
-samples stamped ahead of the clock or not after the session's newest one, feeds and releases,
-then acknowledges the block. The ledger stays the arbiter: a chunk index is charged once.
+``{device}.{session}`` (a :class:`~gazeguard.pipeline.Pipeline` of its
+:class:`~gazeguard.fleet.Fleet`), drops samples stamped ahead of the clock or not after the
+session's newest one, feeds and releases, then acknowledges the block. The ledger stays the
+arbiter: a chunk index is charged once.
 
 **Takeover.** When a worker is newly pinned on a partition it first *replays* the partition's
 retained blocks (an ephemeral, unacknowledged consumer over everything the stream still holds
@@ -55,9 +58,19 @@ sessions of a partition whose pin moved closes them on its next (refused) pull; 
 charged meanwhile is refused to the other by the ledger's one-charge-per-index rule.
 
 A session silent for ``fleet.idle_timeout_s`` is closed; if its device resumes, the session is
-opened again without a replay (its window starts empty, as in the MQTT fleet). Tested: one
-worker with several devices and partitions, the pinned worker SIGKILLed mid-stream, ``gazeguard
-forward --to jetstream``, all on one ``nats-server``. Not tested yet: a NATS server restart or a
+opened again without a replay (its window starts empty). Time the worker itself was behind
+(frozen, or with the partition's blocks still in its hands) is not silence (:meth:`_sweep`).
+
+**Balance.** The server pins a partition on whichever worker's pull request it serves first
+and never moves a pin while its worker keeps pulling: partitions are not spread evenly, and a
+worker that joins later gets only partitions nobody holds (or that move on a failover). With
+two workers started together, one was seen pinned on all 4 partitions in 2 of 3 trials.
+
+Tested (``tests/test_jetstream.py``, one ``nats-server``): one worker with several devices and
+partitions; two workers on two partitions; the pinned worker SIGKILLed mid-stream; a worker
+frozen past the idle timeout, and one behind on its charges; gaze dated on the device's clock;
+gaze ahead of the clock; cohort aggregates; ``gazeguard forward``; TLS with per-device
+credentials that may not read other sessions' gaze. Not tested yet: a NATS server restart or a
 3-node cluster (a worker whose pin the server forgot is refused, lets the partition go and takes
 it over again through a replay), throughput beyond the tests' few sessions.
 """
@@ -90,7 +103,7 @@ from nats.js.api import (
 )
 
 from gazeguard.errors import ConfigError, PublishError, StreamError
-from gazeguard.fleet import decode_gaze, encode_gaze
+from gazeguard.rawgaze import decode_gaze, encode_gaze
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
@@ -247,6 +260,13 @@ class _Partition:
     sessions: set[str] = field(default_factory=set)
     blocks: int = 0  # processed from the durable consumer
     skipped: int = 0  # delivered by the durable consumer, already read by the replay
+    queue: asyncio.Queue[Msg | None] | None = None  # pulled, waiting to be processed
+    busy: bool = False  # a block (or a takeover's replay) is being processed
+
+    @property
+    def behind(self) -> bool:
+        """Blocks of this partition are in the worker's hands, not yet processed."""
+        return self.busy or (self.queue is not None and not self.queue.empty())
 
 
 class JetStreamIngest:
@@ -306,6 +326,7 @@ class JetStreamIngest:
         arrives, concurrently: a long takeover replay must not stop the pulls, or the server
         would hand the pin on after ``pin_timeout_s``."""
         queue: asyncio.Queue[Msg | None] = asyncio.Queue()
+        part.queue = queue
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._pull(part, queue), name=f"gazeguard.jetstream.pull[{part.index}]")
             tg.create_task(self._work(part, queue), name=f"gazeguard.jetstream.work[{part.index}]")
@@ -381,19 +402,27 @@ class JetStreamIngest:
             if msg is None:
                 self._unpin(part, "the server pinned another worker")
                 continue
-            pin = (msg.headers or {}).get("Nats-Pin-Id")
-            if pin and pin != part.served:
-                if part.served is not None:
-                    self._unpin(part, "pinned again under a new id")
-                part.served = pin
-                await self._take_over(part)
-            if msg.metadata.sequence.stream <= part.replayed_through:
-                part.skipped += 1
-            else:
-                await self._on_block(part, msg)
-                part.blocks += 1
-            with contextlib.suppress(nats.errors.Error):
-                await msg.respond(b"+ACK")
+            part.busy = True
+            try:
+                await self._handle(part, msg)
+            finally:
+                part.busy = False
+
+    async def _handle(self, part: _Partition, msg: Msg) -> None:
+        """One block of the durable consumer (a new pin: take over first); acknowledge it."""
+        pin = (msg.headers or {}).get("Nats-Pin-Id")
+        if pin and pin != part.served:
+            if part.served is not None:
+                self._unpin(part, "pinned again under a new id")
+            part.served = pin
+            await self._take_over(part)
+        if msg.metadata.sequence.stream <= part.replayed_through:
+            part.skipped += 1
+        else:
+            await self._on_block(part, msg)
+            part.blocks += 1
+        with contextlib.suppress(nats.errors.Error):
+            await msg.respond(b"+ACK")
 
     def _unpin(self, part: _Partition, why: str) -> None:
         """Let the partition's sessions go (their incomplete chunks are the next owner's)."""
@@ -471,7 +500,7 @@ class JetStreamIngest:
         entry = self.fleet.sessions.get(key)
         if entry is not None:
             return key, entry
-        entry = self.fleet._open_session(key, None)
+        entry = self.fleet._open_session(key)
         if entry is None:
             return key, None
         part.sessions.add(key)
@@ -521,7 +550,7 @@ class JetStreamIngest:
         self, entry: _Session, key: str, block: GazeSamples, device_now: float | None
     ) -> GazeSamples:
         """Drop samples stamped ahead of the device's clock (``ingest.future_tolerance_s``), as
-        the MQTT fleet does: "now" is the later of this host's Unix clock less the offset and
+        LSL ingest does: "now" is the later of this host's Unix clock less the offset and
         the block's ``Gazeguard-Now``."""
         offset = entry.pipeline.clock_offset_s
         now = time.time() - (lsl_unix_offset() if offset is None else offset)
@@ -540,18 +569,35 @@ class JetStreamIngest:
         return _select(block, np.flatnonzero(~ahead))
 
     async def _sweep(self) -> None:
-        """Close every session silent for ``fleet.idle_timeout_s`` (time this worker did not
-        run is not the devices' silence, as in :meth:`Fleet._sweep`)."""
+        """Close every session silent for ``fleet.idle_timeout_s``.
+
+        Time this worker did not keep up is not the devices' silence, so it is added to the
+        sessions' ``last_seen``:
+
+        * time it did not run (frozen, suspended, starved of CPU: its sweep woke late by that
+          much), while their blocks waited in the stream. Without that, a worker resuming after
+          a freeze longer than the timeout let every session go before reading what waited;
+        * for the sessions of a partition with blocks in the worker's hands (queued after a
+          pull, or being processed: a slow disk holding a charge up, a takeover's replay), the
+          whole interval. Without that, a worker behind by more than the timeout let such
+          sessions go and opened them again on their next block with an empty feature window
+          (their incomplete chunk lost), as the retired MQTT fleet once did under load.
+        """
         idle = self.settings.fleet.idle_timeout_s
         every = min(1.0, idle / 2)
         tick = time.monotonic()
         while not self._stopping:
             await asyncio.sleep(every)
             now = time.monotonic()
-            absent, tick = now - tick - every, now
-            if absent > 0:
-                for entry in self.fleet.sessions.values():
-                    entry.last_seen = min(now, entry.last_seen + absent)
+            interval, tick = now - tick, now
+            for part in self.partitions:
+                absent = interval if part.behind else interval - every
+                if absent <= 0:
+                    continue
+                for session in part.sessions:
+                    entry = self.fleet.sessions.get(session)
+                    if entry is not None:
+                        entry.last_seen = min(now, entry.last_seen + absent)
             for session, entry in list(self.fleet.sessions.items()):
                 if now - entry.last_seen > idle:
                     self.fleet._close_session(session)
@@ -585,7 +631,13 @@ class JetStreamSender:
     await sender.send(block)``. There is no claim: the server's partitioning and pinning decide
     which worker reads the session. nats-py reconnects (forever) and buffers what is published
     meanwhile; a publish whose acknowledgement does not come within ``ack_timeout_s`` is retried
-    (same ``Nats-Msg-Id``: the stream keeps one copy) until it is acknowledged.
+    (same ``Nats-Msg-Id``: the stream keeps one copy) until it is acknowledged, unless the server
+    refused it for this credential (a permissions violation): then :meth:`send` raises.
+
+    Its replies (the stream's acknowledgements) come on ``_INBOX.{device}.…``, so a device's
+    credential needs no more than: publish ``{prefix}.{device}.>``, subscribe
+    ``_INBOX.{device}.>`` — not ``_INBOX.>``, through which it could read the gaze of every
+    session delivered to the workers (README: Fleets, trust boundary).
 
     Args:
         nats_settings: servers, login, TLS, stream and subject prefix (``fleet.nats``).
@@ -615,12 +667,11 @@ class JetStreamSender:
         self.ack_timeout_s = ack_timeout_s
         self.unix_offset = unix_offset
         self.clock = clock
-        self.owner: str | None = None  # no claim: kept for ``gazeguard forward``'s summary
-        self.owners: list[str] = []
         self.reconnects = 0
         self.retries = 0  # publishes sent again after a missing acknowledgement
-        self.dropped_blocks = 0  # never: every block is retried until acknowledged
+        self.inbox_prefix = f"_INBOX.{device}"
         self._name = f"gazeguard-device-{device}-{session}"
+        self._refused: str | None = None  # the server's permissions violation for our subject
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
 
@@ -628,9 +679,19 @@ class JetStreamSender:
         async def reconnected() -> None:
             self.reconnects += 1
 
+        async def error(exc: Exception) -> None:
+            text = str(exc)
+            said = text.lower()  # nats-py lowers the server's message
+            if "permissions violation" in said and f'"{self.subject.lower()}"' in said:
+                self._refused = text
+            log.warning("%s: NATS: %s", self.subject, text or type(exc).__name__)
+
         try:
             self._nc = await nats.connect(
-                **connect_options(self.nats, self._name), reconnected_cb=reconnected
+                **connect_options(self.nats, self._name),
+                reconnected_cb=reconnected,
+                error_cb=error,
+                inbox_prefix=self.inbox_prefix,
             )
         except (nats.errors.Error, OSError) as exc:
             msg = f"cannot reach NATS at {', '.join(self.nats.servers)}: {exc}"
@@ -639,7 +700,12 @@ class JetStreamSender:
         return self
 
     async def send(self, block: GazeSamples) -> None:
-        """Publish one block and wait for the stream to acknowledge it (retrying meanwhile)."""
+        """Publish one block and wait for the stream to acknowledge it (retrying meanwhile).
+
+        Raises:
+            PublishError: the server refused publishing on this session's subject for this
+                credential.
+        """
         js = self._js
         assert js is not None, "use JetStreamSender as an async context manager"
         last = float(block.timestamps[-1]) if len(block) else -math.inf
@@ -651,6 +717,12 @@ class JetStreamSender:
         payload = encode_gaze(block)
         attempt = 0
         while True:
+            if self._refused is not None:
+                msg = (
+                    f"NATS refused this device's publish on {self.subject} ({self._refused}): "
+                    f"its credential must allow publishing on {self.subject}"
+                )
+                raise PublishError(msg)
             try:
                 await js.publish(self.subject, payload, timeout=self.ack_timeout_s, headers=headers)
                 return

@@ -367,13 +367,13 @@ async def serve_fleet(
     stop: asyncio.Event | None = None,
     ready: Callable[[Fleet], None] | None = None,
 ) -> Fleet:
-    """Fleet mode: serve every session that appears (LSL streams, MQTT or JetStream raw gaze).
+    """Fleet mode: serve every session that appears (LSL streams or JetStream raw gaze).
 
     Returns the :class:`~gazeguard.fleet.Fleet` (its ``closed`` sessions and counters).
 
     Raises:
         ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (e.g. a source
-            other than 'lsl', 'mqtt' or 'jetstream').
+            other than 'lsl' or 'jetstream', the retired 'mqtt', or 'jetstream' without nats-py).
     """
     require_valid(
         settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"enabled": True})})
@@ -391,9 +391,7 @@ async def serve_fleet(
         )
         if ready is not None:
             ready(fleet)
-        run = {"mqtt": fleet.run_mqtt, "jetstream": fleet.run_jetstream}.get(
-            settings.ingest.source, fleet.run_lsl
-        )
+        run = fleet.run_jetstream if settings.ingest.source == "jetstream" else fleet.run_lsl
         async with asyncio.TaskGroup() as tg:
             tg.create_task(run(stop), name="gazeguard.fleet")
             tg.create_task(fleet.run_cohort(stop), name="gazeguard.fleet.cohort")

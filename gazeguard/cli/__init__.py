@@ -80,9 +80,10 @@ COMMANDS: dict[str, Command] = {
         "gazeguard.replay:run_replay",
     ),
     "forward": Command(
-        "device side of an MQTT fleet: send this headset's LSL gaze to the fleet's workers",
+        "device side of a fleet: publish this headset's LSL gaze to the fleet's NATS JetStream",
         "gazeguard.cli.forward:configure",
         "gazeguard.cli.forward:run",
+        needs=("nats",),
     ),
     "watch": Command(
         "show what a gazeguard publishes (chunks, labels, status), validated, as it arrives",

@@ -278,6 +278,7 @@ EXTRAS = {
     "matplotlib": "eval",
     "pyarrow": "parquet",
     "psycopg": "fleet",
+    "nats": "fleet",
 }
 
 

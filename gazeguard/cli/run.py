@@ -32,10 +32,10 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--session", help="session id (default: derived from the stream source_id)")
     g.add_argument(
         "--source",
-        choices=["auto", "lsl", "simulated", "mqtt", "jetstream"],
+        choices=["auto", "lsl", "simulated", "jetstream", "mqtt"],  # mqtt: refused, with advice
+        metavar="{auto,lsl,simulated,jetstream}",
         help="gaze source (default auto: an LSL stream, else the simulated headset; "
-        "mqtt / jetstream: raw gaze over MQTT / NATS JetStream in fleet mode, trusted networks "
-        "only)",
+        "jetstream: raw gaze over NATS JetStream in fleet mode, trusted networks only)",
     )
     g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
     g.add_argument("--stream-name", help="LSL stream name to resolve")
@@ -105,8 +105,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         "--fleet",
         action="store_true",
         default=None,
-        help="serve every stream found (LSL), claimed (--source mqtt) or on a pinned JetStream "
-        "partition (--source jetstream), one session each",
+        help="serve every stream found (LSL) or on a pinned JetStream partition "
+        "(--source jetstream), one session each",
     )
 
 
@@ -417,12 +417,10 @@ def _run_fleet(settings: Settings, duration_s: float | None) -> int:
     get_console().say(
         "summary",
         f"gazeguard fleet worker {fleet.worker_id}: {len(fleet.closed)} sessions served, "
-        f"{len(fleet.sessions)} open at exit, {fleet.refused} refused, "
-        f"{fleet.late_blocks} blocks of closed sessions dropped",
+        f"{len(fleet.sessions)} open at exit, {fleet.refused} refused",
         worker=fleet.worker_id,
         served=len(fleet.closed),
         open=len(fleet.sessions),
         refused=fleet.refused,
-        late_blocks=fleet.late_blocks,
     )
     return ExitCode.OK
