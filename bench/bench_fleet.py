@@ -380,6 +380,8 @@ COMPONENTS = (
     ("nats/", "NATS client (nats-py)"),
     ("gazeguard/pipeline.py", "pipeline glue"),
     ("gazeguard/publish.py", "publisher"),
+    ("gazeguard/outbox.py", "publisher"),
+    ("gazeguard/mqtt/", "publisher"),
     ("paho/", "MQTT client (paho, aiomqtt)"),
     ("aiomqtt/", "MQTT client (paho, aiomqtt)"),
     ("concurrent/futures/", "worker threads (to_thread)"),

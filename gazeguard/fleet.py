@@ -42,10 +42,10 @@ from gazeguard.config import Settings
 from gazeguard.errors import ConfigError, StreamError
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
+from gazeguard.mqtt.topics import session_id_for
 from gazeguard.pipeline import Pipeline
 from gazeguard.publish import Publisher
 from gazeguard.samples import GazeSamples, lsl_unix_offset
-from gazeguard.topics import session_id_for
 
 if TYPE_CHECKING:
     from gazeguard.cohort import CohortAggregator

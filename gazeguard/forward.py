@@ -35,8 +35,8 @@ from gazeguard.config import Settings
 from gazeguard.errors import PublishError
 from gazeguard.ingest import GazeStream, GazeStreamInfo
 from gazeguard.jetstream import JetStreamSender
+from gazeguard.mqtt.topics import session_id_for
 from gazeguard.samples import lsl_unix_offset
-from gazeguard.topics import session_id_for
 
 
 @dataclass

@@ -14,13 +14,8 @@ from collections.abc import Callable
 from gazeguard.config import BrokerSettings
 from gazeguard.errors import ConfigError
 from gazeguard.message import StatusMessage, status_topic
-from gazeguard.mqtt.client import credentials, tls_context
 from gazeguard.mqtt.sink import MqttSink
 from gazeguard.outbox import Drain, Outbox, OutboxEntry
-
-# credentials and tls_context moved to gazeguard.mqtt.client; re-exported until gazeguard.fleet
-# imports them from there.
-__all__ = ["Publisher", "credentials", "tls_context"]
 
 log = logging.getLogger(__name__)
 
