@@ -578,14 +578,28 @@ def _header_float(msg: Msg, name: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+#: A JetStream publish that failed with one of these may succeed later: send it again.
+#: ``NoStreamResponseError`` is nats-py's "no responders" on a JetStream publish (nobody serves
+#: the stream's subjects right now), ``ServiceUnavailableError`` a 503 answer (no stream leader).
+_PUBLISH_AGAIN = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    TimeoutError,
+)
+
+
 class JetStreamSender:
     """Device side of JetStream raw-gaze ingest: publish blocks with JetStream acknowledgements.
 
     ``async with JetStreamSender(nats_settings, "hmd-7", "s1") as sender:
     await sender.send(block)``. There is no claim: the server's partitioning and pinning decide
     which worker reads the session. nats-py reconnects (forever) and buffers what is published
-    meanwhile; a publish whose acknowledgement does not come within ``ack_timeout_s`` is retried
-    (same ``Nats-Msg-Id``: the stream keeps one copy) until it is acknowledged.
+    meanwhile; a publish whose acknowledgement does not come within ``ack_timeout_s``, or that
+    nobody answers or JetStream refuses as unavailable for now (the stream has no leader: a
+    cluster electing one after its leader's server died), is retried (same ``Nats-Msg-Id``: the
+    stream keeps one copy) until it is acknowledged.
 
     Args:
         nats_settings: servers, login, TLS, stream and subject prefix (``fleet.nats``).
@@ -654,7 +668,7 @@ class JetStreamSender:
             try:
                 await js.publish(self.subject, payload, timeout=self.ack_timeout_s, headers=headers)
                 return
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError) as exc:
+            except _PUBLISH_AGAIN as exc:
                 attempt += 1
                 self.retries += 1
                 log.debug("%s: publish not acknowledged (%s); retrying", self.subject, exc)
