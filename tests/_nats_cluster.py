@@ -239,6 +239,12 @@ def all_current(info: dict[str, Any], replicas: int) -> bool:
     )
 
 
+async def leader_of(nc: nats.NATS, info_subject: str) -> str | None:
+    """The server leading a stream or consumer (``STREAM.INFO.<s>``, ``CONSUMER.INFO.<s>.<c>``)."""
+    leader = ((await js_api(nc, info_subject)).get("cluster") or {}).get("leader")
+    return str(leader) if leader else None
+
+
 async def replicated(nc: nats.NATS, partitions: int, replicas: int) -> bool:
     """The stream and every partition's consumer have a leader and all replicas current."""
     if not all_current(await js_api(nc, f"STREAM.INFO.{STREAM}"), replicas):
@@ -570,7 +576,8 @@ def cluster_scenario(
     1. everyone up; phase 1 sent and two chunks charged per session;
     2. SIGKILL the worker pinned on session s0's partition; phase 2 is sent meanwhile;
        *worker failover*: kill → every session of its partitions charged again;
-    3. SIGKILL the stream leader's server; phase 3 is sent meanwhile (publishes retried);
+    3. SIGKILL the server leading the stream and s0's partition's consumer (the stream's
+       leadership is moved there first); phase 3 is sent meanwhile (publishes retried);
        *node failover*: kill → every session has a chunk charged of gaze sent after the kill;
     4. restart the server and the worker; once the server is current, phase 4 is sent;
        then every block acknowledged by a worker; workers stopped; the ledger and logs audited.
@@ -661,12 +668,23 @@ def cluster_scenario(
             lambda: phase_done(1, gaze_from=p1), 60, "phase 2 sent and charged", watch=sending
         )
 
-        # 3. kill -9 the stream leader's server
-        leader = ((await js_api(nc, f"STREAM.INFO.{STREAM}")).get("cluster") or {}).get("leader")
-        consumer_leaders = []
-        for p in range(partitions):
-            info = await js_api(nc, f"CONSUMER.INFO.{STREAM}.{consumer_name(p)}")
-            consumer_leaders.append((info.get("cluster") or {}).get("leader"))
+        # 3. kill -9 the server leading both the stream and s0's partition's consumer (where
+        # the pin lives): the stream leader is moved there first
+        leader = await leader_of(nc, f"CONSUMER.INFO.{STREAM}.{consumer_name(target)}")
+        if await leader_of(nc, f"STREAM.INFO.{STREAM}") != leader:
+            await js_api(
+                nc, f"STREAM.LEADER.STEPDOWN.{STREAM}", {"placement": {"preferred": leader}}
+            )
+
+            async def moved() -> bool:
+                return await leader_of(nc, f"STREAM.INFO.{STREAM}") == leader
+
+            await poll(moved, 30, f"stream leader moved to {leader}", watch=sending)
+        await poll(lambda: replicated(nc, partitions, 3), 30, "R3 current", watch=sending)
+        consumer_leaders = [
+            await leader_of(nc, f"CONSUMER.INFO.{STREAM}.{consumer_name(p)}")
+            for p in range(partitions)
+        ]
         node = next(n for n in nodes if n.name == leader)
         report["node_killed"] = node.name
         report["node_killed_led_consumers"] = sum(c == node.name for c in consumer_leaders)
@@ -684,8 +702,8 @@ def cluster_scenario(
             max(d.acked_at[a2] - d.left_at[a2] for d in devices.devices), 2
         )
         say(
-            f"server {node.name} (stream leader, {report['node_killed_led_consumers']} of "
-            f"{partitions} consumer leaders) SIGKILLed: every session charged gaze sent after "
+            f"server {node.name} (leader of the stream and {report['node_killed_led_consumers']}"
+            f" of {partitions} consumers) SIGKILLed: every session charged gaze sent after "
             f"the kill within {report['node_failover_s']} s (first "
             f"{report['node_failover_first_s']} s); first publishes waited "
             f"{report['publish_stall_s']} s for their ack"
