@@ -416,46 +416,63 @@ class JetStreamIngest:
         delivered to a dead worker without an acknowledgement are processed here in order, the
         acknowledged ones only rebuild windows (the ledger's cut, see :meth:`_session_of`). What
         it had not delivered yet comes from the durable consumer afterwards, in order.
+
+        A replay the server stops answering (a stall, a restart, a leader election) is resumed
+        after the last block it read, with a new replay consumer, until it reaches that end: the
+        acknowledged blocks it has not read yet will not come again from the durable consumer.
         """
         js = self._js
         assert js is not None
         for session in sorted(part.sessions):  # stale state of an earlier pin
             self.fleet._close_session(session)
         part.sessions = set()
+        part.replayed_through = 0  # what the replay fed the new sessions: nothing yet
         started = time.monotonic()
-        durable = await js.consumer_info(self.nats.stream, consumer_name(part.index))
-        through = durable.delivered.stream_seq if durable.delivered is not None else 0
-        through = int(through or 0)
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=30.0,
-            mem_storage=True,
-            num_replicas=1,
-        )
         filt = partition_subject(self.nats.subject_prefix, part.index)
-        replayed = 0
-        if through > part.replayed_through:
-            psub = await js.pull_subscribe(filt, stream=self.nats.stream, config=config)
+        through: int | None = None
+        replayed, done = 0, False
+        while not done and not self._stopping:
             try:
-                done = (await psub.consumer_info()).num_pending == 0
-                while not done:
-                    try:
-                        msgs = await psub.fetch(256, timeout=5)
-                    except (TimeoutError, nats.errors.TimeoutError):
-                        break  # aged out meanwhile
-                    for msg in msgs:
-                        seq = msg.metadata.sequence.stream
-                        if seq > through:
-                            done = True
-                            break
-                        await self._on_block(part, msg)
-                        part.replayed_through = seq
-                        replayed += 1
-                        done = seq == through or msg.metadata.num_pending == 0
-            finally:
-                with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                    await psub.unsubscribe()
+                if through is None:
+                    durable = await js.consumer_info(self.nats.stream, consumer_name(part.index))
+                    delivered = durable.delivered
+                    through = int((delivered.stream_seq or 0) if delivered is not None else 0)
+                    done = through == 0
+                    continue
+                config = ConsumerConfig(
+                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=part.replayed_through + 1,
+                    ack_policy=AckPolicy.NONE,
+                    inactive_threshold=30.0,
+                    mem_storage=True,
+                    num_replicas=1,
+                )
+                psub = await js.pull_subscribe(filt, stream=self.nats.stream, config=config)
+                try:
+                    done = (await psub.consumer_info()).num_pending == 0  # aged out meanwhile
+                    while not done:
+                        for msg in await psub.fetch(256, timeout=5):
+                            seq = msg.metadata.sequence.stream
+                            if seq > through:
+                                done = True
+                                break
+                            await self._on_block(part, msg)
+                            part.replayed_through = seq
+                            replayed += 1
+                            done = seq == through or msg.metadata.num_pending == 0
+                            if done:
+                                break
+                finally:
+                    with contextlib.suppress(nats.errors.Error):
+                        await psub.unsubscribe()
+            except (nats.errors.Error, TimeoutError) as exc:  # nats.js.errors.Error as well
+                log.warning(
+                    "worker %s: replay of partition %d interrupted (%s); resuming after stream "
+                    "sequence %d",
+                    self.fleet.worker_id, part.index, str(exc) or type(exc).__name__,
+                    part.replayed_through,
+                )  # fmt: skip
+                await asyncio.sleep(0.5)
         log.info(
             "worker %s: pinned on partition %d; replayed %d retained blocks (through stream "
             "sequence %d) in %.2f s: %d sessions",

@@ -143,3 +143,69 @@ def test_a_three_node_cluster_survives_a_killed_worker_and_a_killed_stream_leade
     assert "pinned on partition 0" in survivor, logs
     assert "resumes after chunk" in survivor, logs
     assert report["publish_retries_node_kill"] >= 0
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_a_takeover_replay_stalled_by_the_server_resumes_and_completes(
+    tmp_path: Path, mosquitto: MosquittoBroker
+) -> None:
+    """A takeover replay the server stops answering mid-way (SIGSTOP: a stall, a leader
+    election) is resumed where it stopped once the server answers again, not cut short: the
+    acknowledged gaze it had not replayed yet would never come again, so the rebuilt sessions
+    would miss it. The takeover: the server's restart forgot the worker's pin, so the worker is
+    pinned anew on the next block and replays everything retained."""
+    node = single_node(tmp_path)
+    env = worker_env([node.url], 1, 1)
+    env["GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S"] = "60"  # the stall must not move the pin
+    worker = WorkerProc(tmp_path, 0, f"{mosquitto.host}:{mosquitto.port}", env)
+    ledger_path = tmp_path / "ledger.sqlite"
+    devices = Devices([node.url], 5, gaze_s=30.0, phases=10, pace_s=0.0)
+    for go in devices.go[:-1]:
+        go.set()  # 27 s of gaze per session now, the last 3 s after the restart
+
+    def replay_started() -> bool:
+        return worker.text().count("resumes after chunk") > 0
+
+    def replay_stalled() -> bool:
+        text = worker.text()
+        return (
+            "replay of partition 0 interrupted" in text
+            or "replayed" in text.split("partition 0 lost", 1)[-1]
+        )
+
+    async def scenario() -> None:
+        await poll(worker.ready, 60, "worker ready")
+        sending = asyncio.create_task(devices.run())
+        try:
+            async with admin([node.url]) as nc:
+                await poll(lambda: devices.done(8), 60, "27 s sent", watch=sending)
+                await poll(lambda: drained(nc, 1), 60, "27 s read", watch=sending)
+            node.kill(signal.SIGTERM)
+            node.start()
+            await poll(node.healthy, 30, "server healthy again", watch=sending)
+            devices.go[-1].set()  # the next block pins the worker anew: a takeover replay
+            await poll(replay_started, 30, "takeover replay started", watch=sending)
+            assert node.proc is not None
+            node.proc.send_signal(signal.SIGSTOP)
+            try:
+                await poll(replay_stalled, 30, "the worker noticed the stall", watch=sending)
+            finally:
+                node.proc.send_signal(signal.SIGCONT)
+            await sending
+            async with admin([node.url]) as nc:
+                await poll(lambda: drained(nc, 1), 60, "every block acknowledged")
+        finally:
+            sending.cancel()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        codes = stop_all([worker])
+        node.kill(signal.SIGTERM)
+    text = worker.text()
+    logs = f"{text}\n=====\n{node.log.read_text(errors='replace')[-5000:]}"
+    assert codes == [0], logs
+    report = audit(ledger_path, [text], devices.samples(), 30.0)
+    print(report)
+    assert_nothing_lost_nor_charged_twice(report, logs)
