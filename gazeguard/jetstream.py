@@ -161,12 +161,25 @@ def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
     Raises:
         ConfigError: a TLS file that cannot be loaded.
     """
+
+    async def on_error(exc: Exception) -> None:
+        # nats-py's default logs every error with its traceback at ERROR: a server outage wrote
+        # one per reconnect attempt (two a second). One line each; failed attempts at DEBUG.
+        attempt = isinstance(exc, ConnectionRefusedError | TimeoutError)
+        level = logging.DEBUG if attempt else logging.WARNING
+        log.log(level, "%s: NATS: %s", name, str(exc) or type(exc).__name__)
+
+    async def on_reconnect() -> None:
+        log.info("%s: reconnected to NATS", name)
+
     opts: dict[str, Any] = {
         "servers": list(nats_settings.servers),
         "name": name,
         "max_reconnect_attempts": -1,  # forever: an outage is waited out, blocks buffered
         "reconnect_time_wait": 0.5,
         "connect_timeout": 2,
+        "error_cb": on_error,
+        "reconnected_cb": on_reconnect,
     }
     if nats_settings.creds_file is not None:
         opts["user_credentials"] = str(nats_settings.creds_file)
@@ -379,7 +392,7 @@ class JetStreamIngest:
         while not self._stopping:
             msg = await queue.get()
             if msg is None:
-                self._unpin(part, "the server pinned another worker")
+                self._unpin(part, "pin refused: another worker has it, or the server forgot ours")
                 continue
             pin = (msg.headers or {}).get("Nats-Pin-Id")
             if pin and pin != part.served:
@@ -656,13 +669,15 @@ class JetStreamSender:
         self._js: JetStreamContext | None = None
 
     async def __aenter__(self) -> Self:
+        opts = connect_options(self.nats, self._name)
+        logged = opts["reconnected_cb"]
+
         async def reconnected() -> None:
             self.reconnects += 1
+            await logged()
 
         try:
-            self._nc = await nats.connect(
-                **connect_options(self.nats, self._name), reconnected_cb=reconnected
-            )
+            self._nc = await nats.connect(**{**opts, "reconnected_cb": reconnected})
         except (nats.errors.Error, OSError) as exc:
             msg = f"cannot reach NATS at {', '.join(self.nats.servers)}: {exc}"
             raise PublishError(msg) from exc
