@@ -206,6 +206,7 @@ def test_a_takeover_replay_stalled_by_the_server_resumes_and_completes(
     text = worker.text()
     logs = f"{text}\n=====\n{node.log.read_text(errors='replace')[-5000:]}"
     assert codes == [0], logs
+    assert "replay of partition 0 interrupted" in text, "the stall hit the replay: " + logs
     report = audit(ledger_path, [text], devices.samples(), 30.0)
     print(report)
     assert_nothing_lost_nor_charged_twice(report, logs)
