@@ -54,12 +54,31 @@ the step counters of the dead worker. A worker that was paused rather than dead 
 sessions of a partition whose pin moved closes them on its next (refused) pull; any chunk it
 charged meanwhile is refused to the other by the ledger's one-charge-per-index rule.
 
+**Servers that die.** Pins live in the memory of the consumer's leader: a restarted server, or
+a new consumer leader after its server died, has forgotten them. The pinned worker's next pull is
+refused (423); it lets the partition go (closes its sessions: their incomplete chunks are
+dropped), is pinned again on a later pull and takes the partition over through a replay, as
+above. A replay the server stops answering mid-way (a stall, a restart, an election) resumes
+after its last block. Devices retry a publish until the stream acknowledges it, including while
+a cluster elects a new stream leader. On a cluster, list every server in ``fleet.nats.servers``
+and set ``fleet.nats.replicas = 3`` (stream and consumers).
+
 A session silent for ``fleet.idle_timeout_s`` is closed; if its device resumes, the session is
-opened again without a replay (its window starts empty, as in the MQTT fleet). Tested: one
-worker with several devices and partitions, the pinned worker SIGKILLed mid-stream, ``gazeguard
-forward --to jetstream``, all on one ``nats-server``. Not tested yet: a NATS server restart or a
-3-node cluster (a worker whose pin the server forgot is refused, lets the partition go and takes
-it over again through a replay), throughput beyond the tests' few sessions.
+opened again without a replay (its window starts empty, as in the MQTT fleet). Tested
+(``tests/test_jetstream.py``, ``tests/test_jetstream_cluster.py``): one worker with several
+devices and partitions, the pinned worker SIGKILLed mid-stream, ``gazeguard forward --to
+jetstream``, all on one ``nats-server``; that server stopped (SIGTERM) and killed (SIGKILL)
+mid-stream and started again on its store; a takeover replay stalled by the server (SIGSTOP); a
+3-node cluster on loopback (R3) losing the pinned worker, then the server leading the stream and
+the pinned partition's consumer, both restarted: no sample lost, no chunk charged twice, no
+feature step lost. Failover there (and ``bench/fleet_cluster.py``; a loaded 2-core machine): a
+killed worker 5.3–7.6 s (``pin_timeout_s`` plus the replay); a killed server that led the stream
+and the consumer 6.1–10.8 s until every session was charged gaze sent after the kill (the
+consumer's election, ~4 s, then its refused pin; the replay's consumer is created by the
+JetStream meta leader, so when that server led the meta group too the replay also waits for that
+election; then the replay; publishes waited 5.1–7.3 s). Not tested yet:
+throughput beyond a dozen sessions, a worker started while the cluster has no JetStream leader
+(creating the stream fails: it exits).
 """
 
 from __future__ import annotations
