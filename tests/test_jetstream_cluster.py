@@ -142,7 +142,8 @@ def test_a_three_node_cluster_survives_a_killed_worker_and_a_killed_stream_leade
     survivor = outcome.logs[1 - killed]
     assert "pinned on partition 0" in survivor, logs
     assert "resumes after chunk" in survivor, logs
-    assert report["publish_retries_node_kill"] >= 0
+    # no publish is acknowledged while the stream has no leader: every device retried
+    assert report["publish_retries_node_kill"] >= report["sessions"], (report, logs)
 
 
 @pytest.mark.network
