@@ -73,10 +73,10 @@ mid-stream and started again on its store; a takeover replay stalled by the serv
 the pinned partition's consumer, both restarted: no sample lost, no chunk charged twice, no
 feature step lost. Failover there (and ``bench/fleet_cluster.py``; a loaded 2-core machine): a
 killed worker 5.3–7.6 s (``pin_timeout_s`` plus the replay); a killed server that led the stream
-and the consumer 6.1–10.8 s until every session was charged gaze sent after the kill (the
+and the consumer 5.7–10.8 s until every session was charged gaze sent after the kill (the
 consumer's election, ~4 s, then its refused pin; the replay's consumer is created by the
 JetStream meta leader, so when that server led the meta group too the replay also waits for that
-election; then the replay; publishes waited 5.1–7.3 s). Not tested yet:
+election; then the replay; publishes waited 5.1–9.2 s). Not tested yet:
 throughput beyond a dozen sessions, a worker started while the cluster has no JetStream leader
 (creating the stream fails: it exits).
 """
