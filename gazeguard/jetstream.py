@@ -57,6 +57,15 @@ the step counters of the dead worker. A worker that was paused rather than dead 
 sessions of a partition whose pin moved closes them on its next (refused) pull; any chunk it
 charged meanwhile is refused to the other by the ledger's one-charge-per-index rule.
 
+**Servers that die.** Pins live in the memory of the consumer's leader: a restarted server, or
+a new consumer leader after its server died, has forgotten them. The pinned worker's next pull is
+refused (423); it lets the partition go (closes its sessions: their incomplete chunks are
+dropped), is pinned again on a later pull and takes the partition over through a replay, as
+above. A replay the server stops answering mid-way (a stall, a restart, an election) resumes
+after its last block. Devices retry a publish until the stream acknowledges it, including while
+a cluster elects a new stream leader. On a cluster, list every server in ``fleet.nats.servers``
+and set ``fleet.nats.replicas = 3`` (stream and consumers).
+
 A session silent for ``fleet.idle_timeout_s`` is closed; if its device resumes, the session is
 opened again without a replay (its window starts empty). Time the worker itself was behind
 (frozen, or with the partition's blocks still in its hands) is not silence (:meth:`_sweep`).
@@ -70,9 +79,18 @@ Tested (``tests/test_jetstream.py``, one ``nats-server``): one worker with sever
 partitions; two workers on two partitions; the pinned worker SIGKILLed mid-stream; a worker
 frozen past the idle timeout, and one behind on its charges; gaze dated on the device's clock;
 gaze ahead of the clock; cohort aggregates; ``gazeguard forward``; TLS with per-device
-credentials that may not read other sessions' gaze. Not tested yet: a NATS server restart or a
-3-node cluster (a worker whose pin the server forgot is refused, lets the partition go and takes
-it over again through a replay), throughput beyond the tests' few sessions.
+credentials that may not read other sessions' gaze. ``tests/test_jetstream_cluster.py``: the
+server stopped (SIGTERM) and killed (SIGKILL) mid-stream and started again on its store; a
+takeover replay stalled by the server (SIGSTOP); a 3-node cluster on loopback (R3) losing the
+pinned worker, then the server leading the stream and the pinned partition's consumer, both
+restarted: no sample lost, no chunk charged twice, no feature step lost. Failover there (and
+``bench/fleet_cluster.py``; a loaded 2-core machine): a killed worker 5.3–7.6 s
+(``pin_timeout_s`` plus the replay); a killed server that led the stream and the consumer
+5.7–10.8 s until every session was charged gaze sent after the kill (the consumer's election,
+~4 s, then its refused pin; the replay's consumer is created by the JetStream meta leader, so
+when that server led the meta group too the replay also waits for that election; then the
+replay; publishes waited 5.1–9.2 s). Not tested yet: throughput beyond a dozen sessions, a
+worker started while the cluster has no JetStream leader (creating the stream fails: it exits).
 """
 
 from __future__ import annotations
@@ -174,12 +192,25 @@ def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
     Raises:
         ConfigError: a TLS file that cannot be loaded.
     """
+
+    async def on_error(exc: Exception) -> None:
+        # nats-py's default logs every error with its traceback at ERROR: a server outage wrote
+        # one per reconnect attempt (two a second). One line each; failed attempts at DEBUG.
+        attempt = isinstance(exc, ConnectionRefusedError | TimeoutError)
+        level = logging.DEBUG if attempt else logging.WARNING
+        log.log(level, "%s: NATS: %s", name, str(exc) or type(exc).__name__)
+
+    async def on_reconnect() -> None:
+        log.info("%s: reconnected to NATS", name)
+
     opts: dict[str, Any] = {
         "servers": list(nats_settings.servers),
         "name": name,
         "max_reconnect_attempts": -1,  # forever: an outage is waited out, blocks buffered
         "reconnect_time_wait": 0.5,
         "connect_timeout": 2,
+        "error_cb": on_error,
+        "reconnected_cb": on_reconnect,
     }
     if nats_settings.creds_file is not None:
         opts["user_credentials"] = str(nats_settings.creds_file)
@@ -400,7 +431,7 @@ class JetStreamIngest:
         while not self._stopping:
             msg = await queue.get()
             if msg is None:
-                self._unpin(part, "the server pinned another worker")
+                self._unpin(part, "pin refused: another worker has it, or the server forgot ours")
                 continue
             part.busy = True
             try:
@@ -445,46 +476,63 @@ class JetStreamIngest:
         delivered to a dead worker without an acknowledgement are processed here in order, the
         acknowledged ones only rebuild windows (the ledger's cut, see :meth:`_session_of`). What
         it had not delivered yet comes from the durable consumer afterwards, in order.
+
+        A replay the server stops answering (a stall, a restart, a leader election) is resumed
+        after the last block it read, with a new replay consumer, until it reaches that end: the
+        acknowledged blocks it has not read yet will not come again from the durable consumer.
         """
         js = self._js
         assert js is not None
         for session in sorted(part.sessions):  # stale state of an earlier pin
             self.fleet._close_session(session)
         part.sessions = set()
+        part.replayed_through = 0  # what the replay fed the new sessions: nothing yet
         started = time.monotonic()
-        durable = await js.consumer_info(self.nats.stream, consumer_name(part.index))
-        through = durable.delivered.stream_seq if durable.delivered is not None else 0
-        through = int(through or 0)
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=30.0,
-            mem_storage=True,
-            num_replicas=1,
-        )
         filt = partition_subject(self.nats.subject_prefix, part.index)
-        replayed = 0
-        if through > part.replayed_through:
-            psub = await js.pull_subscribe(filt, stream=self.nats.stream, config=config)
+        through: int | None = None
+        replayed, done = 0, False
+        while not done and not self._stopping:
             try:
-                done = (await psub.consumer_info()).num_pending == 0
-                while not done:
-                    try:
-                        msgs = await psub.fetch(256, timeout=5)
-                    except (TimeoutError, nats.errors.TimeoutError):
-                        break  # aged out meanwhile
-                    for msg in msgs:
-                        seq = msg.metadata.sequence.stream
-                        if seq > through:
-                            done = True
-                            break
-                        await self._on_block(part, msg)
-                        part.replayed_through = seq
-                        replayed += 1
-                        done = seq == through or msg.metadata.num_pending == 0
-            finally:
-                with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                    await psub.unsubscribe()
+                if through is None:
+                    durable = await js.consumer_info(self.nats.stream, consumer_name(part.index))
+                    delivered = durable.delivered
+                    through = int((delivered.stream_seq or 0) if delivered is not None else 0)
+                    done = through == 0
+                    continue
+                config = ConsumerConfig(
+                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=part.replayed_through + 1,
+                    ack_policy=AckPolicy.NONE,
+                    inactive_threshold=30.0,
+                    mem_storage=True,
+                    num_replicas=1,
+                )
+                psub = await js.pull_subscribe(filt, stream=self.nats.stream, config=config)
+                try:
+                    done = (await psub.consumer_info()).num_pending == 0  # aged out meanwhile
+                    while not done:
+                        for msg in await psub.fetch(256, timeout=5):
+                            seq = msg.metadata.sequence.stream
+                            if seq > through:
+                                done = True
+                                break
+                            await self._on_block(part, msg)
+                            part.replayed_through = seq
+                            replayed += 1
+                            done = seq == through or msg.metadata.num_pending == 0
+                            if done:
+                                break
+                finally:
+                    with contextlib.suppress(nats.errors.Error):
+                        await psub.unsubscribe()
+            except (nats.errors.Error, TimeoutError) as exc:  # nats.js.errors.Error as well
+                log.warning(
+                    "worker %s: replay of partition %d interrupted (%s); resuming after stream "
+                    "sequence %d",
+                    self.fleet.worker_id, part.index, str(exc) or type(exc).__name__,
+                    part.replayed_through,
+                )  # fmt: skip
+                await asyncio.sleep(0.5)
         log.info(
             "worker %s: pinned on partition %d; replayed %d retained blocks (through stream "
             "sequence %d) in %.2f s: %d sessions",
@@ -624,15 +672,29 @@ def _header_float(msg: Msg, name: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+#: A JetStream publish that failed with one of these may succeed later: send it again.
+#: ``NoStreamResponseError`` is nats-py's "no responders" on a JetStream publish (nobody serves
+#: the stream's subjects right now), ``ServiceUnavailableError`` a 503 answer (no stream leader).
+_PUBLISH_AGAIN = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    TimeoutError,
+)
+
+
 class JetStreamSender:
     """Device side of JetStream raw-gaze ingest: publish blocks with JetStream acknowledgements.
 
     ``async with JetStreamSender(nats_settings, "hmd-7", "s1") as sender:
     await sender.send(block)``. There is no claim: the server's partitioning and pinning decide
     which worker reads the session. nats-py reconnects (forever) and buffers what is published
-    meanwhile; a publish whose acknowledgement does not come within ``ack_timeout_s`` is retried
-    (same ``Nats-Msg-Id``: the stream keeps one copy) until it is acknowledged, unless the server
-    refused it for this credential (a permissions violation): then :meth:`send` raises.
+    meanwhile; a publish whose acknowledgement does not come within ``ack_timeout_s``, or that
+    nobody answers or JetStream refuses as unavailable for now (the stream has no leader: a
+    cluster electing one after its leader's server died), is retried (same ``Nats-Msg-Id``: the
+    stream keeps one copy) until it is acknowledged, unless the server refused it for this
+    credential (a permissions violation): then :meth:`send` raises.
 
     Its replies (the stream's acknowledgements) come on ``_INBOX.{device}.…``, so a device's
     credential needs no more than: publish ``{prefix}.{device}.>``, subscribe
@@ -676,21 +738,23 @@ class JetStreamSender:
         self._js: JetStreamContext | None = None
 
     async def __aenter__(self) -> Self:
+        opts = connect_options(self.nats, self._name)
+        logged, log_error = opts["reconnected_cb"], opts["error_cb"]
+
         async def reconnected() -> None:
             self.reconnects += 1
+            await logged()
 
         async def error(exc: Exception) -> None:
             text = str(exc)
             said = text.lower()  # nats-py lowers the server's message
             if "permissions violation" in said and f'"{self.subject.lower()}"' in said:
                 self._refused = text
-            log.warning("%s: NATS: %s", self.subject, text or type(exc).__name__)
+            await log_error(exc)
 
         try:
             self._nc = await nats.connect(
-                **connect_options(self.nats, self._name),
-                reconnected_cb=reconnected,
-                error_cb=error,
+                **{**opts, "reconnected_cb": reconnected, "error_cb": error},
                 inbox_prefix=self.inbox_prefix,
             )
         except (nats.errors.Error, OSError) as exc:
@@ -726,7 +790,7 @@ class JetStreamSender:
             try:
                 await js.publish(self.subject, payload, timeout=self.ack_timeout_s, headers=headers)
                 return
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError) as exc:
+            except _PUBLISH_AGAIN as exc:
                 attempt += 1
                 self.retries += 1
                 log.debug("%s: publish not acknowledged (%s); retrying", self.subject, exc)
