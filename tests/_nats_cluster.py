@@ -306,11 +306,13 @@ class WorkerProc:
         self.code = self.proc.wait()
         self._out.close()
 
-    def stop(self) -> int:
-        """SIGTERM and reap (after 30 s, SIGABRT: faulthandler writes every stack to the log)."""
+    def stop(self, *, signalled: bool = False) -> int:
+        """SIGTERM (unless ``signalled``: already sent; a second one, coming after the worker
+        stopped handling it, would kill it) and reap (after 30 s, SIGABRT: faulthandler writes
+        every stack to the log)."""
         if self.code is not None:
             return self.code
-        if self.proc.poll() is None:
+        if not signalled and self.proc.poll() is None:
             self.proc.terminate()
         try:
             self.code = self.proc.wait(timeout=30)
@@ -342,7 +344,7 @@ def stop_all(workers: Sequence[WorkerProc]) -> list[int]:
     for w in workers:
         if w.code is None and w.proc.poll() is None:
             w.proc.terminate()
-    return [w.stop() for w in workers]
+    return [w.stop(signalled=True) for w in workers]
 
 
 # ------------------------------------------------------------------------------------ devices

@@ -129,10 +129,11 @@ class Worker:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def stop(self) -> int:
-        """SIGTERM, reap (after 30 s, SIGABRT: faulthandler writes every thread's stack to the
-        log); the exit code."""
-        if self.proc.poll() is None:
+    def stop(self, *, signalled: bool = False) -> int:
+        """SIGTERM (unless ``signalled``: already sent; a second one, coming after the worker
+        stopped handling it, would kill it), reap (after 30 s, SIGABRT: faulthandler writes
+        every thread's stack to the log); the exit code."""
+        if not signalled and self.proc.poll() is None:
             self.proc.terminate()
         try:
             code = self.proc.wait(timeout=30)
@@ -163,7 +164,7 @@ def stop_all(workers: list[Worker]) -> list[int]:
     for w in workers:
         if w.proc.poll() is None:
             w.proc.terminate()
-    return [w.stop() for w in workers]
+    return [w.stop(signalled=True) for w in workers]
 
 
 def wait_for(predicate: Callable[[], bool], within_s: float, what: Callable[[], str]) -> None:
@@ -879,7 +880,7 @@ def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_g
             seen.append(msg.subject)
 
         opts = connect_options(login("hmd-1"), "snoop")
-        nc = await nats.connect(**opts, error_cb=error, inbox_prefix="_INBOX.hmd-1")
+        nc = await nats.connect(**{**opts, "error_cb": error}, inbox_prefix="_INBOX.hmd-1")
         try:
             for subject in ("gaze.raw.>", "gaze.raw.part.>", "_INBOX.>"):
                 await nc.subscribe(subject, cb=got)
