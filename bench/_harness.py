@@ -140,6 +140,23 @@ class Broker:
         return f"{self.host}:{self.port}"
 
 
+def _accepting(port: int, proc: subprocess.Popen[bytes], what: str, within_s: float) -> None:
+    """Wait until ``proc`` accepts TCP connections on loopback ``port``.
+
+    Raises:
+        RuntimeError: it exited, or did not accept within ``within_s`` seconds.
+    """
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"{what} did not start on port {port}") from None
+            time.sleep(0.05)
+
+
 @contextmanager
 def mosquitto(workdir: Path, extra: str = "") -> Iterator[Broker]:
     """Mosquitto on a free loopback port (no persistence, anonymous, $SYS every second)."""
@@ -152,15 +169,7 @@ def mosquitto(workdir: Path, extra: str = "") -> Iterator[Broker]:
     )
     proc = subprocess.Popen([mosquitto_exe(), "-c", str(conf)], stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"mosquitto did not start on port {port}") from None
-                time.sleep(0.05)
+        _accepting(port, proc, "mosquitto", within_s=10)
         yield Broker("127.0.0.1", port, proc)
     finally:
         proc.terminate()
@@ -188,15 +197,7 @@ def nats_server(workdir: Path) -> Iterator[NatsServer]:
     cmd = [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"nats-server did not start on port {port}") from None
-                time.sleep(0.05)
+        _accepting(port, proc, "nats-server", within_s=20)
         yield NatsServer(f"nats://127.0.0.1:{port}", proc)
     finally:
         proc.terminate()
