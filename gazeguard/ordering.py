@@ -2,9 +2,15 @@
 
 Every LSL gaze source ends here before events and features (which need timestamps that are finite
 and strictly increasing, also across blocks): the LSL ingest
-(:class:`gazeguard.presets.Normalizer`), the sidecar's and a fleet's alike. Raw gaze that arrives
-over MQTT in a fleet still has its own, simpler rule in :mod:`gazeguard.fleet` (samples ahead of
-the device's clock are dropped, then every sample not newer than the last; no resynchronisation).
+(:class:`gazeguard.presets.Normalizer`), the sidecar's and a fleet's alike, and ``gazeguard
+forward``, which runs it on the headset's host before the gaze goes to a fleet's JetStream stream.
+A fleet worker reading that stream (:mod:`gazeguard.jetstream`) keeps only a guard: samples ahead
+of the device's clock are dropped, then every sample not newer than the session's newest one (a
+block delivered again after a failover or a retried publish). It does not run a second
+:class:`SampleOrder`: a resynchronisation shifts timestamps by an offset that lives in one
+worker's memory, and a worker taking a partition over must date the replayed gaze exactly as the
+devices sent it, or the ledger's cut between charged and uncharged chunks would move. Neither
+rule can stop a session: a refused sample never becomes the newest.
 :class:`SampleOrder` keeps the state of one stream across blocks and, for each block, says which
 samples to keep and what their timestamps are. What it refuses it counts (:class:`OrderStats`);
 nothing it refuses ever changes its state, so one bad sample cannot stop a stream.
