@@ -73,7 +73,7 @@ class IngestSettings(_Section):
         description="'lsl': wait for a headset stream; 'simulated': built-in simulated headset; "
         "'jetstream': raw gaze from a NATS JetStream stream, partitions pinned to workers "
         "(fleet mode only, trusted network; the 'fleet' extra); "
-        "'mqtt': retired (issue 17), refused at startup: use 'jetstream'; "
+        "'mqtt': retired, refused at startup: use 'jetstream'; "
         "'auto': resolve an LSL stream and, if none appears and no stream name or source_id is "
         "configured, start the simulated headset (with a warning)",
     )
@@ -563,7 +563,7 @@ class Settings(BaseSettings):
 
 #: What to do instead of the MQTT raw-gaze fleet path (``ingest.source = "mqtt"``).
 MQTT_RETIRED = (
-    "the MQTT raw-gaze fleet path was retired (issue 17): raw gaze now goes over NATS "
+    "the MQTT raw-gaze fleet path was retired: raw gaze now goes over NATS "
     "JetStream: set ingest.source = 'jetstream' (--source jetstream; pip install "
     "'gazeguard[fleet]'), configure [fleet.nats] and send with `gazeguard forward`"
 )
@@ -571,7 +571,7 @@ MQTT_RETIRED = (
 #: Settings of the retired MQTT raw-gaze fleet path: refused with this reason, not as a typo.
 RETIRED: dict[tuple[str | int, ...], str] = {
     ("fleet", name): (
-        f"fleet.{name} belonged to the MQTT raw-gaze fleet path, retired in issue 17: remove "
+        f"fleet.{name} belonged to the MQTT raw-gaze fleet path, which was retired: remove "
         "it; raw gaze now goes over NATS JetStream (ingest.source = 'jetstream', [fleet.nats])"
     )
     for name in ("raw_broker", "raw_prefix", "share_group")

@@ -16,7 +16,7 @@ from gazeguard.ingest import GazeStreamInfo
 #: Why ``--to mqtt`` and ``--broker`` are refused.
 RETIRED = (
     "gazeguard forward sends raw gaze to NATS JetStream only: the MQTT raw-gaze fleet path was "
-    "retired (issue 17); pass --nats URL (workers run `gazeguard run --fleet --source jetstream`)"
+    "retired; pass --nats URL (workers run `gazeguard run --fleet --source jetstream`)"
 )
 
 
