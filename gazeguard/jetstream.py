@@ -97,6 +97,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -125,7 +126,7 @@ from gazeguard.rawgaze import decode_gaze, encode_gaze
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from nats.aio.client import Client
     from nats.aio.msg import Msg
@@ -184,6 +185,44 @@ def stream_config(nats_settings: NatsSettings) -> StreamConfig:
 def consumer_name(partition: int) -> str:
     """The durable consumer of ``partition``."""
     return f"part-{partition}"
+
+
+def members_subject(stream: str) -> str:
+    """The core NATS subject the workers of ``stream`` announce themselves on (balance)."""
+    return f"gazeguard.workers.{stream}"
+
+
+def _weight(salt: str, partition: int, worker: str) -> int:
+    digest = hashlib.blake2b(f"{salt}\0{partition}\0{worker}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def assign_partitions(partitions: int, workers: Iterable[str], salt: str = "") -> dict[int, str]:
+    """Partition → its assigned worker: rendezvous hashing with bounded loads.
+
+    Every (partition, worker) pair gets a pseudo-random weight (a hash of ``salt``, the partition
+    and the worker id); pairs are taken heaviest first, a partition going to the worker of its
+    heaviest pair that still has room: first ``P // N`` partitions each, then one more for the
+    ``P % N`` partitions left. So every worker gets ``P // N`` or ``P // N + 1`` partitions (plain
+    rendezvous hashing spreads 4 partitions 2–2 over 2 workers only 6 times in 16), every worker
+    computes the same map from the same set of ids, and a worker joining or leaving moves few
+    partitions besides its own share (the heaviest pairs keep their partitions).
+    """
+    live = sorted(set(workers))
+    if not live:
+        return {}
+    pairs = sorted(
+        ((_weight(salt, p, w), p, w) for p in range(partitions) for w in live), reverse=True
+    )
+    base = partitions // len(live)
+    owner: dict[int, str] = {}
+    load = dict.fromkeys(live, 0)
+    for room in (base, base + 1):
+        for _, p, w in pairs:
+            if p not in owner and load[w] < room:
+                owner[p] = w
+                load[w] += 1
+    return owner
 
 
 def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
@@ -281,6 +320,14 @@ async def ensure_consumers(nc: Client, nats_settings: NatsSettings) -> None:
 
 
 @dataclass
+class _Member:
+    """Another worker, as heard on :func:`members_subject` (balance)."""
+
+    last: float  # monotonic time of its last heartbeat
+    beats: int = 1  # heartbeats heard since it was last absent
+
+
+@dataclass
 class _Partition:
     """What one worker knows of one partition."""
 
@@ -293,6 +340,8 @@ class _Partition:
     skipped: int = 0  # delivered by the durable consumer, already read by the replay
     queue: asyncio.Queue[Msg | None] | None = None  # pulled, waiting to be processed
     busy: bool = False  # a block (or a takeover's replay) is being processed
+    pulling: bool = False  # a pull request of ours is open at the server
+    handing_back: bool = False  # balance: no new pulls; the pin goes once the blocks are done
 
     @property
     def behind(self) -> bool:
@@ -313,22 +362,43 @@ class JetStreamIngest:
         self.nats: NatsSettings = fleet.settings.fleet.nats
         self.partitions = [_Partition(p) for p in range(self.nats.partitions)]
         self.duplicate_blocks = 0  # delivered again, every sample already held
+        self.handed_back = 0  # partitions handed to their assigned worker (balance)
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._stopping = False  # every loop ends at its next turn (see _pull)
+        # balance: the other workers heard, the live set, its assignment (partition → worker)
+        self._members: dict[str, _Member] = {}
+        self._view: tuple[str, ...] = (self.fleet.worker_id,)
+        self._owner: dict[int, str] = {}
+        self._settled = not self.nats.balance  # pulls wait until the others have been heard
+        self._changed = asyncio.Event()  # set (and replaced) when a pull's gate may have opened
+        self._handing: asyncio.Task[None] | None = None
+        self._reported: tuple[object, ...] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, set up the stream and consumers, pull every partition until ``stop``; then
         close every session (their incomplete chunks are dropped, as at any stop)."""
         worker = self.fleet.worker_id
-        nc = await nats.connect(**connect_options(self.nats, f"gazeguard-worker-{worker}"))
+        opts = connect_options(self.nats, f"gazeguard-worker-{worker}")
+        logged = opts["reconnected_cb"]
+
+        async def reconnected() -> None:
+            now = time.monotonic()  # an outage is nobody's silence: we could not hear them
+            for member in self._members.values():
+                member.last = max(member.last, now)
+            await logged()
+
+        nc = await nats.connect(**{**opts, "reconnected_cb": reconnected})
         self._nc, self._js = nc, nc.jetstream()
         try:
             await ensure_stream(self._js, self.nats)
             await ensure_consumers(nc, self.nats)
+            if self.nats.balance:
+                await nc.subscribe(members_subject(self.nats.stream), cb=self._heard)
             log.info(
-                "worker %s: pulling %d partitions of JetStream stream %s (group %s)",
+                "worker %s: pulling %d partitions of JetStream stream %s (group %s; balance %s)",
                 worker, self.nats.partitions, self.nats.stream, self.nats.group,
+                "on" if self.nats.balance else "off",
             )  # fmt: skip
             async with asyncio.TaskGroup() as tg:
                 tasks = [
@@ -336,13 +406,20 @@ class JetStreamIngest:
                     for part in self.partitions
                 ]
                 tasks.append(tg.create_task(self._sweep(), name="gazeguard.jetstream.sweep"))
+                if self.nats.balance:
+                    balance = tg.create_task(self._balance(tg), name="gazeguard.jetstream.balance")
+                    tasks.append(balance)
                 await stop.wait()
                 self._stopping = True
+                if self._handing is not None:
+                    tasks.append(self._handing)
                 for task in tasks:
                     task.cancel()
         finally:
             for session in list(self.fleet.sessions):
                 self.fleet._close_session(session)
+            if self.nats.balance and nc.is_connected:
+                await self._leave()
             for part in self.partitions:
                 log.info(
                     "worker %s: partition %d: %d blocks processed, %d already replayed",
@@ -380,6 +457,9 @@ class JetStreamIngest:
         sub = await nc.subscribe(inbox, cb=answer)
         try:
             while not self._stopping:
+                if not self._may_pull(part):
+                    await self._changed.wait()  # (a new Event after each change: see _notify)
+                    continue
                 request: dict[str, Any] = {
                     "batch": PULL_BATCH,
                     "expires": PULL_EXPIRES_NS,
@@ -387,13 +467,18 @@ class JetStreamIngest:
                 }
                 if part.pin is not None:
                     request["id"] = part.pin
+                part.pulling = True
                 try:
                     await nc.publish(subject, json.dumps(request).encode(), reply=inbox)
                 except nats.errors.Error as exc:  # closed or stale: nats-py reconnects
                     log.debug("partition %d: pull request failed: %s", part.index, exc)
+                    part.pulling = False
                     await asyncio.sleep(0.2)
                     continue
-                await self._read_batch(part, answers, queue)
+                try:
+                    await self._read_batch(part, answers, queue)
+                finally:
+                    part.pulling = False
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
@@ -432,6 +517,7 @@ class JetStreamIngest:
             msg = await queue.get()
             if msg is None:
                 self._unpin(part, "pin refused: another worker has it, or the server forgot ours")
+                self._report()
                 continue
             part.busy = True
             try:
@@ -455,12 +541,13 @@ class JetStreamIngest:
         with contextlib.suppress(nats.errors.Error):
             await msg.respond(b"+ACK")
 
-    def _unpin(self, part: _Partition, why: str) -> None:
+    def _unpin(self, part: _Partition, why: str, level: int = logging.WARNING) -> None:
         """Let the partition's sessions go (their incomplete chunks are the next owner's)."""
         part.served = None
         if not part.sessions:
             return
-        log.warning(
+        log.log(
+            level,
             "worker %s: partition %d lost (%s); closing its %d sessions",
             self.fleet.worker_id, part.index, why, len(part.sessions),
         )  # fmt: skip
@@ -535,9 +622,215 @@ class JetStreamIngest:
                 await asyncio.sleep(0.5)
         log.info(
             "worker %s: pinned on partition %d; replayed %d retained blocks (through stream "
-            "sequence %d) in %.2f s: %d sessions",
+            "sequence %d) in %.2f s: %d sessions (%s)",
             self.fleet.worker_id, part.index, replayed, part.replayed_through,
-            time.monotonic() - started, len(part.sessions),
+            time.monotonic() - started, len(part.sessions), self._why_mine(part),
+        )  # fmt: skip
+        self._report()
+
+    # ------------------------------------------------------------------ balance
+    def _may_pull(self, part: _Partition) -> bool:
+        """Balance: pull the partitions assigned to this worker and those it holds a pin on
+        (until it hands them back); none until the other workers have been heard."""
+        if not self.nats.balance:
+            return True
+        if not self._settled or part.handing_back:
+            return False
+        return part.pin is not None or self._owner.get(part.index) == self.fleet.worker_id
+
+    def _notify(self) -> None:
+        """Wake the pulls waiting on their gate (:meth:`_may_pull`)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _heard(self, msg: Msg) -> None:
+        """A heartbeat (or a goodbye) of a worker on :func:`members_subject`."""
+        try:
+            data = json.loads(msg.data)
+            worker = str(data["worker"])
+        except (ValueError, TypeError, KeyError):
+            return
+        if worker == self.fleet.worker_id:
+            return
+        now = time.monotonic()
+        if data.get("leaving"):
+            self._members.pop(worker, None)
+        else:
+            member = self._members.get(worker)
+            if member is None or now - member.last > self._expiry:
+                self._members[worker] = _Member(now)
+            else:
+                member.last = now
+                member.beats += 1
+        self._update_view()
+
+    @property
+    def _expiry(self) -> float:
+        """A worker not heard for this long is gone (s)."""
+        return 3 * self.nats.heartbeat_s
+
+    def _update_view(self) -> None:
+        """Recompute the live workers (this one; others heard twice, the last time within
+        :attr:`_expiry`; none dropped while this worker is cut off from NATS) and, when they
+        changed, the assignment."""
+        nc = self._nc
+        now = time.monotonic()
+        connected = nc is not None and nc.is_connected
+        live = {self.fleet.worker_id}
+        for worker, member in list(self._members.items()):
+            fresh = now - member.last <= self._expiry or not connected
+            if fresh and member.beats >= 2:
+                live.add(worker)
+            elif not fresh:
+                del self._members[worker]
+        view = tuple(sorted(live))
+        if view == self._view and self._owner:
+            return
+        self._view = view
+        self._owner = assign_partitions(self.nats.partitions, view, self.nats.stream)
+        mine = sorted(p for p, w in self._owner.items() if w == self.fleet.worker_id)
+        log.info(
+            "worker %s: balance: %d live workers (%s); assigned partitions %s",
+            self.fleet.worker_id, len(view), ", ".join(view), mine,
+        )  # fmt: skip
+        self._notify()
+
+    async def _balance(self, tg: asyncio.TaskGroup) -> None:
+        """Announce this worker every ``heartbeat_s``, keep the live set, and hand back (one at a
+        time) a partition this worker holds that is assigned to another live worker."""
+        nc = self._nc
+        assert nc is not None
+        me = self.fleet.worker_id
+        hb = self.nats.heartbeat_s
+        # Heartbeats come every hb: after 2.5 hb every running worker has been heard twice.
+        asyncio.get_running_loop().call_later(2.5 * hb, self._settle)
+        while not self._stopping:
+            holds = [part.index for part in self.partitions if part.pin is not None]
+            beat = json.dumps({"worker": me, "holds": holds}).encode()
+            with contextlib.suppress(nats.errors.Error):
+                await nc.publish(members_subject(self.nats.stream), beat)
+            self._update_view()
+            if self._settled and (self._handing is None or self._handing.done()):
+                for part in self.partitions:
+                    owner = self._owner.get(part.index, me)
+                    if part.pin is not None and owner != me and not part.handing_back:
+                        self._handing = tg.create_task(
+                            self._hand_back(part, owner),
+                            name=f"gazeguard.jetstream.hand_back[{part.index}]",
+                        )
+                        break
+            self._report()
+            await asyncio.sleep(hb)
+
+    def _settle(self) -> None:
+        self._settled = True
+        self._update_view()
+        self._notify()
+
+    async def _hand_back(self, part: _Partition, to: str) -> None:
+        """Stop pulling ``part``, finish (and acknowledge) the blocks in hand, let its sessions
+        go, and ask the server to unpin it: the next pull served — the assigned worker's, the
+        only one left pulling it — gets the pin and takes the partition over."""
+        me = self.fleet.worker_id
+        started = time.monotonic()
+        part.handing_back = True
+        try:
+            # the open pull ends within PULL_EXPIRES_NS; its blocks are then processed
+            while (part.pulling or part.behind) and not self._stopping:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            if self._stopping or part.pin is None or self._owner.get(part.index, me) == me:
+                return  # moved meanwhile (refused), or the membership changed: keep it
+            why = (
+                f"balance: {len(self._view)} workers, {self.nats.partitions} partitions; "
+                f"assigned to worker {to}"
+            )
+            self._unpin(part, f"handed back ({why})", logging.INFO)
+            part.pin = None
+            unpinned = await self._request_unpin(part)
+            self.handed_back += 1
+            log.info(
+                "worker %s: partition %d handed to worker %s (%s) in %.2f s%s",
+                me, part.index, to, why, time.monotonic() - started,
+                "" if unpinned else "; the server kept the pin: it moves after pin_timeout_s",
+            )  # fmt: skip
+        finally:
+            part.handing_back = False
+            self._notify()
+            self._report()
+
+    async def _request_unpin(self, part: _Partition, wait_s: float = 2.0) -> bool:
+        """``$JS.API.CONSUMER.UNPIN`` (nats-server ≥ 2.11) for ``part``'s group: the server
+        forgets the pin, and serves the next pull request without one. ``False``: refused or
+        unanswered (the pin then moves after ``pin_timeout_s`` without pulls)."""
+        nc = self._nc
+        assert nc is not None
+        subject = f"$JS.API.CONSUMER.UNPIN.{self.nats.stream}.{consumer_name(part.index)}"
+        try:
+            reply = await nc.request(
+                subject, json.dumps({"group": self.nats.group}).encode(), timeout=wait_s
+            )
+            answer = json.loads(reply.data)
+        except (nats.errors.Error, TimeoutError, ValueError) as exc:
+            log.warning(
+                "worker %s: unpinning partition %d failed: %s",
+                self.fleet.worker_id, part.index, str(exc) or type(exc).__name__,
+            )  # fmt: skip
+            return False
+        if "error" in answer:
+            log.warning(
+                "worker %s: the server refused to unpin partition %d: %s",
+                self.fleet.worker_id, part.index, answer["error"],
+            )  # fmt: skip
+            return False
+        return True
+
+    async def _leave(self) -> None:
+        """A graceful stop: say goodbye (the others drop this worker at once) and unpin the
+        partitions this worker held (their sessions are closed), so that their assigned
+        workers take them over now rather than after ``pin_timeout_s``."""
+        nc = self._nc
+        assert nc is not None
+        bye = json.dumps({"worker": self.fleet.worker_id, "leaving": True}).encode()
+        held = [part for part in self.partitions if part.pin is not None]
+        for part in held:
+            part.pin = None
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await nc.publish(members_subject(self.nats.stream), bye)
+            await asyncio.wait_for(
+                asyncio.gather(*(self._request_unpin(part, 1.0) for part in held)), 2.0
+            )
+
+    def _why_mine(self, part: _Partition) -> str:
+        """Why this worker was pinned on ``part`` (the take-over's log line)."""
+        if not self.nats.balance:
+            return "first puller served; balance off"
+        owner = self._owner.get(part.index)
+        if owner == self.fleet.worker_id:
+            return (
+                f"balance: assigned to this worker, {len(self._view)} workers, "
+                f"{self.nats.partitions} partitions"
+            )
+        return f"held on; balance assigns it to worker {owner}"
+
+    def _report(self) -> None:
+        """Log the partitions held (taken over) and assigned, when they change and the pulls
+        agree with the assignment (no pull open on a partition this worker may not pull)."""
+        if not self.nats.balance:
+            return
+        me = self.fleet.worker_id
+        steady = self._settled and not any(
+            part.handing_back or (part.pulling and not self._may_pull(part))
+            for part in self.partitions
+        )
+        held = sorted(part.index for part in self.partitions if part.served is not None)
+        mine = sorted(p for p, w in self._owner.items() if w == me)
+        state = (tuple(held), tuple(mine), self._view)
+        if not steady or state == self._reported:
+            return
+        self._reported = state
+        log.info(
+            "worker %s: holds partitions %s; assigned %s (balance: %d workers, %d partitions)",
+            me, held, mine, len(self._view), self.nats.partitions,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ blocks
