@@ -325,6 +325,7 @@ class _Member:
 
     last: float  # monotonic time of its last heartbeat
     beats: int = 1  # heartbeats heard since it was last absent
+    pulling: bool = False  # it pulls its assigned partitions (it has heard the others)
 
 
 @dataclass
@@ -650,7 +651,7 @@ class JetStreamIngest:
             worker = str(data["worker"])
         except (ValueError, TypeError, KeyError):
             return
-        if worker == self.fleet.worker_id:
+        if worker == self.fleet.worker_id or self._stopping:
             return
         now = time.monotonic()
         if data.get("leaving"):
@@ -658,10 +659,11 @@ class JetStreamIngest:
         else:
             member = self._members.get(worker)
             if member is None or now - member.last > self._expiry:
-                self._members[worker] = _Member(now)
+                member = self._members[worker] = _Member(now)
             else:
                 member.last = now
                 member.beats += 1
+            member.pulling = bool(data.get("pulling"))
         self._update_view()
 
     @property
@@ -703,29 +705,31 @@ class JetStreamIngest:
         me = self.fleet.worker_id
         hb = self.nats.heartbeat_s
         # Heartbeats come every hb: after 2.5 hb every running worker has been heard twice.
-        asyncio.get_running_loop().call_later(2.5 * hb, self._settle)
+        settle_at = time.monotonic() + 2.5 * hb
         while not self._stopping:
+            if not self._settled and time.monotonic() >= settle_at:
+                self._settled = True  # (announced at once: the others may hand back now)
+                self._update_view()
+                self._notify()
             holds = [part.index for part in self.partitions if part.pin is not None]
-            beat = json.dumps({"worker": me, "holds": holds}).encode()
+            beat = {"worker": me, "holds": holds, "pulling": self._settled}
             with contextlib.suppress(nats.errors.Error):
-                await nc.publish(members_subject(self.nats.stream), beat)
+                await nc.publish(members_subject(self.nats.stream), json.dumps(beat).encode())
             self._update_view()
             if self._settled and (self._handing is None or self._handing.done()):
                 for part in self.partitions:
                     owner = self._owner.get(part.index, me)
-                    if part.pin is not None and owner != me and not part.handing_back:
+                    target = self._members.get(owner)
+                    # to a worker that pulls already: its pull is there to take the pin
+                    if part.pin is not None and target is not None and target.pulling:
                         self._handing = tg.create_task(
                             self._hand_back(part, owner),
                             name=f"gazeguard.jetstream.hand_back[{part.index}]",
                         )
                         break
             self._report()
-            await asyncio.sleep(hb)
-
-    def _settle(self) -> None:
-        self._settled = True
-        self._update_view()
-        self._notify()
+            wait = hb if self._settled else min(hb, settle_at - time.monotonic())
+            await asyncio.sleep(max(wait, 0.0))
 
     async def _hand_back(self, part: _Partition, to: str) -> None:
         """Stop pulling ``part``, finish (and acknowledge) the blocks in hand, let its sessions
