@@ -412,6 +412,7 @@ class JetStreamIngest:
         # balance: the other workers heard, the live set, its assignment (partition → worker)
         self._members: dict[str, _Member] = {}
         self._view: tuple[str, ...] = (self.fleet.worker_id,)
+        self._view_at = time.monotonic()  # when the live set last changed
         self._owner: dict[int, str] = {}
         self._settled = not self.nats.balance  # pulls wait until the others have been heard
         self._changed = asyncio.Event()  # set (and replaced) when a pull's gate may have opened
@@ -730,7 +731,7 @@ class JetStreamIngest:
         view = tuple(sorted(live))
         if view == self._view and self._owner:
             return
-        self._view = view
+        self._view, self._view_at = view, now
         self._owner = assign_partitions(self.nats.partitions, view, self.nats.stream)
         mine = sorted(p for p, w in self._owner.items() if w == self.fleet.worker_id)
         log.info(
@@ -758,7 +759,10 @@ class JetStreamIngest:
             with contextlib.suppress(nats.errors.Error):
                 await nc.publish(members_subject(self.nats.stream), json.dumps(beat).encode())
             self._update_view()
-            if self._settled and (self._handing is None or self._handing.done()):
+            # hand back only under a live set stable for 2 heartbeats: a worker that stalls
+            # past the expiry and comes back (heard twice) moves nothing among the others
+            stable = time.monotonic() - self._view_at >= 2 * hb
+            if self._settled and stable and (self._handing is None or self._handing.done()):
                 for part in self.partitions:
                     owner = self._owner.get(part.index, me)
                     target = self._members.get(owner)

@@ -313,6 +313,8 @@ def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_
         other = workers[1 - killed]
         wait_for(lambda: "pinned on partition 0" in other.text(), 20, logs)
         wait_for(lambda: drained(nats_server, 1), 30, logs)
+        # the survivor dropped the dead worker (balance: 1 worker) and holds its partition
+        wait_for(lambda: balanced([other.text()], 1, held=True), 10, logs)
     finally:
         codes = stop_all(workers)
     assert codes[1 - killed] == 0, logs()
