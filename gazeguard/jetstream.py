@@ -96,16 +96,19 @@ themselves, and the server still decides exclusivity (one pin per partition):
   a held pin (verified: it expires unserved), so an assigned worker waits, pulling, until the
   pin is free.
 * *Hand-back.* A worker holding the pin of a partition assigned to another live worker that
-  pulls already — one partition at a time, one per heartbeat — stops pulling it, processes and
+  pulls already — one partition at a time, one per heartbeat, and only once the live set has
+  not changed for 2 heartbeats (a worker stalled past the expiry that comes back within that
+  moves nothing among the others) — stops pulling it, processes and
   acknowledges the blocks in its hands, lets its sessions go (:meth:`_unpin`: the incomplete
   chunks are the next owner's) and asks the server to unpin it
   (``$JS.API.CONSUMER.UNPIN.{stream}.part-{p}``, body ``{"group": …}``, nats-server ≥ 2.11;
   verified on 2.15.1: the pin is cleared, the old id's next pull is refused with 423, the
   waiting pull of the assigned worker is served the next block and pinned). If the server
   refuses or does not answer, the pin moves after ``pin_timeout_s`` without pulls instead. The
-  assigned worker takes the partition over by the replay above. Measured (tests, loaded 2-core
-  machine): hand-back decision to unpin 0.02–0.14 s; unpin to the new owner's take-over done
-  0.4–0.9 s (a 300-block replay); a worker joining got its share 3.5–5 s after it started.
+  assigned worker takes the partition over by the replay above. Measured (the join tests, 5
+  runs each, a loaded 2-core machine): hand-back decision to unpin 0.02–0.48 s (an open pull
+  runs out first: ≤ 0.5 s), unpin to the new owner's take-over done 0.46–1.08 s (the replay of
+  300–390 retained blocks, 10–13 s of gaze of 2 sessions).
 * *Failover.* A dead worker is dropped after 3 heartbeats; its partitions are then assigned to
   the survivors, whose pulls get the pins when ``pin_timeout_s`` expires (keep
   ``3 × heartbeat_s ≤ pin_timeout_s``: the failover time is unchanged). A worker stopped
