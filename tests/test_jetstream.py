@@ -1043,6 +1043,7 @@ def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_g
         server.stop()
     text = workers[0].text()
     assert codes == [0], text
+    assert "permissions violation" not in text.lower(), "the worker credential lacks something"
     assert seen == [], "a device credential read gaze it must not"
     for subject in ("gaze.raw.>", "gaze.raw.part.>", "_INBOX.>"):  # (nats-py lowers them)
         said = f'permissions violation for subscription to "{subject.lower()}"'
