@@ -112,7 +112,9 @@ themselves, and the server still decides exclusivity (one pin per partition):
   assigned worker takes the partition over by the replay above. Measured (the join tests, 5
   runs each, a loaded 2-core machine): hand-back decision to unpin 0.02–0.48 s (an open pull
   runs out first: ≤ 0.5 s), unpin to the new owner's take-over done 0.46–1.08 s (the replay of
-  300–390 retained blocks, 10–13 s of gaze of 2 sessions).
+  300–390 retained blocks, 10–13 s of gaze of 2 sessions). ``bench/bench_fleet.py`` with 2
+  workers, 8 partitions and 16 sessions: 4 partitions and 8 sessions per worker (before
+  balancing: sessions per worker [0, 10]).
 * *Failover.* A dead worker is dropped after 3 heartbeats; its partitions are then assigned to
   the survivors, whose pulls get the pins when ``pin_timeout_s`` expires (keep
   ``3 × heartbeat_s ≤ pin_timeout_s``: the failover time is unchanged). A worker stopped
