@@ -35,6 +35,7 @@ from gazeguard.errors import PublishError, StreamError
 from gazeguard.fleet import Fleet
 from gazeguard.jetstream import (
     JetStreamSender,
+    assign_partitions,
     connect_options,
     consumer_name,
     gaze_subject,
@@ -397,6 +398,27 @@ def test_nats_settings_reject_bad_names_and_subject_tokens() -> None:
     for device in ("a.b", "a*", ">", "", "a b"):
         with pytest.raises(StreamError, match="subject token"):
             gaze_subject("gaze.raw", device, "s")
+
+
+def test_the_partition_assignment_is_even_deterministic_and_moves_little() -> None:
+    """Every worker gets P // N or P // N + 1 partitions, the map depends on the set of ids only
+    (not their order), and a join moves the newcomer's share plus a few (bounded loads)."""
+    for p, n in [(1, 2), (4, 2), (4, 3), (8, 3), (16, 5), (3, 8)]:
+        ids = [f"host-{i}" for i in range(n)]
+        owner = assign_partitions(p, ids, "GAZE")
+        assert sorted(owner) == list(range(p))
+        loads = [list(owner.values()).count(w) for w in ids]
+        assert set(loads) <= {p // n, p // n + 1}, (p, n, loads)
+        assert assign_partitions(p, reversed(ids), "GAZE") == owner
+    assert assign_partitions(4, [], "GAZE") == {}
+    moved = share = 0
+    for trial in range(50):
+        ids = [f"w{trial}-{i}" for i in range(2)]
+        before = assign_partitions(8, ids, "GAZE")
+        after = assign_partitions(8, [*ids, "new"], "GAZE")
+        moved += sum(before[q] != after[q] for q in range(8))
+        share += list(after.values()).count("new")
+    assert share <= moved <= 2 * share, (moved, share)
 
 
 # ------------------------------------------------------------------ ported from the MQTT fleet
