@@ -12,8 +12,8 @@ devices in real time — a 12-sample block (100 ms of 120 Hz gaze from ``simulat
 100 ms per session, each acknowledged by the stream before the next, session starts spread
 uniformly over one chunk period (16 s) so that chunk completions are spread as in a real fleet —
 and a paho-mqtt subscriber (this process) on every privatized chunk topic. With 2 workers the
-server pins each partition on whichever pulls first: the split of sessions is reported, not
-balanced.
+workers balance the partitions (``fleet.nats.balance``): the partitions each holds at the end
+(its last balance report) and the sessions it opened are reported.
 
 Latency of a chunk: from the wall-clock moment the generator handed the block that completed the
 chunk to its NATS client, to the subscriber's receipt of the privatized chunk. Which block
@@ -87,7 +87,8 @@ TARGET_PER_CORE = 200
 LOGS = RESULTS / "logs"  # raw py-spy profiles (collapsed stacks, for flame graphs)
 DEVICE = "gen"
 OPENED = re.compile(r"session '([^']+)' opened")
-PINNED = re.compile(r"pinned on partition (\d+)")
+#: A worker's balance report: the partitions it holds (logged when that changes).
+HOLDS = re.compile(r"holds partitions \[([\d, ]*)\]; assigned")
 
 
 # ------------------------------------------------------------------------------ gaze and chunks
@@ -178,7 +179,7 @@ class Worker:
         self.tail: collections.deque[str] = collections.deque(maxlen=30)
         self.warnings = 0
         self.sessions: set[str] = set()  # sessions this worker opened
-        self.partitions: set[int] = set()  # partitions the server pinned on it
+        self.partitions: set[int] = set()  # partitions it holds (its last balance report)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -189,8 +190,8 @@ class Worker:
                 self.ready.set()
             if (m := OPENED.search(line)) is not None:
                 self.sessions.add(m[1])
-            if (m := PINNED.search(line)) is not None:
-                self.partitions.add(int(m[1]))
+            if (m := HOLDS.search(line)) is not None:
+                self.partitions = {int(x) for x in m[1].split(",") if x.strip()}
             if "WARNING" in line or "ERROR" in line:
                 self.warnings += 1
 

@@ -465,6 +465,19 @@ class NatsSettings(_Section):
         "dead worker's unacknowledged blocks from its replay; what comes again is skipped)",
     )
     replicas: int = Field(1, ge=1, le=5, description="stream replicas (3 on a 3-node cluster)")
+    balance: bool = Field(
+        True,
+        description="spread the partitions evenly over the live workers (announced on core NATS "
+        "subject gazeguard.workers.{stream}): a worker pinned on a partition another live worker "
+        "is assigned hands it back; off: the server's first-come pins stay where they fall",
+    )
+    heartbeat_s: float = Field(
+        1.0,
+        gt=0,
+        description="balance: a worker announces itself every this many s; another worker counts "
+        "once heard twice and is dropped after 3 heartbeats unheard (keep 3 × heartbeat_s ≤ "
+        "pin_timeout_s, or failover waits for the drop)",
+    )
     creds_file: Path | None = Field(None, description="NATS credentials file (JWT + nkey)")
     user: str | None = None
     password: SecretStr | None = None

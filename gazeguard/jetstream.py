@@ -70,13 +70,64 @@ A session silent for ``fleet.idle_timeout_s`` is closed; if its device resumes, 
 opened again without a replay (its window starts empty). Time the worker itself was behind
 (frozen, or with the partition's blocks still in its hands) is not silence (:meth:`_sweep`).
 
-**Balance.** The server pins a partition on whichever worker's pull request it serves first
-and never moves a pin while its worker keeps pulling: partitions are not spread evenly, and a
-worker that joins later gets only partitions nobody holds (or that move on a failover). With
-two workers started together, one was seen pinned on all 4 partitions in 2 of 3 trials.
+**Balance** (``fleet.nats.balance``, on by default). The server alone pins a partition on
+whichever worker's pull request it serves first and never moves a pin while its worker keeps
+pulling: with two workers started together, one was pinned on all 4 partitions in 2 of 3
+trials, and a worker that joined later got nothing. So the workers spread the partitions
+themselves, and the server still decides exclusivity (one pin per partition):
+
+* *Membership.* Every worker publishes a heartbeat on core NATS subject
+  ``gazeguard.workers.{stream}`` every ``fleet.nats.heartbeat_s`` (1 s): its id, the partitions
+  it holds, and whether it pulls yet. Another worker counts once heard twice (a worker that
+  flaps does not move partitions at its first beat) and is dropped after 3 heartbeats unheard,
+  or at once when it says goodbye (a graceful stop). Nobody is dropped while this worker is cut
+  off from NATS, and an outage (a server restart, a reconnect to another node) restarts the
+  clocks: every worker was as deaf as this one. Core NATS rather than a KV bucket: nothing is
+  stored, so nothing to repair after a restart or on a cluster (subscriptions follow routes).
+* *Assignment.* Every worker computes the same map from the same live set
+  (:func:`assign_partitions`): rendezvous (highest-random-weight) hashing with bounded loads,
+  ``P // N`` or ``P // N + 1`` partitions each (plain rendezvous spreads 4 partitions 2–2 over 2
+  workers 6 times in 16). It is stable while the set is; a join moves the newcomer's share
+  plus, the loads being bounded, some partitions among the others: 1.2–1.5 times the share on
+  average (500 random id sets: 4 partitions, 2 → 3 workers, 1.77 moves for a share of 1.32; 8
+  partitions 3.48 for 2.91; 16 partitions, 4 → 5 workers, 4.82 for 3.24; seen in the tests: 1–3
+  moves for a share of 1–2). Each move is a hand-back and a replay; a history-free map keeps
+  every worker's view consistent, which a map minimising moves against the current pins would
+  not.
+* *Pulling.* A worker pulls only the partitions assigned to it and those it still holds a pin
+  on, and none until it has heard the others (2.5 heartbeats after it starts: a worker starting
+  next to others does not grab what they are assigned). A pull without the pin's id never takes
+  a held pin (verified: it expires unserved), so an assigned worker waits, pulling, until the
+  pin is free.
+* *Hand-back.* A worker holding the pin of a partition assigned to another live worker that
+  pulls already — one partition at a time, one per heartbeat, and only once the live set has
+  not changed for 2 heartbeats (a worker stalled past the expiry that comes back within that
+  moves nothing among the others) — stops pulling it, processes and
+  acknowledges the blocks in its hands, lets its sessions go (:meth:`_unpin`: the incomplete
+  chunks are the next owner's) and asks the server to unpin it
+  (``$JS.API.CONSUMER.UNPIN.{stream}.part-{p}``, body ``{"group": …}``, nats-server ≥ 2.11;
+  verified on 2.15.1: the pin is cleared, the old id's next pull is refused with 423, the
+  waiting pull of the assigned worker is served the next block and pinned). If the server
+  refuses or does not answer, the pin moves after ``pin_timeout_s`` without pulls instead. The
+  assigned worker takes the partition over by the replay above. Measured (the join tests, 5
+  runs each, a loaded 2-core machine): hand-back decision to unpin 0.02–0.48 s (an open pull
+  runs out first: ≤ 0.5 s), unpin to the new owner's take-over done 0.46–1.08 s (the replay of
+  300–390 retained blocks, 10–13 s of gaze of 2 sessions). ``bench/bench_fleet.py`` with 2
+  workers, 8 partitions and 16 sessions: 4 partitions and 8 sessions per worker (before
+  balancing: sessions per worker [0, 10]).
+* *Failover.* A dead worker is dropped after 3 heartbeats; its partitions are then assigned to
+  the survivors, whose pulls get the pins when ``pin_timeout_s`` expires (keep
+  ``3 × heartbeat_s ≤ pin_timeout_s``: the failover time is unchanged). A worker stopped
+  gracefully says goodbye and unpins its partitions: they move at once.
+
+What it does not do: weigh partitions by their sessions (a partition is the unit; more
+partitions than workers spread sessions better), or notice a worker that heartbeats but cannot
+pull (its partitions wait for it); a worker with ``balance`` off (or of an older version)
+pulls everything and is not counted: mixing them spreads nothing.
 
 Tested (``tests/test_jetstream.py``, one ``nats-server``): one worker with several devices and
-partitions; two workers on two partitions; the pinned worker SIGKILLed mid-stream; a worker
+partitions; two workers on two partitions; two workers started together on four (2–2); a worker
+joining one (2–2) and two (2–1–1) mid-stream; the pinned worker SIGKILLed mid-stream; a worker
 frozen past the idle timeout, and one behind on its charges; gaze dated on the device's clock;
 gaze ahead of the clock; cohort aggregates; ``gazeguard forward``; TLS with per-device
 credentials that may not read other sessions' gaze. ``tests/test_jetstream_cluster.py``: the
@@ -97,6 +148,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -125,7 +177,7 @@ from gazeguard.rawgaze import decode_gaze, encode_gaze
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from nats.aio.client import Client
     from nats.aio.msg import Msg
@@ -184,6 +236,44 @@ def stream_config(nats_settings: NatsSettings) -> StreamConfig:
 def consumer_name(partition: int) -> str:
     """The durable consumer of ``partition``."""
     return f"part-{partition}"
+
+
+def members_subject(stream: str) -> str:
+    """The core NATS subject the workers of ``stream`` announce themselves on (balance)."""
+    return f"gazeguard.workers.{stream}"
+
+
+def _weight(salt: str, partition: int, worker: str) -> int:
+    digest = hashlib.blake2b(f"{salt}\0{partition}\0{worker}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def assign_partitions(partitions: int, workers: Iterable[str], salt: str = "") -> dict[int, str]:
+    """Partition → its assigned worker: rendezvous hashing with bounded loads.
+
+    Every (partition, worker) pair gets a pseudo-random weight (a hash of ``salt``, the partition
+    and the worker id); pairs are taken heaviest first, a partition going to the worker of its
+    heaviest pair that still has room: first ``P // N`` partitions each, then one more for the
+    ``P % N`` partitions left. So every worker gets ``P // N`` or ``P // N + 1`` partitions (plain
+    rendezvous hashing spreads 4 partitions 2–2 over 2 workers only 6 times in 16), every worker
+    computes the same map from the same set of ids, and a worker joining or leaving moves few
+    partitions besides its own share (the heaviest pairs keep their partitions).
+    """
+    live = sorted(set(workers))
+    if not live:
+        return {}
+    pairs = sorted(
+        ((_weight(salt, p, w), p, w) for p in range(partitions) for w in live), reverse=True
+    )
+    base = partitions // len(live)
+    owner: dict[int, str] = {}
+    load = dict.fromkeys(live, 0)
+    for room in (base, base + 1):
+        for _, p, w in pairs:
+            if p not in owner and load[w] < room:
+                owner[p] = w
+                load[w] += 1
+    return owner
 
 
 def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
@@ -281,6 +371,15 @@ async def ensure_consumers(nc: Client, nats_settings: NatsSettings) -> None:
 
 
 @dataclass
+class _Member:
+    """Another worker, as heard on :func:`members_subject` (balance)."""
+
+    last: float  # monotonic time of its last heartbeat
+    beats: int = 1  # heartbeats heard since it was last absent
+    pulling: bool = False  # it pulls its assigned partitions (it has heard the others)
+
+
+@dataclass
 class _Partition:
     """What one worker knows of one partition."""
 
@@ -293,6 +392,8 @@ class _Partition:
     skipped: int = 0  # delivered by the durable consumer, already read by the replay
     queue: asyncio.Queue[Msg | None] | None = None  # pulled, waiting to be processed
     busy: bool = False  # a block (or a takeover's replay) is being processed
+    pulling: bool = False  # a pull request of ours is open at the server
+    handing_back: bool = False  # balance: no new pulls; the pin goes once the blocks are done
 
     @property
     def behind(self) -> bool:
@@ -313,22 +414,44 @@ class JetStreamIngest:
         self.nats: NatsSettings = fleet.settings.fleet.nats
         self.partitions = [_Partition(p) for p in range(self.nats.partitions)]
         self.duplicate_blocks = 0  # delivered again, every sample already held
+        self.handed_back = 0  # partitions handed to their assigned worker (balance)
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._stopping = False  # every loop ends at its next turn (see _pull)
+        # balance: the other workers heard, the live set, its assignment (partition → worker)
+        self._members: dict[str, _Member] = {}
+        self._view: tuple[str, ...] = (self.fleet.worker_id,)
+        self._view_at = time.monotonic()  # when the live set last changed
+        self._owner: dict[int, str] = {}
+        self._settled = not self.nats.balance  # pulls wait until the others have been heard
+        self._changed = asyncio.Event()  # set (and replaced) when a pull's gate may have opened
+        self._handing: asyncio.Task[None] | None = None
+        self._reported: tuple[object, ...] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, set up the stream and consumers, pull every partition until ``stop``; then
         close every session (their incomplete chunks are dropped, as at any stop)."""
         worker = self.fleet.worker_id
-        nc = await nats.connect(**connect_options(self.nats, f"gazeguard-worker-{worker}"))
+        opts = connect_options(self.nats, f"gazeguard-worker-{worker}")
+        logged = opts["reconnected_cb"]
+
+        async def reconnected() -> None:
+            now = time.monotonic()  # an outage is nobody's silence: we could not hear them
+            for member in self._members.values():
+                member.last = max(member.last, now)
+            await logged()
+
+        nc = await nats.connect(**{**opts, "reconnected_cb": reconnected})
         self._nc, self._js = nc, nc.jetstream()
         try:
             await ensure_stream(self._js, self.nats)
             await ensure_consumers(nc, self.nats)
+            if self.nats.balance:
+                await nc.subscribe(members_subject(self.nats.stream), cb=self._heard)
             log.info(
-                "worker %s: pulling %d partitions of JetStream stream %s (group %s)",
+                "worker %s: pulling %d partitions of JetStream stream %s (group %s; balance %s)",
                 worker, self.nats.partitions, self.nats.stream, self.nats.group,
+                "on" if self.nats.balance else "off",
             )  # fmt: skip
             async with asyncio.TaskGroup() as tg:
                 tasks = [
@@ -336,13 +459,20 @@ class JetStreamIngest:
                     for part in self.partitions
                 ]
                 tasks.append(tg.create_task(self._sweep(), name="gazeguard.jetstream.sweep"))
+                if self.nats.balance:
+                    balance = tg.create_task(self._balance(tg), name="gazeguard.jetstream.balance")
+                    tasks.append(balance)
                 await stop.wait()
                 self._stopping = True
+                if self._handing is not None:
+                    tasks.append(self._handing)
                 for task in tasks:
                     task.cancel()
         finally:
             for session in list(self.fleet.sessions):
                 self.fleet._close_session(session)
+            if self.nats.balance and nc.is_connected:
+                await self._leave()
             for part in self.partitions:
                 log.info(
                     "worker %s: partition %d: %d blocks processed, %d already replayed",
@@ -380,6 +510,9 @@ class JetStreamIngest:
         sub = await nc.subscribe(inbox, cb=answer)
         try:
             while not self._stopping:
+                if not self._may_pull(part):
+                    await self._changed.wait()  # (a new Event after each change: see _notify)
+                    continue
                 request: dict[str, Any] = {
                     "batch": PULL_BATCH,
                     "expires": PULL_EXPIRES_NS,
@@ -387,13 +520,18 @@ class JetStreamIngest:
                 }
                 if part.pin is not None:
                     request["id"] = part.pin
+                part.pulling = True
                 try:
                     await nc.publish(subject, json.dumps(request).encode(), reply=inbox)
                 except nats.errors.Error as exc:  # closed or stale: nats-py reconnects
                     log.debug("partition %d: pull request failed: %s", part.index, exc)
+                    part.pulling = False
                     await asyncio.sleep(0.2)
                     continue
-                await self._read_batch(part, answers, queue)
+                try:
+                    await self._read_batch(part, answers, queue)
+                finally:
+                    part.pulling = False
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
@@ -432,6 +570,7 @@ class JetStreamIngest:
             msg = await queue.get()
             if msg is None:
                 self._unpin(part, "pin refused: another worker has it, or the server forgot ours")
+                self._report()
                 continue
             part.busy = True
             try:
@@ -455,12 +594,13 @@ class JetStreamIngest:
         with contextlib.suppress(nats.errors.Error):
             await msg.respond(b"+ACK")
 
-    def _unpin(self, part: _Partition, why: str) -> None:
+    def _unpin(self, part: _Partition, why: str, level: int = logging.WARNING) -> None:
         """Let the partition's sessions go (their incomplete chunks are the next owner's)."""
         part.served = None
         if not part.sessions:
             return
-        log.warning(
+        log.log(
+            level,
             "worker %s: partition %d lost (%s); closing its %d sessions",
             self.fleet.worker_id, part.index, why, len(part.sessions),
         )  # fmt: skip
@@ -535,9 +675,221 @@ class JetStreamIngest:
                 await asyncio.sleep(0.5)
         log.info(
             "worker %s: pinned on partition %d; replayed %d retained blocks (through stream "
-            "sequence %d) in %.2f s: %d sessions",
+            "sequence %d) in %.2f s: %d sessions (%s)",
             self.fleet.worker_id, part.index, replayed, part.replayed_through,
-            time.monotonic() - started, len(part.sessions),
+            time.monotonic() - started, len(part.sessions), self._why_mine(part),
+        )  # fmt: skip
+        self._report()
+
+    # ------------------------------------------------------------------ balance
+    def _may_pull(self, part: _Partition) -> bool:
+        """Balance: pull the partitions assigned to this worker and those it holds a pin on
+        (until it hands them back); none until the other workers have been heard."""
+        if not self.nats.balance:
+            return True
+        if not self._settled or part.handing_back:
+            return False
+        return part.pin is not None or self._owner.get(part.index) == self.fleet.worker_id
+
+    def _notify(self) -> None:
+        """Wake the pulls waiting on their gate (:meth:`_may_pull`)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _heard(self, msg: Msg) -> None:
+        """A heartbeat (or a goodbye) of a worker on :func:`members_subject`."""
+        try:
+            data = json.loads(msg.data)
+            worker = str(data["worker"])
+        except (ValueError, TypeError, KeyError):
+            return
+        if worker == self.fleet.worker_id or self._stopping:
+            return
+        now = time.monotonic()
+        if data.get("leaving"):
+            self._members.pop(worker, None)
+        else:
+            member = self._members.get(worker)
+            if member is None or now - member.last > self._expiry:
+                member = self._members[worker] = _Member(now)
+            else:
+                member.last = now
+                member.beats += 1
+            member.pulling = bool(data.get("pulling"))
+        self._update_view()
+
+    @property
+    def _expiry(self) -> float:
+        """A worker not heard for this long is gone (s)."""
+        return 3 * self.nats.heartbeat_s
+
+    def _update_view(self) -> None:
+        """Recompute the live workers (this one; others heard twice, the last time within
+        :attr:`_expiry`; none dropped while this worker is cut off from NATS) and, when they
+        changed, the assignment."""
+        nc = self._nc
+        now = time.monotonic()
+        connected = nc is not None and nc.is_connected
+        live = {self.fleet.worker_id}
+        for worker, member in list(self._members.items()):
+            fresh = now - member.last <= self._expiry or not connected
+            if fresh and member.beats >= 2:
+                live.add(worker)
+            elif not fresh:
+                del self._members[worker]
+        view = tuple(sorted(live))
+        if view == self._view and self._owner:
+            return
+        self._view, self._view_at = view, now
+        self._owner = assign_partitions(self.nats.partitions, view, self.nats.stream)
+        mine = sorted(p for p, w in self._owner.items() if w == self.fleet.worker_id)
+        log.info(
+            "worker %s: balance: %d live workers (%s); assigned partitions %s",
+            self.fleet.worker_id, len(view), ", ".join(view), mine,
+        )  # fmt: skip
+        self._notify()
+
+    async def _balance(self, tg: asyncio.TaskGroup) -> None:
+        """Announce this worker every ``heartbeat_s``, keep the live set, and hand back (one at a
+        time) a partition this worker holds that is assigned to another live worker."""
+        nc = self._nc
+        assert nc is not None
+        me = self.fleet.worker_id
+        hb = self.nats.heartbeat_s
+        # Heartbeats come every hb: after 2.5 hb every running worker has been heard twice.
+        settle_at = time.monotonic() + 2.5 * hb
+        while not self._stopping:
+            if not self._settled and time.monotonic() >= settle_at:
+                self._settled = True  # (announced at once: the others may hand back now)
+                self._update_view()
+                self._notify()
+            holds = [part.index for part in self.partitions if part.pin is not None]
+            beat = {"worker": me, "holds": holds, "pulling": self._settled}
+            with contextlib.suppress(nats.errors.Error):
+                await nc.publish(members_subject(self.nats.stream), json.dumps(beat).encode())
+            self._update_view()
+            # hand back only under a live set stable for 2 heartbeats: a worker that stalls
+            # past the expiry and comes back (heard twice) moves nothing among the others
+            stable = time.monotonic() - self._view_at >= 2 * hb
+            if self._settled and stable and (self._handing is None or self._handing.done()):
+                for part in self.partitions:
+                    owner = self._owner.get(part.index, me)
+                    target = self._members.get(owner)
+                    # to a worker that pulls already: its pull is there to take the pin
+                    if part.pin is not None and target is not None and target.pulling:
+                        self._handing = tg.create_task(
+                            self._hand_back(part, owner),
+                            name=f"gazeguard.jetstream.hand_back[{part.index}]",
+                        )
+                        break
+            self._report()
+            wait = hb if self._settled else min(hb, settle_at - time.monotonic())
+            await asyncio.sleep(max(wait, 0.0))
+
+    async def _hand_back(self, part: _Partition, to: str) -> None:
+        """Stop pulling ``part``, finish (and acknowledge) the blocks in hand, let its sessions
+        go, and ask the server to unpin it: the next pull served — the assigned worker's, the
+        only one left pulling it — gets the pin and takes the partition over."""
+        me = self.fleet.worker_id
+        started = time.monotonic()
+        part.handing_back = True
+        try:
+            # the open pull ends within PULL_EXPIRES_NS; its blocks are then processed
+            while (part.pulling or part.behind) and not self._stopping:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            if self._stopping or part.pin is None or self._owner.get(part.index, me) == me:
+                return  # moved meanwhile (refused), or the membership changed: keep it
+            why = (
+                f"balance: {len(self._view)} workers, {self.nats.partitions} partitions; "
+                f"assigned to worker {to}"
+            )
+            self._unpin(part, f"handed back ({why})", logging.INFO)
+            part.pin = None
+            unpinned = await self._request_unpin(part)
+            self.handed_back += 1
+            log.info(
+                "worker %s: partition %d handed to worker %s (%s) in %.2f s%s",
+                me, part.index, to, why, time.monotonic() - started,
+                "" if unpinned else "; the server kept the pin: it moves after pin_timeout_s",
+            )  # fmt: skip
+        finally:
+            part.handing_back = False
+            self._notify()
+            self._report()
+
+    async def _request_unpin(self, part: _Partition, wait_s: float = 2.0) -> bool:
+        """``$JS.API.CONSUMER.UNPIN`` (nats-server ≥ 2.11) for ``part``'s group: the server
+        forgets the pin, and serves the next pull request without one. ``False``: refused or
+        unanswered (the pin then moves after ``pin_timeout_s`` without pulls)."""
+        nc = self._nc
+        assert nc is not None
+        subject = f"$JS.API.CONSUMER.UNPIN.{self.nats.stream}.{consumer_name(part.index)}"
+        try:
+            reply = await nc.request(
+                subject, json.dumps({"group": self.nats.group}).encode(), timeout=wait_s
+            )
+            answer = json.loads(reply.data)
+        except (nats.errors.Error, TimeoutError, ValueError) as exc:
+            log.warning(
+                "worker %s: unpinning partition %d failed: %s",
+                self.fleet.worker_id, part.index, str(exc) or type(exc).__name__,
+            )  # fmt: skip
+            return False
+        if "error" in answer:
+            log.warning(
+                "worker %s: the server refused to unpin partition %d: %s",
+                self.fleet.worker_id, part.index, answer["error"],
+            )  # fmt: skip
+            return False
+        return True
+
+    async def _leave(self) -> None:
+        """A graceful stop: say goodbye (the others drop this worker at once) and unpin the
+        partitions this worker held (their sessions are closed), so that their assigned
+        workers take them over now rather than after ``pin_timeout_s``."""
+        nc = self._nc
+        assert nc is not None
+        bye = json.dumps({"worker": self.fleet.worker_id, "leaving": True}).encode()
+        held = [part for part in self.partitions if part.pin is not None]
+        for part in held:
+            part.pin = None
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await nc.publish(members_subject(self.nats.stream), bye)
+            await asyncio.wait_for(
+                asyncio.gather(*(self._request_unpin(part, 1.0) for part in held)), 2.0
+            )
+
+    def _why_mine(self, part: _Partition) -> str:
+        """Why this worker was pinned on ``part`` (the take-over's log line)."""
+        if not self.nats.balance:
+            return "first puller served; balance off"
+        owner = self._owner.get(part.index)
+        if owner == self.fleet.worker_id:
+            return (
+                f"balance: assigned to this worker, {len(self._view)} workers, "
+                f"{self.nats.partitions} partitions"
+            )
+        return f"held on; balance assigns it to worker {owner}"
+
+    def _report(self) -> None:
+        """Log the partitions held (taken over) and assigned, when they change and the pulls
+        agree with the assignment (no pull open on a partition this worker may not pull)."""
+        if not self.nats.balance:
+            return
+        me = self.fleet.worker_id
+        steady = self._settled and not any(
+            part.handing_back or (part.pulling and not self._may_pull(part))
+            for part in self.partitions
+        )
+        held = sorted(part.index for part in self.partitions if part.served is not None)
+        mine = sorted(p for p, w in self._owner.items() if w == me)
+        state = (tuple(held), tuple(mine), self._view)
+        if not steady or state == self._reported:
+            return
+        self._reported = state
+        log.info(
+            "worker %s: holds partitions %s; assigned %s (balance: %d workers, %d partitions)",
+            me, held, mine, len(self._view), self.nats.partitions,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ blocks

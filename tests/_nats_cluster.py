@@ -277,6 +277,38 @@ async def partitions_of(nc: nats.NATS) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------------------ workers
+#: A worker's balance report (logged when what it holds or is assigned changes, its pulls agree).
+BALANCE = re.compile(
+    r"holds partitions \[([\d, ]*)\]; assigned \[([\d, ]*)\] \(balance: (\d+) workers"
+)
+
+
+def balance_report(text: str) -> tuple[set[int], set[int], int] | None:
+    """A worker log's last balance report: (partitions held, assigned, live workers)."""
+    found = BALANCE.findall(text)
+    if not found:
+        return None
+
+    def parse(t: str) -> set[int]:
+        return {int(x) for x in t.split(",") if x.strip()}
+
+    held, assigned, n = found[-1]
+    return parse(held), parse(assigned), int(n)
+
+
+def balanced(texts: Sequence[str], partitions: int, *, held: bool = False) -> bool:
+    """The workers (their logs) agree there are ``len(texts)`` of them, their assignments split
+    the partitions, and each holds only partitions assigned to it (``held``: all of them)."""
+    reports = [balance_report(t) for t in texts]
+    if any(r is None or r[2] != len(texts) for r in reports):
+        return False
+    done = [r for r in reports if r is not None]
+    assigned = [r[1] for r in done]
+    if sum(map(len, assigned)) != partitions or set().union(*assigned) != set(range(partitions)):
+        return False
+    return all(r[0] == r[1] if held else r[0] <= r[1] for r in done)
+
+
 class WorkerProc:
     """A ``gazeguard -v run --fleet --source jetstream`` process logging to its own file."""
 
@@ -608,7 +640,9 @@ def cluster_scenario(
                 if w.proc.poll() is not None:
                     msg = f"worker {w.n} exited ({w.proc.returncode}):\n{w.text()}"
                     raise AssertionError(msg)
-            return all(w.ready() for w in procs)
+            # and settled (balance): the first blocks go to the assigned workers, no hand-back
+            ready = all(w.ready() for w in procs)
+            return ready and balanced([w.text() for w in procs], partitions)
 
         await poll(ready, 60, "workers ready")
         async with admin(urls) as nc:
