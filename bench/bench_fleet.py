@@ -376,7 +376,7 @@ COMPONENTS = (
     ("pydantic", "chunk message (pydantic, JSON)"),
     ("json/", "chunk message (pydantic, JSON)"),
     ("gazeguard/fleet.py", "fleet: raw block decode, dispatch"),
-    ("gazeguard/jetstream.py", "fleet: raw block decode, dispatch"),
+    ("gazeguard/jetstream/", "fleet: raw block decode, dispatch"),
     ("gazeguard/rawgaze.py", "fleet: raw block decode, dispatch"),
     ("nats/", "NATS client (nats-py)"),
     ("gazeguard/pipeline.py", "pipeline glue"),

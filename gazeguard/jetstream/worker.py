@@ -1,163 +1,15 @@
-"""Fleet raw-gaze ingest on NATS JetStream (issue 17): the engine decides ownership.
-
-``ingest.source = "jetstream"`` (fleet mode; nats-py, the ``fleet`` extra), the fleet's one way
-in for raw gaze from devices on other hosts (the MQTT claim protocol it replaced was retired in
-step 2). Raw gaze is on this wire: trusted network, TLS, one credential per device (publish on
-its own subjects, replies on its own inbox: :class:`JetStreamSender`) and per worker.
-
-**Devices** (:class:`JetStreamSender`) publish gaze blocks in the GGR1 format
-(:mod:`gazeguard.rawgaze`) on ``{prefix}.{device}.{session}`` with JetStream
-acknowledgements; a ``Nats-Msg-Id`` per block lets the server drop a block sent twice (a publish
-retried after a lost acknowledgement). Optional headers: ``Gazeguard-Unix-Offset`` (Unix time
-minus the blocks' timestamps on the device's host, s) and ``Gazeguard-Now`` (the blocks' clock
-when the block left, s: workers measure "ahead of the clock" from it, not from the two hosts'
-Unix clocks).
-
-**The stream** (``fleet.nats.stream``, file storage) captures ``{prefix}.*.*`` and keeps the
-last ``fleet.nats.max_age_s`` seconds. Its ``subject_transform`` partitions the sessions:
-``{prefix}.D.S`` is stored as ``{prefix}.part.{p}.D.S`` with ``p = partition(P, 1, 2)``, the
-server's own deterministic hash of the device and session tokens. Why the server's mapping and not
-per-partition filters computed by a hash here: every client (workers of any version, other
-languages, ``nats`` CLI) then agrees on the partition of a session by construction, devices need
-not know P, and the server (≥ 2.10; the installed one is tested) does it on the ingest path.
-Changing P re-maps the *new* blocks of live sessions: change it between runs only.
-
-**Partitions → workers.** Each partition ``p`` has a durable pull consumer ``part-{p}`` with a
-priority group (``fleet.nats.group``) under ``priority_policy = "pinned_client"``: the server
-pins one pulling worker per partition and, when that worker has not pulled for
-``fleet.nats.pin_timeout_s`` (dead, or stalled), hands the pin to another puller (the next pull
-of the old one is refused with status 423). A SIGKILLed worker's pin moved after that timeout on
-the installed server (measured: 5.5 s between the dead worker's last charge and the new one's
-first at the default 5 s), not at the disconnect: the timeout is the failover time, traded
-against spurious moves when a worker stalls (harmless, if costly: a replay). nats-py (2.16) has
-no API for priority groups, so the consumers are created with ``$JS.API.CONSUMER.CREATE`` and
-pulled with ``$JS.API.CONSUMER.MSG.NEXT`` requests carrying ``group`` and, once pinned, the
-``Nats-Pin-Id`` the server handed out as ``id`` (as ``bench/spike_jetstream_pinned.py``).
-
-**Worker.** For each block of a partition it is pinned on, the worker opens the session
-``{device}.{session}`` (a :class:`~gazeguard.pipeline.Pipeline` of its
-:class:`~gazeguard.fleet.Fleet`), drops samples stamped ahead of the clock or not after the
-session's newest one, feeds and releases, then acknowledges the block. The ledger stays the
-arbiter: a chunk index is charged once.
-
-**Takeover.** When a worker is newly pinned on a partition it first *replays* the partition's
-retained blocks (an ephemeral, unacknowledged consumer over everything the stream still holds
-for it, to the end at that moment), then pulls from the durable consumer; blocks the durable
-consumer delivers that the replay already covered (stream sequence ≤ the replay's end) are
-acknowledged unread. Each session re-opened by the replay continues the ledger's chunk numbering
-and sets :attr:`Pipeline.resume_after` to the sample time of its last charged chunk (plus half a
-step): the replayed gaze up to there only rebuilds the feature window, and the feature vectors
-after it — including those of the incomplete chunk the dead worker never charged — are chunked
-and charged. What is rebuilt: the feature window and the incomplete chunk, from the last
-``max_age_s`` seconds of gaze (so ``max_age_s`` ≥ the feature window). What is not: gaze older
-than ``max_age_s`` (a partition unowned longer than that loses it), the old grid's alignment
-(the new feature steps start at the first replayed sample: at the cut, at most half a step of
-vectors is skipped), cohort aggregates and private labels of replayed gaze (not re-fed), and
-the step counters of the dead worker. A worker that was paused rather than dead and still holds
-sessions of a partition whose pin moved closes them on its next (refused) pull; any chunk it
-charged meanwhile is refused to the other by the ledger's one-charge-per-index rule.
-
-**Servers that die.** Pins live in the memory of the consumer's leader: a restarted server, or
-a new consumer leader after its server died, has forgotten them. The pinned worker's next pull is
-refused (423); it lets the partition go (closes its sessions: their incomplete chunks are
-dropped), is pinned again on a later pull and takes the partition over through a replay, as
-above. A replay the server stops answering mid-way (a stall, a restart, an election) resumes
-after its last block. Devices retry a publish until the stream acknowledges it, including while
-a cluster elects a new stream leader. On a cluster, list every server in ``fleet.nats.servers``
-and set ``fleet.nats.replicas = 3`` (stream and consumers).
-
-A session silent for ``fleet.idle_timeout_s`` is closed; if its device resumes, the session is
-opened again without a replay (its window starts empty). Time the worker itself was behind
-(frozen, or with the partition's blocks still in its hands) is not silence (:meth:`_sweep`).
-
-**Balance** (``fleet.nats.balance``, on by default). The server alone pins a partition on
-whichever worker's pull request it serves first and never moves a pin while its worker keeps
-pulling: with two workers started together, one was pinned on all 4 partitions in 2 of 3
-trials, and a worker that joined later got nothing. So the workers spread the partitions
-themselves, and the server still decides exclusivity (one pin per partition):
-
-* *Membership.* Every worker publishes a heartbeat on core NATS subject
-  ``gazeguard.workers.{stream}`` every ``fleet.nats.heartbeat_s`` (1 s): its id, the partitions
-  it holds, and whether it pulls yet. Another worker counts once heard twice (a worker that
-  flaps does not move partitions at its first beat) and is dropped after 3 heartbeats unheard,
-  or at once when it says goodbye (a graceful stop). Nobody is dropped while this worker is cut
-  off from NATS, and an outage (a server restart, a reconnect to another node) restarts the
-  clocks: every worker was as deaf as this one. Core NATS rather than a KV bucket: nothing is
-  stored, so nothing to repair after a restart or on a cluster (subscriptions follow routes).
-* *Assignment.* Every worker computes the same map from the same live set
-  (:func:`assign_partitions`): rendezvous (highest-random-weight) hashing with bounded loads,
-  ``P // N`` or ``P // N + 1`` partitions each (plain rendezvous spreads 4 partitions 2–2 over 2
-  workers 6 times in 16). It is stable while the set is; a join moves the newcomer's share
-  plus, the loads being bounded, some partitions among the others: 1.2–1.5 times the share on
-  average (500 random id sets: 4 partitions, 2 → 3 workers, 1.77 moves for a share of 1.32; 8
-  partitions 3.48 for 2.91; 16 partitions, 4 → 5 workers, 4.82 for 3.24; seen in the tests: 1–3
-  moves for a share of 1–2). Each move is a hand-back and a replay; a history-free map keeps
-  every worker's view consistent, which a map minimising moves against the current pins would
-  not.
-* *Pulling.* A worker pulls only the partitions assigned to it and those it still holds a pin
-  on, and none until it has heard the others (2.5 heartbeats after it starts: a worker starting
-  next to others does not grab what they are assigned). A pull without the pin's id never takes
-  a held pin (verified: it expires unserved), so an assigned worker waits, pulling, until the
-  pin is free.
-* *Hand-back.* A worker holding the pin of a partition assigned to another live worker that
-  pulls already — one partition at a time, one per heartbeat, and only once the live set has
-  not changed for 2 heartbeats (a worker stalled past the expiry that comes back within that
-  moves nothing among the others) — stops pulling it, processes and
-  acknowledges the blocks in its hands, lets its sessions go (:meth:`_unpin`: the incomplete
-  chunks are the next owner's) and asks the server to unpin it
-  (``$JS.API.CONSUMER.UNPIN.{stream}.part-{p}``, body ``{"group": …}``, nats-server ≥ 2.11;
-  verified on 2.15.1: the pin is cleared, the old id's next pull is refused with 423, the
-  waiting pull of the assigned worker is served the next block and pinned). If the server
-  refuses or does not answer, the pin moves after ``pin_timeout_s`` without pulls instead. The
-  assigned worker takes the partition over by the replay above. Measured (the join tests, 5
-  runs each, a loaded 2-core machine): hand-back decision to unpin 0.02–0.48 s (an open pull
-  runs out first: ≤ 0.5 s), unpin to the new owner's take-over done 0.46–1.08 s (the replay of
-  300–390 retained blocks, 10–13 s of gaze of 2 sessions). ``bench/bench_fleet.py`` with 2
-  workers, 8 partitions and 16 sessions: 4 partitions and 8 sessions per worker (before
-  balancing: sessions per worker [0, 10]).
-* *Failover.* A dead worker is dropped after 3 heartbeats; its partitions are then assigned to
-  the survivors, whose pulls get the pins when ``pin_timeout_s`` expires (keep
-  ``3 × heartbeat_s ≤ pin_timeout_s``: the failover time is unchanged). A worker stopped
-  gracefully says goodbye and unpins its partitions: they move at once.
-
-What it does not do: weigh partitions by their sessions (a partition is the unit; more
-partitions than workers spread sessions better), or notice a worker that heartbeats but cannot
-pull (its partitions wait for it); a worker with ``balance`` off (or of an older version)
-pulls everything and is not counted: mixing them spreads nothing.
-
-Tested (``tests/test_jetstream.py``, one ``nats-server``): one worker with several devices and
-partitions; two workers on two partitions; two workers started together on four (2–2); a worker
-joining one (2–2) and two (2–1–1) mid-stream; the pinned worker SIGKILLed mid-stream; a worker
-frozen past the idle timeout, and one behind on its charges; gaze dated on the device's clock;
-gaze ahead of the clock; cohort aggregates; ``gazeguard forward``; TLS with per-device
-credentials that may not read other sessions' gaze. ``tests/test_jetstream_cluster.py``: the
-server stopped (SIGTERM) and killed (SIGKILL) mid-stream and started again on its store; a
-takeover replay stalled by the server (SIGSTOP); a 3-node cluster on loopback (R3) losing the
-pinned worker, then the server leading the stream and the pinned partition's consumer, both
-restarted: no sample lost, no chunk charged twice, no feature step lost. Failover there (and
-``bench/fleet_cluster.py``; a loaded 2-core machine): a killed worker 5.3–7.6 s
-(``pin_timeout_s`` plus the replay); a killed server that led the stream and the consumer
-5.7–10.8 s until every session was charged gaze sent after the kill (the consumer's election,
-~4 s, then its refused pin; the replay's consumer is created by the JetStream meta leader, so
-when that server led the meta group too the replay also waits for that election; then the
-replay; publishes waited 5.1–9.2 s). Not tested yet: throughput beyond a dozen sessions, a
-worker started while the cluster has no JetStream leader (creating the stream fails: it exits).
-"""
+"""The worker side of JetStream raw-gaze ingest: pull the partitions pinned on this worker, take
+them over by a replay, balance them over live workers (see :mod:`gazeguard.jetstream`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
-import math
-import re
-import ssl
 import time
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import nats
 import nats.errors
@@ -167,18 +19,24 @@ from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
-    StorageType,
-    StreamConfig,
-    SubjectTransform,
 )
 
-from gazeguard.errors import ConfigError, PublishError, StreamError
-from gazeguard.rawgaze import decode_gaze, encode_gaze
+from gazeguard.errors import StreamError
+from gazeguard.jetstream.balance import Member, assign_partitions, members_subject
+from gazeguard.jetstream.wire import (
+    NOW_HEADER,
+    UNIX_OFFSET_HEADER,
+    connect_options,
+    consumer_name,
+    ensure_consumers,
+    ensure_stream,
+    header_float,
+    partition_subject,
+)
+from gazeguard.rawgaze import decode_gaze
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
-
     from nats.aio.client import Client
     from nats.aio.msg import Msg
     from nats.js.client import JetStreamContext
@@ -186,197 +44,14 @@ if TYPE_CHECKING:
     from gazeguard.config import NatsSettings, Settings
     from gazeguard.fleet import Fleet, _Session
 
+
 log = logging.getLogger(__name__)
 
-#: Headers a device may set on a block (see the module docstring).
-UNIX_OFFSET_HEADER = "Gazeguard-Unix-Offset"
-NOW_HEADER = "Gazeguard-Now"
-#: One subject token: a device or session id.
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 #: A pull request: at most this many blocks, expiring after this long (ns).
 PULL_BATCH = 64
+
+
 PULL_EXPIRES_NS = 500_000_000
-
-
-def gaze_subject(prefix: str, device: str, session: str) -> str:
-    """The subject a device publishes ``session``'s gaze on.
-
-    Raises:
-        StreamError: ``device`` or ``session`` is not one subject token (letters, digits,
-            ``_``, ``-``).
-    """
-    for name, value in (("device", device), ("session", session)):
-        if not _TOKEN.match(value):
-            msg = f"{name} {value!r} is not one NATS subject token (letters, digits, _ and -)"
-            raise StreamError(msg)
-    return f"{prefix}.{device}.{session}"
-
-
-def partition_subject(prefix: str, partition: int | str) -> str:
-    """The stored subjects of one partition (``"*"``: of all), as consumers filter them."""
-    return f"{prefix}.part.{partition}.>"
-
-
-def stream_config(nats_settings: NatsSettings) -> StreamConfig:
-    """The raw gaze stream: ``{prefix}.*.*`` kept ``max_age_s``, partitioned by the server."""
-    prefix, p = nats_settings.subject_prefix, nats_settings.partitions
-    return StreamConfig(
-        name=nats_settings.stream,
-        subjects=[f"{prefix}.*.*"],
-        storage=StorageType.FILE,
-        max_age=nats_settings.max_age_s,
-        num_replicas=nats_settings.replicas,
-        subject_transform=SubjectTransform(
-            src=f"{prefix}.*.*",
-            dest=f"{prefix}.part.{{{{partition({p},1,2)}}}}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}",
-        ),
-    )
-
-
-def consumer_name(partition: int) -> str:
-    """The durable consumer of ``partition``."""
-    return f"part-{partition}"
-
-
-def members_subject(stream: str) -> str:
-    """The core NATS subject the workers of ``stream`` announce themselves on (balance)."""
-    return f"gazeguard.workers.{stream}"
-
-
-def _weight(salt: str, partition: int, worker: str) -> int:
-    digest = hashlib.blake2b(f"{salt}\0{partition}\0{worker}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
-def assign_partitions(partitions: int, workers: Iterable[str], salt: str = "") -> dict[int, str]:
-    """Partition → its assigned worker: rendezvous hashing with bounded loads.
-
-    Every (partition, worker) pair gets a pseudo-random weight (a hash of ``salt``, the partition
-    and the worker id); pairs are taken heaviest first, a partition going to the worker of its
-    heaviest pair that still has room: first ``P // N`` partitions each, then one more for the
-    ``P % N`` partitions left. So every worker gets ``P // N`` or ``P // N + 1`` partitions (plain
-    rendezvous hashing spreads 4 partitions 2–2 over 2 workers only 6 times in 16), every worker
-    computes the same map from the same set of ids, and a worker joining or leaving moves few
-    partitions besides its own share (the heaviest pairs keep their partitions).
-    """
-    live = sorted(set(workers))
-    if not live:
-        return {}
-    pairs = sorted(
-        ((_weight(salt, p, w), p, w) for p in range(partitions) for w in live), reverse=True
-    )
-    base = partitions // len(live)
-    owner: dict[int, str] = {}
-    load = dict.fromkeys(live, 0)
-    for room in (base, base + 1):
-        for _, p, w in pairs:
-            if p not in owner and load[w] < room:
-                owner[p] = w
-                load[w] += 1
-    return owner
-
-
-def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
-    """Keyword arguments of :func:`nats.connect` for ``fleet.nats`` (login, TLS, reconnects).
-
-    Raises:
-        ConfigError: a TLS file that cannot be loaded.
-    """
-
-    async def on_error(exc: Exception) -> None:
-        # nats-py's default logs every error with its traceback at ERROR: a server outage wrote
-        # one per reconnect attempt (two a second). One line each; failed attempts at DEBUG.
-        attempt = isinstance(exc, ConnectionRefusedError | TimeoutError)
-        level = logging.DEBUG if attempt else logging.WARNING
-        log.log(level, "%s: NATS: %s", name, str(exc) or type(exc).__name__)
-
-    async def on_reconnect() -> None:
-        log.info("%s: reconnected to NATS", name)
-
-    opts: dict[str, Any] = {
-        "servers": list(nats_settings.servers),
-        "name": name,
-        "max_reconnect_attempts": -1,  # forever: an outage is waited out, blocks buffered
-        "reconnect_time_wait": 0.5,
-        "connect_timeout": 2,
-        "error_cb": on_error,
-        "reconnected_cb": on_reconnect,
-    }
-    if nats_settings.creds_file is not None:
-        opts["user_credentials"] = str(nats_settings.creds_file)
-    if nats_settings.user is not None:
-        opts["user"] = nats_settings.user
-        if nats_settings.password is not None:
-            opts["password"] = nats_settings.password.get_secret_value()
-    tls_wanted = nats_settings.tls_ca_file is not None or nats_settings.tls_cert_file is not None
-    if tls_wanted or any(s.startswith("tls://") for s in nats_settings.servers):
-        try:
-            ctx = ssl.create_default_context(
-                cafile=None if nats_settings.tls_ca_file is None else str(nats_settings.tls_ca_file)
-            )
-            if nats_settings.tls_cert_file is not None:
-                ctx.load_cert_chain(
-                    str(nats_settings.tls_cert_file),
-                    None if nats_settings.tls_key_file is None else str(nats_settings.tls_key_file),
-                )
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                "fleet.nats.tls_ca_file", None, f"cannot load TLS files: {exc}"
-            ) from exc
-        opts["tls"] = ctx
-    return opts
-
-
-async def ensure_stream(js: JetStreamContext, nats_settings: NatsSettings) -> None:
-    """Create the raw gaze stream, or bring an existing one to this configuration."""
-    config = stream_config(nats_settings)
-    try:
-        await js.add_stream(config)
-    except nats.js.errors.BadRequestError:  # exists with another configuration
-        await js.update_stream(config)
-
-
-async def ensure_consumers(nc: Client, nats_settings: NatsSettings) -> None:
-    """Create (or update) the durable pinned-client consumer of every partition.
-
-    Raises:
-        StreamError: the server refused one (e.g. older than 2.11: no priority groups).
-    """
-    for p in range(nats_settings.partitions):
-        name = consumer_name(p)
-        config = {
-            "durable_name": name,
-            "filter_subject": partition_subject(nats_settings.subject_prefix, p),
-            "ack_policy": "explicit",
-            "ack_wait": int(nats_settings.ack_wait_s * 1e9),
-            "max_ack_pending": 1000,
-            "deliver_policy": "all",
-            "num_replicas": nats_settings.replicas,
-            "priority_groups": [nats_settings.group],
-            "priority_policy": "pinned_client",
-            "priority_timeout": int(nats_settings.pin_timeout_s * 1e9),
-        }
-        reply = await nc.request(
-            f"$JS.API.CONSUMER.CREATE.{nats_settings.stream}.{name}",
-            json.dumps({"stream_name": nats_settings.stream, "config": config}).encode(),
-            timeout=5,
-        )
-        answer = json.loads(reply.data)
-        if "error" in answer:
-            msg = f"JetStream refused consumer {name}: {answer['error']}"
-            raise StreamError(msg)
-        if answer.get("config", {}).get("priority_policy") != "pinned_client":
-            msg = f"consumer {name}: the server ignores priority groups (needs nats-server ≥ 2.11)"
-            raise StreamError(msg)
-
-
-@dataclass
-class _Member:
-    """Another worker, as heard on :func:`members_subject` (balance)."""
-
-    last: float  # monotonic time of its last heartbeat
-    beats: int = 1  # heartbeats heard since it was last absent
-    pulling: bool = False  # it pulls its assigned partitions (it has heard the others)
 
 
 @dataclass
@@ -419,7 +94,7 @@ class JetStreamIngest:
         self._js: JetStreamContext | None = None
         self._stopping = False  # every loop ends at its next turn (see _pull)
         # balance: the other workers heard, the live set, its assignment (partition → worker)
-        self._members: dict[str, _Member] = {}
+        self._members: dict[str, Member] = {}
         self._view: tuple[str, ...] = (self.fleet.worker_id,)
         self._view_at = time.monotonic()  # when the live set last changed
         self._owner: dict[int, str] = {}
@@ -711,7 +386,7 @@ class JetStreamIngest:
         else:
             member = self._members.get(worker)
             if member is None or now - member.last > self._expiry:
-                member = self._members[worker] = _Member(now)
+                member = self._members[worker] = Member(now)
             else:
                 member.last = now
                 member.beats += 1
@@ -904,7 +579,7 @@ class JetStreamIngest:
         if entry is None:
             return key, None
         part.sessions.add(key)
-        offset = _header_float(msg, UNIX_OFFSET_HEADER)
+        offset = header_float(msg, UNIX_OFFSET_HEADER)
         if offset is not None:
             entry.pipeline.clock_offset_s = offset
         charged = self.fleet.ledger.charges(key)
@@ -934,7 +609,7 @@ class JetStreamIngest:
         if len(block) and block.timestamps[-1] <= entry.last_t:
             self.duplicate_blocks += 1  # delivered again: every sample is held already
             return
-        block = self._drop_future(entry, key, block, _header_float(msg, NOW_HEADER))
+        block = self._drop_future(entry, key, block, header_float(msg, NOW_HEADER))
         t = block.timestamps
         keep = t > np.maximum.accumulate(np.concatenate(([entry.last_t], t[:-1])))
         if not keep.all():
@@ -1010,151 +685,3 @@ def _select(block: GazeSamples, idx: np.ndarray) -> GazeSamples:
         block.timestamps[idx], block.x_deg[idx], block.y_deg[idx], block.pupil_mm[idx],
         block.valid[idx],
     )  # fmt: skip
-
-
-def _header_float(msg: Msg, name: str) -> float | None:
-    """A finite float header, else ``None`` (absent or malformed: ignored)."""
-    raw = (msg.headers or {}).get(name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-#: A JetStream publish that failed with one of these may succeed later: send it again.
-#: ``NoStreamResponseError`` is nats-py's "no responders" on a JetStream publish (nobody serves
-#: the stream's subjects right now), ``ServiceUnavailableError`` a 503 answer (no stream leader).
-_PUBLISH_AGAIN = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.js.errors.NoStreamResponseError,
-    nats.js.errors.ServiceUnavailableError,
-    TimeoutError,
-)
-
-
-class JetStreamSender:
-    """Device side of JetStream raw-gaze ingest: publish blocks with JetStream acknowledgements.
-
-    ``async with JetStreamSender(nats_settings, "hmd-7", "s1") as sender:
-    await sender.send(block)``. There is no claim: the server's partitioning and pinning decide
-    which worker reads the session. nats-py reconnects (forever) and buffers what is published
-    meanwhile; a publish whose acknowledgement does not come within ``ack_timeout_s``, or that
-    nobody answers or JetStream refuses as unavailable for now (the stream has no leader: a
-    cluster electing one after its leader's server died), is retried (same ``Nats-Msg-Id``: the
-    stream keeps one copy) until it is acknowledged, unless the server refused it for this
-    credential (a permissions violation): then :meth:`send` raises.
-
-    Its replies (the stream's acknowledgements) come on ``_INBOX.{device}.…``, so a device's
-    credential needs no more than: publish ``{prefix}.{device}.>``, subscribe
-    ``_INBOX.{device}.>`` — not ``_INBOX.>``, through which it could read the gaze of every
-    session delivered to the workers (README: Fleets, trust boundary).
-
-    Args:
-        nats_settings: servers, login, TLS, stream and subject prefix (``fleet.nats``).
-        device, session: identity of the session (one subject token each).
-        ack_timeout_s: wait this long for the stream's acknowledgement before retrying, s.
-        unix_offset: returns Unix time minus the blocks' timestamps, s (sent as a header so a
-            worker on another host dates the gaze correctly); ``None``: not sent.
-        clock: returns the blocks' clock now, s (header; workers drop gaze stamped ahead of
-            it); ``None``: not sent.
-
-    Raises:
-        StreamError: ``device`` or ``session`` is not one subject token.
-    """
-
-    def __init__(
-        self,
-        nats_settings: NatsSettings,
-        device: str,
-        session: str,
-        *,
-        ack_timeout_s: float = 2.0,
-        unix_offset: Callable[[], float] | None = None,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
-        self.subject = gaze_subject(nats_settings.subject_prefix, device, session)
-        self.nats = nats_settings
-        self.ack_timeout_s = ack_timeout_s
-        self.unix_offset = unix_offset
-        self.clock = clock
-        self.reconnects = 0
-        self.retries = 0  # publishes sent again after a missing acknowledgement
-        self.inbox_prefix = f"_INBOX.{device}"
-        self._name = f"gazeguard-device-{device}-{session}"
-        self._refused: str | None = None  # the server's permissions violation for our subject
-        self._nc: Client | None = None
-        self._js: JetStreamContext | None = None
-
-    async def __aenter__(self) -> Self:
-        opts = connect_options(self.nats, self._name)
-        logged, log_error = opts["reconnected_cb"], opts["error_cb"]
-
-        async def reconnected() -> None:
-            self.reconnects += 1
-            await logged()
-
-        async def error(exc: Exception) -> None:
-            text = str(exc)
-            said = text.lower()  # nats-py lowers the server's message
-            if "permissions violation" in said and f'"{self.subject.lower()}"' in said:
-                self._refused = text
-            await log_error(exc)
-
-        try:
-            self._nc = await nats.connect(
-                **{**opts, "reconnected_cb": reconnected, "error_cb": error},
-                inbox_prefix=self.inbox_prefix,
-            )
-        except (nats.errors.Error, OSError) as exc:
-            msg = f"cannot reach NATS at {', '.join(self.nats.servers)}: {exc}"
-            raise PublishError(msg) from exc
-        self._js = self._nc.jetstream()
-        return self
-
-    async def send(self, block: GazeSamples) -> None:
-        """Publish one block and wait for the stream to acknowledge it (retrying meanwhile).
-
-        Raises:
-            PublishError: the server refused publishing on this session's subject for this
-                credential.
-        """
-        js = self._js
-        assert js is not None, "use JetStreamSender as an async context manager"
-        last = float(block.timestamps[-1]) if len(block) else -math.inf
-        headers = {"Nats-Msg-Id": f"{self.subject}@{last!r}"}
-        if self.unix_offset is not None:
-            headers[UNIX_OFFSET_HEADER] = repr(self.unix_offset())
-        if self.clock is not None:
-            headers[NOW_HEADER] = repr(self.clock())
-        payload = encode_gaze(block)
-        attempt = 0
-        while True:
-            if self._refused is not None:
-                msg = (
-                    f"NATS refused this device's publish on {self.subject} ({self._refused}): "
-                    f"its credential must allow publishing on {self.subject}"
-                )
-                raise PublishError(msg)
-            try:
-                await js.publish(self.subject, payload, timeout=self.ack_timeout_s, headers=headers)
-                return
-            except _PUBLISH_AGAIN as exc:
-                attempt += 1
-                self.retries += 1
-                log.debug("%s: publish not acknowledged (%s); retrying", self.subject, exc)
-                await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        nc, self._nc, self._js = self._nc, None, None
-        if nc is not None:
-            with contextlib.suppress(nats.errors.Error, TimeoutError):
-                await nc.drain()

@@ -1,0 +1,188 @@
+"""JetStream wire of the fleet: subjects, the stream and its partition consumers, connection
+options and the headers devices set (see :mod:`gazeguard.jetstream`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import ssl
+from typing import TYPE_CHECKING, Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js.api import (
+    StorageType,
+    StreamConfig,
+    SubjectTransform,
+)
+
+from gazeguard.errors import ConfigError, StreamError
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
+    from nats.js.client import JetStreamContext
+
+    from gazeguard.config import NatsSettings
+
+
+log = logging.getLogger(__name__)
+
+#: Headers a device may set on a block (see the module docstring).
+UNIX_OFFSET_HEADER = "Gazeguard-Unix-Offset"
+
+
+NOW_HEADER = "Gazeguard-Now"
+
+
+#: One subject token: a device or session id.
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def gaze_subject(prefix: str, device: str, session: str) -> str:
+    """The subject a device publishes ``session``'s gaze on.
+
+    Raises:
+        StreamError: ``device`` or ``session`` is not one subject token (letters, digits,
+            ``_``, ``-``).
+    """
+    for name, value in (("device", device), ("session", session)):
+        if not _TOKEN.match(value):
+            msg = f"{name} {value!r} is not one NATS subject token (letters, digits, _ and -)"
+            raise StreamError(msg)
+    return f"{prefix}.{device}.{session}"
+
+
+def partition_subject(prefix: str, partition: int | str) -> str:
+    """The stored subjects of one partition (``"*"``: of all), as consumers filter them."""
+    return f"{prefix}.part.{partition}.>"
+
+
+def stream_config(nats_settings: NatsSettings) -> StreamConfig:
+    """The raw gaze stream: ``{prefix}.*.*`` kept ``max_age_s``, partitioned by the server."""
+    prefix, p = nats_settings.subject_prefix, nats_settings.partitions
+    return StreamConfig(
+        name=nats_settings.stream,
+        subjects=[f"{prefix}.*.*"],
+        storage=StorageType.FILE,
+        max_age=nats_settings.max_age_s,
+        num_replicas=nats_settings.replicas,
+        subject_transform=SubjectTransform(
+            src=f"{prefix}.*.*",
+            dest=f"{prefix}.part.{{{{partition({p},1,2)}}}}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}",
+        ),
+    )
+
+
+def consumer_name(partition: int) -> str:
+    """The durable consumer of ``partition``."""
+    return f"part-{partition}"
+
+
+def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
+    """Keyword arguments of :func:`nats.connect` for ``fleet.nats`` (login, TLS, reconnects).
+
+    Raises:
+        ConfigError: a TLS file that cannot be loaded.
+    """
+
+    async def on_error(exc: Exception) -> None:
+        # nats-py's default logs every error with its traceback at ERROR: a server outage wrote
+        # one per reconnect attempt (two a second). One line each; failed attempts at DEBUG.
+        attempt = isinstance(exc, ConnectionRefusedError | TimeoutError)
+        level = logging.DEBUG if attempt else logging.WARNING
+        log.log(level, "%s: NATS: %s", name, str(exc) or type(exc).__name__)
+
+    async def on_reconnect() -> None:
+        log.info("%s: reconnected to NATS", name)
+
+    opts: dict[str, Any] = {
+        "servers": list(nats_settings.servers),
+        "name": name,
+        "max_reconnect_attempts": -1,  # forever: an outage is waited out, blocks buffered
+        "reconnect_time_wait": 0.5,
+        "connect_timeout": 2,
+        "error_cb": on_error,
+        "reconnected_cb": on_reconnect,
+    }
+    if nats_settings.creds_file is not None:
+        opts["user_credentials"] = str(nats_settings.creds_file)
+    if nats_settings.user is not None:
+        opts["user"] = nats_settings.user
+        if nats_settings.password is not None:
+            opts["password"] = nats_settings.password.get_secret_value()
+    tls_wanted = nats_settings.tls_ca_file is not None or nats_settings.tls_cert_file is not None
+    if tls_wanted or any(s.startswith("tls://") for s in nats_settings.servers):
+        try:
+            ctx = ssl.create_default_context(
+                cafile=None if nats_settings.tls_ca_file is None else str(nats_settings.tls_ca_file)
+            )
+            if nats_settings.tls_cert_file is not None:
+                ctx.load_cert_chain(
+                    str(nats_settings.tls_cert_file),
+                    None if nats_settings.tls_key_file is None else str(nats_settings.tls_key_file),
+                )
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                "fleet.nats.tls_ca_file", None, f"cannot load TLS files: {exc}"
+            ) from exc
+        opts["tls"] = ctx
+    return opts
+
+
+async def ensure_stream(js: JetStreamContext, nats_settings: NatsSettings) -> None:
+    """Create the raw gaze stream, or bring an existing one to this configuration."""
+    config = stream_config(nats_settings)
+    try:
+        await js.add_stream(config)
+    except nats.js.errors.BadRequestError:  # exists with another configuration
+        await js.update_stream(config)
+
+
+async def ensure_consumers(nc: Client, nats_settings: NatsSettings) -> None:
+    """Create (or update) the durable pinned-client consumer of every partition.
+
+    Raises:
+        StreamError: the server refused one (e.g. older than 2.11: no priority groups).
+    """
+    for p in range(nats_settings.partitions):
+        name = consumer_name(p)
+        config = {
+            "durable_name": name,
+            "filter_subject": partition_subject(nats_settings.subject_prefix, p),
+            "ack_policy": "explicit",
+            "ack_wait": int(nats_settings.ack_wait_s * 1e9),
+            "max_ack_pending": 1000,
+            "deliver_policy": "all",
+            "num_replicas": nats_settings.replicas,
+            "priority_groups": [nats_settings.group],
+            "priority_policy": "pinned_client",
+            "priority_timeout": int(nats_settings.pin_timeout_s * 1e9),
+        }
+        reply = await nc.request(
+            f"$JS.API.CONSUMER.CREATE.{nats_settings.stream}.{name}",
+            json.dumps({"stream_name": nats_settings.stream, "config": config}).encode(),
+            timeout=5,
+        )
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            msg = f"JetStream refused consumer {name}: {answer['error']}"
+            raise StreamError(msg)
+        if answer.get("config", {}).get("priority_policy") != "pinned_client":
+            msg = f"consumer {name}: the server ignores priority groups (needs nats-server ≥ 2.11)"
+            raise StreamError(msg)
+
+
+def header_float(msg: Msg, name: str) -> float | None:
+    """A finite float header, else ``None`` (absent or malformed: ignored)."""
+    raw = (msg.headers or {}).get(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
