@@ -42,6 +42,7 @@ Sample-level labels (for validation) come from :func:`sample_labels` or :func:`d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
@@ -62,6 +63,7 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
+Row = tuple[float, ...]  # one event: the fields of Events.from_rows, in order
 Int8Array = npt.NDArray[np.int8]
 
 _RATE_SAMPLES = 17  # samples held to estimate the nominal interval (median of the first 16 dt)
@@ -128,7 +130,7 @@ class Events:
         return int(self.kind.shape[0])
 
     @classmethod
-    def from_rows(cls, rows: list[tuple[float, ...]]) -> Events:
+    def from_rows(cls, rows: list[Row]) -> Events:
         """Build from rows ``(kind, start, stop, t_start, t_end, duration, x, y, dx, dy,
         amplitude, peak_velocity, dispersion)``."""
         a = np.array(rows, dtype=np.float64).reshape(len(rows), 3 + len(_EVENT_FIELDS))
@@ -217,6 +219,16 @@ def check_timestamps(t: FloatArray, after: float | None) -> None:
     Raises:
         StreamError: naming the problem and the times involved.
     """
+    # Fast path (one comparison over the block): strictly increasing between finite ends
+    # implies finite throughout; anything else falls through to the checks that name it.
+    first, last = float(t[0]), float(t[-1])
+    if (
+        math.isfinite(first)
+        and math.isfinite(last)
+        and (after is None or first > after)
+        and (len(t) == 1 or bool((t[1:] > t[:-1]).all()))
+    ):
+        return
     if not np.all(np.isfinite(t)):
         raise StreamError(
             f"gaze timestamps must be finite; block of {len(t)} samples has "
@@ -298,18 +310,30 @@ class EventDetector:
         Raises:
             StreamError: timestamps not strictly increasing (within the block or after the last).
         """
+        rows = self._push_rows(block)
+        return Events.from_rows(rows) if rows else _EMPTY
+
+    def _push_rows(self, block: GazeSamples, checked: bool = False) -> list[Row]:
+        """:meth:`push`, returning the completed events as rows (the fields of
+        :meth:`Events.from_rows`, in order): what :class:`~gazeguard.features.FeatureExtractor`
+        consumes, without building arrays for a few events. ``checked``: the caller has already
+        validated the block's timestamps (finite, strictly increasing) against its own newest
+        sample; only their order after this detector's newest sample is checked again."""
         if self._finished:
             raise GazeguardError("EventDetector.push after finish(): create a new detector")
         n_new = len(block)
         if n_new == 0:
-            return _EMPTY
-        check_timestamps(block.timestamps, float(self._t[self._n - 1]) if self._n else None)
+            return []
+        ts = block.timestamps
+        after = float(self._t[self._n - 1]) if self._n else None
+        if not checked or (after is not None and not ts[0] > after):
+            check_timestamps(ts, after)
         self._append(block)
         self.stats.samples += n_new
-        self.stats.invalid_samples += int(n_new - np.count_nonzero(block.valid))
+        self.stats.invalid_samples += n_new - int(np.count_nonzero(block.valid))
         if self.dt is None:
             if self._g0 + self._n < _RATE_SAMPLES:
-                return _EMPTY
+                return []
             self._set_rate()
         return self._classify(self._n - self.h)
 
@@ -323,15 +347,13 @@ class EventDetector:
                 self._finished = True
                 return _EMPTY
             self._set_rate()
-        events = [self._classify(self._n, final=True)]
-        rows: list[tuple[float, ...]] = []
+        rows = self._classify(self._n, final=True)
         end = _Next(cls=-1, gap=True, t=None, x=np.nan, y=np.nan)
         if self._open is not None:
             self._close(rows, self._open, end)
             self._open = None
-        events.append(Events.from_rows(rows))
         self._finished = True
-        return Events.concat(events)
+        return Events.from_rows(rows)
 
     # ---------------------------------------------------------------------------------------
     def _set_rate(self) -> None:
@@ -369,11 +391,11 @@ class EventDetector:
         """First buffer index still needed: h + 1 samples of lookback before the next sample."""
         return max(0, self._next - self.h - 1)
 
-    def _classify(self, stop: int, final: bool = False) -> Events:  # noqa: PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
+    def _classify(self, stop: int, final: bool = False) -> list[Row]:  # noqa: PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
         """Classify buffer samples [self._next, stop) and close the runs they complete."""
         a = self._next
         if stop <= a:
-            return _EMPTY
+            return []
         h, n, g = self.h, self._n, self.max_gap_s
         t, xy, ok = self._t, self._xy, self._ok
         # Context region [r0, r1) = [a - h, stop + h) within the buffer. gap[k]: the interval
@@ -419,7 +441,7 @@ class EventDetector:
         seg_max = np.fmax.reduceat(pos, seg_starts, axis=0).tolist()
         seg_v = np.fmax.reduceat(v, seg_starts).tolist()
         seg_end = [*starts.tolist(), stop - a]
-        rows: list[tuple[float, ...]] = []
+        rows: list[Row] = []
         for si, s0 in enumerate(seg_starts.tolist()):  # loop over runs (events), not samples
             b = a + s0
             if si > 0 or not cont:
@@ -453,13 +475,13 @@ class EventDetector:
                 run.vmax = max(run.vmax, seg_v[si])
         self._next = n if final else stop
         self.last_classified_t = float(t[stop - 1])
-        return Events.from_rows(rows) if rows else _EMPTY
+        return rows
 
     def _t_end(self, run: _OpenRun, nxt: _Next) -> float:
         assert self.dt is not None
         return run.t_last + self.dt if (nxt.gap or nxt.t is None) else nxt.t
 
-    def _close(self, rows: list[tuple[float, ...]], run: _OpenRun, nxt: _Next) -> None:
+    def _close(self, rows: list[Row], run: _OpenRun, nxt: _Next) -> None:
         """Turn a completed run into an event row (see the module docstring for the rules)."""
         t_end = self._t_end(run, nxt)
         duration = t_end - run.t_start
