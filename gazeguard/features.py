@@ -697,48 +697,95 @@ class FeatureExtractor:
         sub = ts >= t0 + j * s + self._r  # False: the first r s of the interval
         return (2 * j + sub).astype(np.int64)
 
+    def _bin_id(self, t: float) -> int:
+        """:meth:`_bin_ids` of one timestamp (the same float operations)."""
+        assert self._t0 is not None
+        t0, s = self._t0, self.step_s
+        j = math.floor((t - t0) / s)
+        if t < t0 + j * s:
+            j -= 1
+        if t >= t0 + (j + 1) * s:
+            j += 1
+        return 2 * j + (t >= t0 + j * s + self._r)
+
     def _bin_samples(self, piece: GazeSamples) -> None:
-        ids = self._bin_ids(piece.timestamps)
-        top = int(ids[-1])
+        ts = piece.timestamps
+        n = len(ts)
+        first, top = self._bin_id(float(ts[0])), self._bin_id(float(ts[-1]))
         if top > self._bin_top:
             self._ensure_bins(top)
+        # Cut the piece where its bins change. One bin (the common case): no per-sample ids.
+        # Without a sub-interval (r = 0: every sample has an odd id 2j + 1) the cuts are where
+        # the timestamps pass the edges t0 + j*s, the same comparisons _bin_ids makes.
+        if first == top:
+            ids, cuts = [first], [0, n]
+        elif self._r == 0.0 and top - first <= 16:
+            ids = list(range(first, top + 1, 2))
+            edges = [self._edge(b // 2) for b in ids[1:]]
+            cuts = [0, *np.searchsorted(ts, edges).tolist(), n]
+            nonempty = [i for i in range(len(ids)) if cuts[i + 1] > cuts[i]]
+            ids, cuts = [ids[i] for i in nonempty], [*(cuts[i] for i in nonempty), n]
+        else:
+            all_ids = self._bin_ids(ts)
+            run_starts = _run_starts(all_ids)
+            ids, cuts = all_ids[run_starts].tolist(), [*run_starts.tolist(), n]
+        starts = cuts[:-1]
+        rows = [i - self._bin_base for i in ids]
+        bins = self._bins
+        valid = np.add.reduceat(piece.valid, starts, dtype=np.int64).tolist()
+        for r, nv in zip(rows, valid, strict=True):
+            bins[r, _NV] += nv
         p = piece.pupil_mm
-        in_range = np.isfinite(p) & (p >= PUPIL_MM[0]) & (p <= PUPIL_MM[1])
+        in_range = (p >= PUPIL_MM[0]) & (p <= PUPIL_MM[1])  # False for NaN and inf
         n_pupil = int(np.count_nonzero(in_range))
-        self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
-        single = ids[0] == top  # the common case: the whole piece falls into one bin
-        starts = np.zeros(1, np.int64) if single else _run_starts(ids)
-        rows = ids[starts] - self._bin_base
-        self._bins[rows, _NV] += np.add.reduceat(piece.valid, starts, dtype=np.int64)
+        if n_pupil < n:
+            self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
         if n_pupil == 0:
             return
-        pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
-        self._bins[rows, _NP] += np.add.reduceat(in_range, starts, dtype=np.int64)
-        self._bins[rows, _S1] += np.add.reduceat(pq, starts)
-        self._bins[rows, _S2] += np.add.reduceat(pq * pq, starts)
-        pn = np.where(in_range, p, np.nan)
-        self._bmin[rows] = np.fmin(self._bmin[rows], np.fmin.reduceat(pn, starts))
-        self._bmax[rows] = np.fmax(self._bmax[rows], np.fmax.reduceat(pn, starts))
+        pn = p if n_pupil == n else np.where(in_range, p, np.nan)
+        pq = np.rint((p if n_pupil == n else np.where(in_range, p, 0.0)) * _PUPIL_Q).astype(
+            np.int64
+        )
+        counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
+        s1 = np.add.reduceat(pq, starts).tolist()
+        s2 = np.add.reduceat(pq * pq, starts).tolist()
+        lo = np.fmin.reduceat(pn, starts).tolist()
+        hi = np.fmax.reduceat(pn, starts).tolist()
+        bmin, bmax = self._bmin, self._bmax
+        for i, r in enumerate(rows):
+            if counts[i]:
+                bins[r, _NP] += counts[i]
+                bins[r, _S1] += s1[i]
+                bins[r, _S2] += s2[i]
+                bmin[r] = min(bmin[r], lo[i])
+                bmax[r] = max(bmax[r], hi[i])
 
     def _ensure_bins(self, top: int) -> None:
-        """Make rows for bin ids up to ``top``, dropping bins older than the next window."""
-        keep_from = 2 * self._k  # first bin of the oldest window not yet emitted
-        shift = max(0, keep_from - self._bin_base)
-        need = top - (self._bin_base + shift) + 1
+        """Make rows for bin ids up to ``top``; when they do not fit, drop the bins older than
+        the next window (and grow if that is not enough)."""
+        need = top - self._bin_base + 1
         cap = self._bins.shape[0]
-        if shift or need > cap:
+        if need > cap:
+            keep_from = 2 * self._k  # first bin of the oldest window not yet emitted
+            shift = max(0, keep_from - self._bin_base)
             live = max(0, self._bin_top - (self._bin_base + shift) + 1)
-            new_cap = max(cap, 2 * need)
-            bins = np.zeros((new_cap, 4), dtype=np.int64)
-            bmin = np.full(new_cap, np.inf)
-            bmax = np.full(new_cap, -np.inf)
-            if live:
+            need -= shift
+            if need > cap // 2:
+                cap = 2 * need
+                bins = np.zeros((cap, 4), dtype=np.int64)
+                bmin, bmax = np.full(cap, np.inf), np.full(cap, -np.inf)
                 bins[:live] = self._bins[shift : shift + live]
                 bmin[:live] = self._bmin[shift : shift + live]
                 bmax[:live] = self._bmax[shift : shift + live]
-            self._bins, self._bmin, self._bmax = bins, bmin, bmax
+                self._bins, self._bmin, self._bmax = bins, bmin, bmax
+            elif shift:
+                for a in (self._bins, self._bmin, self._bmax):
+                    a[:live] = a[shift : shift + live]
+                self._bins[live:] = 0
+                self._bmin[live:] = np.inf
+                self._bmax[live:] = -np.inf
             self._bin_base += shift
-        self._bin_top = top
+        self._bin_top = max(self._bin_top, top)
 
     # --- events --------------------------------------------------------------------------------
     def _add_events(self, rows: list[Row]) -> None:
