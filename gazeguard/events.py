@@ -202,7 +202,10 @@ class _OpenRun:
 
 def _quantise(a: FloatArray) -> IntArray:
     """Degrees → integers of 1e-6 deg (clipped to ±1e5 deg so that sums cannot overflow)."""
-    return np.rint(np.clip(a, -1e5, 1e5) * _QUANTUM).astype(np.int64)
+    q = np.maximum(a, -1e5)  # np.clip's result, without its Python-level wrapper
+    np.minimum(q, 1e5, out=q)
+    q *= _QUANTUM
+    return np.rint(q, out=q).astype(np.int64)
 
 
 def _check_positive(name: str, value: float | None, allow_none: bool = False) -> None:
@@ -399,79 +402,101 @@ class EventDetector:
         h, n, g = self.h, self._n, self.max_gap_s
         t, xy, ok = self._t, self._xy, self._ok
         # Context region [r0, r1) = [a - h, stop + h) within the buffer. gap[k]: the interval
-        # before sample r0 + k is a dropout; c: cumulative count of gaps + invalid samples.
+        # before sample r0 + k is a dropout. "clean": no gap and no invalid sample in it (the
+        # common case, which skips the masking below).
         r0, r1 = max(0, a - h), min(n, stop + h)
+        m_all = stop - a
         gap = np.empty(r1 - r0, dtype=bool)
-        gap[0] = r0 > 0 and t[r0] - t[r0 - 1] > g
+        gap[0] = r0 > 0 and float(t[r0]) - float(t[r0 - 1]) > g
         np.greater(t[r0 + 1 : r1] - t[r0 : r1 - 1], g, out=gap[1:])
-        c = np.zeros(r1 - r0 + 1, dtype=np.int64)
-        np.cumsum(gap.astype(np.int64) + ~ok[r0:r1], out=c[1:])
-        cls = np.full(stop - a, _C_UNDEF, dtype=np.int8)
-        v = np.full(stop - a, np.nan)
+        clean = not gap.any() and bool(ok[r0:r1].all())
+        cls = np.zeros(m_all, dtype=np.int8)  # _C_UNDEF
+        v = np.empty(m_all)
         # Samples whose whole window [i - h, i + h] lies in the region get a velocity.
         i0, i1 = max(a, r0 + h), min(stop, r1 - h)
         if i1 > i0:
-            m, lo = i1 - i0, i0 - h - r0
-            # Window clean iff no invalid sample in it and no gap inside it (gap[lo] is outside).
-            dirty = c[lo + 2 * h + 1 : lo + 2 * h + 1 + m] - c[lo : lo + m] - gap[lo : lo + m]
             d = xy[i0 + 1 : i1 + 1] - xy[i0 - 1 : i1 - 1]
             dt = t[i0 + 1 : i1 + 1] - t[i0 - 1 : i1 - 1]
             for j in range(2, h + 1):  # loop over the h shifts, not over samples
                 d += xy[i0 + j : i1 + j] - xy[i0 - j : i1 - j]
                 dt += t[i0 + j : i1 + j] - t[i0 - j : i1 - j]
-            vv = np.hypot(d[:, 0], d[:, 1]) / dt
-            vv[dirty > 0] = np.nan
+            vv = np.hypot(d[:, 0], d[:, 1])
+            vv /= dt
+            if not clean:
+                # Window clean iff no invalid sample in it and no gap inside it (gap[lo], the
+                # interval before its first sample, is outside). c: cumulative count of gaps +
+                # invalid samples over the region.
+                c = np.zeros(r1 - r0 + 1, dtype=np.int64)
+                np.cumsum(gap.astype(np.int64) + ~ok[r0:r1], out=c[1:])
+                m, lo = i1 - i0, i0 - h - r0
+                dirty = c[lo + 2 * h + 1 : lo + 2 * h + 1 + m] - c[lo : lo + m] - gap[lo : lo + m]
+                vv[dirty > 0] = np.nan
             v[i0 - a : i1 - a] = vv
-            thr = self.velocity_threshold_deg_s
-            cls[i0 - a : i1 - a] = (vv < thr) * np.int8(_C_SLOW) + (vv >= thr) * np.int8(_C_FAST)
+            # below the threshold: slow (1); at or above: fast (2); NaN: undefined (0)
+            fast = vv >= self.velocity_threshold_deg_s
+            np.add(fast, np.equal(vv, vv), out=cls[i0 - a : i1 - a], dtype=np.int8)
+            v[: i0 - a] = np.nan
+            v[i1 - a :] = np.nan
+        else:
+            v.fill(np.nan)
         okc = ok[a:stop]
-        cls[~okc] = _C_INVALID
         gap_a = gap[a - r0 : stop - r0]
-        self.stats.gaps += int(np.count_nonzero(gap_a))
-        # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
-        starts = np.flatnonzero((cls[1:] != cls[:-1]) | gap_a[1:]) + 1
-        seg_starts = np.concatenate(([0], starts))
-        cont = self._open is not None and self._open.cls == cls[0] and not gap_a[0]
-        # Per-segment order-independent reductions (integer sums, min, max).
         pos = xy[a:stop]
-        q = _quantise(np.where(okc[:, None], pos, 0.0))
-        pos = np.where(okc[:, None], pos, np.nan)
+        if clean:
+            change = cls[1:] != cls[:-1]
+            q = _quantise(pos)
+        else:
+            cls[~okc] = _C_INVALID
+            self.stats.gaps += int(np.count_nonzero(gap_a))
+            change = (cls[1:] != cls[:-1]) | gap_a[1:]
+            q = _quantise(np.where(okc[:, None], pos, 0.0))
+            pos = np.where(okc[:, None], pos, np.nan)
+        # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
+        starts = (np.flatnonzero(change) + 1).tolist()
+        seg_starts = [0, *starts]
+        seg_end = [*starts, m_all]
+        # Per-segment order-independent reductions (integer sums, min, max).
         seg_q = np.add.reduceat(q, seg_starts, axis=0).tolist()
         seg_min = np.fmin.reduceat(pos, seg_starts, axis=0).tolist()
         seg_max = np.fmax.reduceat(pos, seg_starts, axis=0).tolist()
         seg_v = np.fmax.reduceat(v, seg_starts).tolist()
-        seg_end = [*starts.tolist(), stop - a]
+        seg_cls = cls[seg_starts].tolist()
+        seg_gap = [False] * len(seg_starts) if clean else gap_a[seg_starts].tolist()
+        run = self._open
+        cont = run is not None and run.cls == seg_cls[0] and not seg_gap[0]
         rows: list[Row] = []
-        for si, s0 in enumerate(seg_starts.tolist()):  # loop over runs (events), not samples
+        for si, s0 in enumerate(seg_starts):  # loop over runs (events), not samples
             b = a + s0
             if si > 0 or not cont:
-                nxt = _Next(int(cls[s0]), bool(gap_a[s0]), float(t[b]), *xy[b].tolist())
-                prev = self._open
+                tb = float(t[b])
+                xb, yb = xy[b].tolist()
+                nxt = _Next(seg_cls[si], seg_gap[si], tb, xb, yb)
+                prev = run
                 if prev is not None:
                     self._close(rows, prev, nxt)
-                has_prev = b > 0
-                self._open = _OpenRun(
-                    cls=nxt.cls,
-                    start=self._g0 + b,
-                    t_start=float(t[b]),
-                    t_last=float(t[b]),
-                    prev_cls=prev.cls if prev is not None else -1,
-                    gap_before=nxt.gap or prev is None,
-                    x_before=float(xy[b - 1, 0]) if has_prev else np.nan,
-                    y_before=float(xy[b - 1, 1]) if has_prev else np.nan,
+                xp, yp = xy[b - 1].tolist() if b > 0 else (np.nan, np.nan)
+                run = self._open = _OpenRun(
+                    nxt.cls,
+                    self._g0 + b,
+                    tb,
+                    tb,
+                    prev.cls if prev is not None else -1,
+                    nxt.gap or prev is None,
+                    xp,
+                    yp,
                 )
-            run = self._open
             assert run is not None
             e = seg_end[si]
             run.n += e - s0
             run.t_last = float(t[a + e - 1])
             if run.cls in (_C_SLOW, _C_FAST):  # valid samples only: no NaN below
-                run.sx += seg_q[si][0]
-                run.sy += seg_q[si][1]
-                run.xmin = min(run.xmin, seg_min[si][0])
-                run.ymin = min(run.ymin, seg_min[si][1])
-                run.xmax = max(run.xmax, seg_max[si][0])
-                run.ymax = max(run.ymax, seg_max[si][1])
+                (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[si], seg_min[si], seg_max[si]
+                run.sx += sx
+                run.sy += sy
+                run.xmin = min(run.xmin, xmin)
+                run.ymin = min(run.ymin, ymin)
+                run.xmax = max(run.xmax, xmax)
+                run.ymax = max(run.ymax, ymax)
                 run.vmax = max(run.vmax, seg_v[si])
         self._next = n if final else stop
         self.last_classified_t = float(t[stop - 1])
