@@ -434,6 +434,7 @@ _NV, _NP, _S1, _S2 = range(4)
 _SMALL, _LARGE, _RIGHT, _UP, _LEFT, _DOWN, _DIAG = range(7)
 _MAX_INTERVALS = 16  # a long block is walked in pieces of at most this many step intervals
 _I = _INDEX
+_F = len(FEATURES)
 _RATIOS = tuple(
     (_I[f"saccade_{name}_ratio"], c)
     for name, c in (("small", _SMALL), ("large", _LARGE), ("right", _RIGHT), ("up", _UP),
@@ -627,7 +628,7 @@ class FeatureExtractor:
         """Feed a block; return ``X`` float64 (k, F) and ``t`` float64 (k,) for the k steps it
         completed (k may be 0). Blocks of any size give the same vectors."""
         if len(block) == 0:
-            return np.empty((0, len(FEATURES))), np.empty(0)
+            return np.empty((0, _F)), np.empty(0)
         ts = block.timestamps
         if self._t0 is None:
             if not math.isfinite(ts[0]):
@@ -640,7 +641,7 @@ class FeatureExtractor:
         self._last_t = float(ts[-1])
         if self._last_t < self._held_until:
             self._held.append(block)  # a copy: blocks may be borrowed
-            return np.empty((0, len(FEATURES))), np.empty(0)
+            return np.empty((0, _F)), np.empty(0)
         if self._held.n:
             self._held.append(block)
             block = self._held.view()
@@ -677,7 +678,7 @@ class FeatureExtractor:
                 self._add_events(rows)
             self._emit(xs, times)
         if not xs:
-            return np.empty((0, len(FEATURES))), np.empty(0)
+            return np.empty((0, _F)), np.empty(0)
         return np.vstack(xs), np.array(times)
 
     # --- sample bins ---------------------------------------------------------------------------
@@ -811,12 +812,13 @@ class FeatureExtractor:
             self._add_saccades(saccades)
 
     def _add_saccades(self, rows: list[Row]) -> None:
-        # numpy's arctan2, as the reference used: libm's atan2 can differ in the last bit (SIMD)
-        dy = np.array([row[_R_DY] for row in rows])
-        dx = np.array([row[_R_DX] for row in rows])
-        thetas = np.degrees(np.arctan2(dy, dx)).tolist()  # (-180, 180], 0 = right
         ring, letters = self._sac, self._letters
-        for row, theta in zip(rows, thetas, strict=True):
+        for row in rows:
+            # Direction, deg in (-180, 180], 0 = right. numpy's arctan2, not math.atan2: on
+            # AVX-512 machines numpy's SIMD arctan2 and libm's differ in the last bit, which
+            # could move a saccade across a sector edge; numpy gives the same result for a
+            # scalar as for any element of an array. degrees() is x * (180 / pi) in both.
+            theta = math.degrees(float(np.arctan2(row[_R_DY], row[_R_DX])))
             amp = _cap(row[_R_AMP], SACCADE_AMPLITUDE_MAX_DEG)
             i = ring.slot()
             ring.vals[0, i] = amp
