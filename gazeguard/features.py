@@ -679,6 +679,8 @@ class FeatureExtractor:
             self._emit(xs, times)
         if not xs:
             return np.empty((0, _F)), np.empty(0)
+        if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
+            return xs[0].copy(), np.array(times)
         return np.vstack(xs), np.array(times)
 
     # --- sample bins ---------------------------------------------------------------------------
@@ -730,24 +732,28 @@ class FeatureExtractor:
             all_ids = self._bin_ids(ts)
             run_starts = _run_starts(all_ids)
             ids, cuts = all_ids[run_starts].tolist(), [*run_starts.tolist(), n]
-        starts = cuts[:-1]
+        starts = np.array(cuts[:-1], dtype=np.intp)
+        lengths = [b - a for a, b in itertools.pairwise(cuts)]
         rows = [i - self._bin_base for i in ids]
         bins = self._bins
-        valid = np.add.reduceat(piece.valid, starts, dtype=np.int64).tolist()
-        for r, nv in zip(rows, valid, strict=True):
+        valid = piece.valid
+        n_valid = (
+            lengths if valid.all() else np.add.reduceat(valid, starts, dtype=np.int64).tolist()
+        )
+        for r, nv in zip(rows, n_valid, strict=True):
             bins[r, _NV] += nv
         p = piece.pupil_mm
         in_range = (p >= PUPIL_MM[0]) & (p <= PUPIL_MM[1])  # False for NaN and inf
         n_pupil = int(np.count_nonzero(in_range))
-        if n_pupil < n:
+        if n_pupil == n:
+            counts, pn, pq = lengths, p, np.rint(p * _PUPIL_Q).astype(np.int64)
+        else:
             self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
-        if n_pupil == 0:
-            return
-        pn = p if n_pupil == n else np.where(in_range, p, np.nan)
-        pq = np.rint((p if n_pupil == n else np.where(in_range, p, 0.0)) * _PUPIL_Q).astype(
-            np.int64
-        )
-        counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
+            if n_pupil == 0:
+                return
+            counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
+            pn = np.where(in_range, p, np.nan)
+            pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
         s1 = np.add.reduceat(pq, starts).tolist()
         s2 = np.add.reduceat(pq * pq, starts).tolist()
         lo = np.fmin.reduceat(pn, starts).tolist()
