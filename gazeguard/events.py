@@ -223,13 +223,15 @@ def check_timestamps(t: FloatArray, after: float | None) -> None:
         StreamError: naming the problem and the times involved.
     """
     # Fast path (one comparison over the block): strictly increasing between finite ends
-    # implies finite throughout; anything else falls through to the checks that name it.
+    # implies finite throughout (a NaN compares False); anything else falls through to the
+    # checks that name it.
     first, last = float(t[0]), float(t[-1])
+    n = len(t)
     if (
         math.isfinite(first)
         and math.isfinite(last)
         and (after is None or first > after)
-        and (len(t) == 1 or bool((t[1:] > t[:-1]).all()))
+        and (n == 1 or np.count_nonzero(t[1:] > t[:-1]) == n - 1)
     ):
         return
     if not np.all(np.isfinite(t)):
@@ -394,7 +396,7 @@ class EventDetector:
         """First buffer index still needed: h + 1 samples of lookback before the next sample."""
         return max(0, self._next - self.h - 1)
 
-    def _classify(self, stop: int, final: bool = False) -> list[Row]:  # noqa: PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
+    def _classify(self, stop: int, final: bool = False) -> list[Row]:  # noqa: PLR0912, PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
         """Classify buffer samples [self._next, stop) and close the runs they complete."""
         a = self._next
         if stop <= a:
@@ -410,10 +412,13 @@ class EventDetector:
         gap[0] = r0 > 0 and float(t[r0]) - float(t[r0 - 1]) > g
         np.greater(t[r0 + 1 : r1] - t[r0 : r1 - 1], g, out=gap[1:])
         clean = not gap.any() and bool(ok[r0:r1].all())
-        cls = np.zeros(m_all, dtype=np.int8)  # _C_UNDEF
-        v = np.empty(m_all)
-        # Samples whose whole window [i - h, i + h] lies in the region get a velocity.
+        # Samples whose whole window [i - h, i + h] lies in the region get a velocity (in a
+        # stream: all of them; the others are undefined, 0, with velocity NaN).
         i0, i1 = max(a, r0 + h), min(stop, r1 - h)
+        whole = i0 == a and i1 == stop
+        if not whole:
+            cls = np.zeros(m_all, dtype=np.int8)  # _C_UNDEF
+            v = np.full(m_all, np.nan)
         if i1 > i0:
             d = xy[i0 + 1 : i1 + 1] - xy[i0 - 1 : i1 - 1]
             dt = t[i0 + 1 : i1 + 1] - t[i0 - 1 : i1 - 1]
@@ -431,14 +436,14 @@ class EventDetector:
                 m, lo = i1 - i0, i0 - h - r0
                 dirty = c[lo + 2 * h + 1 : lo + 2 * h + 1 + m] - c[lo : lo + m] - gap[lo : lo + m]
                 vv[dirty > 0] = np.nan
-            v[i0 - a : i1 - a] = vv
             # below the threshold: slow (1); at or above: fast (2); NaN: undefined (0)
             fast = vv >= self.velocity_threshold_deg_s
-            np.add(fast, np.equal(vv, vv), out=cls[i0 - a : i1 - a], dtype=np.int8)
-            v[: i0 - a] = np.nan
-            v[i1 - a :] = np.nan
-        else:
-            v.fill(np.nan)
+            if whole:
+                v = vv
+                cls = np.add(fast, np.equal(vv, vv), dtype=np.int8)
+            else:
+                v[i0 - a : i1 - a] = vv
+                np.add(fast, np.equal(vv, vv), out=cls[i0 - a : i1 - a], dtype=np.int8)
         okc = ok[a:stop]
         gap_a = gap[a - r0 : stop - r0]
         pos = xy[a:stop]
@@ -452,7 +457,7 @@ class EventDetector:
             q = _quantise(np.where(okc[:, None], pos, 0.0))
             pos = np.where(okc[:, None], pos, np.nan)
         # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
-        starts = (np.flatnonzero(change) + 1).tolist()
+        starts = [i + 1 for i in np.flatnonzero(change).tolist()]
         seg_starts = [0, *starts]
         seg_end = [*starts, m_all]
         # Per-segment order-independent reductions (integer sums, min, max).

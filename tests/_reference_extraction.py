@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.errors import ConfigError, GazeguardError, StreamError
-from gazeguard.events import DetectorStats, EventKind, Events, check_timestamps
+from gazeguard.events import DetectorStats, EventKind, Events
 from gazeguard.features import (
     BLINK_DURATION_S,
     FEATURES,
@@ -52,6 +52,21 @@ _QUANTUM = 1e6  # positions summed as integers of 1e-6 deg: exact, order-indepen
 
 # Sample classes (internal); run kinds are EventKind.
 _C_UNDEF, _C_SLOW, _C_FAST, _C_INVALID = 0, 1, 2, 3
+
+
+def check_timestamps(t: FloatArray, after: float | None) -> None:
+    """main's check_timestamps (the package's has a fast path in front of these checks)."""
+    if not np.all(np.isfinite(t)):
+        raise StreamError(
+            f"gaze timestamps must be finite; block of {len(t)} samples has "
+            f"{int(np.count_nonzero(~np.isfinite(t)))} non-finite; drop them before this stage"
+        )
+    if (after is not None and t[0] <= after) or (len(t) > 1 and np.any(t[1:] <= t[:-1])):
+        raise StreamError(
+            "gaze timestamps must be strictly increasing across blocks; got a block starting "
+            f"at t={float(t[0])!r} after t={after!r}"
+            "; repair the recording (sort, drop duplicates) before feature extraction"
+        )
 
 
 class _Next(NamedTuple):

@@ -1,5 +1,6 @@
-"""The incremental extractor and detector against the frozen reference (tests/_reference_extraction.py,
-the per-step recomputation they replaced): bit-identical vectors, times, events and counters.
+"""The incremental extractor and detector against the frozen reference they replaced
+(``tests/_reference_extraction.py``, main's per-step recomputation): bit-identical vectors,
+times, events and counters, and the same timestamp errors.
 
 Exactness argument (why ``assert_array_equal`` and not a tolerance): counts, ratios, rates and the
 wordbook statistics are integer arithmetic followed by the same single division; means and
@@ -14,15 +15,18 @@ sector edge).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 from _reference_extraction import RefEventDetector, RefFeatureExtractor
+from _reference_extraction import check_timestamps as ref_check_timestamps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_feature_properties import SIZES, WINDOWS, Windows, pieces, recordings
 
-from gazeguard.events import EventDetector, Events
+from gazeguard.errors import StreamError
+from gazeguard.events import EventDetector, Events, check_timestamps
 from gazeguard.features import FeatureExtractor
 from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
@@ -103,3 +107,33 @@ def test_simulated_sessions_equal_the_reference_at_the_default_window(
     """The deployed configuration (W = 30 s, s = 0.5 s) on 100 s of simulated people."""
     g = simulate_gaze(100.0, rate, seed, task)
     assert_same_run(g, (30.0, 0.5, None), [block], {})
+
+
+TIMES = st.lists(
+    st.one_of(
+        st.floats(-5, 5),
+        st.sampled_from([0.0, 1.0, math.nan, math.inf, -math.inf]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    times=TIMES,
+    after=st.one_of(st.none(), st.floats(-5, 5)),
+    increasing=st.booleans(),
+)
+def test_check_timestamps_refuses_exactly_what_the_reference_refuses(
+    times: list[float], after: float | None, increasing: bool
+) -> None:
+    t = np.array(sorted(times) if increasing else times)
+    errors = []
+    for check in (check_timestamps, ref_check_timestamps):
+        try:
+            check(t, after)
+            errors.append(None)
+        except StreamError as e:
+            errors.append(str(e))
+    assert errors[0] == errors[1]
