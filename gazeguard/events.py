@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -166,16 +165,6 @@ class DetectorStats:
     invalid_samples: int = 0
     gaps: int = 0  # intervals longer than max_gap_s (stream dropouts)
     events: dict[EventKind, int] = field(default_factory=lambda: dict.fromkeys(EventKind, 0))
-
-
-class _Next(NamedTuple):
-    """What follows a run: the next run's class and first sample (or the end of the stream)."""
-
-    cls: int  # -1: end of stream
-    gap: bool  # a gap separates the run from it
-    t: float | None
-    x: float
-    y: float
 
 
 @dataclass(slots=True)
@@ -353,9 +342,8 @@ class EventDetector:
                 return _EMPTY
             self._set_rate()
         rows = self._classify(self._n, final=True)
-        end = _Next(cls=-1, gap=True, t=None, x=np.nan, y=np.nan)
-        if self._open is not None:
-            self._close(rows, self._open, end)
+        if self._open is not None:  # the end of the stream follows it
+            self._close(rows, self._open, -1, True, None, np.nan, np.nan)
             self._open = None
         self._finished = True
         return Events.from_rows(rows)
@@ -470,50 +458,72 @@ class EventDetector:
         run = self._open
         cont = run is not None and run.cls == seg_cls[0] and not seg_gap[0]
         rows: list[Row] = []
+        inf = np.inf
         for si, s0 in enumerate(seg_starts):  # loop over runs (events), not samples
-            b = a + s0
-            if si > 0 or not cont:
-                tb = float(t[b])
-                xb, yb = xy[b].tolist()
-                nxt = _Next(seg_cls[si], seg_gap[si], tb, xb, yb)
-                prev = run
-                if prev is not None:
-                    self._close(rows, prev, nxt)
-                xp, yp = xy[b - 1].tolist() if b > 0 else (np.nan, np.nan)
-                run = self._open = _OpenRun(
-                    nxt.cls,
-                    self._g0 + b,
-                    tb,
-                    tb,
-                    prev.cls if prev is not None else -1,
-                    nxt.gap or prev is None,
-                    xp,
-                    yp,
-                )
-            assert run is not None
             e = seg_end[si]
-            run.n += e - s0
-            run.t_last = float(t[a + e - 1])
-            if run.cls in (_C_SLOW, _C_FAST):  # valid samples only: no NaN below
+            c = seg_cls[si]
+            moving = c in (_C_SLOW, _C_FAST)  # valid samples only: no NaN below
+            if si == 0 and cont:
+                assert run is not None
+                run.n += e - s0
+                run.t_last = float(t[a + e - 1])
+                if moving:
+                    (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[0], seg_min[0], seg_max[0]
+                    run.sx += sx
+                    run.sy += sy
+                    run.xmin = min(run.xmin, xmin)
+                    run.ymin = min(run.ymin, ymin)
+                    run.xmax = max(run.xmax, xmax)
+                    run.ymax = max(run.ymax, ymax)
+                    run.vmax = max(run.vmax, seg_v[0])
+                continue
+            b = a + s0
+            tb = float(t[b])
+            xb, yb = xy[b].tolist()
+            gap_b = seg_gap[si]
+            prev = run
+            if prev is not None:
+                self._close(rows, prev, c, gap_b, tb, xb, yb)
+            xp, yp = xy[b - 1].tolist() if b > 0 else (np.nan, np.nan)
+            args = (
+                c,
+                self._g0 + b,
+                tb,
+                float(t[a + e - 1]),
+                prev.cls if prev is not None else -1,
+                gap_b or prev is None,
+                xp,
+                yp,
+                e - s0,
+            )
+            if moving:  # the run's statistics so far: this segment's (as min/max with ±inf)
                 (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[si], seg_min[si], seg_max[si]
-                run.sx += sx
-                run.sy += sy
-                run.xmin = min(run.xmin, xmin)
-                run.ymin = min(run.ymin, ymin)
-                run.xmax = max(run.xmax, xmax)
-                run.ymax = max(run.ymax, ymax)
-                run.vmax = max(run.vmax, seg_v[si])
+                run = _OpenRun(
+                    *args, sx, sy, min(inf, xmin), max(-inf, xmax), min(inf, ymin),
+                    max(-inf, ymax), max(-inf, seg_v[si]),
+                )  # fmt: skip
+            else:
+                run = _OpenRun(*args)
+            self._open = run
         self._next = n if final else stop
         self.last_classified_t = float(t[stop - 1])
         return rows
 
-    def _t_end(self, run: _OpenRun, nxt: _Next) -> float:
+    def _close(  # noqa: PLR0917 - what follows the run, unpacked: called once per event
+        self,
+        rows: list[Row],
+        run: _OpenRun,
+        next_cls: int,
+        next_gap: bool,
+        next_t: float | None,
+        next_x: float,
+        next_y: float,
+    ) -> None:
+        """Turn a completed run into an event row (see the module docstring for the rules).
+        ``next_*``: the next run's class and first sample (class -1, time None: end of stream);
+        ``next_gap``: a gap separates the run from it."""
         assert self.dt is not None
-        return run.t_last + self.dt if (nxt.gap or nxt.t is None) else nxt.t
-
-    def _close(self, rows: list[Row], run: _OpenRun, nxt: _Next) -> None:
-        """Turn a completed run into an event row (see the module docstring for the rules)."""
-        t_end = self._t_end(run, nxt)
+        t_end = run.t_last + self.dt if (next_gap or next_t is None) else next_t
         duration = t_end - run.t_start
         nan = np.nan
         x = y = dx = dy = amp = vpk = disp = nan
@@ -524,16 +534,16 @@ class EventDetector:
             disp = (run.xmax - run.xmin) + (run.ymax - run.ymin)
         elif run.cls == _C_FAST:
             flanked = run.prev_cls == _C_SLOW and not run.gap_before
-            flanked = flanked and nxt.cls == _C_SLOW and not nxt.gap
+            flanked = flanked and next_cls == _C_SLOW and not next_gap
             long_enough = duration >= self.min_saccade_s
             kind = EventKind.SACCADE if flanked and long_enough else EventKind.UNDEFINED
-            x, y = nxt.x, nxt.y
-            dx, dy = nxt.x - run.x_before, nxt.y - run.y_before
+            x, y = next_x, next_y
+            dx, dy = next_x - run.x_before, next_y - run.y_before
             amp = float(np.hypot(dx, dy))
             vpk = run.vmax
         elif run.cls == _C_INVALID:
             bounded = run.prev_cls >= 0 and not run.gap_before
-            bounded = bounded and not nxt.gap and nxt.t is not None
+            bounded = bounded and not next_gap and next_t is not None
             plausible = self.min_blink_s <= duration <= self.max_blink_s
             kind = EventKind.BLINK if bounded and plausible else EventKind.LOSS
         else:

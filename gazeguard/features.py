@@ -627,9 +627,9 @@ class FeatureExtractor:
     def push(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
         """Feed a block; return ``X`` float64 (k, F) and ``t`` float64 (k,) for the k steps it
         completed (k may be 0). Blocks of any size give the same vectors."""
-        if len(block) == 0:
-            return np.empty((0, _F)), np.empty(0)
         ts = block.timestamps
+        if ts.shape[0] == 0:
+            return np.empty((0, _F)), np.empty(0)
         if self._t0 is None:
             if not math.isfinite(ts[0]):
                 raise StreamError(f"first gaze timestamp is {ts[0]!r}; timestamps must be finite")
@@ -1011,7 +1011,8 @@ class _Staging:
         self.valid = np.empty(256, dtype=bool)
 
     def append(self, block: GazeSamples) -> None:
-        n, m = self.n, len(block)
+        n = self.n
+        m = block.timestamps.shape[0]
         if n + m > self.t.shape[0]:
             cap = 2 * (n + m)
             for name in ("t", "x", "y", "p", "valid"):
