@@ -435,6 +435,28 @@ _SMALL, _LARGE, _RIGHT, _UP, _LEFT, _DOWN, _DIAG = range(7)
 _MAX_INTERVALS = 16  # a long block is walked in pieces of at most this many step intervals
 _I = _INDEX
 _F = len(FEATURES)
+# Feature positions used per step (module constants: no dict lookups in the step).
+_I_BLINK_DURATION_MEAN = _I["blink_duration_mean"]
+_I_BLINK_DURATION_VAR = _I["blink_duration_var"]
+_I_BLINK_RATE = _I["blink_rate"]
+_I_FIXATION_DISPERSION_MEAN = _I["fixation_dispersion_mean"]
+_I_FIXATION_DURATION_MAX = _I["fixation_duration_max"]
+_I_FIXATION_DURATION_MEAN = _I["fixation_duration_mean"]
+_I_FIXATION_DURATION_VAR = _I["fixation_duration_var"]
+_I_FIXATION_RATE = _I["fixation_rate"]
+_I_PUPIL_MAX = _I["pupil_max"]
+_I_PUPIL_MEAN = _I["pupil_mean"]
+_I_PUPIL_MIN = _I["pupil_min"]
+_I_PUPIL_VAR = _I["pupil_var"]
+_I_SACCADE_AMPLITUDE_MAX = _I["saccade_amplitude_max"]
+_I_SACCADE_AMPLITUDE_MEAN = _I["saccade_amplitude_mean"]
+_I_SACCADE_AMPLITUDE_VAR = _I["saccade_amplitude_var"]
+_I_SACCADE_DURATION_MEAN = _I["saccade_duration_mean"]
+_I_SACCADE_FIXATION_RATIO = _I["saccade_fixation_ratio"]
+_I_SACCADE_PEAK_VELOCITY_MAX = _I["saccade_peak_velocity_max"]
+_I_SACCADE_PEAK_VELOCITY_MEAN = _I["saccade_peak_velocity_mean"]
+_I_SACCADE_RATE = _I["saccade_rate"]
+_I_VALID_FRACTION = _I["valid_fraction"]
 _RATIOS = tuple(
     (_I[f"saccade_{name}_ratio"], c)
     for name, c in (("small", _SMALL), ("large", _LARGE), ("right", _RIGHT), ("up", _UP),
@@ -737,9 +759,10 @@ class FeatureExtractor:
         rows = [i - self._bin_base for i in ids]
         bins = self._bins
         valid = piece.valid
-        n_valid = (
-            lengths if valid.all() else np.add.reduceat(valid, starts, dtype=np.int64).tolist()
-        )
+        if np.count_nonzero(valid) == n:
+            n_valid = lengths
+        else:
+            n_valid = np.add.reduceat(valid, starts, dtype=np.int64).tolist()
         for r, nv in zip(rows, n_valid, strict=True):
             bins[r, _NV] += nv
         p = piece.pupil_mm
@@ -913,17 +936,17 @@ class FeatureExtractor:
         if sums[_NP] * dt >= PUPIL_MIN_COVERAGE * w:
             n = float(sums[_NP])
             s1, s2 = float(sums[_S1]), float(sums[_S2])  # exact: below 2**53
-            v[_I["pupil_mean"]] = s1 / n / _PUPIL_Q
-            v[_I["pupil_var"]] = max(0.0, (s2 - s1 * s1 / n) / n) / _PUPIL_Q**2
-            v[_I["pupil_min"]] = float(np.minimum.reduce(self._bmin[b0:b1]))
-            v[_I["pupil_max"]] = float(np.maximum.reduce(self._bmax[b0:b1]))
-        v[_I["valid_fraction"]] = valid_fraction
+            v[_I_PUPIL_MEAN] = s1 / n / _PUPIL_Q
+            v[_I_PUPIL_VAR] = max(0.0, (s2 - s1 * s1 / n) / n) / _PUPIL_Q**2
+            v[_I_PUPIL_MIN] = float(np.minimum.reduce(self._bmin[b0:b1]))
+            v[_I_PUPIL_MAX] = float(np.maximum.reduce(self._bmax[b0:b1]))
+        v[_I_VALID_FRACTION] = valid_fraction
         raw: FloatArray = np.array(v, dtype=np.float64)
         held = np.isnan(raw)
         low = valid_fraction < self.min_valid_fraction
         stats = self.stats
         stats.steps += 1
-        if not low and not held.any():  # the common case: every value defined
+        if not low and not np.count_nonzero(held):  # the common case: all defined
             self._repeats.fill(0)
             out = np.minimum(np.maximum(raw, self.lo), self.hi)
             stats.clipped_values += int(np.count_nonzero(out != raw))
@@ -953,29 +976,29 @@ class FeatureExtractor:
         v = [math.nan] * len(NAMES)
         fix, sac, blink = self._fix, self._sac, self._blink
         nf, ns, nb = fix.hi - fix.lo, sac.hi - sac.lo, blink.hi - blink.lo
-        v[_I["fixation_rate"]], v[_I["saccade_rate"]], v[_I["blink_rate"]] = nf / w, ns / w, nb / w
+        v[_I_FIXATION_RATE], v[_I_SACCADE_RATE], v[_I_BLINK_RATE] = nf / w, ns / w, nb / w
         if nf:
             vals = fix.vals[:, fix.lo : fix.hi]  # duration, dispersion
             s_dur, s_disp = np.add.reduce(vals, axis=1).tolist()
             mean = s_dur / nf
             d = vals[0] - mean
-            v[_I["fixation_duration_mean"]] = mean
-            v[_I["fixation_duration_var"]] = float(np.add.reduce(np.multiply(d, d, out=d))) / nf
-            v[_I["fixation_duration_max"]] = float(np.maximum.reduce(vals[0]))
-            v[_I["fixation_dispersion_mean"]] = s_disp / nf
-            v[_I["saccade_fixation_ratio"]] = ns / nf
+            v[_I_FIXATION_DURATION_MEAN] = mean
+            v[_I_FIXATION_DURATION_VAR] = float(np.add.reduce(np.multiply(d, d, out=d))) / nf
+            v[_I_FIXATION_DURATION_MAX] = float(np.maximum.reduce(vals[0]))
+            v[_I_FIXATION_DISPERSION_MEAN] = s_disp / nf
+            v[_I_SACCADE_FIXATION_RATIO] = ns / nf
         if ns:
             vals = sac.vals[:, sac.lo : sac.hi]  # amplitude, peak velocity, duration
             s_amp, s_vpk, s_dur = np.add.reduce(vals, axis=1).tolist()
             amp_max, vpk_max = np.maximum.reduce(vals[:2], axis=1).tolist()
             mean = s_amp / ns
             d = vals[0] - mean
-            v[_I["saccade_amplitude_mean"]] = mean
-            v[_I["saccade_amplitude_var"]] = float(np.add.reduce(np.multiply(d, d, out=d))) / ns
-            v[_I["saccade_amplitude_max"]] = amp_max
-            v[_I["saccade_peak_velocity_mean"]] = s_vpk / ns
-            v[_I["saccade_peak_velocity_max"]] = vpk_max
-            v[_I["saccade_duration_mean"]] = s_dur / ns
+            v[_I_SACCADE_AMPLITUDE_MEAN] = mean
+            v[_I_SACCADE_AMPLITUDE_VAR] = float(np.add.reduce(np.multiply(d, d, out=d))) / ns
+            v[_I_SACCADE_AMPLITUDE_MAX] = amp_max
+            v[_I_SACCADE_PEAK_VELOCITY_MEAN] = s_vpk / ns
+            v[_I_SACCADE_PEAK_VELOCITY_MAX] = vpk_max
+            v[_I_SACCADE_DURATION_MEAN] = s_dur / ns
             count = self._sac_count
             for i, c in _RATIOS:
                 v[i] = count[c] / ns
@@ -983,8 +1006,8 @@ class FeatureExtractor:
             dur = blink.vals[0, blink.lo : blink.hi]
             mean = float(np.add.reduce(dur)) / nb
             d = dur - mean
-            v[_I["blink_duration_mean"]] = mean
-            v[_I["blink_duration_var"]] = float(np.add.reduce(np.multiply(d, d, out=d))) / nb
+            v[_I_BLINK_DURATION_MEAN] = mean
+            v[_I_BLINK_DURATION_VAR] = float(np.add.reduce(np.multiply(d, d, out=d))) / nb
         for at, n, book in zip(_WORDBOOK_AT, WORDBOOK_NS, self._books, strict=True):
             if ns < n:  # an empty wordbook is defined: all its statistics are 0
                 v[at : at + 5] = [0.0] * 5
