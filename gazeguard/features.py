@@ -634,6 +634,7 @@ class FeatureExtractor:
         self._blink = _Ring(1)  # duration
         self._sac_count = [0] * 7  # window saccades per property (_SMALL ... _DIAG)
         self._books = [_Wordbook() for _ in WORDBOOK_NS]
+        self._ns_books = tuple(zip(WORDBOOK_NS, self._books, strict=True))
         self._letters: list[int] = []  # the last (up to 3) saccade letters, oldest first
         self._bins = np.zeros((64, 4), dtype=np.int64)
         self._bmin = np.full(64, np.inf)
@@ -891,18 +892,18 @@ class FeatureExtractor:
         lo = bisect.bisect_left(sac.tend, start, sac.lo, hi)
         if hi == sac.hi and lo == sac.lo:
             return
-        count, books, extra = self._sac_count, self._books, sac.extra
+        count, books, extra, lo0 = self._sac_count, self._ns_books, sac.extra, sac.lo
         for j in range(sac.hi, hi):  # saccade j enters, with the n-grams it ends
             flags, codes = extra[j]
             for c in flags:
                 count[c] += 1
-            for n, book in zip(WORDBOOK_NS, books, strict=True):
-                if j - n + 1 >= sac.lo:
+            for n, book in books:
+                if j - n + 1 >= lo0:
                     book.add(codes[n - 1])
-        for j in range(sac.lo, lo):  # saccade j leaves, with the n-grams it starts
+        for j in range(lo0, lo):  # saccade j leaves, with the n-grams it starts
             for c in extra[j].flags:
                 count[c] -= 1
-            for n, book in zip(WORDBOOK_NS, books, strict=True):
+            for n, book in books:
                 if j + n - 1 < hi:
                     book.remove(extra[j + n - 1].codes[n - 1])
         sac.lo, sac.hi = lo, hi
