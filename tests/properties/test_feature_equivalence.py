@@ -137,3 +137,11 @@ def test_check_timestamps_refuses_exactly_what_the_reference_refuses(
         except StreamError as e:
             errors.append(str(e))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize(("window", "step"), [(30.0, 0.5), (7.3, 0.5), (10.0, 0.1)])
+def test_a_whole_recording_in_one_push_equals_the_reference(window: float, step: float) -> None:
+    """Offline extraction (one block, walked in pieces of several step intervals) with and
+    without a sub-interval window edge (r = 0.3 s for W = 7.3 s)."""
+    g = simulate_gaze(120.0, 250.0, 7, "reading")
+    assert_same_run(g, (window, step, None), [len(g)], {})
