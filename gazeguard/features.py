@@ -433,6 +433,7 @@ _NV, _NP, _S1, _S2 = range(4)
 # Saccade properties counted over the current window (the ratio features).
 _SMALL, _LARGE, _RIGHT, _UP, _LEFT, _DOWN, _DIAG = range(7)
 _MAX_INTERVALS = 16  # a long block is walked in pieces of at most this many step intervals
+_STAGING_CAP = 256  # samples held (held blocks are copied into buffers of this size or more)
 _I = _INDEX
 _F = len(FEATURES)
 # Feature positions used per step (module constants: no dict lookups in the step).
@@ -671,7 +672,7 @@ class FeatureExtractor:
         try:
             xs, times = self._process(block)
         finally:
-            self._held.n = 0
+            self._held.clear()
         if self._coalesce:
             step = math.floor((self._last_t - self._t0) / self.step_s)
             self._held_until = min(self._edge(step + 1), self._edge(self._k + self._q, sub=True))
@@ -1031,8 +1032,8 @@ class _Staging:
 
     def __init__(self) -> None:
         self.n = 0
-        self.t, self.x, self.y, self.p = (np.empty(256) for _ in range(4))
-        self.valid = np.empty(256, dtype=bool)
+        self.t, self.x, self.y, self.p = (np.empty(_STAGING_CAP) for _ in range(4))
+        self.valid = np.empty(_STAGING_CAP, dtype=bool)
 
     def append(self, block: GazeSamples) -> None:
         n = self.n
@@ -1050,6 +1051,13 @@ class _Staging:
         self.p[n : n + m] = block.pupil_mm
         self.valid[n : n + m] = block.valid
         self.n = n + m
+
+    def clear(self) -> None:
+        """Drop the held samples; give back buffers grown for a long block (a recording)."""
+        self.n = 0
+        if self.t.shape[0] > 16 * _STAGING_CAP:
+            self.t, self.x, self.y, self.p = (np.empty(_STAGING_CAP) for _ in range(4))
+            self.valid = np.empty(_STAGING_CAP, dtype=bool)
 
     def view(self) -> GazeSamples:
         """The held samples (views: valid until the next :meth:`append` after a reset)."""
