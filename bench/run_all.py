@@ -36,6 +36,7 @@ LOGS = RESULTS / "logs"
 KNOWN: dict[str, tuple[list[str], list[str]]] = {
     "bench_mechanisms.py": ([], []),
     "bench_frontend.py": ([], ["--seconds", "4", "--window", "5"]),
+    "bench_features_cpu.py": ([], ["--seconds", "90", "--rounds", "3"]),
     "bench_ledger.py": ([], ["--charges", "120", "--rounds", "2"]),
     "bench_publish.py": ([], ["--chunks", "100"]),
     "validate_events.py": ([], ["--no-bounds"]),
@@ -277,6 +278,20 @@ def rows_frontend(d: dict[str, Any]) -> list[Row]:
     return out
 
 
+def rows_features_cpu(d: dict[str, Any]) -> list[Row]:
+    return [
+        (
+            "events + features CPU",
+            f"{r['rate_hz']:.0f} Hz {r['task']}: ms CPU per session-second, after (before ×)",
+            f"{r['ms_per_session_s']['after']:.3f} ms ({r['ratio_before_over_after']:.2f}×), "
+            f"{r['sessions_per_core']['after']:.0f} sessions/core",
+            "",
+            "—",
+        )
+        for r in d["rows"]
+    ]
+
+
 def rows_ledger(d: dict[str, Any]) -> list[Row]:
     out: list[Row] = []
     for name, r in d["results"].items():
@@ -321,6 +336,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "fleet": rows_fleet,
     "mechanisms": rows_mechanisms,
     "frontend": rows_frontend,
+    "features_cpu": rows_features_cpu,
     "ledger": rows_ledger,
     "publish": rows_publish,
     "event_validation": rows_events,

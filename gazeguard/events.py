@@ -42,9 +42,9 @@ Sample-level labels (for validation) come from :func:`sample_labels` or :func:`d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +62,7 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
+Row = tuple[float, ...]  # one event: the fields of Events.from_rows, in order
 Int8Array = npt.NDArray[np.int8]
 
 _RATE_SAMPLES = 17  # samples held to estimate the nominal interval (median of the first 16 dt)
@@ -128,7 +129,7 @@ class Events:
         return int(self.kind.shape[0])
 
     @classmethod
-    def from_rows(cls, rows: list[tuple[float, ...]]) -> Events:
+    def from_rows(cls, rows: list[Row]) -> Events:
         """Build from rows ``(kind, start, stop, t_start, t_end, duration, x, y, dx, dy,
         amplitude, peak_velocity, dispersion)``."""
         a = np.array(rows, dtype=np.float64).reshape(len(rows), 3 + len(_EVENT_FIELDS))
@@ -166,16 +167,6 @@ class DetectorStats:
     events: dict[EventKind, int] = field(default_factory=lambda: dict.fromkeys(EventKind, 0))
 
 
-class _Next(NamedTuple):
-    """What follows a run: the next run's class and first sample (or the end of the stream)."""
-
-    cls: int  # -1: end of stream
-    gap: bool  # a gap separates the run from it
-    t: float | None
-    x: float
-    y: float
-
-
 @dataclass(slots=True)
 class _OpenRun:
     """The run still growing at the end of what has been classified so far."""
@@ -200,7 +191,10 @@ class _OpenRun:
 
 def _quantise(a: FloatArray) -> IntArray:
     """Degrees → integers of 1e-6 deg (clipped to ±1e5 deg so that sums cannot overflow)."""
-    return np.rint(np.clip(a, -1e5, 1e5) * _QUANTUM).astype(np.int64)
+    q = np.maximum(a, -1e5)  # np.clip's result, without its Python-level wrapper
+    np.minimum(q, 1e5, out=q)
+    q *= _QUANTUM
+    return np.rint(q, out=q).astype(np.int64)
 
 
 def _check_positive(name: str, value: float | None, allow_none: bool = False) -> None:
@@ -217,6 +211,18 @@ def check_timestamps(t: FloatArray, after: float | None) -> None:
     Raises:
         StreamError: naming the problem and the times involved.
     """
+    # Fast path (one comparison over the block): strictly increasing between finite ends
+    # implies finite throughout (a NaN compares False); anything else falls through to the
+    # checks that name it.
+    first, last = float(t[0]), float(t[-1])
+    n = len(t)
+    if (
+        math.isfinite(first)
+        and math.isfinite(last)
+        and (after is None or first > after)
+        and (n == 1 or np.count_nonzero(t[1:] > t[:-1]) == n - 1)
+    ):
+        return
     if not np.all(np.isfinite(t)):
         raise StreamError(
             f"gaze timestamps must be finite; block of {len(t)} samples has "
@@ -298,18 +304,30 @@ class EventDetector:
         Raises:
             StreamError: timestamps not strictly increasing (within the block or after the last).
         """
+        rows = self._push_rows(block)
+        return Events.from_rows(rows) if rows else _EMPTY
+
+    def _push_rows(self, block: GazeSamples, checked: bool = False) -> list[Row]:
+        """:meth:`push`, returning the completed events as rows (the fields of
+        :meth:`Events.from_rows`, in order): what :class:`~gazeguard.features.FeatureExtractor`
+        consumes, without building arrays for a few events. ``checked``: the caller has already
+        validated the block's timestamps (finite, strictly increasing) against its own newest
+        sample; only their order after this detector's newest sample is checked again."""
         if self._finished:
             raise GazeguardError("EventDetector.push after finish(): create a new detector")
         n_new = len(block)
         if n_new == 0:
-            return _EMPTY
-        check_timestamps(block.timestamps, float(self._t[self._n - 1]) if self._n else None)
+            return []
+        ts = block.timestamps
+        after = float(self._t[self._n - 1]) if self._n else None
+        if not checked or (after is not None and not ts[0] > after):
+            check_timestamps(ts, after)
         self._append(block)
         self.stats.samples += n_new
-        self.stats.invalid_samples += int(n_new - np.count_nonzero(block.valid))
+        self.stats.invalid_samples += n_new - int(np.count_nonzero(block.valid))
         if self.dt is None:
             if self._g0 + self._n < _RATE_SAMPLES:
-                return _EMPTY
+                return []
             self._set_rate()
         return self._classify(self._n - self.h)
 
@@ -323,15 +341,12 @@ class EventDetector:
                 self._finished = True
                 return _EMPTY
             self._set_rate()
-        events = [self._classify(self._n, final=True)]
-        rows: list[tuple[float, ...]] = []
-        end = _Next(cls=-1, gap=True, t=None, x=np.nan, y=np.nan)
-        if self._open is not None:
-            self._close(rows, self._open, end)
+        rows = self._classify(self._n, final=True)
+        if self._open is not None:  # the end of the stream follows it
+            self._close(rows, self._open, -1, True, None, np.nan, np.nan)
             self._open = None
-        events.append(Events.from_rows(rows))
         self._finished = True
-        return Events.concat(events)
+        return Events.from_rows(rows)
 
     # ---------------------------------------------------------------------------------------
     def _set_rate(self) -> None:
@@ -369,99 +384,146 @@ class EventDetector:
         """First buffer index still needed: h + 1 samples of lookback before the next sample."""
         return max(0, self._next - self.h - 1)
 
-    def _classify(self, stop: int, final: bool = False) -> Events:  # noqa: PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
+    def _classify(self, stop: int, final: bool = False) -> list[Row]:  # noqa: PLR0912, PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
         """Classify buffer samples [self._next, stop) and close the runs they complete."""
         a = self._next
         if stop <= a:
-            return _EMPTY
+            return []
         h, n, g = self.h, self._n, self.max_gap_s
         t, xy, ok = self._t, self._xy, self._ok
         # Context region [r0, r1) = [a - h, stop + h) within the buffer. gap[k]: the interval
-        # before sample r0 + k is a dropout; c: cumulative count of gaps + invalid samples.
+        # before sample r0 + k is a dropout. "clean": no gap and no invalid sample in it (the
+        # common case, which skips the masking below).
         r0, r1 = max(0, a - h), min(n, stop + h)
+        m_all = stop - a
         gap = np.empty(r1 - r0, dtype=bool)
-        gap[0] = r0 > 0 and t[r0] - t[r0 - 1] > g
+        gap[0] = r0 > 0 and float(t[r0]) - float(t[r0 - 1]) > g
         np.greater(t[r0 + 1 : r1] - t[r0 : r1 - 1], g, out=gap[1:])
-        c = np.zeros(r1 - r0 + 1, dtype=np.int64)
-        np.cumsum(gap.astype(np.int64) + ~ok[r0:r1], out=c[1:])
-        cls = np.full(stop - a, _C_UNDEF, dtype=np.int8)
-        v = np.full(stop - a, np.nan)
-        # Samples whose whole window [i - h, i + h] lies in the region get a velocity.
+        clean = not gap.any() and bool(ok[r0:r1].all())
+        # Samples whose whole window [i - h, i + h] lies in the region get a velocity (in a
+        # stream: all of them; the others are undefined, 0, with velocity NaN).
         i0, i1 = max(a, r0 + h), min(stop, r1 - h)
+        whole = i0 == a and i1 == stop
+        if not whole:
+            cls = np.zeros(m_all, dtype=np.int8)  # _C_UNDEF
+            v = np.full(m_all, np.nan)
         if i1 > i0:
-            m, lo = i1 - i0, i0 - h - r0
-            # Window clean iff no invalid sample in it and no gap inside it (gap[lo] is outside).
-            dirty = c[lo + 2 * h + 1 : lo + 2 * h + 1 + m] - c[lo : lo + m] - gap[lo : lo + m]
             d = xy[i0 + 1 : i1 + 1] - xy[i0 - 1 : i1 - 1]
             dt = t[i0 + 1 : i1 + 1] - t[i0 - 1 : i1 - 1]
             for j in range(2, h + 1):  # loop over the h shifts, not over samples
                 d += xy[i0 + j : i1 + j] - xy[i0 - j : i1 - j]
                 dt += t[i0 + j : i1 + j] - t[i0 - j : i1 - j]
-            vv = np.hypot(d[:, 0], d[:, 1]) / dt
-            vv[dirty > 0] = np.nan
-            v[i0 - a : i1 - a] = vv
-            thr = self.velocity_threshold_deg_s
-            cls[i0 - a : i1 - a] = (vv < thr) * np.int8(_C_SLOW) + (vv >= thr) * np.int8(_C_FAST)
+            vv = np.hypot(d[:, 0], d[:, 1])
+            vv /= dt
+            if not clean:
+                # Window clean iff no invalid sample in it and no gap inside it (gap[lo], the
+                # interval before its first sample, is outside). c: cumulative count of gaps +
+                # invalid samples over the region.
+                c = np.zeros(r1 - r0 + 1, dtype=np.int64)
+                np.cumsum(gap.astype(np.int64) + ~ok[r0:r1], out=c[1:])
+                m, lo = i1 - i0, i0 - h - r0
+                dirty = c[lo + 2 * h + 1 : lo + 2 * h + 1 + m] - c[lo : lo + m] - gap[lo : lo + m]
+                vv[dirty > 0] = np.nan
+            # below the threshold: slow (1); at or above: fast (2); NaN: undefined (0)
+            fast = vv >= self.velocity_threshold_deg_s
+            if whole:
+                v = vv
+                cls = np.add(fast, np.equal(vv, vv), dtype=np.int8)
+            else:
+                v[i0 - a : i1 - a] = vv
+                np.add(fast, np.equal(vv, vv), out=cls[i0 - a : i1 - a], dtype=np.int8)
         okc = ok[a:stop]
-        cls[~okc] = _C_INVALID
         gap_a = gap[a - r0 : stop - r0]
-        self.stats.gaps += int(np.count_nonzero(gap_a))
-        # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
-        starts = np.flatnonzero((cls[1:] != cls[:-1]) | gap_a[1:]) + 1
-        seg_starts = np.concatenate(([0], starts))
-        cont = self._open is not None and self._open.cls == cls[0] and not gap_a[0]
-        # Per-segment order-independent reductions (integer sums, min, max).
         pos = xy[a:stop]
-        q = _quantise(np.where(okc[:, None], pos, 0.0))
-        pos = np.where(okc[:, None], pos, np.nan)
+        if clean:
+            change = cls[1:] != cls[:-1]
+            q = _quantise(pos)
+        else:
+            cls[~okc] = _C_INVALID
+            self.stats.gaps += int(np.count_nonzero(gap_a))
+            change = (cls[1:] != cls[:-1]) | gap_a[1:]
+            q = _quantise(np.where(okc[:, None], pos, 0.0))
+            pos = np.where(okc[:, None], pos, np.nan)
+        # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
+        starts = [i + 1 for i in np.flatnonzero(change).tolist()]
+        seg_starts = [0, *starts]
+        seg_end = [*starts, m_all]
+        # Per-segment order-independent reductions (integer sums, min, max).
         seg_q = np.add.reduceat(q, seg_starts, axis=0).tolist()
         seg_min = np.fmin.reduceat(pos, seg_starts, axis=0).tolist()
         seg_max = np.fmax.reduceat(pos, seg_starts, axis=0).tolist()
         seg_v = np.fmax.reduceat(v, seg_starts).tolist()
-        seg_end = [*starts.tolist(), stop - a]
-        rows: list[tuple[float, ...]] = []
-        for si, s0 in enumerate(seg_starts.tolist()):  # loop over runs (events), not samples
-            b = a + s0
-            if si > 0 or not cont:
-                nxt = _Next(int(cls[s0]), bool(gap_a[s0]), float(t[b]), *xy[b].tolist())
-                prev = self._open
-                if prev is not None:
-                    self._close(rows, prev, nxt)
-                has_prev = b > 0
-                self._open = _OpenRun(
-                    cls=nxt.cls,
-                    start=self._g0 + b,
-                    t_start=float(t[b]),
-                    t_last=float(t[b]),
-                    prev_cls=prev.cls if prev is not None else -1,
-                    gap_before=nxt.gap or prev is None,
-                    x_before=float(xy[b - 1, 0]) if has_prev else np.nan,
-                    y_before=float(xy[b - 1, 1]) if has_prev else np.nan,
-                )
-            run = self._open
-            assert run is not None
+        seg_cls = cls[seg_starts].tolist()
+        seg_gap = [False] * len(seg_starts) if clean else gap_a[seg_starts].tolist()
+        run = self._open
+        cont = run is not None and run.cls == seg_cls[0] and not seg_gap[0]
+        rows: list[Row] = []
+        inf = np.inf
+        for si, s0 in enumerate(seg_starts):  # loop over runs (events), not samples
             e = seg_end[si]
-            run.n += e - s0
-            run.t_last = float(t[a + e - 1])
-            if run.cls in (_C_SLOW, _C_FAST):  # valid samples only: no NaN below
-                run.sx += seg_q[si][0]
-                run.sy += seg_q[si][1]
-                run.xmin = min(run.xmin, seg_min[si][0])
-                run.ymin = min(run.ymin, seg_min[si][1])
-                run.xmax = max(run.xmax, seg_max[si][0])
-                run.ymax = max(run.ymax, seg_max[si][1])
-                run.vmax = max(run.vmax, seg_v[si])
+            c = seg_cls[si]
+            moving = c in (_C_SLOW, _C_FAST)  # valid samples only: no NaN below
+            if si == 0 and cont:
+                assert run is not None
+                run.n += e - s0
+                run.t_last = float(t[a + e - 1])
+                if moving:
+                    (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[0], seg_min[0], seg_max[0]
+                    run.sx += sx
+                    run.sy += sy
+                    run.xmin = min(run.xmin, xmin)
+                    run.ymin = min(run.ymin, ymin)
+                    run.xmax = max(run.xmax, xmax)
+                    run.ymax = max(run.ymax, ymax)
+                    run.vmax = max(run.vmax, seg_v[0])
+                continue
+            b = a + s0
+            tb = float(t[b])
+            xb, yb = xy[b].tolist()
+            gap_b = seg_gap[si]
+            prev = run
+            if prev is not None:
+                self._close(rows, prev, c, gap_b, tb, xb, yb)
+            xp, yp = xy[b - 1].tolist() if b > 0 else (np.nan, np.nan)
+            args = (
+                c,
+                self._g0 + b,
+                tb,
+                float(t[a + e - 1]),
+                prev.cls if prev is not None else -1,
+                gap_b or prev is None,
+                xp,
+                yp,
+                e - s0,
+            )
+            if moving:  # the run's statistics so far: this segment's (as min/max with ±inf)
+                (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[si], seg_min[si], seg_max[si]
+                run = _OpenRun(
+                    *args, sx, sy, min(inf, xmin), max(-inf, xmax), min(inf, ymin),
+                    max(-inf, ymax), max(-inf, seg_v[si]),
+                )  # fmt: skip
+            else:
+                run = _OpenRun(*args)
+            self._open = run
         self._next = n if final else stop
         self.last_classified_t = float(t[stop - 1])
-        return Events.from_rows(rows) if rows else _EMPTY
+        return rows
 
-    def _t_end(self, run: _OpenRun, nxt: _Next) -> float:
+    def _close(  # noqa: PLR0917 - what follows the run, unpacked: called once per event
+        self,
+        rows: list[Row],
+        run: _OpenRun,
+        next_cls: int,
+        next_gap: bool,
+        next_t: float | None,
+        next_x: float,
+        next_y: float,
+    ) -> None:
+        """Turn a completed run into an event row (see the module docstring for the rules).
+        ``next_*``: the next run's class and first sample (class -1, time None: end of stream);
+        ``next_gap``: a gap separates the run from it."""
         assert self.dt is not None
-        return run.t_last + self.dt if (nxt.gap or nxt.t is None) else nxt.t
-
-    def _close(self, rows: list[tuple[float, ...]], run: _OpenRun, nxt: _Next) -> None:
-        """Turn a completed run into an event row (see the module docstring for the rules)."""
-        t_end = self._t_end(run, nxt)
+        t_end = run.t_last + self.dt if (next_gap or next_t is None) else next_t
         duration = t_end - run.t_start
         nan = np.nan
         x = y = dx = dy = amp = vpk = disp = nan
@@ -472,16 +534,16 @@ class EventDetector:
             disp = (run.xmax - run.xmin) + (run.ymax - run.ymin)
         elif run.cls == _C_FAST:
             flanked = run.prev_cls == _C_SLOW and not run.gap_before
-            flanked = flanked and nxt.cls == _C_SLOW and not nxt.gap
+            flanked = flanked and next_cls == _C_SLOW and not next_gap
             long_enough = duration >= self.min_saccade_s
             kind = EventKind.SACCADE if flanked and long_enough else EventKind.UNDEFINED
-            x, y = nxt.x, nxt.y
-            dx, dy = nxt.x - run.x_before, nxt.y - run.y_before
+            x, y = next_x, next_y
+            dx, dy = next_x - run.x_before, next_y - run.y_before
             amp = float(np.hypot(dx, dy))
             vpk = run.vmax
         elif run.cls == _C_INVALID:
             bounded = run.prev_cls >= 0 and not run.gap_before
-            bounded = bounded and not nxt.gap and nxt.t is not None
+            bounded = bounded and not next_gap and next_t is not None
             plausible = self.min_blink_s <= duration <= self.max_blink_s
             kind = EventKind.BLINK if bounded and plausible else EventKind.LOSS
         else:

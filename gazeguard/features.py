@@ -53,22 +53,32 @@ the difference domain by DCFPA, which keeps the privacy guarantee and costs util
 step. ``bench/validate_events.py`` measures how often that happens on real recordings: at most
 2% of steps, for ``saccade_rate`` and the wordbook ``distinct`` counts (I-VT saccade bursts).
 
-Cost: per step the statistics are recomputed from per-event summaries kept in a ring (a 30 s
-window holds a few hundred events) and from per-step sample bins (integer sums, min, max; a step
-is split in two where a window edge falls inside it), never from the window's raw samples.
+Cost: the window slides by one step at a time, so per step only the events entering and
+leaving it are touched: event counts, the saccade property counts (the ratio features) and the
+wordbook n-gram counts (with counts of counts for their max and min) are updated in place. Means,
+variances and maxima are one numpy reduction each over the window's events of one kind, which
+are kept per kind in contiguous rows (a 30 s window holds about a hundred per kind): the same
+pairwise sums over the same values in the same order as a per-window recomputation, so the
+vectors are bit-identical to it (``tests/properties/test_feature_equivalence.py`` compares them
+with the frozen recomputation in ``tests/_reference_extraction.py``). Sample statistics come
+from per-step sample bins (integer sums, min, max; a step is split in two where a window edge
+falls inside it), never from the window's raw samples.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from gazeguard.errors import ConfigError, StreamError
-from gazeguard.events import EventDetector, EventKind, Events, check_timestamps
+from gazeguard.events import EventDetector, EventKind, Row, check_timestamps
 from gazeguard.samples import FloatArray, GazeSamples
 
 __all__ = [
@@ -416,13 +426,50 @@ def feature_defaults(
 
 # --- Extraction --------------------------------------------------------------------------------
 _BEHAVIOUR = np.array([f.behaviour for f in FEATURES])
-# Event ring columns.
-_K, _TEND, _DUR, _AMP, _DX, _DY, _VPK, _DISP, _SYM = range(9)
-_EV_COLS = 9
 _FIX, _SAC, _BLINK = int(EventKind.FIXATION), int(EventKind.SACCADE), int(EventKind.BLINK)
 _PUPIL_Q = 1e4  # pupil summed as integers of 0.1 µm: exact, order-independent window sums
 # Sample-bin columns: valid samples, pupil samples, Σ pupil, Σ pupil² (pupil in 0.1 µm).
 _NV, _NP, _S1, _S2 = range(4)
+# Saccade properties counted over the current window (the ratio features).
+_SMALL, _LARGE, _RIGHT, _UP, _LEFT, _DOWN, _DIAG = range(7)
+_MAX_INTERVALS = 16  # a long block is walked in pieces of at most this many step intervals
+_STAGING_CAP = 256  # samples held (held blocks are copied into buffers of this size or more)
+_I = _INDEX
+_F = len(FEATURES)
+# Feature positions used per step (module constants: no dict lookups in the step).
+_I_BLINK_DURATION_MEAN = _I["blink_duration_mean"]
+_I_BLINK_DURATION_VAR = _I["blink_duration_var"]
+_I_BLINK_RATE = _I["blink_rate"]
+_I_FIXATION_DISPERSION_MEAN = _I["fixation_dispersion_mean"]
+_I_FIXATION_DURATION_MAX = _I["fixation_duration_max"]
+_I_FIXATION_DURATION_MEAN = _I["fixation_duration_mean"]
+_I_FIXATION_DURATION_VAR = _I["fixation_duration_var"]
+_I_FIXATION_RATE = _I["fixation_rate"]
+_I_PUPIL_MAX = _I["pupil_max"]
+_I_PUPIL_MEAN = _I["pupil_mean"]
+_I_PUPIL_MIN = _I["pupil_min"]
+_I_PUPIL_VAR = _I["pupil_var"]
+_I_SACCADE_AMPLITUDE_MAX = _I["saccade_amplitude_max"]
+_I_SACCADE_AMPLITUDE_MEAN = _I["saccade_amplitude_mean"]
+_I_SACCADE_AMPLITUDE_VAR = _I["saccade_amplitude_var"]
+_I_SACCADE_DURATION_MEAN = _I["saccade_duration_mean"]
+_I_SACCADE_FIXATION_RATIO = _I["saccade_fixation_ratio"]
+_I_SACCADE_PEAK_VELOCITY_MAX = _I["saccade_peak_velocity_max"]
+_I_SACCADE_PEAK_VELOCITY_MEAN = _I["saccade_peak_velocity_mean"]
+_I_SACCADE_RATE = _I["saccade_rate"]
+_I_VALID_FRACTION = _I["valid_fraction"]
+_RATIOS = tuple(
+    (_I[f"saccade_{name}_ratio"], c)
+    for name, c in (("small", _SMALL), ("large", _LARGE), ("right", _RIGHT), ("up", _UP),
+                    ("left", _LEFT), ("down", _DOWN), ("diagonal", _DIAG))
+)  # fmt: skip
+_WORDBOOK_AT = tuple(_I[f"wordbook{n}_distinct"] for n in WORDBOOK_NS)  # + max, min, range, mean
+assert all(
+    NAMES[i : i + len(_WORD_STATS)] == tuple(f"wordbook{n}_{st}" for st in _WORD_STATS)
+    for i, n in zip(_WORDBOOK_AT, WORDBOOK_NS, strict=True)
+)
+# Detector row fields (EventDetector rows, the order of Events.from_rows).
+_R_KIND, _R_TEND, _R_DUR, _R_DX, _R_DY, _R_AMP, _R_VPK, _R_DISP = 0, 4, 5, 8, 9, 10, 11, 12
 
 
 @dataclass(slots=True)
@@ -435,6 +482,93 @@ class FeatureStats:
     defaulted_values: int = 0  # public defaults released: no defined value within the hold limit
     clipped_values: int = 0  # values clipped to [lo, hi]
     pupil_out_of_range: int = 0  # pupil samples outside 1.5..9 mm, ignored
+
+
+def _cap(value: float, hi: float) -> float:
+    """``min(value, hi)`` as ``np.minimum`` computes it (NaN stays NaN)."""
+    return hi if value > hi else value
+
+
+class _Ring:
+    """Per-event values of one event kind, in time order: end times ``tend`` (a list, searched
+    with bisect) and value columns ``vals[c, i]`` (one row per value, so a window's values of
+    one kind are a contiguous slice of each row). Events ``[lo, hi)`` are in the current window;
+    events before ``lo`` are dropped when the ring is full; events from ``hi`` on have ended
+    after the window (the detector runs ahead of the windows by up to a block)."""
+
+    __slots__ = ("extra", "hi", "lo", "tend", "vals")
+
+    def __init__(self, rows: int) -> None:
+        self.vals = np.empty((rows, 128))
+        self.tend: list[float] = []
+        self.extra: list[_Saccade] = []  # saccades only: properties per event
+        self.lo = self.hi = 0
+
+    def slot(self) -> int:
+        """Column index for one more event (its ``tend`` is appended by the caller)."""
+        n = len(self.tend)
+        cap = self.vals.shape[1]
+        if n < cap:
+            return n
+        lo = self.lo
+        if lo:  # drop the events before the window
+            self.vals[:, : n - lo] = self.vals[:, lo:n]
+            del self.tend[:lo]
+            del self.extra[:lo]
+            self.lo, self.hi, n = 0, self.hi - lo, n - lo
+        if 2 * n > cap:
+            vals = np.empty((self.vals.shape[0], 2 * cap))
+            vals[:, :n] = self.vals[:, :n]
+            self.vals = vals
+        return n
+
+
+class _Saccade(NamedTuple):
+    flags: tuple[int, ...]  # the counters (_SMALL ... _DIAG) this saccade adds to
+    codes: tuple[int, ...]  # codes of the n-grams (n = 1..4) of letters ending with it
+
+
+class _Wordbook:
+    """Counts of the n-gram codes in the window, and counts of those counts, so that the
+    number of distinct n-grams and the largest and smallest count follow each n-gram entering
+    or leaving in O(1) (amortised) instead of a ``np.unique`` over the window per step."""
+
+    __slots__ = ("counts", "hi", "lo", "of_count")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}  # code -> occurrences (> 0) in the window
+        self.of_count = [0, 0]  # of_count[c]: codes occurring c times
+        self.hi = self.lo = 0  # largest and smallest occurring count (0: empty)
+
+    def add(self, code: int) -> None:
+        counts, of_count = self.counts, self.of_count
+        c = counts.get(code, 0) + 1
+        counts[code] = c
+        if c == len(of_count):
+            of_count.append(0)
+        of_count[c] += 1
+        if c > 1:
+            of_count[c - 1] -= 1
+            if c - 1 == self.lo and of_count[c - 1] == 0:
+                self.lo = c
+        else:
+            self.lo = 1
+        self.hi = max(self.hi, c)
+
+    def remove(self, code: int) -> None:
+        counts, of_count = self.counts, self.of_count
+        c = counts[code]
+        of_count[c] -= 1
+        if c > 1:
+            counts[code] = c - 1
+            of_count[c - 1] += 1
+            self.lo = min(self.lo, c - 1)
+        else:
+            del counts[code]
+            if of_count[1] == 0:  # the rarest code left: the next occurring count, if any
+                self.lo = next((k for k in range(2, self.hi + 1) if of_count[k]), 0)
+        if c == self.hi and of_count[c] == 0:
+            self.hi = c - 1
 
 
 class FeatureExtractor:
@@ -495,25 +629,31 @@ class FeatureExtractor:
         self._r = r if r > 1e-9 * self.step_s else 0.0
         self._t0: float | None = None
         self._k = 0  # next step to emit
-        self._ev = np.empty((256, _EV_COLS))
-        self._ev_lo = self._ev_hi = 0  # live rows
+        # Events by kind; the window's counters and wordbooks follow the saccades in it.
+        self._fix = _Ring(2)  # duration, dispersion
+        self._sac = _Ring(3)  # amplitude, peak velocity, duration
+        self._blink = _Ring(1)  # duration
+        self._sac_count = [0] * 7  # window saccades per property (_SMALL ... _DIAG)
+        self._books = [_Wordbook() for _ in WORDBOOK_NS]
+        self._ns_books = tuple(zip(WORDBOOK_NS, self._books, strict=True))
+        self._letters: list[int] = []  # the last (up to 3) saccade letters, oldest first
         self._bins = np.zeros((64, 4), dtype=np.int64)
         self._bmin = np.full(64, np.inf)
         self._bmax = np.full(64, -np.inf)
         self._bin_base = 0  # bin id of row 0
         self._bin_top = -1  # highest bin id written
-        # Coalescing: blocks that cannot complete a step wait here (copied) until one can.
+        # Coalescing: blocks that cannot complete a step are copied here until one can.
         self._coalesce = coalesce
-        self._held: list[GazeSamples] = []
+        self._held = _Staging()
         self._held_until = -math.inf  # a block whose last sample is at or after this is processed
         self._last_t: float | None = None  # newest timestamp accepted, s
 
     def push(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
         """Feed a block; return ``X`` float64 (k, F) and ``t`` float64 (k,) for the k steps it
         completed (k may be 0). Blocks of any size give the same vectors."""
-        if len(block) == 0:
-            return np.empty((0, len(FEATURES))), np.empty(0)
         ts = block.timestamps
+        if ts.shape[0] == 0:
+            return np.empty((0, _F)), np.empty(0)
         if self._t0 is None:
             if not math.isfinite(ts[0]):
                 raise StreamError(f"first gaze timestamp is {ts[0]!r}; timestamps must be finite")
@@ -524,13 +664,15 @@ class FeatureExtractor:
         check_timestamps(ts, self._last_t)
         self._last_t = float(ts[-1])
         if self._last_t < self._held_until:
-            self._held.append(GazeSamples.concat([block]))  # a copy: blocks may be borrowed
-            return np.empty((0, len(FEATURES))), np.empty(0)
-        if self._held:
-            block = GazeSamples.concat([*self._held, block])
-            ts = block.timestamps
+            self._held.append(block)  # a copy: blocks may be borrowed
+            return np.empty((0, _F)), np.empty(0)
+        if self._held.n:
+            self._held.append(block)
+            block = self._held.view()
+        try:
+            xs, times = self._process(block)
+        finally:
             self._held.clear()
-        xs, times = self._process(block)
         if self._coalesce:
             step = math.floor((self._last_t - self._t0) / self.step_s)
             self._held_until = min(self._edge(step + 1), self._edge(self._k + self._q, sub=True))
@@ -540,21 +682,29 @@ class FeatureExtractor:
         """Detector, bins, events and vectors for ``block`` (validated, not held)."""
         assert self._t0 is not None
         ts = block.timestamps
-        # Walk the block one step interval at a time so buffers stay bounded for long blocks.
-        j = np.floor((ts - self._t0) / self.step_s)
-        cuts = np.flatnonzero(j[1:] != j[:-1]) + 1
+        # A long block (a recording) is walked a few step intervals at a time so that buffers
+        # stay bounded; the vectors do not depend on where it is cut.
+        t0, s, n = self._t0, self.step_s, len(block)
+        if math.floor((float(ts[-1]) - t0) / s) - math.floor((float(ts[0]) - t0) / s) < (
+            _MAX_INTERVALS
+        ):
+            bounds = [0, n]
+        else:
+            j = np.floor((ts - t0) / s) // _MAX_INTERVALS
+            bounds = [0, *(np.flatnonzero(j[1:] != j[:-1]) + 1).tolist(), n]
         xs: list[FloatArray] = []
         times: list[float] = []
-        for a, b in zip(
-            [0, *cuts.tolist()], [*cuts.tolist(), len(block)], strict=True
-        ):  # loop over step intervals
-            piece = block.slice(a, b)
-            events = self.detector.push(piece)  # validates the timestamps first
+        for a, b in itertools.pairwise(bounds):
+            piece = block if b - a == n else block.slice(a, b)
+            rows = self.detector._push_rows(piece, checked=True)  # the package's own detector
             self._bin_samples(piece)
-            self._add_events(events)
+            if rows:
+                self._add_events(rows)
             self._emit(xs, times)
         if not xs:
-            return np.empty((0, len(FEATURES))), np.empty(0)
+            return np.empty((0, _F)), np.empty(0)
+        if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
+            return xs[0].copy(), np.array(times)
         return np.vstack(xs), np.array(times)
 
     # --- sample bins ---------------------------------------------------------------------------
@@ -574,84 +724,190 @@ class FeatureExtractor:
         sub = ts >= t0 + j * s + self._r  # False: the first r s of the interval
         return (2 * j + sub).astype(np.int64)
 
+    def _bin_id(self, t: float) -> int:
+        """:meth:`_bin_ids` of one timestamp (the same float operations)."""
+        assert self._t0 is not None
+        t0, s = self._t0, self.step_s
+        j = math.floor((t - t0) / s)
+        if t < t0 + j * s:
+            j -= 1
+        if t >= t0 + (j + 1) * s:
+            j += 1
+        return 2 * j + (t >= t0 + j * s + self._r)
+
     def _bin_samples(self, piece: GazeSamples) -> None:
-        ids = self._bin_ids(piece.timestamps)
-        top = int(ids[-1])
+        ts = piece.timestamps
+        n = len(ts)
+        first, top = self._bin_id(float(ts[0])), self._bin_id(float(ts[-1]))
         if top > self._bin_top:
             self._ensure_bins(top)
+        # Cut the piece where its bins change. One bin (the common case): no per-sample ids.
+        # Without a sub-interval (r = 0: every sample has an odd id 2j + 1) the cuts are where
+        # the timestamps pass the edges t0 + j*s, the same comparisons _bin_ids makes.
+        if first == top:
+            ids, cuts = [first], [0, n]
+        elif self._r == 0.0 and top - first <= 16:
+            ids = list(range(first, top + 1, 2))
+            edges = [self._edge(b // 2) for b in ids[1:]]
+            cuts = [0, *np.searchsorted(ts, edges).tolist(), n]
+            nonempty = [i for i in range(len(ids)) if cuts[i + 1] > cuts[i]]
+            ids, cuts = [ids[i] for i in nonempty], [*(cuts[i] for i in nonempty), n]
+        else:
+            all_ids = self._bin_ids(ts)
+            run_starts = _run_starts(all_ids)
+            ids, cuts = all_ids[run_starts].tolist(), [*run_starts.tolist(), n]
+        starts = np.array(cuts[:-1], dtype=np.intp)
+        lengths = [b - a for a, b in itertools.pairwise(cuts)]
+        rows = [i - self._bin_base for i in ids]
+        bins = self._bins
+        valid = piece.valid
+        if np.count_nonzero(valid) == n:
+            n_valid = lengths
+        else:
+            n_valid = np.add.reduceat(valid, starts, dtype=np.int64).tolist()
+        for r, nv in zip(rows, n_valid, strict=True):
+            bins[r, _NV] += nv
         p = piece.pupil_mm
-        in_range = np.isfinite(p) & (p >= PUPIL_MM[0]) & (p <= PUPIL_MM[1])
+        in_range = (p >= PUPIL_MM[0]) & (p <= PUPIL_MM[1])  # False for NaN and inf
         n_pupil = int(np.count_nonzero(in_range))
-        self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
-        single = ids[0] == top  # the common case: the whole piece falls into one bin
-        starts = np.zeros(1, np.int64) if single else _run_starts(ids)
-        rows = ids[starts] - self._bin_base
-        self._bins[rows, _NV] += np.add.reduceat(piece.valid, starts, dtype=np.int64)
-        if n_pupil == 0:
-            return
-        pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
-        self._bins[rows, _NP] += np.add.reduceat(in_range, starts, dtype=np.int64)
-        self._bins[rows, _S1] += np.add.reduceat(pq, starts)
-        self._bins[rows, _S2] += np.add.reduceat(pq * pq, starts)
-        pn = np.where(in_range, p, np.nan)
-        self._bmin[rows] = np.fmin(self._bmin[rows], np.fmin.reduceat(pn, starts))
-        self._bmax[rows] = np.fmax(self._bmax[rows], np.fmax.reduceat(pn, starts))
+        if n_pupil == n:
+            counts, pn, pq = lengths, p, np.rint(p * _PUPIL_Q).astype(np.int64)
+        else:
+            self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
+            if n_pupil == 0:
+                return
+            counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
+            pn = np.where(in_range, p, np.nan)
+            pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
+        s1 = np.add.reduceat(pq, starts).tolist()
+        s2 = np.add.reduceat(pq * pq, starts).tolist()
+        lo = np.fmin.reduceat(pn, starts).tolist()
+        hi = np.fmax.reduceat(pn, starts).tolist()
+        bmin, bmax = self._bmin, self._bmax
+        for i, r in enumerate(rows):
+            if counts[i]:
+                bins[r, _NP] += counts[i]
+                bins[r, _S1] += s1[i]
+                bins[r, _S2] += s2[i]
+                bmin[r] = min(bmin[r], lo[i])
+                bmax[r] = max(bmax[r], hi[i])
 
     def _ensure_bins(self, top: int) -> None:
-        """Make rows for bin ids up to ``top``, dropping bins older than the next window."""
-        keep_from = 2 * self._k  # first bin of the oldest window not yet emitted
-        shift = max(0, keep_from - self._bin_base)
-        need = top - (self._bin_base + shift) + 1
+        """Make rows for bin ids up to ``top``; when they do not fit, drop the bins older than
+        the next window (and grow if that is not enough)."""
+        need = top - self._bin_base + 1
         cap = self._bins.shape[0]
-        if shift or need > cap:
+        if need > cap:
+            keep_from = 2 * self._k  # first bin of the oldest window not yet emitted
+            shift = max(0, keep_from - self._bin_base)
             live = max(0, self._bin_top - (self._bin_base + shift) + 1)
-            new_cap = max(cap, 2 * need)
-            bins = np.zeros((new_cap, 4), dtype=np.int64)
-            bmin = np.full(new_cap, np.inf)
-            bmax = np.full(new_cap, -np.inf)
-            if live:
+            need -= shift
+            if need > cap // 2:
+                cap = 2 * need
+                bins = np.zeros((cap, 4), dtype=np.int64)
+                bmin, bmax = np.full(cap, np.inf), np.full(cap, -np.inf)
                 bins[:live] = self._bins[shift : shift + live]
                 bmin[:live] = self._bmin[shift : shift + live]
                 bmax[:live] = self._bmax[shift : shift + live]
-            self._bins, self._bmin, self._bmax = bins, bmin, bmax
+                self._bins, self._bmin, self._bmax = bins, bmin, bmax
+            elif shift:
+                for a in (self._bins, self._bmin, self._bmax):
+                    a[:live] = a[shift : shift + live]
+                self._bins[live:] = 0
+                self._bmin[live:] = np.inf
+                self._bmax[live:] = -np.inf
             self._bin_base += shift
-        self._bin_top = top
+        self._bin_top = max(self._bin_top, top)
 
-    # --- event ring ----------------------------------------------------------------------------
-    def _add_events(self, ev: Events) -> None:
-        if len(ev) == 0:
+    # --- events --------------------------------------------------------------------------------
+    def _add_events(self, rows: list[Row]) -> None:
+        """File the detector's new events by kind, per-event values clipped to their plausible
+        ranges (as ``np.minimum`` would) before any aggregation."""
+        saccades = []
+        for row in rows:
+            kind = row[_R_KIND]
+            if kind == _FIX:
+                ring = self._fix
+                i = ring.slot()
+                ring.vals[0, i] = _cap(row[_R_DUR], FIXATION_DURATION_MAX_S)
+                ring.vals[1, i] = _cap(row[_R_DISP], FIXATION_DISPERSION_MAX_DEG)
+                ring.tend.append(row[_R_TEND])
+            elif kind == _SAC:
+                saccades.append(row)
+            elif kind == _BLINK:
+                ring = self._blink
+                i = ring.slot()
+                ring.vals[0, i] = _cap(row[_R_DUR], BLINK_DURATION_S[1])
+                ring.tend.append(row[_R_TEND])
+        if saccades:
+            self._add_saccades(saccades)
+
+    def _add_saccades(self, rows: list[Row]) -> None:
+        ring, letters = self._sac, self._letters
+        for row in rows:
+            # Direction, deg in (-180, 180], 0 = right. numpy's arctan2, not math.atan2: on
+            # AVX-512 machines numpy's SIMD arctan2 and libm's differ in the last bit, which
+            # could move a saccade across a sector edge; numpy gives the same result for a
+            # scalar as for any element of an array. degrees() is x * (180 / pi) in both.
+            theta = math.degrees(float(np.arctan2(row[_R_DY], row[_R_DX])))
+            amp = _cap(row[_R_AMP], SACCADE_AMPLITUDE_MAX_DEG)
+            i = ring.slot()
+            ring.vals[0, i] = amp
+            ring.vals[1, i] = _cap(row[_R_VPK], SACCADE_PEAK_VELOCITY_MAX)
+            ring.vals[2, i] = _cap(row[_R_DUR], SACCADE_DURATION_MAX_S)
+            ring.tend.append(row[_R_TEND])
+            # Letter: 8 direction sectors of 45 deg centred on right, up-right, ...; x 2 sizes.
+            # (A detector saccade lies between valid samples, so dx, dy and theta are finite;
+            # a NaN theta would count in no direction and take sector 0.)
+            sector = math.floor((theta + 22.5) / 45.0) % 8 if not math.isnan(theta) else 0
+            letter = sector + 8 * (amp >= WORD_SPLIT_DEG)
+            flags = (
+                [_RIGHT] if -45 < theta <= 45
+                else [_UP] if 45 < theta <= 135
+                else [_DOWN] if -135 < theta <= -45
+                else [_LEFT] if theta > 135 or theta <= -135
+                else []
+            )  # fmt: skip
+            if amp < SMALL_SACCADE_DEG:
+                flags.append(_SMALL)
+            if amp >= LARGE_SACCADE_DEG:
+                flags.append(_LARGE)
+            if sector % 2 == 1:
+                flags.append(_DIAG)
+            codes = [letter]
+            for prev in reversed(letters):  # n-gram code: base-16 digits, oldest first
+                codes.append(prev * WORDBOOK_LETTERS ** len(codes) + codes[-1])
+            letters.append(letter)
+            if len(letters) == WORDBOOK_NS[-1]:
+                del letters[0]
+            ring.extra.append(_Saccade(tuple(flags), tuple(codes)))
+
+    def _slide(self, start: float, end: float) -> None:
+        """Move the window to ``[start, end)``: events ending in it, by kind; the saccade
+        counters and wordbooks follow the saccades entering (first) and leaving it."""
+        for ring in (self._fix, self._blink):
+            ring.hi = bisect.bisect_left(ring.tend, end, ring.hi)
+            ring.lo = bisect.bisect_left(ring.tend, start, ring.lo, ring.hi)
+        sac = self._sac
+        hi = bisect.bisect_left(sac.tend, end, sac.hi)
+        lo = bisect.bisect_left(sac.tend, start, sac.lo, hi)
+        if hi == sac.hi and lo == sac.lo:
             return
-        keep = (ev.kind == _FIX) | (ev.kind == _SAC) | (ev.kind == _BLINK)
-        n = int(np.count_nonzero(keep))
-        if n == 0:
-            return
-        kind = ev.kind[keep]
-        sac = kind == _SAC
-        # Per-event values clipped to their plausible ranges before any aggregation.
-        dur_hi = np.where(kind == _FIX, FIXATION_DURATION_MAX_S, SACCADE_DURATION_MAX_S)
-        dur_hi[kind == _BLINK] = BLINK_DURATION_S[1]
-        amp = np.minimum(ev.amplitude[keep], SACCADE_AMPLITUDE_MAX_DEG)
-        theta = np.degrees(np.arctan2(ev.dy[keep], ev.dx[keep]))  # NaN for non-saccades
-        sector8 = np.floor((np.where(sac, theta, 0.0) + 22.5) / 45.0) % 8
-        rows = np.empty((n, _EV_COLS))
-        rows[:, _K] = kind
-        rows[:, _TEND] = ev.t_end[keep]
-        rows[:, _DUR] = np.minimum(ev.duration[keep], dur_hi)
-        rows[:, _AMP] = amp
-        rows[:, _DX] = ev.dx[keep]
-        rows[:, _DY] = ev.dy[keep]
-        rows[:, _VPK] = np.minimum(ev.peak_velocity[keep], SACCADE_PEAK_VELOCITY_MAX)
-        rows[:, _DISP] = np.minimum(ev.dispersion[keep], FIXATION_DISPERSION_MAX_DEG)
-        rows[:, _SYM] = sector8 + 8 * (np.where(sac, amp, 0.0) >= WORD_SPLIT_DEG)
-        # Append, compacting the ring when full.
-        if self._ev_hi + n > self._ev.shape[0]:
-            live = self._ev_hi - self._ev_lo
-            cap = max(self._ev.shape[0], 2 * (live + n))
-            new = np.empty((cap, _EV_COLS))
-            new[:live] = self._ev[self._ev_lo : self._ev_hi]
-            self._ev, self._ev_lo, self._ev_hi = new, 0, live
-        self._ev[self._ev_hi : self._ev_hi + n] = rows
-        self._ev_hi += n
+        count, books, extra, lo0 = self._sac_count, self._ns_books, sac.extra, sac.lo
+        for j in range(sac.hi, hi):  # saccade j enters, with the n-grams it ends
+            flags, codes = extra[j]
+            for c in flags:
+                count[c] += 1
+            for n, book in books:
+                if j - n + 1 >= lo0:
+                    book.add(codes[n - 1])
+        for j in range(lo0, lo):  # saccade j leaves, with the n-grams it starts
+            for c in extra[j].flags:
+                count[c] -= 1
+            for n, book in books:
+                if j + n - 1 < hi:
+                    book.remove(extra[j + n - 1].codes[n - 1])
+        sac.lo, sac.hi = lo, hi
 
     # --- steps ---------------------------------------------------------------------------------
     def _emit(self, xs: list[FloatArray], times: list[float]) -> None:
@@ -672,105 +928,146 @@ class FeatureExtractor:
         dt = self.detector.dt
         assert dt is not None
         w = self.window_s
-        # Drop events that ended before this window, then take those ending inside it.
-        tend = self._ev[self._ev_lo : self._ev_hi, _TEND]
-        self._ev_lo += int(np.searchsorted(tend, start, side="left"))
-        tend = self._ev[self._ev_lo : self._ev_hi, _TEND]
-        ev = self._ev[self._ev_lo : self._ev_lo + int(np.searchsorted(tend, end, side="left"))]
+        self._slide(start, end)
         b0 = 2 * self._k - self._bin_base
         b1 = b0 + 2 * self._q + (1 if self._r > 0 else 0)
         b1 = min(b1, self._bin_top - self._bin_base + 1)
-        sums = self._bins[b0:b1].sum(axis=0)
+        sums = np.add.reduce(self._bins[b0:b1], axis=0).tolist()
         valid_fraction = min(1.0, float(sums[_NV]) * dt / w)
-        v = _window_values(ev, w)
+        v = self._event_values(w)
         if sums[_NP] * dt >= PUPIL_MIN_COVERAGE * w:
             n = float(sums[_NP])
             s1, s2 = float(sums[_S1]), float(sums[_S2])  # exact: below 2**53
-            v["pupil_mean"] = s1 / n / _PUPIL_Q
-            v["pupil_var"] = max(0.0, (s2 - s1 * s1 / n) / n) / _PUPIL_Q**2
-            v["pupil_min"] = float(self._bmin[b0:b1].min())
-            v["pupil_max"] = float(self._bmax[b0:b1].max())
-        else:
-            v["pupil_mean"] = v["pupil_var"] = v["pupil_min"] = v["pupil_max"] = math.nan
-        v["valid_fraction"] = valid_fraction
-        raw = np.array([v[name] for name in NAMES])
+            v[_I_PUPIL_MEAN] = s1 / n / _PUPIL_Q
+            v[_I_PUPIL_VAR] = max(0.0, (s2 - s1 * s1 / n) / n) / _PUPIL_Q**2
+            v[_I_PUPIL_MIN] = float(np.minimum.reduce(self._bmin[b0:b1]))
+            v[_I_PUPIL_MAX] = float(np.maximum.reduce(self._bmax[b0:b1]))
+        v[_I_VALID_FRACTION] = valid_fraction
+        raw: FloatArray = np.array(v, dtype=np.float64)
         held = np.isnan(raw)
-        if valid_fraction < self.min_valid_fraction:
+        low = valid_fraction < self.min_valid_fraction
+        stats = self.stats
+        stats.steps += 1
+        if not low and not np.count_nonzero(held):  # the common case: all defined
+            self._repeats.fill(0)
+            out = np.minimum(np.maximum(raw, self.lo), self.hi)
+            stats.clipped_values += int(np.count_nonzero(out != raw))
+            self._last = out
+            return out
+        if low:
             held |= _BEHAVIOUR
-            self.stats.low_quality_windows += 1
+            stats.low_quality_windows += 1
         self._repeats = np.where(held, np.minimum(self._repeats + 1, self._max_repeats + 1), 0)
         repeat = held & (self._repeats <= self._max_repeats)
         x = np.where(repeat, self._last, np.where(held, self.default, raw))
         out = np.minimum(np.maximum(x, self.lo), self.hi)
-        self.stats.held_values += int(np.count_nonzero(repeat))
-        self.stats.defaulted_values += int(np.count_nonzero(held & ~repeat))
-        self.stats.clipped_values += int(np.count_nonzero(out != x))
-        self.stats.steps += 1
+        stats.held_values += int(np.count_nonzero(repeat))
+        stats.defaulted_values += int(np.count_nonzero(held & ~repeat))
+        stats.clipped_values += int(np.count_nonzero(out != x))
         self._last = out
         return out
+
+    def _event_values(self, w: float) -> list[float]:
+        """Event statistics of the current window, in :data:`NAMES` order; NaN where undefined
+        (and for the pupil and valid fraction, filled in by the caller).
+
+        Exactly the values of the per-window recomputation this replaced: counts and ratios
+        are integers and one division; means and variances are numpy's (pairwise) sums of the
+        same values in the same order, as ``ndarray.mean`` and ``ndarray.var`` compute them
+        (``sum / n``; ``sum((x - mean)**2) / n``); the maxima do not depend on order."""
+        v = [math.nan] * len(NAMES)
+        fix, sac, blink = self._fix, self._sac, self._blink
+        nf, ns, nb = fix.hi - fix.lo, sac.hi - sac.lo, blink.hi - blink.lo
+        v[_I_FIXATION_RATE], v[_I_SACCADE_RATE], v[_I_BLINK_RATE] = nf / w, ns / w, nb / w
+        if nf:
+            vals = fix.vals[:, fix.lo : fix.hi]  # duration, dispersion
+            s_dur, s_disp = np.add.reduce(vals, axis=1).tolist()
+            mean = s_dur / nf
+            d = vals[0] - mean
+            v[_I_FIXATION_DURATION_MEAN] = mean
+            v[_I_FIXATION_DURATION_VAR] = float(np.add.reduce(np.multiply(d, d, out=d))) / nf
+            v[_I_FIXATION_DURATION_MAX] = float(np.maximum.reduce(vals[0]))
+            v[_I_FIXATION_DISPERSION_MEAN] = s_disp / nf
+            v[_I_SACCADE_FIXATION_RATIO] = ns / nf
+        if ns:
+            vals = sac.vals[:, sac.lo : sac.hi]  # amplitude, peak velocity, duration
+            s_amp, s_vpk, s_dur = np.add.reduce(vals, axis=1).tolist()
+            amp_max, vpk_max = np.maximum.reduce(vals[:2], axis=1).tolist()
+            mean = s_amp / ns
+            d = vals[0] - mean
+            v[_I_SACCADE_AMPLITUDE_MEAN] = mean
+            v[_I_SACCADE_AMPLITUDE_VAR] = float(np.add.reduce(np.multiply(d, d, out=d))) / ns
+            v[_I_SACCADE_AMPLITUDE_MAX] = amp_max
+            v[_I_SACCADE_PEAK_VELOCITY_MEAN] = s_vpk / ns
+            v[_I_SACCADE_PEAK_VELOCITY_MAX] = vpk_max
+            v[_I_SACCADE_DURATION_MEAN] = s_dur / ns
+            count = self._sac_count
+            for i, c in _RATIOS:
+                v[i] = count[c] / ns
+        if nb:
+            dur = blink.vals[0, blink.lo : blink.hi]
+            mean = float(np.add.reduce(dur)) / nb
+            d = dur - mean
+            v[_I_BLINK_DURATION_MEAN] = mean
+            v[_I_BLINK_DURATION_VAR] = float(np.add.reduce(np.multiply(d, d, out=d))) / nb
+        for at, n, book in zip(_WORDBOOK_AT, WORDBOOK_NS, self._books, strict=True):
+            if ns < n:  # an empty wordbook is defined: all its statistics are 0
+                v[at : at + 5] = [0.0] * 5
+                continue
+            distinct = len(book.counts)
+            v[at : at + 5] = [
+                float(distinct),
+                float(book.hi),
+                float(book.lo),
+                float(book.hi - book.lo),
+                (ns - n + 1) / distinct,  # the mean count: n-grams in the window / distinct
+            ]
+        return v
+
+
+class _Staging:
+    """Held samples, copied into buffers that grow as needed (a block may be borrowed)."""
+
+    __slots__ = ("n", "p", "t", "valid", "x", "y")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.t, self.x, self.y, self.p = (np.empty(_STAGING_CAP) for _ in range(4))
+        self.valid = np.empty(_STAGING_CAP, dtype=bool)
+
+    def append(self, block: GazeSamples) -> None:
+        n = self.n
+        m = block.timestamps.shape[0]
+        if n + m > self.t.shape[0]:
+            cap = 2 * (n + m)
+            for name in ("t", "x", "y", "p", "valid"):
+                old = getattr(self, name)
+                new = np.empty(cap, dtype=old.dtype)
+                new[:n] = old[:n]
+                setattr(self, name, new)
+        self.t[n : n + m] = block.timestamps
+        self.x[n : n + m] = block.x_deg
+        self.y[n : n + m] = block.y_deg
+        self.p[n : n + m] = block.pupil_mm
+        self.valid[n : n + m] = block.valid
+        self.n = n + m
+
+    def clear(self) -> None:
+        """Drop the held samples; give back buffers grown for a long block (a recording)."""
+        self.n = 0
+        if self.t.shape[0] > 16 * _STAGING_CAP:
+            self.t, self.x, self.y, self.p = (np.empty(_STAGING_CAP) for _ in range(4))
+            self.valid = np.empty(_STAGING_CAP, dtype=bool)
+
+    def view(self) -> GazeSamples:
+        """The held samples (views: valid until the next :meth:`append` after a reset)."""
+        n = self.n
+        return GazeSamples(self.t[:n], self.x[:n], self.y[:n], self.p[:n], self.valid[:n])
 
 
 def _run_starts(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Start index of each run of equal values in a sorted array."""
     return np.concatenate(([0], np.flatnonzero(ids[1:] != ids[:-1]) + 1))
-
-
-def _window_values(ev: FloatArray, w: float) -> dict[str, float]:
-    """Event statistics of one window (rows of the event ring); NaN where undefined."""
-    v = dict.fromkeys(NAMES, math.nan)
-    kind = ev[:, _K]
-    fix = ev[kind == _FIX]
-    sac = ev[kind == _SAC]
-    blk = ev[kind == _BLINK]
-    nf, ns, nb = len(fix), len(sac), len(blk)
-    v["fixation_rate"], v["saccade_rate"], v["blink_rate"] = nf / w, ns / w, nb / w
-    if nf:
-        d = fix[:, _DUR]
-        v["fixation_duration_mean"] = float(d.mean())
-        v["fixation_duration_var"] = float(d.var())
-        v["fixation_duration_max"] = float(d.max())
-        v["fixation_dispersion_mean"] = float(fix[:, _DISP].mean())
-        v["saccade_fixation_ratio"] = ns / nf
-    if ns:
-        amp = sac[:, _AMP]
-        theta = np.degrees(np.arctan2(sac[:, _DY], sac[:, _DX]))  # (-180, 180], 0 = right
-        v |= {
-            "saccade_amplitude_mean": float(amp.mean()),
-            "saccade_amplitude_var": float(amp.var()),
-            "saccade_amplitude_max": float(amp.max()),
-            "saccade_peak_velocity_mean": float(sac[:, _VPK].mean()),
-            "saccade_peak_velocity_max": float(sac[:, _VPK].max()),
-            "saccade_duration_mean": float(sac[:, _DUR].mean()),
-            "saccade_small_ratio": float(np.mean(amp < SMALL_SACCADE_DEG)),
-            "saccade_large_ratio": float(np.mean(amp >= LARGE_SACCADE_DEG)),
-            "saccade_right_ratio": float(np.mean((theta > -45) & (theta <= 45))),
-            "saccade_up_ratio": float(np.mean((theta > 45) & (theta <= 135))),
-            "saccade_left_ratio": float(np.mean((theta > 135) | (theta <= -135))),
-            "saccade_down_ratio": float(np.mean((theta > -135) & (theta <= -45))),
-            "saccade_diagonal_ratio": float(np.mean(sac[:, _SYM] % 2 == 1)),
-        }
-    if nb:
-        v["blink_duration_mean"] = float(blk[:, _DUR].mean())
-        v["blink_duration_var"] = float(blk[:, _DUR].var())
-    sym = sac[:, _SYM].astype(np.int64)
-    for n in WORDBOOK_NS:
-        p = f"wordbook{n}"
-        if ns < n:  # an empty wordbook is defined: all its statistics are 0
-            v |= dict.fromkeys((f"{p}_{stat}" for stat in _WORD_STATS), 0.0)
-            continue
-        codes = np.zeros(ns - n + 1, dtype=np.int64)
-        for j in range(n):  # n-gram code: base-16 digits of consecutive letters
-            codes = codes * WORDBOOK_LETTERS + sym[j : ns - n + 1 + j]
-        _, counts = np.unique(codes, return_counts=True)
-        c = counts.astype(np.float64)
-        v |= {
-            f"{p}_distinct": float(c.size),
-            f"{p}_max": float(c.max()),
-            f"{p}_min": float(c.min()),
-            f"{p}_range": float(c.max() - c.min()),
-            f"{p}_mean": float(c.mean()),
-        }
-    return v
 
 
 def extract_features(  # noqa: PLR0917 - the documented positional signature
