@@ -26,7 +26,7 @@ from typing import IO, Any
 import nats
 import pylsl
 import pytest
-from _nats_cluster import balance_report, balanced
+from _nats_cluster import balance_report, balanced, closed_counts
 from conftest import MosquittoBroker, Subscriber, free_port, until
 from nats.aio.msg import Msg
 
@@ -206,19 +206,6 @@ def charge_indices(ledger_path: Path, session: str) -> list[int]:
         return []
     with Ledger(ledger_path, create=False) as ledger:
         return [c.chunk_index for c in ledger.charges(session)]
-
-
-CLOSED = re.compile(
-    r"session '(?P<s>[^']+)' closed \((?P<n>\d+) samples, (?P<d>\d+) dropped as not newer"
-)
-
-
-def closed_counts(text: str) -> dict[str, list[tuple[int, int]]]:
-    """Every "session closed" line of a worker log: session → [(samples, dropped)]."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    for m in CLOSED.finditer(text):
-        out.setdefault(m["s"], []).append((int(m["n"]), int(m["d"])))
-    return out
 
 
 def ready(worker: Worker) -> bool:
