@@ -6,6 +6,9 @@ Tracks: charge+enqueue latency p50/p99 (ms) and charges/s, one writer and four w
 a bare SQLite INSERT of the payload with Python's defaults (rollback journal, no accounting) and
 an fsync'ed JSON-lines append log (no accounting, no atomic outbox). The payload is a realistic
 chunk message (52 features × 32 steps of JSON floats, ~17 kB) and ε is given per feature.
+Every charge goes to one session (its 600th charge composes 31,200 releases); the ledgers use
+the default (ε, δ) composition (a PLD per report-grid step of the counts, cached), and one row
+uses pure sequential caps, the accounting of every charge before the (ε, δ) accountant.
 
 Run: ``python bench/bench_ledger.py [--charges N]``; prints a table and writes
 ``bench/results/ledger.json``. PostgreSQL rows need ``gazeguard[fleet]`` and the server binaries
@@ -68,8 +71,12 @@ def timed(indexes: range, fn: Charger) -> list[float]:
     return out
 
 
-def open_ledger(stack: ExitStack, location: str | Path, sync: str, payload: bytes) -> Charger:
-    ledger = stack.enter_context(Ledger(location, synchronous=sync, session_cap=1e9))  # type: ignore[arg-type]
+def open_ledger(
+    stack: ExitStack, location: str | Path, sync: str, payload: bytes, composition: str = "pld"
+) -> Charger:
+    ledger = stack.enter_context(
+        Ledger(location, synchronous=sync, session_cap=1e9, composition=composition)  # type: ignore[arg-type]
+    )
     return lambda i: ledger.charge(sync, i, EPS, "gazeguard/v1/d/s/chunks", payload)
 
 
@@ -184,6 +191,9 @@ def main() -> None:
             "sqlite FULL (default)": (d / "full.sqlite", "FULL"),
             "sqlite NORMAL": (d / "normal.sqlite", "NORMAL"),
         }
+        # The same ledger with pure sequential caps: the accounting every charge did before
+        # the user-level (ε, δ) accountant, so the row compares with older runs of this bench.
+        sequential = {"sqlite FULL, sequential caps": (d / "seq.sqlite", "FULL")}
         if url is None:
             print("PostgreSQL rows skipped: needs gazeguard[fleet] and apt-get install postgresql")
         else:
@@ -192,6 +202,8 @@ def main() -> None:
         chargers = {
             name: open_ledger(stack, loc, sync, payload) for name, (loc, sync) in ledgers.items()
         }
+        for name, (loc, sync) in sequential.items():
+            chargers[name] = open_ledger(stack, loc, sync, payload, "sequential")
         chargers["baseline: plain sqlite INSERT"] = open_plain_sqlite(stack, d / "p.db", payload)
         chargers["baseline: JSONL + fsync"] = open_jsonl_fsync(stack, d / "log.jsonl", payload)
         # Interleave the configurations in rounds so that the shared machine's noise (other

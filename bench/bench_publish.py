@@ -123,10 +123,12 @@ def stats(lat_s: list[float]) -> dict[str, float]:
     }
 
 
-async def bench_gazeguard(port: int, workdir: Path, chunks: int) -> dict[str, list[float]]:
+async def bench_gazeguard(
+    port: int, workdir: Path, chunks: int, composition: str = "pld"
+) -> dict[str, list[float]]:
     """Charge → PUBACK, one chunk at a time; then notify → PUBACK for pre-charged chunks."""
     rng = np.random.default_rng(42)
-    ledger = Ledger(workdir / "ledger.sqlite", synchronous="FULL")
+    ledger = Ledger(workdir / "ledger.sqlite", synchronous="FULL", composition=composition)
     topic = chunk_topic(PREFIX, DEVICE, SESSION)
     acked: dict[int, float] = {}
     arrived = asyncio.Event()
@@ -208,6 +210,13 @@ def bench_paho(port: int, payload: bytes, chunks: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=500, help="chunks per measurement")
+    parser.add_argument(
+        "--composition",
+        choices=("pld", "sequential"),
+        default="pld",
+        help="the ledger's composition: the default (ε, δ) accountant, or pure sequential caps "
+        "(the accounting of every charge before it; compares with older runs)",
+    )
     args = parser.parse_args()
     try:
         import uvloop  # noqa: PLC0415 - optional, as in the service
@@ -218,7 +227,7 @@ def main() -> None:
         loop_name, runner = "asyncio", asyncio.run
 
     with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as port:
-        gg = runner(bench_gazeguard(port, Path(tmp), args.chunks))
+        gg = runner(bench_gazeguard(port, Path(tmp), args.chunks, args.composition))
         with Ledger(Path(tmp) / "ledger.sqlite") as ledger:
             state = ledger.state(SESSION)
         rng = np.random.default_rng(0)
@@ -237,7 +246,10 @@ def main() -> None:
         "gazeguard charge→PUBACK": stats(gg["e2e"]),
     }
     base = rows["paho-mqtt publish→PUBACK (baseline)"]
-    print(f"payload {len(payload) / 1e3:.1f} kB, {args.chunks} chunks per row, {loop_name}")
+    print(
+        f"payload {len(payload) / 1e3:.1f} kB, {args.chunks} chunks per row, {loop_name}, "
+        f"{args.composition} composition"
+    )
     print(f"{'path':40s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p50 ×':>7s} {'p99 ×':>7s}")
     for name, row in rows.items():
         print(
@@ -250,6 +262,7 @@ def main() -> None:
             {
                 "benchmark": "publish",
                 "chunks": args.chunks,
+                "composition": args.composition,
                 "payload_bytes": len(payload),
                 "features": N_FEATURES,
                 "steps": N_STEPS,
