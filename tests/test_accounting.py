@@ -550,3 +550,33 @@ def test_discrete_laplace_slack_against_high_precision_pmfs() -> None:
     assert (
         pytest.approx(math.log1p(ETA) - math.log1p(-ETA), rel=1e-12) == SAMPLER_LOSS_PER_COORDINATE
     )
+
+
+def test_cached_squarings_give_the_composition_of_fresh_squaring() -> None:
+    """The shared squarings (``_power``) change no bit of a count's composition, whatever
+    counts were composed before at the same discretisation."""
+    import numpy as np  # noqa: PLC0415
+
+    from gazeguard.accounting import accountant  # noqa: PLC0415
+
+    event = LaplaceEvent(40.0)
+    interval = 1e-3
+
+    def fresh(count: int) -> accountant._Pmf:  # the squaring loop before the cache
+        base, out = accountant._base_pmf(event, interval), None
+        while True:
+            if count & 1:
+                out = base if out is None else out.compose(base)
+            count >>= 1
+            if not count:
+                break
+            base = base.compose(base)
+        assert out is not None
+        return out
+
+    for counts in ((1, 52, 104, 4095, 4096, 6000), (6000, 4096, 52, 1)):
+        cache_clear()
+        for count in counts:
+            got, want = accountant._self_composed(event, count, interval), fresh(count)
+            assert (got.lower, got.infinity) == (want.lower, want.infinity)
+            np.testing.assert_array_equal(got.probs, want.probs)
