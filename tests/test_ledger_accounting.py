@@ -181,3 +181,34 @@ def test_without_a_budget_or_an_epsilon_the_pipeline_says_what_to_set(tmp_path: 
         pytest.raises(ConfigError, match=r"set ledger\.budget_per_hour"),
     ):
         Pipeline(ledger, session="s", device="d", mechanism=MechanismSettings())
+
+
+def test_the_next_release_finds_its_composition_and_capacity_prefetched(tmp_path: Path) -> None:
+    """After a charge the ledger composes, in the background, what the session's next identical
+    release will report and the capacity search its admission will need: that release then
+    composes nothing itself, and every figure equals a ledger's that does not prefetch."""
+    from gazeguard.accounting import accountant  # noqa: PLC0415
+
+    ratio = noise_multiplier_for(
+        "laplace", features=48, chunks=225, budget=10.0, delta=DELTA, max_m=0
+    )
+    events = chunk_events(ratio, 48)
+    eps = {f"f{i}": 1.0 / ratio for i in range(48)}
+    accountant.cache_clear()
+    with (
+        Ledger(tmp_path / "p.sqlite", window_cap=10.0) as ledger,
+        Ledger(tmp_path / "n.sqlite", window_cap=10.0, prefetch=False) as plain,
+    ):
+        for i in range(120):  # the pure sum passes the cap near chunk 4: admission composes
+            prefetch = ledger._prefetch
+            assert prefetch is not None
+            assert prefetch.wait(60.0)
+            composed = accountant._compose.cache_info().misses
+            searched = accountant._capacity_from.cache_info().misses
+            ledger.preview("s", eps, events=events, gaze=gaze(i))
+            got = ledger.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i))
+            if i:  # (the first release's figures cannot be guessed before it)
+                assert accountant._compose.cache_info().misses == composed, i
+                assert accountant._capacity_from.cache_info().misses == searched, i
+            want = plain.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i))
+            assert got.state == want.state

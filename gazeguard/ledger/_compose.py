@@ -109,6 +109,14 @@ class LedgerComposer:
         composed = compose(self.events(counts, rounded=not exact), delta).epsilon
         return min(composed, self.pure(counts))
 
+    def warm(self, before: Counts, cost: Counts, cap: float, delta: float) -> None:
+        """Run (and cache) the capacity search :meth:`fits` will need for ``cost`` after
+        ``before`` once the exact pure sum no longer decides; a cache lookup after the first
+        time for a release shape and cap (see :func:`gazeguard.accounting.capacity`)."""
+        step = self.events(cost)
+        if step:
+            capacity(step, PrivacyLoss.approx(cap, delta), self.events(before))
+
     def fits(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
         """Whether ``before + cost`` stays within ``cap`` (ε at ``delta``), on exact counts."""
         total = {k: before.get(k, 0) + cost.get(k, 0) for k in {*before, *cost}}

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -92,6 +93,9 @@ class Ledger:
             releases were charged), not only of gaze time: a backlog or replay stamped in the
             past cannot spend more than the cap per real hour. A session opened so refuses a
             later ``False`` as looser.
+        prefetch: after each charge, compose the figures the session's next identical release
+            will report, in a background thread (:class:`_Prefetch`), so that its preview and
+            charge find them cached instead of composing on the release's path.
     """
 
     def __init__(
@@ -109,6 +113,7 @@ class Ledger:
         composer: Composer | None = None,
         composition: str = "pld",
         wall_clock: bool = False,
+        prefetch: bool = True,
     ) -> None:
         self._caps = Caps(
             _cap(session_cap, "ledger.session_cap"),
@@ -120,6 +125,7 @@ class Ledger:
         )
         self._allow_increase = allow_cap_increase
         self._composer: Composer = composer if composer is not None else LedgerComposer()
+        self._prefetch = _Prefetch(self._composer) if prefetch else None
         self._backend: LedgerBackend
         if is_url(location):
             try:
@@ -162,7 +168,9 @@ class Ledger:
         self.close()
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Close the database connection (a figure being prefetched is left to finish)."""
+        if self._prefetch is not None:
+            self._prefetch.close()
         self._backend.close()
 
     # ---- writes -------------------------------------------------------------------------
@@ -295,10 +303,13 @@ class Ledger:
             window = self._trailing(
                 store, session, caps=caps, last_end=after.last_gaze_end, span=None, release=None
             )
+            counts = store.counts(session)
             state = self._figures(
-                session, row=after, caps=caps, counts=store.counts(session), release=None,
-                window=window, store=store,
+                session, row=after, caps=caps, counts=counts, release=None, window=window,
+                store=store,
             )  # fmt: skip
+        if self._prefetch is not None and not caps.sequential:
+            self._prefetch.submit(caps, counts, window, release.events)
         total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
         return Charge(session, chunk_index, total, state, outbox_id)
 
@@ -528,6 +539,76 @@ class Ledger:
             session, row=row, caps=caps, counts=store.counts(session), release=None,
             window=window, store=store,
         )  # fmt: skip
+
+
+class _Prefetch:
+    """Composes, on one background thread, what a session's next release will need.
+
+    A release's preview and charge report the session's ε at δ after it (and that of its
+    trailing window): a privacy-loss composition that, for a new count, costs milliseconds to
+    tens of milliseconds of FFTs; and the first time a release shape no longer fits a cap by its
+    exact pure sum, admission runs a capacity search (a second or more, once per shape and cap).
+    Chunks of one session carry the same accounting events, so the next chunk's counts are this
+    one's plus the same events: composing them after this charge, off the release's path, leaves
+    the next release cache lookups (the accountant's caches are process-wide and thread-safe).
+    A guess that turns out wrong (another stream's release came first, the window moved) only
+    costs the CPU: the figures reported and the admission are always computed from the ledger's
+    counts. At most one job runs; a newer request while it runs replaces the one waiting.
+    """
+
+    def __init__(self, composer: Composer) -> None:
+        self._composer = composer
+        self._lock = threading.Lock()
+        self._waiting: tuple[Caps, Counts, Counts, Counts] | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, caps: Caps, session: Counts, window: Counts, cost: Counts) -> None:
+        """After a charge: the session's and its window's counts now, and the release's own."""
+        with self._lock:
+            if self._closed:
+                return
+            self._waiting = (caps, session, window, cost)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="gazeguard-ledger-prefetch", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                job, self._waiting = self._waiting, None
+                if job is None or self._closed:
+                    self._thread = None
+                    return
+            caps, session, window, cost = job
+            try:
+                self._prepare(caps, session, window, cost)
+            except Exception:  # a guess, never a figure: the release path computes it again
+                log.debug("prefetching the next release's figures failed", exc_info=True)
+
+    def _prepare(self, caps: Caps, session: Counts, window: Counts, cost: Counts) -> None:
+        composer = self._composer
+        if isinstance(composer, LedgerComposer):
+            for cap in (caps.session, caps.window):
+                if cap is not None:
+                    composer.warm(session, cost, cap, caps.delta)
+        policy.figures(composer, caps, policy.merged(session, cost), policy.merged(window, cost))
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait until no job runs or waits (``False``: still busy after ``timeout_s``)."""
+        with self._lock:
+            thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+    def close(self) -> None:
+        """Drop the waiting request; the one running finishes on its daemon thread."""
+        with self._lock:
+            self._closed, self._waiting = True, None
 
 
 def _cap(value: float | None, field: str) -> float | None:
