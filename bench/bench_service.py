@@ -59,7 +59,7 @@ from _harness import (
 )
 
 import gazeguard.service
-from gazeguard.config import FeatureSettings, Settings, load_settings
+from gazeguard.config import FeatureSettings, LedgerSettings, Settings, load_settings
 from gazeguard.ledger import Ledger
 from gazeguard.outbox import OutboxEntry
 from gazeguard.pipeline import Pipeline, ReleasedChunk
@@ -198,7 +198,10 @@ def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
     gaze = simulate_gaze(FAST_FEATURES["window_s"] + 0.32 * (chunks + 2), 120.0, 7)
     times: dict[str, list[float]] = {k: [] for k in ("release", "mechanism", "charge", "fsync")}
     with (
-        Ledger(workdir / "breakdown.sqlite") as ledger,
+        # the service's ledger (its default hourly budget, to which the noise is calibrated)
+        gazeguard.service.open_ledger(
+            LedgerSettings(path=str(workdir / "breakdown.sqlite"))
+        ) as ledger,
         Ledger(workdir / "breakdown-charge.sqlite") as bare,
         (workdir / "append.log").open("ab") as log,
     ):
