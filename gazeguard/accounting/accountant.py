@@ -406,7 +406,7 @@ def _base_pmf(event: Event, interval: float) -> _Pmf:
     return _Pmf.of(pld)
 
 
-@functools.lru_cache(maxsize=96)
+@functools.lru_cache(maxsize=24)
 def _power(event: Event, j: int, interval: float) -> _Pmf:
     """The ``2**j``-fold composition of ``event``'s PLD by repeated squaring (cached: every
     count's composition reuses the squarings of the counts before it, unchanged)."""
