@@ -338,3 +338,27 @@ def stop_on_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+
+
+class PairAction(argparse.Action):
+    """An option that takes a pair ``H,V`` (also ``H V``); a subclass stores it (its
+    ``__call__``). :class:`PairHelpFormatter` shows its metavar once."""
+
+
+class PairHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows ``--fov H,V`` (not ``H,V [H,V ...]``) for a :class:`PairAction`."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if isinstance(action, PairAction):
+            return str(action.metavar)
+        return super()._format_args(action, default_metavar)
+
+
+def pair(text: str) -> tuple[float, float]:
+    """``W,H`` as an argparse type (:func:`gazeguard.recordings.parse_pair`)."""
+    from gazeguard.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
+
+    try:
+        return parse_pair(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

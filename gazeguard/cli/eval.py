@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import ExitCode, get_console, stdout
+from gazeguard.cli._common import (
+    ExitCode,
+    PairAction,
+    PairHelpFormatter,
+    get_console,
+    pair,
+    stdout,
+)
 from gazeguard.errors import ConfigError
 from gazeguard.eval.attacks import CLASSIFIERS
 from gazeguard.eval.datasets import PUBLIC_DATASETS, DataNotFoundError, Dataset, open_dataset
@@ -128,14 +135,7 @@ def _int_list(text: str) -> list[int]:
     return vals
 
 
-def _pair(text: str) -> tuple[float, float]:
-    try:
-        return parse_pair(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-class _PairAction(argparse.Action):
+class _PairAction(PairAction):
     """``--fov H,V``, also the older ``--fov H V``: stores (H, V)."""
 
     def __call__(
@@ -155,15 +155,6 @@ class _PairAction(argparse.Action):
         setattr(namespace, self.dest, pair)
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Shows ``--fov H,V`` (not ``H,V [H,V ...]``) for the pair that also takes ``H V``."""
-
-    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
-        if isinstance(action, _PairAction):
-            return str(action.metavar)
-        return super()._format_args(action, default_metavar)
-
-
 def _k(text: str) -> int | str:
     if text == "auto":
         return text
@@ -180,7 +171,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard eval``."""
     parser.description = DESCRIPTION
     parser.epilog = f"{_sources()}\n{FORMAT_HELP}\n{EPILOG}"
-    parser.formatter_class = _HelpFormatter
+    parser.formatter_class = PairHelpFormatter
     _what_to_evaluate(parser)
     _protocol(parser)
     _data(parser)
@@ -369,12 +360,12 @@ def _csv_reading(parser: argparse.ArgumentParser) -> None:
         "(H V also accepted)",
     )
     c.add_argument(
-        "--screen", type=_pair, metavar="W,H", help="screen width, height for screen gaze, mm"
+        "--screen", type=pair, metavar="W,H", help="screen width, height for screen gaze, mm"
     )
     c.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
     c.add_argument(
         "--resolution",
-        type=_pair,
+        type=pair,
         metavar="W,H",
         help="screen width, height in pixels (pixel gaze, where a file does not say)",
     )
