@@ -19,7 +19,10 @@ import sys
 import textwrap
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from gazeguard.recordings import ReadOptions
 
 _T = TypeVar("_T")
 
@@ -352,6 +355,61 @@ class PairHelpFormatter(argparse.RawDescriptionHelpFormatter):
         if isinstance(action, PairAction):
             return str(action.metavar)
         return super()._format_args(action, default_metavar)
+
+
+def add_geometry_arguments(group: argparse._ArgumentGroup, fov: type[PairAction], one: str) -> None:
+    """``--fov``, ``--screen``, ``--distance``, ``--resolution``, ``--min-confidence`` and
+    ``--pupil-scale``: what :mod:`gazeguard.recordings` needs where a recording does not say
+    (``fov``: the command's pair action; ``one``: "the file" or "a file", for the help)."""
+    group.add_argument(
+        "--fov",
+        action=fov,
+        nargs="+",
+        metavar="H,V",
+        help="field of view of the scene camera for normalised or pixel gaze, degrees "
+        "(H V also accepted)",
+    )
+    group.add_argument(
+        "--screen", type=pair, metavar="W,H", help="screen width, height for screen gaze, mm"
+    )
+    group.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
+    group.add_argument(
+        "--resolution",
+        type=pair,
+        metavar="W,H",
+        help=f"screen width, height in pixels (pixel gaze, where {one} does not say)",
+    )
+    group.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.6,
+        help="samples below this confidence are invalid (default 0.6)",
+    )
+    group.add_argument(
+        "--pupil-scale",
+        type=float,
+        metavar="MM",
+        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
+    )
+
+
+def read_options(args: argparse.Namespace, **more: Any) -> ReadOptions:
+    """The :class:`~gazeguard.recordings.ReadOptions` of ``--format``, ``--units``,
+    ``--time-unit`` and :func:`add_geometry_arguments`' options (``more``: other fields)."""
+    from gazeguard.recordings import ReadOptions  # noqa: PLC0415 - keep the CLI's import light
+
+    return ReadOptions(
+        format=args.format,
+        units=args.units,
+        time_unit=args.time_unit,
+        fov_deg=args.fov,
+        screen_mm=args.screen,
+        distance_mm=args.distance,
+        resolution_px=args.resolution,
+        min_confidence=args.min_confidence,
+        pupil_scale=args.pupil_scale,
+        **more,
+    )
 
 
 def pair(text: str) -> tuple[float, float]:

@@ -19,8 +19,9 @@ from gazeguard.cli._common import (
     ExitCode,
     PairAction,
     PairHelpFormatter,
+    add_geometry_arguments,
     get_console,
-    pair,
+    read_options,
     stdout,
 )
 from gazeguard.errors import ConfigError
@@ -49,7 +50,6 @@ from gazeguard.recordings import (
     FORMATS,
     GAZE_UNITS,
     TIME_UNITS,
-    ReadOptions,
     parse_pair,
 )
 
@@ -351,36 +351,7 @@ def _csv_reading(parser: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--time-unit", choices=TIME_UNITS, help="time unit where a header does not state it (s)"
     )
-    c.add_argument(
-        "--fov",
-        action=_PairAction,
-        nargs="+",
-        metavar="H,V",
-        help="field of view of the scene camera for normalised or pixel gaze, degrees "
-        "(H V also accepted)",
-    )
-    c.add_argument(
-        "--screen", type=pair, metavar="W,H", help="screen width, height for screen gaze, mm"
-    )
-    c.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
-    c.add_argument(
-        "--resolution",
-        type=pair,
-        metavar="W,H",
-        help="screen width, height in pixels (pixel gaze, where a file does not say)",
-    )
-    c.add_argument(
-        "--min-confidence",
-        type=float,
-        default=0.6,
-        help="samples below this confidence are invalid (default 0.6)",
-    )
-    c.add_argument(
-        "--pupil-scale",
-        type=float,
-        metavar="MM",
-        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
-    )
+    add_geometry_arguments(c, _PairAction, "a file")
     c.add_argument(
         "--labels",
         metavar="PATTERN",
@@ -567,17 +538,7 @@ def _grid(args: argparse.Namespace, settings: EvalSettings, quick: bool) -> Grid
 def _datasets(args: argparse.Namespace, quick: bool) -> list[Dataset]:
     """The datasets to evaluate (``--dataset``, default gazegraph and synthetic); a default one
     whose recordings are missing is skipped with a note saying where to get them."""
-    read_options = ReadOptions(
-        format=args.format,
-        units=args.units,
-        time_unit=args.time_unit,
-        fov_deg=args.fov,
-        screen_mm=args.screen,
-        distance_mm=args.distance,
-        resolution_px=args.resolution,
-        min_confidence=args.min_confidence,
-        pupil_scale=args.pupil_scale,
-    )
+    reading = read_options(args)
     datasets: list[Dataset] = []
     for spec in args.dataset or ["gazegraph", "synthetic"]:
         try:
@@ -588,7 +549,7 @@ def _datasets(args: argparse.Namespace, quick: bool) -> list[Dataset]:
                     synthetic_people=args.synthetic_people or (6 if quick else 8),
                     synthetic_duration_s=args.synthetic_duration or (150.0 if quick else 300.0),
                     synthetic_rate_hz=args.synthetic_rate,
-                    read_options=read_options,
+                    read_options=reading,
                     labels=args.labels,
                 )
             )

@@ -9,7 +9,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gazeguard.cli._common import PairAction, PairHelpFormatter, pair
+from gazeguard.cli._common import (
+    PairAction,
+    PairHelpFormatter,
+    add_geometry_arguments,
+    read_options,
+)
 from gazeguard.errors import ConfigError, DatasetError
 from gazeguard.recordings import (
     FORMAT_HELP,
@@ -94,36 +99,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         choices=TIME_UNITS,
         help="time unit where the header does not state it (default s)",
     )
-    r.add_argument(
-        "--fov",
-        action=_PairAction,
-        nargs="+",
-        metavar="H,V",
-        help="field of view of the scene camera for normalised or pixel gaze, degrees "
-        "(H V also accepted)",
-    )
-    r.add_argument(
-        "--screen", type=pair, metavar="W,H", help="screen width, height for screen gaze, mm"
-    )
-    r.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
-    r.add_argument(
-        "--resolution",
-        type=pair,
-        metavar="W,H",
-        help="screen width, height in pixels (pixel gaze, where the file does not say)",
-    )
-    r.add_argument(
-        "--min-confidence",
-        type=float,
-        default=0.6,
-        help="samples below this confidence are invalid (default 0.6)",
-    )
-    r.add_argument(
-        "--pupil-scale",
-        type=float,
-        metavar="MM",
-        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
-    )
+    add_geometry_arguments(r, _PairAction, "the file")
     r.add_argument(
         "--columns",
         default=None,
@@ -142,19 +118,7 @@ def _read_options(args: argparse.Namespace) -> ReadOptions:
     columns = (
         tuple(c.strip() for c in args.columns.split(",") if c.strip()) if args.columns else None
     )
-    return ReadOptions(
-        format=args.format,
-        units=args.units,
-        time_unit=args.time_unit,
-        fov_deg=args.fov,
-        screen_mm=args.screen,
-        distance_mm=args.distance,
-        resolution_px=args.resolution,
-        min_confidence=args.min_confidence,
-        pupil_scale=args.pupil_scale,
-        columns=columns,
-        rate_hz=args.rate,
-    )
+    return read_options(args, columns=columns, rate_hz=args.rate)
 
 
 def run(args: argparse.Namespace) -> int:
