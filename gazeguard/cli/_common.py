@@ -344,8 +344,36 @@ def stop_on_signals(stop: asyncio.Event) -> None:
 
 
 class PairAction(argparse.Action):
-    """An option that takes a pair ``H,V`` (also ``H V``); a subclass stores it (its
-    ``__call__``). :class:`PairHelpFormatter` shows its metavar once."""
+    """``--fov H,V``, also the older ``--fov H V``: stores (H, V).
+
+    ``keep_rest`` (a subclass sets it): tokens after the pair that argparse handed over
+    (``--fov 90,70 rec.csv``) are kept in ``namespace.extra_files``; otherwise every token must
+    belong to the pair."""
+
+    keep_rest = False
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        from gazeguard.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
+
+        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
+        take = (1 if "," in tokens[0] else 2) if self.keep_rest else len(tokens)
+        try:
+            pair = parse_pair(" ".join(tokens[:take]).replace(",", " "))
+        except ValueError as exc:
+            why = f"{' '.join(tokens)!r}: expected two numbers H,V like 90,60"
+            raise argparse.ArgumentError(self, f"{exc} (H,V)" if self.keep_rest else why) from None
+        setattr(namespace, self.dest, pair)
+        if self.keep_rest:
+            namespace.extra_files = [
+                *(getattr(namespace, "extra_files", None) or []),
+                *tokens[take:],
+            ]
 
 
 class PairHelpFormatter(argparse.RawDescriptionHelpFormatter):

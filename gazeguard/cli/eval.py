@@ -50,7 +50,6 @@ from gazeguard.recordings import (
     FORMATS,
     GAZE_UNITS,
     TIME_UNITS,
-    parse_pair,
 )
 
 DESCRIPTION = """\
@@ -133,26 +132,6 @@ def _int_list(text: str) -> list[int]:
     if not vals or any(v < 2 for v in vals):
         raise argparse.ArgumentTypeError(f"{text!r}: every cohort needs at least 2 sessions")
     return vals
-
-
-class _PairAction(PairAction):
-    """``--fov H,V``, also the older ``--fov H V``: stores (H, V)."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[object] | None,
-        option_string: str | None = None,
-    ) -> None:
-        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
-        try:
-            pair = parse_pair(" ".join(tokens).replace(",", " "))
-        except ValueError:
-            raise argparse.ArgumentError(
-                self, f"{' '.join(tokens)!r}: expected two numbers H,V like 90,60"
-            ) from None
-        setattr(namespace, self.dest, pair)
 
 
 def _k(text: str) -> int | str:
@@ -351,7 +330,7 @@ def _csv_reading(parser: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--time-unit", choices=TIME_UNITS, help="time unit where a header does not state it (s)"
     )
-    add_geometry_arguments(c, _PairAction, "a file")
+    add_geometry_arguments(c, PairAction, "a file")
     c.add_argument(
         "--labels",
         metavar="PATTERN",

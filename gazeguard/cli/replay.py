@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from gazeguard.cli._common import (
@@ -22,7 +21,6 @@ from gazeguard.recordings import (
     GAZE_UNITS,
     TIME_UNITS,
     ReadOptions,
-    parse_pair,
     read_recording,
 )
 from gazeguard.replay import Replay, XdfStream, load_xdf
@@ -44,25 +42,7 @@ examples:
 
 
 class _PairAction(PairAction):
-    """``--fov H,V`` (also the older ``--fov H V``): stores (H, V). Tokens after the pair that
-    argparse handed over (``--fov 90,70 rec.csv``) are kept in ``namespace.extra_files``."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[object] | None,
-        option_string: str | None = None,
-    ) -> None:
-        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
-        take = 1 if "," in tokens[0] else 2
-        try:
-            pair = parse_pair(" ".join(tokens[:take]).replace(",", " "))
-        except ValueError as exc:
-            raise argparse.ArgumentError(self, f"{exc} (H,V)") from None
-        setattr(namespace, self.dest, pair)
-        extra = list(getattr(namespace, "extra_files", None) or [])
-        namespace.extra_files = extra + tokens[take:]
+    keep_rest = True  # ``--fov 90,70 rec.csv``: the file is not part of the pair
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
