@@ -17,7 +17,7 @@ import json
 import logging
 import sys
 import textwrap
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -438,6 +438,21 @@ def read_options(args: argparse.Namespace, **more: Any) -> ReadOptions:
         pupil_scale=args.pupil_scale,
         **more,
     )
+
+
+def epsilon_list(example: str) -> Callable[[str], list[float]]:
+    """An argparse type: comma-separated ε, each finite and > 0 (``example`` for the message)."""
+
+    def epsilons(text: str) -> list[float]:
+        try:
+            vals = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected numbers like {example}") from exc
+        if not vals or any(not (0 < v < float("inf")) for v in vals):
+            raise argparse.ArgumentTypeError(f"{text!r}: every epsilon must be a finite number > 0")
+        return vals
+
+    return epsilons
 
 
 def pair(text: str) -> tuple[float, float]:

@@ -20,6 +20,7 @@ from gazeguard.cli._common import (
     PairAction,
     PairHelpFormatter,
     add_geometry_arguments,
+    epsilon_list,
     get_console,
     read_options,
     stdout,
@@ -114,14 +115,7 @@ examples:
 """
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers like 0.48,2.4") from exc
-    if not vals or any(not (v > 0 and v < float("inf")) for v in vals):
-        raise argparse.ArgumentTypeError(f"{text!r}: every epsilon must be a finite number > 0")
-    return vals
+_floats = epsilon_list("0.48,2.4")
 
 
 def _int_list(text: str) -> list[int]:
