@@ -27,7 +27,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -398,6 +398,45 @@ def stop_all(workers: Sequence[WorkerProc]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------ devices
+class OneWorker:
+    """One server (started) and one worker of it, until :meth:`stop`."""
+
+    def __init__(self, node: NatsNode, worker: WorkerProc) -> None:
+        self.node, self.worker = node, worker
+        self.codes: list[int] | None = None
+
+    def stop(self) -> list[int]:
+        """Stop the worker, then the server (once); the worker's exit code."""
+        if self.codes is None:
+            try:
+                self.codes = stop_all([self.worker])
+            finally:
+                self.node.stop()
+        return self.codes
+
+    def logs(self) -> str:
+        """The worker's log and the end of the server's."""
+        server = self.node.log.read_text(errors="replace")[-5000:]
+        return f"{self.worker.text()}\n=====\n{server}"
+
+
+@contextlib.contextmanager
+def single_worker(workdir: Path, broker: str, partitions: int, **env: str) -> Iterator[OneWorker]:
+    """A single server and one worker of it with ``partitions`` (``env``: more of the worker's
+    environment); both stopped on the way out (the worker first) unless already stopped."""
+    node = single_node(workdir)
+    try:
+        worker = WorkerProc(workdir, 0, broker, {**worker_env([node.url], partitions), **env})
+    except BaseException:
+        node.stop()
+        raise
+    run = OneWorker(node, worker)
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
 @dataclass
 class Device:
     """One simulated headset: ``gaze_s`` of gaze in 12-sample blocks, sent in phases (phase

@@ -6,6 +6,7 @@ processes throughout (see ``_nats_cluster.py``, shared with ``bench/fleet_cluste
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,8 +15,7 @@ import pytest
 from _nats_cluster import (
     STREAM,
     Devices,
-    NatsNode,
-    WorkerProc,
+    OneWorker,
     admin,
     audit,
     charges,
@@ -24,54 +24,19 @@ from _nats_cluster import (
     first_charges_after,
     js_api,
     poll,
-    single_node,
-    stop_all,
-    worker_env,
+    single_worker,
 )
 from conftest import MosquittoBroker
 
 
-class OneWorker:
-    """One server (started) and one worker of it, until :meth:`stop`."""
-
-    def __init__(self, node: NatsNode, worker: WorkerProc) -> None:
-        self.node, self.worker = node, worker
-        self.codes: list[int] | None = None
-
-    def stop(self) -> list[int]:
-        """Stop the worker, then the server (once); the worker's exit code."""
-        if self.codes is None:
-            try:
-                self.codes = stop_all([self.worker])
-            finally:
-                self.node.stop()
-        return self.codes
-
-    def logs(self) -> str:
-        """The worker's log and the end of the server's."""
-        server = self.node.log.read_text(errors="replace")[-5000:]
-        return f"{self.worker.text()}\n=====\n{server}"
-
-
 @pytest.fixture
 def one_worker(tmp_path: Path, mosquitto: MosquittoBroker) -> Iterator[Callable[..., OneWorker]]:
-    """``one_worker(partitions, **env)``: a single server and one worker with ``partitions``
-    (``env``: more of its environment); both stopped at the end of the test if it has not."""
-    started: list[OneWorker] = []
-
-    def start(partitions: int, **env: str) -> OneWorker:
-        node = single_node(tmp_path)
-        try:
-            env = {**worker_env([node.url], partitions), **env}
-            started.append(OneWorker(node, WorkerProc(tmp_path, 0, mosquitto.address, env)))
-        except BaseException:
-            node.stop()
-            raise
-        return started[-1]
-
-    yield start
-    for run in started:
-        run.stop()
+    """``one_worker(partitions, **env)``: :func:`_nats_cluster.single_worker`, stopped at the end of
+    the test if the test has not stopped it."""
+    with contextlib.ExitStack() as stack:
+        yield lambda partitions, **env: stack.enter_context(
+            single_worker(tmp_path, mosquitto.address, partitions, **env)
+        )
 
 
 def assert_nothing_lost_nor_charged_twice(report: dict[str, object], logs: str) -> None:
