@@ -49,6 +49,7 @@ from gazeguard.mechanisms.noise import (
     GAUSS_SAMPLER_LOSS_PER_COORDINATE,
     SAMPLER_LOSS_PER_COORDINATE,
 )
+from gazeguard.mechanisms.registry import MECHANISMS, ONLINE_MECHANISMS
 
 if TYPE_CHECKING:
     from gazeguard.config import MechanismSettings
@@ -191,7 +192,8 @@ def build_mechanism(
         log.info("mechanism.name = 'auto' chose %s", best.describe())
         mechanism = mechanism.model_copy(
             update={
-                "name": best.name, "transform": "dft" if best.name == "lpa" else best.transform,
+                "name": best.name,
+                "transform": best.transform if MECHANISMS[best.name].transformed else "dft",
                 "chunk_steps": best.chunk_steps, "noise": best.noise,
             }
         )  # fmt: skip
@@ -268,7 +270,7 @@ class Candidate:
 
 
 #: The configurations ``mechanism.name = "auto"`` chooses among.
-AUTO_NAMES = ("lpa", "cfpa", "dcfpa")
+AUTO_NAMES = ONLINE_MECHANISMS
 AUTO_TRANSFORMS = ("dft", "dct")
 AUTO_CHUNK_STEPS = (16, 32, 64, 128)
 AUTO_NOISE = ("laplace", "gaussian")
@@ -293,7 +295,7 @@ def rank_mechanisms(
     """
     out: list[Candidate] = []
     for name in AUTO_NAMES:
-        transforms = AUTO_TRANSFORMS if name != "lpa" else ("dft",)
+        transforms = AUTO_TRANSFORMS if MECHANISMS[name].transformed else ("dft",)
         for transform in transforms:
             for n in AUTO_CHUNK_STEPS:
                 if max_chunk_steps is not None and n > max_chunk_steps:
@@ -315,7 +317,7 @@ def rank_mechanisms(
                     out.append(
                         Candidate(
                             name,
-                            "identity" if name == "lpa" else transform,
+                            MECHANISMS[name].transform_of(transform),
                             n,
                             noise,
                             int(mech.k),

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +95,28 @@ class Chunker:
                 self.next_index += 1
                 self._fill = 0
         return out
+
+
+def chunk_rows(
+    rows: IntArray, n: int, *, whole: bool = False, pad: bool = False
+) -> list[tuple[IntArray, int]]:
+    """How a recorded session's rows are released (offline: ``gazeguard release`` and ``eval``).
+
+    Args:
+        rows: (T,) the session's row indices, in time order.
+        n: steps per chunk.
+        whole: one release of every row (FPA; none for fewer than 2 rows) instead of chunks.
+        pad: a last partial chunk is filled up by repeating its last row (only its real rows
+            are kept); otherwise it is dropped, as :class:`Chunker` drops it live.
+
+    Returns:
+        (the rows of each release, how many of them are real), in order.
+    """
+    if whole:
+        return [(rows, int(rows.size))] if rows.size >= 2 else []
+    full, rest = divmod(int(rows.size), n)
+    plan = [(rows[c * n : (c + 1) * n], n) for c in range(full)]
+    if pad and rest:
+        last = rows[full * n :]
+        plan.append((last[np.minimum(np.arange(n), last.size - 1)], int(last.size)))
+    return plan

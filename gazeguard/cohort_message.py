@@ -14,9 +14,6 @@ Delivery is at least once; consumers deduplicate by ``(cohort, worker, bucket)``
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import Field, model_validator
@@ -134,15 +131,7 @@ def shipped_schema() -> dict[str, Any]:
     return message.shipped_schema(SCHEMA_FILE)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gazeguard.cohort_message --write-schema``: write the shipped schema file."""
-    if list(sys.argv[1:] if argv is None else argv) != ["--write-schema"]:
-        sys.stderr.write("usage: python -m gazeguard.cohort_message --write-schema\n")
-        return 2
-    (path,) = message.write_schemas(Path(__file__).parent / "data", {SCHEMA_FILE: CohortMessage})
-    sys.stdout.write(f"wrote {path}\n")
-    return 0
+if __name__ == "__main__":  # ``python -m gazeguard.cohort_message --write-schema [DIR]``
+    from gazeguard.cli.schemas import cohort_main
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cohort_main())

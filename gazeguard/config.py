@@ -27,9 +27,10 @@ import sqlite3
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -46,6 +47,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gazeguard.accounting.loss import PrivacyLoss
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, mechanism_kind, noise_kind
 from gazeguard.mqtt.topics import check_prefix, name_problem
@@ -59,6 +61,19 @@ Transform = Literal["dft", "dct"]
 
 HOUR_S = 3600.0
 """The window of ledger.budget_per_hour, seconds of gaze."""
+
+
+def _epsilon(value: float) -> float:
+    """An ε setting, checked as :class:`~gazeguard.accounting.loss.PrivacyLoss` checks it."""
+    try:
+        PrivacyLoss.pure(value)
+    except ConfigError:
+        raise ValueError("must be a finite number > 0") from None
+    return value
+
+
+#: ε (per feature per chunk, a cap, a budget): finite and > 0.
+Epsilon = Annotated[float, AfterValidator(_epsilon)]
 
 
 class _Section(BaseModel):
@@ -172,7 +187,7 @@ class MechanismSettings(_Section):
     transform: Transform = Field("dft", description="dft | dct")
     chunk_steps: int = Field(32, description="n, steps per chunk; a power of two")
     k: int | Literal["auto"] = Field("auto", description="kept frequencies, or 'auto'")
-    epsilon: float | None = Field(
+    epsilon: Epsilon | None = Field(
         None,
         description="fixed ε per feature per chunk; unset (default): the noise is calibrated "
         "to ledger.budget_per_hour",
@@ -187,7 +202,7 @@ class MechanismSettings(_Section):
         description="the release profile's name: set from mechanism.features = 'NAME' (or give "
         "it here instead); the chunk message names it",
     )
-    epsilon_per_feature: dict[str, float] = Field(
+    epsilon_per_feature: dict[str, Epsilon] = Field(
         default_factory=dict, description="per-feature ε overrides"
     )
     insecure_seed: int | None = Field(
@@ -246,21 +261,6 @@ class MechanismSettings(_Section):
             raise ValueError("must be a power of two >= 2 (e.g. 32, 64, 128)")
         return v
 
-    @field_validator("epsilon")
-    @classmethod
-    def _positive_eps(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError("must be a finite number > 0")
-        return v
-
-    @field_validator("epsilon_per_feature")
-    @classmethod
-    def _positive_eps_map(cls, v: dict[str, float]) -> dict[str, float]:
-        for name, e in v.items():
-            if not (math.isfinite(e) and e > 0):
-                raise ValueError(f"epsilon for feature {name!r} must be a finite number > 0")
-        return v
-
 
 class LedgerSettings(_Section):
     """The durable per-session privacy ledger: caps in ε at ``delta``, windows in gaze time
@@ -274,12 +274,12 @@ class LedgerSettings(_Section):
         1e-6,
         description="δ of every user-level (ε, δ) figure and cap; keep it far below 1/people",
     )
-    budget_per_hour: float | None = Field(
+    budget_per_hour: Epsilon | None = Field(
         10.0,
         description="user-level ε (at delta) per hour of gaze: caps every hour of gaze time and, "
         "unless mechanism.epsilon is set, calibrates the noise (None: no hourly cap)",
     )
-    session_cap: float | None = Field(
+    session_cap: Epsilon | None = Field(
         None, description="max user-level ε (at delta) per session (None: no cap)"
     )
     composition: Literal["pld", "sequential"] = Field(
@@ -312,13 +312,6 @@ class LedgerSettings(_Section):
             "wall_clock": self.wall_clock,
         }
 
-    @field_validator("session_cap", "budget_per_hour")
-    @classmethod
-    def _positive_cap(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError("must be a finite number > 0")
-        return v
-
     @field_validator("delta")
     @classmethod
     def _delta(cls, v: float) -> float:
@@ -350,7 +343,7 @@ class LabelSettings(_Section):
     decision_s: float = Field(
         900.0, gt=0, description="seconds of gaze per decision (one label each)"
     )
-    epsilon: float | None = Field(
+    epsilon: Epsilon | None = Field(
         None,
         description="ε per decision (pure); unset: budget_share of ledger.budget_per_hour "
         "divided by the decisions an hour of gaze can hold",
@@ -368,13 +361,6 @@ class LabelSettings(_Section):
     def _finite_decision(cls, v: float) -> float:
         if not math.isfinite(v):
             raise ValueError("must be a finite number of seconds > 0")
-        return v
-
-    @field_validator("epsilon")
-    @classmethod
-    def _positive_label_eps(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError("must be a finite number > 0 (ε per decision)")
         return v
 
 

@@ -2,11 +2,11 @@
 
 Two ways in:
 
-* **LSL** (``ingest.source = "lsl"``): every ``fleet.discover_every_s`` the worker resolves all
-  streams of ``ingest.stream_type`` (whose name starts with ``ingest.stream_name``, if set);
-  each new ``source_id`` becomes a session with its own
-  :class:`~gazeguard.ingest.GazeStream` and :class:`~gazeguard.pipeline.Pipeline`. A stream
-  silent for ``fleet.idle_timeout_s`` ends its session.
+* **LSL** (``ingest.source = "lsl"``, :class:`gazeguard.ingest.LslFleetIngest`): every
+  ``fleet.discover_every_s`` the worker resolves all streams of ``ingest.stream_type`` (whose
+  name starts with ``ingest.stream_name``, if set); each new ``source_id`` becomes a session
+  with its own :class:`~gazeguard.ingest.GazeStream` and :class:`~gazeguard.pipeline.Pipeline`.
+  A stream silent for ``fleet.idle_timeout_s`` ends its session.
 * **NATS JetStream** (``ingest.source = "jetstream"``, :mod:`gazeguard.jetstream`; needs the
   ``fleet`` extra): devices publish raw gaze blocks (:mod:`gazeguard.rawgaze`) to one stream
   whose sessions the server hashes into partitions; the server pins each partition on one
@@ -35,14 +35,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pylsl
 
 from gazeguard._threads import to_thread_to_the_end
 from gazeguard.config import Settings
-from gazeguard.errors import ConfigError, StreamError
-from gazeguard.ingest import GazeStream
+from gazeguard.errors import ConfigError
+from gazeguard.ingest import LslFleetIngest
 from gazeguard.ledger import Ledger
-from gazeguard.mqtt.topics import session_id_for
 from gazeguard.pipeline import Pipeline
 from gazeguard.publish import Publisher
 from gazeguard.samples import GazeSamples, lsl_unix_offset
@@ -250,44 +248,6 @@ class Fleet:
 
     # ------------------------------------------------------------------ LSL
     async def run_lsl(self, stop: asyncio.Event) -> None:
-        """Discover LSL gaze streams and serve each as its own session until ``stop``."""
-        fleet = self.settings.fleet
-        ingest = self.settings.ingest
-        pred = f"type='{ingest.stream_type}'"
-        if ingest.stream_name:  # narrows discovery to streams whose name starts with it
-            pred += f" and starts-with(name,'{ingest.stream_name}')"
-        tasks: dict[str, asyncio.Task[None]] = {}
-        async with asyncio.TaskGroup() as tg:
-            while not stop.is_set():
-                found = await asyncio.to_thread(pylsl.resolve_bypred, pred, 0, 1.0)
-                for info in found:
-                    sid = info.source_id() or info.name()
-                    if sid in tasks and not tasks[sid].done():
-                        continue
-                    tasks[sid] = tg.create_task(
-                        self._serve_lsl(sid, stop), name=f"gazeguard.fleet[{sid}]"
-                    )
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(fleet.discover_every_s):
-                        await stop.wait()
-            for task in tasks.values():
-                task.cancel()
-
-    async def _serve_lsl(self, source_id: str, stop: asyncio.Event) -> None:
-
-        ingest = self.settings.ingest.model_copy(update={"source_id": source_id})
-        session = session_id_for(source_id, "")
-        try:
-            async with GazeStream(ingest, end_after_s=self.settings.fleet.idle_timeout_s) as s:
-                entry = self._open_session(session)
-                if entry is None:
-                    return
-                async for block in s:
-                    entry.last_seen = time.monotonic()
-                    await self._process(entry, block)
-                    if stop.is_set():
-                        break
-        except StreamError as exc:
-            log.warning("worker %s: stream %r: %s", self.worker_id, source_id, exc)
-        finally:
-            self._close_session(session)
+        """Discover LSL gaze streams and serve each as its own session until ``stop``
+        (:class:`gazeguard.ingest.LslFleetIngest`)."""
+        await LslFleetIngest(self).run(stop)

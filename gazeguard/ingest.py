@@ -40,12 +40,14 @@ so the per-sample Python cost is zero and the per-wake cost is a few dozen numpy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pylsl
@@ -53,8 +55,12 @@ import pylsl
 from gazeguard._ring import BlockQueue
 from gazeguard.config import IngestSettings
 from gazeguard.errors import StreamError, StreamNotFoundError
+from gazeguard.mqtt.topics import session_id_for
 from gazeguard.presets import IngestStats, Layout, Normalizer, StreamMeta, build_layout
 from gazeguard.samples import GazeSamples
+
+if TYPE_CHECKING:
+    from gazeguard.fleet import Fleet
 
 logger = logging.getLogger(__name__)
 
@@ -400,3 +406,72 @@ class _CountersLog:
             st.implausible, st.future, st.nonfinite, st.overflow, st.nonfinite_index, st.lost,
             st.resyncs,
         )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Fleet: every stream discovered on the network, one session each
+# ---------------------------------------------------------------------------------------------
+class LslFleetIngest:
+    """A fleet worker's LSL side: discover gaze streams and serve each as its own session.
+
+    Every ``fleet.discover_every_s`` it resolves all streams of ``ingest.stream_type`` (whose name
+    starts with ``ingest.stream_name``, if set); each new ``source_id`` gets its own
+    :class:`GazeStream` and a session of ``fleet`` (:class:`~gazeguard.fleet.Fleet`), which ends
+    when the stream is silent for ``fleet.idle_timeout_s``. The LSL counterpart of
+    :class:`gazeguard.jetstream.JetStreamIngest`.
+
+    Args:
+        fleet: the worker's sessions, ledger and publisher.
+    """
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def predicate(self) -> str:
+        """The XPath predicate discovery resolves by."""
+        ingest = self.fleet.settings.ingest
+        pred = f"type={_xpath_literal(ingest.stream_type)}"
+        if ingest.stream_name:  # narrows discovery to streams whose name starts with it
+            pred += f" and starts-with(name,{_xpath_literal(ingest.stream_name)})"
+        return pred
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Discover and serve until ``stop``."""
+        pred = self.predicate()
+        every_s = self.fleet.settings.fleet.discover_every_s
+        tasks: dict[str, asyncio.Task[None]] = {}
+        async with asyncio.TaskGroup() as tg:
+            while not stop.is_set():
+                found = await asyncio.to_thread(pylsl.resolve_bypred, pred, 0, 1.0)
+                for info in found:
+                    sid = info.source_id() or info.name()
+                    if sid in tasks and not tasks[sid].done():
+                        continue
+                    tasks[sid] = tg.create_task(
+                        self.serve(sid, stop), name=f"gazeguard.fleet[{sid}]"
+                    )
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(every_s):
+                        await stop.wait()
+            for task in tasks.values():
+                task.cancel()
+
+    async def serve(self, source_id: str, stop: asyncio.Event) -> None:
+        """One discovered stream as one session, until it is silent, lost or ``stop``."""
+        fleet = self.fleet
+        ingest = fleet.settings.ingest.model_copy(update={"source_id": source_id})
+        session = session_id_for(source_id, "")
+        try:
+            async with GazeStream(ingest, end_after_s=fleet.settings.fleet.idle_timeout_s) as s:
+                entry = fleet._open_session(session)
+                if entry is None:
+                    return
+                async for block in s:
+                    entry.last_seen = time.monotonic()
+                    await fleet._process(entry, block)
+                    if stop.is_set():
+                        break
+        except StreamError as exc:
+            logger.warning("worker %s: stream %r: %s", fleet.worker_id, source_id, exc)
+        finally:
+            fleet._close_session(session)

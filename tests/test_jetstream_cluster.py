@@ -6,14 +6,16 @@ processes throughout (see ``_nats_cluster.py``, shared with ``bench/fleet_cluste
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from _nats_cluster import (
     STREAM,
     Devices,
-    WorkerProc,
+    OneWorker,
     admin,
     audit,
     charges,
@@ -22,11 +24,19 @@ from _nats_cluster import (
     first_charges_after,
     js_api,
     poll,
-    single_node,
-    stop_all,
-    worker_env,
+    single_worker,
 )
 from conftest import MosquittoBroker
+
+
+@pytest.fixture
+def one_worker(tmp_path: Path, mosquitto: MosquittoBroker) -> Iterator[Callable[..., OneWorker]]:
+    """``one_worker(partitions, **env)``: :func:`_nats_cluster.single_worker`, stopped at the end of
+    the test if the test has not stopped it."""
+    with contextlib.ExitStack() as stack:
+        yield lambda partitions, **env: stack.enter_context(
+            single_worker(tmp_path, mosquitto.address, partitions, **env)
+        )
 
 
 def assert_nothing_lost_nor_charged_twice(report: dict[str, object], logs: str) -> None:
@@ -43,17 +53,15 @@ def assert_nothing_lost_nor_charged_twice(report: dict[str, object], logs: str) 
 @pytest.mark.network
 @pytest.mark.slow
 def test_a_restarted_nats_server_loses_no_sample_and_charges_each_chunk_once(
-    tmp_path: Path, mosquitto: MosquittoBroker
+    tmp_path: Path, one_worker: Callable[..., OneWorker]
 ) -> None:
     """One server, one worker, three devices. Phase 1 is charged; the server is stopped
     (SIGTERM) while phase 2 is sent, and started again once every device has retried a publish;
     then killed (SIGKILL) while phase 3 is sent, and started again the same way. Every block
     is stored once, every sample read, each chunk charged once, no feature step lost."""
-    node = single_node(tmp_path)
     partitions = 2
-    worker = WorkerProc(
-        tmp_path, 0, f"{mosquitto.host}:{mosquitto.port}", worker_env([node.url], partitions, 1)
-    )
+    run = one_worker(partitions)
+    node, worker = run.node, run.worker
     ledger_path = tmp_path / "ledger.sqlite"
     devices = Devices([node.url], 3, gaze_s=30.0, phases=3, pace_s=0.005)
     keys = [d.key for d in devices.devices]
@@ -105,13 +113,8 @@ def test_a_restarted_nats_server_loses_no_sample_and_charges_each_chunk_once(
         finally:
             sending.cancel()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        codes = stop_all([worker])
-        node.kill(signal.SIGTERM)
-    text = worker.text()
-    logs = f"{text}\n=====\n{node.log.read_text(errors='replace')[-5000:]}"
+    asyncio.run(scenario())
+    codes, text, logs = run.stop(), worker.text(), run.logs()
     assert codes == [0], logs
     assert blocks_stored == devices.blocks * len(keys), "every block stored once"
     report = audit(ledger_path, [text], devices.samples(), 30.0)
@@ -130,9 +133,7 @@ def test_a_three_node_cluster_survives_a_killed_worker_and_a_killed_stream_leade
     server leading the stream, then restart both. Nothing is lost, nothing charged twice, the
     other worker takes over with its feature windows rebuilt, and the failover times are
     printed."""
-    outcome = cluster_scenario(
-        tmp_path, f"{mosquitto.host}:{mosquitto.port}", workers=2, sessions=4, partitions=1
-    )
+    outcome = cluster_scenario(tmp_path, mosquitto.address, workers=2, sessions=4, partitions=1)
     report, logs = outcome.report, outcome.all_logs()
     print(report)
     assert_nothing_lost_nor_charged_twice(report, logs)
@@ -149,17 +150,16 @@ def test_a_three_node_cluster_survives_a_killed_worker_and_a_killed_stream_leade
 @pytest.mark.network
 @pytest.mark.slow
 def test_a_takeover_replay_stalled_by_the_server_resumes_and_completes(
-    tmp_path: Path, mosquitto: MosquittoBroker
+    tmp_path: Path, one_worker: Callable[..., OneWorker]
 ) -> None:
     """A takeover replay the server stops answering mid-way (SIGSTOP: a stall, a leader
     election) is resumed where it stopped once the server answers again, not cut short: the
     acknowledged gaze it had not replayed yet would never come again, so the rebuilt sessions
     would miss it. The takeover: the server's restart forgot the worker's pin, so the worker is
     pinned anew on the next block and replays everything retained."""
-    node = single_node(tmp_path)
-    env = worker_env([node.url], 1, 1)
-    env["GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S"] = "60"  # the stall must not move the pin
-    worker = WorkerProc(tmp_path, 0, f"{mosquitto.host}:{mosquitto.port}", env)
+    # the stall must not move the pin
+    run = one_worker(1, GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S="60")
+    node, worker = run.node, run.worker
     ledger_path = tmp_path / "ledger.sqlite"
     devices = Devices([node.url], 5, gaze_s=30.0, phases=10, pace_s=0.0)
     for go in devices.go[:-1]:
@@ -199,13 +199,8 @@ def test_a_takeover_replay_stalled_by_the_server_resumes_and_completes(
         finally:
             sending.cancel()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        codes = stop_all([worker])
-        node.kill(signal.SIGTERM)
-    text = worker.text()
-    logs = f"{text}\n=====\n{node.log.read_text(errors='replace')[-5000:]}"
+    asyncio.run(scenario())
+    codes, text, logs = run.stop(), worker.text(), run.logs()
     assert codes == [0], logs
     assert "replay of partition 0 interrupted" in text, "the stall hit the replay: " + logs
     report = audit(ledger_path, [text], devices.samples(), 30.0)

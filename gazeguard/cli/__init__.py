@@ -76,8 +76,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "replay": Command(
         "stream a recorded CSV or XDF file as an LSL outlet at its timing",
-        "gazeguard.replay:configure_replay",
-        "gazeguard.replay:run_replay",
+        "gazeguard.cli.replay:configure",
+        "gazeguard.cli.replay:run",
     ),
     "forward": Command(
         "device side of a fleet: publish this headset's LSL gaze to the fleet's NATS JetStream",

@@ -17,9 +17,12 @@ import json
 import logging
 import sys
 import textwrap
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from gazeguard.recordings import ReadOptions
 
 _T = TypeVar("_T")
 
@@ -338,3 +341,125 @@ def stop_on_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+
+
+class PairAction(argparse.Action):
+    """``--fov H,V``, also the older ``--fov H V``: stores (H, V).
+
+    ``keep_rest`` (a subclass sets it): tokens after the pair that argparse handed over
+    (``--fov 90,70 rec.csv``) are kept in ``namespace.extra_files``; otherwise every token must
+    belong to the pair."""
+
+    keep_rest = False
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        from gazeguard.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
+
+        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
+        take = (1 if "," in tokens[0] else 2) if self.keep_rest else len(tokens)
+        try:
+            pair = parse_pair(" ".join(tokens[:take]).replace(",", " "))
+        except ValueError as exc:
+            why = f"{' '.join(tokens)!r}: expected two numbers H,V like 90,60"
+            raise argparse.ArgumentError(self, f"{exc} (H,V)" if self.keep_rest else why) from None
+        setattr(namespace, self.dest, pair)
+        if self.keep_rest:
+            namespace.extra_files = [
+                *(getattr(namespace, "extra_files", None) or []),
+                *tokens[take:],
+            ]
+
+
+class PairHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows ``--fov H,V`` (not ``H,V [H,V ...]``) for a :class:`PairAction`."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if isinstance(action, PairAction):
+            return str(action.metavar)
+        return super()._format_args(action, default_metavar)
+
+
+def add_geometry_arguments(group: argparse._ArgumentGroup, fov: type[PairAction], one: str) -> None:
+    """``--fov``, ``--screen``, ``--distance``, ``--resolution``, ``--min-confidence`` and
+    ``--pupil-scale``: what :mod:`gazeguard.recordings` needs where a recording does not say
+    (``fov``: the command's pair action; ``one``: "the file" or "a file", for the help)."""
+    group.add_argument(
+        "--fov",
+        action=fov,
+        nargs="+",
+        metavar="H,V",
+        help="field of view of the scene camera for normalised or pixel gaze, degrees "
+        "(H V also accepted)",
+    )
+    group.add_argument(
+        "--screen", type=pair, metavar="W,H", help="screen width, height for screen gaze, mm"
+    )
+    group.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
+    group.add_argument(
+        "--resolution",
+        type=pair,
+        metavar="W,H",
+        help=f"screen width, height in pixels (pixel gaze, where {one} does not say)",
+    )
+    group.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.6,
+        help="samples below this confidence are invalid (default 0.6)",
+    )
+    group.add_argument(
+        "--pupil-scale",
+        type=float,
+        metavar="MM",
+        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
+    )
+
+
+def read_options(args: argparse.Namespace, **more: Any) -> ReadOptions:
+    """The :class:`~gazeguard.recordings.ReadOptions` of ``--format``, ``--units``,
+    ``--time-unit`` and :func:`add_geometry_arguments`' options (``more``: other fields)."""
+    from gazeguard.recordings import ReadOptions  # noqa: PLC0415 - keep the CLI's import light
+
+    return ReadOptions(
+        format=args.format,
+        units=args.units,
+        time_unit=args.time_unit,
+        fov_deg=args.fov,
+        screen_mm=args.screen,
+        distance_mm=args.distance,
+        resolution_px=args.resolution,
+        min_confidence=args.min_confidence,
+        pupil_scale=args.pupil_scale,
+        **more,
+    )
+
+
+def epsilon_list(example: str) -> Callable[[str], list[float]]:
+    """An argparse type: comma-separated ε, each finite and > 0 (``example`` for the message)."""
+
+    def epsilons(text: str) -> list[float]:
+        try:
+            vals = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected numbers like {example}") from exc
+        if not vals or any(not (0 < v < float("inf")) for v in vals):
+            raise argparse.ArgumentTypeError(f"{text!r}: every epsilon must be a finite number > 0")
+        return vals
+
+    return epsilons
+
+
+def pair(text: str) -> tuple[float, float]:
+    """``W,H`` as an argparse type (:func:`gazeguard.recordings.parse_pair`)."""
+    from gazeguard.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
+
+    try:
+        return parse_pair(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

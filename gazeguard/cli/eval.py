@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import ExitCode, get_console, stdout
+from gazeguard.cli._common import (
+    ExitCode,
+    PairAction,
+    PairHelpFormatter,
+    add_geometry_arguments,
+    epsilon_list,
+    get_console,
+    read_options,
+    stdout,
+)
 from gazeguard.errors import ConfigError
 from gazeguard.eval.attacks import CLASSIFIERS
 from gazeguard.eval.datasets import PUBLIC_DATASETS, DataNotFoundError, Dataset, open_dataset
@@ -42,8 +51,6 @@ from gazeguard.recordings import (
     FORMATS,
     GAZE_UNITS,
     TIME_UNITS,
-    ReadOptions,
-    parse_pair,
 )
 
 DESCRIPTION = """\
@@ -108,14 +115,7 @@ examples:
 """
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers like 0.48,2.4") from exc
-    if not vals or any(not (v > 0 and v < float("inf")) for v in vals):
-        raise argparse.ArgumentTypeError(f"{text!r}: every epsilon must be a finite number > 0")
-    return vals
+_floats = epsilon_list("0.48,2.4")
 
 
 def _int_list(text: str) -> list[int]:
@@ -126,42 +126,6 @@ def _int_list(text: str) -> list[int]:
     if not vals or any(v < 2 for v in vals):
         raise argparse.ArgumentTypeError(f"{text!r}: every cohort needs at least 2 sessions")
     return vals
-
-
-def _pair(text: str) -> tuple[float, float]:
-    try:
-        return parse_pair(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-class _PairAction(argparse.Action):
-    """``--fov H,V``, also the older ``--fov H V``: stores (H, V)."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[object] | None,
-        option_string: str | None = None,
-    ) -> None:
-        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
-        try:
-            pair = parse_pair(" ".join(tokens).replace(",", " "))
-        except ValueError:
-            raise argparse.ArgumentError(
-                self, f"{' '.join(tokens)!r}: expected two numbers H,V like 90,60"
-            ) from None
-        setattr(namespace, self.dest, pair)
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Shows ``--fov H,V`` (not ``H,V [H,V ...]``) for the pair that also takes ``H V``."""
-
-    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
-        if isinstance(action, _PairAction):
-            return str(action.metavar)
-        return super()._format_args(action, default_metavar)
 
 
 def _k(text: str) -> int | str:
@@ -180,7 +144,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard eval``."""
     parser.description = DESCRIPTION
     parser.epilog = f"{_sources()}\n{FORMAT_HELP}\n{EPILOG}"
-    parser.formatter_class = _HelpFormatter
+    parser.formatter_class = PairHelpFormatter
     _what_to_evaluate(parser)
     _protocol(parser)
     _data(parser)
@@ -360,36 +324,7 @@ def _csv_reading(parser: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--time-unit", choices=TIME_UNITS, help="time unit where a header does not state it (s)"
     )
-    c.add_argument(
-        "--fov",
-        action=_PairAction,
-        nargs="+",
-        metavar="H,V",
-        help="field of view of the scene camera for normalised or pixel gaze, degrees "
-        "(H V also accepted)",
-    )
-    c.add_argument(
-        "--screen", type=_pair, metavar="W,H", help="screen width, height for screen gaze, mm"
-    )
-    c.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
-    c.add_argument(
-        "--resolution",
-        type=_pair,
-        metavar="W,H",
-        help="screen width, height in pixels (pixel gaze, where a file does not say)",
-    )
-    c.add_argument(
-        "--min-confidence",
-        type=float,
-        default=0.6,
-        help="samples below this confidence are invalid (default 0.6)",
-    )
-    c.add_argument(
-        "--pupil-scale",
-        type=float,
-        metavar="MM",
-        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
-    )
+    add_geometry_arguments(c, PairAction, "a file")
     c.add_argument(
         "--labels",
         metavar="PATTERN",
@@ -576,17 +511,7 @@ def _grid(args: argparse.Namespace, settings: EvalSettings, quick: bool) -> Grid
 def _datasets(args: argparse.Namespace, quick: bool) -> list[Dataset]:
     """The datasets to evaluate (``--dataset``, default gazegraph and synthetic); a default one
     whose recordings are missing is skipped with a note saying where to get them."""
-    read_options = ReadOptions(
-        format=args.format,
-        units=args.units,
-        time_unit=args.time_unit,
-        fov_deg=args.fov,
-        screen_mm=args.screen,
-        distance_mm=args.distance,
-        resolution_px=args.resolution,
-        min_confidence=args.min_confidence,
-        pupil_scale=args.pupil_scale,
-    )
+    reading = read_options(args)
     datasets: list[Dataset] = []
     for spec in args.dataset or ["gazegraph", "synthetic"]:
         try:
@@ -597,7 +522,7 @@ def _datasets(args: argparse.Namespace, quick: bool) -> list[Dataset]:
                     synthetic_people=args.synthetic_people or (6 if quick else 8),
                     synthetic_duration_s=args.synthetic_duration or (150.0 if quick else 300.0),
                     synthetic_rate_hz=args.synthetic_rate,
-                    read_options=read_options,
+                    read_options=reading,
                     labels=args.labels,
                 )
             )

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gazeguard.cli._common import epsilon_list
 from gazeguard.errors import ConfigError
 
 DESCRIPTION = """\
@@ -49,14 +50,7 @@ examples:
 """
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers like 2.4,4.8") from exc
-    if not vals or any(not (0 < v < float("inf")) for v in vals):
-        raise argparse.ArgumentTypeError(f"{text!r}: every epsilon must be a finite number > 0")
-    return vals
+_floats = epsilon_list("2.4,4.8")
 
 
 def _positive_int(text: str) -> int:

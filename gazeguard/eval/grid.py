@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.registry import MECHANISMS, MechanismKind
 
 #: The paper's ε grid, per feature per chunk.
 PAPER_EPSILONS: tuple[float, ...] = (0.48, 2.4, 4.8, 24.0, 48.0)
@@ -58,6 +59,16 @@ class MechanismSpec:
     gamma: float | None = None
 
     @property
+    def kind(self) -> MechanismKind | None:
+        """The registry's stream mechanism (None for ``none`` and the dataset releases)."""
+        return MECHANISMS.get(self.family)
+
+    @property
+    def whole(self) -> bool:
+        """One release per whole recording (FPA), not chunk by chunk."""
+        return self.kind is not None and not self.kind.online
+
+    @property
     def is_release(self) -> bool:
         """A dataset-release mechanism (David-John et al.) rather than a stream mechanism."""
         return self.family in RELEASE_FAMILIES
@@ -88,7 +99,7 @@ class MechanismSpec:
 
 #: Dataset-release families, evaluated by :mod:`gazeguard.eval.releases`.
 RELEASE_FAMILIES = ("ksame", "marginals", "expdp")
-_SPEC = re.compile(r"^(none|lpa|fpa|cfpa|dcfpa)(?:-(\d+))?(?:-(dft|dct))?$")
+_SPEC = re.compile(rf"^(none|{'|'.join(MECHANISMS)})(?:-(\d+))?(?:-(dft|dct))?$")
 _RELEASE_SPEC = re.compile(r"^(?:(ksame)-(\d+)|(marginals)-(\d+)-(\d+(?:\.\d+)?)|(expdp))$")
 
 
@@ -125,7 +136,8 @@ def parse_mechanism(text: str) -> MechanismSpec:
                 "mechanisms", text, "'none' takes no chunk size or transform", "argument"
             )
         return MechanismSpec("none")
-    if family == "fpa":
+    kind = MECHANISMS[family]
+    if not kind.online:  # FPA
         if n is not None:
             raise ConfigError(
                 "mechanisms",
@@ -133,8 +145,8 @@ def parse_mechanism(text: str) -> MechanismSpec:
                 "FPA works on the whole recording; drop the chunk size",
                 "argument",
             )
-        return MechanismSpec("fpa", None, transform or "dft")
-    if family == "lpa":
+        return MechanismSpec(family, None, transform or "dft")
+    if not kind.transformed:  # LPA
         if transform is not None:
             raise ConfigError("mechanisms", text, "LPA has no transform", "argument")
         n = n or 32
@@ -146,4 +158,4 @@ def parse_mechanism(text: str) -> MechanismSpec:
         raise ConfigError(
             "mechanisms", text, f"chunk size {n} is not a power of two >= 2", "argument"
         )
-    return MechanismSpec(family, n, None if family == "lpa" else transform or "dft")
+    return MechanismSpec(family, n, transform or "dft" if kind.transformed else None)

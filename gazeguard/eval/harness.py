@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.chunking import Chunker
+from gazeguard.chunking import chunk_rows
 from gazeguard.dataset import FeatureTable
 from gazeguard.eval.attacks import (
     CLASSIFIERS,
@@ -94,10 +94,9 @@ class BudgetFactory:
 
     def __call__(self, spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
         from gazeguard.budget import chunks_per_window, noise_multiplier_for  # noqa: PLC0415
-        from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415 - heavy import
 
         f = int(np.asarray(self.bounds.lo).size)
-        chunks = 1 if spec.family == "fpa" else chunks_per_window(3600.0, n * self.step_s)
+        chunks = 1 if spec.whole else chunks_per_window(3600.0, n * self.step_s)
         ratio = noise_multiplier_for(
             self.noise, features=f, chunks=chunks, budget=epsilon, delta=self.delta, max_m=n
         )
@@ -105,10 +104,7 @@ class BudgetFactory:
             "n": n, "noise_multiplier": ratio, "bounds": _bounds(self.bounds), "seed": seed,
             "noise": self.noise,
         }  # fmt: skip
-        if spec.family != "lpa":
-            kw.update(k=self.k, transform=spec.transform or "dft")
-        mech: Releaser = make_mechanism(spec.family, **kw)
-        return mech
+        return _make(spec, self.k, kw)
 
 
 def budget_factory(
@@ -127,15 +123,21 @@ class GazeguardFactory:
     k: int | str
 
     def __call__(self, spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
-        from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415 - heavy import
-
         kw: dict[str, Any] = {
             "n": n, "epsilon": epsilon, "bounds": _bounds(self.bounds), "seed": seed,
         }  # fmt: skip
-        if spec.family != "lpa":
-            kw.update(k=self.k, transform=spec.transform or "dft")
-        mech: Releaser = make_mechanism(spec.family, **kw)
-        return mech
+        return _make(spec, self.k, kw)
+
+
+def _make(spec: MechanismSpec, k: int | str, kw: dict[str, Any]) -> Releaser:
+    """``make_mechanism(spec.family, **kw)``, with ``k`` and the transform where it keeps
+    frequencies."""
+    from gazeguard.mechanisms import make_mechanism  # noqa: PLC0415 - heavy import
+
+    if spec.kind is not None and spec.kind.transformed:
+        kw = {**kw, "k": k, "transform": spec.transform or "dft"}
+    mech: Releaser = make_mechanism(spec.family, **kw)
+    return mech
 
 
 def gazeguard_factory(bounds: FeatureBounds, k: int | str) -> MechanismFactory:
@@ -215,25 +217,21 @@ def release_table(
     vals: list[FloatArray] = []
     chunks: list[int] = []
     for _, idx in table.recordings():
-        X = table.X[np.ix_(idx, cols)]
         if spec.family == "none" or mechanisms is None:
             rows.append(idx)
-            vals.append(X.copy())
+            vals.append(table.X[np.ix_(idx, cols)])
             chunks.append(0)
             continue
-        if spec.family == "fpa":
-            if idx.size < 2:
-                chunks.append(0)
-                continue
-            n = int(idx.size)
-            out = [mechanisms.get(n).release(np.ascontiguousarray(X.T))]
-        else:
-            n = int(spec.n or 0)
-            mech = mechanisms.get(n)
-            out = [mech.release(c.values) for c in Chunker(cols.size, n).add(X, table.t[idx])]
+        plan = chunk_rows(idx, int(spec.n or 0), whole=spec.whole)
+        if not spec.whole:  # built (its k reported) even for a recording shorter than a chunk
+            mechanisms.get(int(spec.n or 0))
+        out = [
+            mechanisms.get(r.size).release(np.ascontiguousarray(table.X[np.ix_(r, cols)].T))
+            for r, _ in plan
+        ]
         chunks.append(len(out))
         if out:
-            rows.append(idx[: len(out) * n])
+            rows.append(np.concatenate([r for r, _ in plan]))
             vals.append(np.concatenate([o.T for o in out], axis=0))
     if not rows:
         return Released(np.empty(0, np.intp), np.empty((0, cols.size)), chunks)
@@ -394,7 +392,7 @@ class _Attacked:
             table.person[rel.rows],
             table.task[rel.rows],
             table.recording[rel.rows],
-            table.n_rows if spec.family == "fpa" else int(spec.n or 1),
+            table.n_rows if spec.whole else int(spec.n or 1),
         )
 
 

@@ -35,6 +35,7 @@ from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
 from gazeguard.eval.grid import MechanismSpec
 from gazeguard.eval.harness import FeatureBounds, MechanismFactory, Releaser
+from gazeguard.mechanisms.registry import MECHANISMS
 
 if TYPE_CHECKING:
     from gazeguard.mechanisms import Bounds
@@ -157,7 +158,7 @@ class PaperFactory:
         """Δ2_paper per feature (cached per family and n)."""
         if (family, n) not in self._eq7:
             self._eq7[family, n] = paper_sensitivity(
-                self.table, self.cols, n, difference=family == "dcfpa"
+                self.table, self.cols, n, difference=MECHANISMS[family].difference
             )
         return self._eq7[family, n]
 

@@ -83,10 +83,9 @@ from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.bounds import (
     Bounds,
     difference_sensitivity_l2,
-    is_power_of_two,
     raw_sensitivity_l2,
 )
-from gazeguard.mechanisms.registry import TRANSFORMS, kept_coefficients, max_k
+from gazeguard.mechanisms.registry import TRANSFORMS, kept_coefficients, max_k, mechanism_kind
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -325,16 +324,11 @@ def kept_coefficient_sensitivity(
     Raises:
         ConfigError: naming an invalid argument.
     """
-    if name not in ("lpa", "fpa", "cfpa", "dcfpa"):
-        raise ConfigError("name", name, "must be one of ('lpa', 'fpa', 'cfpa', 'dcfpa')")
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 2:
-        raise ConfigError("n", n, "must be an integer >= 2")
-    n = int(n)
-    if name in ("cfpa", "dcfpa") and not is_power_of_two(n):
-        raise ConfigError("n", n, f"{name} needs a power of two (e.g. 32, 64, 128)")
+    kind = mechanism_kind(name)
+    n = kind.check_n(n)
     f = bounds.n_features or (1 if n_features is None else int(n_features))
     b = bounds.broadcast(f)
-    if name == "lpa":
+    if not kind.transformed:
         l1 = lpa_l1_sensitivity(b, n)
         l2 = raw_sensitivity_l2(b, n)
         return TightSensitivity(l1=l1, l2=l2, l1_loose=l1, l2_loose=l2, exact=True, m=n)
@@ -344,7 +338,7 @@ def kept_coefficient_sensitivity(
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= top:
         raise ConfigError("k", k, f"must be an integer in 1..{top} ({transform}, n = {n})")
     m = kept_coefficients(transform, int(k))
-    if name == "dcfpa":
+    if kind.difference:
         delta2 = difference_sensitivity_l2(b, n)
         d = b.effective_step()
         l1 = np.empty(f)

@@ -36,12 +36,12 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.accounting import Event, compose
+from gazeguard.chunking import chunk_rows
 from gazeguard.dataset import FeatureTable
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms.registry import MECHANISMS, mechanism_kind
 from gazeguard.release._common import (
     FloatArray,
-    IndexArray,
     Params,
     Progress,
     Release,
@@ -60,12 +60,6 @@ TAIL_POLICIES = ("drop", "pad")
 #: δ of the user-level (ε, δ) statement (as the live ledger's default).
 USER_DELTA = 1e-6
 _PARAM_NAMES = {"k": "keep", "n": "n", "epsilon": "epsilon", "transform": "transform"}
-
-
-def _chunk_plan(size: int, n: int, tail: str) -> tuple[int, int]:
-    """(full chunks, real steps in a padded last chunk or 0) for a recording of ``size`` steps."""
-    full, rest = divmod(size, n)
-    return full, (rest if tail == "pad" else 0)
 
 
 def recording_release(
@@ -209,24 +203,17 @@ def _release_recordings(
     recordings = list(table.recordings())
     for done, (rec, rows) in enumerate(recordings, start=1):
         size = rows.size
-        if setup.whole:
-            plan: list[tuple[IndexArray, int]] = [(rows, size)] if size >= 2 else []
-        else:
-            full, tail_real = _chunk_plan(size, n, setup.tail)
-            plan = [(rows[c * n : (c + 1) * n], n) for c in range(full)]
-            if tail_real:
-                last = rows[full * n :]
-                plan.append((last[np.minimum(np.arange(n), last.size - 1)], last.size))
-        for chunk_rows, real in plan:
-            mech = mechanism(chunk_rows.size)
-            out: FloatArray = mech.release(np.ascontiguousarray(table.X[chunk_rows].T))
-            X[chunk_rows[:real]] = out.T[:real]
-            released[chunk_rows[:real]] = True
+        plan = chunk_rows(rows, n, whole=setup.whole, pad=setup.tail == "pad")
+        for part, real in plan:
+            mech = mechanism(part.size)
+            out: FloatArray = mech.release(np.ascontiguousarray(table.X[part].T))
+            X[part[:real]] = out.T[:real]
+            released[part[:real]] = True
         person = str(table.person[rows[0]])
         chunks_per_person[person] = chunks_per_person.get(person, 0) + len(plan)
         counts = events_per_person.setdefault(person, {})
-        for chunk_rows, _ in plan:
-            for e, c in mechanism(chunk_rows.size).events().items():
+        for part, _ in plan:
+            for e, c in mechanism(part.size).events().items():
                 counts[e] = counts.get(e, 0) + c
         per_recording[rec] = {
             "steps": int(size),
