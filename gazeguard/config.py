@@ -23,7 +23,6 @@ import math
 import os
 import re
 import socket
-import sqlite3
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,7 +52,7 @@ from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, mechanism_ki
 from gazeguard.mqtt.topics import check_prefix, name_problem
 
 if TYPE_CHECKING:
-    from gazeguard.ledger.policy import Caps
+    pass
 
 Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic"]
 Transform = Literal["dft", "dct"]
@@ -1058,6 +1057,7 @@ def _broker_problems(settings: Settings) -> list[ConfigProblem]:
 
 def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
     """Caps looser than those stored with the run's session (the ledger's own rule, read-only)."""
+    from gazeguard.ledger import LedgerError, stored_caps  # noqa: PLC0415
     from gazeguard.ledger.policy import Caps, loosened, looser_reason  # noqa: PLC0415
     from gazeguard.service import expected_session  # noqa: PLC0415 - the run's session id
 
@@ -1068,11 +1068,11 @@ def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
             led.wall_clock,
         )  # fmt: skip
         session = None if led.url is not None else expected_session(settings)
-        stored = None if session is None else _stored_caps(led.path, session)
+        stored = None if session is None else stored_caps(led.path, session)
     except ConfigError as exc:
         return [ConfigProblem(exc.field, exc.value, exc.reason)]
-    except sqlite3.Error as exc:
-        return [ConfigProblem("ledger.path", str(led.path), f"cannot read the ledger: {exc}")]
+    except LedgerError as exc:
+        return [ConfigProblem("ledger.path", str(led.path), str(exc))]
     if stored is None:
         return []
     why = looser_reason(stored, wanted, f"session {session!r} in {led.path}")
@@ -1081,25 +1081,3 @@ def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
         ConfigProblem(named.get(field, field), value, why)
         for field, value in loosened(stored, wanted)
     ]
-
-
-def _stored_caps(path: Path, session: str) -> Caps | None:
-    """The caps stored with ``session``, read-only; ``None`` for a session the ledger does not
-    know. A schema-1 ledger (upgraded on its next open) kept only a pure session cap."""
-    from gazeguard.ledger.policy import Caps  # noqa: PLC0415
-
-    if not path.is_file():
-        return None
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        version = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        if version is not None and version[0] == "1":
-            row = conn.execute(
-                "SELECT session_cap FROM sessions WHERE session = ?", (session,)
-            ).fetchone()
-            cap = None if row is None or row[0] is None else row[0] / 1e6
-            return None if row is None else Caps(cap, composition="sequential")
-        row = conn.execute("SELECT caps FROM sessions WHERE session = ?", (session,)).fetchone()
-    finally:
-        conn.close()
-    return None if row is None else Caps.from_json(row[0])

@@ -221,3 +221,12 @@ def test_names_that_brokers_refuse_in_topics_are_refused_at_startup(name: str) -
     _, problems = check_settings(None, session=name)
     assert [p.field for p in problems] == ["session"]
     assert len(str(problems[0])) < 400  # a 10 kB name does not bury the reason
+
+
+def test_a_file_that_is_not_a_ledger_is_a_problem_named_by_its_path(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    ledger.write_bytes(b"not a database, " * 64)
+    config = write(tmp_path, f'session = "s1"\n[ledger]\npath = "{ledger}"\n', "c.toml")
+    _, problems = check_settings(config)
+    assert [p.field for p in problems] == ["ledger.path"]
+    assert f"cannot read the ledger {ledger}" in problems[0].reason

@@ -70,7 +70,7 @@ from gazeguard.ledger._model import (
     to_units_down,
     to_units_up,
 )
-from gazeguard.ledger._sqlite import SqliteBackend
+from gazeguard.ledger._sqlite import SqliteBackend, stored_caps
 from gazeguard.ledger.policy import Caps
 
 __all__ = [
@@ -93,6 +93,7 @@ __all__ = [
     "event_key",
     "is_url",
     "pure_event_key",
+    "stored_caps",
     "to_units_down",
     "to_units_up",
 ]

@@ -13,6 +13,7 @@ from typing import Any
 
 from gazeguard.errors import ConfigError, GazeguardError
 from gazeguard.ledger._model import (
+    UNITS_PER_EPSILON,
     LedgerError,
     Sql,
     Synchronous,
@@ -21,6 +22,7 @@ from gazeguard.ledger._model import (
     upgrading_from_v1,
 )
 from gazeguard.ledger._store import rename_v1
+from gazeguard.ledger.policy import Caps
 
 SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -216,3 +218,34 @@ class SqliteBackend:
         """Close the connection (idempotent)."""
         with self._lock:
             self._conn.close()
+
+
+def stored_caps(path: Path, session: str) -> Caps | None:
+    """The caps stored with ``session`` in the SQLite ledger at ``path``, read without opening
+    the ledger for writing (no upgrade, no lock); ``None`` for a missing file or a session the
+    ledger does not know. A schema-1 ledger (upgraded on its next open) kept only a pure
+    session cap, in micro-ε.
+
+    Raises:
+        LedgerError: the file is not a readable ledger.
+    """
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            version = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if version is not None and version[0] == "1":
+                row = conn.execute(
+                    "SELECT session_cap FROM sessions WHERE session = ?", (session,)
+                ).fetchone()
+                if row is None:
+                    return None
+                cap = None if row[0] is None else row[0] / UNITS_PER_EPSILON
+                return Caps(cap, composition="sequential")
+            row = conn.execute("SELECT caps FROM sessions WHERE session = ?", (session,)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read the ledger {path}: {exc}") from exc
+    return None if row is None else Caps.from_json(row[0])
