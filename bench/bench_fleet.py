@@ -29,7 +29,14 @@ Worker CPU% (of one core, psutil, all threads) is measured while every session e
 vectors. Levels ramp (``--levels``) until one fails, first with 1 worker, then 2.
 ``--profile`` runs py-spy on worker 0 of the largest level (``pip install py-spy``).
 
+``--baseline PATH`` compares against another checkout of gazeguard in the same run: each level
+runs the baseline's workers (``PYTHONPATH=PATH``) and this checkout's, interleaved (the load
+generators, broker and subscriber are this checkout's); each ramps until it fails, and the table
+gives both and the ratio of sessions per busy core (sessions / worker CPU cores, robust to other
+load on the machine as long as the worker keeps up; p99 is not).
+
     python bench/bench_fleet.py [--levels 50,100,200,300,400,600,800] [--repeats 2] [--quick]
+        [--baseline /path/to/checkout]
 
 prints a table and writes ``bench/results/fleet.json``.
 """
@@ -83,7 +90,8 @@ N_STEPS = 32
 PERSONS = 16  # distinct simulated people; session i is person i % PERSONS
 P99_TARGET_MS = 50.0
 LAG_LIMIT_MS = 50.0
-TARGET_PER_CORE = 200
+TARGET_PER_CORE = 1000  # issue 17, item 4
+ROOT = Path(__file__).resolve().parents[1]  # this checkout
 LOGS = RESULTS / "logs"  # raw py-spy profiles (collapsed stacks, for flame graphs)
 DEVICE = "gen"
 OPENED = re.compile(r"session '([^']+)' opened")
@@ -161,8 +169,9 @@ class Worker:
     """A ``gazeguard run --fleet --source jetstream`` process; stderr drained by a thread."""
 
     def __init__(
-        self, broker: Broker, nats: NatsServer, partitions: int, ledger: Path, extra: list[str]
-    ) -> None:
+        self, broker: Broker, nats: NatsServer, partitions: int, ledger: Path, extra: list[str],
+        code: Path = ROOT,
+    ) -> None:  # fmt: skip
         cmd = [
             sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--source", "jetstream",
             "--device", "fleet", "--broker", broker.address, "--ledger", str(ledger), *extra,
@@ -171,6 +180,7 @@ class Worker:
             **os.environ,
             "GAZEGUARD_FLEET__NATS__SERVERS": json.dumps([nats.url]),
             "GAZEGUARD_FLEET__NATS__PARTITIONS": str(partitions),
+            "PYTHONPATH": str(code),  # the checkout whose worker runs
         }
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
@@ -254,8 +264,9 @@ def chunk_latencies(
 
 
 def run_level(
-    sessions: int, workers: int, args: argparse.Namespace, tag: str, profile: bool
-) -> dict[str, Any]:
+    sessions: int, workers: int, args: argparse.Namespace, tag: str, profile: bool,
+    code: Path = ROOT,
+) -> dict[str, Any]:  # fmt: skip
     """One level: ``sessions`` devices against ``workers`` worker processes (see docstring)."""
     period = N_STEPS * args.step
     gaze_s = args.window + period + args.seconds
@@ -275,7 +286,7 @@ def run_level(
         nats_server(Path(tmp)) as nats,
     ):
         ledger = Path(tmp) / "ledger.sqlite"
-        pool = [Worker(broker, nats, args.partitions, ledger, extra) for _ in range(workers)]
+        pool = [Worker(broker, nats, args.partitions, ledger, extra, code) for _ in range(workers)]
         try:
             for w in pool:
                 if not w.ready.wait(60):
@@ -331,6 +342,7 @@ def run_level(
     return {
         "sessions": sessions,
         "workers": workers,
+        "code": str(code),
         "generators": len(gens),
         "chunks_received": lat["n"],
         "chunks_missing": res["missing"],
@@ -434,9 +446,12 @@ def level_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     def med(xs: list[float]) -> float:
         return float(np.median(xs))
 
+    cores = med([sum(r["worker_cpu_pct"]) for r in runs]) / 100.0
     return {
+        "variant": runs[0].get("variant", "new"),
         "sessions": runs[0]["sessions"],
         "workers": runs[0]["workers"],
+        "sessions_per_busy_core": runs[0]["sessions"] / cores if cores > 0 else float("nan"),
         "p50_ms": med([r["latency"]["p50_ms"] for r in runs]),
         "p99_ms": med([r["latency"]["p99_ms"] for r in runs]),
         "max_ms": med([r["latency"]["max_ms"] for r in runs]),
@@ -457,7 +472,8 @@ def run_line(res: dict[str, Any], rep: int) -> str:
     gens = "+".join(f"{c:.0f}" for c in res["generator_cpu_pct"])
     verdict = "sustained" if res["sustained"] else "NOT sustained"
     return (
-        f"{res['workers']} worker(s) {res['sessions']:4d} sessions run {rep + 1}: "
+        f"[{res.get('variant', 'new')}] {res['workers']} worker(s) {res['sessions']:4d} "
+        f"sessions run {rep + 1}: "
         f"p50 {lat['p50_ms']:.1f} p99 {lat['p99_ms']:.1f} max {lat['max_ms']:.1f} ms over "
         f"{lat['n']} chunks; CPU% worker {cpu}, broker {res['broker_cpu_pct']:.0f}, nats "
         f"{res['nats_cpu_pct']:.0f}, generators {gens}; sessions per worker "
@@ -484,33 +500,67 @@ def profile_run(summary: list[dict[str, Any]], args: argparse.Namespace) -> dict
 
 
 def level(
-    sessions: int, workers: int, args: argparse.Namespace, runs: list[dict[str, Any]]
-) -> dict[str, Any]:
+    sessions: int, workers: int, args: argparse.Namespace, runs: list[dict[str, Any]],
+    variant: str = "new", code: Path = ROOT,
+) -> dict[str, Any]:  # fmt: skip
     """``--repeats`` runs of one level, each printed and appended to ``runs``; their summary."""
     level_runs = []
     for rep in range(args.repeats):
-        tag = f"w{workers}l{sessions}r{rep}"
-        level_runs.append(run_level(sessions, workers, args, tag, profile=False))
+        tag = f"{variant[0]}w{workers}l{sessions}r{rep}"
+        level_runs.append(run_level(sessions, workers, args, tag, profile=False, code=code))
+        level_runs[-1]["variant"] = variant
         print(run_line(level_runs[-1], rep), flush=True)
     runs.extend(level_runs)
     return level_summary(level_runs)
 
 
 def ramp(
-    workers: int, levels: list[int], args: argparse.Namespace, runs: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Levels in order until one is not sustained; then once the midpoint (to 25 sessions)
-    between the last sustained level and the failed one."""
+    workers: int, levels: list[int], args: argparse.Namespace, runs: list[dict[str, Any]],
+    variants: dict[str, Path],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Levels in order, each variant (checkout) in turn, a variant until one of its levels is
+    not sustained; then once the midpoint (to 25 sessions) between its last sustained level
+    and the failed one."""
     out: list[dict[str, Any]] = []
+    active = dict(variants)
     for sessions in levels:
-        out.append(level(sessions, workers, args, runs))
-        if not out[-1]["sustained"]:
-            ok = [s["sessions"] for s in out if s["sustained"]]
+        for variant, code in list(active.items()):
+            out.append(level(sessions, workers, args, runs, variant, code))
+            if out[-1]["sustained"]:
+                continue
+            del active[variant]
+            ok = [s["sessions"] for s in out if s["sustained"] and s["variant"] == variant]
             mid = 25 * round((ok[-1] + sessions) / 50) if ok else 0
             if ok and ok[-1] < mid < sessions:
-                out.insert(-1, level(mid, workers, args, runs))
+                out.insert(-1, level(mid, workers, args, runs, variant, code))
+        if not active:
             break
     return out
+
+
+def compare(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (workers, sessions) both variants ran: sessions per busy core and p99 of each, and
+    the ratio of sessions per busy core (new / baseline)."""
+    by = {(s["variant"], s["workers"], s["sessions"]): s for s in summary}
+    rows = []
+    for (variant, workers, sessions), new in sorted(by.items(), key=lambda kv: kv[0][1:]):
+        base = by.get(("baseline", workers, sessions))
+        if variant != "new" or base is None:
+            continue
+        rows.append(
+            {
+                "workers": workers,
+                "sessions": sessions,
+                "sessions_per_busy_core": {
+                    "new": new["sessions_per_busy_core"],
+                    "baseline": base["sessions_per_busy_core"],
+                },
+                "p99_ms": {"new": new["p99_ms"], "baseline": base["p99_ms"]},
+                "sustained": {"new": new["sustained"], "baseline": base["sustained"]},
+                "ratio": new["sessions_per_busy_core"] / base["sessions_per_busy_core"],
+            }
+        )
+    return rows
 
 
 def main() -> None:
@@ -524,6 +574,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8, help="JetStream partitions (default 8)")
     ap.add_argument("--profile", action="store_true", help="py-spy the last 1-worker level")
     ap.add_argument("--quick", action="store_true", help="levels 25,50; W 10 s; 1 run, 1 worker")
+    ap.add_argument("--baseline", type=Path, help="a checkout to compare with, same run")
 
     ap.add_argument("--name", default="fleet", help="results file stem (default fleet)")
     ap.add_argument("--generator", action="store_true", help=argparse.SUPPRESS)
@@ -547,30 +598,42 @@ def main() -> None:
     print(f"load average before: {load_before}")
     runs: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
+    variants = {"new": ROOT}
+    if args.baseline is not None:
+        variants["baseline"] = args.baseline.resolve()
     floor = 0  # more workers start at the largest level fewer workers sustained
     for workers in [int(x) for x in args.workers.split(",")]:
-        done = ramp(workers, [n for n in levels if n >= floor] or levels[-1:], args, runs)
+        todo = [n for n in levels if n >= floor] or levels[-1:]
+        done = ramp(workers, todo, args, runs, variants)
         summary.extend(done)
         floor = max([s["sessions"] for s in done if s["sustained"]], default=floor)
     profile = profile_run(summary, args) if args.profile else None
     best: dict[int, int] = {}
     for s in summary:
-        cores = s["worker_cpu_pct_total"] / 100.0
-        s["sessions_per_busy_core"] = s["sessions"] / cores if cores > 0 else float("nan")
-        if s["sustained"]:
+        if s["sustained"] and s["variant"] == "new":
             best[s["workers"]] = max(best.get(s["workers"], 0), s["sessions"])
     print(
-        f"\n{'workers':>7s} {'sessions':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'worker CPU%':>11s} "
+        f"\n{'variant':>8s} {'workers':>7s} {'sessions':>8s} {'p50 ms':>8s} {'p99 ms':>8s} "
+        f"{'worker CPU%':>11s} "
         f"{'sess/core':>9s} {'lag p99':>8s} {'loss':>5s}  result"
     )
     for s in summary:
         print(
-            f"{s['workers']:7d} {s['sessions']:8d} {s['p50_ms']:8.1f} {s['p99_ms']:8.1f} "
+            f"{s['variant']:>8s} {s['workers']:7d} {s['sessions']:8d} {s['p50_ms']:8.1f} "
+            f"{s['p99_ms']:8.1f} "
             f"{s['worker_cpu_pct_total']:11.0f} {s['sessions_per_busy_core']:9.0f} "
             f"{s['generator_lag_p99_ms']:8.0f} {'no' if s['no_loss'] else 'YES':>5s}  "
             f"{'sustained' if s['sustained'] else 'not sustained'}"
         )
-    one = [s for s in summary if s["workers"] == 1 and s["sustained"]]
+    comparison = compare(summary)
+    for row in comparison:
+        spc, p99 = row["sessions_per_busy_core"], row["p99_ms"]
+        print(
+            f"{row['workers']} worker(s) {row['sessions']} sessions: sessions per busy core "
+            f"{spc['new']:.0f} vs baseline {spc['baseline']:.0f} ({row['ratio']:.2f}x); p99 "
+            f"{p99['new']:.1f} vs {p99['baseline']:.1f} ms"
+        )
+    one = [s for s in summary if s["workers"] == 1 and s["sustained"] and s["variant"] == "new"]
     per_core = one[-1]["sessions_per_busy_core"] if one else float("nan")
     one_max = best.get(1, 0)
     targets = {
@@ -603,6 +666,7 @@ def main() -> None:
         "repeats": args.repeats,
         "p99_target_ms": P99_TARGET_MS,
         "generator_lag_limit_ms": LAG_LIMIT_MS,
+        "partitions": args.partitions,
     }
     path = write_results(
         args.name,
@@ -612,7 +676,9 @@ def main() -> None:
             "load_before": load_before,
             "load_after": load_now(),
             "settings": settings,
+            "baseline": None if args.baseline is None else str(args.baseline.resolve()),
             "summary": summary,
+            "comparison": comparison,
             "runs": runs,
             "targets": targets,
             "profile": profile,

@@ -30,7 +30,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,14 +40,16 @@ from gazeguard._threads import to_thread_to_the_end
 from gazeguard.config import Settings
 from gazeguard.errors import ConfigError
 from gazeguard.ingest import LslFleetIngest
-from gazeguard.ledger import Ledger
-from gazeguard.pipeline import Pipeline
+from gazeguard.ledger import Ledger, LedgerState
+from gazeguard.pipeline import Pipeline, ReleasedChunk, release_group
 from gazeguard.publish import Publisher
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
+    from gazeguard.chunking import Chunk
     from gazeguard.cohort import CohortAggregator
     from gazeguard.labels import LabelModel
+    from gazeguard.message import StatusMessage
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,18 @@ class CohortWiring:
         return observe
 
 
+def _release(
+    jobs: list[tuple[Pipeline, Chunk]],
+) -> tuple[list[ReleasedChunk | None], list[StatusMessage]]:
+    """(In a worker thread.) :func:`release_group` of ``jobs``, and the status of every session
+    they belong to (from its last charge's state, else read from the ledger)."""
+    released = release_group(jobs)
+    states: dict[Pipeline, LedgerState | None] = {}
+    for (pipe, _), out in zip(jobs, released, strict=True):
+        states[pipe] = out.state if out is not None else None
+    return released, [pipe.status(ledger_state=state) for pipe, state in states.items()]
+
+
 class Fleet:
     """Many sessions in one process, all charging one ledger and draining one publisher.
 
@@ -213,13 +227,20 @@ class Fleet:
         )
 
     async def _process(self, entry: _Session, block: GazeSamples) -> None:
-        """Features inline (cheap), privatize + durable charge in a worker thread."""
-        chunks = entry.pipeline.feed(block)
-        if not chunks:
+        """One session's new samples: :meth:`_process_many` of one."""
+        await self._process_many([(entry, block)])
+
+    async def _process_many(self, items: Sequence[tuple[_Session, GazeSamples]]) -> None:
+        """Features inline (cheap) for each ``(session, new samples)`` in order; the chunks
+        that fell due privatized and charged in ONE worker-thread call (group commit,
+        :func:`~gazeguard.pipeline.release_group`), then one publisher wake-up."""
+        jobs = [(entry.pipeline, c) for entry, block in items for c in entry.pipeline.feed(block)]
+        if not jobs:
             return
-        released = [await to_thread_to_the_end(entry.pipeline.release, c) for c in chunks]
+        released, statuses = await to_thread_to_the_end(_release, jobs)
         self.publisher.notify([out for out in released if out is not None])
-        self.publisher.publish_status(entry.pipeline.status())
+        for status in statuses:
+            self.publisher.publish_status(status)
 
     async def run_cohort(self, stop: asyncio.Event) -> None:
         """Release every closed cohort bucket (ledger commits in a worker thread), once a second,

@@ -23,10 +23,11 @@ recorded). Nothing raw or half-noised is ever returned, on any path.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,7 +39,14 @@ from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.events import EventDetector
 from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
-from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
+from gazeguard.ledger import (
+    Charge,
+    ChargeRequest,
+    Ledger,
+    LedgerState,
+    StaleStateError,
+    event_key,
+)
 from gazeguard.mechanisms import Bounds
 from gazeguard.message import (
     ChunkMessage,
@@ -412,69 +420,93 @@ class Pipeline:
 
         Returns the released chunk, or ``None`` when a cap withheld it or an error dropped it
         (both recorded in the ledger and the counters). Blocks on the ledger's durable commit.
+        (:func:`release_group` does the same for the chunks of many sessions in one commit.)
         """
         completed_at = self._completed_at
-        raw = chunk.values[self._index]
         try:
-            values = self.mechanism.release(raw)
-            if not np.all(np.isfinite(values)):
-                msg = "mechanism produced non-finite values"
-                raise FloatingPointError(msg)  # one fail-closed path for all errors
-            offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
-            gaze = (float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset)
+            values, offset, gaze = self._privatize(chunk)
             for attempt in range(_STALE_RETRIES):
-                preview = self.ledger.preview(
-                    self.session, self._eps_map, events=self._events, gaze=gaze
-                )
-                message = ChunkMessage.build(
-                    session=self.session,
-                    device=self.device,
-                    chunk_index=chunk.index,
-                    timestamps=chunk.timestamps,
-                    features=self.feature_names,
-                    units=self.units,
-                    values=values,
-                    mechanism=self._params,
-                    ledger=LedgerSnapshot.from_state(
-                        self.cost.chunk_pure,
-                        preview.state,
-                        raw_event_epsilon=self.cost.raw_event,
-                        chunks_reached=self.cost.reached,
-                    ),
-                    unix_offset=offset,
-                    carries=self._carries,
-                    profile=self.profile,
-                )
-                body = message.to_payload()
+                version, message, body = self._build(chunk, values, offset, gaze)
                 try:
                     charge = self.ledger.charge(
                         self.session, chunk.index, self._eps_map, self.topic, body,
-                        events=self._events, gaze=gaze, version=preview.version,
+                        events=self._events, gaze=gaze, version=version,
                     )  # fmt: skip
                     break
                 except StaleStateError:  # another writer charged this session meanwhile
                     if attempt == _STALE_RETRIES - 1:
                         raise
-        except BudgetExhaustedError as exc:
+        except Exception as exc:  # withheld by a cap, or dropped (fail closed)
+            self._refused(chunk, exc)
+            return None
+        return self._released(chunk, message, body, charge, completed_at)
+
+    def _privatize(self, chunk: Chunk) -> tuple[np.ndarray, float, tuple[float, float]]:
+        """The mechanism's values ``(F, n)`` of ``chunk``, the clock offset (Unix − sample time,
+        s) and the chunk's gaze span (Unix s). Raises on non-finite values."""
+        values = self.mechanism.release(chunk.values[self._index])
+        if not np.all(np.isfinite(values)):
+            msg = "mechanism produced non-finite values"
+            raise FloatingPointError(msg)  # one fail-closed path for all errors
+        offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
+        gaze = (float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset)
+        return values, offset, gaze
+
+    def _build(
+        self, chunk: Chunk, values: np.ndarray, offset: float, gaze: tuple[float, float]
+    ) -> tuple[int, ChunkMessage, bytes]:
+        """Preview the charge (BudgetExhaustedError: a cap refuses it) and build the message
+        quoting the state it leaves: ``(preview version, message, payload bytes)``."""
+        preview = self.ledger.preview(self.session, self._eps_map, events=self._events, gaze=gaze)
+        message = ChunkMessage.build(
+            session=self.session,
+            device=self.device,
+            chunk_index=chunk.index,
+            timestamps=chunk.timestamps,
+            features=self.feature_names,
+            units=self.units,
+            values=values,
+            mechanism=self._params,
+            ledger=LedgerSnapshot.from_state(
+                self.cost.chunk_pure,
+                preview.state,
+                raw_event_epsilon=self.cost.raw_event,
+                chunks_reached=self.cost.reached,
+            ),
+            unix_offset=offset,
+            carries=self._carries,
+            profile=self.profile,
+        )
+        return preview.version, message, message.to_payload()
+
+    def _refused(self, chunk: Chunk, exc: Exception) -> None:
+        """Record ``chunk`` withheld (a cap refused it) or dropped (any other error)."""
+        if isinstance(exc, BudgetExhaustedError):
             self.ledger.withhold(self.session, chunk.index, self._eps_map, str(exc))
             self.stats.withheld += 1
             self.stats.withheld_indices.append(chunk.index)
             self.stats.last_reason = str(exc)
             self.stats.state = "budget_exhausted"
             log.warning("%s", exc)
-            return None
-        except Exception as exc:  # fail closed: the chunk is dropped, never released raw
-            # The published reason names only the error type: an exception's message may quote
-            # raw values, which must not reach the status topic. The full error stays local.
-            reason = f"chunk {chunk.index} dropped: {type(exc).__name__} (see the sidecar log)"
-            log.exception("session %r: chunk %d dropped", self.session, chunk.index)
-            self.stats.dropped += 1
-            self.stats.last_reason = reason
-            try:
-                self.ledger.withhold(self.session, chunk.index, self._eps_map, reason)
-            except Exception:
-                log.exception("session %r: could not record the dropped chunk", self.session)
-            return None
+            return
+        # The published reason names only the error type: an exception's message may quote
+        # raw values, which must not reach the status topic. The full error stays local.
+        reason = f"chunk {chunk.index} dropped: {type(exc).__name__} (see the sidecar log)"
+        log.error(
+            "session %r: chunk %d dropped", self.session, chunk.index,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )  # fmt: skip
+        self.stats.dropped += 1
+        self.stats.last_reason = reason
+        try:
+            self.ledger.withhold(self.session, chunk.index, self._eps_map, reason)
+        except Exception:
+            log.exception("session %r: could not record the dropped chunk", self.session)
+
+    def _released(
+        self, chunk: Chunk, message: ChunkMessage, body: bytes, charge: Charge, completed_at: float
+    ) -> ReleasedChunk:
+        """The chunk's charge committed: count it, tap it, hand it on."""
         out = ReleasedChunk(
             message,
             body,
@@ -497,10 +529,12 @@ class Pipeline:
         state: SessionState | None = None,
         reason: str | None = None,
         ingest: IngestCounters | None = None,
+        ledger_state: LedgerState | None = None,
     ) -> StatusMessage:
         """The retained status message for this session, from the ledger and the counters
-        (``ingest``: the gaze ingest's counters, where the caller has them)."""
-        led = self.ledger.state(self.session)
+        (``ingest``: the gaze ingest's counters, where the caller has them; ``ledger_state``:
+        the session's state, when the caller just read it, else it is read now)."""
+        led = self.ledger.state(self.session) if ledger_state is None else ledger_state
         return StatusMessage.model_validate(
             {
                 "session": self.session,
@@ -524,3 +558,97 @@ class Pipeline:
                 "ingest": ingest,
             }
         )
+
+
+def release_group(jobs: Sequence[tuple[Pipeline, Chunk]]) -> list[ReleasedChunk | None]:
+    """:meth:`Pipeline.release` of many sessions' chunks with one ledger commit per round.
+
+    ``jobs``: ``(pipeline, chunk)`` pairs, every pipeline on one ledger, each pipeline's chunks
+    in order. Each chunk is privatized, previewed and built exactly as :meth:`Pipeline.release`
+    does; the charges of one round — the first chunk still to charge of every session — go in
+    one :meth:`Ledger.charge_many` transaction (group commit), so a session's chunks are charged
+    in order, each at most once. A chunk a cap refuses is withheld, one that fails is dropped,
+    a stale one is built and charged again in the next round (at most as often as
+    :meth:`Pipeline.release` would), without touching the others. A group of one is
+    :meth:`Pipeline.release`. Blocks on the commits.
+
+    Returns:
+        Per job, in order: the released chunk, or ``None`` (withheld or dropped, recorded).
+    """
+    if len(jobs) == 1:  # a group of one: the one-chunk path
+        pipe, chunk = jobs[0]
+        return [pipe.release(chunk)]
+    out: list[ReleasedChunk | None] = [None] * len(jobs)
+    if not jobs:
+        return out
+    ledger = jobs[0][0].ledger
+    completed = [pipe._completed_at for pipe, _ in jobs]
+    todo: dict[int, collections.deque[int]] = {}  # per pipeline: its jobs still to charge
+    made: dict[int, tuple[np.ndarray, float, tuple[float, float]]] = {}
+    for k, (pipe, chunk) in enumerate(jobs):
+        if pipe.ledger is not ledger:
+            msg = "release_group: every pipeline must charge the same ledger"
+            raise ValueError(msg)
+        try:
+            made[k] = pipe._privatize(chunk)
+        except Exception as exc:
+            pipe._refused(chunk, exc)
+            continue
+        todo.setdefault(id(pipe), collections.deque()).append(k)
+    stale = collections.Counter[int]()
+    while todo:
+        built, requests = _build_round(jobs, todo, made)
+        if not requests:
+            continue
+        results: Sequence[Charge | Exception]
+        try:
+            results = ledger.charge_many(requests)
+        except Exception as exc:  # the transaction failed: none of them was charged
+            results = [exc] * len(requests)
+        for (k, message, body), result in zip(built, results, strict=True):
+            pipe, chunk = jobs[k]
+            if isinstance(result, StaleStateError) and stale[k] < _STALE_RETRIES - 1:
+                stale[k] += 1  # another writer charged the session meanwhile: again
+                continue
+            _done(todo, id(pipe))
+            if isinstance(result, Exception):
+                pipe._refused(chunk, result)
+            else:
+                out[k] = pipe._released(chunk, message, body, result, completed[k])
+    return out
+
+
+def _build_round(
+    jobs: Sequence[tuple[Pipeline, Chunk]],
+    todo: dict[int, collections.deque[int]],
+    made: dict[int, tuple[np.ndarray, float, tuple[float, float]]],
+) -> tuple[list[tuple[int, ChunkMessage, bytes]], list[ChargeRequest]]:
+    """Preview and build the first job still to charge of every pipeline: ``(job, message,
+    payload)`` and its charge request each; a job a cap or an error refuses is settled."""
+    built: list[tuple[int, ChunkMessage, bytes]] = []
+    requests: list[ChargeRequest] = []
+    for key, queue in list(todo.items()):
+        k = queue[0]
+        pipe, chunk = jobs[k]
+        values, offset, gaze = made[k]
+        try:
+            version, message, body = pipe._build(chunk, values, offset, gaze)
+        except Exception as exc:  # a cap refuses it already, or it failed
+            pipe._refused(chunk, exc)
+            _done(todo, key)
+            continue
+        built.append((k, message, body))
+        request = ChargeRequest(
+            pipe.session, chunk.index, pipe._eps_map, pipe.topic, body,
+            events=pipe._events, gaze=gaze, version=version,
+        )  # fmt: skip
+        requests.append(request)
+    return built, requests
+
+
+def _done(todo: dict[int, collections.deque[int]], key: int) -> None:
+    """The first job of pipeline ``key`` is settled."""
+    queue = todo[key]
+    queue.popleft()
+    if not queue:
+        del todo[key]

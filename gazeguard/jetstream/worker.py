@@ -33,7 +33,7 @@ from gazeguard.jetstream.wire import (
     header_float,
     partition_subject,
 )
-from gazeguard.rawgaze import decode_gaze
+from gazeguard.rawgaze import decode_many
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
@@ -221,11 +221,14 @@ class JetStreamIngest:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            try:
-                async with asyncio.timeout(left):
-                    msg = await answers.get()
-            except TimeoutError:
-                return
+            if answers.empty():
+                try:
+                    async with asyncio.timeout(left):
+                        msg = await answers.get()
+                except TimeoutError:
+                    return
+            else:
+                msg = answers.get_nowait()
             headers = msg.headers or {}
             status = headers.get("Status")
             if status:
@@ -240,34 +243,64 @@ class JetStreamIngest:
             queue.put_nowait(msg)
 
     async def _work(self, part: _Partition, queue: asyncio.Queue[Msg | None]) -> None:
-        """Process the queued blocks in order (a new pin: take over first), acknowledge each."""
+        """Process the queued blocks in order, everything queued at once: one batch (a new pin:
+        take over first), acknowledged after it is processed."""
         while not self._stopping:
-            msg = await queue.get()
-            if msg is None:
-                self._unpin(part, "pin refused: another worker has it, or the server forgot ours")
-                self._report()
-                continue
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
             part.busy = True
             try:
-                await self._handle(part, msg)
+                start = 0
+                for i, msg in enumerate([*batch, None]):
+                    if msg is not None:
+                        continue
+                    if i > start:
+                        await self._handle(part, [m for m in batch[start:i] if m is not None])
+                    start = i + 1
+                    if i < len(batch):  # a None queued by _read_batch: the pin is gone
+                        self._unpin(
+                            part, "pin refused: another worker has it, or the server forgot ours"
+                        )
+                        self._report()
             finally:
                 part.busy = False
 
-    async def _handle(self, part: _Partition, msg: Msg) -> None:
-        """One block of the durable consumer (a new pin: take over first); acknowledge it."""
-        pin = (msg.headers or {}).get("Nats-Pin-Id")
-        if pin and pin != part.served:
-            if part.served is not None:
-                self._unpin(part, "pinned again under a new id")
-            part.served = pin
-            await self._take_over(part)
-        if msg.metadata.sequence.stream <= part.replayed_through:
-            part.skipped += 1
-        else:
-            await self._on_block(part, msg)
-            part.blocks += 1
-        with contextlib.suppress(nats.errors.Error):
-            await msg.respond(b"+ACK")
+    async def _handle(self, part: _Partition, msgs: list[Msg]) -> None:
+        """Blocks of the durable consumer in order (a new pin: take over first, then the blocks
+        after it); each acknowledged once processed."""
+        start = 0
+        while start < len(msgs):
+            pin = (msgs[start].headers or {}).get("Nats-Pin-Id")
+            if pin and pin != part.served:
+                if part.served is not None:
+                    self._unpin(part, "pinned again under a new id")
+                part.served = pin
+                await self._take_over(part)
+            stop = start + 1
+            while stop < len(msgs) and (msgs[stop].headers or {}).get("Nats-Pin-Id") in (
+                None,
+                "",
+                part.served,
+            ):
+                stop += 1
+            run = msgs[start:stop]
+            fresh = [m for m in run if m.metadata.sequence.stream > part.replayed_through]
+            part.skipped += len(run) - len(fresh)
+            if fresh:
+                await self._on_blocks(part, fresh)
+                part.blocks += len(fresh)
+            await self._ack(run)
+            start = stop
+
+    async def _ack(self, msgs: list[Msg]) -> None:
+        """Acknowledge ``msgs`` (``+ACK`` each, without the blocks' headers: one flush)."""
+        nc = self._nc
+        assert nc is not None
+        for msg in msgs:
+            if msg.reply:
+                with contextlib.suppress(nats.errors.Error):
+                    await nc.publish(msg.reply, b"+ACK")
 
     def _unpin(self, part: _Partition, why: str, level: int = logging.WARNING) -> None:
         """Let the partition's sessions go (their incomplete chunks are the next owner's)."""
@@ -596,30 +629,54 @@ class JetStreamIngest:
 
     async def _on_block(self, part: _Partition, msg: Msg) -> None:
         """Decode one block and feed its new samples to its session."""
-        key, entry = self._session_of(part, msg)
-        if entry is None:
-            return  # refused: fleet.max_sessions reached (logged)
-        entry.last_seen = time.monotonic()
-        try:
-            block = decode_gaze(msg.data)
-        except StreamError as exc:
-            entry.bad_blocks += 1
-            log.warning("session %r: malformed gaze block dropped: %s", key, exc)
-            return
+        await self._on_blocks(part, [msg])
+
+    async def _on_blocks(self, part: _Partition, msgs: list[Msg]) -> None:
+        """Decode the blocks (at once), keep each session's new samples in order, and feed
+        every session its samples of the batch in one step (:meth:`Fleet._process_many`)."""
+        seen = time.monotonic()
+        fresh: dict[str, tuple[_Session, list[GazeSamples]]] = {}
+        for msg, decoded in zip(msgs, decode_many([m.data for m in msgs]), strict=True):
+            key, entry = self._session_of(part, msg)
+            if entry is None:
+                continue  # refused: fleet.max_sessions reached (logged)
+            entry.last_seen = seen
+            if isinstance(decoded, StreamError):
+                entry.bad_blocks += 1
+                log.warning("session %r: malformed gaze block dropped: %s", key, decoded)
+                continue
+            block = self._new_samples(entry, key, decoded, msg)
+            if block is not None:
+                fresh.setdefault(key, (entry, []))[1].append(block)
+        items = [
+            (entry, blocks[0] if len(blocks) == 1 else GazeSamples.concat(blocks))
+            for entry, blocks in fresh.values()
+        ]
+        if items:
+            await self.fleet._process_many(items)
+
+    def _new_samples(
+        self, entry: _Session, key: str, block: GazeSamples, msg: Msg
+    ) -> GazeSamples | None:
+        """The block's samples newer than the session's newest and not ahead of the clock
+        (counted in the session), or ``None``: nothing new."""
         if len(block) and block.timestamps[-1] <= entry.last_t:
             self.duplicate_blocks += 1  # delivered again: every sample is held already
-            return
+            return None
         block = self._drop_future(entry, key, block, header_float(msg, NOW_HEADER))
         t = block.timestamps
-        keep = t > np.maximum.accumulate(np.concatenate(([entry.last_t], t[:-1])))
-        if not keep.all():
-            entry.dropped_samples += int((~keep).sum())
-            block = _select(block, np.flatnonzero(keep))
+        if len(t) > 1 and t[0] > entry.last_t and bool(np.all(t[1:] > t[:-1])):
+            pass  # the usual block: increasing, after the newest held
+        else:
+            keep = t > np.maximum.accumulate(np.concatenate(([entry.last_t], t[:-1])))
+            if not keep.all():
+                entry.dropped_samples += int((~keep).sum())
+                block = _select(block, np.flatnonzero(keep))
         if len(block) == 0:
-            return
+            return None
         entry.last_t = float(block.timestamps[-1])
         entry.samples += len(block)
-        await self.fleet._process(entry, block)
+        return block
 
     def _drop_future(
         self, entry: _Session, key: str, block: GazeSamples, device_now: float | None

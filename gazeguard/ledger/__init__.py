@@ -52,7 +52,7 @@ accounts.
 from __future__ import annotations
 
 from gazeguard.ledger._compose import LedgerComposer
-from gazeguard.ledger._ledger import Ledger, Preview, is_url
+from gazeguard.ledger._ledger import ChargeRequest, Ledger, LedgerRefusal, Preview, is_url
 from gazeguard.ledger._model import (
     UNITS_PER_EPSILON,
     Charge,
@@ -78,11 +78,13 @@ __all__ = [
     "Caps",
     "Charge",
     "ChargeRecord",
+    "ChargeRequest",
     "DuplicateChargeError",
     "Ledger",
     "LedgerBackend",
     "LedgerComposer",
     "LedgerError",
+    "LedgerRefusal",
     "LedgerState",
     "OutboxItem",
     "Preview",

@@ -12,11 +12,11 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
-from gazeguard.errors import ConfigError
+from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import policy
 from gazeguard.ledger._compose import LedgerComposer
 from gazeguard.ledger._model import (
@@ -68,6 +68,27 @@ class _Release:
     epsilon: dict[str, float]
     units: int | None
     events: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeRequest:
+    """One release for :meth:`Ledger.charge_many` (the arguments of :meth:`Ledger.charge`)."""
+
+    session: str
+    chunk_index: int
+    epsilon: Mapping[str, float]
+    topic: str
+    payload: bytes
+    events: Counts | None = None
+    gaze: tuple[float, float] | None = None
+    stream: str = "chunks"
+    version: int | None = None
+
+
+#: Why :meth:`Ledger.charge_many` refused one request (nothing of it was written).
+LedgerRefusal = (
+    BudgetExhaustedError | DuplicateChargeError | StaleStateError | ConfigError | TypeError
+)
 
 
 class Ledger:
@@ -266,50 +287,103 @@ class Ledger:
             StaleStateError: another writer charged the session since the preview.
             ConfigError: bad arguments, or configured caps looser than the recorded ones.
         """
-        _check_release(session, chunk_index)
-        release = _release(epsilon, events)
-        span = _span(gaze)
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            msg = f"payload must be bytes, got {type(payload).__name__}"
-            raise TypeError(msg)
+        request = ChargeRequest(
+            session, chunk_index, epsilon, topic, payload,
+            events=events, gaze=gaze, stream=stream, version=version,
+        )  # fmt: skip
+        release, span = _validated(request)
         with self._backend.write() as sql:
-            now = time.time()
+            return self._charge_in(Store(sql, self._backend.lock_clause), request, release, span)
+
+    def charge_many(self, requests: Sequence[ChargeRequest]) -> list[Charge | LedgerRefusal]:
+        """Charge several releases in ONE durable transaction (group commit), each as
+        :meth:`charge` would, in order.
+
+        Every request gets every check :meth:`charge` makes (caps, duplicates, stale version,
+        the atomic outbox enqueue), against the state the requests before it left. A request
+        refused by a check is rolled back to its own savepoint and reported in its place;
+        the others are committed all the same. Two requests of one session: the second's
+        ``version`` must be the one the first leaves (else it is stale), so previews made
+        before the first charge should wait for the next group.
+
+        Returns:
+            Per request, in order: its committed :class:`Charge`, or the refusal
+            (:class:`BudgetExhaustedError`, :class:`DuplicateChargeError`,
+            :class:`StaleStateError`, :class:`ConfigError`, :class:`TypeError`) — nothing of
+            that request was written.
+
+        Raises:
+            LedgerError: the transaction failed (locked too long, …): nothing was written.
+        """
+        checked: list[tuple[_Release, tuple[float, float]] | LedgerRefusal] = []
+        for request in requests:
+            try:
+                checked.append(_validated(request))
+            except (ConfigError, TypeError) as exc:
+                checked.append(exc)
+        if all(isinstance(c, Exception) for c in checked):
+            return [c for c in checked if isinstance(c, Exception)]  # (no transaction)
+        out: list[Charge | LedgerRefusal] = []
+        with self._backend.write() as sql:
             store = Store(sql, self._backend.lock_clause)
-            row, caps = self._lock(store, session, now)
-            done = store.charged_or_withheld(session, stream, chunk_index)
-            if done is not None:
-                raise DuplicateChargeError(session, chunk_index, done)
-            if version is not None and version != row.version:
-                raise StaleStateError(
-                    f"session {session!r} changed since the preview (version {version} → "
-                    f"{row.version}); preview again"
-                )
-            counts = store.counts(session)
-            self._check(
-                store, session, caps=caps, counts=counts, release=release, span=span, now=now
+            for request, item in zip(requests, checked, strict=True):
+                if isinstance(item, Exception):
+                    out.append(item)
+                    continue
+                sql.run("SAVEPOINT gazeguard_charge")
+                try:
+                    out.append(self._charge_in(store, request, *item))
+                except (
+                    BudgetExhaustedError,
+                    DuplicateChargeError,
+                    StaleStateError,
+                    ConfigError,
+                ) as exc:  # a refusal of this request: the others go on
+                    sql.run("ROLLBACK TO SAVEPOINT gazeguard_charge")
+                    out.append(exc)
+                sql.run("RELEASE SAVEPOINT gazeguard_charge")
+        return out
+
+    def _charge_in(
+        self, store: Store, request: ChargeRequest, release: _Release, span: tuple[float, float]
+    ) -> Charge:
+        """:meth:`charge`'s writes inside the caller's write transaction."""
+        session, chunk_index, stream = request.session, request.chunk_index, request.stream
+        now = time.time()
+        row, caps = self._lock(store, session, now)
+        done = store.charged_or_withheld(session, stream, chunk_index)
+        if done is not None:
+            raise DuplicateChargeError(session, chunk_index, done)
+        if request.version is not None and request.version != row.version:
+            raise StaleStateError(
+                f"session {session!r} changed since the preview (version {request.version} → "
+                f"{row.version}); preview again"
             )
-            store.insert_charge(
-                session, stream, chunk_index, epsilon=release.epsilon, units=release.units,
-                events=release.events, gaze=span, now=now,
-            )  # fmt: skip
-            store.update_after_charge(
-                session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1]
-            )
-            outbox_id = store.enqueue(
-                session, stream, chunk_index, topic=topic, payload=bytes(payload), now=now
-            )
-            after = store.session(session)
-            assert after is not None
-            window = self._trailing(
-                store, session, caps=caps, last_end=after.last_gaze_end, span=None, release=None
-            )
-            counts = store.counts(session)
-            state = self._figures(
-                session, row=after, caps=caps, counts=counts, release=None, window=window,
-                store=store,
-            )  # fmt: skip
+        counts = store.counts(session)
+        self._check(store, session, caps=caps, counts=counts, release=release, span=span, now=now)
+        store.insert_charge(
+            session, stream, chunk_index, epsilon=release.epsilon, units=release.units,
+            events=release.events, gaze=span, now=now,
+        )  # fmt: skip
+        store.update_after_charge(
+            session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1]
+        )
+        outbox_id = store.enqueue(
+            session, stream, chunk_index, topic=request.topic, payload=bytes(request.payload),
+            now=now,
+        )  # fmt: skip
+        after = store.session(session)
+        assert after is not None
+        window = self._trailing(
+            store, session, caps=caps, last_end=after.last_gaze_end, span=None, release=None
+        )
+        after_counts = store.counts(session)
+        state = self._figures(
+            session, row=after, caps=caps, counts=after_counts, release=None, window=window,
+            store=store,
+        )  # fmt: skip
         if self._prefetch is not None and not caps.sequential:
-            self._prefetch.submit(caps, counts, window, release.events)
+            self._prefetch.submit(caps, after_counts, window, release.events)
         total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
         return Charge(session, chunk_index, total, state, outbox_id)
 
@@ -621,6 +695,17 @@ def _check_release(session: str, index: int) -> None:
         raise ConfigError("session", session, "must be a non-empty string")
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ConfigError("chunk_index", index, "must be an integer >= 0")
+
+
+def _validated(request: ChargeRequest) -> tuple[_Release, tuple[float, float]]:
+    """A charge request's release and gaze span, checked (ConfigError, TypeError)."""
+    _check_release(request.session, request.chunk_index)
+    release = _release(request.epsilon, request.events)
+    span = _span(request.gaze)
+    if not isinstance(request.payload, bytes | bytearray | memoryview):
+        msg = f"payload must be bytes, got {type(request.payload).__name__}"
+        raise TypeError(msg)
+    return release, span
 
 
 def _release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:

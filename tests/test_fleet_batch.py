@@ -1,0 +1,145 @@
+"""The fleet worker's batch path (issue 17, item 4) against real parts: a real nats-server, a
+real Mosquitto, a real SQLite ledger; and the batch decoder against the one-block decoder."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import nats
+import numpy as np
+import pytest
+from _nats_cluster import NatsNode
+from conftest import MosquittoBroker, until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_jetstream import blocks_of, nats_server, send_blocks  # noqa: F401
+
+from gazeguard.config import load_settings
+from gazeguard.errors import StreamError
+from gazeguard.fleet import Fleet, _Session
+from gazeguard.jetstream import consumer_name
+from gazeguard.jetstream.wire import ensure_consumers, ensure_stream
+from gazeguard.ledger import Ledger
+from gazeguard.rawgaze import decode_gaze, decode_many, encode_gaze
+from gazeguard.samples import GazeSamples
+from gazeguard.service import serve_fleet
+from gazeguard.simulate import simulate_gaze
+
+FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
+
+
+@pytest.mark.network
+def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
+    tmp_path: Path,
+    nats_server: NatsNode,  # noqa: F811 - the fixture
+    mosquitto: MosquittoBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Six sessions' blocks wait in one partition before the worker starts: it reads them in
+    batches of many sessions (one feature step per session per batch, the chunks due charged
+    in one group), and each session ends with every sample read once, its chunks charged once
+    and in order, every block acknowledged and the ledger consistent."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    settings = load_settings(
+        None,
+        device="fleet",
+        fleet={"enabled": True, "idle_timeout_s": 1.0,
+               "nats": {"servers": [nats_server.url], "partitions": 1}},
+        ingest={"source": "jetstream"},
+        features={"window_s": 2.0, "step_s": 0.05},
+        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES},
+        ledger={"path": str(ledger_path), "budget_per_hour": None},
+        broker={"host": mosquitto.host, "port": mosquitto.port},
+    )  # fmt: skip
+    sessions = [f"b{i}" for i in range(6)]
+    gaze = {s: simulate_gaze(8.0, 120.0, seed=40 + i) for i, s in enumerate(sessions)}
+    sizes: list[int] = []
+    process_many = Fleet._process_many
+
+    async def observed(self: Fleet, items: Sequence[tuple[_Session, GazeSamples]]) -> None:
+        sizes.append(len(items))  # the real step, observed
+        await process_many(self, items)
+
+    monkeypatch.setattr(Fleet, "_process_many", observed)
+
+    async def main() -> Fleet:
+        nc = await nats.connect(nats_server.url)  # the stream and consumers, as a worker makes them
+        try:
+            await ensure_stream(nc.jetstream(), settings.fleet.nats)
+            await ensure_consumers(nc, settings.fleet.nats)
+        finally:
+            await nc.close()
+        await asyncio.gather(
+            *(send_blocks(nats_server, s, blocks_of(gaze[s]), 0) for s in sessions)
+        )
+        stop = asyncio.Event()
+        fleets: list[Fleet] = []
+        worker = asyncio.create_task(serve_fleet(settings, stop=stop, ready=fleets.append))
+        try:
+            await until(lambda: bool(fleets) and len(fleets[0].closed) == len(sessions), 60)
+            nc = await nats.connect(nats_server.url)
+            try:
+                info = await nc.jetstream().consumer_info("GAZE", consumer_name(0))
+            finally:
+                await nc.close()
+            assert (info.num_pending, info.num_ack_pending) == (0, 0)
+        finally:
+            stop.set()
+        return await worker
+
+    with caplog.at_level(logging.INFO):
+        fleet = asyncio.run(main())
+    assert sorted(fleet.closed) == sorted(f"hmd.{s}" for s in sessions)
+    assert max(sizes) > 1  # several sessions' samples in one step
+    for s in sessions:
+        closed = re.findall(rf"session 'hmd\.{s}' closed \((\d+) samples", caplog.text)
+        assert closed == [str(len(gaze[s]))], caplog.text
+    with Ledger(ledger_path, create=False) as ledger:  # 8 s, 2 s window, 1.6 s chunks: 3
+        for s in sessions:
+            assert [c.chunk_index for c in ledger.charges(f"hmd.{s}")] == [0, 1, 2]
+            assert ledger.withheld(f"hmd.{s}") == []
+        assert ledger.verify() == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 20), st.sampled_from(["ok", "nan_t", "short", "magic"])),
+        max_size=10,
+    ),
+    st.integers(0, 2**31),
+)
+def test_decode_many_equals_decode_gaze_block_by_block(
+    blocks: list[tuple[int, str]], seed: int
+) -> None:
+    """Each payload decodes as :func:`decode_gaze` decodes it alone: the same arrays, or a
+    :class:`StreamError` where it raises one (invalid gaze, NaN times, bad sizes, bad magic)."""
+    rng = np.random.default_rng(seed)
+    payloads = []
+    for n, kind in blocks:
+        t = np.cumsum(rng.uniform(0.001, 0.02, n))
+        x, y = rng.normal(0, 5, n), rng.normal(0, 5, n)
+        x[rng.random(n) < 0.2] = np.nan
+        payload = encode_gaze(GazeSamples.from_arrays(t, x, y, rng.uniform(2, 6, n)))
+        if kind == "nan_t" and n:
+            t[0] = np.nan
+            payload = encode_gaze(GazeSamples(t, x, y, np.full(n, 3.0), np.isfinite(x)))
+        elif kind == "short":
+            payload = payload[:-8]
+        elif kind == "magic":
+            payload = b"XXXX" + payload[4:]
+        payloads.append(payload)
+    for payload, got in zip(payloads, decode_many(payloads), strict=True):
+        try:
+            want = decode_gaze(payload)
+        except StreamError:
+            assert isinstance(got, StreamError)
+            continue
+        assert isinstance(got, GazeSamples)
+        for name in ("timestamps", "x_deg", "y_deg", "pupil_mm", "valid"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
