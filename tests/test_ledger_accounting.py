@@ -227,3 +227,37 @@ def test_the_next_release_finds_its_composition_and_capacity_prefetched(
                 assert on_this_thread == [], i
             want = plain.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i))
             assert got.state == want.state
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_process_that_exits_while_the_ledger_prefetches_exits_cleanly(
+    tmp_path: Path, closed: bool
+) -> None:
+    """The prefetch thread may be inside the FFT's C++ code when the process ends; a daemon
+    thread killed there aborted the process (rc 134, "terminate called without an active
+    exception"), 4 runs in 5. Closed or not, the ledger lets the process exit with 0."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    script = f"""
+from gazeguard.accounting import LaplaceEvent
+from gazeguard.ledger import Ledger, event_key
+events = {{event_key(LaplaceEvent(40.0)): 48}}
+eps = {{f"f{{i}}": 1 / 40.0 for i in range(48)}}
+ledger = Ledger({str(tmp_path / "l.sqlite")!r}, window_cap=10.0)
+for i in range(2):
+    t = 1.75e9 + 16 * i
+    ledger.charge("s", i, eps, "t", b"x", events=events, gaze=(t, t + 15))
+if {closed!r}:
+    ledger.close()
+"""
+    for _ in range(3):
+        (tmp_path / "l.sqlite").unlink(missing_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stderr) == (0, "")

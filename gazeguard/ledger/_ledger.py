@@ -189,7 +189,7 @@ class Ledger:
         self.close()
 
     def close(self) -> None:
-        """Close the database connection (a figure being prefetched is left to finish)."""
+        """Close the database connection (after a figure being prefetched is finished)."""
         if self._prefetch is not None:
             self._prefetch.close()
         self._backend.close()
@@ -644,9 +644,9 @@ class _Prefetch:
                 return
             self._waiting = (caps, session, window, cost)
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="gazeguard-ledger-prefetch", daemon=True
-                )
+                # not a daemon: one killed at interpreter exit inside the FFT's C++ code
+                # aborts the process ("terminate called without an active exception")
+                self._thread = threading.Thread(target=self._run, name="gazeguard-ledger-prefetch")
                 self._thread.start()
 
     def _run(self) -> None:
@@ -679,10 +679,13 @@ class _Prefetch:
         thread.join(timeout_s)
         return not thread.is_alive()
 
-    def close(self) -> None:
-        """Drop the waiting request; the one running finishes on its daemon thread."""
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Drop the waiting request and wait for the one running (a composition or a capacity
+        search: milliseconds to a few seconds)."""
         with self._lock:
             self._closed, self._waiting = True, None
+        if not self.wait(timeout_s):
+            log.warning("the ledger's prefetch thread is still composing after %.0f s", timeout_s)
 
 
 def _cap(value: float | None, field: str) -> float | None:
