@@ -383,6 +383,7 @@ class JetStreamIngest:
         )  # fmt: skip
         for session in sorted(part.sessions):
             self.fleet._close_session(session)
+            self._stamps.pop(session, None)
         part.sessions = set()
 
     async def _take_over(self, part: _Partition) -> None:
@@ -400,7 +401,9 @@ class JetStreamIngest:
         """
         for session in sorted(part.sessions):  # stale state of an earlier pin
             self.fleet._close_session(session)
+            self._stamps.pop(session, None)
         part.sessions = set()
+        part.stamp = -math.inf  # stream time starts again with the replay (it reads in order)
         part.replayed_through = 0  # what the replay fed the new sessions: nothing yet
         part.replaying = True  # (sessions it opens need no replay of their own)
         try:
@@ -849,6 +852,7 @@ class JetStreamIngest:
             )  # fmt: skip
         reopened = self._idle_closed.pop(key, None) is not None
         if (charged or reopened) and not part.replaying:
+            self._stamp(part, key, msg)  # (not idle while its older blocks are fed)
             await self._rebuild(part, key, msg)
         return key, entry
 
@@ -899,9 +903,10 @@ class JetStreamIngest:
         )  # fmt: skip
 
     def _stamp(self, part: _Partition, key: str, msg: Msg) -> None:
-        """Note the server's receipt time of ``key``'s newest block (idleness in stream time)."""
+        """Note the server's receipt time of ``key``'s newest block (idleness in stream time;
+        an older block, read again or rebuilding a window, changes nothing)."""
         stamp = msg.metadata.timestamp.timestamp()
-        self._stamps[key] = stamp
+        self._stamps[key] = max(self._stamps.get(key, -math.inf), stamp)
         part.stamp = max(part.stamp, stamp)
 
     async def _on_block(self, part: _Partition, msg: Msg) -> None:
