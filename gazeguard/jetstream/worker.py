@@ -119,6 +119,7 @@ class JetStreamIngest:
         self._handing: asyncio.Task[None] | None = None
         self._reported: tuple[object, ...] | None = None
         self._deaf_at = -math.inf  # balance: last seen cut off from NATS (or frozen; monotonic)
+        self._cut_off = False  # between nats-py's disconnected and reconnected callbacks
         self._settled_at = -math.inf  # balance: when this worker started pulling (monotonic)
         self._heard_at = -math.inf  # balance: last heartbeat heard before settling (monotonic)
         self._hello = asyncio.Event()  # a starting worker said hello: answer with a heartbeat
@@ -193,10 +194,12 @@ class JetStreamIngest:
             await logged_error(exc)
 
         async def disconnected() -> None:
+            self._cut_off = True
             self._deaf_at = time.monotonic()
 
         async def reconnected() -> None:
             now = time.monotonic()  # an outage is nobody's silence: we could not hear them
+            self._cut_off = False  # (nats-py says "connected" before this: flushes come first)
             self._deaf_at = now
             for member in self._members.values():
                 member.last = max(member.last, now)
@@ -507,7 +510,7 @@ class JetStreamIngest:
             self._members.pop(worker, None)
         else:
             member = self._members.get(worker)
-            if member is None or now - member.last > self._expiry:
+            if member is None or self._silence(member, now) > self._expiry:
                 member = self._members[worker] = Member(now)
                 self._heard_at = now  # (starting: the answers are still coming)
             else:
@@ -534,18 +537,22 @@ class JetStreamIngest:
         """A partition no live worker has tended for this long is anyone's to pull (s)."""
         return self.nats.pin_timeout_s + 2 * self.nats.heartbeat_s
 
+    def _silence(self, member: Member, now: float) -> float:
+        """How long ``member`` has been silent while this worker could hear it (s)."""
+        nc = self._nc
+        if nc is None or not nc.is_connected or self._cut_off:
+            self._deaf_at = now
+        return now - max(member.last, self._deaf_at)
+
     def _update_view(self) -> None:
         """Recompute the live workers (this one; others heard twice, the last time within
         :attr:`_expiry` of the later of their last heartbeat and the last moment this worker
         was cut off from NATS, or frozen: an outage is nobody's silence) and, when they changed,
         the assignment."""
-        nc = self._nc
         now = time.monotonic()
-        if nc is None or not nc.is_connected:
-            self._deaf_at = now
         live = {self.fleet.worker_id}
         for worker, member in list(self._members.items()):
-            fresh = now - max(member.last, self._deaf_at) <= self._expiry
+            fresh = self._silence(member, now) <= self._expiry
             if fresh and member.beats >= 2:
                 live.add(worker)
             elif not fresh:
