@@ -161,10 +161,11 @@ joining one (2–2) and two (2–1–1) mid-stream; the pinned worker SIGKILLed 
 frozen past the idle timeout, and one behind on its charges; gaze dated on the device's clock;
 gaze ahead of the clock; cohort aggregates; ``gazeguard forward``; TLS with per-device
 credentials that may not read other sessions' gaze. ``tests/test_jetstream_resilience.py``: a
-worker that heartbeats but may not pull (its partitions taken by the other
-``pin_timeout_s`` + 2 heartbeats after it starts pulling); a worker started before its three servers, then with one of
-three (no meta leader); an idle-closed session resuming with its window; a worker always behind
-closing a dead session in stream time; the server down for ~7 heartbeats (no partition moved);
+worker that heartbeats but may not pull (its partitions taken by the other ``pin_timeout_s`` +
+2 heartbeats after it starts pulling); a worker started before its three servers, then with one
+of three (no meta leader); an idle-closed session resuming with its window; a worker always
+behind closing a dead session in stream time; the server down for 7 heartbeats (no partition
+moved);
 a worker joining two live ones pulling 0.3 s after it starts balancing (each test run 5 times
 or more on a loaded 2-core machine; the outage test found heartbeats flushed at a reconnect
 resetting their worker as new, since fixed). ``tests/test_jetstream_cluster.py``: the
