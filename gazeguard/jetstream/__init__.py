@@ -66,9 +66,22 @@ after its last block. Devices retry a publish until the stream acknowledges it, 
 a cluster elects a new stream leader. On a cluster, list every server in ``fleet.nats.servers``
 and set ``fleet.nats.replicas = 3`` (stream and consumers).
 
-A session silent for ``fleet.idle_timeout_s`` is closed; if its device resumes, the session is
-opened again without a replay (its window starts empty). Time the worker itself was behind
-(frozen, or with the partition's blocks still in its hands) is not silence (:meth:`_sweep`).
+A session silent for ``fleet.idle_timeout_s`` is closed. Time the worker itself was behind
+(frozen, or with the partition's blocks still in its hands) is not silence; but a worker that is
+always behind (sustained overload: its queue never empties) also judges silence in *stream
+time*: a session is idle once the partition's blocks it has processed were received by the
+server more than the timeout after the session's newest block (:meth:`_sweep`). If its device
+resumes, the session is opened again and, like any session opened mid-stream with chunks charged
+already, first *rebuilds* its feature window from the stream's retained gaze of that session (an
+ephemeral unacknowledged consumer filtered on its subject, up to the block that reopened it;
+the ledger's cut keeps charged gaze from being charged again): chunks continue one feature step
+apart, none charged twice.
+
+**Startup.** A worker started before any server answers, or while JetStream cannot create the
+stream (still starting; a cluster without a JetStream meta leader: a majority of its servers
+down), keeps trying with backoff and says so periodically (``no NATS server reachable``,
+``JetStream not ready``) until it is stopped; then it serves normally. A configuration the server
+refuses (e.g. priority groups on a server older than 2.11) still stops it at once.
 
 **Balance** (``fleet.nats.balance``, on by default). The server alone pins a partition on
 whichever worker's pull request it serves first and never moves a pin while its worker keeps
@@ -78,12 +91,15 @@ themselves, and the server still decides exclusivity (one pin per partition):
 
 * *Membership.* Every worker publishes a heartbeat on core NATS subject
   ``gazeguard.workers.{stream}`` every ``fleet.nats.heartbeat_s`` (1 s): its id, the partitions
-  it holds, and whether it pulls yet. Another worker counts once heard twice (a worker that
-  flaps does not move partitions at its first beat) and is dropped after 3 heartbeats unheard,
-  or at once when it says goodbye (a graceful stop). Nobody is dropped while this worker is cut
-  off from NATS, and an outage (a server restart, a reconnect to another node) restarts the
-  clocks: every worker was as deaf as this one. Core NATS rather than a KV bucket: nothing is
-  stored, so nothing to repair after a restart or on a cluster (subscriptions follow routes).
+  it holds, whether it pulls yet, and the partitions whose pull requests the server *answered*
+  lately (a block or a status: evidence that it can pull, not only talk). Another worker counts
+  once heard twice (a worker that flaps does not move partitions at its first beat) and is
+  dropped after 3 heartbeats unheard, or at once when it says goodbye (a graceful stop). Nobody
+  is dropped while this worker is cut off from NATS (or frozen): a worker's silence is counted
+  from the later of its last heartbeat and the last moment this one could not hear (an outage,
+  a server restart, a reconnect to another node: every worker was as deaf as this one). Core
+  NATS rather than a KV bucket: nothing is stored, so nothing to repair after a restart or on a
+  cluster (subscriptions follow routes).
 * *Assignment.* Every worker computes the same map from the same live set
   (:func:`assign_partitions`): rendezvous (highest-random-weight) hashing with bounded loads,
   ``P // N`` or ``P // N + 1`` partitions each (plain rendezvous spreads 4 partitions 2–2 over 2
@@ -95,12 +111,24 @@ themselves, and the server still decides exclusivity (one pin per partition):
   every worker's view consistent, which a map minimising moves against the current pins would
   not.
 * *Pulling.* A worker pulls only the partitions assigned to it and those it still holds a pin
-  on, and none until it has heard the others (2.5 heartbeats after it starts: a worker starting
-  next to others does not grab what they are assigned). A pull without the pin's id never takes
-  a held pin (verified: it expires unserved), so an assigned worker waits, pulling, until the
-  pin is free.
-* *Hand-back.* A worker holding the pin of a partition assigned to another live worker that
-  pulls already — one partition at a time, one per heartbeat, and only once the live set has
+  on, and none until it has heard the others: its first heartbeat is a *hello*, which the live
+  workers answer at once with a heartbeat (counted at once; so is the hello of a worker starting
+  at the same time), and it starts pulling when no answer has come for ``SETTLE_QUIET_S`` (0.3 s,
+  at most half a heartbeat), 2.5 heartbeats at the latest (it waited 2.5 heartbeats always
+  before: 2.5 s at the default; ``bench/bench_join.py``, a worker joining two, 5 joins each:
+  2.50 s before, 0.30–0.31 s now). A worker starting next to others
+  thus does not grab what they are assigned. A pull without the pin's id never takes a held
+  pin (verified: it expires unserved), so an assigned worker waits, pulling, until the pin is
+  free.
+* *Untended partitions.* A partition that no live worker has *tended* — pulled with answers as
+  its pin holder or its assigned worker — for ``pin_timeout_s`` plus 2 heartbeats (since this
+  worker started pulling, or last could not hear) may be pulled by any worker: its assigned
+  worker heartbeats but its pulls fail (permissions, a broken connection), and would starve it.
+  The server still pins one puller; the others stop pulling it once that one's heartbeat says
+  it tends it. The worker whose pulls are unanswered says so (``pulls of partitions … unanswered``).
+* *Hand-back.* A worker holding the pin of a partition assigned to another live worker whose
+  pulls of that partition are answered (it is waiting, pulling, for the pin) — one partition at
+  a time, one per heartbeat, and only once the live set has
   not changed for 2 heartbeats (a worker stalled past the expiry that comes back within that
   moves nothing among the others) — stops pulling it, processes and
   acknowledges the blocks in its hands, lets its sessions go (:meth:`_unpin`: the incomplete
@@ -121,16 +149,26 @@ themselves, and the server still decides exclusivity (one pin per partition):
   gracefully says goodbye and unpins its partitions: they move at once.
 
 What it does not do: weigh partitions by their sessions (a partition is the unit; more
-partitions than workers spread sessions better), or notice a worker that heartbeats but cannot
-pull (its partitions wait for it); a worker with ``balance`` off (or of an older version)
-pulls everything and is not counted: mixing them spreads nothing.
+partitions than workers spread sessions better); a worker with ``balance`` off (or of a version
+before balance) pulls everything and is not counted: mixing them spreads nothing. A worker of a
+version before the answered-pull evidence is trusted on what it says it holds and pulls, and
+does not answer hellos (a worker starting next to it alone may pull before hearing it: a
+partition it then takes moves back by hand-back).
 
 Tested (``tests/test_jetstream.py``, one ``nats-server``): one worker with several devices and
 partitions; two workers on two partitions; two workers started together on four (2–2); a worker
 joining one (2–2) and two (2–1–1) mid-stream; the pinned worker SIGKILLed mid-stream; a worker
 frozen past the idle timeout, and one behind on its charges; gaze dated on the device's clock;
 gaze ahead of the clock; cohort aggregates; ``gazeguard forward``; TLS with per-device
-credentials that may not read other sessions' gaze. ``tests/test_jetstream_cluster.py``: the
+credentials that may not read other sessions' gaze. ``tests/test_jetstream_resilience.py``: a
+worker that heartbeats but may not pull (its partitions taken by the other ``pin_timeout_s`` +
+2 heartbeats after it starts pulling); a worker started before its three servers, then with one
+of three (no meta leader); an idle-closed session resuming with its window; a worker always
+behind closing a dead session in stream time; the server down for 7 heartbeats (no partition
+moved);
+a worker joining two live ones pulling 0.3 s after it starts balancing (each test run 5 times
+or more on a loaded 2-core machine; the outage test found heartbeats flushed at a reconnect
+resetting their worker as new, since fixed). ``tests/test_jetstream_cluster.py``: the
 server stopped (SIGTERM) and killed (SIGKILL) mid-stream and started again on its store; a
 takeover replay stalled by the server (SIGSTOP); a 3-node cluster on loopback (R3) losing the
 pinned worker, then the server leading the stream and the pinned partition's consumer, both
@@ -140,8 +178,7 @@ restarted: no sample lost, no chunk charged twice, no feature step lost. Failove
 5.7–10.8 s until every session was charged gaze sent after the kill (the consumer's election,
 ~4 s, then its refused pin; the replay's consumer is created by the JetStream meta leader, so
 when that server led the meta group too the replay also waits for that election; then the
-replay; publishes waited 5.1–9.2 s). Not tested yet: throughput beyond a dozen sessions, a
-worker started while the cluster has no JetStream leader (creating the stream fails: it exits).
+replay; publishes waited 5.1–9.2 s). Not tested yet: throughput beyond a dozen sessions.
 
 Modules: :mod:`~gazeguard.jetstream.wire` (subjects, the stream, the partition consumers,
 connection options, headers), :mod:`~gazeguard.jetstream.balance` (which live worker each

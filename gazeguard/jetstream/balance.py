@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -56,3 +56,6 @@ class Member:
     last: float  # monotonic time of its last heartbeat
     beats: int = 1  # heartbeats heard since it was last absent
     pulling: bool = False  # it pulls its assigned partitions (it has heard the others)
+    holds: frozenset[int] = field(default_factory=frozenset)  # partitions it holds a pin on
+    # partitions whose pulls the server answered lately (None: a worker of an earlier version)
+    answered: frozenset[int] | None = None

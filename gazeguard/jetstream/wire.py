@@ -133,19 +133,43 @@ def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
     return opts
 
 
+class JetStreamNotReadyError(StreamError):
+    """JetStream did not answer, or answered that it is unavailable for now (no server
+    reachable, JetStream still starting, a cluster without a meta leader): worth retrying."""
+
+
+#: The JetStream API's "temporarily unavailable" answers (no meta leader, JetStream starting).
+_UNAVAILABLE = 503
+
+
 async def ensure_stream(js: JetStreamContext, nats_settings: NatsSettings) -> None:
-    """Create the raw gaze stream, or bring an existing one to this configuration."""
+    """Create the raw gaze stream, or bring an existing one to this configuration.
+
+    Raises:
+        JetStreamNotReadyError: no answer, or JetStream unavailable for now (retry later).
+        nats.js.errors.APIError: the server refused the configuration.
+    """
     config = stream_config(nats_settings)
     try:
-        await js.add_stream(config)
-    except nats.js.errors.BadRequestError:  # exists with another configuration
-        await js.update_stream(config)
+        try:
+            await js.add_stream(config)
+        except nats.js.errors.BadRequestError:  # exists with another configuration
+            await js.update_stream(config)
+    except nats.js.errors.ServiceUnavailableError as exc:
+        msg = f"JetStream unavailable: {exc.description or exc}"
+        raise JetStreamNotReadyError(msg) from exc
+    except nats.js.errors.APIError:
+        raise
+    except (nats.errors.Error, TimeoutError) as exc:  # no responders, timeout, reconnecting
+        msg = f"creating stream {nats_settings.stream}: {str(exc) or type(exc).__name__}"
+        raise JetStreamNotReadyError(msg) from exc
 
 
 async def ensure_consumers(nc: Client, nats_settings: NatsSettings) -> None:
     """Create (or update) the durable pinned-client consumer of every partition.
 
     Raises:
+        JetStreamNotReadyError: no answer, or JetStream unavailable for now (retry later).
         StreamError: the server refused one (e.g. older than 2.11: no priority groups).
     """
     for p in range(nats_settings.partitions):
@@ -162,12 +186,19 @@ async def ensure_consumers(nc: Client, nats_settings: NatsSettings) -> None:
             "priority_policy": "pinned_client",
             "priority_timeout": int(nats_settings.pin_timeout_s * 1e9),
         }
-        reply = await nc.request(
-            f"$JS.API.CONSUMER.CREATE.{nats_settings.stream}.{name}",
-            json.dumps({"stream_name": nats_settings.stream, "config": config}).encode(),
-            timeout=5,
-        )
+        try:
+            reply = await nc.request(
+                f"$JS.API.CONSUMER.CREATE.{nats_settings.stream}.{name}",
+                json.dumps({"stream_name": nats_settings.stream, "config": config}).encode(),
+                timeout=5,
+            )
+        except (nats.errors.Error, TimeoutError) as exc:
+            msg = f"creating consumer {name}: {str(exc) or type(exc).__name__}"
+            raise JetStreamNotReadyError(msg) from exc
         answer = json.loads(reply.data)
+        if (answer.get("error") or {}).get("code") == _UNAVAILABLE:
+            msg = f"JetStream unavailable: {answer['error'].get('description', answer['error'])}"
+            raise JetStreamNotReadyError(msg)
         if "error" in answer:
             msg = f"JetStream refused consumer {name}: {answer['error']}"
             raise StreamError(msg)

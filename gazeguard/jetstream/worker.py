@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +28,7 @@ from gazeguard.jetstream.balance import Member, assign_partitions, members_subje
 from gazeguard.jetstream.wire import (
     NOW_HEADER,
     UNIX_OFFSET_HEADER,
+    JetStreamNotReadyError,
     connect_options,
     consumer_name,
     ensure_consumers,
@@ -54,6 +57,15 @@ PULL_BATCH = 64
 PULL_EXPIRES_NS = 500_000_000
 
 
+#: Balance: a starting worker pulls once no heartbeat has come for this long after its hello
+#: (the live workers answer a hello at once), and at the latest after 2.5 heartbeats.
+SETTLE_QUIET_S = 0.3
+
+
+#: Startup: waits between attempts to reach NATS / set up JetStream, s (doubling up to the last).
+RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
 @dataclass
 class _Partition:
     """What one worker knows of one partition."""
@@ -69,6 +81,10 @@ class _Partition:
     busy: bool = False  # a block (or a takeover's replay) is being processed
     pulling: bool = False  # a pull request of ours is open at the server
     handing_back: bool = False  # balance: no new pulls; the pin goes once the blocks are done
+    answered_at: float = -math.inf  # monotonic time a pull of ours was last answered (any way)
+    tended_at: float = -math.inf  # balance: a live worker last pulled it with answers (monotonic)
+    replaying: bool = False  # a takeover's replay is feeding the partition's sessions
+    stamp: float = -math.inf  # server receipt time (Unix s) of the newest block processed
 
     @property
     def behind(self) -> bool:
@@ -102,25 +118,34 @@ class JetStreamIngest:
         self._changed = asyncio.Event()  # set (and replaced) when a pull's gate may have opened
         self._handing: asyncio.Task[None] | None = None
         self._reported: tuple[object, ...] | None = None
+        self._deaf_at = -math.inf  # balance: last seen cut off from NATS (or frozen; monotonic)
+        self._cut_off = False  # between nats-py's disconnected and reconnected callbacks
+        self._settled_at = -math.inf  # balance: when this worker started pulling (monotonic)
+        self._heard_at = -math.inf  # balance: last heartbeat heard before settling (monotonic)
+        self._hello = asyncio.Event()  # a starting worker said hello: answer with a heartbeat
+        self._orphans: set[int] = set()  # balance: untended partitions anyone may pull
+        self._unanswered_logged = -math.inf  # when "my pulls are not answered" was last logged
+        # idleness: the server receipt time of each session's newest block (stream time), and
+        # the sessions closed for idleness lately (reopened: their window is rebuilt)
+        self._stamps: dict[str, float] = {}
+        self._idle_closed: dict[str, float] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, set up the stream and consumers, pull every partition until ``stop``; then
-        close every session (their incomplete chunks are dropped, as at any stop)."""
+        close every session (their incomplete chunks are dropped, as at any stop).
+
+        Until NATS is reachable and JetStream answers (a server not started yet, a cluster
+        without a JetStream meta leader), the worker retries with backoff, saying so
+        periodically, until ``stop``.
+        """
         worker = self.fleet.worker_id
-        opts = connect_options(self.nats, f"gazeguard-worker-{worker}")
-        logged = opts["reconnected_cb"]
-
-        async def reconnected() -> None:
-            now = time.monotonic()  # an outage is nobody's silence: we could not hear them
-            for member in self._members.values():
-                member.last = max(member.last, now)
-            await logged()
-
-        nc = await nats.connect(**{**opts, "reconnected_cb": reconnected})
+        nc = await self._connect(stop)
+        if nc is None:
+            return
         self._nc, self._js = nc, nc.jetstream()
         try:
-            await ensure_stream(self._js, self.nats)
-            await ensure_consumers(nc, self.nats)
+            if not await self._set_up(stop):
+                return
             if self.nats.balance:
                 await nc.subscribe(members_subject(self.nats.stream), cb=self._heard)
             log.info(
@@ -156,6 +181,85 @@ class JetStreamIngest:
             with contextlib.suppress(nats.errors.Error, TimeoutError):
                 await nc.close()
 
+    async def _connect(self, stop: asyncio.Event) -> Client | None:
+        """Connect to NATS, however long it takes (nats-py retries for ever), saying so at
+        growing intervals; ``None``: ``stop`` came first."""
+        worker = self.fleet.worker_id
+        opts = connect_options(self.nats, f"gazeguard-worker-{worker}")
+        logged_error, logged_reconnect = opts["error_cb"], opts["reconnected_cb"]
+        last_error: list[str] = []
+
+        async def error(exc: Exception) -> None:
+            last_error[:] = [str(exc) or type(exc).__name__]
+            await logged_error(exc)
+
+        async def disconnected() -> None:
+            self._cut_off = True
+            self._deaf_at = time.monotonic()
+
+        async def reconnected() -> None:
+            now = time.monotonic()  # an outage is nobody's silence: we could not hear them
+            self._cut_off = False  # (nats-py says "connected" before this: flushes come first)
+            self._deaf_at = now
+            for member in self._members.values():
+                member.last = max(member.last, now)
+            await logged_reconnect()
+
+        opts.update(error_cb=error, disconnected_cb=disconnected, reconnected_cb=reconnected)
+        connecting = asyncio.ensure_future(nats.connect(**opts))
+        stopped = asyncio.ensure_future(stop.wait())
+        started = time.monotonic()
+        try:
+            for wait in itertools.chain(RETRY_S[1:], itertools.repeat(30.0)):
+                done, _ = await asyncio.wait(
+                    {connecting, stopped}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+                if connecting in done:
+                    return connecting.result()
+                if stopped in done:
+                    return None
+                log.warning(
+                    "worker %s: no NATS server reachable at %s for %.0f s (%s); still trying: "
+                    "start nats-server or correct fleet.nats.servers",
+                    worker, ", ".join(self.nats.servers), time.monotonic() - started,
+                    last_error[0] if last_error else "no answer",
+                )  # fmt: skip
+            raise AssertionError  # pragma: no cover - the loop above never ends
+        finally:
+            stopped.cancel()
+            if not connecting.done():
+                connecting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
+                    await connecting
+
+    async def _set_up(self, stop: asyncio.Event) -> bool:
+        """Create (or update) the stream and the partition consumers, retrying with backoff
+        while JetStream is not ready (:class:`JetStreamNotReadyError`); ``False``: ``stop`` came
+        first. Other refusals (a configuration the server rejects) are raised."""
+        assert self._nc is not None
+        assert self._js is not None
+        waits = itertools.chain(RETRY_S, itertools.repeat(RETRY_S[-1]))
+        started = time.monotonic()
+        while True:
+            try:
+                await ensure_stream(self._js, self.nats)
+                await ensure_consumers(self._nc, self.nats)
+            except JetStreamNotReadyError as exc:
+                wait = next(waits)
+                log.warning(
+                    "worker %s: JetStream not ready for %.0f s (%s); retrying in %.1f s: is "
+                    "nats-server running with JetStream enabled and, on a cluster, do a majority "
+                    "of the servers run (a JetStream meta leader)?",
+                    self.fleet.worker_id, time.monotonic() - started, exc, wait,
+                )  # fmt: skip
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await stop.wait()
+                if stop.is_set():
+                    return False
+                continue
+            return True
+
     # ------------------------------------------------------------------ pulling
     async def _serve(self, part: _Partition) -> None:
         """Pull the partition's durable consumer (keeping any pin alive) and process what
@@ -177,6 +281,7 @@ class JetStreamIngest:
         answers: asyncio.Queue[Msg] = asyncio.Queue()
 
         async def answer(msg: Msg) -> None:
+            part.answered_at = time.monotonic()  # balance: evidence that our pulls are served
             answers.put_nowait(msg)
 
         # A callback and asyncio.timeout, not Subscription.next_msg: next_msg waits with
@@ -314,6 +419,7 @@ class JetStreamIngest:
         )  # fmt: skip
         for session in sorted(part.sessions):
             self.fleet._close_session(session)
+            self._stamps.pop(session, None)
         part.sessions = set()
 
     async def _take_over(self, part: _Partition) -> None:
@@ -329,12 +435,22 @@ class JetStreamIngest:
         after the last block it read, with a new replay consumer, until it reaches that end: the
         acknowledged blocks it has not read yet will not come again from the durable consumer.
         """
-        js = self._js
-        assert js is not None
         for session in sorted(part.sessions):  # stale state of an earlier pin
             self.fleet._close_session(session)
+            self._stamps.pop(session, None)
         part.sessions = set()
+        part.stamp = -math.inf  # stream time starts again with the replay (it reads in order)
         part.replayed_through = 0  # what the replay fed the new sessions: nothing yet
+        part.replaying = True  # (sessions it opens need no replay of their own)
+        try:
+            await self._replay_partition(part)
+        finally:
+            part.replaying = False
+
+    async def _replay_partition(self, part: _Partition) -> None:
+        """The replay of :meth:`_take_over`."""
+        js = self._js
+        assert js is not None
         started = time.monotonic()
         filt = partition_subject(self.nats.subject_prefix, part.index)
         through: int | None = None
@@ -391,13 +507,18 @@ class JetStreamIngest:
 
     # ------------------------------------------------------------------ balance
     def _may_pull(self, part: _Partition) -> bool:
-        """Balance: pull the partitions assigned to this worker and those it holds a pin on
-        (until it hands them back); none until the other workers have been heard."""
+        """Balance: pull the partitions assigned to this worker, those it holds a pin on (until
+        it hands them back) and those no live worker tends (:meth:`_tend`); none until the other
+        workers have been heard."""
         if not self.nats.balance:
             return True
         if not self._settled or part.handing_back:
             return False
-        return part.pin is not None or self._owner.get(part.index) == self.fleet.worker_id
+        return (
+            part.pin is not None
+            or self._owner.get(part.index) == self.fleet.worker_id
+            or part.index in self._orphans
+        )
 
     def _notify(self) -> None:
         """Wake the pulls waiting on their gate (:meth:`_may_pull`)."""
@@ -405,7 +526,11 @@ class JetStreamIngest:
         self._changed = asyncio.Event()
 
     async def _heard(self, msg: Msg) -> None:
-        """A heartbeat (or a goodbye) of a worker on :func:`members_subject`."""
+        """A heartbeat (or a goodbye) of a worker on :func:`members_subject`.
+
+        Another worker counts once heard twice; but while this worker is starting, a worker
+        answering its hello, or starting too (saying hello), counts at once.
+        """
         try:
             data = json.loads(msg.data)
             worker = str(data["worker"])
@@ -418,12 +543,21 @@ class JetStreamIngest:
             self._members.pop(worker, None)
         else:
             member = self._members.get(worker)
-            if member is None or now - member.last > self._expiry:
+            if member is None or self._silence(member, now) > self._expiry:
                 member = self._members[worker] = Member(now)
+                self._heard_at = now  # (starting: the answers are still coming)
             else:
                 member.last = now
                 member.beats += 1
             member.pulling = bool(data.get("pulling"))
+            member.holds = frozenset(_ints(data.get("holds")))
+            answered = data.get("answered")  # (absent: a worker of an earlier version)
+            member.answered = None if answered is None else frozenset(_ints(answered))
+            if not self._settled and (data.get("reply") or data.get("hello")):
+                self._heard_at = now
+                member.beats = max(member.beats, 2)
+            if data.get("hello"):
+                self._hello.set()  # answered by the balance loop with a heartbeat, at once
         self._update_view()
 
     @property
@@ -431,16 +565,27 @@ class JetStreamIngest:
         """A worker not heard for this long is gone (s)."""
         return 3 * self.nats.heartbeat_s
 
+    @property
+    def _grace(self) -> float:
+        """A partition no live worker has tended for this long is anyone's to pull (s)."""
+        return self.nats.pin_timeout_s + 2 * self.nats.heartbeat_s
+
+    def _silence(self, member: Member, now: float) -> float:
+        """How long ``member`` has been silent while this worker could hear it (s)."""
+        nc = self._nc
+        if nc is None or not nc.is_connected or self._cut_off:
+            self._deaf_at = now
+        return now - max(member.last, self._deaf_at)
+
     def _update_view(self) -> None:
         """Recompute the live workers (this one; others heard twice, the last time within
-        :attr:`_expiry`; none dropped while this worker is cut off from NATS) and, when they
-        changed, the assignment."""
-        nc = self._nc
+        :attr:`_expiry` of the later of their last heartbeat and the last moment this worker
+        was cut off from NATS, or frozen: an outage is nobody's silence) and, when they changed,
+        the assignment."""
         now = time.monotonic()
-        connected = nc is not None and nc.is_connected
         live = {self.fleet.worker_id}
         for worker, member in list(self._members.items()):
-            fresh = now - member.last <= self._expiry or not connected
+            fresh = self._silence(member, now) <= self._expiry
             if fresh and member.beats >= 2:
                 live.add(worker)
             elif not fresh:
@@ -450,49 +595,164 @@ class JetStreamIngest:
             return
         self._view, self._view_at = view, now
         self._owner = assign_partitions(self.nats.partitions, view, self.nats.stream)
-        mine = sorted(p for p, w in self._owner.items() if w == self.fleet.worker_id)
-        log.info(
-            "worker %s: balance: %d live workers (%s); assigned partitions %s",
-            self.fleet.worker_id, len(view), ", ".join(view), mine,
-        )  # fmt: skip
+        if self._settled:  # (while starting: the settle line says it)
+            log.info(
+                "worker %s: balance: %d live workers (%s); assigned partitions %s",
+                self.fleet.worker_id, len(view), ", ".join(view), self._mine(),
+            )  # fmt: skip
         self._notify()
 
+    def _mine(self) -> list[int]:
+        """The partitions assigned to this worker."""
+        return sorted(p for p, w in self._owner.items() if w == self.fleet.worker_id)
+
+    def _answered(self, now: float) -> list[int]:
+        """The partitions whose pulls of this worker were answered lately (a block or a status:
+        the server serves its pull requests)."""
+        recent = max(2 * self.nats.heartbeat_s, 2.5 * PULL_EXPIRES_NS / 1e9)
+        return [part.index for part in self.partitions if now - part.answered_at <= recent]
+
+    def _tends(self, worker: str, member: Member | None, p: int, answered: list[int]) -> bool:
+        """``worker`` (``member``; ``None``: this one, whose ``answered`` partitions are given)
+        pulls ``p`` with answers, as its pin holder or as its assigned worker."""
+        if member is None:
+            holds, served = self.partitions[p].pin is not None, p in answered
+        elif member.answered is None:  # an earlier version: it says what it holds only
+            holds = p in member.holds
+            served = holds or member.pulling
+        else:
+            holds, served = p in member.holds, p in member.answered
+        return served and (holds or self._owner.get(p) == worker)
+
+    def _tend(self) -> None:
+        """Find the partitions no live worker has tended (pulled with answers, as its pin holder
+        or assigned worker) for :attr:`_grace`: their assigned worker heartbeats but its pulls
+        fail (permissions, a broken connection). Anyone may pull those (the server still pins
+        one puller); they stop being anyone's once their new holder says it tends them."""
+        now = time.monotonic()
+        me = self.fleet.worker_id
+        live = [(w, self._members.get(w)) for w in self._view if w != me]
+        answered = self._answered(now)
+        orphans = set()
+        for part in self.partitions:
+            p = part.index
+            if self._tends(me, None, p, answered) or any(
+                m is not None and self._tends(w, m, p, answered) for w, m in live
+            ):
+                part.tended_at = now
+            elif self._owner.get(p) == me:
+                continue  # (pulled here anyway)
+            elif now - max(part.tended_at, self._deaf_at, self._settled_at) > self._grace:
+                orphans.add(p)
+        if orphans != self._orphans:
+            new = sorted(orphans - self._orphans)
+            if new:
+                log.warning(
+                    "worker %s: partitions %s not pulled by any live worker for %.1f s (their "
+                    "assigned worker's pulls are not answered: check its NATS permissions and "
+                    "connection); pulling them here too until a worker holds them",
+                    me, new, self._grace,
+                )  # fmt: skip
+            self._orphans = orphans
+            self._notify()
+        # this worker's own pulls unanswered: say so (its partitions go to the others)
+        stuck = [
+            part.index
+            for part in self.partitions
+            if self._may_pull(part)
+            and now - max(part.answered_at, self._deaf_at, self._settled_at) > self._grace
+        ]
+        if stuck and now - self._unanswered_logged >= 30.0:
+            self._unanswered_logged = now
+            log.warning(
+                "worker %s: pulls of partitions %s unanswered for %.1f s: the server does not "
+                "serve this worker's pull requests (check its NATS permissions for "
+                "$JS.API.CONSUMER.MSG.NEXT and its connection); other workers take them over",
+                me, stuck, self._grace,
+            )  # fmt: skip
+
     async def _balance(self, tg: asyncio.TaskGroup) -> None:
-        """Announce this worker every ``heartbeat_s``, keep the live set, and hand back (one at a
-        time) a partition this worker holds that is assigned to another live worker."""
+        """Announce this worker every ``heartbeat_s`` (the first time with a hello the live
+        workers answer at once), keep the live set, pull once the answers stop coming, find the
+        untended partitions, and hand back (one at a time) a partition this worker holds that is
+        assigned to another live worker whose pulls are answered."""
         nc = self._nc
         assert nc is not None
         me = self.fleet.worker_id
         hb = self.nats.heartbeat_s
-        # Heartbeats come every hb: after 2.5 hb every running worker has been heard twice.
-        settle_at = time.monotonic() + 2.5 * hb
+        started = time.monotonic()
+        quiet = min(SETTLE_QUIET_S, hb / 2)
+        latest = started + 2.5 * hb  # (the answers of busy workers may keep coming: settle)
+        next_beat, hello, reply = started, True, False
         while not self._stopping:
-            if not self._settled and time.monotonic() >= settle_at:
+            now = time.monotonic()
+            if not self._settled and now >= min(latest, max(started, self._heard_at) + quiet):
                 self._settled = True  # (announced at once: the others may hand back now)
+                self._settled_at = now
                 self._update_view()
+                log.info(
+                    "worker %s: heard %d other live workers in %.2f s; balance: %d live workers "
+                    "(%s); assigned partitions %s; pulling from now on",
+                    me, len(self._view) - 1, now - started, len(self._view),
+                    ", ".join(self._view), self._mine(),
+                )  # fmt: skip
                 self._notify()
-            holds = [part.index for part in self.partitions if part.pin is not None]
-            beat = {"worker": me, "holds": holds, "pulling": self._settled}
-            with contextlib.suppress(nats.errors.Error):
-                await nc.publish(members_subject(self.nats.stream), json.dumps(beat).encode())
-            self._update_view()
-            # hand back only under a live set stable for 2 heartbeats: a worker that stalls
-            # past the expiry and comes back (heard twice) moves nothing among the others
-            stable = time.monotonic() - self._view_at >= 2 * hb
-            if self._settled and stable and (self._handing is None or self._handing.done()):
-                for part in self.partitions:
-                    owner = self._owner.get(part.index, me)
-                    target = self._members.get(owner)
-                    # to a worker that pulls already: its pull is there to take the pin
-                    if part.pin is not None and target is not None and target.pulling:
-                        self._handing = tg.create_task(
-                            self._hand_back(part, owner),
-                            name=f"gazeguard.jetstream.hand_back[{part.index}]",
-                        )
-                        break
-            self._report()
-            wait = hb if self._settled else min(hb, settle_at - time.monotonic())
-            await asyncio.sleep(max(wait, 0.0))
+                next_beat = now  # say we pull
+            if now >= next_beat or reply:
+                answered = self._answered(now) if self._settled else []
+                beat: dict[str, Any] = {
+                    "worker": me,
+                    "holds": [part.index for part in self.partitions if part.pin is not None],
+                    "pulling": self._settled,
+                    "answered": answered,
+                }
+                if hello:
+                    beat["hello"] = True
+                if reply:
+                    beat["reply"] = True
+                with contextlib.suppress(nats.errors.Error):
+                    await nc.publish(members_subject(self.nats.stream), json.dumps(beat).encode())
+                hello = reply = False
+                if now >= next_beat:
+                    next_beat = now + hb
+                    self._update_view()
+                    if self._settled:
+                        self._tend()
+                        self._hand_back_one(tg)
+                    self._report()
+            wake = next_beat
+            if not self._settled:
+                wake = min(wake, latest, max(started, self._heard_at) + quiet)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(wake - time.monotonic(), 0.0)):
+                    await self._hello.wait()
+            if time.monotonic() - wake > hb + 1.0:  # frozen (suspended, starved): deaf meanwhile
+                self._deaf_at = time.monotonic()
+            if self._hello.is_set():
+                self._hello.clear()
+                reply = True  # answer a starting worker's hello with a heartbeat, now
+
+    def _hand_back_one(self, tg: asyncio.TaskGroup) -> None:
+        """Hand back a partition this worker holds that is assigned to another live worker whose
+        pulls of it are answered (it waits, pulling, for the pin): only under a live set stable
+        for 2 heartbeats (a worker that stalls past the expiry and comes back, heard twice,
+        moves nothing among the others), one at a time."""
+        me = self.fleet.worker_id
+        stable = time.monotonic() - self._view_at >= 2 * self.nats.heartbeat_s
+        if not stable or (self._handing is not None and not self._handing.done()):
+            return
+        for part in self.partitions:
+            owner = self._owner.get(part.index, me)
+            target = self._members.get(owner)
+            if part.pin is None or owner == me or target is None:
+                continue
+            ready = target.pulling if target.answered is None else part.index in target.answered
+            if ready:
+                self._handing = tg.create_task(
+                    self._hand_back(part, owner),
+                    name=f"gazeguard.jetstream.hand_back[{part.index}]",
+                )
+                return
 
     async def _hand_back(self, part: _Partition, to: str) -> None:
         """Stop pulling ``part``, finish (and acknowledge) the blocks in hand, let its sessions
@@ -601,8 +861,13 @@ class JetStreamIngest:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ blocks
-    def _session_of(self, part: _Partition, msg: Msg) -> tuple[str, _Session | None]:
-        """The session a stored block belongs to, opened (and resumed) on first sight."""
+    async def _session_of(self, part: _Partition, msg: Msg) -> tuple[str, _Session | None]:
+        """The session a stored block belongs to, opened (and resumed) on first sight.
+
+        A session opened again mid-stream — closed for idleness earlier, or with chunks
+        charged already (by another worker, or by this one before it lost the partition) —
+        outside a takeover's replay gets its feature window rebuilt from the stream's retained
+        gaze of that session (:meth:`_rebuild`) before ``msg`` is processed."""
         tokens = msg.subject.split(".")
         key = f"{tokens[-2]}.{tokens[-1]}"
         entry = self.fleet.sessions.get(key)
@@ -625,7 +890,64 @@ class JetStreamIngest:
                 "window only)",
                 self.fleet.worker_id, key, charged[-1].chunk_index, entry.pipeline.resume_after,
             )  # fmt: skip
+        reopened = self._idle_closed.pop(key, None) is not None
+        if (charged or reopened) and not part.replaying:
+            self._stamp(part, key, msg)  # (not idle while its older blocks are fed)
+            await self._rebuild(part, key, msg)
         return key, entry
+
+    async def _rebuild(self, part: _Partition, key: str, msg: Msg) -> None:
+        """Feed a session opened mid-stream the stream's retained gaze of that session before
+        ``msg`` (an ephemeral unacknowledged consumer filtered on its subject): its feature
+        window and incomplete chunk are rebuilt; the ledger's cut (``resume_after``) keeps the
+        gaze of charged chunks from being charged again. A replay that fails leaves the window
+        as far as it got (logged)."""
+        js = self._js
+        assert js is not None
+        upto = msg.metadata.sequence.stream
+        started = time.monotonic()
+        replayed = 0
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        try:
+            psub = await js.pull_subscribe(msg.subject, stream=self.nats.stream, config=config)
+            try:
+                done = (await psub.consumer_info()).num_pending == 0
+                while not done and not self._stopping:
+                    for old in await psub.fetch(256, timeout=5):
+                        if old.metadata.sequence.stream >= upto:
+                            done = True
+                            break
+                        await self._on_block(part, old)
+                        replayed += 1
+                        done = old.metadata.num_pending == 0
+            finally:
+                with contextlib.suppress(nats.errors.Error):
+                    await psub.unsubscribe()
+        except (nats.errors.Error, TimeoutError) as exc:  # nats.js.errors.Error as well
+            log.warning(
+                "worker %s: session %r: rebuilding its feature window from the stream failed "
+                "after %d blocks (%s); it continues from there",
+                self.fleet.worker_id, key, replayed, str(exc) or type(exc).__name__,
+            )  # fmt: skip
+            return
+        log.info(
+            "worker %s: session %r opened mid-stream: rebuilt its window from %d retained blocks "
+            "in %.2f s",
+            self.fleet.worker_id, key, replayed, time.monotonic() - started,
+        )  # fmt: skip
+
+    def _stamp(self, part: _Partition, key: str, msg: Msg) -> None:
+        """Note the server's receipt time of ``key``'s newest block (idleness in stream time;
+        an older block, read again or rebuilding a window, changes nothing)."""
+        stamp = msg.metadata.timestamp.timestamp()
+        self._stamps[key] = max(self._stamps.get(key, -math.inf), stamp)
+        part.stamp = max(part.stamp, stamp)
 
     async def _on_block(self, part: _Partition, msg: Msg) -> None:
         """Decode one block and feed its new samples to its session."""
@@ -637,10 +959,11 @@ class JetStreamIngest:
         seen = time.monotonic()
         fresh: dict[str, tuple[_Session, list[GazeSamples]]] = {}
         for msg, decoded in zip(msgs, decode_many([m.data for m in msgs]), strict=True):
-            key, entry = self._session_of(part, msg)
+            key, entry = await self._session_of(part, msg)
             if entry is None:
                 continue  # refused: fleet.max_sessions reached (logged)
             entry.last_seen = seen
+            self._stamp(part, key, msg)
             if isinstance(decoded, StreamError):
                 entry.bad_blocks += 1
                 log.warning("session %r: malformed gaze block dropped: %s", key, decoded)
@@ -714,6 +1037,12 @@ class JetStreamIngest:
           whole interval. Without that, a worker behind by more than the timeout let such
           sessions go and opened them again on their next block with an empty feature window
           (their incomplete chunk lost), as the retired MQTT fleet once did under load.
+
+        A worker that is always behind (sustained overload) would then never close a dead
+        session; so a session is also idle in *stream time*: when the partition's blocks this
+        worker has processed were received by the server more than the timeout after the
+        session's newest block (blocks are processed in the order received, so none of its
+        blocks is still to come from before then).
         """
         idle = self.settings.fleet.idle_timeout_s
         every = min(1.0, idle / 2)
@@ -730,11 +1059,30 @@ class JetStreamIngest:
                     entry = self.fleet.sessions.get(session)
                     if entry is not None:
                         entry.last_seen = min(now, entry.last_seen + absent)
+            silent = {
+                session
+                for part in self.partitions
+                for session in part.sessions
+                if part.stamp - self._stamps.get(session, part.stamp) > idle
+            }
             for session, entry in list(self.fleet.sessions.items()):
-                if now - entry.last_seen > idle:
+                if now - entry.last_seen > idle or session in silent:
                     self.fleet._close_session(session)
+                    self._stamps.pop(session, None)
+                    self._idle_closed[session] = now
                     for part in self.partitions:
                         part.sessions.discard(session)
+            retained = self.nats.max_age_s  # older: nothing left in the stream to rebuild from
+            for session, closed in list(self._idle_closed.items()):
+                if now - closed > retained:
+                    del self._idle_closed[session]
+
+
+def _ints(value: object) -> list[int]:
+    """The integers of a heartbeat's list (anything else: none)."""
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
 
 
 def _select(block: GazeSamples, idx: np.ndarray) -> GazeSamples:
