@@ -261,3 +261,24 @@ if {closed!r}:
             timeout=120,
         )
         assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_a_fixed_epsilon_under_sequential_caps_is_released_with_its_slack_counted(
+    tmp_path: Path,
+) -> None:
+    """ε fixed per feature, pure sequential caps: the chunk's accounting events carry the
+    sampler's slack, so the ledger's ε exceeds the sum of the per-feature ε a little. The
+    reported pure spend counts that slack too, so the chunk message (whose ε may not exceed
+    its pure spend) is released, not dropped."""
+    gaze = simulate_gaze(2.0 + 0.32 * 5, 120.0, 7)
+    with Ledger(tmp_path / "l.sqlite", composition="sequential") as ledger:
+        pipe = Pipeline(
+            ledger, session="s", device="d",
+            features=FeatureSettings(window_s=2.0, step_s=0.01),
+            mechanism=MechanismSettings(epsilon=0.01),
+        )  # fmt: skip
+        released = [pipe.release(chunk) for chunk in pipe.feed(gaze)[:3]]
+        assert all(out is not None for out in released), pipe.stats.last_reason
+        state = ledger.state("s")
+    nominal = 3 * 0.01 * len(pipe.feature_names)
+    assert nominal < state.spent == state.epsilon < nominal * 1.001

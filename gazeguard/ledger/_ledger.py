@@ -779,7 +779,9 @@ def _headroom(cap: float, spent: float) -> float:
 def _make_state(
     session: str, row: SessionRow, caps: Caps, fig: policy.Figures, pending: int
 ) -> LedgerState:
-    spent = row.spent_units / UNITS_PER_EPSILON if row.pure_finite else math.inf
+    # Pure sequential ε: the per-feature ε recorded, or more where the accounting events say so
+    # (they carry the samplers' slack), so that no figure shows less than the caps count.
+    spent = max(row.spent_units / UNITS_PER_EPSILON, fig.pure) if row.pure_finite else math.inf
     return LedgerState(
         session=session,
         epsilon=fig.epsilon,

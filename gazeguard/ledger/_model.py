@@ -87,8 +87,9 @@ class LedgerState:
             :attr:`window_s` seconds of gaze time (with the default hour: ε per hour of gaze).
         window_s: the window's length, seconds of gaze.
         spent: sequential pure ε of everything charged (the sum of every feature's ε, exact in
-            micro-ε): the conservative view; ``inf`` once a release without a pure guarantee
-            (Gaussian noise) was charged.
+            micro-ε, or the accounting events' sum where larger: they add the samplers' slack):
+            the conservative view; ``inf`` once a release without a pure guarantee (Gaussian
+            noise) was charged.
         remaining: ``session_cap − epsilon`` (never below 0), or ``None`` without a session cap.
         window_remaining: ``window_cap − epsilon_window``, or ``None`` without a window cap.
         chunks: number of charged chunks.
