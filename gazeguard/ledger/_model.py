@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -290,8 +291,10 @@ def event_key(event: Event) -> str:
     return json.dumps(event.to_dict(), sort_keys=True)
 
 
+@functools.lru_cache(maxsize=4096)
 def pure_event_key(epsilon: float) -> str:
-    """The key of one pure ε-DP release (v1 charges and releases that state only a pure ε)."""
+    """The key of one pure ε-DP release (v1 charges and releases that state only a pure ε);
+    cached: a release states the same few ε for each of its features, every chunk."""
     return event_key(PureEvent(float(epsilon)))
 
 
