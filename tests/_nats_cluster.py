@@ -35,7 +35,7 @@ from typing import IO, Any
 import nats
 import nats.errors
 
-from gazeguard.config import NatsSettings
+from gazeguard.config import NatsSettings, Settings, load_settings
 from gazeguard.jetstream import JetStreamSender, consumer_name
 from gazeguard.ledger import Ledger
 from gazeguard.samples import lsl_unix_offset
@@ -837,3 +837,25 @@ def cluster_scenario(
     report["publish_retries"] = devices.retries()
     report["wall_s"] = round(time.monotonic() - started, 1)
     return Outcome(report, logs, codes, [n.log.read_text(errors="replace") for n in nodes])
+
+
+#: The features of the in-process fleet tests (a few: their chunks come quickly).
+FLEET_FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
+
+
+def fleet_settings(
+    url: str, partitions: int, ledger: Path, broker: tuple[str, int], idle_timeout_s: float = 1.0
+) -> Settings:
+    """An in-process JetStream fleet worker's settings for the tests: 2 s windows every 50 ms,
+    chunks of 32 steps (1.6 s of gaze), ε 0.5 per feature, no hourly budget."""
+    return load_settings(
+        None,
+        device="fleet",
+        fleet={"enabled": True, "idle_timeout_s": idle_timeout_s,
+               "nats": {"servers": [url], "partitions": partitions}},
+        ingest={"source": "jetstream"},
+        features={"window_s": 2.0, "step_s": 0.05},
+        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FLEET_FEATURES},
+        ledger={"path": str(ledger), "budget_per_hour": None},
+        broker={"host": broker[0], "port": broker[1]},
+    )  # fmt: skip

@@ -12,13 +12,12 @@ from pathlib import Path
 import nats
 import numpy as np
 import pytest
-from _nats_cluster import NatsNode
+from _nats_cluster import NatsNode, fleet_settings
 from conftest import MosquittoBroker, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_jetstream import blocks_of, nats_server, send_blocks  # noqa: F401
 
-from gazeguard.config import load_settings
 from gazeguard.errors import StreamError
 from gazeguard.fleet import Fleet, _Session
 from gazeguard.jetstream import consumer_name
@@ -28,8 +27,6 @@ from gazeguard.rawgaze import decode_gaze, decode_many, encode_gaze
 from gazeguard.samples import GazeSamples
 from gazeguard.service import serve_fleet
 from gazeguard.simulate import simulate_gaze
-
-FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
 
 
 @pytest.mark.network
@@ -45,17 +42,7 @@ def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
     in one group), and each session ends with every sample read once, its chunks charged once
     and in order, every block acknowledged and the ledger consistent."""
     ledger_path = tmp_path / "ledger.sqlite"
-    settings = load_settings(
-        None,
-        device="fleet",
-        fleet={"enabled": True, "idle_timeout_s": 1.0,
-               "nats": {"servers": [nats_server.url], "partitions": 1}},
-        ingest={"source": "jetstream"},
-        features={"window_s": 2.0, "step_s": 0.05},
-        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES},
-        ledger={"path": str(ledger_path), "budget_per_hour": None},
-        broker={"host": mosquitto.host, "port": mosquitto.port},
-    )  # fmt: skip
+    settings = fleet_settings(nats_server.url, 1, ledger_path, (mosquitto.host, mosquitto.port))
     sessions = [f"b{i}" for i in range(6)]
     gaze = {s: simulate_gaze(8.0, 120.0, seed=40 + i) for i, s in enumerate(sessions)}
     sizes: list[int] = []

@@ -30,6 +30,7 @@ from _nats_cluster import (
     balance_report,
     balanced,
     closed_counts,
+    fleet_settings,
     single_node,
     stop_all,
     worker_env,
@@ -38,7 +39,7 @@ from _nats_cluster import drained as acknowledged
 from conftest import MosquittoBroker, Subscriber, until
 from nats.aio.msg import Msg
 
-from gazeguard.config import NatsSettings, Settings, load_settings, validate_settings
+from gazeguard.config import NatsSettings, Settings, validate_settings
 from gazeguard.errors import PublishError, StreamError
 from gazeguard.fleet import Fleet
 from gazeguard.jetstream import (
@@ -55,7 +56,6 @@ from gazeguard.samples import GazeSamples
 from gazeguard.service import serve_fleet
 from gazeguard.simulate import SimulatedHeadset, simulate_gaze
 
-FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -723,17 +723,7 @@ def test_a_worker_behind_on_its_charges_keeps_sessions_whose_blocks_wait(
     open (the MQTT fleet once let such sessions go and dropped their queued blocks), read every
     sample once, and close once, when its device has been silent."""
     ledger_path = tmp_path / "ledger.sqlite"
-    settings = load_settings(
-        None,
-        device="fleet",
-        fleet={"enabled": True, "idle_timeout_s": 1.0,
-               "nats": {"servers": [nats_server.url], "partitions": 2}},
-        ingest={"source": "jetstream"},
-        features={"window_s": 2.0, "step_s": 0.05},
-        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES},
-        ledger={"path": str(ledger_path), "budget_per_hour": None},
-        broker={"host": mosquitto.host, "port": mosquitto.port},
-    )  # fmt: skip
+    settings = fleet_settings(nats_server.url, 2, ledger_path, (mosquitto.host, mosquitto.port))
     release = Pipeline.release
     slowed = threading.Event()
 

@@ -36,6 +36,7 @@ from _nats_cluster import (
     drained,
     expected_chunks,
     first_charges_after,
+    fleet_settings,
     free_ports,
     partitions_of,
     poll,
@@ -45,7 +46,7 @@ from _nats_cluster import (
 )
 from conftest import MosquittoBroker
 
-from gazeguard.config import NatsSettings, load_settings
+from gazeguard.config import NatsSettings
 from gazeguard.fleet import Fleet
 from gazeguard.jetstream import JetStreamSender
 from gazeguard.ledger import Ledger
@@ -53,7 +54,6 @@ from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
 from gazeguard.service import serve_fleet
 from gazeguard.simulate import simulate_gaze
 
-FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
 #: Fast balance: heartbeats every 0.5 s (a worker is dropped after 1.5 s unheard: a loaded
 #: 2-core machine delays heartbeats by more than 3 × 0.3 s at times), a pin moves after 2 s
 #: without pulls (3 × hb ≤ it); an untended partition is anyone's after 2 + 2 × 0.5 = 3 s.
@@ -268,17 +268,7 @@ def test_a_worker_always_behind_still_closes_a_dead_session_in_stream_time(
     charged once; "busy" is not closed early."""
     node = single_node(tmp_path)
     ledger_path = tmp_path / "ledger.sqlite"
-    settings = load_settings(
-        None,
-        device="fleet",
-        fleet={"enabled": True, "idle_timeout_s": 1.0,
-               "nats": {"servers": [node.url], "partitions": 1}},
-        ingest={"source": "jetstream"},
-        features={"window_s": 2.0, "step_s": 0.05},
-        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES},
-        ledger={"path": str(ledger_path), "budget_per_hour": None},
-        broker={"host": mosquitto.host, "port": mosquitto.port},
-    )  # fmt: skip
+    settings = fleet_settings(node.url, 1, ledger_path, (mosquitto.host, mosquitto.port))
     release = Pipeline.release
     slow = threading.Event()
     slow.set()
