@@ -16,9 +16,10 @@ Accounting per session (:mod:`gazeguard.ledger.policy`):
   the stored event counts after any restart, on SQLite and PostgreSQL alike.
 * ``epsilon_window`` — the same over the trailing ``window_s`` seconds of gaze (one hour by
   default: ε per hour of gaze).
-* ``spent`` — sequential pure ε, exact in integer micro-ε (each feature's ε rounded up): the
-  conservative view; ``max_chunk_eps`` — the paper's per-chunk (parallel composition) view,
-  which is *not* a user-level guarantee.
+* ``spent`` — sequential pure ε, exact in integer micro-ε (each feature's ε rounded up, or the
+  accounting events' sum where larger: they carry the samplers' slack): the conservative view;
+  ``max_chunk_eps`` — the paper's per-chunk (parallel composition) view, which is *not* a
+  user-level guarantee.
 * a session cap and a window cap over any ``window_s`` seconds of gaze time, both ε at ``delta``.
   A release that would exceed a cap is refused with
   :class:`~gazeguard.errors.BudgetExhaustedError` and nothing is written; :meth:`Ledger.withhold`
@@ -34,6 +35,17 @@ configuration is adopted; a looser one (a higher cap, a removed cap, a shorter w
 δ) would refill the budget and is refused with a :class:`~gazeguard.errors.ConfigError` by
 :meth:`Ledger.open_session` (call it at session start) or at the session's next charge, unless
 the ledger was opened with ``allow_cap_increase=True``. Spent ε never resets.
+
+Group commit. :meth:`Ledger.charge_many` charges several releases in one durable transaction,
+each with every check :meth:`Ledger.charge` makes; a refused one is rolled back to its own
+savepoint and reported in its place (a fleet worker charges the chunks a batch completes so).
+
+Prefetch. Reporting ε at δ composes the session's counts (milliseconds to tens of milliseconds
+of FFTs for a new count), and admission runs a capacity search the first time a release shape
+no longer fits by its pure sum (a second or more). After each charge a background thread
+(not a daemon; :meth:`Ledger.close` waits for it) composes what the session's next identical
+release will need, so the release path finds cache lookups. Figures and admission are always
+computed from the ledger's counts; the prefetch only warms the accountant's caches.
 
 Concurrency. Each write is one transaction that serialises all writers of a session: SQLite
 ``BEGIN IMMEDIATE`` (threads and processes on one file), PostgreSQL ``SELECT … FOR UPDATE`` on
