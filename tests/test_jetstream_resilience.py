@@ -130,6 +130,10 @@ def test_a_worker_that_heartbeats_but_cannot_pull_loses_its_partitions_to_the_ot
             theirs = [s for s, p in where.items() if p in report[1]]
             await poll(lambda: drained(nc, 4), 30, "every block read (by worker 0)")
         firsts = first_charges_after(ledger_path, theirs, 0.0)
+        # the deaf worker says why once its pulls have gone unanswered for the grace period,
+        # which can outlast a fast run: wait for it rather than stop the workers first
+        unanswered = lambda: "pulls of partitions" in deaf.text()  # noqa: E731
+        await poll(unanswered, 30, "the deaf worker logs its unanswered pulls")
         running.extend(w.text() for w in workers)  # (before the stop: see `alone` below)
         return max(firsts.values()) - started
 
@@ -430,7 +434,8 @@ def test_a_joining_worker_pulls_once_the_live_workers_have_answered_its_hello(
     settled = re.search(r"heard (\d+) other live workers in ([\d.]+) s", logs[2])
     assert settled is not None, logs[2]
     assert int(settled[1]) == 2, logs[2]
-    assert float(settled[2]) < 1.0, logs[2]
+    # by the answers, not the fallback of 2.5 heartbeats (2.5 s here; typically 0.3 s)
+    assert float(settled[2]) < 2.5, logs[2]
     pinned = workers[2].pinned()
     assert pinned, logs[2]
     handed = {
