@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -463,32 +464,13 @@ class JetStreamIngest:
                     through = int((delivered.stream_seq or 0) if delivered is not None else 0)
                     done = through == 0
                     continue
-                config = ConsumerConfig(
-                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                    opt_start_seq=part.replayed_through + 1,
-                    ack_policy=AckPolicy.NONE,
-                    inactive_threshold=30.0,
-                    mem_storage=True,
-                    num_replicas=1,
-                )
-                psub = await js.pull_subscribe(filt, stream=self.nats.stream, config=config)
-                try:
-                    done = (await psub.consumer_info()).num_pending == 0  # aged out meanwhile
-                    while not done:
-                        for msg in await psub.fetch(256, timeout=5):
-                            seq = msg.metadata.sequence.stream
-                            if seq > through:
-                                done = True
-                                break
-                            await self._on_block(part, msg)
-                            part.replayed_through = seq
-                            replayed += 1
-                            done = seq == through or msg.metadata.num_pending == 0
-                            if done:
-                                break
-                finally:
-                    with contextlib.suppress(nats.errors.Error):
-                        await psub.unsubscribe()
+                retained = self._retained(filt, part.replayed_through + 1, through)
+                async with contextlib.aclosing(retained) as blocks:
+                    async for msg in blocks:
+                        await self._on_block(part, msg)
+                        part.replayed_through = msg.metadata.sequence.stream
+                        replayed += 1
+                done = True
             except (nats.errors.Error, TimeoutError) as exc:  # nats.js.errors.Error as well
                 log.warning(
                     "worker %s: replay of partition %d interrupted (%s); resuming after stream "
@@ -902,33 +884,14 @@ class JetStreamIngest:
         window and incomplete chunk are rebuilt; the ledger's cut (``resume_after``) keeps the
         gaze of charged chunks from being charged again. A replay that fails leaves the window
         as far as it got (logged)."""
-        js = self._js
-        assert js is not None
         upto = msg.metadata.sequence.stream
         started = time.monotonic()
         replayed = 0
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=30.0,
-            mem_storage=True,
-            num_replicas=1,
-        )
         try:
-            psub = await js.pull_subscribe(msg.subject, stream=self.nats.stream, config=config)
-            try:
-                done = (await psub.consumer_info()).num_pending == 0
-                while not done and not self._stopping:
-                    for old in await psub.fetch(256, timeout=5):
-                        if old.metadata.sequence.stream >= upto:
-                            done = True
-                            break
-                        await self._on_block(part, old)
-                        replayed += 1
-                        done = old.metadata.num_pending == 0
-            finally:
-                with contextlib.suppress(nats.errors.Error):
-                    await psub.unsubscribe()
+            async with contextlib.aclosing(self._retained(msg.subject, 1, upto - 1)) as blocks:
+                async for old in blocks:
+                    await self._on_block(part, old)
+                    replayed += 1
         except (nats.errors.Error, TimeoutError) as exc:  # nats.js.errors.Error as well
             log.warning(
                 "worker %s: session %r: rebuilding its feature window from the stream failed "
@@ -941,6 +904,40 @@ class JetStreamIngest:
             "in %.2f s",
             self.fleet.worker_id, key, replayed, time.monotonic() - started,
         )  # fmt: skip
+
+    async def _retained(self, subject: str, first: int, last: int) -> AsyncGenerator[Msg, None]:
+        """The stream's retained messages on ``subject`` with stream sequence ``first`` to
+        ``last`` (both included), in order, read by an ephemeral unacknowledged consumer that is
+        deleted afterwards; fewer where they have aged out, or when the worker stops. Errors of
+        the server (a stall, a restart, an election) are the caller's to handle."""
+        js = self._js
+        assert js is not None
+        if last < first:
+            return
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=first,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        psub = await js.pull_subscribe(subject, stream=self.nats.stream, config=config)
+        try:
+            done = (await psub.consumer_info()).num_pending == 0  # aged out meanwhile
+            while not done and not self._stopping:
+                for msg in await psub.fetch(256, timeout=5):
+                    seq = msg.metadata.sequence.stream
+                    if seq > last:
+                        done = True
+                        break
+                    yield msg
+                    done = seq == last or msg.metadata.num_pending == 0
+                    if done:
+                        break
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await psub.unsubscribe()
 
     def _stamp(self, part: _Partition, key: str, msg: Msg) -> None:
         """Note the server's receipt time of ``key``'s newest block (idleness in stream time;
