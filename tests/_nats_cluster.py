@@ -203,8 +203,9 @@ def single_node(workdir: Path, config: str = "") -> NatsNode:
     return node
 
 
-def cluster(workdir: Path, size: int = 3) -> list[NatsNode]:
-    """``size`` servers clustered on loopback (routes to one another), started."""
+def cluster(workdir: Path, size: int = 3, *, start: bool = True) -> list[NatsNode]:
+    """``size`` servers clustered on loopback (routes to one another), started unless
+    ``start`` is false."""
     ports = free_ports(3 * size)
     cports = ports[2 * size :]
     nodes = [
@@ -217,7 +218,7 @@ def cluster(workdir: Path, size: int = 3) -> list[NatsNode]:
         )
         for i in range(size)
     ]
-    for node in nodes:
+    for node in nodes if start else ():
         node.start()
     return nodes
 

@@ -33,6 +33,7 @@ from _nats_cluster import (
     balanced,
     charges,
     closed_counts,
+    cluster,
     drained,
     expected_chunks,
     first_charges_after,
@@ -171,18 +172,7 @@ def test_a_worker_started_before_the_servers_waits_for_jetstream_then_serves(
     (saying so), then, with one server of three up (no JetStream meta leader: the stream cannot
     be created), keeps retrying (saying so); once a majority runs it sets the stream up and
     serves a session normally."""
-    ports = free_ports(9)
-    cports = ports[6:]
-    nodes = [
-        NatsNode(
-            tmp_path,
-            f"n{i}",
-            (ports[2 * i], ports[2 * i + 1]),
-            cluster_port=cports[i],
-            routes=[p for j, p in enumerate(cports) if j != i],
-        )
-        for i in range(3)
-    ]
+    nodes = cluster(tmp_path, 3, start=False)
     urls = [n.url for n in nodes]
     env = worker_env(urls, 2, 3)
     worker = WorkerProc(tmp_path, 0, broker_of(mosquitto), env)
