@@ -354,9 +354,11 @@ class Pipeline:
         pay for — and a pause of days would take the process minutes.
         """
         ts = block.timestamps
+        if not self._pauses(ts):  # the usual block: no gap longer than a pause
+            return self._feed(block)
         prev = np.concatenate(([self._last_t], ts[:-1]))
         cuts = np.flatnonzero((ts - prev > self.pause_s) & np.isfinite(prev)).tolist()
-        if not cuts:
+        if not cuts:  # (non-finite times: the extractor says what is wrong with them)
             return self._feed(block)
         chunks: list[Chunk] = []
         starts = cuts if cuts[0] == 0 else [0, *cuts]
@@ -365,6 +367,15 @@ class Pipeline:
                 self._new_segment(float(ts[a] - prev[a]))
             chunks += self._feed(block.slice(a, b))
         return chunks
+
+    def _pauses(self, ts: np.ndarray) -> bool:
+        """Whether ``ts`` (s, shape ``(N,)``) starts more than :attr:`pause_s` after the newest
+        sample fed, or holds such a gap (a cheap test for :meth:`feed`'s usual case)."""
+        if not len(ts):
+            return False
+        if math.isfinite(self._last_t) and float(ts[0]) - self._last_t > self.pause_s:
+            return True
+        return len(ts) > 1 and float(np.max(ts[1:] - ts[:-1])) > self.pause_s
 
     def _new_segment(self, pause: float) -> None:
         dropped = self.chunker.restart()

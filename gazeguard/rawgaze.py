@@ -8,8 +8,10 @@ samples. At most :data:`MAX_BLOCK_SAMPLES` samples.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,29 +52,46 @@ def decode_gaze(payload: bytes) -> GazeSamples:
     return GazeSamples.from_arrays(a[0], a[1], a[2], a[3])
 
 
-def decode_many(payloads: Sequence[bytes]) -> list[GazeSamples | StreamError]:
-    """:func:`decode_gaze` of many blocks at once: per payload, in order, its block or the
-    :class:`StreamError` it raises. Blocks of one size are decoded with one set of array
+class Decoded(NamedTuple):
+    """Blocks decoded by :func:`decode_many`, per payload in order (parallel lists).
+
+    Attributes:
+        blocks: the block, or the :class:`StreamError` :func:`decode_gaze` raises for it.
+        first: the block's first timestamp, s (``nan``: an error or an empty block).
+        last: its last timestamp, s (``nan`` likewise).
+        increasing: its timestamps strictly increase (``False`` for errors; ``True`` if empty).
+    """
+
+    blocks: list[GazeSamples | StreamError]
+    first: list[float]
+    last: list[float]
+    increasing: list[bool]
+
+
+def decode_many(payloads: Sequence[bytes]) -> Decoded:
+    """:func:`decode_gaze` of many blocks at once, with each block's first and last timestamp
+    and whether its timestamps strictly increase (what the fleet worker checks per block,
+    without a numpy call per block). Blocks of one size are decoded with one set of array
     operations (the fleet worker's batch of a partition), each returned as views of them."""
-    out: list[GazeSamples | StreamError] = [StreamError("not decoded")] * len(payloads)
+    nan = math.nan
+    out = Decoded(
+        [StreamError("not decoded")] * len(payloads),
+        [nan] * len(payloads),
+        [nan] * len(payloads),
+        [False] * len(payloads),
+    )
     by_size: dict[int, list[int]] = {}
     for i, payload in enumerate(payloads):
-        if len(payload) >= _HEADER.size and payload[:4] == RAW_MAGIC:
+        if len(payload) > _HEADER.size and payload[:4] == RAW_MAGIC:
             by_size.setdefault(len(payload), []).append(i)
         else:
-            try:
-                out[i] = decode_gaze(payload)
-            except StreamError as exc:
-                out[i] = exc
+            _decode_one(payloads, i, out)
     for size, idx in by_size.items():
         n = (size - _HEADER.size) // 32
         stated = {_HEADER.unpack_from(payloads[i])[1] for i in idx}
         if len(idx) == 1 or stated != {n} or size != _HEADER.size + 32 * n:
             for i in idx:  # one block, or the sizes do not add up: the one-block path says why
-                try:
-                    out[i] = decode_gaze(payloads[i])
-                except StreamError as exc:
-                    out[i] = exc
+                _decode_one(payloads, i, out)
             continue
         rows = np.frombuffer(b"".join(payloads[i] for i in idx), dtype="<f8")
         a = rows.reshape(len(idx), 1 + 4 * n)[:, 1:].reshape(len(idx), 4, n)
@@ -82,10 +101,29 @@ def decode_many(payloads: Sequence[bytes]) -> list[GazeSamples | StreamError]:
         x[~valid] = np.nan
         y[~valid] = np.nan
         p[~valid] = np.nan
-        finite = np.isfinite(t).all(axis=1)
+        finite: list[bool] = np.all(np.isfinite(t), axis=1).tolist()
+        increasing: list[bool] = np.all(t[:, 1:] > t[:, :-1], axis=1).tolist()
+        first: list[float] = t[:, 0].tolist()
+        last: list[float] = t[:, -1].tolist()
         for row, i in enumerate(idx):
             if finite[row]:
-                out[i] = GazeSamples(t[row], x[row], y[row], p[row], valid[row])
+                out.blocks[i] = GazeSamples(t[row], x[row], y[row], p[row], valid[row])
+                out.first[i], out.last[i] = first[row], last[row]
+                out.increasing[i] = increasing[row]
             else:
-                out[i] = StreamError("raw gaze block has non-finite timestamps")
+                out.blocks[i] = StreamError("raw gaze block has non-finite timestamps")
     return out
+
+
+def _decode_one(payloads: Sequence[bytes], i: int, out: Decoded) -> None:
+    """:func:`decode_gaze` of ``payloads[i]`` into ``out``'s lists at ``i``."""
+    try:
+        block = decode_gaze(payloads[i])
+    except StreamError as exc:
+        out.blocks[i] = exc
+        return
+    out.blocks[i] = block
+    t = block.timestamps
+    if len(t):
+        out.first[i], out.last[i] = float(t[0]), float(t[-1])
+    out.increasing[i] = bool(np.all(t[1:] > t[:-1]))

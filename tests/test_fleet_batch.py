@@ -96,7 +96,7 @@ def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(0, 20), st.sampled_from(["ok", "nan_t", "short", "magic"])),
+        st.tuples(st.integers(0, 20), st.sampled_from(["ok", "nan_t", "short", "magic", "back"])),
         max_size=10,
     ),
     st.integers(0, 2**31),
@@ -105,11 +105,14 @@ def test_decode_many_equals_decode_gaze_block_by_block(
     blocks: list[tuple[int, str]], seed: int
 ) -> None:
     """Each payload decodes as :func:`decode_gaze` decodes it alone: the same arrays, or a
-    :class:`StreamError` where it raises one (invalid gaze, NaN times, bad sizes, bad magic)."""
+    :class:`StreamError` where it raises one (invalid gaze, NaN times, bad sizes, bad magic);
+    the first and last timestamps and "strictly increasing" stated per block are the block's."""
     rng = np.random.default_rng(seed)
     payloads = []
     for n, kind in blocks:
         t = np.cumsum(rng.uniform(0.001, 0.02, n))
+        if kind == "back" and n > 1:  # a sample not newer than the one before it
+            t[rng.integers(1, n)] = t[0]
         x, y = rng.normal(0, 5, n), rng.normal(0, 5, n)
         x[rng.random(n) < 0.2] = np.nan
         payload = encode_gaze(GazeSamples.from_arrays(t, x, y, rng.uniform(2, 6, n)))
@@ -121,12 +124,20 @@ def test_decode_many_equals_decode_gaze_block_by_block(
         elif kind == "magic":
             payload = b"XXXX" + payload[4:]
         payloads.append(payload)
-    for payload, got in zip(payloads, decode_many(payloads), strict=True):
+    decoded = decode_many(payloads)
+    for i, (payload, got) in enumerate(zip(payloads, decoded.blocks, strict=True)):
         try:
             want = decode_gaze(payload)
         except StreamError:
             assert isinstance(got, StreamError)
+            assert not decoded.increasing[i]
             continue
         assert isinstance(got, GazeSamples)
         for name in ("timestamps", "x_deg", "y_deg", "pupil_mm", "valid"):
             np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        t = want.timestamps
+        assert decoded.increasing[i] == bool(np.all(np.diff(t) > 0))
+        if len(t):
+            assert (decoded.first[i], decoded.last[i]) == (t[0], t[-1])
+        else:
+            assert np.isnan(decoded.first[i]) and np.isnan(decoded.last[i])

@@ -207,6 +207,10 @@ async def ensure_consumers(nc: Client, nats_settings: NatsSettings) -> None:
             raise StreamError(msg)
 
 
+#: Tokens of a JetStream ack subject without domain and account hash.
+_ACK_TOKENS = 9
+
+
 def header_float(msg: Msg, name: str) -> float | None:
     """A finite float header, else ``None`` (absent or malformed: ignored)."""
     raw = (msg.headers or {}).get(name)
@@ -217,3 +221,19 @@ def header_float(msg: Msg, name: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
+
+
+def stream_position(msg: Msg) -> tuple[int, float]:
+    """``(stream sequence, server receipt time in Unix s)`` of a JetStream message, read from
+    its ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer
+    seq>.<ns>.<pending>``) as ``msg.metadata`` reads it, without building its objects (the
+    worker reads this for every block); other forms of the subject go through ``msg.metadata``.
+
+    Raises:
+        nats.js.errors.NotJSMessageError: not a JetStream message.
+    """
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == _ACK_TOKENS and tokens[0] == "$JS" and tokens[1] == "ACK":
+        return int(tokens[5]), int(tokens[7]) / 1e9
+    meta = msg.metadata
+    return meta.sequence.stream, meta.timestamp.timestamp()

@@ -36,6 +36,7 @@ from gazeguard.jetstream.wire import (
     ensure_stream,
     header_float,
     partition_subject,
+    stream_position,
 )
 from gazeguard.rawgaze import decode_many
 from gazeguard.samples import GazeSamples, lsl_unix_offset
@@ -91,6 +92,43 @@ class _Partition:
     def behind(self) -> bool:
         """Blocks of this partition are in the worker's hands, not yet processed."""
         return self.busy or (self.queue is not None and not self.queue.empty())
+
+
+class _Answers:
+    """The answers to a partition's pull requests, sorted as nats-py delivers them (the inbox
+    subscription's callback): a block is queued at once, and ``None`` when the server says the
+    pin is another worker's (status 423); a status or the batch's last block sets :attr:`over`
+    (the open request is done)."""
+
+    def __init__(self, part: _Partition, queue: asyncio.Queue[Msg | None]) -> None:
+        self.part = part
+        self.queue = queue
+        self.over = asyncio.Event()
+        self.got = 0  # blocks the open request brought
+
+    def open(self) -> None:
+        """A new request is sent."""
+        self.over.clear()
+        self.got = 0
+
+    async def take(self, msg: Msg) -> None:
+        """(The callback: nats-py wants a coroutine function.) Sort one answer."""
+        part = self.part
+        part.answered_at = time.monotonic()  # balance: evidence that our pulls are served
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status:
+            if status == "423":  # pinned on another worker: ours (if any) is gone
+                part.pin = None
+                self.queue.put_nowait(None)
+            if status in ("404", "408", "409", "423"):
+                self.over.set()
+            return  # 100: heartbeat
+        part.pin = headers.get("Nats-Pin-Id", part.pin)
+        self.queue.put_nowait(msg)
+        self.got += 1
+        if self.got >= PULL_BATCH:
+            self.over.set()
 
 
 class JetStreamIngest:
@@ -274,21 +312,21 @@ class JetStreamIngest:
 
     async def _pull(self, part: _Partition, queue: asyncio.Queue[Msg | None]) -> None:
         """Pull for ever, with the current pin's id once pinned; queue the blocks, and ``None``
-        when the server says the pin is another worker's (status 423)."""
+        when the server says the pin is another worker's (status 423).
+
+        The answers are sorted as they arrive (nats-py's callback): a block is queued at once,
+        a status or the batch's last block ends the request, and the next is sent; a request
+        also ends when it expires unanswered."""
         nc = self._nc
         assert nc is not None
         subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.nats.stream}.{consumer_name(part.index)}"
         inbox = nc.new_inbox()
-        answers: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def answer(msg: Msg) -> None:
-            part.answered_at = time.monotonic()  # balance: evidence that our pulls are served
-            answers.put_nowait(msg)
+        answers = _Answers(part, queue)
 
         # A callback and asyncio.timeout, not Subscription.next_msg: next_msg waits with
         # asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands as a
         # message arrives; the worker then never stopped (seen: 1 stop in 6 hung).
-        sub = await nc.subscribe(inbox, cb=answer)
+        sub = await nc.subscribe(inbox, cb=answers.take)
         try:
             while not self._stopping:
                 if not self._may_pull(part):
@@ -302,6 +340,7 @@ class JetStreamIngest:
                 if part.pin is not None:
                     request["id"] = part.pin
                 part.pulling = True
+                answers.open()
                 try:
                     await nc.publish(subject, json.dumps(request).encode(), reply=inbox)
                 except nats.errors.Error as exc:  # closed or stale: nats-py reconnects
@@ -310,43 +349,15 @@ class JetStreamIngest:
                     await asyncio.sleep(0.2)
                     continue
                 try:
-                    await self._read_batch(part, answers, queue)
+                    async with asyncio.timeout(PULL_EXPIRES_NS / 1e9 + 0.2):
+                        await answers.over.wait()
+                except TimeoutError:
+                    pass  # expired without the server saying so: ask again
                 finally:
                     part.pulling = False
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
-
-    async def _read_batch(
-        self, part: _Partition, answers: asyncio.Queue[Msg], queue: asyncio.Queue[Msg | None]
-    ) -> None:
-        """The answers to one pull request: blocks (queued) or a status (the request is over)."""
-        deadline = time.monotonic() + PULL_EXPIRES_NS / 1e9 + 0.2
-        got = 0
-        while got < PULL_BATCH:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            if answers.empty():
-                try:
-                    async with asyncio.timeout(left):
-                        msg = await answers.get()
-                except TimeoutError:
-                    return
-            else:
-                msg = answers.get_nowait()
-            headers = msg.headers or {}
-            status = headers.get("Status")
-            if status:
-                if status == "423":  # pinned on another worker: ours (if any) is gone
-                    part.pin = None
-                    queue.put_nowait(None)
-                if status in ("404", "408", "409", "423"):
-                    return
-                continue  # 100: heartbeat
-            got += 1
-            part.pin = headers.get("Nats-Pin-Id", part.pin)
-            queue.put_nowait(msg)
 
     async def _work(self, part: _Partition, queue: asyncio.Queue[Msg | None]) -> None:
         """Process the queued blocks in order, everything queued at once: one batch (a new pin:
@@ -391,7 +402,7 @@ class JetStreamIngest:
             ):
                 stop += 1
             run = msgs[start:stop]
-            fresh = [m for m in run if m.metadata.sequence.stream > part.replayed_through]
+            fresh = [m for m in run if stream_position(m)[0] > part.replayed_through]
             part.skipped += len(run) - len(fresh)
             if fresh:
                 await self._on_blocks(part, fresh)
@@ -468,7 +479,7 @@ class JetStreamIngest:
                 async with contextlib.aclosing(retained) as blocks:
                     async for msg in blocks:
                         await self._on_block(part, msg)
-                        part.replayed_through = msg.metadata.sequence.stream
+                        part.replayed_through = stream_position(msg)[0]
                         replayed += 1
                 done = True
             except (nats.errors.Error, TimeoutError) as exc:  # nats.js.errors.Error as well
@@ -874,7 +885,8 @@ class JetStreamIngest:
             )  # fmt: skip
         reopened = self._idle_closed.pop(key, None) is not None
         if (charged or reopened) and not part.replaying:
-            self._stamp(part, key, msg)  # (not idle while its older blocks are fed)
+            # (not idle while its older blocks are fed)
+            self._stamp(part, key, stream_position(msg)[1])
             await self._rebuild(part, key, msg)
         return key, entry
 
@@ -884,7 +896,7 @@ class JetStreamIngest:
         window and incomplete chunk are rebuilt; the ledger's cut (``resume_after``) keeps the
         gaze of charged chunks from being charged again. A replay that fails leaves the window
         as far as it got (logged)."""
-        upto = msg.metadata.sequence.stream
+        upto = stream_position(msg)[0]
         started = time.monotonic()
         replayed = 0
         try:
@@ -939,11 +951,11 @@ class JetStreamIngest:
             with contextlib.suppress(nats.errors.Error):
                 await psub.unsubscribe()
 
-    def _stamp(self, part: _Partition, key: str, msg: Msg) -> None:
-        """Note the server's receipt time of ``key``'s newest block (idleness in stream time;
-        an older block, read again or rebuilding a window, changes nothing)."""
-        stamp = msg.metadata.timestamp.timestamp()
-        self._stamps[key] = max(self._stamps.get(key, -math.inf), stamp)
+    def _stamp(self, part: _Partition, key: str, stamp: float) -> None:
+        """Note the server's receipt time (Unix s) of ``key``'s newest block (idleness in stream
+        time; an older block, read again or rebuilding a window, changes nothing)."""
+        if stamp > self._stamps.get(key, -math.inf):
+            self._stamps[key] = stamp
         part.stamp = max(part.stamp, stamp)
 
     async def _on_block(self, part: _Partition, msg: Msg) -> None:
@@ -952,22 +964,40 @@ class JetStreamIngest:
 
     async def _on_blocks(self, part: _Partition, msgs: list[Msg]) -> None:
         """Decode the blocks (at once), keep each session's new samples in order, and feed
-        every session its samples of the batch in one step (:meth:`Fleet._process_many`)."""
+        every session its samples of the batch in one step (:meth:`Fleet._process_many`).
+
+        The usual block — timestamps increasing, after the session's newest, none ahead of the
+        clock — is recognised from the decoder's first/last timestamps with no numpy call of
+        its own; any other goes through :meth:`_new_samples`, sample by sample."""
         seen = time.monotonic()
+        decoded = decode_many([m.data for m in msgs])
+        clock = _Clock(self.settings.ingest.future_tolerance_s)
         fresh: dict[str, tuple[_Session, list[GazeSamples]]] = {}
-        for msg, decoded in zip(msgs, decode_many([m.data for m in msgs]), strict=True):
+        for i, msg in enumerate(msgs):
             key, entry = await self._session_of(part, msg)
             if entry is None:
                 continue  # refused: fleet.max_sessions reached (logged)
             entry.last_seen = seen
-            self._stamp(part, key, msg)
-            if isinstance(decoded, StreamError):
+            self._stamp(part, key, stream_position(msg)[1])
+            block = decoded.blocks[i]
+            if isinstance(block, StreamError):
                 entry.bad_blocks += 1
-                log.warning("session %r: malformed gaze block dropped: %s", key, decoded)
+                log.warning("session %r: malformed gaze block dropped: %s", key, block)
                 continue
-            block = self._new_samples(entry, key, decoded, msg)
-            if block is not None:
-                fresh.setdefault(key, (entry, []))[1].append(block)
+            last = decoded.last[i]
+            if (
+                decoded.increasing[i]
+                and decoded.first[i] > entry.last_t
+                and last <= clock.limit(entry.pipeline.clock_offset_s)
+            ):
+                entry.last_t = last
+                entry.samples += len(block)
+            else:
+                new = self._new_samples(entry, key, block, msg, clock)
+                if new is None:
+                    continue
+                block = new
+            fresh.setdefault(key, (entry, []))[1].append(block)
         items = [
             (entry, blocks[0] if len(blocks) == 1 else GazeSamples.concat(blocks))
             for entry, blocks in fresh.values()
@@ -976,22 +1006,19 @@ class JetStreamIngest:
             await self.fleet._process_many(items)
 
     def _new_samples(
-        self, entry: _Session, key: str, block: GazeSamples, msg: Msg
+        self, entry: _Session, key: str, block: GazeSamples, msg: Msg, clock: _Clock
     ) -> GazeSamples | None:
         """The block's samples newer than the session's newest and not ahead of the clock
         (counted in the session), or ``None``: nothing new."""
         if len(block) and block.timestamps[-1] <= entry.last_t:
             self.duplicate_blocks += 1  # delivered again: every sample is held already
             return None
-        block = self._drop_future(entry, key, block, header_float(msg, NOW_HEADER))
+        block = self._drop_future(entry, key, block, header_float(msg, NOW_HEADER), clock)
         t = block.timestamps
-        if len(t) > 1 and t[0] > entry.last_t and bool(np.all(t[1:] > t[:-1])):
-            pass  # the usual block: increasing, after the newest held
-        else:
-            keep = t > np.maximum.accumulate(np.concatenate(([entry.last_t], t[:-1])))
-            if not keep.all():
-                entry.dropped_samples += int((~keep).sum())
-                block = _select(block, np.flatnonzero(keep))
+        keep = t > np.maximum.accumulate(np.concatenate(([entry.last_t], t[:-1])))
+        if not keep.all():
+            entry.dropped_samples += int((~keep).sum())
+            block = _select(block, np.flatnonzero(keep))
         if len(block) == 0:
             return None
         entry.last_t = float(block.timestamps[-1])
@@ -999,23 +1026,27 @@ class JetStreamIngest:
         return block
 
     def _drop_future(
-        self, entry: _Session, key: str, block: GazeSamples, device_now: float | None
+        self,
+        entry: _Session,
+        key: str,
+        block: GazeSamples,
+        device_now: float | None,
+        clock: _Clock,
     ) -> GazeSamples:
         """Drop samples stamped ahead of the device's clock (``ingest.future_tolerance_s``), as
         LSL ingest does: "now" is the later of this host's Unix clock less the offset and
         the block's ``Gazeguard-Now``."""
-        offset = entry.pipeline.clock_offset_s
-        now = time.time() - (lsl_unix_offset() if offset is None else offset)
+        limit = clock.limit(entry.pipeline.clock_offset_s)
         if device_now is not None:
-            now = max(now, device_now)
-        ahead = block.timestamps > now + self.settings.ingest.future_tolerance_s
+            limit = max(limit, device_now + clock.tolerance_s)
+        ahead = block.timestamps > limit
         if not ahead.any():
             return block
         if entry.future_samples == 0:
             log.warning(
                 "session %r: gaze stamped ahead of the clock dropped (first %.3g s ahead)",
                 key,
-                float(block.timestamps[ahead][0] - now),
+                float(block.timestamps[ahead][0] - (limit - clock.tolerance_s)),
             )
         entry.future_samples += int(ahead.sum())
         return _select(block, np.flatnonzero(~ahead))
@@ -1087,3 +1118,22 @@ def _select(block: GazeSamples, idx: np.ndarray) -> GazeSamples:
         block.timestamps[idx], block.x_deg[idx], block.y_deg[idx], block.pupil_mm[idx],
         block.valid[idx],
     )  # fmt: skip
+
+
+class _Clock:
+    """ "Now" for one batch of blocks, read once: this host's Unix time (and the LSL clock's
+    offset, for sessions whose blocks state none), and the future tolerance, s."""
+
+    def __init__(self, tolerance_s: float) -> None:
+        self.tolerance_s = tolerance_s
+        self._unix = time.time()
+        self._lsl_offset: float | None = None
+
+    def limit(self, offset: float | None) -> float:
+        """The newest sample time not ahead of the clock, on a session's clock (``offset``:
+        Unix time − sample time, s; ``None``: this host's LSL clock)."""
+        if offset is None:
+            if self._lsl_offset is None:
+                self._lsl_offset = lsl_unix_offset()
+            offset = self._lsl_offset
+        return self._unix - offset + self.tolerance_s
