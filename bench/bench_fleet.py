@@ -9,7 +9,9 @@ every second), W × ``gazeguard run --fleet --source jetstream`` (default featur
 s = 0.5 s, n = 32, all 48 features, DCFPA; one SQLite ledger shared by the workers), one or two
 load-generator processes (this script with ``--generator``) running L ``JetStreamSender``
 devices in real time — a 12-sample block (100 ms of 120 Hz gaze from ``simulate_gaze``) every
-100 ms per session, each acknowledged by the stream before the next, session starts spread
+100 ms per session (``--block-samples``: ``gazeguard forward`` sends one block per LSL poll,
+every 250 ms = 30 samples by default), each acknowledged by the stream before the next, session
+starts spread
 uniformly over one chunk period (16 s) so that chunk completions are spread as in a real fleet —
 and a paho-mqtt subscriber (this process) on every privatized chunk topic. With 2 workers the
 workers balance the partitions (``fleet.nats.balance``): the partitions each holds at the end
@@ -84,8 +86,7 @@ from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
 
 RATE_HZ = 120.0
-BLOCK = 12  # samples per raw block: 100 ms at 120 Hz
-BLOCK_S = BLOCK / RATE_HZ
+BLOCK = 12  # samples per raw block (default): 100 ms at 120 Hz (--block-samples)
 N_STEPS = 32
 PERSONS = 16  # distinct simulated people; session i is person i % PERSONS
 P99_TARGET_MS = 50.0
@@ -106,15 +107,18 @@ def person_gaze(person: int, seconds: float) -> GazeSamples:
 
 
 @functools.cache
-def completing_blocks(person: int, seconds: float, window_s: float, step_s: float) -> list[int]:
-    """For chunk c = 0, 1, …: the index of the 12-sample block whose arrival completes it."""
+def completing_blocks(
+    person: int, seconds: float, window_s: float, step_s: float, block: int
+) -> list[int]:
+    """For chunk c = 0, 1, …: the index of the ``block``-sample block whose arrival completes
+    it."""
     gaze = person_gaze(person, seconds)
-    blocks = round(seconds / BLOCK_S)
+    blocks = round(seconds * RATE_HZ / block)
     fx = FeatureExtractor(window_s, step_s)
     chunker = Chunker(len(FEATURES), N_STEPS, 0)
     out: list[int] = []
     for b in range(blocks):
-        X, t = fx.push(gaze.slice(BLOCK * b, BLOCK * (b + 1)))
+        X, t = fx.push(gaze.slice(block * b, block * (b + 1)))
         out.extend(b for _ in chunker.add(X, t))
     return out
 
@@ -122,7 +126,8 @@ def completing_blocks(person: int, seconds: float, window_s: float, step_s: floa
 # ------------------------------------------------------------------------------ load generator
 async def generate(args: argparse.Namespace) -> None:
     """``--generator``: run sessions ``first … first+count-1`` in real time, save send times."""
-    count, blocks = args.count, round(args.gaze_s / BLOCK_S)
+    block, block_s = args.block_samples, args.block_samples / RATE_HZ
+    count, blocks = args.count, round(args.gaze_s / block_s)
     persons = sorted({(args.first + i) % PERSONS for i in range(count)})
     gaze = {p: person_gaze(p, args.gaze_s) for p in persons}
     rng = np.random.default_rng(args.first)
@@ -143,13 +148,13 @@ async def generate(args: argparse.Namespace) -> None:
             async with JetStreamSender(nats, DEVICE, name) as sender:
                 t0 = connected[i] = time.time()
                 for b in range(blocks):
-                    due = t0 + (b + 1) * BLOCK_S
+                    due = t0 + (b + 1) * block_s
                     delay = due - time.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
                     now = time.time()
                     sends[i, b], lags[i, b] = now, now - due
-                    await sender.send(g.slice(BLOCK * b, BLOCK * (b + 1)))
+                    await sender.send(g.slice(block * b, block * (b + 1)))
         except Exception as exc:  # reported in the results, the level fails
             errors.append(f"session {idx}: {type(exc).__name__}: {exc}")
 
@@ -216,7 +221,7 @@ class Worker:
 
 def start_generators(
     nats: str, partitions: int, sessions: int, gaze_s: float, stagger: float, start_at: float,
-    tag: str, tmp: Path,
+    tag: str, tmp: Path, block: int,
 ) -> list[tuple[subprocess.Popen[bytes], Path]]:  # fmt: skip
     """One load generator up to 100 sessions, else two, splitting the sessions between them."""
     n = 1 if sessions <= 100 else 2
@@ -227,7 +232,8 @@ def start_generators(
         cmd = [sys.executable, __file__, "--generator", "--nats", nats,
                "--partitions", str(partitions), "--first", str(first),
                "--count", str(stop - first), "--gaze-s", f"{gaze_s:g}", "--stagger", f"{stagger:g}",
-               "--start-at", repr(start_at), "--tag", tag, "--out", str(path)]  # fmt: skip
+               "--start-at", repr(start_at), "--tag", tag, "--out", str(path),
+               "--block-samples", str(block)]  # fmt: skip
         out.append((subprocess.Popen(cmd), path))
     return out
 
@@ -245,7 +251,9 @@ def chunk_latencies(
     missing = 0
     for row, idx in enumerate(np.concatenate([g["index"] for g in gen])):
         key = f"{DEVICE}.{tag}s{idx}"
-        for c, b in enumerate(completing_blocks(idx % PERSONS, gaze_s, args.window, args.step)):
+        for c, b in enumerate(
+            completing_blocks(idx % PERSONS, gaze_s, args.window, args.step, args.block_samples)
+        ):
             if not np.isfinite(sends[row, b]):
                 continue  # the block that would complete it was never sent
             got = received.get((key, c))
@@ -297,7 +305,15 @@ def run_level(
             dropped_before = dropped[-1] if dropped else 0.0
             start_at = time.time() + 3.0  # generators import and build their gaze first
             gens = start_generators(
-                nats.url, args.partitions, sessions, gaze_s, period, start_at, tag, Path(tmp)
+                nats.url,
+                args.partitions,
+                sessions,
+                gaze_s,
+                period,
+                start_at,
+                tag,
+                Path(tmp),
+                args.block_samples,
             )
             # Every session emits feature vectors from stagger + window on; measure
             # until the first sessions stop sending.
@@ -575,6 +591,11 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="py-spy the last 1-worker level")
     ap.add_argument("--quick", action="store_true", help="levels 25,50; W 10 s; 1 run, 1 worker")
     ap.add_argument("--baseline", type=Path, help="a checkout to compare with, same run")
+    ap.add_argument(
+        "--block-samples", type=int, default=BLOCK,
+        help="samples per raw block a device sends (default 12: 100 ms at 120 Hz; "
+        "`gazeguard forward` sends one block per LSL poll, 250 ms = 30 samples by default)",
+    )  # fmt: skip
 
     ap.add_argument("--name", default="fleet", help="results file stem (default fleet)")
     ap.add_argument("--generator", action="store_true", help=argparse.SUPPRESS)
@@ -657,7 +678,7 @@ def main() -> None:
     )
     settings = {
         "rate_hz": RATE_HZ,
-        "block_samples": BLOCK,
+        "block_samples": args.block_samples,
         "window_s": args.window,
         "step_s": args.step,
         "chunk_steps": N_STEPS,
