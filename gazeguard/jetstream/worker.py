@@ -476,11 +476,11 @@ class JetStreamIngest:
                     done = through == 0
                     continue
                 retained = self._retained(filt, part.replayed_through + 1, through)
-                async with contextlib.aclosing(retained) as blocks:
-                    async for msg in blocks:
-                        await self._on_block(part, msg)
-                        part.replayed_through = stream_position(msg)[0]
-                        replayed += 1
+                async with contextlib.aclosing(retained) as batches:
+                    async for batch in batches:
+                        await self._on_blocks(part, batch)
+                        part.replayed_through = stream_position(batch[-1])[0]
+                        replayed += len(batch)
                 done = True
             except (nats.errors.Error, TimeoutError) as exc:  # nats.js.errors.Error as well
                 log.warning(
@@ -900,10 +900,10 @@ class JetStreamIngest:
         started = time.monotonic()
         replayed = 0
         try:
-            async with contextlib.aclosing(self._retained(msg.subject, 1, upto - 1)) as blocks:
-                async for old in blocks:
-                    await self._on_block(part, old)
-                    replayed += 1
+            async with contextlib.aclosing(self._retained(msg.subject, 1, upto - 1)) as batches:
+                async for old in batches:
+                    await self._on_blocks(part, old)
+                    replayed += len(old)
         except (nats.errors.Error, TimeoutError) as exc:  # nats.js.errors.Error as well
             log.warning(
                 "worker %s: session %r: rebuilding its feature window from the stream failed "
@@ -917,11 +917,14 @@ class JetStreamIngest:
             self.fleet.worker_id, key, replayed, time.monotonic() - started,
         )  # fmt: skip
 
-    async def _retained(self, subject: str, first: int, last: int) -> AsyncGenerator[Msg, None]:
+    async def _retained(
+        self, subject: str, first: int, last: int
+    ) -> AsyncGenerator[list[Msg], None]:
         """The stream's retained messages on ``subject`` with stream sequence ``first`` to
-        ``last`` (both included), in order, read by an ephemeral unacknowledged consumer that is
-        deleted afterwards; fewer where they have aged out, or when the worker stops. Errors of
-        the server (a stall, a restart, an election) are the caller's to handle."""
+        ``last`` (both included), in order and in batches (as fetched, up to 256), read by an
+        ephemeral unacknowledged consumer that is deleted afterwards; fewer where they have aged
+        out, or when the worker stops. Errors of the server (a stall, a restart, an election)
+        are the caller's to handle."""
         js = self._js
         assert js is not None
         if last < first:
@@ -938,15 +941,18 @@ class JetStreamIngest:
         try:
             done = (await psub.consumer_info()).num_pending == 0  # aged out meanwhile
             while not done and not self._stopping:
+                batch: list[Msg] = []
                 for msg in await psub.fetch(256, timeout=5):
                     seq = msg.metadata.sequence.stream
                     if seq > last:
                         done = True
                         break
-                    yield msg
+                    batch.append(msg)
                     done = seq == last or msg.metadata.num_pending == 0
                     if done:
                         break
+                if batch:
+                    yield batch
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await psub.unsubscribe()
@@ -957,10 +963,6 @@ class JetStreamIngest:
         if stamp > self._stamps.get(key, -math.inf):
             self._stamps[key] = stamp
         part.stamp = max(part.stamp, stamp)
-
-    async def _on_block(self, part: _Partition, msg: Msg) -> None:
-        """Decode one block and feed its new samples to its session."""
-        await self._on_blocks(part, [msg])
 
     async def _on_blocks(self, part: _Partition, msgs: list[Msg]) -> None:
         """Decode the blocks (at once), keep each session's new samples in order, and feed
