@@ -373,9 +373,12 @@ class Pipeline:
         sample fed, or holds such a gap (a cheap test for :meth:`feed`'s usual case)."""
         if not len(ts):
             return False
-        if math.isfinite(self._last_t) and float(ts[0]) - self._last_t > self.pause_s:
+        first, last = float(ts[0]), float(ts[-1])
+        if math.isfinite(self._last_t) and first - self._last_t > self.pause_s:
             return True
-        return len(ts) > 1 and float(np.max(ts[1:] - ts[:-1])) > self.pause_s
+        # Increasing times have no gap longer than their span (other times: the extractor
+        # refuses them anyway).
+        return last - first > self.pause_s and float((ts[1:] - ts[:-1]).max()) > self.pause_s
 
     def _new_segment(self, pause: float) -> None:
         dropped = self.chunker.restart()
