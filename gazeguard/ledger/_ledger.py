@@ -35,6 +35,7 @@ from gazeguard.ledger._model import (
     to_units_down,
     to_units_up,
 )
+from gazeguard.ledger._recent import MARGIN, Recent, RecentCache, row_key
 from gazeguard.ledger._sqlite import SqliteBackend
 from gazeguard.ledger._store import SessionRow, Store
 from gazeguard.ledger.policy import Caps, Composer, Counts
@@ -147,6 +148,7 @@ class Ledger:
         self._allow_increase = allow_cap_increase
         self._composer: Composer = composer if composer is not None else LedgerComposer()
         self._prefetch = _Prefetch(self._composer) if prefetch else None
+        self._recent = RecentCache()
         self._backend: LedgerBackend
         if is_url(location):
             try:
@@ -232,14 +234,17 @@ class Ledger:
             store = Store(sql)
             row = store.session(session)
             caps = self._caps if row is None else self._binding(session, row)
+            view = _View(store, session, None)
+            if row is not None:  # held, or read once for the checks below (not kept: a read)
+                view.recent = self._recent.get(session, row_key(row)) or _load(
+                    store, session, row, caps=caps, gaze_end=span[1], now=now
+                )
             row = row or _empty_row(caps)
             counts = store.counts(session)
-            self._check(
-                store, session, caps=caps, counts=counts, release=release, span=span, now=now
-            )
+            self._check(view, caps=caps, counts=counts, release=release, span=span, now=now)
             after = _charged(row, release, span, "chunks", 0)
             window = self._trailing(
-                store, session, caps=caps, last_end=after.last_gaze_end, span=span, release=release
+                view, caps=caps, last_end=after.last_gaze_end, span=span, release=release
             )
             state = self._figures(
                 session, row=after, caps=caps, counts=counts, release=release, window=window,
@@ -293,7 +298,11 @@ class Ledger:
         )  # fmt: skip
         release, span = _validated(request)
         with self._backend.write() as sql:
-            return self._charge_in(Store(sql, self._backend.lock_clause), request, release, span)
+            charge, recent = self._charge_in(
+                Store(sql, self._backend.lock_clause), request, release, span, {}
+            )
+        self._recent.install(session, recent)  # committed
+        return charge
 
     def charge_many(self, requests: Sequence[ChargeRequest]) -> list[Charge | LedgerRefusal]:
         """Charge several releases in ONE durable transaction (group commit), each as
@@ -324,6 +333,7 @@ class Ledger:
         if all(isinstance(c, Exception) for c in checked):
             return [c for c in checked if isinstance(c, Exception)]  # (no transaction)
         out: list[Charge | LedgerRefusal] = []
+        staged: dict[str, Recent] = {}  # per session, its charges as this transaction leaves them
         with self._backend.write() as sql:
             store = Store(sql, self._backend.lock_clause)
             for request, item in zip(requests, checked, strict=True):
@@ -332,7 +342,9 @@ class Ledger:
                     continue
                 sql.run("SAVEPOINT gazeguard_charge")
                 try:
-                    out.append(self._charge_in(store, request, *item))
+                    charge, recent = self._charge_in(store, request, *item, staged)
+                    out.append(charge)
+                    staged[request.session] = recent
                 except (
                     BudgetExhaustedError,
                     DuplicateChargeError,
@@ -342,12 +354,22 @@ class Ledger:
                     sql.run("ROLLBACK TO SAVEPOINT gazeguard_charge")
                     out.append(exc)
                 sql.run("RELEASE SAVEPOINT gazeguard_charge")
+        for session, recent in staged.items():  # committed
+            self._recent.install(session, recent)
         return out
 
     def _charge_in(
-        self, store: Store, request: ChargeRequest, release: _Release, span: tuple[float, float]
-    ) -> Charge:
-        """:meth:`charge`'s writes inside the caller's write transaction."""
+        self,
+        store: Store,
+        request: ChargeRequest,
+        release: _Release,
+        span: tuple[float, float],
+        staged: Mapping[str, Recent],
+    ) -> tuple[Charge, Recent]:
+        """:meth:`charge`'s writes inside the caller's write transaction; the charge, and the
+        session's recent charges as it leaves them (to remember once the transaction commits).
+
+        ``staged``: recent charges of sessions this transaction charged already (uncommitted)."""
         session, chunk_index, stream = request.session, request.chunk_index, request.stream
         now = time.time()
         row, caps = self._lock(store, session, now)
@@ -359,8 +381,17 @@ class Ledger:
                 f"session {session!r} changed since the preview (version {request.version} → "
                 f"{row.version}); preview again"
             )
+        key = row_key(row)
+        recent = staged.get(session)
+        if recent is None or recent.key != key:
+            recent = self._recent.get(session, key) or _load(
+                store, session, row, caps=caps, gaze_end=span[1], now=now
+            )
         counts = store.counts(session)
-        self._check(store, session, caps=caps, counts=counts, release=release, span=span, now=now)
+        self._check(
+            _View(store, session, recent), caps=caps, counts=counts, release=release, span=span,
+            now=now,
+        )  # fmt: skip
         store.insert_charge(
             session, stream, chunk_index, epsilon=release.epsilon, units=release.units,
             events=release.events, gaze=span, now=now,
@@ -374,9 +405,14 @@ class Ledger:
         )  # fmt: skip
         after = store.session(session)
         assert after is not None
+        recent = recent.extended(row_key(after), span[1], now, release.events)
+        margin = (1.0 + MARGIN) * caps.window_s
+        assert after.last_gaze_end is not None
+        recent.pruned(after.last_gaze_end - margin, now - margin)
         window = self._trailing(
-            store, session, caps=caps, last_end=after.last_gaze_end, span=None, release=None
-        )
+            _View(store, session, recent), caps=caps, last_end=after.last_gaze_end, span=None,
+            release=None,
+        )  # fmt: skip
         after_counts = store.counts(session)
         state = self._figures(
             session, row=after, caps=caps, counts=after_counts, release=None, window=window,
@@ -385,7 +421,7 @@ class Ledger:
         if self._prefetch is not None and not caps.sequential:
             self._prefetch.submit(caps, after_counts, window, release.events)
         total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
-        return Charge(session, chunk_index, total, state, outbox_id)
+        return Charge(session, chunk_index, total, state, outbox_id), recent
 
     def withhold(
         self,
@@ -546,8 +582,7 @@ class Ledger:
 
     def _check(
         self,
-        store: Store,
-        session: str,
+        view: _View,
         *,
         caps: Caps,
         counts: Counts,
@@ -558,22 +593,21 @@ class Ledger:
         windows: list[Counts] = []
         wall: Counts | None = None
         if caps.window is not None:
-            later = store.gaze_ends(session, span[1], span[1] + caps.window_s)
+            later = view.gaze_ends(span[1], span[1] + caps.window_s)
             windows = [
-                store.window_counts(session, a, e)
+                view.window_counts(a, e)
                 for a, e in policy.windows_to_check(span[1], caps.window_s, later)
             ]
             if caps.wall_clock:
-                wall = store.charged_since(session, now - caps.window_s)
+                wall = view.charged_since(now - caps.window_s)
         policy.check(
-            self._composer, caps, session, session=counts, windows=windows, cost=release.events,
-            wall=wall,
+            self._composer, caps, view.session, session=counts, windows=windows,
+            cost=release.events, wall=wall,
         )  # fmt: skip
 
     def _trailing(
         self,
-        store: Store,
-        session: str,
+        view: _View,
         *,
         caps: Caps,
         last_end: float | None,
@@ -583,7 +617,7 @@ class Ledger:
         """Counts of the trailing window of gaze time (with ``release`` added when previewing)."""
         if last_end is None:
             return {}
-        counts = store.window_counts(session, last_end - caps.window_s, last_end)
+        counts = view.window_counts(last_end - caps.window_s, last_end)
         if release is not None and span is not None and span[1] > last_end - caps.window_s:
             counts = policy.merged(counts, release.events)
         return counts
@@ -607,12 +641,57 @@ class Ledger:
 
     def _state(self, store: Store, session: str, row: SessionRow, caps: Caps) -> LedgerState:
         window = self._trailing(
-            store, session, caps=caps, last_end=row.last_gaze_end, span=None, release=None
-        )
+            _View(store, session, None), caps=caps, last_end=row.last_gaze_end, span=None,
+            release=None,
+        )  # fmt: skip
         return self._figures(
             session, row=row, caps=caps, counts=store.counts(session), release=None,
             window=window, store=store,
         )  # fmt: skip
+
+
+class _View:
+    """A session's window aggregates inside one transaction: from its :class:`Recent` charges
+    where they hold the window asked about, else from SQL (the same answers either way)."""
+
+    __slots__ = ("recent", "session", "store")
+
+    def __init__(self, store: Store, session: str, recent: Recent | None) -> None:
+        self.store = store
+        self.session = session
+        self.recent = recent
+
+    def gaze_ends(self, start: float, end: float) -> list[float]:
+        """Distinct gaze ends (Unix s) of the session's charges in ``[start, end)``."""
+        r = self.recent
+        if r is not None and start > r.gaze_lo:
+            return r.gaze_ends(start, end)
+        return self.store.gaze_ends(self.session, start, end)
+
+    def window_counts(self, start: float, end: float) -> Counts:
+        """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s)."""
+        r = self.recent
+        if r is not None and r.covers_gaze(start):
+            return r.window_counts(start, end)
+        return self.store.window_counts(self.session, start, end)
+
+    def charged_since(self, since: float) -> Counts:
+        """Event counts of the session's charges made after ``since`` (Unix s, wall clock)."""
+        r = self.recent
+        if r is not None and r.covers_wall(since):
+            return r.charged_since(since)
+        return self.store.charged_since(self.session, since)
+
+
+def _load(
+    store: Store, session: str, row: SessionRow, *, caps: Caps, gaze_end: float, now: float
+) -> Recent:
+    """Read the session's charges a release ending at ``gaze_end`` (Unix s) charged at ``now``
+    asks about, with :data:`MARGIN` to spare: one query instead of one per window."""
+    last = row.last_gaze_end
+    anchor = gaze_end if last is None else min(gaze_end, last)
+    margin = (1.0 + MARGIN) * caps.window_s
+    return Recent.load(store, session, row_key(row), anchor - margin, now - margin)
 
 
 class _Prefetch:

@@ -141,6 +141,21 @@ class Store:
         )
         return {str(k): int(n) for k, n in rows}
 
+    def recent_charges(
+        self, session: str, gaze_after: float, created_after: float
+    ) -> list[tuple[Any, ...]]:
+        """``(stream, idx, gaze_end, created, event key, count)`` of the session's charges whose
+        gaze ends after ``gaze_after`` or that were made after ``created_after`` (Unix s), one
+        row per event, in charge order (a charge's rows together)."""
+        return self.sql.all(
+            "SELECT c.stream, c.idx, c.gaze_end, c.created, e.key, ce.count FROM charges c "
+            "JOIN charge_events ce ON ce.session = c.session AND ce.stream = c.stream "
+            "AND ce.idx = c.idx JOIN events e ON e.id = ce.event_id "
+            "WHERE c.session = ? AND (c.gaze_end > ? OR c.created > ?) "
+            "ORDER BY c.created, c.stream, c.idx",
+            (session, gaze_after, created_after),
+        )
+
     def gaze_ends(self, session: str, start: float, end: float) -> list[float]:
         """Gaze end times of the session's charges in ``[start, end)``."""
         rows = self.sql.all(
@@ -402,6 +417,22 @@ class Store:
             )
         ]
         return problems
+
+
+#: Indexes a charge's queries use, created on every open (a ledger written before they existed
+#: gets them then; they hold no data of their own): a session's pending outbox items (its
+#: pending count, without reading its delivered history) and its charges by charge time (the
+#: wall-clock window).
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS outbox_session_pending ON outbox(session) WHERE state = 'pending'",
+    "CREATE INDEX IF NOT EXISTS charges_created ON charges(session, created)",
+)
+
+
+def ensure_indexes(sql: Sql) -> None:
+    """Create the :data:`INDEXES` that are missing."""
+    for statement in INDEXES:
+        sql.run(statement)
 
 
 def rename_v1(sql: Sql) -> None:
