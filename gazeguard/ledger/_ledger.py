@@ -790,7 +790,35 @@ def _validated(request: ChargeRequest) -> tuple[_Release, tuple[float, float]]:
     return release, span
 
 
+#: Validated releases by their arguments (types included: ``True`` is no count): a fleet's
+#: pipelines charge the same few shapes again and again (48 ε converted to micro-ε each).
+_RELEASES: dict[tuple[object, object], _Release] = {}
+_RELEASES_MAX = 1024
+_releases_lock = threading.Lock()
+
+
 def _release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
+    """A release's cost, validated (ConfigError), remembered for the same arguments."""
+    try:
+        memo: tuple[object, object] | None = (
+            tuple((type(k), k, type(v), v) for k, v in epsilon.items()),
+            None if events is None else tuple((type(k), k, type(n), n) for k, n in events.items()),
+        )
+        hit = _RELEASES.get(memo)  # type: ignore[arg-type]
+    except TypeError:  # something unhashable: validate it plainly
+        memo, hit = None, None
+    if hit is not None:
+        return hit
+    out = _validated_release(epsilon, events)
+    if memo is not None:
+        with _releases_lock:
+            if len(_RELEASES) >= _RELEASES_MAX:
+                _RELEASES.clear()
+            _RELEASES[memo] = out
+    return out
+
+
+def _validated_release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
     if not epsilon:
         raise ConfigError("epsilon", dict(epsilon), "a release covers at least one feature")
     eps: dict[str, float] = {}

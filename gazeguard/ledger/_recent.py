@@ -21,9 +21,10 @@ of the ledger's rows, never a source: a restart starts empty and the ledger's ta
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gazeguard.ledger._store import SessionRow, Store
@@ -52,42 +53,49 @@ def row_key(row: SessionRow) -> RowKey:
 class Recent:
     """The session's charges with gaze end > ``gaze_lo`` or charge time > ``wall_lo`` (Unix s).
 
+    Held twice, each sorted for :mod:`bisect`: by gaze end (the charges with gaze end >
+    ``gaze_lo``) and by charge time (those made after ``wall_lo``), each time with the charge's
+    events; a window's counts are then the events of one slice.
+
     Attributes:
         key: the session row's :func:`row_key` these charges are exact for.
         gaze_lo: every charge whose gaze ends after this (Unix s) is held.
         wall_lo: every charge made after this (Unix s, wall clock) is held.
-        gaze: gaze end of each held charge, Unix s.
-        created: charge time of each held charge, Unix s.
-        events: events of each held charge.
+        gaze: gaze end of each charge held by gaze, Unix s, ascending.
+        gaze_events: their events, in the same order.
+        created: charge time of each charge held by charge time, Unix s, ascending.
+        created_events: their events, in the same order.
     """
 
     key: RowKey
     gaze_lo: float
     wall_lo: float
     gaze: list[float] = field(default_factory=list)
+    gaze_events: list[EventItems] = field(default_factory=list)
     created: list[float] = field(default_factory=list)
-    events: list[EventItems] = field(default_factory=list)
+    created_events: list[EventItems] = field(default_factory=list)
 
     @classmethod
     def load(
         cls, store: Store, session: str, key: RowKey, gaze_lo: float, wall_lo: float
     ) -> Recent:
         """Read the session's charges since ``gaze_lo`` (gaze) or ``wall_lo`` (wall clock)."""
+        charges: dict[tuple[str, int], tuple[float, float, list[tuple[str, int]]]] = {}
+        for stream, idx, gaze_end, created, event, count in store.recent_charges(
+            session, gaze_lo, wall_lo
+        ):
+            entry = charges.get((stream, int(idx)))
+            if entry is None:
+                entry = charges[stream, int(idx)] = (float(gaze_end), float(created), [])
+            entry[2].append((str(event), int(count)))
         out = cls(key, gaze_lo, wall_lo)
-        rows = store.recent_charges(session, gaze_lo, wall_lo)
-        charge: tuple[str, int] | None = None
-        items: list[tuple[str, int]] = []
-        for stream, idx, gaze_end, created, event, count in rows:
-            if (stream, idx) != charge:
-                if items:
-                    out.events.append(intern(tuple(sorted(items))))
-                    items = []
-                charge = (stream, idx)
-                out.gaze.append(float(gaze_end))
-                out.created.append(float(created))
-            items.append((str(event), int(count)))
-        if items:
-            out.events.append(intern(tuple(sorted(items))))
+        rows = [(g, c, intern(tuple(sorted(items)))) for g, c, items in charges.values()]
+        for g, _, ev in sorted((r for r in rows if r[0] > gaze_lo), key=lambda r: r[0]):
+            out.gaze.append(g)
+            out.gaze_events.append(ev)
+        for _, c, ev in sorted((r for r in rows if r[1] > wall_lo), key=lambda r: r[1]):
+            out.created.append(c)
+            out.created_events.append(ev)
         return out
 
     def covers_gaze(self, start: float) -> bool:
@@ -99,46 +107,61 @@ class Recent:
         return since >= self.wall_lo
 
     def gaze_ends(self, start: float, end: float) -> list[float]:
-        """As :meth:`Store.gaze_ends`: distinct gaze ends in ``[start, end)`` (needs
-        :meth:`covers_gaze` of ``start``)."""
-        return list({g for g in self.gaze if start <= g < end})
+        """As :meth:`Store.gaze_ends`: distinct gaze ends in ``[start, end)`` (needs every
+        charge with gaze end >= ``start``: ``start > gaze_lo``)."""
+        i = bisect.bisect_left(self.gaze, start)
+        j = bisect.bisect_left(self.gaze, end, i)
+        return list(dict.fromkeys(self.gaze[i:j]))
 
     def window_counts(self, start: float, end: float) -> dict[str, int]:
         """As :meth:`Store.window_counts`: event counts of the charges whose gaze ends in
         ``(start, end]`` (needs :meth:`covers_gaze` of ``start``)."""
-        return _summed(ev for g, ev in zip(self.gaze, self.events, strict=True) if start < g <= end)
+        i = bisect.bisect_right(self.gaze, start)
+        j = bisect.bisect_right(self.gaze, end, i)
+        return _summed(self.gaze_events[i:j])
 
     def charged_since(self, since: float) -> dict[str, int]:
         """As :meth:`Store.charged_since`: event counts of the charges made after ``since``
         (needs :meth:`covers_wall` of ``since``)."""
-        return _summed(ev for c, ev in zip(self.created, self.events, strict=True) if c > since)
+        return _summed(self.created_events[bisect.bisect_right(self.created, since) :])
 
     def extended(
         self, key: RowKey, gaze_end: float, created: float, events: Mapping[str, int]
     ) -> Recent:
         """A copy with one more charge, exact for the row ``key`` it left (this one unchanged)."""
-        return Recent(
-            key, self.gaze_lo, self.wall_lo, [*self.gaze, gaze_end], [*self.created, created],
-            [*self.events, intern(tuple(sorted((k, int(n)) for k, n in events.items())))],
+        ev = intern(tuple(sorted((k, int(n)) for k, n in events.items())))
+        out = Recent(
+            key, self.gaze_lo, self.wall_lo, self.gaze.copy(), self.gaze_events.copy(),
+            self.created.copy(), self.created_events.copy(),
         )  # fmt: skip
+        if gaze_end > self.gaze_lo:
+            i = bisect.bisect_right(out.gaze, gaze_end)
+            out.gaze.insert(i, gaze_end)
+            out.gaze_events.insert(i, ev)
+        if created > self.wall_lo:
+            i = bisect.bisect_right(out.created, created)
+            out.created.insert(i, created)
+            out.created_events.insert(i, ev)
+        return out
 
     def pruned(self, gaze_lo: float, wall_lo: float) -> None:
-        """Raise the horizons (never lower them) and drop the leading charges neither holds."""
+        """Raise the horizons (never lower them) and drop the charges they no longer hold."""
         self.gaze_lo = max(self.gaze_lo, gaze_lo)
         self.wall_lo = max(self.wall_lo, wall_lo)
-        k = 0
-        n = len(self.gaze)
-        while k < n and self.gaze[k] <= self.gaze_lo and self.created[k] <= self.wall_lo:
-            k += 1
+        k = bisect.bisect_right(self.gaze, self.gaze_lo)
         if k:
-            del self.gaze[:k], self.created[:k], self.events[:k]
+            del self.gaze[:k], self.gaze_events[:k]
+        k = bisect.bisect_right(self.created, self.wall_lo)
+        if k:
+            del self.created[:k], self.created_events[:k]
 
 
-def _summed(parts: Iterable[EventItems]) -> dict[str, int]:
+def _summed(parts: list[EventItems]) -> dict[str, int]:
+    """The events of ``parts`` added up (counted per shared tuple first: C speed)."""
     out: dict[str, int] = {}
-    for items in parts:
+    for items, times in Counter(parts).items():
         for key, n in items:
-            out[key] = out.get(key, 0) + n
+            out[key] = out.get(key, 0) + n * times
     return out
 
 
