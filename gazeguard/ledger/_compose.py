@@ -34,7 +34,8 @@ Counts = Mapping[str, int]
 #: Counts up to this are composed exactly in reports; above, rounded up to 1/64 relative steps.
 EXACT_REPORT_COUNTS = 64
 
-#: How many :meth:`LedgerComposer.fits` answers are remembered (then forgotten all at once).
+#: How many :meth:`LedgerComposer.fits` (and :meth:`LedgerComposer.epsilon`) answers are
+#: remembered (then forgotten all at once).
 FITS_MEMO = 4096
 
 
@@ -52,6 +53,7 @@ class LedgerComposer:
     def __init__(self) -> None:
         self._events: dict[str, tuple[Event, int | None]] = {}
         self._fits: dict[tuple[object, ...], bool] = {}
+        self._epsilon: dict[tuple[object, ...], float] = {}
         self._lock = threading.Lock()
 
     def event(self, key: str) -> Event:
@@ -107,11 +109,20 @@ class LedgerComposer:
 
     def epsilon(self, counts: Counts, delta: float, *, exact: bool = False) -> float:
         """ε at ``delta`` of all releases in ``counts`` (an upper bound; never above pure ε);
-        counts rounded up to the report grid unless ``exact``."""
+        counts rounded up to the report grid unless ``exact``. Remembered for the last
+        :data:`FITS_MEMO` questions (a preview and its charge report the same figures)."""
         if not any(counts.values()):
             return 0.0
-        composed = compose(self.events(counts, rounded=not exact), delta).epsilon
-        return min(composed, self.pure(counts))
+        memo = (tuple(sorted(counts.items())), delta, exact)
+        hit = self._epsilon.get(memo)
+        if hit is None:
+            composed = compose(self.events(counts, rounded=not exact), delta).epsilon
+            hit = min(composed, self.pure(counts))
+            with self._lock:
+                if len(self._epsilon) >= FITS_MEMO:
+                    self._epsilon.clear()
+                self._epsilon[memo] = hit
+        return hit
 
     def warm(self, before: Counts, cost: Counts, cap: float, delta: float) -> None:
         """Run (and cache) the capacity search :meth:`fits` will need for ``cost`` after
