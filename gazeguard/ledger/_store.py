@@ -420,12 +420,10 @@ class Store:
 
 
 #: Indexes a charge's queries use, created on every open (a ledger written before they existed
-#: gets them then; they hold no data of their own): a session's pending outbox items (its
-#: pending count, without reading its delivered history) and its charges by charge time (the
-#: wall-clock window).
+#: gets them then; they hold no data of their own): a session's pending outbox items, so that
+#: its pending count (in every reported state) reads those, not its whole delivered history.
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS outbox_session_pending ON outbox(session) WHERE state = 'pending'",
-    "CREATE INDEX IF NOT EXISTS charges_created ON charges(session, created)",
 )
 
 
