@@ -238,7 +238,8 @@ def test_a_ledger_written_before_the_pending_index_opens_with_it_and_the_same_fi
         assert ledger.verify() == []
         for i in range(8, 14):
             t = 1.7e9 + 10 * i
-            got, want = [], []
+            got: list[object] = []
+            want: list[object] = []
             for led, out in ((ledger, got), (kept, want)):
                 try:
                     out.append(led.charge("a", i, EPS, TOPIC, body(i), gaze=(t, t + 9)).state)
