@@ -64,11 +64,13 @@ class Preview:
 
 @dataclass(frozen=True, slots=True)
 class _Release:
-    """A release's cost, validated: pure ε per feature, its micro-ε total, its events."""
+    """A release's cost, validated: pure ε per feature, its micro-ε total, its events, and the
+    ε per feature as stored (JSON)."""
 
     epsilon: dict[str, float]
     units: int | None
     events: dict[str, int]
+    epsilon_json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,18 +397,16 @@ class Ledger:
             now=now,
         )  # fmt: skip
         store.insert_charge(
-            session, stream, chunk_index, epsilon=release.epsilon, units=release.units,
+            session, stream, chunk_index, epsilon_json=release.epsilon_json, units=release.units,
             events=release.events, gaze=span, now=now,
         )  # fmt: skip
-        store.update_after_charge(
+        after = store.update_after_charge(
             session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1]
         )
         outbox_id = store.enqueue(
             session, stream, chunk_index, topic=request.topic, payload=bytes(request.payload),
             now=now,
         )  # fmt: skip
-        after = store.session(session)
-        assert after is not None
         recent = recent.extended(row_key(after), span[1], now, release.events)
         margin = (1.0 + MARGIN) * caps.window_s
         assert after.last_gaze_end is not None
@@ -415,7 +415,7 @@ class Ledger:
             _View(store, session, recent), caps=caps, last_end=after.last_gaze_end, span=None,
             release=None,
         )  # fmt: skip
-        after_counts = store.counts(session)
+        after_counts = policy.merged(counts, release.events)  # (as insert_charge added them)
         state = self._figures(
             session, row=after, caps=caps, counts=after_counts, release=None, window=window,
             store=store,
@@ -587,6 +587,7 @@ class Ledger:
                     caps.describe(),
                 )  # fmt: skip
             store.set_caps(session, caps.to_json())
+            row.caps = caps.to_json()
         return row, caps
 
     def _check(
@@ -829,14 +830,19 @@ _releases_lock = threading.Lock()
 
 def _release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
     """A release's cost, validated (ConfigError), remembered for the same arguments."""
-    try:
-        memo: tuple[object, object] | None = (
-            tuple((type(k), k, type(v), v) for k, v in epsilon.items()),
-            None if events is None else tuple((type(k), k, type(n), n) for k, n in events.items()),
-        )
-        hit = _RELEASES.get(memo)  # type: ignore[arg-type]
-    except TypeError:  # something unhashable: validate it plainly
-        memo, hit = None, None
+    memo: tuple[object, object] | None = None
+    hit = None
+    # Only plain str names and int counts are remembered: equal keys then mean equal releases
+    # (1, 1.0 and True are equal keys with different names; True is no count).
+    plain_events = events is None or (
+        set(map(type, events)) == {str} and set(map(type, events.values())) == {int}
+    )
+    if plain_events and set(map(type, epsilon)) == {str}:
+        try:
+            memo = (tuple(epsilon.items()), None if events is None else tuple(events.items()))
+            hit = _RELEASES.get(memo)
+        except TypeError:  # an unhashable value: validate it plainly
+            memo = None
     if hit is not None:
         return hit
     out = _validated_release(epsilon, events)
@@ -872,7 +878,7 @@ def _validated_release(epsilon: Mapping[str, float], events: Counts | None) -> _
     bad = [k for k, n in events.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1]
     if not events or bad:
         raise ConfigError("events", dict(events), "must map event keys to counts >= 1")
-    return _Release(eps, units, dict(events))
+    return _Release(eps, units, dict(events), json.dumps(eps))
 
 
 def _span(gaze: tuple[float, float] | None) -> tuple[float, float]:

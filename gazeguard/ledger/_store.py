@@ -181,17 +181,20 @@ class Store:
         stream: str,
         idx: int,
         *,
-        epsilon: Mapping[str, float],
+        epsilon_json: str,
         units: int | None,
         events: Mapping[str, int],
         gaze: tuple[float, float],
         now: float,
     ) -> None:
-        """One charge row with its events; the session's event counts grow by ``events``."""
+        """One charge row with its events; the session's event counts grow by ``events``.
+
+        ``epsilon_json``: pure ε per feature, ``json.dumps`` of a dict; ``units`` its total in
+        micro-ε; ``gaze`` (start, end) and ``now``: Unix s."""
         self.sql.run(
             "INSERT INTO charges (session, stream, idx, total, epsilon, gaze_start, gaze_end, "
             "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (session, stream, idx, units, json.dumps(dict(epsilon)), gaze[0], gaze[1], now),
+            (session, stream, idx, units, epsilon_json, gaze[0], gaze[1], now),
         )
         for key, event_id in self.event_ids(sorted(events)).items():
             n = int(events[key])
@@ -215,24 +218,33 @@ class Store:
         idx: int,
         stream: str,
         gaze_end: float,
-    ) -> None:
-        """Counters, spend, last index and gaze time, version + 1."""
+    ) -> SessionRow:
+        """Counters, spend, last index and gaze time, version + 1; returns the row as written
+        (``row``: the session's row, locked by this transaction)."""
         last = row.last_chunk
         if stream == "chunks":
             last = idx if last is None else max(last, idx)
+        after = SessionRow(
+            row.caps,
+            row.version + 1,
+            row.chunks + (1 if stream == "chunks" else 0),
+            row.withheld,
+            row.refused,
+            row.spent_units + (units or 0),
+            row.pure_finite and units is not None,
+            max(row.max_units, units or 0),
+            last,
+            gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
+        )
         self.sql.run(
             "UPDATE sessions SET version = version + 1, chunks = chunks + ?, spent = ?, "
             "pure_finite = ?, max_chunk = ?, last_chunk = ?, last_gaze_end = ? WHERE session = ?",
             (
-                1 if stream == "chunks" else 0,
-                row.spent_units + (units or 0),
-                row.pure_finite and units is not None,
-                max(row.max_units, units or 0),
-                last,
-                gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
-                session,
+                after.chunks - row.chunks, after.spent_units, after.pure_finite, after.max_units,
+                after.last_chunk, after.last_gaze_end, session,
             ),
-        )
+        )  # fmt: skip
+        return after
 
     def history(self, session: str, stream: str = "chunks") -> list[tuple[Any, ...]]:
         """``(idx, total units | None, epsilon JSON, gaze_start, gaze_end, created)`` in order."""

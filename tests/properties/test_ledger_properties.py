@@ -286,6 +286,9 @@ def test_the_charges_held_in_memory_decide_as_the_tables_do(
                             )  # fmt: skip
                         except (BudgetExhaustedError, DuplicateChargeError, StaleStateError) as e:
                             result = e
+                        else:  # the state a charge reports is the one the tables then hold
+                            assert isinstance(result, Charge)
+                            assert result.state == ledger.state(session)
                         got.append(_outcome(result))
                     assert got[:2] == got[2:]
                 elif op[0] == "group":
