@@ -18,7 +18,8 @@ Tables (schema version 2; DDL in the backends):
 * ``withheld`` — releases refused by a cap or dropped on an error.
 * ``outbox`` — charged payloads waiting for the sink's acknowledgement; ``state`` is
   ``pending``, ``delivered`` (payload dropped) or ``refused`` (the broker permanently refused it:
-  payload kept, reason recorded, the queue goes on).
+  payload kept, reason recorded, the queue goes on). Its pending items are indexed per session
+  (:data:`INDEXES`, created on every open, so older ledger files get them too).
 """
 
 from __future__ import annotations
