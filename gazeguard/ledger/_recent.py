@@ -12,11 +12,12 @@ Validity. A :class:`Recent` is *exact* for the session's committed charges at on
 session row's (version, spent micro-ε, chunks, last gaze end). Every charge changes the version
 in the transaction that inserts it, so a writer that reads the session row in its transaction
 (locked) and finds the same key finds the same charges. It answers only windows inside what it
-holds (``gaze_lo``, ``wall_lo``); anything else (an old backlog's window) goes to SQL. It is only
-ever built or extended from a committed write transaction (installed after ``COMMIT``), so an
-uncommitted or rolled-back charge can never be remembered; another worker's charge to the session
-(a shared PostgreSQL ledger) changes the version and the next use reloads from SQL. It is a cache
-of the ledger's rows, never a source: a restart starts empty and the ledger's tables decide.
+holds (``gaze_lo``, ``wall_lo``); anything else (an old backlog's window) goes to SQL. One is
+kept (:class:`RecentCache`) only from a write transaction, and only after its ``COMMIT``, so an
+uncommitted or rolled-back charge is never remembered (a preview that finds none reads one in its
+snapshot for its own checks and drops it); another worker's charge to the session (a shared
+PostgreSQL ledger) changes the version and the next use reloads from SQL. It is a cache of the
+ledger's rows, never a source: a restart starts empty and the ledger's tables decide.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ RowKey = tuple[int, int, int, float | None]
 #: One charge's events: ((event key, count), …), shared between charges of the same shape.
 EventItems = tuple[tuple[str, int], ...]
 
-#: How far, s, beyond the trailing window of gaze and of wall-clock time a session's charges
-#: are held (out-of-order chunks up to this much before the latest gaze time are answered from
-#: memory too), as a fraction of ``window_s``.
+#: How far beyond the trailing window of gaze and of wall-clock time a session's charges are
+#: held, as a fraction of ``window_s`` (0.25: 15 min of gaze and of wall clock past the hour);
+#: out-of-order chunks up to this much before the latest gaze time are answered from memory too.
 MARGIN = 0.25
 
 #: At most this many sessions are held (least recently used dropped first).
