@@ -13,6 +13,19 @@ uses pure sequential caps, the accounting of every charge before the (ε, δ) ac
 Run: ``python bench/bench_ledger.py [--charges N]``; prints a table and writes
 ``bench/results/ledger.json``. PostgreSQL rows need ``gazeguard[fleet]`` and the server binaries
 (``apt-get install -y postgresql``); the bench starts its own server on a free loopback port.
+
+Fleet pattern (``--fleet``): the CPU a fleet worker spends per chunk in
+:func:`gazeguard.pipeline.release_group` (mechanism, preview, message, group-committed charge),
+with N sessions on one SQLite ledger (``synchronous=FULL``, the sidecar's default caps: 10 ε per
+hour of gaze and of wall-clock time), each with an hour of history (225 chunks of 16 s, written
+straight into the tables as the ledger writes them), chunks due in gaze order in groups of 1–8
+from different sessions, the ledger's wall clock following the simulated fleet. Each
+configuration runs in its own process (``--before PATH``: the same rounds against the gazeguard
+at PATH, e.g. a checkout of the previous commit, interleaved round by round); the rounds after a
+warm-up (every session once) are timed with the worker thread's CPU time (``thread`` ms/chunk),
+the process's (``process``: with the prefetch thread) and wall time; medians of the
+rounds. ``python bench/bench_ledger.py --fleet --sessions 200,1000 [--before ../main]`` writes
+``bench/results/ledger_fleet.json``.
 """
 
 from __future__ import annotations
@@ -26,13 +39,16 @@ import pwd
 import shutil
 import socket
 import sqlite3
+import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -174,11 +190,229 @@ def postgres_server() -> Iterator[str | None]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# ---- the fleet pattern -----------------------------------------------------------------------
+
+FLEET_RESULTS = Path(__file__).resolve().parent / "results" / "ledger_fleet.json"
+CHUNK_S = 16.0  # a 120 Hz session completes a 32-step chunk every 16 s of gaze
+HISTORY = 225  # one hour of chunks
+BASE = 1.7e9  # Unix time of the first chunk's gaze end (history starts here)
+
+
+def _fleet_pipeline(ledger: Ledger, session: str) -> Any:
+    from gazeguard.config import Settings  # noqa: PLC0415
+    from gazeguard.pipeline import Pipeline  # noqa: PLC0415
+
+    s = Settings()
+    return Pipeline(
+        ledger, session=session, device="d", features=s.features, mechanism=s.mechanism,
+        clock_offset_s=0.0,
+    )  # fmt: skip
+
+
+def _gaze_end(session: int, index: int, sessions: int) -> float:
+    """Chunk ``index`` of session ``session``: sessions staggered evenly over 16 s."""
+    return BASE + index * CHUNK_S + session * CHUNK_S / sessions
+
+
+def fleet_seed(path: Path, sessions: int, history: int) -> None:
+    """A ledger with ``history`` delivered chunks per session, as the ledger writes them (rows
+    straight into the tables: seconds instead of minutes of charges)."""
+    from gazeguard.config import Settings  # noqa: PLC0415
+    from gazeguard.ledger import to_units_up  # noqa: PLC0415
+    from gazeguard.ledger.policy import Caps  # noqa: PLC0415
+
+    caps = Settings().ledger.caps()
+    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "x.sqlite", **caps) as scratch:
+        probe = _fleet_pipeline(scratch, "probe")
+        events, eps = dict(probe._events), dict(probe._eps_map)
+    with Ledger(path, **caps):
+        pass  # the tables
+    caps_json = Caps(
+        caps["session_cap"], caps["window_cap"], caps["window_s"], caps["delta"],
+        caps["composition"], caps["wall_clock"],
+    ).to_json()  # fmt: skip
+    units = sum(to_units_up(v) for v in eps.values())
+    eps_json = json.dumps(eps)
+    with closing(sqlite3.connect(path)) as db, db:
+        # a ledger as written before the per-session pending index (the "before" code lacks it;
+        # the code under test creates it on open)
+        db.execute("DROP INDEX IF EXISTS outbox_session_pending")
+        ids = {}
+        for key in events:
+            db.execute("INSERT INTO events (key) VALUES (?)", (key,))
+            ids[key] = db.execute("SELECT id FROM events WHERE key = ?", (key,)).fetchone()[0]
+        for i in range(sessions):
+            name = f"s{i:04d}"
+            ends = [_gaze_end(i, j, sessions) for j in range(history)]
+            db.execute(
+                "INSERT INTO sessions (session, caps, version, chunks, spent, pure_finite, "
+                "max_chunk, last_chunk, last_gaze_end, created) VALUES (?,?,?,?,?,1,?,?,?,?)",
+                (name, caps_json, history, history, units * history, units, history - 1,
+                 ends[-1], ends[0]),
+            )  # fmt: skip
+            for key, n in events.items():
+                db.execute(
+                    "INSERT INTO session_events VALUES (?, ?, ?)", (name, ids[key], n * history)
+                )
+                db.executemany(
+                    "INSERT INTO charge_events VALUES (?, 'chunks', ?, ?, ?)",
+                    [(name, j, ids[key], n) for j in range(history)],
+                )
+            db.executemany(
+                "INSERT INTO charges VALUES (?, 'chunks', ?, ?, ?, ?, ?, ?)",
+                [(name, j, units, eps_json, e - 15.5, e, e) for j, e in enumerate(ends)],
+            )
+            db.executemany(
+                "INSERT INTO outbox (session, stream, idx, topic, payload, created, delivered, "
+                "state) VALUES (?, 'chunks', ?, 't', NULL, ?, ?, 'delivered')",
+                [(name, j, e, e + 0.1) for j, e in enumerate(ends)],
+            )
+
+
+class _FleetClock:
+    """The ledger module's ``time``, with the wall clock at the simulated fleet's now."""
+
+    now = 0.0
+    monotonic = staticmethod(time.monotonic)
+    perf_counter = staticmethod(time.perf_counter)
+
+    def time(self) -> float:
+        return self.now
+
+
+def fleet_worker(path: Path, sessions: int, history: int) -> None:
+    """Serve rounds asked for on stdin (JSON ``{"chunks": n}``), answering each with its CPU and
+    wall time on stdout; the publisher's deliveries after each round are not timed."""
+    import random  # noqa: PLC0415
+
+    import gazeguard.ledger._ledger as ledger_module  # noqa: PLC0415
+    from gazeguard.chunking import Chunk  # noqa: PLC0415
+    from gazeguard.config import Settings  # noqa: PLC0415
+    from gazeguard.pipeline import release_group  # noqa: PLC0415
+
+    clock = _FleetClock()
+    clock.now = _gaze_end(0, history, sessions)
+    ledger_module.time = clock  # type: ignore[assignment]
+    ledger = Ledger(path, **Settings().ledger.caps())
+    pipes = [_fleet_pipeline(ledger, f"s{i:04d}") for i in range(sessions)]
+    rng = np.random.default_rng(7)
+    sizes = random.Random(7)
+    order = 0  # chunks come due round-robin: session order % N, each at its next index
+    values = rng.normal(size=(48, 32))
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        want = int(json.loads(line)["chunks"])
+        groups = []
+        while want > 0:
+            jobs = []
+            for _ in range(min(sizes.randint(1, 8), want)):
+                i, j = order % sessions, history + order // sessions
+                order += 1
+                end = _gaze_end(i, j, sessions)
+                steps = end - 15.5 + 0.5 * np.arange(32)
+                jobs.append((pipes[i], Chunk(j, values + rng.normal(size=values.shape), steps)))
+            groups.append((end, jobs))
+            want -= len(jobs)
+        released = 0
+        c0, p0, w0 = time.thread_time(), time.process_time(), time.perf_counter()
+        for end, jobs in groups:
+            clock.now = end + 0.05
+            released += sum(r is not None for r in release_group(jobs))
+        c1, p1, w1 = time.thread_time(), time.process_time(), time.perf_counter()
+        for item in ledger.pending():
+            ledger.mark_delivered(item.id)
+        out = {"thread": c1 - c0, "process": p1 - p0, "wall": w1 - w0, "released": released}
+        print(json.dumps(out), flush=True)
+    ledger.close()
+
+
+def fleet(sessions_list: list[int], before: Path | None, rounds: int, chunks: int) -> None:
+    """The fleet rows: per N, this code (and ``before``'s) interleaved round by round."""
+    here = Path(__file__).resolve().parent.parent
+    roots = {"after": here} if before is None else {"before": before.resolve(), "after": here}
+    rows = []
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        for n in sessions_list:
+            seed = Path(tmp) / f"seed{n}.sqlite"
+            fleet_seed(seed, n, HISTORY)
+            procs = {}
+            for name, root in roots.items():
+                path = Path(tmp) / f"{name}{n}.sqlite"
+                shutil.copy(seed, path)
+                procs[name] = subprocess.Popen(
+                    [sys.executable, __file__, "--fleet-worker", str(path), "--sessions", str(n)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    env={**os.environ, "PYTHONPATH": str(root)},
+                )  # fmt: skip
+            seed.unlink()
+
+            def ask(proc: subprocess.Popen[str], k: int) -> dict[str, float]:
+                assert proc.stdin is not None
+                assert proc.stdout is not None
+                proc.stdin.write(json.dumps({"chunks": k}) + "\n")
+                proc.stdin.flush()
+                return dict(json.loads(proc.stdout.readline()))
+
+            for proc in procs.values():
+                assert proc.stdout is not None
+                json.loads(proc.stdout.readline())  # ready
+                ask(proc, n)  # warm-up: every session once
+            got: dict[str, list[dict[str, float]]] = {name: [] for name in procs}
+            for _ in range(rounds):
+                for name, proc in procs.items():
+                    got[name].append(ask(proc, chunks))
+            for name, proc in procs.items():
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.wait(60)
+                row: dict[str, Any] = {"sessions": n, "code": name, "root": str(roots[name])}
+                for key in ("thread", "process", "wall"):
+                    row[f"{key}_ms_per_chunk"] = statistics.median(
+                        r[key] / chunks * 1e3 for r in got[name]
+                    )
+                row["released"] = sum(int(r["released"]) for r in got[name])
+                row["chunks"] = rounds * chunks
+                rows.append(row)
+    print(f"release_group, fleet pattern: {rounds} rounds of {chunks} chunks, groups of 1-8")
+    head = f"{'sessions':>8} {'code':7} {'thread ms':>10} {'process ms':>11} {'wall ms':>8}"
+    print(head + " released (ms per chunk, medians of the rounds)")
+    for r in rows:
+        print(
+            f"{r['sessions']:8d} {r['code']:7} {r['thread_ms_per_chunk']:10.3f} "
+            f"{r['process_ms_per_chunk']:11.3f} {r['wall_ms_per_chunk']:8.3f} "
+            f"{r['released']}/{r['chunks']}"
+        )
+    doc = {
+        "benchmark": "ledger_fleet",
+        "history_chunks": HISTORY,
+        "rounds": rounds,
+        "chunks_per_round": chunks,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "sqlite_version": sqlite3.sqlite_version,
+        "results": rows,
+    }
+    FLEET_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    FLEET_RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {FLEET_RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--charges", type=int, default=600, help="charges per configuration")
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (noise)")
+    parser.add_argument("--fleet", action="store_true", help="the fleet pattern instead")
+    parser.add_argument("--sessions", default="200,1000", help="fleet: session counts")
+    parser.add_argument("--chunks", type=int, default=200, help="fleet: chunks per round")
+    parser.add_argument("--before", type=Path, help="fleet: also run the gazeguard at PATH")
+    parser.add_argument("--fleet-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fleet_worker is not None:
+        fleet_worker(args.fleet_worker, int(args.sessions), HISTORY)
+        return
+    if args.fleet:
+        sessions = [int(x) for x in args.sessions.split(",")]
+        fleet(sessions, args.before, args.rounds, args.chunks)
+        return
     n, rounds = args.charges, args.rounds
     payload = make_payload()
     with (

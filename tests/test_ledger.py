@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 
@@ -204,6 +204,52 @@ def test_outbox_keeps_order_and_delivery_drops_items(tmp_path: Path) -> None:
         assert [p.id for p in ledger.pending()] == ids[1:]
         assert (ledger.state("a").pending, ledger.state("a").chunks) == (2, 3)
         assert ledger.verify() == []
+
+
+def test_a_ledger_written_before_the_pending_index_opens_with_it_and_the_same_figures(
+    tmp_path: Path,
+) -> None:
+    """A ledger file from before the per-session pending index (the same tables) gets it on
+    open, and reports the same states, pending items and charges as before; the next charges
+    are admitted and refused as on a copy that never lost it."""
+    path, copy = tmp_path / "old.sqlite", tmp_path / "copy.sqlite"
+    caps = {"window_cap": 1.2, "window_s": 50.0, "composition": "sequential", "prefetch": False}
+    with Ledger(path, **caps) as ledger:  # type: ignore[arg-type]
+        for i in range(8):
+            for s in ("a", "b"):
+                t = 1.7e9 + 10 * i
+                with suppress(BudgetExhaustedError):  # 2 of every 5 chunks fit a window
+                    ledger.charge(s, i, EPS, TOPIC, body(i), gaze=(t, t + 9))
+        for item in ledger.pending()[:3]:
+            ledger.mark_delivered(item.id)
+        before = {s: ledger.state(s) for s in ("a", "b")}
+        assert 0 < before["a"].chunks < 8
+        pending = ledger.pending()
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("DROP INDEX outbox_session_pending")
+        db.commit()
+        db.execute("VACUUM INTO ?", (str(copy),))
+    with closing(sqlite3.connect(copy)) as db:
+        db.execute("CREATE INDEX outbox_session_pending ON outbox(session) WHERE state = 'pending'")
+        db.commit()
+    with Ledger(path, **caps) as ledger, Ledger(copy, **caps) as kept:  # type: ignore[arg-type]
+        assert {s: ledger.state(s) for s in ("a", "b")} == before
+        assert ledger.pending() == pending
+        assert ledger.verify() == []
+        for i in range(8, 14):
+            t = 1.7e9 + 10 * i
+            got: list[object] = []
+            want: list[object] = []
+            for led, out in ((ledger, got), (kept, want)):
+                try:
+                    out.append(led.charge("a", i, EPS, TOPIC, body(i), gaze=(t, t + 9)).state)
+                except BudgetExhaustedError as exc:
+                    out.append(exc.cap)
+            assert got == want
+        assert ledger.state("a") == kept.state("a")
+    with closing(sqlite3.connect(path)) as db:
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "outbox_session_pending" in names
 
 
 def test_restart_never_refills_a_cap(tmp_path: Path) -> None:

@@ -229,6 +229,39 @@ def test_the_next_release_finds_its_composition_and_capacity_prefetched(
             assert got.state == want.state
 
 
+def test_one_prefetch_thread_serves_a_stream_of_charges_and_ends_when_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steady stream of charges keeps one prefetch thread (not one started per charge); it
+    ends by itself once no request came for ``IDLE_S``, and a later charge starts a new one."""
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from gazeguard.ledger._ledger import _Prefetch  # noqa: PLC0415
+
+    monkeypatch.setattr(_Prefetch, "IDLE_S", 3.0)  # far above a charge, even on a busy machine
+    events = chunk_events(40.0, 48)
+    eps = {f"f{i}": 1 / 40.0 for i in range(48)}
+    with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
+        prefetch = ledger._prefetch
+        assert prefetch is not None
+        seen = set()
+        for i in range(12):
+            ledger.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i))
+            assert prefetch.wait(60.0)
+            seen.add(prefetch._thread)
+        assert len(seen - {None}) == 1
+        named = [t for t in threading.enumerate() if t.name == "gazeguard-ledger-prefetch"]
+        assert len(named) <= 1
+        deadline = time.monotonic() + 10 * prefetch.IDLE_S + 5
+        while prefetch._thread is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert prefetch._thread is None  # ended by itself
+        ledger.charge("s", 12, eps, "t", b"x", events=events, gaze=gaze(12))
+        assert prefetch.wait(60.0)
+    assert not [t for t in threading.enumerate() if t.name == "gazeguard-ledger-prefetch"]
+
+
 @pytest.mark.parametrize("closed", [True, False])
 def test_a_process_that_exits_while_the_ledger_prefetches_exits_cleanly(
     tmp_path: Path, closed: bool

@@ -8,7 +8,12 @@ psycopg 3 (``pip install -e '.[fleet]'``) the tests skip, saying which is missin
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
+from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 from _postgres import pg_server, pg_url  # noqa: F401 - fixtures
@@ -17,7 +22,16 @@ from test_ledger import V1_SCHEMA
 
 from gazeguard.cli import main
 from gazeguard.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import DuplicateChargeError, Ledger, LedgerError, StaleStateError
+from gazeguard.ledger import (
+    Charge,
+    ChargeRequest,
+    DuplicateChargeError,
+    Ledger,
+    LedgerError,
+    StaleStateError,
+)
+from gazeguard.ledger import _ledger as ledger_module
+from gazeguard.ledger._recent import RecentCache
 
 psycopg = pytest.importorskip(
     "psycopg", reason="psycopg 3 is not installed: pip install -e '.[fleet]'"
@@ -149,3 +163,75 @@ def test_unreachable_server_is_a_clear_error_without_the_password() -> None:
     with pytest.raises(LedgerError, match=r"cannot connect.*:\*\*\*@127.0.0.1") as info:
         Ledger(f"postgresql://gaze:secret@127.0.0.1:{port}/none", timeout_s=2)
     assert "secret" not in str(info.value)
+
+
+def test_two_workers_holding_their_recent_charges_decide_as_sql_alone(
+    url: str, tmp_path: Path
+) -> None:
+    """Two workers on one PostgreSQL ledger, each answering window checks from the charges it
+    holds in memory (valid for the session row's version it locks), taking turns on the same
+    sessions in single charges and group commits, decide and report exactly as an SQLite ledger
+    that queries every window; a stale preview is refused by either."""
+    rng = random.Random(5)
+
+    class Clock:  # the ledger's wall clock, moved by the test (back too)
+        now = 1.7e9
+        monotonic = staticmethod(time.monotonic)
+
+        def time(self) -> float:
+            return self.now
+
+    clock = Clock()
+    shapes = ({"f0": 0.25, "f1": 0.25}, {"f0": 0.5})
+    kwargs: dict[str, Any] = {
+        "window_cap": 1.5, "window_s": 20.0, "composition": "sequential", "wall_clock": True,
+        "prefetch": False,
+    }  # fmt: skip
+
+    def outcome(result: object) -> object:
+        if isinstance(result, Exception):
+            return type(result).__name__
+        assert isinstance(result, Charge)
+        return (result.chunk_index, result.total, result.state)
+
+    with mock.patch.object(ledger_module, "time", clock):
+        workers = [Ledger(url, **kwargs) for _ in range(2)]
+        plain = Ledger(tmp_path / "plain.sqlite", **kwargs)
+        plain._recent = RecentCache(max_sessions=0)  # holds nothing: SQL every time
+        try:
+            for _ in range(120):
+                clock.now += rng.randint(-3, 12)
+                worker = workers[rng.randint(0, 1)]
+                if rng.random() < 0.3:
+                    picks = [(rng.choice("ab"), 1.7e9 + rng.randint(0, 200)) for _ in range(4)]
+                    requests = [
+                        ChargeRequest(
+                            s, rng.randint(0, 40), shapes[rng.randint(0, 1)], "t", b"x",
+                            gaze=(e - 1.0, e),
+                        )
+                        for s, e in picks[: rng.randint(1, 4)]
+                    ]  # fmt: skip
+                    got = [outcome(r) for r in worker.charge_many(requests)]
+                    assert got == [outcome(r) for r in plain.charge_many(requests)]
+                    continue
+                session, index = rng.choice("ab"), rng.randint(0, 40)
+                end, shape = 1.7e9 + rng.randint(0, 200), shapes[rng.randint(0, 1)]
+                stale = rng.random() < 0.1
+                got = []
+                for ledger in (worker, plain):
+                    try:
+                        version = ledger.preview(session, shape, gaze=(end - 1, end)).version
+                        result: object = ledger.charge(
+                            session, index, shape, "t", b"x", gaze=(end - 1, end),
+                            version=version - 1 if stale and version else version,
+                        )  # fmt: skip
+                    except (BudgetExhaustedError, DuplicateChargeError, StaleStateError) as exc:
+                        result = exc
+                    got.append(outcome(result))
+                assert got[0] == got[1]
+                for s in "ab":
+                    assert workers[0].state(s) == workers[1].state(s) == plain.state(s)
+            assert workers[0].verify() == []
+        finally:
+            for ledger in (*workers, plain):
+                ledger.close()

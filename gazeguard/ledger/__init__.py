@@ -43,9 +43,25 @@ savepoint and reported in its place (a fleet worker charges the chunks a batch c
 Prefetch. Reporting ε at δ composes the session's counts (milliseconds to tens of milliseconds
 of FFTs for a new count), and admission runs a capacity search the first time a release shape
 no longer fits by its pure sum (a second or more). After each charge a background thread
-(not a daemon; :meth:`Ledger.close` waits for it) composes what the session's next identical
-release will need, so the release path finds cache lookups. Figures and admission are always
-computed from the ledger's counts; the prefetch only warms the accountant's caches.
+(not a daemon; :meth:`Ledger.close` waits for it; it ends after 0.5 s without a request)
+composes what the session's next identical release will need, so the release path finds cache
+lookups; the composer also remembers its last answers (a preview and its charge ask the same).
+Figures and admission are always computed from the ledger's counts; the prefetch only warms
+the accountant's caches.
+
+Cost of a charge. A preview and its charge each read the session row, its event counts and its
+pending count (indexed statements), and check the windows the release falls in: the hourly
+window(s) of gaze time, the trailing hour of wall-clock time (``wall_clock``), and the trailing
+window's figure. Those window counts are not queried per check: the ledger holds each session's
+charges of the last 1.25 windows in memory (:mod:`gazeguard.ledger._recent`), exact for the
+session row's version, which every charge increments in its transaction. A writer uses them
+only when the row it has locked has that version, extends them only after its COMMIT, and
+reloads them in one query when another writer (a worker sharing a PostgreSQL ledger) charged the
+session; windows outside them (an old backlog) are queried as before. Nothing new is stored: the
+tables are the only source, so a restart or a ledger written by an older release recomputes
+nothing. Per chunk of a fleet worker (an hour of history, SQLite ``FULL``), the window checks
+took ~3 ms of CPU in six JOINs; now the charge is a few statements and its commit
+(``bench/bench_ledger.py --fleet``).
 
 Concurrency. Each write is one transaction that serialises all writers of a session: SQLite
 ``BEGIN IMMEDIATE`` (threads and processes on one file), PostgreSQL ``SELECT … FOR UPDATE`` on

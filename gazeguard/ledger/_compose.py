@@ -34,6 +34,10 @@ Counts = Mapping[str, int]
 #: Counts up to this are composed exactly in reports; above, rounded up to 1/64 relative steps.
 EXACT_REPORT_COUNTS = 64
 
+#: How many :meth:`LedgerComposer.fits` (and :meth:`LedgerComposer.epsilon`) answers are
+#: remembered (then forgotten all at once).
+FITS_MEMO = 4096
+
 
 def report_count(n: int) -> int:
     """``n`` rounded up to the report grid: exact to 64, then steps of ``2^(⌊log2 n⌋ − 6)``."""
@@ -48,6 +52,8 @@ class LedgerComposer:
 
     def __init__(self) -> None:
         self._events: dict[str, tuple[Event, int | None]] = {}
+        self._fits: dict[tuple[object, ...], bool] = {}
+        self._epsilon: dict[tuple[object, ...], float] = {}
         self._lock = threading.Lock()
 
     def event(self, key: str) -> Event:
@@ -103,11 +109,20 @@ class LedgerComposer:
 
     def epsilon(self, counts: Counts, delta: float, *, exact: bool = False) -> float:
         """ε at ``delta`` of all releases in ``counts`` (an upper bound; never above pure ε);
-        counts rounded up to the report grid unless ``exact``."""
+        counts rounded up to the report grid unless ``exact``. Remembered for the last
+        :data:`FITS_MEMO` questions (a preview and its charge report the same figures)."""
         if not any(counts.values()):
             return 0.0
-        composed = compose(self.events(counts, rounded=not exact), delta).epsilon
-        return min(composed, self.pure(counts))
+        memo = (tuple(sorted(counts.items())), delta, exact)
+        hit = self._epsilon.get(memo)
+        if hit is None:
+            composed = compose(self.events(counts, rounded=not exact), delta).epsilon
+            hit = min(composed, self.pure(counts))
+            with self._lock:
+                if len(self._epsilon) >= FITS_MEMO:
+                    self._epsilon.clear()
+                self._epsilon[memo] = hit
+        return hit
 
     def warm(self, before: Counts, cost: Counts, cap: float, delta: float) -> None:
         """Run (and cache) the capacity search :meth:`fits` will need for ``cost`` after
@@ -118,7 +133,22 @@ class LedgerComposer:
             capacity(step, PrivacyLoss.approx(cap, delta), self.events(before))
 
     def fits(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
-        """Whether ``before + cost`` stays within ``cap`` (ε at ``delta``), on exact counts."""
+        """Whether ``before + cost`` stays within ``cap`` (ε at ``delta``), on exact counts.
+
+        A pure function of its arguments, remembered for the last :data:`FITS_MEMO` questions:
+        a release's preview and its charge (and the gaze and wall-clock windows, which hold the
+        same charges in a steady stream) ask the same one."""
+        memo = (tuple(sorted(before.items())), tuple(sorted(cost.items())), cap, delta)
+        hit = self._fits.get(memo)
+        if hit is None:
+            hit = self._fits_exact(before, cost, cap, delta)
+            with self._lock:
+                if len(self._fits) >= FITS_MEMO:
+                    self._fits.clear()
+                self._fits[memo] = hit
+        return hit
+
+    def _fits_exact(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
         total = {k: before.get(k, 0) + cost.get(k, 0) for k in {*before, *cost}}
         units = self.pure_units(total)
         if units is not None and units <= to_units_down(cap, "cap"):

@@ -35,6 +35,7 @@ from gazeguard.ledger._model import (
     to_units_down,
     to_units_up,
 )
+from gazeguard.ledger._recent import MARGIN, Recent, RecentCache, row_key
 from gazeguard.ledger._sqlite import SqliteBackend
 from gazeguard.ledger._store import SessionRow, Store
 from gazeguard.ledger.policy import Caps, Composer, Counts
@@ -63,11 +64,13 @@ class Preview:
 
 @dataclass(frozen=True, slots=True)
 class _Release:
-    """A release's cost, validated: pure ε per feature, its micro-ε total, its events."""
+    """A release's cost, validated: pure ε per feature, its micro-ε total, its events, and the
+    ε per feature as stored (JSON)."""
 
     epsilon: dict[str, float]
     units: int | None
     events: dict[str, int]
+    epsilon_json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +148,11 @@ class Ledger:
             bool(wall_clock),
         )
         self._allow_increase = allow_cap_increase
+        self._caps_json = self._caps.to_json()
+        self._accepted: set[str] = set()  # stored caps the configured ones may bind (JSON)
         self._composer: Composer = composer if composer is not None else LedgerComposer()
         self._prefetch = _Prefetch(self._composer) if prefetch else None
+        self._recent = RecentCache()
         self._backend: LedgerBackend
         if is_url(location):
             try:
@@ -232,14 +238,17 @@ class Ledger:
             store = Store(sql)
             row = store.session(session)
             caps = self._caps if row is None else self._binding(session, row)
+            view = _View(store, session, None)
+            if row is not None:  # held, or read once for the checks below (not kept: a read)
+                view.recent = self._recent.get(session, row_key(row)) or _load(
+                    store, session, row, caps=caps, gaze_end=span[1], now=now
+                )
             row = row or _empty_row(caps)
             counts = store.counts(session)
-            self._check(
-                store, session, caps=caps, counts=counts, release=release, span=span, now=now
-            )
+            self._check(view, caps=caps, counts=counts, release=release, span=span, now=now)
             after = _charged(row, release, span, "chunks", 0)
             window = self._trailing(
-                store, session, caps=caps, last_end=after.last_gaze_end, span=span, release=release
+                view, caps=caps, last_end=after.last_gaze_end, span=span, release=release
             )
             state = self._figures(
                 session, row=after, caps=caps, counts=counts, release=release, window=window,
@@ -293,7 +302,11 @@ class Ledger:
         )  # fmt: skip
         release, span = _validated(request)
         with self._backend.write() as sql:
-            return self._charge_in(Store(sql, self._backend.lock_clause), request, release, span)
+            charge, recent = self._charge_in(
+                Store(sql, self._backend.lock_clause), request, release, span, {}
+            )
+        self._recent.install(session, recent)  # committed
+        return charge
 
     def charge_many(self, requests: Sequence[ChargeRequest]) -> list[Charge | LedgerRefusal]:
         """Charge several releases in ONE durable transaction (group commit), each as
@@ -324,6 +337,7 @@ class Ledger:
         if all(isinstance(c, Exception) for c in checked):
             return [c for c in checked if isinstance(c, Exception)]  # (no transaction)
         out: list[Charge | LedgerRefusal] = []
+        staged: dict[str, Recent] = {}  # per session, its charges as this transaction leaves them
         with self._backend.write() as sql:
             store = Store(sql, self._backend.lock_clause)
             for request, item in zip(requests, checked, strict=True):
@@ -332,7 +346,9 @@ class Ledger:
                     continue
                 sql.run("SAVEPOINT gazeguard_charge")
                 try:
-                    out.append(self._charge_in(store, request, *item))
+                    charge, recent = self._charge_in(store, request, *item, staged)
+                    out.append(charge)
+                    staged[request.session] = recent
                 except (
                     BudgetExhaustedError,
                     DuplicateChargeError,
@@ -342,12 +358,22 @@ class Ledger:
                     sql.run("ROLLBACK TO SAVEPOINT gazeguard_charge")
                     out.append(exc)
                 sql.run("RELEASE SAVEPOINT gazeguard_charge")
+        for session, recent in staged.items():  # committed
+            self._recent.install(session, recent)
         return out
 
     def _charge_in(
-        self, store: Store, request: ChargeRequest, release: _Release, span: tuple[float, float]
-    ) -> Charge:
-        """:meth:`charge`'s writes inside the caller's write transaction."""
+        self,
+        store: Store,
+        request: ChargeRequest,
+        release: _Release,
+        span: tuple[float, float],
+        staged: Mapping[str, Recent],
+    ) -> tuple[Charge, Recent]:
+        """:meth:`charge`'s writes inside the caller's write transaction; the charge, and the
+        session's recent charges as it leaves them (to remember once the transaction commits).
+
+        ``staged``: recent charges of sessions this transaction charged already (uncommitted)."""
         session, chunk_index, stream = request.session, request.chunk_index, request.stream
         now = time.time()
         row, caps = self._lock(store, session, now)
@@ -359,25 +385,37 @@ class Ledger:
                 f"session {session!r} changed since the preview (version {request.version} → "
                 f"{row.version}); preview again"
             )
+        key = row_key(row)
+        recent = staged.get(session)
+        if recent is None or recent.key != key:
+            recent = self._recent.get(session, key) or _load(
+                store, session, row, caps=caps, gaze_end=span[1], now=now
+            )
         counts = store.counts(session)
-        self._check(store, session, caps=caps, counts=counts, release=release, span=span, now=now)
+        self._check(
+            _View(store, session, recent), caps=caps, counts=counts, release=release, span=span,
+            now=now,
+        )  # fmt: skip
         store.insert_charge(
-            session, stream, chunk_index, epsilon=release.epsilon, units=release.units,
+            session, stream, chunk_index, epsilon_json=release.epsilon_json, units=release.units,
             events=release.events, gaze=span, now=now,
         )  # fmt: skip
-        store.update_after_charge(
+        after = store.update_after_charge(
             session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1]
         )
         outbox_id = store.enqueue(
             session, stream, chunk_index, topic=request.topic, payload=bytes(request.payload),
             now=now,
         )  # fmt: skip
-        after = store.session(session)
-        assert after is not None
+        recent = recent.extended(row_key(after), span[1], now, release.events)
+        margin = (1.0 + MARGIN) * caps.window_s
+        assert after.last_gaze_end is not None
+        recent.pruned(after.last_gaze_end - margin, now - margin)
         window = self._trailing(
-            store, session, caps=caps, last_end=after.last_gaze_end, span=None, release=None
-        )
-        after_counts = store.counts(session)
+            _View(store, session, recent), caps=caps, last_end=after.last_gaze_end, span=None,
+            release=None,
+        )  # fmt: skip
+        after_counts = policy.merged(counts, release.events)  # (as insert_charge added them)
         state = self._figures(
             session, row=after, caps=caps, counts=after_counts, release=None, window=window,
             store=store,
@@ -385,7 +423,7 @@ class Ledger:
         if self._prefetch is not None and not caps.sequential:
             self._prefetch.submit(caps, after_counts, window, release.events)
         total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
-        return Charge(session, chunk_index, total, state, outbox_id)
+        return Charge(session, chunk_index, total, state, outbox_id), recent
 
     def withhold(
         self,
@@ -513,13 +551,20 @@ class Ledger:
     # ---- internals ------------------------------------------------------------------------
 
     def _binding(self, session: str, row: SessionRow) -> Caps:
+        """The caps that bind the session (ConfigError: the configured ones are looser than
+        those stored with it); stored caps found acceptable before are not parsed again."""
+        if row.caps in self._accepted:
+            return self._caps
         stored = Caps.from_json(row.caps)
-        return policy.reconcile(
+        caps = policy.reconcile(
             stored,
             self._caps,
             allow_increase=self._allow_increase,
             where=f"session {session!r} in {self._backend.location}",
         )
+        if caps is self._caps and len(self._accepted) < 256:
+            self._accepted.add(row.caps)
+        return caps
 
     def _lock(
         self, store: Store, session: str, now: float, *, reconcile: bool = True
@@ -533,7 +578,7 @@ class Ledger:
         if not reconcile:
             return row, Caps.from_json(row.caps)
         caps = self._binding(session, row)
-        if caps.to_json() != row.caps:
+        if (self._caps_json if caps is self._caps else caps.to_json()) != row.caps:
             if not Caps.from_json(row.caps).at_least_as_strict_as(caps):
                 log.warning(
                     "ledger %s: session %r: caps raised from (%s) to (%s) by allow_cap_increase; "
@@ -542,12 +587,12 @@ class Ledger:
                     caps.describe(),
                 )  # fmt: skip
             store.set_caps(session, caps.to_json())
+            row.caps = caps.to_json()
         return row, caps
 
     def _check(
         self,
-        store: Store,
-        session: str,
+        view: _View,
         *,
         caps: Caps,
         counts: Counts,
@@ -558,22 +603,21 @@ class Ledger:
         windows: list[Counts] = []
         wall: Counts | None = None
         if caps.window is not None:
-            later = store.gaze_ends(session, span[1], span[1] + caps.window_s)
+            later = view.gaze_ends(span[1], span[1] + caps.window_s)
             windows = [
-                store.window_counts(session, a, e)
+                view.window_counts(a, e)
                 for a, e in policy.windows_to_check(span[1], caps.window_s, later)
             ]
             if caps.wall_clock:
-                wall = store.charged_since(session, now - caps.window_s)
+                wall = view.charged_since(now - caps.window_s)
         policy.check(
-            self._composer, caps, session, session=counts, windows=windows, cost=release.events,
-            wall=wall,
+            self._composer, caps, view.session, session=counts, windows=windows,
+            cost=release.events, wall=wall,
         )  # fmt: skip
 
     def _trailing(
         self,
-        store: Store,
-        session: str,
+        view: _View,
         *,
         caps: Caps,
         last_end: float | None,
@@ -583,7 +627,7 @@ class Ledger:
         """Counts of the trailing window of gaze time (with ``release`` added when previewing)."""
         if last_end is None:
             return {}
-        counts = store.window_counts(session, last_end - caps.window_s, last_end)
+        counts = view.window_counts(last_end - caps.window_s, last_end)
         if release is not None and span is not None and span[1] > last_end - caps.window_s:
             counts = policy.merged(counts, release.events)
         return counts
@@ -607,12 +651,57 @@ class Ledger:
 
     def _state(self, store: Store, session: str, row: SessionRow, caps: Caps) -> LedgerState:
         window = self._trailing(
-            store, session, caps=caps, last_end=row.last_gaze_end, span=None, release=None
-        )
+            _View(store, session, None), caps=caps, last_end=row.last_gaze_end, span=None,
+            release=None,
+        )  # fmt: skip
         return self._figures(
             session, row=row, caps=caps, counts=store.counts(session), release=None,
             window=window, store=store,
         )  # fmt: skip
+
+
+class _View:
+    """A session's window aggregates inside one transaction: from its :class:`Recent` charges
+    where they hold the window asked about, else from SQL (the same answers either way)."""
+
+    __slots__ = ("recent", "session", "store")
+
+    def __init__(self, store: Store, session: str, recent: Recent | None) -> None:
+        self.store = store
+        self.session = session
+        self.recent = recent
+
+    def gaze_ends(self, start: float, end: float) -> list[float]:
+        """Distinct gaze ends (Unix s) of the session's charges in ``[start, end)``."""
+        r = self.recent
+        if r is not None and start > r.gaze_lo:
+            return r.gaze_ends(start, end)
+        return self.store.gaze_ends(self.session, start, end)
+
+    def window_counts(self, start: float, end: float) -> Counts:
+        """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s)."""
+        r = self.recent
+        if r is not None and r.covers_gaze(start):
+            return r.window_counts(start, end)
+        return self.store.window_counts(self.session, start, end)
+
+    def charged_since(self, since: float) -> Counts:
+        """Event counts of the session's charges made after ``since`` (Unix s, wall clock)."""
+        r = self.recent
+        if r is not None and r.covers_wall(since):
+            return r.charged_since(since)
+        return self.store.charged_since(self.session, since)
+
+
+def _load(
+    store: Store, session: str, row: SessionRow, *, caps: Caps, gaze_end: float, now: float
+) -> Recent:
+    """Read the session's charges a release ending at ``gaze_end`` (Unix s) charged at ``now``
+    asks about, with :data:`MARGIN` to spare: one query instead of one per window."""
+    last = row.last_gaze_end
+    anchor = gaze_end if last is None else min(gaze_end, last)
+    margin = (1.0 + MARGIN) * caps.window_s
+    return Recent.load(store, session, row_key(row), anchor - margin, now - margin)
 
 
 class _Prefetch:
@@ -630,16 +719,21 @@ class _Prefetch:
     counts. At most one job runs; a newer request while it runs replaces the one waiting.
     """
 
+    #: How long, s, the thread waits for the next request before it ends (a steady stream of
+    #: charges keeps one thread instead of starting one per charge: ~0.1 ms each).
+    IDLE_S = 0.5
+
     def __init__(self, composer: Composer) -> None:
         self._composer = composer
-        self._lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
         self._waiting: tuple[Caps, Counts, Counts, Counts] | None = None
         self._thread: threading.Thread | None = None
+        self._busy = False
         self._closed = False
 
     def submit(self, caps: Caps, session: Counts, window: Counts, cost: Counts) -> None:
         """After a charge: the session's and its window's counts now, and the release's own."""
-        with self._lock:
+        with self._cond:
             if self._closed:
                 return
             self._waiting = (caps, session, window, cost)
@@ -648,14 +742,22 @@ class _Prefetch:
                 # aborts the process ("terminate called without an active exception")
                 self._thread = threading.Thread(target=self._run, name="gazeguard-ledger-prefetch")
                 self._thread.start()
+            else:
+                self._cond.notify_all()
 
     def _run(self) -> None:
         while True:
-            with self._lock:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()  # (wait())
+                if self._waiting is None and not self._closed:
+                    self._cond.wait(self.IDLE_S)
                 job, self._waiting = self._waiting, None
                 if job is None or self._closed:
                     self._thread = None
+                    self._cond.notify_all()
                     return
+                self._busy = True
             caps, session, window, cost = job
             try:
                 self._prepare(caps, session, window, cost)
@@ -672,20 +774,28 @@ class _Prefetch:
 
     def wait(self, timeout_s: float) -> bool:
         """Wait until no job runs or waits (``False``: still busy after ``timeout_s``)."""
-        with self._lock:
-            thread = self._thread
-        if thread is None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._thread is not None and (self._busy or self._waiting is not None):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
             return True
-        thread.join(timeout_s)
-        return not thread.is_alive()
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Drop the waiting request and wait for the one running (a composition or a capacity
-        search: milliseconds to a few seconds)."""
-        with self._lock:
+        search: milliseconds to a few seconds), and for the thread to end."""
+        with self._cond:
             self._closed, self._waiting = True, None
-        if not self.wait(timeout_s):
-            log.warning("the ledger's prefetch thread is still composing after %.0f s", timeout_s)
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+            if thread.is_alive():
+                log.warning(
+                    "the ledger's prefetch thread is still composing after %.0f s", timeout_s
+                )
 
 
 def _cap(value: float | None, field: str) -> float | None:
@@ -711,7 +821,40 @@ def _validated(request: ChargeRequest) -> tuple[_Release, tuple[float, float]]:
     return release, span
 
 
+#: Validated releases by their arguments (types included: ``True`` is no count): a fleet's
+#: pipelines charge the same few shapes again and again (48 ε converted to micro-ε each).
+_RELEASES: dict[tuple[object, object], _Release] = {}
+_RELEASES_MAX = 1024
+_releases_lock = threading.Lock()
+
+
 def _release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
+    """A release's cost, validated (ConfigError), remembered for the same arguments."""
+    memo: tuple[object, object] | None = None
+    hit = None
+    # Only plain str names and int counts are remembered: equal keys then mean equal releases
+    # (1, 1.0 and True are equal keys with different names; True is no count).
+    plain_events = events is None or (
+        set(map(type, events)) == {str} and set(map(type, events.values())) == {int}
+    )
+    if plain_events and set(map(type, epsilon)) == {str}:
+        try:
+            memo = (tuple(epsilon.items()), None if events is None else tuple(events.items()))
+            hit = _RELEASES.get(memo)
+        except TypeError:  # an unhashable value: validate it plainly
+            memo = None
+    if hit is not None:
+        return hit
+    out = _validated_release(epsilon, events)
+    if memo is not None:
+        with _releases_lock:
+            if len(_RELEASES) >= _RELEASES_MAX:
+                _RELEASES.clear()
+            _RELEASES[memo] = out
+    return out
+
+
+def _validated_release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
     if not epsilon:
         raise ConfigError("epsilon", dict(epsilon), "a release covers at least one feature")
     eps: dict[str, float] = {}
@@ -735,7 +878,7 @@ def _release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
     bad = [k for k, n in events.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1]
     if not events or bad:
         raise ConfigError("events", dict(events), "must map event keys to counts >= 1")
-    return _Release(eps, units, dict(events))
+    return _Release(eps, units, dict(events), json.dumps(eps))
 
 
 def _span(gaze: tuple[float, float] | None) -> tuple[float, float]:

@@ -33,7 +33,7 @@ from gazeguard.ledger._model import (
     copy_v1_tables,
     upgrading_from_v1,
 )
-from gazeguard.ledger._store import rename_v1
+from gazeguard.ledger._store import ensure_indexes, rename_v1
 
 __all__ = ["PostgresBackend"]
 
@@ -157,6 +157,7 @@ class PostgresBackend:
                         "COALESCE((SELECT MAX(id) FROM outbox), 0) + 1, false)"
                     )
                 check_schema(sql, self.location)
+                ensure_indexes(sql)
         except BaseException:
             self._conn.close()
             raise

@@ -21,7 +21,7 @@ from gazeguard.ledger._model import (
     copy_v1_tables,
     upgrading_from_v1,
 )
-from gazeguard.ledger._store import rename_v1
+from gazeguard.ledger._store import ensure_indexes, rename_v1
 from gazeguard.ledger.policy import Caps
 
 SQLITE_SCHEMA = """
@@ -183,6 +183,7 @@ class SqliteBackend:
             if upgrade:
                 copy_v1_tables(sql)
             check_schema(sql, self.location)
+            ensure_indexes(sql)
 
     @contextmanager
     def write(self) -> Iterator[Sql]:

@@ -18,7 +18,8 @@ Tables (schema version 2; DDL in the backends):
 * ``withheld`` — releases refused by a cap or dropped on an error.
 * ``outbox`` — charged payloads waiting for the sink's acknowledgement; ``state`` is
   ``pending``, ``delivered`` (payload dropped) or ``refused`` (the broker permanently refused it:
-  payload kept, reason recorded, the queue goes on).
+  payload kept, reason recorded, the queue goes on). Its pending items are indexed per session
+  (:data:`INDEXES`, created on every open, so older ledger files get them too).
 """
 
 from __future__ import annotations
@@ -141,6 +142,21 @@ class Store:
         )
         return {str(k): int(n) for k, n in rows}
 
+    def recent_charges(
+        self, session: str, gaze_after: float, created_after: float
+    ) -> list[tuple[Any, ...]]:
+        """``(stream, idx, gaze_end, created, event key, count)`` of the session's charges whose
+        gaze ends after ``gaze_after`` or that were made after ``created_after`` (Unix s), one
+        row per event, in charge order (a charge's rows together)."""
+        return self.sql.all(
+            "SELECT c.stream, c.idx, c.gaze_end, c.created, e.key, ce.count FROM charges c "
+            "JOIN charge_events ce ON ce.session = c.session AND ce.stream = c.stream "
+            "AND ce.idx = c.idx JOIN events e ON e.id = ce.event_id "
+            "WHERE c.session = ? AND (c.gaze_end > ? OR c.created > ?) "
+            "ORDER BY c.created, c.stream, c.idx",
+            (session, gaze_after, created_after),
+        )
+
     def gaze_ends(self, session: str, start: float, end: float) -> list[float]:
         """Gaze end times of the session's charges in ``[start, end)``."""
         rows = self.sql.all(
@@ -166,17 +182,20 @@ class Store:
         stream: str,
         idx: int,
         *,
-        epsilon: Mapping[str, float],
+        epsilon_json: str,
         units: int | None,
         events: Mapping[str, int],
         gaze: tuple[float, float],
         now: float,
     ) -> None:
-        """One charge row with its events; the session's event counts grow by ``events``."""
+        """One charge row with its events; the session's event counts grow by ``events``.
+
+        ``epsilon_json``: pure ε per feature, ``json.dumps`` of a dict; ``units`` its total in
+        micro-ε; ``gaze`` (start, end) and ``now``: Unix s."""
         self.sql.run(
             "INSERT INTO charges (session, stream, idx, total, epsilon, gaze_start, gaze_end, "
             "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (session, stream, idx, units, json.dumps(dict(epsilon)), gaze[0], gaze[1], now),
+            (session, stream, idx, units, epsilon_json, gaze[0], gaze[1], now),
         )
         for key, event_id in self.event_ids(sorted(events)).items():
             n = int(events[key])
@@ -200,24 +219,33 @@ class Store:
         idx: int,
         stream: str,
         gaze_end: float,
-    ) -> None:
-        """Counters, spend, last index and gaze time, version + 1."""
+    ) -> SessionRow:
+        """Counters, spend, last index and gaze time, version + 1; returns the row as written
+        (``row``: the session's row, locked by this transaction)."""
         last = row.last_chunk
         if stream == "chunks":
             last = idx if last is None else max(last, idx)
+        after = SessionRow(
+            row.caps,
+            row.version + 1,
+            row.chunks + (1 if stream == "chunks" else 0),
+            row.withheld,
+            row.refused,
+            row.spent_units + (units or 0),
+            row.pure_finite and units is not None,
+            max(row.max_units, units or 0),
+            last,
+            gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
+        )
         self.sql.run(
             "UPDATE sessions SET version = version + 1, chunks = chunks + ?, spent = ?, "
             "pure_finite = ?, max_chunk = ?, last_chunk = ?, last_gaze_end = ? WHERE session = ?",
             (
-                1 if stream == "chunks" else 0,
-                row.spent_units + (units or 0),
-                row.pure_finite and units is not None,
-                max(row.max_units, units or 0),
-                last,
-                gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
-                session,
+                after.chunks - row.chunks, after.spent_units, after.pure_finite, after.max_units,
+                after.last_chunk, after.last_gaze_end, session,
             ),
-        )
+        )  # fmt: skip
+        return after
 
     def history(self, session: str, stream: str = "chunks") -> list[tuple[Any, ...]]:
         """``(idx, total units | None, epsilon JSON, gaze_start, gaze_end, created)`` in order."""
@@ -402,6 +430,20 @@ class Store:
             )
         ]
         return problems
+
+
+#: Indexes a charge's queries use, created on every open (a ledger written before they existed
+#: gets them then; they hold no data of their own): a session's pending outbox items, so that
+#: its pending count (in every reported state) reads those, not its whole delivered history.
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS outbox_session_pending ON outbox(session) WHERE state = 'pending'",
+)
+
+
+def ensure_indexes(sql: Sql) -> None:
+    """Create the :data:`INDEXES` that are missing."""
+    for statement in INDEXES:
+        sql.run(statement)
 
 
 def rename_v1(sql: Sql) -> None:

@@ -4,16 +4,30 @@ counts gaze time; chunk i's gaze ends at T0 + i s, so a window of w s holds w ch
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from gazeguard.errors import BudgetExhaustedError
-from gazeguard.ledger import UNITS_PER_EPSILON, DuplicateChargeError, Ledger
+from gazeguard.ledger import (
+    UNITS_PER_EPSILON,
+    Charge,
+    ChargeRequest,
+    DuplicateChargeError,
+    Ledger,
+    StaleStateError,
+)
+from gazeguard.ledger import _ledger as _ledger_module
 from gazeguard.ledger._model import to_units_down, to_units_up
+from gazeguard.ledger._recent import RecentCache, row_key
+from gazeguard.ledger._store import Store
 
 SESSIONS = ("a", "b")
 MILLI = UNITS_PER_EPSILON // 1000  # model ε in integer milli-ε: exact in decimal and in units
@@ -144,3 +158,163 @@ def test_charges_round_up_and_caps_round_down(epsilon: float) -> None:
     assert up / UNITS_PER_EPSILON >= epsilon  # a charge never costs less than asked
     assert down / UNITS_PER_EPSILON <= epsilon  # a cap never allows more than configured
     assert 0 <= up - down <= 1
+
+
+# ---- the charges a ledger holds in memory (gazeguard.ledger._recent) -----------------------------
+
+RECENT_W = 20.0  # window, s of gaze (and of wall clock): small, so that windows slide and refuse
+
+
+class _Clock:
+    """The ledger's wall clock (``time`` in gazeguard.ledger._ledger), moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def time(self) -> float:
+        return self.now
+
+    @staticmethod
+    def monotonic() -> float:
+        return time.monotonic()
+
+
+_SHAPES = ({"f0": 0.25, "f1": 0.25}, {"f0": 0.5}, {"f0": 0.25, "f1": 0.5})
+
+_op = st.one_of(
+    st.tuples(  # one charge: by worker, session, index, gaze end (s after T0), clock step (s),
+        st.just("charge"),  # shape, stale
+        st.integers(0, 1),
+        st.sampled_from(SESSIONS),
+        st.integers(0, 12),
+        st.integers(0, 60),
+        st.integers(-3, 12),
+        st.integers(0, len(_SHAPES) - 1),
+        st.booleans(),
+    ),
+    st.tuples(  # a group commit by a worker: several (session, index, gaze end, shape)
+        st.just("group"),
+        st.integers(0, 1),
+        st.lists(
+            st.tuples(
+                st.sampled_from(SESSIONS),
+                st.integers(0, 12),
+                st.integers(0, 60),
+                st.integers(0, len(_SHAPES) - 1),
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        st.integers(-3, 12),
+    ),
+    st.tuples(st.just("withhold"), st.sampled_from(SESSIONS), st.integers(0, 12)),
+    st.tuples(st.just("reopen")),
+)
+
+
+def _outcome(result: object) -> object:
+    if isinstance(result, Exception):
+        return type(result).__name__
+    assert isinstance(result, Charge)
+    return (result.chunk_index, result.total, result.state)
+
+
+def _recent_agrees_with_sql(ledger: Ledger, session: str, probes: list[float]) -> None:
+    """What the ledger holds for ``session`` answers every window inside it as the SQL does."""
+    with ledger.backend.read() as sql:
+        store = Store(sql)
+        row = store.session(session)
+        if row is None:
+            return
+        recent = ledger._recent.get(session, row_key(row))
+        if recent is None:
+            return
+        for a in probes:
+            for b in probes:
+                if recent.covers_gaze(a):
+                    assert recent.window_counts(a, b) == store.window_counts(session, a, b)
+                if a > recent.gaze_lo:
+                    assert sorted(recent.gaze_ends(a, b)) == sorted(store.gaze_ends(session, a, b))
+            if recent.covers_wall(a):
+                assert recent.charged_since(a) == store.charged_since(session, a)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(_op, min_size=1, max_size=25),
+    window_cap=st.sampled_from([1.0, 1.5, 3.0]),
+    wall_clock=st.booleans(),
+)
+def test_the_charges_held_in_memory_decide_as_the_tables_do(
+    ops: list[tuple[Any, ...]], window_cap: float, wall_clock: bool
+) -> None:
+    """Two workers sharing one ledger file, each answering its window checks from the charges
+    it holds in memory, and a ledger that asks SQL every time (nothing held) make the same
+    decisions and report the same states, whatever the sequence: the workers taking turns on a
+    session, out-of-order gaze, a wall clock that steps back, duplicates, refusals (a savepoint
+    rolled back in a group), stale versions, withholds and reopens; and what each holds answers
+    every window inside it as the tables do, after each step."""
+    clock = _Clock()
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(_ledger_module, "time", clock):
+        kwargs: dict[str, Any] = {
+            "synchronous": "NORMAL", "window_cap": window_cap, "window_s": RECENT_W,
+            "composition": "sequential", "wall_clock": wall_clock, "prefetch": False,
+        }  # fmt: skip
+        # two workers charging one ledger file, each holding what it saw commit
+        workers = [Ledger(Path(tmp) / "held.sqlite", **kwargs) for _ in range(2)]
+        plain = Ledger(Path(tmp) / "plain.sqlite", **kwargs)
+        plain._recent = RecentCache(max_sessions=0)  # holds nothing: SQL every time
+        try:
+            for op in ops:
+                if op[0] == "charge":
+                    _, worker, session, index, end, step, shape, stale = op
+                    clock.now += step
+                    gaze = (T0 + end - 1.0, T0 + end)
+                    got = []
+                    for ledger in (workers[worker], plain):
+                        version: int | None = None
+                        try:
+                            p = ledger.preview(session, _SHAPES[shape], gaze=gaze)
+                            version = p.version - (1 if stale and p.version else 0)
+                            got.append(("preview", p.state))
+                        except BudgetExhaustedError as exc:
+                            got.append(("preview", type(exc).__name__))
+                        try:
+                            result: object = ledger.charge(
+                                session, index, _SHAPES[shape], "t", b"x", gaze=gaze,
+                                version=version,
+                            )  # fmt: skip
+                        except (BudgetExhaustedError, DuplicateChargeError, StaleStateError) as e:
+                            result = e
+                        else:  # the state a charge reports is the one the tables then hold
+                            assert isinstance(result, Charge)
+                            assert result.state == ledger.state(session)
+                        got.append(_outcome(result))
+                    assert got[:2] == got[2:]
+                elif op[0] == "group":
+                    _, worker, items, step = op
+                    clock.now += step
+                    requests = [
+                        ChargeRequest(s, i, _SHAPES[k], "t", b"x", gaze=(T0 + e - 1.0, T0 + e))
+                        for s, i, e, k in items
+                    ]
+                    a, b = workers[worker].charge_many(requests), plain.charge_many(requests)
+                    assert [_outcome(r) for r in a] == [_outcome(r) for r in b]
+                elif op[0] == "withhold":
+                    _, session, index = op
+                    for ledger in (workers[0], plain):
+                        with contextlib.suppress(DuplicateChargeError):  # (charged already)
+                            ledger.withhold(session, index, 0.5, "test")
+                else:
+                    workers[0].close()
+                    workers[0] = Ledger(Path(tmp) / "held.sqlite", **kwargs)
+                probes = [T0 + x for x in (-30.0, -1.0, 0.0, 5.5, 19.0, 20.0, 41.0, 61.0)]
+                probes += [clock.now - RECENT_W, clock.now - 3.0]
+                for session in SESSIONS:
+                    for ledger in workers:
+                        assert ledger.state(session) == plain.state(session)
+                        _recent_agrees_with_sql(ledger, session, probes)
+            assert workers[0].verify() == []
+        finally:
+            for ledger in (*workers, plain):
+                ledger.close()
