@@ -140,4 +140,5 @@ def test_decode_many_equals_decode_gaze_block_by_block(
         if len(t):
             assert (decoded.first[i], decoded.last[i]) == (t[0], t[-1])
         else:
-            assert np.isnan(decoded.first[i]) and np.isnan(decoded.last[i])
+            assert np.isnan(decoded.first[i])
+            assert np.isnan(decoded.last[i])
