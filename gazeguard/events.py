@@ -293,6 +293,7 @@ class EventDetector:
         self._n = 0  # samples in the buffer
         self._g0 = 0  # global index of buffer[0]
         self._next = 0  # buffer index of the first unclassified sample
+        self._last_invalid = -1  # global index of the newest invalid sample (-1: none yet)
         self._open: _OpenRun | None = None
         self._finished = False
         self.last_classified_t: float | None = None  # time of the newest classified sample, s
@@ -319,12 +320,20 @@ class EventDetector:
         if n_new == 0:
             return []
         ts = block.timestamps
-        after = float(self._t[self._n - 1]) if self._n else None
-        if not checked or (after is not None and not ts[0] > after):
-            check_timestamps(ts, after)
+        if self._n:
+            after: float | None = float(self._t[self._n - 1])
+            if not checked or not ts[0] > after:
+                check_timestamps(ts, after)
+        elif not checked:
+            check_timestamps(ts, None)
         self._append(block)
-        self.stats.samples += n_new
-        self.stats.invalid_samples += n_new - int(np.count_nonzero(block.valid))
+        stats = self.stats
+        stats.samples += n_new
+        valid = block.valid
+        n_valid = int(np.count_nonzero(valid))
+        if n_valid < n_new:
+            stats.invalid_samples += n_new - n_valid
+            self._last_invalid = self._g0 + self._n - n_new + int(np.flatnonzero(~valid)[-1])
         if self.dt is None:
             if self._g0 + self._n < _RATE_SAMPLES:
                 return []
@@ -391,15 +400,20 @@ class EventDetector:
             return []
         h, n, g = self.h, self._n, self.max_gap_s
         t, xy, ok = self._t, self._xy, self._ok
-        # Context region [r0, r1) = [a - h, stop + h) within the buffer. gap[k]: the interval
-        # before sample r0 + k is a dropout. "clean": no gap and no invalid sample in it (the
-        # common case, which skips the masking below).
+        # Context region [r0, r1) = [a - h, stop + h) within the buffer. "clean": no invalid
+        # sample in it (none since global index g0 + r0) and no gap (an interval longer than g)
+        # before any of its samples, the one before r0 included: the common case, which skips
+        # the masking below. gap[k] (not clean only): the interval before sample r0 + k is one.
         r0, r1 = max(0, a - h), min(n, stop + h)
         m_all = stop - a
-        gap = np.empty(r1 - r0, dtype=bool)
-        gap[0] = r0 > 0 and float(t[r0]) - float(t[r0 - 1]) > g
-        np.greater(t[r0 + 1 : r1] - t[r0 : r1 - 1], g, out=gap[1:])
-        clean = not gap.any() and bool(ok[r0:r1].all())
+        e0 = r0 - 1 if r0 else 0
+        clean = self._last_invalid < self._g0 + r0 and (
+            r1 - e0 < 2 or not float(np.maximum.reduce(t[e0 + 1 : r1] - t[e0 : r1 - 1])) > g
+        )
+        if not clean:
+            gap = np.empty(r1 - r0, dtype=bool)
+            gap[0] = r0 > 0 and float(t[r0]) - float(t[r0 - 1]) > g
+            np.greater(t[r0 + 1 : r1] - t[r0 : r1 - 1], g, out=gap[1:])
         # Samples whose whole window [i - h, i + h] lies in the region get a velocity (in a
         # stream: all of them; the others are undefined, 0, with velocity NaN).
         i0, i1 = max(a, r0 + h), min(stop, r1 - h)
@@ -432,29 +446,32 @@ class EventDetector:
             else:
                 v[i0 - a : i1 - a] = vv
                 np.add(fast, np.equal(vv, vv), out=cls[i0 - a : i1 - a], dtype=np.int8)
-        okc = ok[a:stop]
-        gap_a = gap[a - r0 : stop - r0]
         pos = xy[a:stop]
-        if clean:
-            change = cls[1:] != cls[:-1]
-            q = _quantise(pos)
-        else:
+        if not clean:
+            okc = ok[a:stop]
+            gap_a = gap[a - r0 : stop - r0]
             cls[~okc] = _C_INVALID
             self.stats.gaps += int(np.count_nonzero(gap_a))
-            change = (cls[1:] != cls[:-1]) | gap_a[1:]
             q = _quantise(np.where(okc[:, None], pos, 0.0))
             pos = np.where(okc[:, None], pos, np.nan)
+        else:
+            q = _quantise(pos)
         # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
-        starts = [i + 1 for i in np.flatnonzero(change).tolist()]
-        seg_starts = [0, *starts]
-        seg_end = [*starts, m_all]
+        split = np.empty(m_all, dtype=bool)  # split[i]: a run starts at sample a + i
+        split[0] = True
+        np.not_equal(cls[1:], cls[:-1], out=split[1:])
+        if not clean:
+            split[1:] |= gap_a[1:]
+        starts = split.nonzero()[0]
+        seg_starts = starts.tolist()
+        seg_end = [*seg_starts[1:], m_all]
         # Per-segment order-independent reductions (integer sums, min, max).
-        seg_q = np.add.reduceat(q, seg_starts, axis=0).tolist()
-        seg_min = np.fmin.reduceat(pos, seg_starts, axis=0).tolist()
-        seg_max = np.fmax.reduceat(pos, seg_starts, axis=0).tolist()
-        seg_v = np.fmax.reduceat(v, seg_starts).tolist()
-        seg_cls = cls[seg_starts].tolist()
-        seg_gap = [False] * len(seg_starts) if clean else gap_a[seg_starts].tolist()
+        seg_q = np.add.reduceat(q, starts, axis=0).tolist()
+        seg_min = np.fmin.reduceat(pos, starts, axis=0).tolist()
+        seg_max = np.fmax.reduceat(pos, starts, axis=0).tolist()
+        seg_v = np.fmax.reduceat(v, starts).tolist()
+        seg_cls = cls[starts].tolist()
+        seg_gap = [False] * len(seg_starts) if clean else gap_a[starts].tolist()
         run = self._open
         cont = run is not None and run.cls == seg_cls[0] and not seg_gap[0]
         rows: list[Row] = []
