@@ -428,8 +428,7 @@ def feature_defaults(
 _BEHAVIOUR = np.array([f.behaviour for f in FEATURES])
 _FIX, _SAC, _BLINK = int(EventKind.FIXATION), int(EventKind.SACCADE), int(EventKind.BLINK)
 _PUPIL_Q = 1e4  # pupil summed as integers of 0.1 µm: exact, order-independent window sums
-# Sample-bin columns: valid samples, pupil samples, Σ pupil, Σ pupil² (pupil in 0.1 µm).
-_NV, _NP, _S1, _S2 = range(4)
+_PUPIL_LO, _PUPIL_HI = PUPIL_MM
 # Saccade properties counted over the current window (the ratio features).
 _SMALL, _LARGE, _RIGHT, _UP, _LEFT, _DOWN, _DIAG = range(7)
 _MAX_INTERVALS = 16  # a long block is walked in pieces of at most this many step intervals
@@ -637,11 +636,16 @@ class FeatureExtractor:
         self._books = [_Wordbook() for _ in WORDBOOK_NS]
         self._ns_books = tuple(zip(WORDBOOK_NS, self._books, strict=True))
         self._letters: list[int] = []  # the last (up to 3) saccade letters, oldest first
-        self._bins = np.zeros((64, 4), dtype=np.int64)
-        self._bmin = np.full(64, np.inf)
-        self._bmax = np.full(64, -np.inf)
-        self._bin_base = 0  # bin id of row 0
-        self._bin_top = -1  # highest bin id written
+        # Sample bins (Python lists, one entry per bin id from _bin_base on): counts (valid
+        # samples, pupil samples, Σ pupil and Σ pupil², pupil in 0.1 µm: exact integer sums),
+        # pupil min and max (mm; ±inf while a bin has no pupil sample).
+        self._b_counts: tuple[list[int], ...] = ([], [], [], [])
+        self._b_min: list[float] = []
+        self._b_max: list[float] = []
+        self._bin_base = 0  # bin id of entry 0
+        # The counts summed over the bins [2 k, _sums_to) (integers: sliding sums are exact).
+        self._sums = [0, 0, 0, 0]
+        self._sums_to = 0
         # Coalescing: blocks that cannot complete a step are copied here until one can.
         self._coalesce = coalesce
         self._held = _Staging()
@@ -697,7 +701,10 @@ class FeatureExtractor:
         for a, b in itertools.pairwise(bounds):
             piece = block if b - a == n else block.slice(a, b)
             rows = self.detector._push_rows(piece, checked=True)  # the package's own detector
-            self._bin_samples(piece)
+            # The piece's samples are all valid iff the detector's newest invalid one is older.
+            self._bin_samples(
+                piece, self.detector._last_invalid < self.detector.stats.samples - (b - a)
+            )
             if rows:
                 self._add_events(rows)
             self._emit(xs, times)
@@ -735,89 +742,87 @@ class FeatureExtractor:
             j += 1
         return 2 * j + (t >= t0 + j * s + self._r)
 
-    def _bin_samples(self, piece: GazeSamples) -> None:
-        ts = piece.timestamps
+    def _bin_cuts(self, ts: FloatArray, first: int, top: int) -> tuple[list[int], list[int]]:
+        """The bin ids of the samples ``ts`` (first ``first``, last ``top``) as runs: ids
+        ``[i_0, ...]`` and cuts ``[0, c_1, ..., len(ts)]`` (run ``j`` is ``ts[c_j : c_(j+1)]``)."""
         n = len(ts)
-        first, top = self._bin_id(float(ts[0])), self._bin_id(float(ts[-1]))
-        if top > self._bin_top:
-            self._ensure_bins(top)
         # Cut the piece where its bins change. One bin (the common case): no per-sample ids.
         # Without a sub-interval (r = 0: every sample has an odd id 2j + 1) the cuts are where
         # the timestamps pass the edges t0 + j*s, the same comparisons _bin_ids makes.
         if first == top:
-            ids, cuts = [first], [0, n]
-        elif self._r == 0.0 and top - first <= 16:
+            return [first], [0, n]
+        if self._r == 0.0 and top - first <= 16:
             ids = list(range(first, top + 1, 2))
             edges = [self._edge(b // 2) for b in ids[1:]]
             cuts = [0, *np.searchsorted(ts, edges).tolist(), n]
             nonempty = [i for i in range(len(ids)) if cuts[i + 1] > cuts[i]]
-            ids, cuts = [ids[i] for i in nonempty], [*(cuts[i] for i in nonempty), n]
-        else:
-            all_ids = self._bin_ids(ts)
-            run_starts = _run_starts(all_ids)
-            ids, cuts = all_ids[run_starts].tolist(), [*run_starts.tolist(), n]
+            return [ids[i] for i in nonempty], [*(cuts[i] for i in nonempty), n]
+        all_ids = self._bin_ids(ts)
+        run_starts = _run_starts(all_ids)
+        return all_ids[run_starts].tolist(), [*run_starts.tolist(), n]
+
+    def _bin_samples(self, piece: GazeSamples, all_valid: bool) -> None:
+        """Add the samples of ``piece`` to their bins; ``all_valid``: every sample is valid."""
+        ts = piece.timestamps
+        first, top = self._bin_id(float(ts[0])), self._bin_id(float(ts[-1]))
+        b_nv, b_np, b_s1, b_s2 = self._b_counts
+        if top - self._bin_base >= len(b_nv):
+            self._ensure_bins(top)
+        ids, cuts = self._bin_cuts(ts, first, top)
         starts = np.array(cuts[:-1], dtype=np.intp)
         lengths = [b - a for a, b in itertools.pairwise(cuts)]
-        rows = [i - self._bin_base for i in ids]
-        bins = self._bins
-        valid = piece.valid
-        if np.count_nonzero(valid) == n:
+        base = self._bin_base
+        rows = [i - base for i in ids]
+        if all_valid:
             n_valid = lengths
         else:
-            n_valid = np.add.reduceat(valid, starts, dtype=np.int64).tolist()
+            n_valid = np.add.reduceat(piece.valid, starts, dtype=np.int64).tolist()
         for r, nv in zip(rows, n_valid, strict=True):
-            bins[r, _NV] += nv
+            b_nv[r] += nv
         p = piece.pupil_mm
-        in_range = (p >= PUPIL_MM[0]) & (p <= PUPIL_MM[1])  # False for NaN and inf
-        n_pupil = int(np.count_nonzero(in_range))
-        if n_pupil == n:
-            counts, pn, pq = lengths, p, np.rint(p * _PUPIL_Q).astype(np.int64)
+        # Every pupil sample in range (the common case) iff every bin's minimum and maximum is
+        # (np.minimum and np.maximum propagate NaN, which fails both tests).
+        lo = np.minimum.reduceat(p, starts).tolist()
+        hi = np.maximum.reduceat(p, starts).tolist()
+        if all(map(_PUPIL_LO.__le__, lo)) and all(map(_PUPIL_HI.__ge__, hi)):
+            counts, pq = lengths, np.rint(p * _PUPIL_Q).astype(np.int64)
         else:
+            in_range = (p >= _PUPIL_LO) & (p <= _PUPIL_HI)  # False for NaN and inf
+            n_pupil = int(np.count_nonzero(in_range))
             self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
             if n_pupil == 0:
                 return
             counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
             pn = np.where(in_range, p, np.nan)
             pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
+            lo = np.fmin.reduceat(pn, starts).tolist()
+            hi = np.fmax.reduceat(pn, starts).tolist()
         s1 = np.add.reduceat(pq, starts).tolist()
         s2 = np.add.reduceat(pq * pq, starts).tolist()
-        lo = np.fmin.reduceat(pn, starts).tolist()
-        hi = np.fmax.reduceat(pn, starts).tolist()
-        bmin, bmax = self._bmin, self._bmax
+        b_min, b_max = self._b_min, self._b_max
         for i, r in enumerate(rows):
             if counts[i]:
-                bins[r, _NP] += counts[i]
-                bins[r, _S1] += s1[i]
-                bins[r, _S2] += s2[i]
-                bmin[r] = min(bmin[r], lo[i])
-                bmax[r] = max(bmax[r], hi[i])
+                b_np[r] += counts[i]
+                b_s1[r] += s1[i]
+                b_s2[r] += s2[i]
+                b_min[r] = min(b_min[r], lo[i])
+                b_max[r] = max(b_max[r], hi[i])
 
     def _ensure_bins(self, top: int) -> None:
-        """Make rows for bin ids up to ``top``; when they do not fit, drop the bins older than
-        the next window (and grow if that is not enough)."""
-        need = top - self._bin_base + 1
-        cap = self._bins.shape[0]
-        if need > cap:
-            keep_from = 2 * self._k  # first bin of the oldest window not yet emitted
-            shift = max(0, keep_from - self._bin_base)
-            live = max(0, self._bin_top - (self._bin_base + shift) + 1)
-            need -= shift
-            if need > cap // 2:
-                cap = 2 * need
-                bins = np.zeros((cap, 4), dtype=np.int64)
-                bmin, bmax = np.full(cap, np.inf), np.full(cap, -np.inf)
-                bins[:live] = self._bins[shift : shift + live]
-                bmin[:live] = self._bmin[shift : shift + live]
-                bmax[:live] = self._bmax[shift : shift + live]
-                self._bins, self._bmin, self._bmax = bins, bmin, bmax
-            elif shift:
-                for a in (self._bins, self._bmin, self._bmax):
-                    a[:live] = a[shift : shift + live]
-                self._bins[live:] = 0
-                self._bmin[live:] = np.inf
-                self._bmax[live:] = -np.inf
-            self._bin_base += shift
-        self._bin_top = max(self._bin_top, top)
+        """Make bins up to id ``top``; first drop the bins older than the next window (bin id
+        ``2 k``; no later sample can fall in them) once there are 64 of them."""
+        drop = 2 * self._k - self._bin_base
+        counts = self._b_counts
+        if drop >= 64:
+            for count in counts:
+                del count[:drop]
+            del self._b_min[:drop], self._b_max[:drop]
+            self._bin_base += drop
+        grow = top - self._bin_base + 1 - len(counts[0])
+        for count in counts:
+            count.extend([0] * grow)
+        self._b_min.extend([math.inf] * grow)
+        self._b_max.extend([-math.inf] * grow)
 
     # --- events --------------------------------------------------------------------------------
     def _add_events(self, rows: list[Row]) -> None:
@@ -929,19 +934,25 @@ class FeatureExtractor:
         assert dt is not None
         w = self.window_s
         self._slide(start, end)
+        # The window's bins [b0, b1) (list positions): the sums gain the bins entering it.
         b0 = 2 * self._k - self._bin_base
         b1 = b0 + 2 * self._q + (1 if self._r > 0 else 0)
-        b1 = min(b1, self._bin_top - self._bin_base + 1)
-        sums = np.add.reduce(self._bins[b0:b1], axis=0).tolist()
-        valid_fraction = min(1.0, float(sums[_NV]) * dt / w)
+        sums, a = self._sums, self._sums_to - self._bin_base
+        for i, col in enumerate(self._b_counts):
+            sums[i] += sum(col[a:b1])
+        self._sums_to = b1 + self._bin_base
+        n_valid, n_pupil, s1_int, s2_int = sums
+        valid_fraction = min(1.0, float(n_valid) * dt / w)
         v = self._event_values(w)
-        if sums[_NP] * dt >= PUPIL_MIN_COVERAGE * w:
-            n = float(sums[_NP])
-            s1, s2 = float(sums[_S1]), float(sums[_S2])  # exact: below 2**53
+        if n_pupil * dt >= PUPIL_MIN_COVERAGE * w:
+            n = float(n_pupil)
+            s1, s2 = float(s1_int), float(s2_int)  # exact: below 2**53
             v[_I_PUPIL_MEAN] = s1 / n / _PUPIL_Q
             v[_I_PUPIL_VAR] = max(0.0, (s2 - s1 * s1 / n) / n) / _PUPIL_Q**2
-            v[_I_PUPIL_MIN] = float(np.minimum.reduce(self._bmin[b0:b1]))
-            v[_I_PUPIL_MAX] = float(np.maximum.reduce(self._bmax[b0:b1]))
+            v[_I_PUPIL_MIN] = min(self._b_min[b0:b1])  # no NaN: a bin's min is inf or in range
+            v[_I_PUPIL_MAX] = max(self._b_max[b0:b1])
+        for i, col in enumerate(self._b_counts):  # bins 2 k and 2 k + 1 leave at step k + 1
+            sums[i] -= sum(col[b0 : b0 + 2])
         v[_I_VALID_FRACTION] = valid_fraction
         raw: FloatArray = np.array(v, dtype=np.float64)
         held = np.isnan(raw)
