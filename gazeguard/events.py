@@ -82,6 +82,8 @@ class EventKind(IntEnum):
     LOSS = 4
 
 
+_K_UNDEFINED, _K_FIXATION, _K_SACCADE, _K_BLINK, _K_LOSS = EventKind  # no class lookups per event
+
 _EVENT_FIELDS = (
     "t_start",
     "t_end",
@@ -542,31 +544,35 @@ class EventDetector:
         assert self.dt is not None
         t_end = run.t_last + self.dt if (next_gap or next_t is None) else next_t
         duration = t_end - run.t_start
-        nan = np.nan
+        nan = math.nan
         x = y = dx = dy = amp = vpk = disp = nan
-        if run.cls == _C_SLOW:
-            kind = EventKind.FIXATION if duration >= self.min_fixation_s else EventKind.UNDEFINED
-            x, y = run.sx / _QUANTUM / run.n, run.sy / _QUANTUM / run.n
-            vpk = run.vmax
-            disp = (run.xmax - run.xmin) + (run.ymax - run.ymin)
-        elif run.cls == _C_FAST:
+        cls = run.cls
+        if cls == _C_SLOW:
+            if duration >= self.min_fixation_s:
+                kind = _K_FIXATION
+                x, y = run.sx / _QUANTUM / run.n, run.sy / _QUANTUM / run.n
+                vpk = run.vmax
+                disp = (run.xmax - run.xmin) + (run.ymax - run.ymin)
+            else:
+                kind = _K_UNDEFINED
+        elif cls == _C_FAST:
             flanked = run.prev_cls == _C_SLOW and not run.gap_before
             flanked = flanked and next_cls == _C_SLOW and not next_gap
-            long_enough = duration >= self.min_saccade_s
-            kind = EventKind.SACCADE if flanked and long_enough else EventKind.UNDEFINED
-            x, y = next_x, next_y
-            dx, dy = next_x - run.x_before, next_y - run.y_before
-            amp = float(np.hypot(dx, dy))
-            vpk = run.vmax
-        elif run.cls == _C_INVALID:
+            if flanked and duration >= self.min_saccade_s:
+                kind = _K_SACCADE
+                x, y = next_x, next_y
+                dx, dy = next_x - run.x_before, next_y - run.y_before
+                amp = float(np.hypot(dx, dy))
+                vpk = run.vmax
+            else:
+                kind = _K_UNDEFINED
+        elif cls == _C_INVALID:
             bounded = run.prev_cls >= 0 and not run.gap_before
             bounded = bounded and not next_gap and next_t is not None
             plausible = self.min_blink_s <= duration <= self.max_blink_s
-            kind = EventKind.BLINK if bounded and plausible else EventKind.LOSS
+            kind = _K_BLINK if bounded and plausible else _K_LOSS
         else:
-            kind = EventKind.UNDEFINED
-        if kind not in (EventKind.SACCADE, EventKind.FIXATION):
-            x = y = dx = dy = amp = vpk = disp = nan
+            kind = _K_UNDEFINED
         self.stats.events[kind] += 1
         rows.append(
             (

@@ -621,6 +621,7 @@ class FeatureExtractor:
         # starts past the limit, so a feature without any defined value yet takes its default.
         self._max_repeats = math.floor(self.hold_limit_s / self.step_s + 1e-9)
         self._repeats = np.full(len(FEATURES), self._max_repeats + 1, dtype=np.int64)
+        self._repeating = True  # _repeats may be nonzero
         # Window = whole step intervals [k, k+q) plus the first r seconds of interval k+q.
         q = math.floor(self.window_s / self.step_s + 1e-9)
         r = self.window_s - q * self.step_s
@@ -960,8 +961,11 @@ class FeatureExtractor:
         stats = self.stats
         stats.steps += 1
         if not low and not np.count_nonzero(held):  # the common case: all defined
-            self._repeats.fill(0)
-            out = np.minimum(np.maximum(raw, self.lo), self.hi)
+            if self._repeating:
+                self._repeats.fill(0)
+                self._repeating = False
+            out = np.maximum(raw, self.lo)
+            np.minimum(out, self.hi, out=out)
             stats.clipped_values += int(np.count_nonzero(out != raw))
             self._last = out
             return out
@@ -969,6 +973,7 @@ class FeatureExtractor:
             held |= _BEHAVIOUR
             stats.low_quality_windows += 1
         self._repeats = np.where(held, np.minimum(self._repeats + 1, self._max_repeats + 1), 0)
+        self._repeating = True
         repeat = held & (self._repeats <= self._max_repeats)
         x = np.where(repeat, self._last, np.where(held, self.default, raw))
         out = np.minimum(np.maximum(x, self.lo), self.hi)
