@@ -517,9 +517,11 @@ class EventDetector:
             )
             if moving:  # the run's statistics so far: this segment's (as min/max with ±inf)
                 (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[si], seg_min[si], seg_max[si]
+                vmax = seg_v[si]
                 run = _OpenRun(
-                    *args, sx, sy, min(inf, xmin), max(-inf, xmax), min(inf, ymin),
-                    max(-inf, ymax), max(-inf, seg_v[si]),
+                    *args, sx, sy, xmin if xmin < inf else inf, xmax if xmax > -inf else -inf,
+                    ymin if ymin < inf else inf, ymax if ymax > -inf else -inf,
+                    vmax if vmax > -inf else -inf,
                 )  # fmt: skip
             else:
                 run = _OpenRun(*args)
