@@ -810,8 +810,9 @@ class FeatureExtractor:
                 b_max[r] = max(b_max[r], hi[i])
 
     def _ensure_bins(self, top: int) -> None:
-        """Make bins up to id ``top``; first drop the bins older than the next window (bin id
-        ``2 k``; no later sample can fall in them) once there are 64 of them."""
+        """Make bins up to id ``top`` and 32 more (so that most passes make none); first drop
+        the bins older than the next window (bin id ``2 k``; no later sample can fall in them)
+        once there are 64 of them."""
         drop = 2 * self._k - self._bin_base
         counts = self._b_counts
         if drop >= 64:
@@ -819,7 +820,7 @@ class FeatureExtractor:
                 del count[:drop]
             del self._b_min[:drop], self._b_max[:drop]
             self._bin_base += drop
-        grow = top - self._bin_base + 1 - len(counts[0])
+        grow = top - self._bin_base + 33 - len(counts[0])
         for count in counts:
             count.extend([0] * grow)
         self._b_min.extend([math.inf] * grow)
