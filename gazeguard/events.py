@@ -42,9 +42,12 @@ Sample-level labels (for validation) come from :func:`sample_labels` or :func:`d
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -191,6 +194,20 @@ class _OpenRun:
     vmax: float = -np.inf
 
 
+class _Segments(NamedTuple):
+    """Runs of equal class (split at gaps) in the samples classified by one pass; positions
+    are relative to the pass's first sample; one entry per segment in each list."""
+
+    starts: list[int]
+    ends: list[int]  # exclusive
+    cls: list[int]
+    gap_before: list[bool]  # a gap separates the segment from the sample before it
+    q: list[list[int]]  # [Σx, Σy] in 1e-6 deg (valid samples)
+    lo: list[list[float]]  # [min x, min y], deg (NaN: no valid sample)
+    hi: list[list[float]]  # [max x, max y], deg
+    vmax: list[float]  # largest velocity, deg/s (NaN: none defined)
+
+
 def _quantise(a: FloatArray) -> IntArray:
     """Degrees → integers of 1e-6 deg (clipped to ±1e5 deg so that sums cannot overflow)."""
     q = np.maximum(a, -1e5)  # np.clip's result, without its Python-level wrapper
@@ -316,11 +333,16 @@ class EventDetector:
         consumes, without building arrays for a few events. ``checked``: the caller has already
         validated the block's timestamps (finite, strictly increasing) against its own newest
         sample; only their order after this detector's newest sample is checked again."""
+        return self._classify(self._n - self.h) if self._accept(block, checked) else []
+
+    def _accept(self, block: GazeSamples, checked: bool) -> bool:
+        """The first half of :meth:`_push_rows`: validate and buffer ``block``; True when
+        samples may be classified (the nominal rate is known)."""
         if self._finished:
             raise GazeguardError("EventDetector.push after finish(): create a new detector")
         n_new = len(block)
         if n_new == 0:
-            return []
+            return False
         ts = block.timestamps
         if self._n:
             after: float | None = float(self._t[self._n - 1])
@@ -338,9 +360,9 @@ class EventDetector:
             self._last_invalid = self._g0 + self._n - n_new + int(np.flatnonzero(~valid)[-1])
         if self.dt is None:
             if self._g0 + self._n < _RATE_SAMPLES:
-                return []
+                return False
             self._set_rate()
-        return self._classify(self._n - self.h)
+        return True
 
     def finish(self) -> Events:
         """End of stream: classify the held samples (look-ahead missing: velocity undefined) and
@@ -395,7 +417,7 @@ class EventDetector:
         """First buffer index still needed: h + 1 samples of lookback before the next sample."""
         return max(0, self._next - self.h - 1)
 
-    def _classify(self, stop: int, final: bool = False) -> list[Row]:  # noqa: PLR0912, PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
+    def _classify(self, stop: int, final: bool = False) -> list[Row]:  # noqa: PLR0915 - numeric: one pass's vectorised classification, read top to bottom
         """Classify buffer samples [self._next, stop) and close the runs they complete."""
         a = self._next
         if stop <= a:
@@ -474,6 +496,17 @@ class EventDetector:
         seg_v = np.fmax.reduceat(v, starts).tolist()
         seg_cls = cls[starts].tolist()
         seg_gap = [False] * len(seg_starts) if clean else gap_a[starts].tolist()
+        return self._runs(
+            stop,
+            n if final else stop,
+            _Segments(seg_starts, seg_end, seg_cls, seg_gap, seg_q, seg_min, seg_max, seg_v),
+        )
+
+    def _runs(self, stop: int, next_: int, segs: _Segments) -> list[Row]:
+        """Extend or open runs from the segments of classified samples [self._next, stop) and
+        close the runs they complete; then ``self._next = next_``."""
+        a, t, xy = self._next, self._t, self._xy
+        seg_starts, seg_end, seg_cls, seg_gap, seg_q, seg_min, seg_max, seg_v = segs
         run = self._open
         cont = run is not None and run.cls == seg_cls[0] and not seg_gap[0]
         rows: list[Row] = []
@@ -526,7 +559,7 @@ class EventDetector:
             else:
                 run = _OpenRun(*args)
             self._open = run
-        self._next = n if final else stop
+        self._next = next_
         self.last_classified_t = float(t[stop - 1])
         return rows
 
@@ -593,6 +626,108 @@ class EventDetector:
                 disp,
             )
         )
+
+
+def classify_many(detectors: Sequence[EventDetector]) -> list[list[Row]]:
+    """For each detector, what ``det._classify(det._n - det.h)`` returns (the events completed
+    by its buffered samples, as rows), with the per-sample numpy work (intervals, velocities,
+    classes, run splits and run reductions) done once over all their samples.
+
+    Detectors in the common case share it: nominal rate known, the same half-width ``h`` and
+    threshold as the first such detector, at least ``h + 1`` samples of lookback and no invalid
+    sample in the context; each gets bit-identical results (the same float operations on the
+    same operands, split per detector). A detector whose context turns out to hold a gap, and
+    every other detector, is classified on its own. Costs per call: O(total new samples) numpy
+    work in about 30 numpy calls, plus Python per run and per detector.
+    """
+    out: list[list[Row] | None] = [None] * len(detectors)
+    batch: list[int] = []
+    h = thr = None
+    for i, det in enumerate(detectors):
+        a, stop = det._next, det._n - det.h
+        common = det.dt is not None and stop > a > det.h
+        if common and h is None:
+            h, thr = det.h, det.velocity_threshold_deg_s
+        if common and det.h == h and det.velocity_threshold_deg_s == thr:
+            common = det._last_invalid < det._g0 + a - det.h
+        else:
+            common = False
+        if common:
+            batch.append(i)
+        else:
+            out[i] = det._classify(det._n - det.h)
+    if batch:
+        assert h is not None
+        assert thr is not None
+        for i, rows in zip(
+            batch, _classify_batch([detectors[i] for i in batch], h, thr), strict=True
+        ):
+            out[i] = rows
+    return [rows if rows is not None else [] for rows in out]
+
+
+def _classify_batch(dets: list[EventDetector], h: int, thr: float) -> list[list[Row]]:
+    """:func:`classify_many` for detectors in its common case (half-width h, threshold thr)."""
+    # Each detector's context [a - h - 1, n) (the interval before a - h included), back to back.
+    firsts = [det._next - h - 1 for det in dets]
+    t = np.concatenate([det._t[f : det._n] for det, f in zip(dets, firsts, strict=True)])
+    xy = np.concatenate([det._xy[f : det._n] for det, f in zip(dets, firsts, strict=True)])
+    lengths = [det._n - f for det, f in zip(dets, firsts, strict=True)]
+    offsets = list(itertools.accumulate(lengths, initial=0))
+    # Largest interval within each context (the interval across a boundary does not count).
+    iv = t[1:] - t[:-1]
+    iv[np.array(offsets[1:-1], dtype=np.intp) - 1] = -np.inf
+    iv_max = np.maximum.reduceat(iv, offsets[:-1]).tolist()
+    # Velocities at the centres c in [h, N - h) that are new samples: a detector's [a, n - h)
+    # are the centres [offset + h + 1, offset + length - h), whose windows lie in its context.
+    total = offsets[-1]
+    new = np.zeros(total - 2 * h, dtype=bool)  # indexed by c - h
+    for off, length in zip(offsets[:-1], lengths, strict=True):
+        new[off + 1 : off + length - 2 * h] = True
+    d = (xy[h + 1 : total - h + 1] - xy[h - 1 : total - h - 1])[new]
+    dt = (t[h + 1 : total - h + 1] - t[h - 1 : total - h - 1])[new]
+    for j in range(2, h + 1):  # the same sums, in the same order, as _classify's
+        d += (xy[h + j : total - h + j] - xy[h - j : total - h - j])[new]
+        dt += (t[h + j : total - h + j] - t[h - j : total - h - j])[new]
+    v = np.hypot(d[:, 0], d[:, 1])
+    v /= dt
+    cls = np.add(v >= thr, np.equal(v, v), dtype=np.int8)
+    pos = xy[h : total - h][new]
+    q = _quantise(pos)
+    # Runs: split where the class changes and at each detector's first new sample.
+    counts = [length - 2 * h - 1 for length in lengths]  # new samples per detector
+    firsts_new = list(itertools.accumulate(counts, initial=0))
+    split = np.empty(len(v), dtype=bool)
+    np.not_equal(cls[1:], cls[:-1], out=split[1:])
+    split[firsts_new[:-1]] = True
+    starts = split.nonzero()[0]
+    seg_starts = starts.tolist()
+    seg_q = np.add.reduceat(q, starts, axis=0).tolist()
+    seg_min = np.fmin.reduceat(pos, starts, axis=0).tolist()
+    seg_max = np.fmax.reduceat(pos, starts, axis=0).tolist()
+    seg_v = np.fmax.reduceat(v, starts).tolist()
+    seg_cls = cls[starts].tolist()
+    bounds = np.searchsorted(starts, firsts_new).tolist()
+    out = []
+    for i, det in enumerate(dets):
+        stop = det._n - h
+        if iv_max[i] > det.max_gap_s:  # a gap in the context: classified on its own
+            out.append(det._classify(stop))
+            continue
+        k0, k1, f = bounds[i], bounds[i + 1], firsts_new[i]
+        local = [s0 - f for s0 in seg_starts[k0:k1]]
+        segs = _Segments(
+            local,
+            [*local[1:], counts[i]],
+            seg_cls[k0:k1],
+            [False] * (k1 - k0),
+            seg_q[k0:k1],
+            seg_min[k0:k1],
+            seg_max[k0:k1],
+            seg_v[k0:k1],
+        )
+        out.append(det._runs(stop, stop, segs))
+    return out
 
 
 def sample_labels(events: Events, n_samples: int, first_index: int = 0) -> Int8Array:

@@ -77,8 +77,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.errors import ConfigError, StreamError
-from gazeguard.events import EventDetector, EventKind, Row, check_timestamps
+from gazeguard.errors import ConfigError, GazeguardError, StreamError
+from gazeguard.events import EventDetector, EventKind, Row, check_timestamps, classify_many
 from gazeguard.samples import FloatArray, GazeSamples
 
 __all__ = [
@@ -89,6 +89,7 @@ __all__ = [
     "extract_features",
     "feature_bounds",
     "feature_defaults",
+    "push_many",
 ]
 
 # --- Physiological constants: the public assumptions behind every bound ----------------------
@@ -655,10 +656,26 @@ class FeatureExtractor:
 
     def push(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
         """Feed a block; return ``X`` float64 (k, F) and ``t`` float64 (k,) for the k steps it
-        completed (k may be 0). Blocks of any size give the same vectors."""
+        completed (k may be 0). Blocks of any size give the same vectors.
+
+        Raises:
+            StreamError: timestamps not finite or not strictly increasing (within the block or
+                after the last).
+        """
+        work = self._take(block)
+        if work is None:
+            return np.empty((0, _F)), np.empty(0)
+        try:
+            return self._process(work)
+        finally:
+            self._release()
+
+    def _take(self, block: GazeSamples) -> GazeSamples | None:
+        """The first half of :meth:`push`: validate ``block``; hold it (None) or return what
+        to process: the held samples and ``block``. :meth:`_release` must follow."""
         ts = block.timestamps
         if ts.shape[0] == 0:
-            return np.empty((0, _F)), np.empty(0)
+            return None
         if self._t0 is None:
             if not math.isfinite(ts[0]):
                 raise StreamError(f"first gaze timestamp is {ts[0]!r}; timestamps must be finite")
@@ -670,18 +687,20 @@ class FeatureExtractor:
         self._last_t = float(ts[-1])
         if self._last_t < self._held_until:
             self._held.append(block)  # a copy: blocks may be borrowed
-            return np.empty((0, _F)), np.empty(0)
+            return None
         if self._held.n:
             self._held.append(block)
-            block = self._held.view()
-        try:
-            xs, times = self._process(block)
-        finally:
-            self._held.clear()
+            return self._held.view()
+        return block
+
+    def _release(self) -> None:
+        """The end of :meth:`push` after processing: drop the held samples, set the next hold."""
+        self._held.clear()
         if self._coalesce:
+            assert self._t0 is not None
+            assert self._last_t is not None
             step = math.floor((self._last_t - self._t0) / self.step_s)
             self._held_until = min(self._edge(step + 1), self._edge(self._k + self._q, sub=True))
-        return xs, times
 
     def _process(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
         """Detector, bins, events and vectors for ``block`` (validated, not held)."""
@@ -690,9 +709,7 @@ class FeatureExtractor:
         # A long block (a recording) is walked a few step intervals at a time so that buffers
         # stay bounded; the vectors do not depend on where it is cut.
         t0, s, n = self._t0, self.step_s, len(block)
-        if math.floor((float(ts[-1]) - t0) / s) - math.floor((float(ts[0]) - t0) / s) < (
-            _MAX_INTERVALS
-        ):
+        if self._single_piece(block):
             bounds = [0, n]
         else:
             j = np.floor((ts - t0) / s) // _MAX_INTERVALS
@@ -701,19 +718,27 @@ class FeatureExtractor:
         times: list[float] = []
         for a, b in itertools.pairwise(bounds):
             piece = block if b - a == n else block.slice(a, b)
-            rows = self.detector._push_rows(piece, checked=True)  # the package's own detector
-            # The piece's samples are all valid iff the detector's newest invalid one is older.
-            self._bin_samples(
-                piece, self.detector._last_invalid < self.detector.stats.samples - (b - a)
-            )
-            if rows:
-                self._add_events(rows)
-            self._emit(xs, times)
-        if not xs:
-            return np.empty((0, _F)), np.empty(0)
-        if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
-            return xs[0].copy(), np.array(times)
-        return np.vstack(xs), np.array(times)
+            self._after_rows(piece, self.detector._push_rows(piece, checked=True), xs, times)
+        return _stack(xs, times)
+
+    def _single_piece(self, block: GazeSamples) -> bool:
+        """:meth:`_process` walks ``block`` in one piece (not a long block)."""
+        assert self._t0 is not None
+        t0, s, ts = self._t0, self.step_s, block.timestamps
+        return math.floor((float(ts[-1]) - t0) / s) - math.floor((float(ts[0]) - t0) / s) < (
+            _MAX_INTERVALS
+        )
+
+    def _after_rows(
+        self, piece: GazeSamples, rows: list[Row], xs: list[FloatArray], times: list[float]
+    ) -> None:
+        """Bins, events and vectors for ``piece``, whose detector rows are ``rows``."""
+        det = self.detector
+        # The piece's samples are all valid iff the detector's newest invalid one is older.
+        self._bin_samples(piece, det._last_invalid < det.stats.samples - len(piece))
+        if rows:
+            self._add_events(rows)
+        self._emit(xs, times)
 
     # --- sample bins ---------------------------------------------------------------------------
     def _edge(self, j: float, sub: bool = False) -> float:
@@ -1080,6 +1105,67 @@ class _Staging:
         """The held samples (views: valid until the next :meth:`append` after a reset)."""
         n = self.n
         return GazeSamples(self.t[:n], self.x[:n], self.y[:n], self.p[:n], self.valid[:n])
+
+
+def _stack(xs: list[FloatArray], times: list[float]) -> tuple[FloatArray, FloatArray]:
+    """``X`` (k, F) and ``t`` (k,) from k vectors (1, F) and their times (s)."""
+    if not xs:
+        return np.empty((0, _F)), np.empty(0)
+    if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
+        return xs[0].copy(), np.array(times)
+    return np.vstack(xs), np.array(times)
+
+
+def push_many(
+    pairs: Sequence[tuple[FeatureExtractor, GazeSamples]],
+) -> list[tuple[FloatArray, FloatArray] | GazeguardError]:
+    """``[fx.push(block) for fx, block in pairs]``, with the event detectors' per-sample numpy
+    work done in one step over all the new samples (:func:`~gazeguard.events.classify_many`):
+    for a worker that holds many sessions and hands each its new samples in turn.
+
+    Each extractor may appear once. Every entry is what its :meth:`FeatureExtractor.push` would
+    have returned (bit for bit: the sessions are independent and each sees the same operations
+    in the same order), or the :class:`~gazeguard.errors.GazeguardError` it would have raised
+    (e.g. :class:`~gazeguard.errors.StreamError` for a block with bad timestamps; that session
+    is left as that push would have left it, the others are pushed).
+
+    Raises:
+        ValueError: an extractor appears twice.
+    """
+    if len({id(fx) for fx, _ in pairs}) != len(pairs):
+        raise ValueError("push_many: each extractor may appear once")
+    out: list[tuple[FloatArray, FloatArray] | GazeguardError] = []
+    batch: list[tuple[int, FeatureExtractor, GazeSamples]] = []
+    for i, (fx, block) in enumerate(pairs):
+        out.append((np.empty((0, _F)), np.empty(0)))
+        try:
+            work = fx._take(block)
+        except GazeguardError as e:
+            out[i] = e
+            continue
+        if work is None:
+            continue
+        try:
+            if not fx._single_piece(work):  # a long block (a recording): on its own
+                out[i] = fx._process(work)
+            elif fx.detector._accept(work, checked=True):
+                batch.append((i, fx, work))
+                continue  # released below
+            else:  # the detector is still estimating its rate: no rows yet
+                xs: list[FloatArray] = []
+                times: list[float] = []
+                fx._after_rows(work, [], xs, times)
+                out[i] = _stack(xs, times)
+        except GazeguardError as e:
+            out[i] = e
+        fx._release()
+    rows = classify_many([fx.detector for _, fx, _ in batch])
+    for (i, fx, work), r in zip(batch, rows, strict=True):
+        xs, times = [], []
+        fx._after_rows(work, r, xs, times)
+        out[i] = _stack(xs, times)
+        fx._release()
+    return out
 
 
 def _run_starts(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
