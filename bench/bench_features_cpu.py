@@ -18,9 +18,11 @@ hands each its new samples in turn, so the extractors' state is cold in the cach
 the next round) with 12-sample blocks (100 ms at 120 Hz) and, in a second row, with blocks of 24,
 36, 48 or 60 samples (the worker sometimes hands a session several blocks at once). "baseline" is
 the package's ``gazeguard/events.py`` and ``gazeguard/features.py`` at git revision
-``--baseline-rev`` (loaded from git into renamed modules), "after" the package's; rounds
-alternate between them (baseline first in even rounds, after first in odd ones), every round
-checks that both give the same vectors bit for bit, and the numbers are medians over the rounds.
+``--baseline-rev`` (loaded from git into renamed modules), "after" the package's
+``FeatureExtractor.push`` per session, "batched" one ``features.push_many`` call per round (the
+event detectors' per-sample numpy work done once over all sessions' new samples); rounds
+alternate the order (baseline first in even rounds, last in odd ones), every round checks that
+all three give the same vectors bit for bit, and the numbers are medians over the rounds.
 
 Run: ``python bench/bench_features_cpu.py [--seconds 300] [--rounds 7] [--fleet-rounds 7]``
 (about a minute per configuration at the defaults); prints tables and writes
@@ -45,7 +47,7 @@ import numpy as np
 from _harness import load_now, machine, write_results
 
 from gazeguard.events import EventDetector
-from gazeguard.features import FeatureExtractor
+from gazeguard.features import FeatureExtractor, push_many
 from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
 
@@ -105,16 +107,24 @@ def fleet_blocks(sessions: int, seconds: float, sizes: tuple[int, ...]) -> list[
     return [out[s % len(out)] for s in range(sessions)]
 
 
-def run_fleet(make: Any, blocks: list[list[GazeSamples]]) -> tuple[float, list[int]]:
-    """CPU seconds for all sessions fed round-robin (one block each per round), and a checksum
-    per session: the hash of its vectors' bytes."""
+def run_fleet(make: Any, blocks: list[list[GazeSamples]], batched: bool) -> tuple[float, list[int]]:
+    """CPU seconds for all sessions fed round-robin (one block each per round; ``batched``: one
+    :func:`push_many` call per round), and a checksum per session: the hash of its vectors."""
     fxs = [make() for _ in blocks]
     outs: list[list[bytes]] = [[] for _ in blocks]
     rounds = max(len(b) for b in blocks)
-    pairs = list(zip(fxs, blocks, outs, strict=True))
+    sessions = list(zip(fxs, blocks, outs, strict=True))
     c0 = time.process_time()
     for j in range(rounds):
-        for fx, bl, out in pairs:
+        if batched:
+            due = [(fx, bl[j], out) for fx, bl, out in sessions if j < len(bl)]
+            results = push_many([(fx, b) for fx, b, _ in due])
+            for (_, _, out), res in zip(due, results, strict=True):
+                assert not isinstance(res, Exception)
+                if len(res[0]):
+                    out.append(res[0].tobytes())
+            continue
+        for fx, bl, out in sessions:
             if j < len(bl):
                 X, _ = fx.push(bl[j])
                 if len(X):
@@ -124,11 +134,19 @@ def run_fleet(make: Any, blocks: list[list[GazeSamples]]) -> tuple[float, list[i
 
 
 def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The fleet access pattern, baseline vs after (see the module docstring)."""
+    """The fleet access pattern: baseline, after and batched (see the module docstring)."""
     base = load_baseline(args.baseline_rev)
-    impls = {
-        "baseline": lambda: base.FeatureExtractor(30.0, 0.5, detector=base.EventDetector()),
-        "after": lambda: FeatureExtractor(30.0, 0.5, detector=EventDetector()),
+
+    def ours() -> FeatureExtractor:
+        return FeatureExtractor(30.0, 0.5, detector=EventDetector())
+
+    impls = {  # name: (make an extractor, fed with push_many)
+        "baseline": (
+            lambda: base.FeatureExtractor(30.0, 0.5, detector=base.EventDetector()),
+            False,
+        ),
+        "after": (ours, False),
+        "batched": (ours, True),
     }
     n, secs = args.fleet_sessions, args.fleet_seconds
     print(
@@ -136,8 +154,9 @@ def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
         f"s = 0.5 s; median of {args.fleet_rounds} alternating rounds (load {load_now()})"
     )
     header = (
-        f"{'block samples':>14} | {'baseline ms/s':>13} {'after ms/s':>10} {'ratio':>6} | "
-        f"{'sessions/core after':>19} | {'ratio of minima':>15}"
+        f"{'block samples':>14} | {'baseline ms/s':>13} {'after ms/s':>10} {'ratio':>6} "
+        f"{'batched ms/s':>12} {'ratio':>6} | {'sessions/core batched':>21} | "
+        f"{'ratios of minima':>16}"
     )
     print(header)
     print("-" * len(header))
@@ -148,9 +167,10 @@ def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
         for r in range(args.fleet_rounds):
             sums = {}
             for name in impls if r % 2 == 0 else reversed(impls):
-                cpu[name].append((out := run_fleet(impls[name], blocks))[0])
-                sums[name] = out[1]
-            if sums["baseline"] != sums["after"]:
+                make, batched = impls[name]
+                seconds, sums[name] = run_fleet(make, blocks, batched)
+                cpu[name].append(seconds)
+            if not sums["baseline"] == sums["after"] == sums["batched"]:
                 raise SystemExit(f"fleet vectors differ (blocks {sizes}): not the same computation")
         ms = {k: 1e3 * statistics.median(v) / (n * secs) for k, v in cpu.items()}
         ms_min = {k: 1e3 * min(v) / (n * secs) for k, v in cpu.items()}
@@ -164,17 +184,20 @@ def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
             "ms_per_session_s": ms,
             "sessions_per_core": {k: 1e3 / v for k, v in ms.items()},
             "ratio_baseline_over_after": ms["baseline"] / ms["after"],
+            "ratio_baseline_over_batched": ms["baseline"] / ms["batched"],
             "ms_per_session_s_min": ms_min,
-            "ratio_of_minima": ms_min["baseline"] / ms_min["after"],
+            "ratio_of_minima": {k: ms_min["baseline"] / ms_min[k] for k in ("after", "batched")},
             "identical_vectors": True,
             "load_avg_1min": load_now(),
         }
         rows.append(row)
         label = "/".join(map(str, sizes))
+        mins = row["ratio_of_minima"]
         print(
             f"{label:>14} | {ms['baseline']:>13.3f} {ms['after']:>10.3f} "
-            f"{row['ratio_baseline_over_after']:>5.2f}× | {1e3 / ms['after']:>19.0f} | "
-            f"{row['ratio_of_minima']:>14.2f}×"
+            f"{row['ratio_baseline_over_after']:>5.2f}× {ms['batched']:>12.3f} "
+            f"{row['ratio_baseline_over_batched']:>5.2f}× | {1e3 / ms['batched']:>21.0f} | "
+            f"{mins['after']:>6.2f}×, {mins['batched']:.2f}×"
         )
     return rows
 
