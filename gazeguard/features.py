@@ -789,42 +789,67 @@ class FeatureExtractor:
 
     def _bin_samples(self, piece: GazeSamples, all_valid: bool) -> None:
         """Add the samples of ``piece`` to their bins; ``all_valid``: every sample is valid."""
+        rows, cuts = self._bin_valid(piece, all_valid)
+        p = piece.pupil_mm
+        starts = np.array(cuts[:-1], dtype=np.intp)
+        lo = np.minimum.reduceat(p, starts).tolist()
+        hi = np.maximum.reduceat(p, starts).tolist()
+        if _in_range(lo, hi):
+            pq = np.rint(p * _PUPIL_Q).astype(np.int64)
+            s1 = np.add.reduceat(pq, starts).tolist()
+            s2 = np.add.reduceat(pq * pq, starts).tolist()
+            self._add_pupil(rows, _lengths(cuts), s1, s2, lo, hi)
+        else:
+            self._bin_pupil(p, starts, rows)
+
+    def _bin_valid(self, piece: GazeSamples, all_valid: bool) -> tuple[list[int], list[int]]:
+        """Make the bins of ``piece`` and count its valid samples in them; return their list
+        positions and the cuts ``[0, ..., len(piece)]`` of the piece at bin changes."""
         ts = piece.timestamps
         first, top = self._bin_id(float(ts[0])), self._bin_id(float(ts[-1]))
-        b_nv, b_np, b_s1, b_s2 = self._b_counts
+        b_nv = self._b_counts[0]
         if top - self._bin_base >= len(b_nv):
             self._ensure_bins(top)
         ids, cuts = self._bin_cuts(ts, first, top)
-        starts = np.array(cuts[:-1], dtype=np.intp)
-        lengths = [b - a for a, b in itertools.pairwise(cuts)]
         base = self._bin_base
         rows = [i - base for i in ids]
         if all_valid:
-            n_valid = lengths
+            n_valid = _lengths(cuts)
         else:
+            starts = np.array(cuts[:-1], dtype=np.intp)
             n_valid = np.add.reduceat(piece.valid, starts, dtype=np.int64).tolist()
         for r, nv in zip(rows, n_valid, strict=True):
             b_nv[r] += nv
-        p = piece.pupil_mm
-        # Every pupil sample in range (the common case) iff every bin's minimum and maximum is
-        # (np.minimum and np.maximum propagate NaN, which fails both tests).
-        lo = np.minimum.reduceat(p, starts).tolist()
-        hi = np.maximum.reduceat(p, starts).tolist()
-        if all(map(_PUPIL_LO.__le__, lo)) and all(map(_PUPIL_HI.__ge__, hi)):
-            counts, pq = lengths, np.rint(p * _PUPIL_Q).astype(np.int64)
-        else:
-            in_range = (p >= _PUPIL_LO) & (p <= _PUPIL_HI)  # False for NaN and inf
-            n_pupil = int(np.count_nonzero(in_range))
-            self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
-            if n_pupil == 0:
-                return
-            counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
-            pn = np.where(in_range, p, np.nan)
-            pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
-            lo = np.fmin.reduceat(pn, starts).tolist()
-            hi = np.fmax.reduceat(pn, starts).tolist()
+        return rows, cuts
+
+    def _bin_pupil(self, p: FloatArray, starts: npt.NDArray[np.intp], rows: list[int]) -> None:
+        """Add the pupil samples ``p`` (mm, some out of range or missing) to the bins at list
+        positions ``rows``, which start at ``starts`` in ``p``."""
+        in_range = (p >= _PUPIL_LO) & (p <= _PUPIL_HI)  # False for NaN and inf
+        n_pupil = int(np.count_nonzero(in_range))
+        self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
+        if n_pupil == 0:
+            return
+        counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
+        pn = np.where(in_range, p, np.nan)
+        pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
+        lo = np.fmin.reduceat(pn, starts).tolist()
+        hi = np.fmax.reduceat(pn, starts).tolist()
         s1 = np.add.reduceat(pq, starts).tolist()
         s2 = np.add.reduceat(pq * pq, starts).tolist()
+        self._add_pupil(rows, counts, s1, s2, lo, hi)
+
+    def _add_pupil(  # noqa: PLR0917 - the per-bin columns, as computed
+        self,
+        rows: list[int],
+        counts: list[int],
+        s1: list[int],
+        s2: list[int],
+        lo: list[float],
+        hi: list[float],
+    ) -> None:
+        """Add per-bin pupil counts, sums (0.1 µm), min and max (mm) to the bins ``rows``."""
+        _, b_np, b_s1, b_s2 = self._b_counts
         b_min, b_max = self._b_min, self._b_max
         for i, r in enumerate(rows):
             if counts[i]:
@@ -1107,6 +1132,48 @@ class _Staging:
         return GazeSamples(self.t[:n], self.x[:n], self.y[:n], self.p[:n], self.valid[:n])
 
 
+def _lengths(cuts: list[int]) -> list[int]:
+    """Lengths of the runs between consecutive ``cuts``."""
+    return [b - a for a, b in itertools.pairwise(cuts)]
+
+
+def _in_range(lo: list[float], hi: list[float]) -> bool:
+    """Every pupil sample of the bins with minima ``lo`` and maxima ``hi`` (mm, from
+    np.minimum and np.maximum, which propagate NaN, which fails both tests) is in range."""
+    return all(map(_PUPIL_LO.__le__, lo)) and all(map(_PUPIL_HI.__ge__, hi))
+
+
+def _bin_samples_many(items: list[tuple[FeatureExtractor, GazeSamples]]) -> None:
+    """``fx._bin_samples(piece, ...)`` for every item, with the pupil reductions done once
+    over all the pieces (a piece with pupil samples out of range or missing is binned on its
+    own: its values in the shared reductions are not used)."""
+    layouts = []
+    offsets = [0]
+    for fx, piece in items:
+        det = fx.detector
+        layouts.append(fx._bin_valid(piece, det._last_invalid < det.stats.samples - len(piece)))
+        offsets.append(offsets[-1] + len(piece))
+    p = np.concatenate([piece.pupil_mm for _, piece in items])
+    starts = np.array(
+        [o + c for o, (_, cuts) in zip(offsets, layouts, strict=False) for c in cuts[:-1]],
+        dtype=np.intp,
+    )
+    lo = np.minimum.reduceat(p, starts).tolist()
+    hi = np.maximum.reduceat(p, starts).tolist()
+    with np.errstate(invalid="ignore"):  # NaN (in a piece binned on its own) casts to junk
+        pq = np.rint(p * _PUPIL_Q).astype(np.int64)
+    s1 = np.add.reduceat(pq, starts).tolist()
+    s2 = np.add.reduceat(pq * pq, starts).tolist()
+    k0 = 0
+    for (fx, piece), (rows, cuts) in zip(items, layouts, strict=True):
+        k1 = k0 + len(rows)
+        if _in_range(lo[k0:k1], hi[k0:k1]):
+            fx._add_pupil(rows, _lengths(cuts), s1[k0:k1], s2[k0:k1], lo[k0:k1], hi[k0:k1])
+        else:
+            fx._bin_pupil(piece.pupil_mm, np.array(cuts[:-1], dtype=np.intp), rows)
+        k0 = k1
+
+
 def _stack(xs: list[FloatArray], times: list[float]) -> tuple[FloatArray, FloatArray]:
     """``X`` (k, F) and ``t`` (k,) from k vectors (1, F) and their times (s)."""
     if not xs:
@@ -1160,9 +1227,13 @@ def push_many(
             out[i] = e
         fx._release()
     rows = classify_many([fx.detector for _, fx, _ in batch])
-    for (i, fx, work), r in zip(batch, rows, strict=True):
+    if batch:
+        _bin_samples_many([(fx, work) for _, fx, work in batch])
+    for (i, fx, _), r in zip(batch, rows, strict=True):
         xs, times = [], []
-        fx._after_rows(work, r, xs, times)
+        if r:
+            fx._add_events(r)
+        fx._emit(xs, times)
         out[i] = _stack(xs, times)
         fx._release()
     return out
