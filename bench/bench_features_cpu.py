@@ -12,8 +12,21 @@ ratio of the per-implementation minima is printed too: on a loaded machine the m
 steadier estimate of the uncontended cost). Every round also checks that both give the same
 vectors, bit for bit.
 
-Run: ``python bench/bench_features_cpu.py [--seconds 300] [--rounds 7]`` (about a minute per
-configuration at the defaults); prints a table and writes ``bench/results/features_cpu.json``.
+Fleet access pattern (``fleet_rows`` in the JSON): a fleet worker holds hundreds of sessions and
+hands each its new samples in turn, so the extractors' state is cold in the caches at every push.
+``--fleet-sessions`` (default 300) extractors are fed round-robin (every session one block, then
+the next round) with 12-sample blocks (100 ms at 120 Hz) and, in a second row, with blocks of 24,
+36, 48 or 60 samples (the worker sometimes hands a session several blocks at once). "baseline" is
+the package's ``gazeguard/events.py`` and ``gazeguard/features.py`` at git revision
+``--baseline-rev`` (loaded from git into renamed modules), "after" the package's
+``FeatureExtractor.push`` per session, "batched" one ``features.push_many`` call per round (the
+event detectors' per-sample numpy work done once over all sessions' new samples); rounds
+alternate the order (baseline first in even rounds, last in odd ones), every round checks that
+all three give the same vectors bit for bit, and the numbers are medians over the rounds.
+
+Run: ``python bench/bench_features_cpu.py [--seconds 300] [--rounds 7] [--fleet-rounds 7]``
+(about a minute per configuration at the defaults); prints tables and writes
+``bench/results/features_cpu.json``.
 Target (issue 17, item 4): >= 1,000 sessions of 120 Hz per core for the whole worker, so events
 + features must cost well under 1 ms per session-second.
 """
@@ -23,6 +36,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,11 +47,14 @@ import numpy as np
 from _harness import load_now, machine, write_results
 
 from gazeguard.events import EventDetector
-from gazeguard.features import FeatureExtractor
+from gazeguard.features import FeatureExtractor, push_many
 from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
 
-REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "_reference_extraction.py"
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "tests" / "_reference_extraction.py"
+#: the events + features code before the fleet-pattern work (issue 17 item 4)
+BASELINE_REV = "773d176"
 #: (rate Hz, samples per block, task, seed)
 CONFIGS = ((120.0, 12, "free", 1), (120.0, 12, "reading", 2), (250.0, 25, "search", 3))
 
@@ -50,6 +67,139 @@ def load_reference() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_baseline(rev: str) -> ModuleType:
+    """``gazeguard/features.py`` (and the ``events.py`` it imports) at git revision ``rev``, as
+    modules ``_baseline_features`` and ``_baseline_events`` (the rest of the package is shared)."""
+    modules = {}
+    for name in ("events", "features"):
+        source = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:gazeguard/{name}.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        source = source.replace("from gazeguard.events import", "from _baseline_events import")
+        module = ModuleType(f"_baseline_{name}")
+        module.__file__ = f"{rev}:gazeguard/{name}.py"
+        sys.modules[module.__name__] = module
+        exec(
+            compile(source, module.__file__, "exec"), module.__dict__
+        )  # our own code, at a git revision
+        modules[name] = module
+    return modules["features"]
+
+
+def fleet_blocks(sessions: int, seconds: float, sizes: tuple[int, ...]) -> list[list[GazeSamples]]:
+    """Per session (20 distinct simulated recordings, reused), its 120 Hz gaze cut into blocks of
+    the ``sizes`` in turn (a fixed pseudo-random choice per block when there are several)."""
+    rng = np.random.default_rng(0)
+    out = []
+    for s in range(min(sessions, 20)):
+        g = simulate_gaze(seconds, 120.0, seed=s + 1)
+        blocks, i = [], 0
+        while i < len(g):
+            size = int(rng.choice(sizes))
+            blocks.append(g.slice(i, i + size))
+            i += size
+        out.append(blocks)
+    return [out[s % len(out)] for s in range(sessions)]
+
+
+def run_fleet(make: Any, blocks: list[list[GazeSamples]], batched: bool) -> tuple[float, list[int]]:
+    """CPU seconds for all sessions fed round-robin (one block each per round; ``batched``: one
+    :func:`push_many` call per round), and a checksum per session: the hash of its vectors."""
+    fxs = [make() for _ in blocks]
+    outs: list[list[bytes]] = [[] for _ in blocks]
+    rounds = max(len(b) for b in blocks)
+    sessions = list(zip(fxs, blocks, outs, strict=True))
+    c0 = time.process_time()
+    for j in range(rounds):
+        if batched:
+            due = [(fx, bl[j], out) for fx, bl, out in sessions if j < len(bl)]
+            results = push_many([(fx, b) for fx, b, _ in due])
+            for (_, _, out), res in zip(due, results, strict=True):
+                assert not isinstance(res, Exception)
+                if len(res[0]):
+                    out.append(res[0].tobytes())
+            continue
+        for fx, bl, out in sessions:
+            if j < len(bl):
+                X, _ = fx.push(bl[j])
+                if len(X):
+                    out.append(X.tobytes())
+    cpu = time.process_time() - c0
+    return cpu, [hash(b"".join(o)) for o in outs]
+
+
+def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The fleet access pattern: baseline, after and batched (see the module docstring)."""
+    base = load_baseline(args.baseline_rev)
+
+    def ours() -> FeatureExtractor:
+        return FeatureExtractor(30.0, 0.5, detector=EventDetector())
+
+    impls = {  # name: (make an extractor, fed with push_many)
+        "baseline": (
+            lambda: base.FeatureExtractor(30.0, 0.5, detector=base.EventDetector()),
+            False,
+        ),
+        "after": (ours, False),
+        "batched": (ours, True),
+    }
+    n, secs = args.fleet_sessions, args.fleet_seconds
+    print(
+        f"\nfleet pattern: {n} sessions fed round-robin, {secs:g} s of 120 Hz gaze each, W = 30 s, "
+        f"s = 0.5 s; median of {args.fleet_rounds} alternating rounds (load {load_now()})"
+    )
+    header = (
+        f"{'block samples':>14} | {'baseline ms/s':>13} {'after ms/s':>10} {'ratio':>6} "
+        f"{'batched ms/s':>12} {'ratio':>6} | {'sessions/core batched':>21} | "
+        f"{'ratios of minima':>16}"
+    )
+    print(header)
+    print("-" * len(header))
+    rows = []
+    for sizes in ((12,), (24, 36, 48, 60)):
+        blocks = fleet_blocks(n, secs, sizes)
+        cpu: dict[str, list[float]] = {name: [] for name in impls}
+        for r in range(args.fleet_rounds):
+            sums = {}
+            for name in impls if r % 2 == 0 else reversed(impls):
+                make, batched = impls[name]
+                seconds, sums[name] = run_fleet(make, blocks, batched)
+                cpu[name].append(seconds)
+            if not sums["baseline"] == sums["after"] == sums["batched"]:
+                raise SystemExit(f"fleet vectors differ (blocks {sizes}): not the same computation")
+        ms = {k: 1e3 * statistics.median(v) / (n * secs) for k, v in cpu.items()}
+        ms_min = {k: 1e3 * min(v) / (n * secs) for k, v in cpu.items()}
+        row = {
+            "sessions": n,
+            "rate_hz": 120.0,
+            "block_samples": list(sizes),
+            "gaze_s": secs,
+            "baseline_rev": args.baseline_rev,
+            "cpu_s": cpu,
+            "ms_per_session_s": ms,
+            "sessions_per_core": {k: 1e3 / v for k, v in ms.items()},
+            "ratio_baseline_over_after": ms["baseline"] / ms["after"],
+            "ratio_baseline_over_batched": ms["baseline"] / ms["batched"],
+            "ms_per_session_s_min": ms_min,
+            "ratio_of_minima": {k: ms_min["baseline"] / ms_min[k] for k in ("after", "batched")},
+            "identical_vectors": True,
+            "load_avg_1min": load_now(),
+        }
+        rows.append(row)
+        label = "/".join(map(str, sizes))
+        mins = row["ratio_of_minima"]
+        print(
+            f"{label:>14} | {ms['baseline']:>13.3f} {ms['after']:>10.3f} "
+            f"{row['ratio_baseline_over_after']:>5.2f}× {ms['batched']:>12.3f} "
+            f"{row['ratio_baseline_over_batched']:>5.2f}× | {1e3 / ms['batched']:>21.0f} | "
+            f"{mins['after']:>6.2f}×, {mins['batched']:.2f}×"
+        )
+    return rows
 
 
 def run_session(
@@ -72,7 +222,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=300.0, help="gaze per session, s")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds per configuration")
     ap.add_argument("--window", type=float, default=30.0, help="feature window W, s")
+    ap.add_argument("--fleet-sessions", type=int, default=300, help="fleet pattern: sessions")
+    ap.add_argument("--fleet-seconds", type=float, default=60.0, help="fleet: gaze per session")
+    ap.add_argument("--fleet-rounds", type=int, default=7, help="fleet: alternating rounds")
+    ap.add_argument("--baseline-rev", default=BASELINE_REV, help="fleet: git revision compared")
+    ap.add_argument("--fleet-only", action="store_true", help="skip the single-session table")
     args = ap.parse_args()
+    fleet_rows = fleet(args)
     ref = load_reference()
     impls = {
         "before": lambda w: ref.RefFeatureExtractor(w, 0.5, detector=ref.RefEventDetector()),
@@ -89,7 +245,7 @@ def main() -> None:
     )
     print(header)
     print("-" * len(header))
-    for rate, block, task, seed in CONFIGS:
+    for rate, block, task, seed in () if args.fleet_only else CONFIGS:
         g = simulate_gaze(args.seconds, rate, seed, task)
         blocks = [g.slice(i, i + block) for i in range(0, len(g), block)]
         cpu: dict[str, list[float]] = {name: [] for name in impls}
@@ -130,6 +286,8 @@ def main() -> None:
         "step_s": 0.5,
         "rounds": args.rounds,
         "rows": rows,
+        "fleet_rounds": args.fleet_rounds,
+        "fleet_rows": fleet_rows,
         "machine": machine(),
     }
     print(f"wrote {write_results('features_cpu', doc)}")

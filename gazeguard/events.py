@@ -35,6 +35,11 @@ Per sample (all vectorised with shifted slices and masks; Python loops run over 
 Event times: ``t_start`` is the first sample's time, ``t_end`` the next run's first sample time
 (``last sample + dt`` when a gap follows); ``duration = t_end - t_start`` (s).
 
+Cost: per block, the vectorised steps are a few dozen numpy calls on its samples, and for the
+small blocks of a live stream their per-call overhead, not the arithmetic, is most of it; a
+worker holding many streams can share those calls among them (:func:`classify_many`, used by
+:func:`gazeguard.features.push_many`).
+
 Determinism: run statistics use only order-independent reductions (min, max, integer sums of
 positions quantised to 1e-6 deg), so the events are bit-identical however the stream is split.
 Sample-level labels (for validation) come from :func:`sample_labels` or :func:`detect_events`.
@@ -42,9 +47,12 @@ Sample-level labels (for validation) come from :func:`sample_labels` or :func:`d
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +65,7 @@ __all__ = [
     "EventDetector",
     "EventKind",
     "Events",
+    "classify_many",
     "detect_events",
     "sample_labels",
 ]
@@ -81,6 +90,8 @@ class EventKind(IntEnum):
     BLINK = 3
     LOSS = 4
 
+
+_K_UNDEFINED, _K_FIXATION, _K_SACCADE, _K_BLINK, _K_LOSS = EventKind  # no class lookups per event
 
 _EVENT_FIELDS = (
     "t_start",
@@ -189,6 +200,20 @@ class _OpenRun:
     vmax: float = -np.inf
 
 
+class _Segments(NamedTuple):
+    """Runs of equal class (split at gaps) in the samples classified by one pass; positions
+    are relative to the pass's first sample; one entry per segment in each list."""
+
+    starts: list[int]
+    ends: list[int]  # exclusive
+    cls: list[int]
+    gap_before: list[bool]  # a gap separates the segment from the sample before it
+    q: list[list[int]]  # [Σx, Σy] in 1e-6 deg (valid samples)
+    lo: list[list[float]]  # [min x, min y], deg (NaN: no valid sample)
+    hi: list[list[float]]  # [max x, max y], deg
+    vmax: list[float]  # largest velocity, deg/s (NaN: none defined)
+
+
 def _quantise(a: FloatArray) -> IntArray:
     """Degrees → integers of 1e-6 deg (clipped to ±1e5 deg so that sums cannot overflow)."""
     q = np.maximum(a, -1e5)  # np.clip's result, without its Python-level wrapper
@@ -293,6 +318,7 @@ class EventDetector:
         self._n = 0  # samples in the buffer
         self._g0 = 0  # global index of buffer[0]
         self._next = 0  # buffer index of the first unclassified sample
+        self._last_invalid = -1  # global index of the newest invalid sample (-1: none yet)
         self._open: _OpenRun | None = None
         self._finished = False
         self.last_classified_t: float | None = None  # time of the newest classified sample, s
@@ -313,23 +339,36 @@ class EventDetector:
         consumes, without building arrays for a few events. ``checked``: the caller has already
         validated the block's timestamps (finite, strictly increasing) against its own newest
         sample; only their order after this detector's newest sample is checked again."""
+        return self._classify(self._n - self.h) if self._accept(block, checked) else []
+
+    def _accept(self, block: GazeSamples, checked: bool) -> bool:
+        """The first half of :meth:`_push_rows`: validate and buffer ``block``; True when
+        samples may be classified (the nominal rate is known)."""
         if self._finished:
             raise GazeguardError("EventDetector.push after finish(): create a new detector")
         n_new = len(block)
         if n_new == 0:
-            return []
+            return False
         ts = block.timestamps
-        after = float(self._t[self._n - 1]) if self._n else None
-        if not checked or (after is not None and not ts[0] > after):
-            check_timestamps(ts, after)
+        if self._n:
+            after: float | None = float(self._t[self._n - 1])
+            if not checked or not ts[0] > after:
+                check_timestamps(ts, after)
+        elif not checked:
+            check_timestamps(ts, None)
         self._append(block)
-        self.stats.samples += n_new
-        self.stats.invalid_samples += n_new - int(np.count_nonzero(block.valid))
+        stats = self.stats
+        stats.samples += n_new
+        valid = block.valid
+        n_valid = int(np.count_nonzero(valid))
+        if n_valid < n_new:
+            stats.invalid_samples += n_new - n_valid
+            self._last_invalid = self._g0 + self._n - n_new + int(np.flatnonzero(~valid)[-1])
         if self.dt is None:
             if self._g0 + self._n < _RATE_SAMPLES:
-                return []
+                return False
             self._set_rate()
-        return self._classify(self._n - self.h)
+        return True
 
     def finish(self) -> Events:
         """End of stream: classify the held samples (look-ahead missing: velocity undefined) and
@@ -384,22 +423,27 @@ class EventDetector:
         """First buffer index still needed: h + 1 samples of lookback before the next sample."""
         return max(0, self._next - self.h - 1)
 
-    def _classify(self, stop: int, final: bool = False) -> list[Row]:  # noqa: PLR0912, PLR0915 - numeric: the I-VT/blink classification state machine over one buffer, read top to bottom
+    def _classify(self, stop: int, final: bool = False) -> list[Row]:  # noqa: PLR0915 - numeric: one pass's vectorised classification, read top to bottom
         """Classify buffer samples [self._next, stop) and close the runs they complete."""
         a = self._next
         if stop <= a:
             return []
         h, n, g = self.h, self._n, self.max_gap_s
         t, xy, ok = self._t, self._xy, self._ok
-        # Context region [r0, r1) = [a - h, stop + h) within the buffer. gap[k]: the interval
-        # before sample r0 + k is a dropout. "clean": no gap and no invalid sample in it (the
-        # common case, which skips the masking below).
+        # Context region [r0, r1) = [a - h, stop + h) within the buffer. "clean": no invalid
+        # sample in it (none since global index g0 + r0) and no gap (an interval longer than g)
+        # before any of its samples, the one before r0 included: the common case, which skips
+        # the masking below. gap[k] (not clean only): the interval before sample r0 + k is one.
         r0, r1 = max(0, a - h), min(n, stop + h)
         m_all = stop - a
-        gap = np.empty(r1 - r0, dtype=bool)
-        gap[0] = r0 > 0 and float(t[r0]) - float(t[r0 - 1]) > g
-        np.greater(t[r0 + 1 : r1] - t[r0 : r1 - 1], g, out=gap[1:])
-        clean = not gap.any() and bool(ok[r0:r1].all())
+        e0 = r0 - 1 if r0 else 0
+        clean = self._last_invalid < self._g0 + r0 and (
+            r1 - e0 < 2 or not float(np.maximum.reduce(t[e0 + 1 : r1] - t[e0 : r1 - 1])) > g
+        )
+        if not clean:
+            gap = np.empty(r1 - r0, dtype=bool)
+            gap[0] = r0 > 0 and float(t[r0]) - float(t[r0 - 1]) > g
+            np.greater(t[r0 + 1 : r1] - t[r0 : r1 - 1], g, out=gap[1:])
         # Samples whose whole window [i - h, i + h] lies in the region get a velocity (in a
         # stream: all of them; the others are undefined, 0, with velocity NaN).
         i0, i1 = max(a, r0 + h), min(stop, r1 - h)
@@ -432,29 +476,43 @@ class EventDetector:
             else:
                 v[i0 - a : i1 - a] = vv
                 np.add(fast, np.equal(vv, vv), out=cls[i0 - a : i1 - a], dtype=np.int8)
-        okc = ok[a:stop]
-        gap_a = gap[a - r0 : stop - r0]
         pos = xy[a:stop]
-        if clean:
-            change = cls[1:] != cls[:-1]
-            q = _quantise(pos)
-        else:
+        if not clean:
+            okc = ok[a:stop]
+            gap_a = gap[a - r0 : stop - r0]
             cls[~okc] = _C_INVALID
             self.stats.gaps += int(np.count_nonzero(gap_a))
-            change = (cls[1:] != cls[:-1]) | gap_a[1:]
             q = _quantise(np.where(okc[:, None], pos, 0.0))
             pos = np.where(okc[:, None], pos, np.nan)
+        else:
+            q = _quantise(pos)
         # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
-        starts = [i + 1 for i in np.flatnonzero(change).tolist()]
-        seg_starts = [0, *starts]
-        seg_end = [*starts, m_all]
+        split = np.empty(m_all, dtype=bool)  # split[i]: a run starts at sample a + i
+        split[0] = True
+        np.not_equal(cls[1:], cls[:-1], out=split[1:])
+        if not clean:
+            split[1:] |= gap_a[1:]
+        starts = split.nonzero()[0]
+        seg_starts = starts.tolist()
+        seg_end = [*seg_starts[1:], m_all]
         # Per-segment order-independent reductions (integer sums, min, max).
-        seg_q = np.add.reduceat(q, seg_starts, axis=0).tolist()
-        seg_min = np.fmin.reduceat(pos, seg_starts, axis=0).tolist()
-        seg_max = np.fmax.reduceat(pos, seg_starts, axis=0).tolist()
-        seg_v = np.fmax.reduceat(v, seg_starts).tolist()
-        seg_cls = cls[seg_starts].tolist()
-        seg_gap = [False] * len(seg_starts) if clean else gap_a[seg_starts].tolist()
+        seg_q = np.add.reduceat(q, starts, axis=0).tolist()
+        seg_min = np.fmin.reduceat(pos, starts, axis=0).tolist()
+        seg_max = np.fmax.reduceat(pos, starts, axis=0).tolist()
+        seg_v = np.fmax.reduceat(v, starts).tolist()
+        seg_cls = cls[starts].tolist()
+        seg_gap = [False] * len(seg_starts) if clean else gap_a[starts].tolist()
+        return self._runs(
+            stop,
+            n if final else stop,
+            _Segments(seg_starts, seg_end, seg_cls, seg_gap, seg_q, seg_min, seg_max, seg_v),
+        )
+
+    def _runs(self, stop: int, next_: int, segs: _Segments) -> list[Row]:
+        """Extend or open runs from the segments of classified samples [self._next, stop) and
+        close the runs they complete; then ``self._next = next_``."""
+        a, t, xy = self._next, self._t, self._xy
+        seg_starts, seg_end, seg_cls, seg_gap, seg_q, seg_min, seg_max, seg_v = segs
         run = self._open
         cont = run is not None and run.cls == seg_cls[0] and not seg_gap[0]
         rows: list[Row] = []
@@ -498,14 +556,16 @@ class EventDetector:
             )
             if moving:  # the run's statistics so far: this segment's (as min/max with ±inf)
                 (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[si], seg_min[si], seg_max[si]
+                vmax = seg_v[si]
                 run = _OpenRun(
-                    *args, sx, sy, min(inf, xmin), max(-inf, xmax), min(inf, ymin),
-                    max(-inf, ymax), max(-inf, seg_v[si]),
+                    *args, sx, sy, xmin if xmin < inf else inf, xmax if xmax > -inf else -inf,
+                    ymin if ymin < inf else inf, ymax if ymax > -inf else -inf,
+                    vmax if vmax > -inf else -inf,
                 )  # fmt: skip
             else:
                 run = _OpenRun(*args)
             self._open = run
-        self._next = n if final else stop
+        self._next = next_
         self.last_classified_t = float(t[stop - 1])
         return rows
 
@@ -525,31 +585,35 @@ class EventDetector:
         assert self.dt is not None
         t_end = run.t_last + self.dt if (next_gap or next_t is None) else next_t
         duration = t_end - run.t_start
-        nan = np.nan
+        nan = math.nan
         x = y = dx = dy = amp = vpk = disp = nan
-        if run.cls == _C_SLOW:
-            kind = EventKind.FIXATION if duration >= self.min_fixation_s else EventKind.UNDEFINED
-            x, y = run.sx / _QUANTUM / run.n, run.sy / _QUANTUM / run.n
-            vpk = run.vmax
-            disp = (run.xmax - run.xmin) + (run.ymax - run.ymin)
-        elif run.cls == _C_FAST:
+        cls = run.cls
+        if cls == _C_SLOW:
+            if duration >= self.min_fixation_s:
+                kind = _K_FIXATION
+                x, y = run.sx / _QUANTUM / run.n, run.sy / _QUANTUM / run.n
+                vpk = run.vmax
+                disp = (run.xmax - run.xmin) + (run.ymax - run.ymin)
+            else:
+                kind = _K_UNDEFINED
+        elif cls == _C_FAST:
             flanked = run.prev_cls == _C_SLOW and not run.gap_before
             flanked = flanked and next_cls == _C_SLOW and not next_gap
-            long_enough = duration >= self.min_saccade_s
-            kind = EventKind.SACCADE if flanked and long_enough else EventKind.UNDEFINED
-            x, y = next_x, next_y
-            dx, dy = next_x - run.x_before, next_y - run.y_before
-            amp = float(np.hypot(dx, dy))
-            vpk = run.vmax
-        elif run.cls == _C_INVALID:
+            if flanked and duration >= self.min_saccade_s:
+                kind = _K_SACCADE
+                x, y = next_x, next_y
+                dx, dy = next_x - run.x_before, next_y - run.y_before
+                amp = float(np.hypot(dx, dy))
+                vpk = run.vmax
+            else:
+                kind = _K_UNDEFINED
+        elif cls == _C_INVALID:
             bounded = run.prev_cls >= 0 and not run.gap_before
             bounded = bounded and not next_gap and next_t is not None
             plausible = self.min_blink_s <= duration <= self.max_blink_s
-            kind = EventKind.BLINK if bounded and plausible else EventKind.LOSS
+            kind = _K_BLINK if bounded and plausible else _K_LOSS
         else:
-            kind = EventKind.UNDEFINED
-        if kind not in (EventKind.SACCADE, EventKind.FIXATION):
-            x = y = dx = dy = amp = vpk = disp = nan
+            kind = _K_UNDEFINED
         self.stats.events[kind] += 1
         rows.append(
             (
@@ -568,6 +632,109 @@ class EventDetector:
                 disp,
             )
         )
+
+
+def classify_many(detectors: Sequence[EventDetector]) -> list[list[Row]]:
+    """The second half of each detector's push, for many detectors at once: every detector
+    has just buffered a block whose push may classify (its nominal rate is known; the first
+    half is ``_accept``); return, per detector, the events its push completes, as rows (the
+    fields of :meth:`Events.from_rows`), bit-identical to its own push.
+
+    The per-sample numpy work (intervals, velocities, classes, run splits and per-run
+    reductions) is done once over all detectors in the common case: the same half-width ``h``
+    and threshold as the first such detector, ``h + 1`` samples of lookback, no invalid sample
+    and no gap in the velocity context (the same float operations on the same operands, split
+    per detector). The others are classified on their own. Cost per call: about 30 numpy calls
+    over all the new samples, plus Python per run (event) and per detector.
+    """
+    out: list[list[Row] | None] = [None] * len(detectors)
+    batch: list[int] = []
+    h = thr = None
+    for i, det in enumerate(detectors):
+        a, stop = det._next, det._n - det.h
+        common = det.dt is not None and stop > a > det.h
+        if common and h is None:
+            h, thr = det.h, det.velocity_threshold_deg_s
+        if common and det.h == h and det.velocity_threshold_deg_s == thr:
+            common = det._last_invalid < det._g0 + a - det.h
+        else:
+            common = False
+        if common:
+            batch.append(i)
+        else:
+            out[i] = det._classify(det._n - det.h)
+    if batch:
+        assert h is not None
+        assert thr is not None
+        for i, rows in zip(
+            batch, _classify_batch([detectors[i] for i in batch], h, thr), strict=True
+        ):
+            out[i] = rows
+    return [rows if rows is not None else [] for rows in out]
+
+
+def _classify_batch(dets: list[EventDetector], h: int, thr: float) -> list[list[Row]]:
+    """:func:`classify_many` for detectors in its common case (half-width h, threshold thr)."""
+    # Each detector's context [a - h - 1, n) (the interval before a - h included), back to back.
+    firsts = [det._next - h - 1 for det in dets]
+    t = np.concatenate([det._t[f : det._n] for det, f in zip(dets, firsts, strict=True)])
+    xy = np.concatenate([det._xy[f : det._n] for det, f in zip(dets, firsts, strict=True)])
+    lengths = [det._n - f for det, f in zip(dets, firsts, strict=True)]
+    offsets = list(itertools.accumulate(lengths, initial=0))
+    # Largest interval within each context (the interval across a boundary does not count).
+    iv = t[1:] - t[:-1]
+    iv[np.array(offsets[1:-1], dtype=np.intp) - 1] = -np.inf
+    iv_max = np.maximum.reduceat(iv, offsets[:-1]).tolist()
+    # Velocities at the centres c in [h, N - h) that are new samples: a detector's [a, n - h)
+    # are the centres [offset + h + 1, offset + length - h), whose windows lie in its context.
+    total = offsets[-1]
+    new = np.zeros(total - 2 * h, dtype=bool)  # indexed by c - h
+    for off, length in zip(offsets[:-1], lengths, strict=True):
+        new[off + 1 : off + length - 2 * h] = True
+    d = (xy[h + 1 : total - h + 1] - xy[h - 1 : total - h - 1])[new]
+    dt = (t[h + 1 : total - h + 1] - t[h - 1 : total - h - 1])[new]
+    for j in range(2, h + 1):  # the same sums, in the same order, as _classify's
+        d += (xy[h + j : total - h + j] - xy[h - j : total - h - j])[new]
+        dt += (t[h + j : total - h + j] - t[h - j : total - h - j])[new]
+    v = np.hypot(d[:, 0], d[:, 1])
+    v /= dt
+    cls = np.add(v >= thr, np.equal(v, v), dtype=np.int8)
+    pos = xy[h : total - h][new]
+    q = _quantise(pos)
+    # Runs: split where the class changes and at each detector's first new sample.
+    counts = [length - 2 * h - 1 for length in lengths]  # new samples per detector
+    firsts_new = list(itertools.accumulate(counts, initial=0))
+    split = np.empty(len(v), dtype=bool)
+    np.not_equal(cls[1:], cls[:-1], out=split[1:])
+    split[firsts_new[:-1]] = True
+    starts = split.nonzero()[0]
+    seg_starts = starts.tolist()
+    seg_q = np.add.reduceat(q, starts, axis=0).tolist()
+    seg_min = np.fmin.reduceat(pos, starts, axis=0).tolist()
+    seg_max = np.fmax.reduceat(pos, starts, axis=0).tolist()
+    seg_v = np.fmax.reduceat(v, starts).tolist()
+    seg_cls = cls[starts].tolist()
+    bounds = np.searchsorted(starts, firsts_new).tolist()
+    out = []
+    for i, det in enumerate(dets):
+        stop = det._n - h
+        if iv_max[i] > det.max_gap_s:  # a gap in the context: classified on its own
+            out.append(det._classify(stop))
+            continue
+        k0, k1, f = bounds[i], bounds[i + 1], firsts_new[i]
+        local = [s0 - f for s0 in seg_starts[k0:k1]]
+        segs = _Segments(
+            local,
+            [*local[1:], counts[i]],
+            seg_cls[k0:k1],
+            [False] * (k1 - k0),
+            seg_q[k0:k1],
+            seg_min[k0:k1],
+            seg_max[k0:k1],
+            seg_v[k0:k1],
+        )
+        out.append(det._runs(stop, stop, segs))
+    return out
 
 
 def sample_labels(events: Events, n_samples: int, first_index: int = 0) -> Int8Array:

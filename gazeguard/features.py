@@ -62,7 +62,17 @@ pairwise sums over the same values in the same order as a per-window recomputati
 vectors are bit-identical to it (``tests/properties/test_feature_equivalence.py`` compares them
 with the frozen recomputation in ``tests/_reference_extraction.py``). Sample statistics come
 from per-step sample bins (integer sums, min, max; a step is split in two where a window edge
-falls inside it), never from the window's raw samples.
+falls inside it), never from the window's raw samples: the window's counts and sums are sliding
+integer sums (exact), its pupil extremes a min and max over its bins.
+
+In a live stream of small blocks, a block that cannot complete a step is only validated and
+copied (coalescing), so the detector, bins and events run once per step interval, on about
+``s`` seconds of samples; what that pass costs is mostly per-call overhead (Python and a few
+dozen numpy calls on ~60 samples), not arithmetic. A worker that holds many sessions calls
+:func:`push_many` with every session's new block: it shares the detectors' per-sample numpy
+work and the pupil bin reductions among all sessions (one set of numpy calls per round instead
+of one per session), with the same vectors bit for bit. ``bench/bench_features_cpu.py``
+measures both in the fleet's access pattern (hundreds of sessions fed 100 ms blocks in turn).
 """
 
 from __future__ import annotations
@@ -77,8 +87,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.errors import ConfigError, StreamError
-from gazeguard.events import EventDetector, EventKind, Row, check_timestamps
+from gazeguard.errors import ConfigError, GazeguardError, StreamError
+from gazeguard.events import EventDetector, EventKind, Row, check_timestamps, classify_many
 from gazeguard.samples import FloatArray, GazeSamples
 
 __all__ = [
@@ -89,6 +99,7 @@ __all__ = [
     "extract_features",
     "feature_bounds",
     "feature_defaults",
+    "push_many",
 ]
 
 # --- Physiological constants: the public assumptions behind every bound ----------------------
@@ -428,8 +439,7 @@ def feature_defaults(
 _BEHAVIOUR = np.array([f.behaviour for f in FEATURES])
 _FIX, _SAC, _BLINK = int(EventKind.FIXATION), int(EventKind.SACCADE), int(EventKind.BLINK)
 _PUPIL_Q = 1e4  # pupil summed as integers of 0.1 µm: exact, order-independent window sums
-# Sample-bin columns: valid samples, pupil samples, Σ pupil, Σ pupil² (pupil in 0.1 µm).
-_NV, _NP, _S1, _S2 = range(4)
+_PUPIL_LO, _PUPIL_HI = PUPIL_MM
 # Saccade properties counted over the current window (the ratio features).
 _SMALL, _LARGE, _RIGHT, _UP, _LEFT, _DOWN, _DIAG = range(7)
 _MAX_INTERVALS = 16  # a long block is walked in pieces of at most this many step intervals
@@ -622,6 +632,7 @@ class FeatureExtractor:
         # starts past the limit, so a feature without any defined value yet takes its default.
         self._max_repeats = math.floor(self.hold_limit_s / self.step_s + 1e-9)
         self._repeats = np.full(len(FEATURES), self._max_repeats + 1, dtype=np.int64)
+        self._repeating = True  # _repeats may be nonzero
         # Window = whole step intervals [k, k+q) plus the first r seconds of interval k+q.
         q = math.floor(self.window_s / self.step_s + 1e-9)
         r = self.window_s - q * self.step_s
@@ -637,11 +648,16 @@ class FeatureExtractor:
         self._books = [_Wordbook() for _ in WORDBOOK_NS]
         self._ns_books = tuple(zip(WORDBOOK_NS, self._books, strict=True))
         self._letters: list[int] = []  # the last (up to 3) saccade letters, oldest first
-        self._bins = np.zeros((64, 4), dtype=np.int64)
-        self._bmin = np.full(64, np.inf)
-        self._bmax = np.full(64, -np.inf)
-        self._bin_base = 0  # bin id of row 0
-        self._bin_top = -1  # highest bin id written
+        # Sample bins (Python lists, one entry per bin id from _bin_base on): counts (valid
+        # samples, pupil samples, Σ pupil and Σ pupil², pupil in 0.1 µm: exact integer sums),
+        # pupil min and max (mm; ±inf while a bin has no pupil sample).
+        self._b_counts: tuple[list[int], ...] = ([], [], [], [])
+        self._b_min: list[float] = []
+        self._b_max: list[float] = []
+        self._bin_base = 0  # bin id of entry 0
+        # The counts summed over the bins [2 k, _sums_to) (integers: sliding sums are exact).
+        self._sums = [0, 0, 0, 0]
+        self._sums_to = 0
         # Coalescing: blocks that cannot complete a step are copied here until one can.
         self._coalesce = coalesce
         self._held = _Staging()
@@ -650,10 +666,26 @@ class FeatureExtractor:
 
     def push(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
         """Feed a block; return ``X`` float64 (k, F) and ``t`` float64 (k,) for the k steps it
-        completed (k may be 0). Blocks of any size give the same vectors."""
+        completed (k may be 0). Blocks of any size give the same vectors.
+
+        Raises:
+            StreamError: timestamps not finite or not strictly increasing (within the block or
+                after the last).
+        """
+        work = self._take(block)
+        if work is None:
+            return np.empty((0, _F)), np.empty(0)
+        try:
+            return self._process(work)
+        finally:
+            self._release()
+
+    def _take(self, block: GazeSamples) -> GazeSamples | None:
+        """The first half of :meth:`push`: validate ``block``; hold it (None) or return what
+        to process: the held samples and ``block``. :meth:`_release` must follow."""
         ts = block.timestamps
         if ts.shape[0] == 0:
-            return np.empty((0, _F)), np.empty(0)
+            return None
         if self._t0 is None:
             if not math.isfinite(ts[0]):
                 raise StreamError(f"first gaze timestamp is {ts[0]!r}; timestamps must be finite")
@@ -665,18 +697,20 @@ class FeatureExtractor:
         self._last_t = float(ts[-1])
         if self._last_t < self._held_until:
             self._held.append(block)  # a copy: blocks may be borrowed
-            return np.empty((0, _F)), np.empty(0)
+            return None
         if self._held.n:
             self._held.append(block)
-            block = self._held.view()
-        try:
-            xs, times = self._process(block)
-        finally:
-            self._held.clear()
+            return self._held.view()
+        return block
+
+    def _release(self) -> None:
+        """The end of :meth:`push` after processing: drop the held samples, set the next hold."""
+        self._held.clear()
         if self._coalesce:
+            assert self._t0 is not None
+            assert self._last_t is not None
             step = math.floor((self._last_t - self._t0) / self.step_s)
             self._held_until = min(self._edge(step + 1), self._edge(self._k + self._q, sub=True))
-        return xs, times
 
     def _process(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
         """Detector, bins, events and vectors for ``block`` (validated, not held)."""
@@ -685,9 +719,7 @@ class FeatureExtractor:
         # A long block (a recording) is walked a few step intervals at a time so that buffers
         # stay bounded; the vectors do not depend on where it is cut.
         t0, s, n = self._t0, self.step_s, len(block)
-        if math.floor((float(ts[-1]) - t0) / s) - math.floor((float(ts[0]) - t0) / s) < (
-            _MAX_INTERVALS
-        ):
+        if self._single_piece(block):
             bounds = [0, n]
         else:
             j = np.floor((ts - t0) / s) // _MAX_INTERVALS
@@ -696,16 +728,27 @@ class FeatureExtractor:
         times: list[float] = []
         for a, b in itertools.pairwise(bounds):
             piece = block if b - a == n else block.slice(a, b)
-            rows = self.detector._push_rows(piece, checked=True)  # the package's own detector
-            self._bin_samples(piece)
-            if rows:
-                self._add_events(rows)
-            self._emit(xs, times)
-        if not xs:
-            return np.empty((0, _F)), np.empty(0)
-        if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
-            return xs[0].copy(), np.array(times)
-        return np.vstack(xs), np.array(times)
+            self._after_rows(piece, self.detector._push_rows(piece, checked=True), xs, times)
+        return _stack(xs, times)
+
+    def _single_piece(self, block: GazeSamples) -> bool:
+        """:meth:`_process` walks ``block`` in one piece (not a long block)."""
+        assert self._t0 is not None
+        t0, s, ts = self._t0, self.step_s, block.timestamps
+        return math.floor((float(ts[-1]) - t0) / s) - math.floor((float(ts[0]) - t0) / s) < (
+            _MAX_INTERVALS
+        )
+
+    def _after_rows(
+        self, piece: GazeSamples, rows: list[Row], xs: list[FloatArray], times: list[float]
+    ) -> None:
+        """Bins, events and vectors for ``piece``, whose detector rows are ``rows``."""
+        det = self.detector
+        # The piece's samples are all valid iff the detector's newest invalid one is older.
+        self._bin_samples(piece, det._last_invalid < det.stats.samples - len(piece))
+        if rows:
+            self._add_events(rows)
+        self._emit(xs, times)
 
     # --- sample bins ---------------------------------------------------------------------------
     def _edge(self, j: float, sub: bool = False) -> float:
@@ -735,89 +778,113 @@ class FeatureExtractor:
             j += 1
         return 2 * j + (t >= t0 + j * s + self._r)
 
-    def _bin_samples(self, piece: GazeSamples) -> None:
-        ts = piece.timestamps
+    def _bin_cuts(self, ts: FloatArray, first: int, top: int) -> tuple[list[int], list[int]]:
+        """The bin ids of the samples ``ts`` (first ``first``, last ``top``) as runs: ids
+        ``[i_0, ...]`` and cuts ``[0, c_1, ..., len(ts)]`` (run ``j`` is ``ts[c_j : c_(j+1)]``)."""
         n = len(ts)
-        first, top = self._bin_id(float(ts[0])), self._bin_id(float(ts[-1]))
-        if top > self._bin_top:
-            self._ensure_bins(top)
         # Cut the piece where its bins change. One bin (the common case): no per-sample ids.
         # Without a sub-interval (r = 0: every sample has an odd id 2j + 1) the cuts are where
         # the timestamps pass the edges t0 + j*s, the same comparisons _bin_ids makes.
         if first == top:
-            ids, cuts = [first], [0, n]
-        elif self._r == 0.0 and top - first <= 16:
+            return [first], [0, n]
+        if self._r == 0.0 and top - first <= 16:
             ids = list(range(first, top + 1, 2))
             edges = [self._edge(b // 2) for b in ids[1:]]
             cuts = [0, *np.searchsorted(ts, edges).tolist(), n]
             nonempty = [i for i in range(len(ids)) if cuts[i + 1] > cuts[i]]
-            ids, cuts = [ids[i] for i in nonempty], [*(cuts[i] for i in nonempty), n]
-        else:
-            all_ids = self._bin_ids(ts)
-            run_starts = _run_starts(all_ids)
-            ids, cuts = all_ids[run_starts].tolist(), [*run_starts.tolist(), n]
-        starts = np.array(cuts[:-1], dtype=np.intp)
-        lengths = [b - a for a, b in itertools.pairwise(cuts)]
-        rows = [i - self._bin_base for i in ids]
-        bins = self._bins
-        valid = piece.valid
-        if np.count_nonzero(valid) == n:
-            n_valid = lengths
-        else:
-            n_valid = np.add.reduceat(valid, starts, dtype=np.int64).tolist()
-        for r, nv in zip(rows, n_valid, strict=True):
-            bins[r, _NV] += nv
+            return [ids[i] for i in nonempty], [*(cuts[i] for i in nonempty), n]
+        all_ids = self._bin_ids(ts)
+        run_starts = _run_starts(all_ids)
+        return all_ids[run_starts].tolist(), [*run_starts.tolist(), n]
+
+    def _bin_samples(self, piece: GazeSamples, all_valid: bool) -> None:
+        """Add the samples of ``piece`` to their bins; ``all_valid``: every sample is valid."""
+        rows, cuts = self._bin_valid(piece, all_valid)
         p = piece.pupil_mm
-        in_range = (p >= PUPIL_MM[0]) & (p <= PUPIL_MM[1])  # False for NaN and inf
-        n_pupil = int(np.count_nonzero(in_range))
-        if n_pupil == n:
-            counts, pn, pq = lengths, p, np.rint(p * _PUPIL_Q).astype(np.int64)
+        starts = np.array(cuts[:-1], dtype=np.intp)
+        lo = np.minimum.reduceat(p, starts).tolist()
+        hi = np.maximum.reduceat(p, starts).tolist()
+        if _in_range(lo, hi):
+            pq = np.rint(p * _PUPIL_Q).astype(np.int64)
+            s1 = np.add.reduceat(pq, starts).tolist()
+            s2 = np.add.reduceat(pq * pq, starts).tolist()
+            self._add_pupil(rows, _lengths(cuts), s1, s2, lo, hi)
         else:
-            self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
-            if n_pupil == 0:
-                return
-            counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
-            pn = np.where(in_range, p, np.nan)
-            pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
-        s1 = np.add.reduceat(pq, starts).tolist()
-        s2 = np.add.reduceat(pq * pq, starts).tolist()
+            self._bin_pupil(p, starts, rows)
+
+    def _bin_valid(self, piece: GazeSamples, all_valid: bool) -> tuple[list[int], list[int]]:
+        """Make the bins of ``piece`` and count its valid samples in them; return their list
+        positions and the cuts ``[0, ..., len(piece)]`` of the piece at bin changes."""
+        ts = piece.timestamps
+        first, top = self._bin_id(float(ts[0])), self._bin_id(float(ts[-1]))
+        b_nv = self._b_counts[0]
+        if top - self._bin_base >= len(b_nv):
+            self._ensure_bins(top)
+        ids, cuts = self._bin_cuts(ts, first, top)
+        base = self._bin_base
+        rows = [i - base for i in ids]
+        if all_valid:
+            n_valid = _lengths(cuts)
+        else:
+            starts = np.array(cuts[:-1], dtype=np.intp)
+            n_valid = np.add.reduceat(piece.valid, starts, dtype=np.int64).tolist()
+        for r, nv in zip(rows, n_valid, strict=True):
+            b_nv[r] += nv
+        return rows, cuts
+
+    def _bin_pupil(self, p: FloatArray, starts: npt.NDArray[np.intp], rows: list[int]) -> None:
+        """Add the pupil samples ``p`` (mm, some out of range or missing) to the bins at list
+        positions ``rows``, which start at ``starts`` in ``p``."""
+        in_range = (p >= _PUPIL_LO) & (p <= _PUPIL_HI)  # False for NaN and inf
+        n_pupil = int(np.count_nonzero(in_range))
+        self.stats.pupil_out_of_range += int(np.count_nonzero(np.isfinite(p))) - n_pupil
+        if n_pupil == 0:
+            return
+        counts = np.add.reduceat(in_range, starts, dtype=np.int64).tolist()
+        pn = np.where(in_range, p, np.nan)
+        pq = np.rint(np.where(in_range, p, 0.0) * _PUPIL_Q).astype(np.int64)
         lo = np.fmin.reduceat(pn, starts).tolist()
         hi = np.fmax.reduceat(pn, starts).tolist()
-        bmin, bmax = self._bmin, self._bmax
+        s1 = np.add.reduceat(pq, starts).tolist()
+        s2 = np.add.reduceat(pq * pq, starts).tolist()
+        self._add_pupil(rows, counts, s1, s2, lo, hi)
+
+    def _add_pupil(  # noqa: PLR0917 - the per-bin columns, as computed
+        self,
+        rows: list[int],
+        counts: list[int],
+        s1: list[int],
+        s2: list[int],
+        lo: list[float],
+        hi: list[float],
+    ) -> None:
+        """Add per-bin pupil counts, sums (0.1 µm), min and max (mm) to the bins ``rows``."""
+        _, b_np, b_s1, b_s2 = self._b_counts
+        b_min, b_max = self._b_min, self._b_max
         for i, r in enumerate(rows):
             if counts[i]:
-                bins[r, _NP] += counts[i]
-                bins[r, _S1] += s1[i]
-                bins[r, _S2] += s2[i]
-                bmin[r] = min(bmin[r], lo[i])
-                bmax[r] = max(bmax[r], hi[i])
+                b_np[r] += counts[i]
+                b_s1[r] += s1[i]
+                b_s2[r] += s2[i]
+                b_min[r] = min(b_min[r], lo[i])
+                b_max[r] = max(b_max[r], hi[i])
 
     def _ensure_bins(self, top: int) -> None:
-        """Make rows for bin ids up to ``top``; when they do not fit, drop the bins older than
-        the next window (and grow if that is not enough)."""
-        need = top - self._bin_base + 1
-        cap = self._bins.shape[0]
-        if need > cap:
-            keep_from = 2 * self._k  # first bin of the oldest window not yet emitted
-            shift = max(0, keep_from - self._bin_base)
-            live = max(0, self._bin_top - (self._bin_base + shift) + 1)
-            need -= shift
-            if need > cap // 2:
-                cap = 2 * need
-                bins = np.zeros((cap, 4), dtype=np.int64)
-                bmin, bmax = np.full(cap, np.inf), np.full(cap, -np.inf)
-                bins[:live] = self._bins[shift : shift + live]
-                bmin[:live] = self._bmin[shift : shift + live]
-                bmax[:live] = self._bmax[shift : shift + live]
-                self._bins, self._bmin, self._bmax = bins, bmin, bmax
-            elif shift:
-                for a in (self._bins, self._bmin, self._bmax):
-                    a[:live] = a[shift : shift + live]
-                self._bins[live:] = 0
-                self._bmin[live:] = np.inf
-                self._bmax[live:] = -np.inf
-            self._bin_base += shift
-        self._bin_top = max(self._bin_top, top)
+        """Make bins up to id ``top`` and 32 more (so that most passes make none); first drop
+        the bins older than the next window (bin id ``2 k``; no later sample can fall in them)
+        once there are 64 of them."""
+        drop = 2 * self._k - self._bin_base
+        counts = self._b_counts
+        if drop >= 64:
+            for count in counts:
+                del count[:drop]
+            del self._b_min[:drop], self._b_max[:drop]
+            self._bin_base += drop
+        grow = top - self._bin_base + 33 - len(counts[0])
+        for count in counts:
+            count.extend([0] * grow)
+        self._b_min.extend([math.inf] * grow)
+        self._b_max.extend([-math.inf] * grow)
 
     # --- events --------------------------------------------------------------------------------
     def _add_events(self, rows: list[Row]) -> None:
@@ -929,19 +996,25 @@ class FeatureExtractor:
         assert dt is not None
         w = self.window_s
         self._slide(start, end)
+        # The window's bins [b0, b1) (list positions): the sums gain the bins entering it.
         b0 = 2 * self._k - self._bin_base
         b1 = b0 + 2 * self._q + (1 if self._r > 0 else 0)
-        b1 = min(b1, self._bin_top - self._bin_base + 1)
-        sums = np.add.reduce(self._bins[b0:b1], axis=0).tolist()
-        valid_fraction = min(1.0, float(sums[_NV]) * dt / w)
+        sums, a = self._sums, self._sums_to - self._bin_base
+        for i, col in enumerate(self._b_counts):
+            sums[i] += sum(col[a:b1])
+        self._sums_to = b1 + self._bin_base
+        n_valid, n_pupil, s1_int, s2_int = sums
+        valid_fraction = min(1.0, float(n_valid) * dt / w)
         v = self._event_values(w)
-        if sums[_NP] * dt >= PUPIL_MIN_COVERAGE * w:
-            n = float(sums[_NP])
-            s1, s2 = float(sums[_S1]), float(sums[_S2])  # exact: below 2**53
+        if n_pupil * dt >= PUPIL_MIN_COVERAGE * w:
+            n = float(n_pupil)
+            s1, s2 = float(s1_int), float(s2_int)  # exact: below 2**53
             v[_I_PUPIL_MEAN] = s1 / n / _PUPIL_Q
             v[_I_PUPIL_VAR] = max(0.0, (s2 - s1 * s1 / n) / n) / _PUPIL_Q**2
-            v[_I_PUPIL_MIN] = float(np.minimum.reduce(self._bmin[b0:b1]))
-            v[_I_PUPIL_MAX] = float(np.maximum.reduce(self._bmax[b0:b1]))
+            v[_I_PUPIL_MIN] = min(self._b_min[b0:b1])  # no NaN: a bin's min is inf or in range
+            v[_I_PUPIL_MAX] = max(self._b_max[b0:b1])
+        for i, col in enumerate(self._b_counts):  # bins 2 k and 2 k + 1 leave at step k + 1
+            sums[i] -= sum(col[b0 : b0 + 2])
         v[_I_VALID_FRACTION] = valid_fraction
         raw: FloatArray = np.array(v, dtype=np.float64)
         held = np.isnan(raw)
@@ -949,8 +1022,11 @@ class FeatureExtractor:
         stats = self.stats
         stats.steps += 1
         if not low and not np.count_nonzero(held):  # the common case: all defined
-            self._repeats.fill(0)
-            out = np.minimum(np.maximum(raw, self.lo), self.hi)
+            if self._repeating:
+                self._repeats.fill(0)
+                self._repeating = False
+            out = np.maximum(raw, self.lo)
+            np.minimum(out, self.hi, out=out)
             stats.clipped_values += int(np.count_nonzero(out != raw))
             self._last = out
             return out
@@ -958,6 +1034,7 @@ class FeatureExtractor:
             held |= _BEHAVIOUR
             stats.low_quality_windows += 1
         self._repeats = np.where(held, np.minimum(self._repeats + 1, self._max_repeats + 1), 0)
+        self._repeating = True
         repeat = held & (self._repeats <= self._max_repeats)
         x = np.where(repeat, self._last, np.where(held, self.default, raw))
         out = np.minimum(np.maximum(x, self.lo), self.hi)
@@ -1063,6 +1140,117 @@ class _Staging:
         """The held samples (views: valid until the next :meth:`append` after a reset)."""
         n = self.n
         return GazeSamples(self.t[:n], self.x[:n], self.y[:n], self.p[:n], self.valid[:n])
+
+
+def _lengths(cuts: list[int]) -> list[int]:
+    """Lengths of the runs between consecutive ``cuts``."""
+    return [b - a for a, b in itertools.pairwise(cuts)]
+
+
+def _in_range(lo: list[float], hi: list[float]) -> bool:
+    """Every pupil sample of the bins with minima ``lo`` and maxima ``hi`` (mm, from
+    np.minimum and np.maximum, which propagate NaN, which fails both tests) is in range."""
+    return all(map(_PUPIL_LO.__le__, lo)) and all(map(_PUPIL_HI.__ge__, hi))
+
+
+def _bin_samples_many(items: list[tuple[FeatureExtractor, GazeSamples]]) -> None:
+    """``fx._bin_samples(piece, ...)`` for every item, with the pupil reductions done once
+    over all the pieces (a piece with pupil samples out of range or missing is binned on its
+    own: its values in the shared reductions are not used)."""
+    layouts = []
+    offsets = [0]
+    for fx, piece in items:
+        det = fx.detector
+        layouts.append(fx._bin_valid(piece, det._last_invalid < det.stats.samples - len(piece)))
+        offsets.append(offsets[-1] + len(piece))
+    p = np.concatenate([piece.pupil_mm for _, piece in items])
+    starts = np.array(
+        [o + c for o, (_, cuts) in zip(offsets, layouts, strict=False) for c in cuts[:-1]],
+        dtype=np.intp,
+    )
+    lo = np.minimum.reduceat(p, starts).tolist()
+    hi = np.maximum.reduceat(p, starts).tolist()
+    with np.errstate(invalid="ignore"):  # NaN (in a piece binned on its own) casts to junk
+        pq = np.rint(p * _PUPIL_Q).astype(np.int64)
+    s1 = np.add.reduceat(pq, starts).tolist()
+    s2 = np.add.reduceat(pq * pq, starts).tolist()
+    k0 = 0
+    for (fx, piece), (rows, cuts) in zip(items, layouts, strict=True):
+        k1 = k0 + len(rows)
+        if _in_range(lo[k0:k1], hi[k0:k1]):
+            fx._add_pupil(rows, _lengths(cuts), s1[k0:k1], s2[k0:k1], lo[k0:k1], hi[k0:k1])
+        else:
+            fx._bin_pupil(piece.pupil_mm, np.array(cuts[:-1], dtype=np.intp), rows)
+        k0 = k1
+
+
+def _stack(xs: list[FloatArray], times: list[float]) -> tuple[FloatArray, FloatArray]:
+    """``X`` (k, F) and ``t`` (k,) from k vectors (1, F) and their times (s)."""
+    if not xs:
+        return np.empty((0, _F)), np.empty(0)
+    if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
+        return xs[0].copy(), np.array(times)
+    return np.vstack(xs), np.array(times)
+
+
+def push_many(
+    pairs: Sequence[tuple[FeatureExtractor, GazeSamples]],
+) -> list[tuple[FloatArray, FloatArray] | GazeguardError]:
+    """``[fx.push(block) for fx, block in pairs]``, with the event detectors' per-sample numpy
+    work done in one step over all the new samples (:func:`~gazeguard.events.classify_many`):
+    for a worker that holds many sessions and hands each its new samples in turn.
+
+    Each extractor may appear once. Every entry is what its :meth:`FeatureExtractor.push` would
+    have returned (bit for bit: the sessions are independent and each sees the same operations
+    in the same order), or the :class:`~gazeguard.errors.GazeguardError` it would have raised
+    (e.g. :class:`~gazeguard.errors.StreamError` for a block with bad timestamps; that session
+    is left as that push would have left it, the others are pushed).
+
+    Args:
+        pairs: ``(extractor, block)``: the session's extractor and its next block (N,) samples.
+
+    Raises:
+        ValueError: an extractor appears twice (nothing is pushed). Any exception other than
+            a GazeguardError (a bug) propagates and leaves the call's sessions unusable.
+    """
+    if len({id(fx) for fx, _ in pairs}) != len(pairs):
+        raise ValueError("push_many: each extractor may appear once")
+    out: list[tuple[FloatArray, FloatArray] | GazeguardError] = []
+    batch: list[tuple[int, FeatureExtractor, GazeSamples]] = []
+    for i, (fx, block) in enumerate(pairs):
+        out.append((np.empty((0, _F)), np.empty(0)))
+        try:
+            work = fx._take(block)
+        except GazeguardError as e:
+            out[i] = e
+            continue
+        if work is None:
+            continue
+        try:
+            if not fx._single_piece(work):  # a long block (a recording): on its own
+                out[i] = fx._process(work)
+            elif fx.detector._accept(work, checked=True):
+                batch.append((i, fx, work))
+                continue  # released below
+            else:  # the detector is still estimating its rate: no rows yet
+                xs: list[FloatArray] = []
+                times: list[float] = []
+                fx._after_rows(work, [], xs, times)
+                out[i] = _stack(xs, times)
+        except GazeguardError as e:
+            out[i] = e
+        fx._release()
+    rows = classify_many([fx.detector for _, fx, _ in batch])
+    if batch:
+        _bin_samples_many([(fx, work) for _, fx, work in batch])
+    for (i, fx, _), r in zip(batch, rows, strict=True):
+        xs, times = [], []
+        if r:
+            fx._add_events(r)
+        fx._emit(xs, times)
+        out[i] = _stack(xs, times)
+        fx._release()
+    return out
 
 
 def _run_starts(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
