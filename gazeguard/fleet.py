@@ -41,7 +41,7 @@ from gazeguard.config import Settings
 from gazeguard.errors import ConfigError
 from gazeguard.ingest import LslFleetIngest
 from gazeguard.ledger import Ledger, LedgerState
-from gazeguard.pipeline import Pipeline, ReleasedChunk, release_group
+from gazeguard.pipeline import Pipeline, ReleasedChunk, feed_many, release_group
 from gazeguard.publish import Publisher
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
@@ -231,10 +231,17 @@ class Fleet:
         await self._process_many([(entry, block)])
 
     async def _process_many(self, items: Sequence[tuple[_Session, GazeSamples]]) -> None:
-        """Features inline (cheap) for each ``(session, new samples)`` in order; the chunks
+        """Events and features inline for every ``(session, new samples)`` (each session once),
+        in one step over all their samples (:func:`~gazeguard.pipeline.feed_many`); the chunks
         that fell due privatized and charged in ONE worker-thread call (group commit,
-        :func:`~gazeguard.pipeline.release_group`), then one publisher wake-up."""
-        jobs = [(entry.pipeline, c) for entry, block in items for c in entry.pipeline.feed(block)]
+        :func:`~gazeguard.pipeline.release_group`), then one publisher wake-up. A block the
+        feature extractor refuses is dropped and counted (its session's ``bad_blocks``)."""
+        jobs, refused = feed_many([(entry.pipeline, block) for entry, block in items])
+        for pipe, exc in refused:
+            entry = self.sessions.get(pipe.session)
+            if entry is not None:
+                entry.bad_blocks += 1
+            log.warning("session %r: gaze block dropped: %s", pipe.session, exc)
         if not jobs:
             return
         released, statuses = await to_thread_to_the_end(_release, jobs)

@@ -36,9 +36,9 @@ import numpy as np
 from gazeguard.budget import build_mechanism, cost_summary
 from gazeguard.chunking import Chunk, Chunker
 from gazeguard.config import FeatureSettings, MechanismSettings
-from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.errors import BudgetExhaustedError, ConfigError, GazeguardError
 from gazeguard.events import EventDetector
-from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
+from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds, push_many
 from gazeguard.ledger import (
     Charge,
     ChargeRequest,
@@ -401,6 +401,11 @@ class Pipeline:
 
     def _feed(self, block: GazeSamples) -> list[Chunk]:
         X, t = self.extractor.push(block)
+        return self._fed(block, X, t)
+
+    def _fed(self, block: GazeSamples, X: np.ndarray, t: np.ndarray) -> list[Chunk]:
+        """After the extractor took ``block``: its vectors ``X`` (T, 48) at ``t`` (T,) counted,
+        observed and chunked; the chunks they completed."""
         if len(block):
             self._last_t = float(block.timestamps[-1])
         if len(t) and t[0] <= self.resume_after:
@@ -572,6 +577,43 @@ class Pipeline:
                 "ingest": ingest,
             }
         )
+
+
+def feed_many(
+    items: Sequence[tuple[Pipeline, GazeSamples]],
+) -> tuple[list[tuple[Pipeline, Chunk]], list[tuple[Pipeline, GazeguardError]]]:
+    """:meth:`Pipeline.feed` of many sessions (each once), with their events and features in one
+    step over all their new samples (:func:`~gazeguard.features.push_many`); a block with a
+    pause in it goes through its session's own :meth:`Pipeline.feed`.
+
+    Returns:
+        The chunks the blocks completed, as ``(pipeline, chunk)`` in the order of ``items``
+        (hand them to :func:`release_group`), and ``(pipeline, error)`` of each session whose
+        block its extractor refused (that session's block is not taken; the others are).
+
+    Raises:
+        ValueError: a pipeline appears twice (nothing is fed).
+    """
+    jobs: list[tuple[Pipeline, Chunk]] = []
+    errors: list[tuple[Pipeline, GazeguardError]] = []
+    usual = [i for i, (pipe, block) in enumerate(items) if not pipe._pauses(block.timestamps)]
+    pushed = dict(
+        zip(usual, push_many([(items[i][0].extractor, items[i][1]) for i in usual]), strict=True)
+    )
+    for i, (pipe, block) in enumerate(items):
+        out = pushed.get(i)
+        try:
+            if out is None:  # a pause: a new segment (see Pipeline.feed)
+                chunks = pipe.feed(block)
+            elif isinstance(out, GazeguardError):
+                raise out
+            else:
+                chunks = pipe._fed(block, *out)
+        except GazeguardError as exc:
+            errors.append((pipe, exc))
+            continue
+        jobs.extend((pipe, c) for c in chunks)
+    return jobs, errors
 
 
 def release_group(jobs: Sequence[tuple[Pipeline, Chunk]]) -> list[ReleasedChunk | None]:

@@ -9,10 +9,10 @@ import pytest
 
 from gazeguard.chunking import Chunk
 from gazeguard.config import FeatureSettings, MechanismSettings
-from gazeguard.errors import ConfigError
+from gazeguard.errors import ConfigError, StreamError
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage
-from gazeguard.pipeline import Pipeline, ReleasedChunk
+from gazeguard.pipeline import Pipeline, ReleasedChunk, feed_many
 from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
 
@@ -159,3 +159,60 @@ def test_a_pause_shorter_than_a_segment_break_is_walked(tmp_path: Path) -> None:
     assert pipe.stats.pauses == 0
     steps = np.concatenate([c.timestamps for c in out])
     np.testing.assert_allclose(np.diff(steps), FAST.step_s)
+
+
+def test_feed_many_completes_the_chunks_each_session_feed_completes(tmp_path: Path) -> None:
+    """:func:`feed_many` (the fleet's batched events and features) gives every session the
+    chunks its own :meth:`Pipeline.feed` gives, bit for bit, blocks of several sizes mixed; a
+    block with a pause still starts a new segment, and a block the extractor refuses (times
+    going back) is that session's error alone."""
+    gaze = [simulate_gaze(12.0, 120.0, seed) for seed in (11, 12, 13)]
+    pause = 3600.0
+    with Ledger(tmp_path / "a.sqlite") as one, Ledger(tmp_path / "b.sqlite") as many:
+
+        def pipes(ledger: Ledger) -> list[Pipeline]:
+            return [
+                Pipeline(
+                    ledger,
+                    session=f"s{i}",
+                    device="hmd",
+                    features=FAST,
+                    mechanism=mechanism(),
+                    clock_offset_s=1.7e9,
+                )
+                for i in range(3)
+            ]
+
+        alone, together = pipes(one), pipes(many)
+        want: list[list[Chunk]] = [[], [], []]
+        got: list[list[Chunk]] = [[], [], []]
+        rounds = 0
+        for start in range(0, len(gaze[0]), 36):
+            blocks = []
+            for i, g in enumerate(gaze):
+                size = (12, 36, 36)[i]  # session 0 in three blocks, the others in one
+                parts = [g.slice(a, a + 12) for a in range(start, start + 36, 12)]
+                block = GazeSamples.concat(parts) if size == 36 else parts[0]
+                if i == 2 and start >= len(g) // 2:  # session 2 resumes after a pause
+                    block = GazeSamples(block.timestamps + pause, block.x_deg, block.y_deg,
+                                        block.pupil_mm, block.valid)  # fmt: skip
+                blocks.append(block)
+            for i, block in enumerate(blocks):
+                want[i] += alone[i].feed(block)
+            jobs, refused = feed_many(list(zip(together, blocks, strict=True)))
+            assert refused == []
+            for pipe, chunk in jobs:
+                got[together.index(pipe)].append(chunk)
+            rounds += 1
+        assert rounds > 5
+        assert together[2].stats.pauses == alone[2].stats.pauses == 1
+        for w, g in zip(want, got, strict=True):
+            assert len(w) == len(g) > 0
+            for a, b in zip(w, g, strict=True):
+                assert a.index == b.index
+                np.testing.assert_array_equal(a.values, b.values)
+                np.testing.assert_array_equal(a.timestamps, b.timestamps)
+        back = gaze[0].slice(0, 12)  # older than what session 0 has
+        jobs, refused = feed_many([(together[0], back), (together[1], gaze[1].slice(0, 0))])
+        assert jobs == []
+        assert [(pipe, type(exc)) for pipe, exc in refused] == [(together[0], StreamError)]
