@@ -463,15 +463,6 @@ class NatsSettings(_Section):
         "once heard twice and is dropped after 3 heartbeats unheard (keep 3 × heartbeat_s ≤ "
         "pin_timeout_s, or failover waits for the drop)",
     )
-    batch_s: float = Field(
-        0.02,
-        ge=0,
-        le=1,
-        description="a partition's blocks are processed together at most this often, s: what "
-        "arrives meanwhile waits and is read, decoded and fed in one step (one events and "
-        "features step over the sessions, one charge transaction), at up to this much latency; 0: "
-        "process as soon as anything arrives",
-    )
     creds_file: Path | None = Field(None, description="NATS credentials file (JWT + nkey)")
     user: str | None = None
     password: SecretStr | None = None

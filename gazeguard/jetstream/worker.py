@@ -361,19 +361,13 @@ class JetStreamIngest:
 
     async def _work(self, part: _Partition, queue: asyncio.Queue[Msg | None]) -> None:
         """Process the queued blocks in order, everything queued at once: one batch (a new pin:
-        take over first), acknowledged after it is processed; at most one batch every
-        ``fleet.nats.batch_s`` (what arrives in between waits for the next)."""
-        started = -math.inf  # when the last batch was taken (monotonic)
+        take over first), acknowledged after it is processed."""
         while not self._stopping:
             batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
             part.busy = True
             try:
-                wait = started + self.nats.batch_s - time.monotonic()
-                if wait > 0:  # at most one batch per batch_s: let the rest of it arrive
-                    await asyncio.sleep(wait)
-                started = time.monotonic()
-                while not queue.empty():
-                    batch.append(queue.get_nowait())
                 start = 0
                 for i, msg in enumerate([*batch, None]):
                     if msg is not None:
@@ -381,7 +375,7 @@ class JetStreamIngest:
                     if i > start:
                         await self._handle(part, [m for m in batch[start:i] if m is not None])
                     start = i + 1
-                    if i < len(batch):  # a None queued by _Answers: the pin is gone
+                    if i < len(batch):  # a None queued by _read_batch: the pin is gone
                         self._unpin(
                             part, "pin refused: another worker has it, or the server forgot ours"
                         )
