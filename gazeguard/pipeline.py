@@ -594,6 +594,9 @@ def feed_many(
     Raises:
         ValueError: a pipeline appears twice (nothing is fed).
     """
+    if len({id(pipe) for pipe, _ in items}) != len(items):
+        msg = "feed_many: each pipeline may appear once"
+        raise ValueError(msg)
     jobs: list[tuple[Pipeline, Chunk]] = []
     errors: list[tuple[Pipeline, GazeguardError]] = []
     usual = [i for i, (pipe, block) in enumerate(items) if not pipe._pauses(block.timestamps)]

@@ -216,3 +216,5 @@ def test_feed_many_completes_the_chunks_each_session_feed_completes(tmp_path: Pa
         jobs, refused = feed_many([(together[0], back), (together[1], gaze[1].slice(0, 0))])
         assert jobs == []
         assert [(pipe, type(exc)) for pipe, exc in refused] == [(together[0], StreamError)]
+        with pytest.raises(ValueError, match="once"):
+            feed_many([(together[1], gaze[1].slice(0, 0)), (together[1], gaze[1].slice(0, 0))])
