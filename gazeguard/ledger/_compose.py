@@ -24,12 +24,14 @@ import json
 import math
 import threading
 from collections.abc import Mapping
+from typing import TypeVar
 
 from gazeguard.accounting import Event, PrivacyLoss, capacity, compose, event_from_dict
 from gazeguard.errors import ConfigError
 from gazeguard.ledger._model import UNITS_PER_EPSILON, LedgerError, to_units_down, to_units_up
 
 Counts = Mapping[str, int]
+T = TypeVar("T")
 
 #: Counts up to this are composed exactly in reports; above, rounded up to 1/64 relative steps.
 EXACT_REPORT_COUNTS = 64
@@ -118,10 +120,7 @@ class LedgerComposer:
         if hit is None:
             composed = compose(self.events(counts, rounded=not exact), delta).epsilon
             hit = min(composed, self.pure(counts))
-            with self._lock:
-                if len(self._epsilon) >= FITS_MEMO:
-                    self._epsilon.clear()
-                self._epsilon[memo] = hit
+            self._remember(self._epsilon, memo, hit)
         return hit
 
     def warm(self, before: Counts, cost: Counts, cap: float, delta: float) -> None:
@@ -142,11 +141,17 @@ class LedgerComposer:
         hit = self._fits.get(memo)
         if hit is None:
             hit = self._fits_exact(before, cost, cap, delta)
-            with self._lock:
-                if len(self._fits) >= FITS_MEMO:
-                    self._fits.clear()
-                self._fits[memo] = hit
+            self._remember(self._fits, memo, hit)
         return hit
+
+    def _remember(
+        self, memo: dict[tuple[object, ...], T], key: tuple[object, ...], value: T
+    ) -> None:
+        """Store an answer in ``memo`` (emptied when it holds :data:`FITS_MEMO`), under the lock."""
+        with self._lock:
+            if len(memo) >= FITS_MEMO:
+                memo.clear()
+            memo[key] = value
 
     def _fits_exact(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
         total = {k: before.get(k, 0) + cost.get(k, 0) for k in {*before, *cost}}
