@@ -223,6 +223,12 @@ class JetStreamIngest:
                     "worker %s: partition %d: %d blocks processed, %d already replayed",
                     worker, part.index, part.blocks, part.skipped,
                 )  # fmt: skip
+            ticks = self._ticks
+            log.info(
+                "worker %s: %d live blocks processed in %d steps (%.1f per step; fleet.nats.tick_s "
+                "%g s)",
+                worker, ticks.items, ticks.steps, ticks.items / max(ticks.steps, 1), ticks.period_s,
+            )  # fmt: skip
             with contextlib.suppress(nats.errors.Error, TimeoutError):
                 await nc.close()
 
