@@ -463,16 +463,6 @@ class NatsSettings(_Section):
         "once heard twice and is dropped after 3 heartbeats unheard (keep 3 × heartbeat_s ≤ "
         "pin_timeout_s, or failover waits for the drop)",
     )
-    tick_s: float = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="the durable consumers' blocks of every partition are processed together, "
-        "one step at most this often, s: what arrives meanwhile waits for the next step (one "
-        "decode, one events and features step over all its sessions, one charge transaction); "
-        "a step follows a quiet spell at once; 0: whenever the event loop is free (more CPU, less "
-        "latency: measured in docs/design.md)",
-    )
     creds_file: Path | None = Field(None, description="NATS credentials file (JWT + nkey)")
     user: str | None = None
     password: SecretStr | None = None

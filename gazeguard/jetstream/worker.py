@@ -26,7 +26,6 @@ from nats.js.api import (
 
 from gazeguard.errors import StreamError
 from gazeguard.jetstream.balance import Member, assign_partitions, members_subject
-from gazeguard.jetstream.tick import Ticks
 from gazeguard.jetstream.wire import (
     NOW_HEADER,
     UNIX_OFFSET_HEADER,
@@ -49,8 +48,6 @@ if TYPE_CHECKING:
 
     from gazeguard.config import NatsSettings, Settings
     from gazeguard.fleet import Fleet, _Session
-
-    _Block = tuple[Msg, str, _Session]  # a stored block, its session's key and the session
 
 
 log = logging.getLogger(__name__)
@@ -171,8 +168,6 @@ class JetStreamIngest:
         # the sessions closed for idleness lately (reopened: their window is rebuilt)
         self._stamps: dict[str, float] = {}
         self._idle_closed: dict[str, float] = {}
-        # the durable consumers' blocks of every partition, processed together (tick_s)
-        self._ticks: Ticks[_Block] = Ticks(self._step, self.nats.tick_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, set up the stream and consumers, pull every partition until ``stop``; then
@@ -203,7 +198,6 @@ class JetStreamIngest:
                     for part in self.partitions
                 ]
                 tasks.append(tg.create_task(self._sweep(), name="gazeguard.jetstream.sweep"))
-                tasks.append(tg.create_task(self._ticks.run(), name="gazeguard.jetstream.ticks"))
                 if self.nats.balance:
                     balance = tg.create_task(self._balance(tg), name="gazeguard.jetstream.balance")
                     tasks.append(balance)
@@ -223,12 +217,6 @@ class JetStreamIngest:
                     "worker %s: partition %d: %d blocks processed, %d already replayed",
                     worker, part.index, part.blocks, part.skipped,
                 )  # fmt: skip
-            ticks = self._ticks
-            log.info(
-                "worker %s: %d live blocks processed in %d steps (%.1f per step; fleet.nats.tick_s "
-                "%g s)",
-                worker, ticks.items, ticks.steps, ticks.items / max(ticks.steps, 1), ticks.period_s,
-            )  # fmt: skip
             with contextlib.suppress(nats.errors.Error, TimeoutError):
                 await nc.close()
 
@@ -417,7 +405,7 @@ class JetStreamIngest:
             fresh = [m for m in run if stream_position(m)[0] > part.replayed_through]
             part.skipped += len(run) - len(fresh)
             if fresh:
-                await self._on_blocks(part, fresh, together=True)
+                await self._on_blocks(part, fresh)
                 part.blocks += len(fresh)
             await self._ack(run)
             start = stop
@@ -976,45 +964,23 @@ class JetStreamIngest:
             self._stamps[key] = stamp
         part.stamp = max(part.stamp, stamp)
 
-    async def _on_blocks(
-        self, part: _Partition, msgs: list[Msg], *, together: bool = False
-    ) -> None:
-        """Open the blocks' sessions (in order: one opened mid-stream is rebuilt first), then
-        process them: in this worker's next step over every partition's blocks
-        (``together``: the durable consumer's blocks, :class:`~gazeguard.jetstream.tick.Ticks`)
-        or at once (a takeover's replay, a window's rebuild: they read ahead of the live
-        blocks and must not wait a step per batch). Returns once they are processed."""
+    async def _on_blocks(self, part: _Partition, msgs: list[Msg]) -> None:
+        """Decode the blocks (at once), keep each session's new samples in order, and feed
+        every session its samples of the batch in one step (:meth:`Fleet._process_many`).
+
+        The usual block — timestamps increasing, after the session's newest, none ahead of the
+        clock — is recognised from the decoder's first/last timestamps with no numpy call of
+        its own; any other goes through :meth:`_new_samples`, sample by sample."""
         seen = time.monotonic()
-        blocks: list[_Block] = []
-        for msg in msgs:
+        decoded = decode_many([m.data for m in msgs])
+        clock = _Clock(self.settings.ingest.future_tolerance_s)
+        fresh: dict[str, tuple[_Session, list[GazeSamples]]] = {}
+        for i, msg in enumerate(msgs):
             key, entry = await self._session_of(part, msg)
             if entry is None:
                 continue  # refused: fleet.max_sessions reached (logged)
             entry.last_seen = seen
             self._stamp(part, key, stream_position(msg)[1])
-            blocks.append((msg, key, entry))
-        if not blocks:
-            return
-        if together:
-            await self._ticks.submit(blocks)
-        else:
-            await self._step(blocks)
-
-    async def _step(self, blocks: list[_Block]) -> None:
-        """Decode the blocks (at once), keep each session's new samples in order, and feed
-        every session its samples in one step (:meth:`Fleet._process_many`).
-
-        The usual block — timestamps increasing, after the session's newest, none ahead of the
-        clock — is recognised from the decoder's first/last timestamps with no numpy call of
-        its own; any other goes through :meth:`_new_samples`, sample by sample. A block whose
-        session was closed since it was handed in (idle, its partition lost) is let go."""
-        decoded = decode_many([msg.data for msg, _, _ in blocks])
-        clock = _Clock(self.settings.ingest.future_tolerance_s)
-        sessions = self.fleet.sessions
-        fresh: dict[str, tuple[_Session, list[GazeSamples]]] = {}
-        for i, (msg, key, entry) in enumerate(blocks):
-            if sessions.get(key) is not entry:
-                continue
             block = decoded.blocks[i]
             if isinstance(block, StreamError):
                 entry.bad_blocks += 1
@@ -1035,8 +1001,8 @@ class JetStreamIngest:
                 block = new
             fresh.setdefault(key, (entry, []))[1].append(block)
         items = [
-            (entry, got[0] if len(got) == 1 else GazeSamples.concat(got))
-            for entry, got in fresh.values()
+            (entry, blocks[0] if len(blocks) == 1 else GazeSamples.concat(blocks))
+            for entry, blocks in fresh.values()
         ]
         if items:
             await self.fleet._process_many(items)
