@@ -38,6 +38,10 @@ UNIX_OFFSET_HEADER = "Gazeguard-Unix-Offset"
 NOW_HEADER = "Gazeguard-Now"
 
 
+#: A worker's pull request: at most this many blocks, expiring after this long (ns).
+PULL_BATCH = 64
+PULL_EXPIRES_NS = 500_000_000
+
 #: One subject token: a device or session id.
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
