@@ -294,21 +294,7 @@ async def serve(
             tap=tap,
             labels=settings.labels,
         )
-        if pipeline.label_plan is not None:
-            log.info("session %r: %s", session, pipeline.label_plan.text())
-        log.info(
-            "session %r: %s %s n=%d k=%s %s, %d features, ε %.4g per chunk at δ %g; broker %s",
-            session,
-            pipeline.mechanism.name,
-            pipeline.mechanism.transform,
-            pipeline.mechanism.n,
-            pipeline.mechanism.k,
-            pipeline.mechanism.noise,
-            len(pipeline.feature_names),
-            pipeline.cost.chunk,
-            pipeline.cost.delta,
-            publisher.endpoint,
-        )
+        _log_start(pipeline, publisher.endpoint)
         publisher.publish_status(pipeline.status("starting"))
         freeze_startup_objects()
         if ready is not None:
@@ -341,23 +327,43 @@ async def serve(
         if failure is not None:
             raise failure
         await out.flush()
-        state = ledger.state(session)
-        return RunSummary(
-            session,
-            settings.device,
-            pipeline.stats,
-            state.epsilon,
-            state.remaining,
-            len(ledger.pending(session=session)),
-            publisher.endpoint,
-            str(settings.ledger.url or settings.ledger.path),
-            delivered=publisher.delivered,
-            broker_connections=publisher.connections,
-            broker_refusals=publisher.refusals,
-            broker_error=publisher.last_error,
-            refused=state.refused,
-        )
+        return _summary(settings, pipeline, ledger, publisher)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _log_start(pipeline: Pipeline, endpoint: str) -> None:
+    """The sidecar's start line: mechanism, features, ε per chunk, broker (and the label plan)."""
+    session, mech = pipeline.session, pipeline.mechanism
+    if pipeline.label_plan is not None:
+        log.info("session %r: %s", session, pipeline.label_plan.text())
+    log.info(
+        "session %r: %s %s n=%d k=%s %s, %d features, ε %.4g per chunk at δ %g; broker %s",
+        session, mech.name, mech.transform, mech.n, mech.k, mech.noise,
+        len(pipeline.feature_names), pipeline.cost.chunk, pipeline.cost.delta, endpoint,
+    )  # fmt: skip
+
+
+def _summary(
+    settings: Settings, pipeline: Pipeline, ledger: Ledger, publisher: Publisher
+) -> RunSummary:
+    """What a finished sidecar run did, from the pipeline, the ledger and the publisher."""
+    session = pipeline.session
+    state = ledger.state(session)
+    return RunSummary(
+        session,
+        settings.device,
+        pipeline.stats,
+        state.epsilon,
+        state.remaining,
+        len(ledger.pending(session=session)),
+        publisher.endpoint,
+        str(settings.ledger.url or settings.ledger.path),
+        delivered=publisher.delivered,
+        broker_connections=publisher.connections,
+        broker_refusals=publisher.refusals,
+        broker_error=publisher.last_error,
+        refused=state.refused,
+    )
 
 
 async def serve_fleet(

@@ -284,23 +284,7 @@ def evaluate_cohort(
             )
             for plan in plans
         }
-    for row in rows:
-        progress(
-            f"cohort of {row['sessions']}: dominant activity clean {row['clean_accuracy']:.3f}, "
-            + ", ".join(
-                f"ε {r['budget_per_hour']:g}/h {r['accuracy']:.3f}" for r in row["released"]
-            )
-        )
-        progress(
-            f"cohort of {row['sessions']}: re-identification without the others' data "
-            + ", ".join(f"ε {b}/h {a:.3f}" for b, a in row["reid_uninformed"].items())
-        )
-    progress(
-        "cohort re-identification (informed attacker, "
-        f"{candidates} candidates, {h} buckets): "
-        + ", ".join(f"ε {b}/h {a:.3f}" for b, a in reid.items())
-        + f" ({time.perf_counter() - t0:.0f} s)"
-    )
+    _say_results(rows, reid, f"{candidates} candidates, {h} buckets", t0, progress)
     return {
         "question": "the activity most of the cohort does in a bucket (argmax of the private "
         "label histogram)",
@@ -321,6 +305,32 @@ def evaluate_cohort(
         "reid": reid,
         "seconds": time.perf_counter() - t0,
     }
+
+
+def _say_results(
+    rows: list[dict[str, Any]],
+    reid: dict[str, float],
+    attacker: str,
+    t0: float,
+    progress: Callable[[str], None],
+) -> None:
+    """Progress lines of :func:`evaluate_cohort`'s results (``t0``: its start, perf_counter)."""
+    for row in rows:
+        progress(
+            f"cohort of {row['sessions']}: dominant activity clean {row['clean_accuracy']:.3f}, "
+            + ", ".join(
+                f"ε {r['budget_per_hour']:g}/h {r['accuracy']:.3f}" for r in row["released"]
+            )
+        )
+        progress(
+            f"cohort of {row['sessions']}: re-identification without the others' data "
+            + ", ".join(f"ε {b}/h {a:.3f}" for b, a in row["reid_uninformed"].items())
+        )
+    progress(
+        f"cohort re-identification (informed attacker, {attacker}): "
+        + ", ".join(f"ε {b}/h {a:.3f}" for b, a in reid.items())
+        + f" ({time.perf_counter() - t0:.0f} s)"
+    )
 
 
 def cohort_kind(sessions: int) -> str:

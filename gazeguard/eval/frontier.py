@@ -406,31 +406,8 @@ def evaluate_frontier(
     labels_result: dict[str, Any] | None = None
     limits: dict[str, dict[str, float] | None] = {}
     if prof.name in shipped_models():
-        model = load_model(prof.name)
-        table = dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress)
-        s = grid.settings
-        labels_result = evaluate_labels(
-            dataset.name,
-            table,
-            list(model.features),
-            QUICK_LABEL_CADENCES if quick else LABEL_CADENCES,
-            reps=50 if quick else 200,
-            attack_reps=5 if quick else 20,
-            seed=s.insecure_seed,
-            every=2,
-            budgets=tuple(float(e) for e in grid.epsilons),
-            progress=lambda m: progress(f"labels: {m}"),
-        )
+        labels_result, limits = _frontier_labels(dataset, grid, prof.name, quick, progress)
         points += label_points(labels_result, f"labels ({prof.name} model)")
-        cleans = [
-            row["clean_decision_accuracy"]
-            for row in labels_result["cadences"]
-            if "unavailable" not in row
-        ]
-        if cleans:
-            classes = len(labels_result["classes"])
-            for b in grid.epsilons:
-                limits[f"{float(b):g}"] = label_limit(float(b), classes, max(cleans))
     else:
         progress(f"{dataset.name}: no shipped label model named {prof.name!r}: no label points")
     cohort_result: dict[str, Any] | None = None
@@ -473,3 +450,37 @@ def evaluate_frontier(
         "labels": labels_result,
         "cohort": cohort_result,
     }
+
+
+def _frontier_labels(
+    dataset: Dataset,
+    grid: GridConfig,
+    model_name: str,
+    quick: bool,
+    progress: Callable[[str], None],
+) -> tuple[dict[str, Any], dict[str, dict[str, float] | None]]:
+    """:func:`evaluate_frontier`'s private labels (the shipped model ``model_name``) and their
+    theory limit per budget (from the best clean decision accuracy of the cadences)."""
+    model = load_model(model_name)
+    table = dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress)
+    result = evaluate_labels(
+        dataset.name,
+        table,
+        list(model.features),
+        QUICK_LABEL_CADENCES if quick else LABEL_CADENCES,
+        reps=50 if quick else 200,
+        attack_reps=5 if quick else 20,
+        seed=grid.settings.insecure_seed,
+        every=2,
+        budgets=tuple(float(e) for e in grid.epsilons),
+        progress=lambda m: progress(f"labels: {m}"),
+    )
+    cleans = [
+        row["clean_decision_accuracy"] for row in result["cadences"] if "unavailable" not in row
+    ]
+    limits: dict[str, dict[str, float] | None] = {}
+    if cleans:
+        classes = len(result["classes"])
+        for b in grid.epsilons:
+            limits[f"{float(b):g}"] = label_limit(float(b), classes, max(cleans))
+    return result, limits
