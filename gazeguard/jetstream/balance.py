@@ -93,10 +93,11 @@ def _ints(value: object) -> list[int]:
 
 
 class Balancing:
-    """A worker's side of the balance, mixed into :class:`~gazeguard.jetstream.worker.
-    JetStreamIngest` (whose attributes below it uses): announce this worker, keep the live set
-    and the assignment, gate the pulls (:meth:`_may_pull`), find untended partitions, hand back
-    partitions assigned to another live worker, say goodbye at a graceful stop."""
+    """A worker's side of the balance, mixed into the worker
+    (:class:`~gazeguard.jetstream.worker.JetStreamIngest`, whose attributes listed below it
+    uses): announce this worker, keep the live set and the assignment, gate the pulls
+    (:meth:`_may_pull`), find untended partitions, hand back partitions assigned to another
+    live worker, say goodbye at a graceful stop."""
 
     # the worker's (see JetStreamIngest)
     fleet: Fleet
