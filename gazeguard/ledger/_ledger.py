@@ -240,7 +240,7 @@ class Ledger:
             caps = self._caps if row is None else self._binding(session, row)
             view = _View(store, session, None)
             if row is not None:  # held, or read once for the checks below (not kept: a read)
-                view.recent = self._recent.get(session, row_key(row)) or _load(
+                view.recent = self._recent_of(
                     store, session, row, caps=caps, gaze_end=span[1], now=now
                 )
             row = row or _empty_row(caps)
@@ -385,12 +385,9 @@ class Ledger:
                 f"session {session!r} changed since the preview (version {request.version} → "
                 f"{row.version}); preview again"
             )
-        key = row_key(row)
         recent = staged.get(session)
-        if recent is None or recent.key != key:
-            recent = self._recent.get(session, key) or _load(
-                store, session, row, caps=caps, gaze_end=span[1], now=now
-            )
+        if recent is None or recent.key != row_key(row):
+            recent = self._recent_of(store, session, row, caps=caps, gaze_end=span[1], now=now)
         counts = store.counts(session)
         self._check(
             _View(store, session, recent), caps=caps, counts=counts, release=release, span=span,
@@ -408,9 +405,9 @@ class Ledger:
             now=now,
         )  # fmt: skip
         recent = recent.extended(row_key(after), span[1], now, release.events)
-        margin = (1.0 + MARGIN) * caps.window_s
+        margin = _kept_s(caps)
         assert after.last_gaze_end is not None
-        recent.pruned(after.last_gaze_end - margin, now - margin)
+        recent.prune(after.last_gaze_end - margin, now - margin)
         window = self._trailing(
             _View(store, session, recent), caps=caps, last_end=after.last_gaze_end, span=None,
             release=None,
@@ -549,6 +546,22 @@ class Ledger:
             return Store(sql).verify()
 
     # ---- internals ------------------------------------------------------------------------
+
+    def _recent_of(
+        self,
+        store: Store,
+        session: str,
+        row: SessionRow,
+        *,
+        caps: Caps,
+        gaze_end: float,
+        now: float,
+    ) -> Recent:
+        """The session's recent charges: those held in memory for ``row``'s version, else read
+        for a release ending at ``gaze_end`` charged at ``now`` (Unix s; :func:`_load`)."""
+        return self._recent.get(session, row_key(row)) or _load(
+            store, session, row, caps=caps, gaze_end=gaze_end, now=now
+        )
 
     def _binding(self, session: str, row: SessionRow) -> Caps:
         """The caps that bind the session (ConfigError: the configured ones are looser than
@@ -693,6 +706,11 @@ class _View:
         return self.store.charged_since(self.session, since)
 
 
+def _kept_s(caps: Caps) -> float:
+    """How far back (s) a session's recent charges are kept: the window and :data:`MARGIN`."""
+    return (1.0 + MARGIN) * caps.window_s
+
+
 def _load(
     store: Store, session: str, row: SessionRow, *, caps: Caps, gaze_end: float, now: float
 ) -> Recent:
@@ -700,7 +718,7 @@ def _load(
     asks about, with :data:`MARGIN` to spare: one query instead of one per window."""
     last = row.last_gaze_end
     anchor = gaze_end if last is None else min(gaze_end, last)
-    margin = (1.0 + MARGIN) * caps.window_s
+    margin = _kept_s(caps)
     return Recent.load(store, session, row_key(row), anchor - margin, now - margin)
 
 

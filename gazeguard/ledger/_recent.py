@@ -145,7 +145,7 @@ class Recent:
             out.created_events.insert(i, ev)
         return out
 
-    def pruned(self, gaze_lo: float, wall_lo: float) -> None:
+    def prune(self, gaze_lo: float, wall_lo: float) -> None:
         """Raise the horizons (never lower them) and drop the charges they no longer hold."""
         self.gaze_lo = max(self.gaze_lo, gaze_lo)
         self.wall_lo = max(self.wall_lo, wall_lo)
