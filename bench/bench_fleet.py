@@ -8,10 +8,10 @@ raw gaze stream, ``--partitions`` partitions), a local Mosquitto for the privati
 every second), W × ``gazeguard run --fleet --source jetstream`` (default features: W = 30 s,
 s = 0.5 s, n = 32, all 48 features, DCFPA; one SQLite ledger shared by the workers), one or two
 load-generator processes (this script with ``--generator``) running L ``JetStreamSender``
-devices in real time — a 12-sample block (100 ms of 120 Hz gaze from ``simulate_gaze``) every
-100 ms per session (``--block-samples``: ``gazeguard forward`` sends one block per LSL poll,
-every 250 ms = 30 samples by default), each acknowledged by the stream before the next, session
-starts spread
+devices in real time — a 120-sample block (1 s of 120 Hz gaze from ``simulate_gaze``) every
+second per session, what ``gazeguard forward`` sends by default (``fleet.nats.block_s``; other
+sizes with ``--block-samples``, e.g. 30 for its 250-ms blocks before 11-27, 12 for 100 ms), each
+acknowledged by the stream before the next, session starts spread
 uniformly over one chunk period (16 s) so that chunk completions are spread as in a real fleet —
 and a paho-mqtt subscriber (this process) on every privatized chunk topic. With 2 workers the
 workers balance the partitions (``fleet.nats.balance``): the partitions each holds at the end
@@ -86,7 +86,7 @@ from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
 
 RATE_HZ = 120.0
-BLOCK = 12  # samples per raw block (default): 100 ms at 120 Hz (--block-samples)
+BLOCK = 120  # samples per raw block (--block-samples): 1 s at 120 Hz, as `gazeguard forward`
 N_STEPS = 32
 PERSONS = 16  # distinct simulated people; session i is person i % PERSONS
 P99_TARGET_MS = 50.0
@@ -593,8 +593,8 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="a checkout to compare with, same run")
     ap.add_argument(
         "--block-samples", type=int, default=BLOCK,
-        help="samples per raw block a device sends (default 12: 100 ms at 120 Hz; "
-        "`gazeguard forward` sends one block per LSL poll, 250 ms = 30 samples by default)",
+        help="samples per raw block a device sends (default 120: 1 s at 120 Hz, what "
+        "`gazeguard forward` sends by default, fleet.nats.block_s)",
     )  # fmt: skip
 
     ap.add_argument("--name", default="fleet", help="results file stem (default fleet)")

@@ -450,6 +450,15 @@ class NatsSettings(_Section):
         "dead worker's unacknowledged blocks from its replay; what comes again is skipped)",
     )
     replicas: int = Field(1, ge=1, le=5, description="stream replicas (3 on a 3-node cluster)")
+    block_s: float = Field(
+        1.0,
+        gt=0,
+        le=5.0,
+        description="gazeguard forward sends one raw block per this many s of gaze (one LSL "
+        "pull): larger blocks are fewer messages and less worker CPU per session (bench_fleet: "
+        "1 s vs 250 ms), and each sample waits up to this long on the device (a chunk spans "
+        "16 s or more); keep it well under fleet.idle_timeout_s",
+    )
     balance: bool = Field(
         True,
         description="spread the partitions evenly over the live workers (announced on core NATS "

@@ -2,8 +2,9 @@
 
 Runs next to a headset. It reads the headset's LSL stream with the same ingest as ``gazeguard
 run`` — presets, normalisation to degrees and mm, validity, clock synchronisation — and publishes
-it, one raw block (:mod:`gazeguard.rawgaze`) per LSL pull, to the fleet's NATS JetStream stream
-(``fleet.nats``) with :class:`~gazeguard.jetstream.JetStreamSender`. There is no claim: the
+it, one raw block (:mod:`gazeguard.rawgaze`) per LSL pull every ``fleet.nats.block_s`` (1 s), to
+the fleet's NATS JetStream stream (``fleet.nats``) with
+:class:`~gazeguard.jetstream.JetStreamSender`. There is no claim: the
 server's partitioning and pinning decide which worker reads the session. Flow control and
 buffering are the engine's and the client's: each block waits for the stream's acknowledgement
 before the next is read (the LSL inlet buffers meanwhile), nats-py reconnects and buffers through
@@ -76,7 +77,7 @@ async def forward(
     """
     stop = stop or asyncio.Event()
     summary = ForwardSummary()
-    async with GazeStream(settings.ingest) as stream:
+    async with GazeStream(settings.ingest, poll_interval_s=settings.fleet.nats.block_s) as stream:
         info = stream.info
         summary.session = settings.session or session_id_for(info.source_id, info.name)
         sender = JetStreamSender(

@@ -215,7 +215,7 @@ def test_forward_to_jetstream_feeds_a_jetstream_worker(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
     """`gazeguard forward` (real LSL outlet → JetStream) feeds a worker, which dates the gaze
-    on the forwarder's clock (its Gazeguard-Unix-Offset header)."""
+    on the forwarder's clock (its Gazeguard-Unix-Offset header), in blocks of ``--block-s``."""
     name = f"fwdjs-{unique_id}"
     head = SimulatedHeadset(120, seed=3, name=name, source_id=f"{name}-src")
     head.start()
@@ -225,7 +225,7 @@ def test_forward_to_jetstream_feeds_a_jetstream_worker(
         wait_for(workers[0].ready, 30, workers[0].text)
         cmd = [
             sys.executable, "-m", "gazeguard", "forward", "--nats", nats_server.url,
-            "--device", "hmd", "--stream-name", name, "--duration", "7",
+            "--device", "hmd", "--stream-name", name, "--duration", "7", "--block-s", "0.8",
         ]  # fmt: skip
         fwd = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         assert fwd.returncode == 0, fwd.stderr
@@ -235,6 +235,13 @@ def test_forward_to_jetstream_feeds_a_jetstream_worker(
         head.stop()
     assert codes == [0], workers[0].text()
     assert f"session {session} on NATS JetStream {nats_server.url}" in fwd.stderr
+    # One block per 0.8-s pull (96 samples at 120 Hz; a late pull only makes it longer, the
+    # first may be short): the old 250-ms pulls would make ~30.
+    got = re.search(r": (\d+) blocks, (\d+) samples acknowledged", fwd.stderr)
+    assert got is not None, fwd.stderr
+    blocks, samples = int(got[1]), int(got[2])
+    assert blocks >= 3, (blocks, samples)
+    assert samples / blocks > 70, (blocks, samples)
     indices = charge_indices(ledger_path, session)
     # ~7 s of gaze, a 2 s window and 1.6 s chunks: 3 chunks (minus stream start-up).
     assert len(indices) >= 2, (indices, fwd.stderr, workers[0].text())

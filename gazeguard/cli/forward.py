@@ -46,6 +46,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--stream-name", help="LSL stream name to resolve")
     g.add_argument("--source-id", help="LSL source_id to resolve")
     g.add_argument("--preset", help="channel preset (default auto)")
+    g.add_argument(
+        "--block-s",
+        type=float,
+        metavar="S",
+        help="seconds of gaze per raw block (default fleet.nats.block_s, 1 s): larger blocks "
+        "cost the workers less per session, each sample waits up to this long here",
+    )
     # Retired with the MQTT raw-gaze path: refused with advice rather than "unrecognized".
     g.add_argument("--to", choices=["jetstream", "mqtt"], help=argparse.SUPPRESS)
     g.add_argument("--broker", help=argparse.SUPPRESS)
@@ -73,6 +80,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         nats["servers"] = list(args.nats)
     if args.creds is not None:
         nats["creds_file"] = args.creds
+    if args.block_s is not None:
+        nats["block_s"] = args.block_s
     if nats:
         o["fleet"] = {"nats": nats}
     return load_settings(args.config, **o)
