@@ -44,9 +44,12 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol, Self
+from typing import ParamSpec, Protocol, Self, TypeVar
 
 from gazeguard.errors import PublishError
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
@@ -163,7 +166,7 @@ class Drain:
 
     Args:
         outbox: the ledger; ``pending``, ``mark_delivered`` and ``mark_refused`` run in worker
-            threads.
+            threads, or on the event loop with ``inline``.
         sink: where to deliver.
         connect_timeout: if set, entering waits up to this many seconds for the first
             connection and raises :class:`PublishError` if there is none (fail fast at startup).
@@ -176,6 +179,9 @@ class Drain:
             not raise.
         name: prefix of the task names.
         logger: where connections, retries and refusals are logged.
+        inline: make the outbox calls on the event loop: for a local ledger
+            (:attr:`~gazeguard.ledger.Ledger.local`) on a loop busy with other work, where a
+            worker thread would wait for the GIL after each call (a fleet worker).
     """
 
     def __init__(
@@ -190,8 +196,10 @@ class Drain:
         on_acked: Callable[[OutboxEntry], None] | None = None,
         name: str = "gazeguard.outbox",
         logger: logging.Logger = _log,
+        inline: bool = False,
     ) -> None:
         self._outbox = outbox
+        self._inline = inline
         self._sink = sink
         self._connect_timeout = connect_timeout
         self._poll_interval_s = poll_interval_s
@@ -378,6 +386,11 @@ class Drain:
         self._log.log(level, "connected to %s", connection.label)
 
     # -- delivery --------------------------------------------------------------------------------
+    async def _call(self, func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``func(*args, **kwargs)``: an outbox call, in a worker thread unless ``inline``."""
+        if self._inline:
+            return func(*args, **kwargs)
+        return await asyncio.to_thread(func, *args, **kwargs)
 
     async def _next_items(self) -> tuple[Sequence[OutboxEntry], bool]:
         """The next items to send, oldest first, and whether more may wait in the table.
@@ -390,7 +403,7 @@ class Drain:
         if self._read_table or due or not self._handed:
             self._read_table = False
             self._table_read_at = time.monotonic()
-            items = await asyncio.to_thread(self._outbox.pending, self._batch)
+            items = await self._call(self._outbox.pending, self._batch)
             self._read_table = len(items) == self._batch
             return items, self._read_table
         ids = sorted(self._handed)[: self._batch]
@@ -430,7 +443,7 @@ class Drain:
                     f"broker refused chunk {item.chunk_index} of session {item.session!r} on "
                     f"topic {item.topic!r}: {delivery.refused}"
                 )
-                await asyncio.to_thread(self._outbox.mark_refused, item.id, reason)
+                await self._call(self._outbox.mark_refused, item.id, reason)
                 self._handed.pop(item.id, None)
                 self.refused_items += 1
                 self.refusals += 1
@@ -440,7 +453,7 @@ class Drain:
             self._acked.add(item.id)
             if self._on_acked is not None:
                 self._on_acked(item)
-        await asyncio.to_thread(self._outbox.mark_delivered, item.id)
+        await self._call(self._outbox.mark_delivered, item.id)
         self._acked.discard(item.id)
         self._handed.pop(item.id, None)
         self.delivered += 1

@@ -29,7 +29,8 @@ class Publisher(Drain):
 
     Args:
         settings: broker address, TLS, credentials, protocol, keepalive, backoff cap, prefix.
-        outbox: the ledger; ``pending`` and ``mark_delivered`` run in worker threads.
+        outbox: the ledger; ``pending`` and ``mark_delivered`` run in worker threads, or on
+            the event loop with ``inline``.
         connect_timeout: if set, entering waits up to this many seconds for the first
             connection and raises :class:`~gazeguard.errors.PublishError` if there is none
             (fail fast at startup).
@@ -39,6 +40,7 @@ class Publisher(Drain):
         on_acked: called on the event loop with each outbox item right after its positive
             PUBACK (before ``mark_delivered`` commits), e.g. to measure latency; must not raise.
         name: prefix of the task names.
+        inline: see :class:`~gazeguard.outbox.Drain`.
 
     Raises:
         ConfigError: no broker host, inconsistent TLS or credential settings, unreadable
@@ -55,6 +57,7 @@ class Publisher(Drain):
         batch: int = 64,
         on_acked: Callable[[OutboxEntry], None] | None = None,
         name: str = "gazeguard.publish",
+        inline: bool = False,
     ) -> None:
         if settings.host is None:
             raise ConfigError(
@@ -73,6 +76,7 @@ class Publisher(Drain):
             on_acked=on_acked,
             name=name,
             logger=log,
+            inline=inline,
         )
         self.settings = settings
         self.host: str = settings.host

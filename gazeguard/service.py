@@ -192,14 +192,16 @@ class _Outbound:
 
 
 @contextlib.asynccontextmanager
-async def _outbound(settings: Settings) -> AsyncIterator[_Outbound]:
+async def _outbound(settings: Settings, *, fleet: bool = False) -> AsyncIterator[_Outbound]:
     """The ledger, the broker (embedded if none is configured) and the publisher draining the
     ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
-    left (what it cannot send stays in the outbox for the next start)."""
+    left (what it cannot send stays in the outbox for the next start). A ``fleet`` worker on a
+    local ledger drains on its event loop (see :meth:`gazeguard.fleet.Fleet._process_many`)."""
     with open_ledger(settings.ledger) as ledger:
+        inline = fleet and ledger.local
         async with (
             _broker(settings.broker) as broker,
-            Publisher(broker, ledger, name="gazeguard.publish") as publisher,
+            Publisher(broker, ledger, name="gazeguard.publish", inline=inline) as publisher,
         ):
             out = _Outbound(ledger, publisher)
             try:
@@ -385,7 +387,7 @@ async def serve_fleet(
         settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"enabled": True})})
     )
     stop = stop or asyncio.Event()
-    async with _outbound(settings) as out:
+    async with _outbound(settings, fleet=True) as out:
         ledger, publisher = out.ledger, out.publisher
         fleet = Fleet(settings, ledger, publisher)
         freeze_startup_objects()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,19 +66,35 @@ class ListSink:
         await asyncio.Event().wait()  # never lost by itself
 
 
+class ThreadNotingLedger(Ledger):
+    """A real SQLite ledger that notes which threads make the drain's calls."""
+
+    threads: set[str]
+
+    def pending(self, *args: Any, **kwargs: Any) -> Any:
+        self.threads = getattr(self, "threads", set()) | {threading.current_thread().name}
+        return super().pending(*args, **kwargs)
+
+    def mark_delivered(self, *args: Any, **kwargs: Any) -> Any:
+        self.threads = getattr(self, "threads", set()) | {threading.current_thread().name}
+        return super().mark_delivered(*args, **kwargs)
+
+
 def charge(ledger: Ledger, index: int) -> int:
     """Charge item ``index`` of the session, published on topic ``t/{index}``; its outbox id."""
     payload = f"payload {index}".encode()
     return ledger.charge(SESSION, index, {"a": 0.1}, topic=f"t/{index}", payload=payload).outbox_id
 
 
+@pytest.mark.parametrize("inline", [False, True])
 def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connection(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, inline: bool
 ) -> None:
     """Item 2 is refused for good, the connection is lost once at item 3: 0, 1, 3, 4 arrive in
     this order, once each; 2 is kept in the ledger as refused with the sink's reason; the drain
-    reconnected once and went on from item 3."""
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+    reconnected once and went on from item 3. The same with the outbox calls made on the event
+    loop (``inline``, a fleet worker's local ledger) as in worker threads."""
+    ledger = ThreadNotingLedger(tmp_path / "ledger.sqlite")
     ids = [charge(ledger, i) for i in range(5)]
     sink = ListSink(refuse={"t/2"}, fail_once={"t/3"})
     acked: list[int] = []
@@ -88,6 +106,7 @@ def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connectio
             connect_timeout=5,
             reconnect_max_s=0.05,
             on_acked=lambda item: acked.append(item.id),
+            inline=inline,
         )
         async with drain:
             await drain.flush(10)
@@ -96,6 +115,7 @@ def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connectio
 
     with caplog.at_level(logging.WARNING, logger="gazeguard.outbox"):
         drain = asyncio.run(scenario())
+    threads = ledger.threads  # (the checks below read the ledger on this thread)
     assert [(t, p) for t, p, _ in sink.received] == [
         (f"t/{i}", f"payload {i}".encode()) for i in (0, 1, 3, 4)
     ]
@@ -113,6 +133,10 @@ def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connectio
     retries = [r.getMessage() for r in caplog.records if "next retry in" in r.getMessage()]
     assert len(retries) == 1
     assert retries[0].startswith("list sink: connection lost at t/3.")
+    if inline:
+        assert threads == {threading.current_thread().name}, threads
+    else:
+        assert threading.current_thread().name not in threads, threads
     ledger.close()
 
 

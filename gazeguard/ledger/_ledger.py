@@ -179,6 +179,14 @@ class Ledger:
         return self._backend
 
     @property
+    def local(self) -> bool:
+        """True for an SQLite file: no call waits on a network round trip (a transaction is a
+        few hundred µs of CPU and one fsync), so a busy event loop may make the calls itself
+        rather than hand them to a worker thread, which would wait for the GIL after each of its
+        SQLite calls while the loop computes (see :meth:`gazeguard.fleet.Fleet._process_many`)."""
+        return self._backend.kind == "sqlite"
+
+    @property
     def caps(self) -> Caps:
         """The configured caps (a session's stored caps may be stricter)."""
         return self._caps
