@@ -80,9 +80,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -510,7 +510,7 @@ class _Ring:
 
     def __init__(self, rows: int) -> None:
         self.vals = np.empty((rows, 128))
-        self.tend: list[float] = []
+        self.tend: array[float] = array("d")  # (not a list: see _Saccade)
         self.extra: list[_Saccade] = []  # saccades only: properties per event
         self.lo = self.hi = 0
 
@@ -533,9 +533,11 @@ class _Ring:
         return n
 
 
-class _Saccade(NamedTuple):
-    flags: tuple[int, ...]  # the counters (_SMALL ... _DIAG) this saccade adds to
-    codes: tuple[int, ...]  # codes of the n-grams (n = 1..4) of letters ending with it
+#: A saccade's ``(flags, codes)``: the counters (_SMALL ... _DIAG) it adds to, and the codes of
+#: the n-grams (n = 1..4) of letters ending with it. Plain tuples of ints, not a NamedTuple: the
+#: garbage collector stops tracking those (a fleet worker holds ~100 per session; as NamedTuples
+#: they were 60 % of its tracked objects and every full collection walked them).
+_Saccade = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 class _Wordbook:
@@ -648,12 +650,13 @@ class FeatureExtractor:
         self._books = [_Wordbook() for _ in WORDBOOK_NS]
         self._ns_books = tuple(zip(WORDBOOK_NS, self._books, strict=True))
         self._letters: list[int] = []  # the last (up to 3) saccade letters, oldest first
-        # Sample bins (Python lists, one entry per bin id from _bin_base on): counts (valid
-        # samples, pupil samples, Σ pupil and Σ pupil², pupil in 0.1 µm: exact integer sums),
-        # pupil min and max (mm; ±inf while a bin has no pupil sample).
-        self._b_counts: tuple[list[int], ...] = ([], [], [], [])
-        self._b_min: list[float] = []
-        self._b_max: list[float] = []
+        # Sample bins (arrays, one entry per bin id from _bin_base on): counts (valid samples,
+        # pupil samples, Σ pupil and Σ pupil², pupil in 0.1 µm: exact integer sums, far below
+        # 2**63), pupil min and max (mm; ±inf while a bin has no pupil sample). array.array,
+        # not lists: the garbage collector does not walk them (see _Saccade).
+        self._b_counts: tuple[array[int], ...] = tuple(array("q") for _ in range(4))
+        self._b_min: array[float] = array("d")
+        self._b_max: array[float] = array("d")
         self._bin_base = 0  # bin id of entry 0
         # The counts summed over the bins [2 k, _sums_to) (integers: sliding sums are exact).
         self._sums = [0, 0, 0, 0]
@@ -947,7 +950,7 @@ class FeatureExtractor:
             letters.append(letter)
             if len(letters) == WORDBOOK_NS[-1]:
                 del letters[0]
-            ring.extra.append(_Saccade(tuple(flags), tuple(codes)))
+            ring.extra.append((tuple(flags), tuple(codes)))
 
     def _slide(self, start: float, end: float) -> None:
         """Move the window to ``[start, end)``: events ending in it, by kind; the saccade
@@ -969,11 +972,11 @@ class FeatureExtractor:
                 if j - n + 1 >= lo0:
                     book.add(codes[n - 1])
         for j in range(lo0, lo):  # saccade j leaves, with the n-grams it starts
-            for c in extra[j].flags:
+            for c in extra[j][0]:  # its flags
                 count[c] -= 1
             for n, book in books:
                 if j + n - 1 < hi:
-                    book.remove(extra[j + n - 1].codes[n - 1])
+                    book.remove(extra[j + n - 1][1][n - 1])  # (codes)
         sac.lo, sac.hi = lo, hi
 
     # --- steps ---------------------------------------------------------------------------------
