@@ -496,6 +496,13 @@ class FleetSettings(_Section):
     idle_timeout_s: float = Field(10.0, gt=0, description="close a silent session after, s")
     max_sessions: int = Field(1000, ge=1, description="sessions one process accepts")
     discover_every_s: float = Field(2.0, gt=0, description="LSL stream discovery period, s")
+    ledger_calls: Literal["auto", "loop", "thread"] = Field(
+        "auto",
+        description="where a worker makes its ledger calls (charges, outbox): 'loop' on its "
+        "event loop (no waits for the GIL behind the features; a release stops the loop for "
+        "its fsync), 'thread' in worker threads (for a disk whose fsync can stall for seconds), "
+        "'auto': 'loop' for a local SQLite ledger, 'thread' for PostgreSQL",
+    )
 
 
 class CohortSettings(_Section):

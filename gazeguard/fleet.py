@@ -155,6 +155,13 @@ def _release(
     return released, [pipe.status(ledger_state=state) for pipe, state in states.items()]
 
 
+def ledger_calls_on_loop(settings: Settings, ledger: Ledger) -> bool:
+    """A worker makes its ledger calls on its event loop (``fleet.ledger_calls``; ``auto``:
+    for a local SQLite ledger, :attr:`Ledger.local`), else in worker threads."""
+    mode = settings.fleet.ledger_calls
+    return mode == "loop" or (mode == "auto" and ledger.local)
+
+
 class Fleet:
     """Many sessions in one process, all charging one ledger and draining one publisher.
 
@@ -169,6 +176,7 @@ class Fleet:
         self.settings = settings
         self.ledger = ledger
         self.publisher = publisher
+        self._on_loop = ledger_calls_on_loop(settings, ledger)
         self.worker_id = settings.fleet.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.sessions: dict[str, _Session] = {}
         self.refused = 0
@@ -238,12 +246,14 @@ class Fleet:
         feature extractor refuses is dropped and counted (its session's ``bad_blocks``).
 
         The release call runs on the event loop for a local SQLite ledger (:attr:`Ledger.local`)
-        and in a worker thread otherwise (PostgreSQL: network round trips). In a thread, each of
-        its ~20 SQLite calls gives the GIL up and then waits up to the switch interval (5 ms)
-        to get it back from a loop busy with other sessions' features. bench_fleet, 1-s blocks,
-        same runs (11-27, ``bench/results/fleet-inline*-ab.json``): p99 41-49 vs 50-57 ms at 400
-        sessions, 47 vs 71 ms at 450, at the same or less CPU; 425 sessions sustained against
-        375 (the outbox calls on the loop too, :class:`~gazeguard.outbox.Drain` ``inline``)."""
+        and in a worker thread otherwise (PostgreSQL: network round trips; any ledger with
+        ``fleet.ledger_calls = "thread"``, e.g. on a disk whose fsync can stall). In a thread,
+        each of its ~20 SQLite calls gives the GIL up and then waits up to the switch interval
+        (5 ms) to get it back from a loop busy with other sessions' features. bench_fleet, 1-s
+        blocks, same runs (11-27, ``bench/results/fleet-inline*-ab.json``): p99 41-49 vs 50-57
+        ms at 400 sessions, 47 vs 71 ms at 450, at the same or less CPU; 425 sessions sustained
+        against 375 (the outbox calls on the loop too, :class:`~gazeguard.outbox.Drain`
+        ``inline``)."""
         jobs, refused = feed_many([(entry.pipeline, block) for entry, block in items])
         for pipe, exc in refused:
             entry = self.sessions.get(pipe.session)
@@ -252,7 +262,7 @@ class Fleet:
             log.warning("session %r: gaze block dropped: %s", pipe.session, exc)
         if not jobs:
             return
-        if self.ledger.local:  # not cancellable midway either: charged chunks reach the outbox
+        if self._on_loop:  # not cancellable midway either: charged chunks reach the outbox
             released, statuses = _release(jobs)
         else:
             released, statuses = await to_thread_to_the_end(_release, jobs)

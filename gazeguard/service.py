@@ -46,7 +46,7 @@ from gazeguard.config import (
     validate_settings,
 )
 from gazeguard.errors import ConfigError, PublishError, StreamNotFoundError
-from gazeguard.fleet import Fleet
+from gazeguard.fleet import Fleet, ledger_calls_on_loop
 from gazeguard.ingest import GazeStream
 from gazeguard.ledger import Ledger
 from gazeguard.message import IngestCounters, SessionState
@@ -198,7 +198,7 @@ async def _outbound(settings: Settings, *, fleet: bool = False) -> AsyncIterator
     left (what it cannot send stays in the outbox for the next start). A ``fleet`` worker on a
     local ledger drains on its event loop (see :meth:`gazeguard.fleet.Fleet._process_many`)."""
     with open_ledger(settings.ledger) as ledger:
-        inline = fleet and ledger.local
+        inline = fleet and ledger_calls_on_loop(settings, ledger)
         async with (
             _broker(settings.broker) as broker,
             Publisher(broker, ledger, name="gazeguard.publish", inline=inline) as publisher,
