@@ -498,7 +498,8 @@ class FleetSettings(_Section):
     discover_every_s: float = Field(2.0, gt=0, description="LSL stream discovery period, s")
     ledger_calls: Literal["auto", "loop", "thread"] = Field(
         "auto",
-        description="where a worker makes its ledger calls (charges, outbox): 'loop' on its "
+        description="where a worker makes its chunks' ledger calls (charges, outbox; a cohort "
+        "bucket is always charged in a worker thread): 'loop' on its "
         "event loop (no waits for the GIL behind the features; a release stops the loop for "
         "its fsync), 'thread' in worker threads (for a disk whose fsync can stall for seconds), "
         "'auto': 'loop' for a local SQLite ledger, 'thread' for PostgreSQL",

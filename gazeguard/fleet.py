@@ -156,8 +156,9 @@ def _release(
 
 
 def ledger_calls_on_loop(settings: Settings, ledger: Ledger) -> bool:
-    """A worker makes its ledger calls on its event loop (``fleet.ledger_calls``; ``auto``:
-    for a local SQLite ledger, :attr:`Ledger.local`), else in worker threads."""
+    """A worker makes its chunks' ledger calls (their charges, the outbox) on its event loop
+    (``fleet.ledger_calls``; ``auto``: for a local SQLite ledger, :attr:`Ledger.local`), else in
+    worker threads. A cohort bucket (:meth:`Fleet.run_cohort`) is charged in a thread either way."""
     mode = settings.fleet.ledger_calls
     return mode == "loop" or (mode == "auto" and ledger.local)
 
