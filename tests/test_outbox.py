@@ -69,14 +69,16 @@ class ListSink:
 class ThreadNotingLedger(Ledger):
     """A real SQLite ledger that notes which threads make the drain's calls."""
 
-    threads: set[str]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.threads: set[str] = set()
 
     def pending(self, *args: Any, **kwargs: Any) -> Any:
-        self.threads = getattr(self, "threads", set()) | {threading.current_thread().name}
+        self.threads.add(threading.current_thread().name)
         return super().pending(*args, **kwargs)
 
     def mark_delivered(self, *args: Any, **kwargs: Any) -> Any:
-        self.threads = getattr(self, "threads", set()) | {threading.current_thread().name}
+        self.threads.add(threading.current_thread().name)
         return super().mark_delivered(*args, **kwargs)
 
 
@@ -115,7 +117,7 @@ def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connectio
 
     with caplog.at_level(logging.WARNING, logger="gazeguard.outbox"):
         drain = asyncio.run(scenario())
-    threads = ledger.threads  # (the checks below read the ledger on this thread)
+    threads = set(ledger.threads)  # (the checks below read the ledger on this thread)
     assert [(t, p) for t, p, _ in sink.received] == [
         (f"t/{i}", f"payload {i}".encode()) for i in (0, 1, 3, 4)
     ]
