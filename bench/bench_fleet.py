@@ -86,7 +86,8 @@ from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
 
 RATE_HZ = 120.0
-BLOCK = 120  # samples per raw block (--block-samples): 1 s at 120 Hz, as `gazeguard forward`
+# samples per raw block (--block-samples): what `gazeguard forward` sends, 1 s at 120 Hz
+BLOCK = round(NatsSettings().block_s * RATE_HZ)
 N_STEPS = 32
 PERSONS = 16  # distinct simulated people; session i is person i % PERSONS
 P99_TARGET_MS = 50.0
