@@ -218,3 +218,53 @@ def test_feed_many_completes_the_chunks_each_session_feed_completes(tmp_path: Pa
         assert [(pipe, type(exc)) for pipe, exc in refused] == [(together[0], StreamError)]
         with pytest.raises(ValueError, match="once"):
             feed_many([(together[1], gaze[1].slice(0, 0)), (together[1], gaze[1].slice(0, 0))])
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["feed", "feed_many"])
+def test_coalescing_completes_every_chunk_from_the_same_block_in_fewer_passes(
+    tmp_path: Path, batched: bool
+) -> None:
+    """``coalesce_s`` (a fleet worker's sessions): gaze that cannot complete the current chunk
+    is held and run through events and features later, in one pass. Every chunk is the eager
+    pipeline's, bit for bit, and comes from the same block (a pause that starts a new segment
+    and a resume cut included); the detector runs for a fraction of the blocks. A pipeline
+    whose vectors are observed one by one (cohort aggregates) gets each from the same block."""
+    features = FeatureSettings(window_s=4.0, step_s=0.25)
+    gaze = simulate_gaze(60.0, 120.0, 5)
+    later = gaze.slice(3600, len(gaze))
+    gaze = GazeSamples.concat([gaze.slice(0, 3600), GazeSamples(
+        later.timestamps + 100.0, later.x_deg, later.y_deg, later.pupil_mm, later.valid
+    )])  # fmt: skip
+    blocks = [gaze.slice(a, a + 60) for a in range(0, len(gaze), 60)]  # 0.5 s each
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+
+        def pipeline(session: str, coalesce_s: float) -> Pipeline:
+            pipe = Pipeline(
+                ledger, session=session, device="hmd", features=features,
+                mechanism=mechanism(chunk_steps=32), coalesce_s=coalesce_s,
+            )  # fmt: skip
+            pipe.resume_after = float(gaze.timestamps[0]) + 13.0  # a takeover's ledger cut
+            return pipe
+
+        eager, lazy, observed = pipeline("e", 0.0), pipeline("l", 3.0), pipeline("o", 3.0)
+        seen: dict[str, list[tuple[int, bytes]]] = {"e": [], "o": []}
+        j = 0
+        for pipe in (eager, observed):
+            pipe.on_features = lambda X, t, k=pipe.session: seen[k].append((j, X.tobytes()))
+        runs: dict[str, list[tuple[int, int, bytes]]] = {"e": [], "l": [], "o": []}
+        for j, block in enumerate(blocks):  # (the observers above read j)
+            pipes = [eager, lazy, observed]
+            if batched:
+                jobs, refused = feed_many([(pipe, block) for pipe in pipes])
+                assert refused == []
+            else:
+                jobs = [(pipe, c) for pipe in pipes for c in pipe.feed(block)]
+            for pipe, c in jobs:
+                runs[pipe.session].append((j, c.index, c.values.tobytes() + c.timestamps.tobytes()))
+    assert lazy.stats.pauses == eager.stats.pauses == 1
+    assert len(runs["e"]) == 5  # 2 after the cut at 13 s, 3 after the pause
+    assert runs["l"] == runs["e"] == runs["o"]
+    assert eager.extractor.passes + 1 >= len(blocks) // 2  # (a new extractor after the pause)
+    assert lazy.extractor.passes < eager.extractor.passes / 3
+    assert seen["o"] == seen["e"]  # every vector from the same block
+    assert len(seen["e"]) > 50  # blocks that gave vectors
