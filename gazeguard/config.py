@@ -504,15 +504,6 @@ class FleetSettings(_Section):
         "its fsync), 'thread' in worker threads (for a disk whose fsync can stall for seconds), "
         "'auto': 'loop' for a local SQLite ledger, 'thread' for PostgreSQL",
     )
-    coalesce_s: float = Field(
-        4.0,
-        ge=0,
-        le=10,
-        description="a session's gaze that cannot complete its current chunk is held until it "
-        "spans this long, s, then run through events and features in one pass (0: every block "
-        "at once); the same vectors and chunks, each chunk as soon as its last block arrives, "
-        "for less CPU. Off for sessions with private labels or cohort aggregates",
-    )
 
 
 class CohortSettings(_Section):

@@ -73,13 +73,6 @@ dozen numpy calls on ~60 samples), not arithmetic. A worker that holds many sess
 work and the pupil bin reductions among all sessions (one set of numpy calls per round instead
 of one per session), with the same vectors bit for bit. ``bench/bench_features_cpu.py``
 measures both in the fleet's access pattern (hundreds of sessions fed 100 ms blocks in turn).
-
-Deferral (``coalesce_s``, a fleet worker's sessions): a pass costs about the same for one
-second of samples as for four, so an owner that needs only some of the vectors promptly (a
-chunk's last one) names the next step it needs (:attr:`FeatureExtractor.needed_step`) and the
-extractor also holds blocks that cannot complete that step, until the held samples span
-``coalesce_s``. The vectors are the same, bit for bit; the ones nobody needs yet come from a
-later push (the exception to the timing rule above), and the needed one from the same push.
 """
 
 from __future__ import annotations
@@ -603,9 +596,6 @@ class FeatureExtractor:
         coalesce: hold (copies of) blocks that cannot complete a step and process them with
             the next block that can, or that enters a new step interval: the same vectors,
             returned by the same :meth:`push` calls, for fewer detector passes (small blocks).
-        coalesce_s: also hold blocks that cannot complete step :attr:`needed_step` while the
-            held samples span less than this, s (0: off): the same vectors, from fewer passes;
-            those before the needed step may come from a later :meth:`push` than without it.
     """
 
     def __init__(
@@ -617,7 +607,6 @@ class FeatureExtractor:
         hold_limit_s: float | None = None,
         detector: EventDetector | None = None,
         coalesce: bool = True,
-        coalesce_s: float = 0.0,
     ) -> None:
         if not (math.isfinite(window_s) and window_s > 0):
             raise ConfigError("features.window_s", window_s, "must be a finite number > 0")
@@ -630,8 +619,6 @@ class FeatureExtractor:
             raise ConfigError(
                 "features.hold_limit_s", hold_limit_s, "must be a finite number >= 0 (or unset)"
             )
-        if not (math.isfinite(coalesce_s) and coalesce_s >= 0):
-            raise ConfigError("coalesce_s", coalesce_s, "must be a finite number >= 0")
         self.window_s = float(window_s)
         self.step_s = float(step_s)
         self.min_valid_fraction = float(min_valid_fraction)
@@ -678,11 +665,6 @@ class FeatureExtractor:
         self._coalesce = coalesce
         self._held = _Staging()
         self._held_until = -math.inf  # a block whose last sample is at or after this is processed
-        self._coalesce_s = float(coalesce_s)
-        #: The first step whose vector the owner needs from the push that can complete it (with
-        #: ``coalesce_s``; an owner sets it after each push, e.g. a chunk's last step).
-        self.needed_step = 0
-        self.passes = 0  # pushes that ran the detector (the others were held)
         self._last_t: float | None = None  # newest timestamp accepted, s
 
     def push(self, block: GazeSamples) -> tuple[FloatArray, FloatArray]:
@@ -715,8 +697,8 @@ class FeatureExtractor:
         # interval of the held samples is only validated and held (no vector can depend on it
         # yet), so a stream of small blocks costs one detector pass per step interval or so.
         check_timestamps(ts, self._last_t)
-        self._last_t = last = float(ts[-1])
-        if last < self._held_until or (self._coalesce_s and self._defer(last, float(ts[0]))):
+        self._last_t = float(ts[-1])
+        if self._last_t < self._held_until:
             self._held.append(block)  # a copy: blocks may be borrowed
             return None
         if self._held.n:
@@ -724,23 +706,8 @@ class FeatureExtractor:
             return self._held.view()
         return block
 
-    @property
-    def next_step(self) -> int:
-        """The step whose vector comes next (the number of vectors emitted so far)."""
-        return self._k
-
-    def _defer(self, last: float, first: float) -> bool:
-        """``coalesce_s``: whether a block with samples up to ``last`` (s), whose first sample
-        is ``first``, is held: it cannot complete step :attr:`needed_step` (its window ends
-        later) and the held samples, with it, span less than ``coalesce_s``."""
-        if last >= self._edge(self.needed_step + self._q, sub=True):
-            return False
-        start = float(self._held.t[0]) if self._held.n else first
-        return last - start < self._coalesce_s
-
     def _release(self) -> None:
         """The end of :meth:`push` after processing: drop the held samples, set the next hold."""
-        self.passes += 1
         self._held.clear()
         if self._coalesce:
             assert self._t0 is not None

@@ -208,7 +208,6 @@ class Fleet:
             mechanism=self.settings.mechanism,
             topic_prefix=self.publisher.settings.topic_prefix,
             cohort_share=self.settings.cohort.budget_share if self.cohort else None,
-            coalesce_s=self.settings.fleet.coalesce_s,
         )
         if self.cohort is not None:
             pipeline.on_features = self.cohort.observer(self.settings.device, session, pipeline)

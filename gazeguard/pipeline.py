@@ -169,11 +169,6 @@ class Pipeline:
         cohort_share: the share of the hourly budget a fleet worker's cohort aggregates take
             (:mod:`gazeguard.cohort`, at δ/2); the chunk noise is calibrated to the rest at δ/2.
             The worker feeds its aggregator through :attr:`on_features`.
-        coalesce_s: let the extractor hold gaze that cannot complete the current chunk until
-            it spans this long, s (0: off; ``fleet.coalesce_s``): fewer, larger detector passes
-            for the same vectors and the same chunks, each chunk from the same :meth:`feed`.
-            Applies while the chunks are the only consumer of the vectors (no labels, no
-            :attr:`on_features`): those want every vector as it comes.
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -194,7 +189,6 @@ class Pipeline:
         clock_offset_s: float | None = None,
         labels: LabelSettings | None = None,
         cohort_share: float | None = None,
-        coalesce_s: float = 0.0,
     ) -> None:
         features = features or FeatureSettings()
         mechanism = mechanism or MechanismSettings()
@@ -243,7 +237,6 @@ class Pipeline:
             hold_limit_s=hold,
         )
         self._features = features
-        self._coalesce_s = coalesce_s
         self.extractor = self._new_extractor()
         self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
         # A pause longer than this starts a new segment (see feed): every window inside it would
@@ -344,7 +337,6 @@ class Pipeline:
             min_valid_fraction=f.min_valid_fraction,
             hold_limit_s=f.hold_limit_s,
             detector=EventDetector(velocity_threshold_deg_s=f.saccade_threshold_deg_s),
-            coalesce_s=self._coalesce_s,
         )
 
     def feed(self, block: GazeSamples) -> list[Chunk]:
@@ -427,10 +419,6 @@ class Pipeline:
         chunks = self.chunker.add(X, t)
         if chunks:
             self._completed_at = time.perf_counter()
-        if self._coalesce_s and self.labels is None and self.on_features is None:
-            # The vector that completes the current chunk is the one needed promptly.
-            fx = self.extractor
-            fx.needed_step = fx.next_step + self.chunker.n_steps - self.chunker.pending_steps - 1
         return chunks
 
     def close(self) -> int:
