@@ -5,11 +5,11 @@ run`` — presets, normalisation to degrees and mm, validity, clock synchronisat
 it, one raw block (:mod:`gazeguard.rawgaze`) per LSL pull every ``fleet.nats.block_s`` (1 s), to
 the fleet's NATS JetStream stream (``fleet.nats``) with
 :class:`~gazeguard.jetstream.JetStreamSender`. There is no claim: the server's partitioning and
-pinning decide which worker reads the session. Flow control and
-buffering are the engine's and the client's: each block waits for the stream's acknowledgement
-before the next is read (the LSL inlet buffers meanwhile), nats-py reconnects and buffers through
-an outage, and a block whose acknowledgement does not come is sent again under the same
-``Nats-Msg-Id`` (the stream keeps one copy). This command never privatizes anything and never
+pinning decide which worker reads the session. Flow control and buffering are the engine's and
+the client's: each block waits for the stream's acknowledgement before the next is read (the LSL
+inlet buffers meanwhile), nats-py reconnects and buffers through an outage, and a block whose
+acknowledgement does not come is sent again under the same ``Nats-Msg-Id`` (the stream keeps
+one copy). This command never privatizes anything and never
 publishes on the privatized topics.
 
 Raw gaze is on this wire: use TLS and one NATS credential per device, allowed to publish on its
