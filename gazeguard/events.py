@@ -49,14 +49,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from gazeguard import compiled
 from gazeguard.errors import ConfigError, GazeguardError, StreamError
 from gazeguard.samples import FloatArray, GazeSamples
 
@@ -309,6 +310,7 @@ class EventDetector:
         self.dt: float | None = None  # nominal sampling interval, s (known after 17 samples)
         self.h = 0  # velocity half-width in samples
         self.max_gap_s = 0.0
+        self._limits = np.array([min_fixation_s, min_saccade_s, min_blink_s, max_blink_s], float)
         self.stats = DetectorStats()
         # Sample buffer: lookback (h + 1 samples) + samples not yet classified.
         cap = 1024
@@ -428,6 +430,8 @@ class EventDetector:
         a = self._next
         if stop <= a:
             return []
+        if compiled.active is not None:
+            return self._classify_compiled(compiled.active.ivt_pass, stop, final)
         h, n, g = self.h, self._n, self.max_gap_s
         t, xy, ok = self._t, self._xy, self._ok
         # Context region [r0, r1) = [a - h, stop + h) within the buffer. "clean": no invalid
@@ -507,6 +511,41 @@ class EventDetector:
             n if final else stop,
             _Segments(seg_starts, seg_end, seg_cls, seg_gap, seg_q, seg_min, seg_max, seg_v),
         )
+
+    def _classify_compiled(self, kernel: Callable[..., Any], stop: int, final: bool) -> list[Row]:
+        """:meth:`_classify` by the compiled pass (:mod:`gazeguard.compiled`): the same rows, bit
+        for bit; the open run goes to the kernel packed and comes back as an :class:`_OpenRun`."""
+        assert self.dt is not None
+        ri = np.zeros(compiled.RUN_I, dtype=np.int64)
+        rf = np.empty(compiled.RUN_F)
+        run = self._open
+        if run is not None:
+            ri[:] = (1, run.cls, run.start, run.prev_cls, run.gap_before, run.n, run.sx, run.sy)
+            rf[:] = (
+                run.t_start, run.t_last, run.x_before, run.y_before,
+                run.xmin, run.xmax, run.ymin, run.ymax, run.vmax,
+            )  # fmt: skip
+        counts = np.zeros(6, dtype=np.int64)
+        out = kernel(
+            self._t, self._xy, self._ok, self._n, self._next, stop, self.h,
+            self.velocity_threshold_deg_s, self.max_gap_s, self._g0, self.dt, self._limits,
+            ri, rf, counts,
+        )  # fmt: skip
+        _, cls, start, prev_cls, gap_before, n, sx, sy = ri.tolist()
+        t_start, t_last, x_before, y_before, *stat = rf.tolist()
+        self._open = _OpenRun(
+            cls, start, t_start, t_last, prev_cls, bool(gap_before), x_before, y_before, n,
+            sx, sy, *stat,
+        )  # fmt: skip
+        gaps, *per_kind = counts.tolist()
+        stats = self.stats
+        stats.gaps += gaps
+        for kind, c in zip(EventKind, per_kind, strict=True):
+            if c:
+                stats.events[kind] += c
+        self._next = self._n if final else stop
+        self.last_classified_t = float(self._t[stop - 1])
+        return [tuple(row) for row in out.tolist()]
 
     def _runs(self, stop: int, next_: int, segs: _Segments) -> list[Row]:
         """Extend or open runs from the segments of classified samples [self._next, stop) and
@@ -647,6 +686,8 @@ def classify_many(detectors: Sequence[EventDetector]) -> list[list[Row]]:
     per detector). The others are classified on their own. Cost per call: about 30 numpy calls
     over all the new samples, plus Python per run (event) and per detector.
     """
+    if compiled.active is not None:  # compiled passes: nothing left to share
+        return [det._classify(det._n - det.h) for det in detectors]
     out: list[list[Row] | None] = [None] * len(detectors)
     batch: list[int] = []
     h = thr = None

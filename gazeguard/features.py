@@ -83,10 +83,12 @@ import math
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gazeguard import compiled
 from gazeguard.errors import ConfigError, GazeguardError, StreamError
 from gazeguard.events import EventDetector, EventKind, Row, check_timestamps, classify_many
 from gazeguard.samples import FloatArray, GazeSamples
@@ -802,6 +804,9 @@ class FeatureExtractor:
 
     def _bin_samples(self, piece: GazeSamples, all_valid: bool) -> None:
         """Add the samples of ``piece`` to their bins; ``all_valid``: every sample is valid."""
+        if compiled.active is not None:
+            self._bin_compiled(compiled.active.bin_samples, piece)
+            return
         rows, cuts = self._bin_valid(piece, all_valid)
         p = piece.pupil_mm
         starts = np.array(cuts[:-1], dtype=np.intp)
@@ -814,6 +819,20 @@ class FeatureExtractor:
             self._add_pupil(rows, _lengths(cuts), s1, s2, lo, hi)
         else:
             self._bin_pupil(p, starts, rows)
+
+    def _bin_compiled(self, kernel: Callable[..., Any], piece: GazeSamples) -> None:
+        """:meth:`_bin_samples` by the compiled pass (:mod:`gazeguard.compiled`), on the bin
+        columns themselves (numpy views of them, dropped before they can grow again)."""
+        assert self._t0 is not None
+        ts = piece.timestamps
+        if self._bin_id(float(ts[-1])) - self._bin_base >= len(self._b_counts[0]):
+            self._ensure_bins(self._bin_id(float(ts[-1])))
+        nv, npu, s1, s2 = (np.frombuffer(c, dtype=np.int64) for c in self._b_counts)
+        self.stats.pupil_out_of_range += kernel(
+            ts, piece.valid, piece.pupil_mm, self._t0, self.step_s, self._r, self._bin_base,
+            _PUPIL_Q, _PUPIL_LO, _PUPIL_HI, nv, npu, s1, s2,
+            np.frombuffer(self._b_min), np.frombuffer(self._b_max),
+        )  # fmt: skip
 
     def _bin_valid(self, piece: GazeSamples, all_valid: bool) -> tuple[list[int], list[int]]:
         """Make the bins of ``piece`` and count its valid samples in them; return their list
@@ -1160,6 +1179,10 @@ def _bin_samples_many(items: list[tuple[FeatureExtractor, GazeSamples]]) -> None
     """``fx._bin_samples(piece, ...)`` for every item, with the pupil reductions done once
     over all the pieces (a piece with pupil samples out of range or missing is binned on its
     own: its values in the shared reductions are not used)."""
+    if compiled.active is not None:  # compiled: nothing left to share
+        for fx, piece in items:
+            fx._bin_samples(piece, False)
+        return
     layouts = []
     offsets = [0]
     for fx, piece in items:

@@ -38,6 +38,7 @@ from typing import Any
 
 from gazeguard._threads import to_thread_to_the_end
 from gazeguard.chunking import Chunk
+from gazeguard.compiled import use_compiled
 from gazeguard.config import (
     BrokerSettings,
     IngestSettings,
@@ -390,6 +391,14 @@ async def serve_fleet(
     async with _outbound(settings, fleet=True) as out:
         ledger, publisher = out.ledger, out.publisher
         fleet = Fleet(settings, ledger, publisher)
+        if settings.fleet.compiled:
+            on = use_compiled()
+            log.info(
+                "fleet worker: detector passes and sample bins %s",
+                "compiled (numba)"
+                if on
+                else "by numpy (numba not installed, or GAZEGUARD_COMPILED=0)",
+            )
         freeze_startup_objects()
         log.info(
             "fleet worker %s: %s sessions, publishing to %s",

@@ -18,6 +18,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from hypothesis import settings
 
+from gazeguard.compiled import use_compiled
 from gazeguard.message import ChunkMessage, StatusMessage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -166,6 +167,14 @@ def mosquitto(tmp_path: Path) -> Iterator[MosquittoBroker]:
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _numpy_passes_after_each_test() -> Iterator[None]:
+    """A fleet served in the test's process turns the compiled passes on for the process
+    (``fleet.compiled``); the next test starts on the numpy reference again."""
+    yield
+    use_compiled(False)
 
 
 @pytest.fixture

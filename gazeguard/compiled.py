@@ -1,0 +1,331 @@
+"""Compiled per-block passes (optional, numba) for a process that serves many sessions: the
+event detector's pass (:meth:`gazeguard.events.EventDetector._classify` with its ``_runs`` and
+``_close``) and the feature extractor's sample binning
+(:meth:`gazeguard.features.FeatureExtractor._bin_samples`), each sample by sample in one
+machine-code loop instead of a few dozen numpy calls and a Python loop per run or bin.
+
+Why: a fleet worker hands each session about a second of samples at a time, and for blocks
+that small the numpy calls' fixed cost, not the arithmetic, is most of a pass
+(``docs/design.md``). The numpy code stays the reference and the default: :func:`use_compiled`
+turns these on for the process (the fleet worker does, ``fleet.compiled``), and the tests check
+that both give the same events, bins and vectors bit for bit (``tests/properties/
+test_compiled.py``). Both passes only use operations whose result does not depend on order
+(comparisons, min, max, integer sums) or the reference's own order (a velocity's sums over
+the half-width), so they can follow the samples one by one.
+
+Cost of using them: importing numba and loading the cached machine code takes ~0.7 s and
+~130 MB of resident memory per process (measured here), which is why the single-headset
+sidecar keeps numpy. The passes keep the GIL (no ``nogil``): each is ~10 µs, and a release
+would let the worker's other threads (the ledger's prefetch) take the GIL from the event loop
+for up to the switch interval (5 ms) at every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["RUN_F", "RUN_I", "Kernels", "active", "use_compiled"]
+
+#: Integer fields of the packed open run (``ri``): has_open, cls, start (global index),
+#: prev_cls, gap_before, n, sx, sy (1e-6 deg).
+RUN_I = 8
+#: Float fields of the packed open run (``rf``): t_start, t_last, x_before, y_before, xmin,
+#: xmax, ymin, ymax, vmax.
+RUN_F = 9
+
+
+class Kernels(NamedTuple):
+    """The compiled passes (numba dispatchers; see the functions they compile)."""
+
+    ivt_pass: Callable[..., Any]  # _ivt_pass
+    bin_samples: Callable[..., Any]  # _bin_samples
+
+
+_loaded: Kernels | None = None
+#: The passes in use in this process (None: numpy), read by the detector and the extractor.
+active: Kernels | None = None
+
+
+def use_compiled(on: bool = True) -> bool:
+    """Run this process's detector passes and sample binning compiled (``on``; needs numba)
+    or by numpy: the same results bit for bit, less CPU per small block compiled. The first
+    call compiles the passes (or loads them from numba's cache next to this file).
+
+    Returns:
+        Whether the passes are now compiled: False for ``on=False``, where numba is not
+        installed, or where the environment sets ``GAZEGUARD_COMPILED=0``.
+    """
+    global _loaded, active  # noqa: PLW0603 - a process-wide choice of implementation
+    active = None
+    if not on or os.environ.get("GAZEGUARD_COMPILED", "1") == "0":
+        return False
+    if _loaded is None:
+        try:
+            import numba  # noqa: PLC0415 - optional, heavy
+        except ImportError:
+            return False
+        # Explicit signatures: compiled (or loaded from the cache) here, at startup, not at a
+        # first call in the middle of serving (a stall of seconds). Arrays of any layout; the
+        # inputs may be read-only (blocks decoded from the wire are).
+        t = numba.types
+        i64, f64 = t.int64, t.float64
+        out = {dt: t.Array(dt, 1, "A") for dt in (i64, f64)}
+        inp = {dt: t.Array(dt, 1, "A", readonly=True) for dt in (i64, f64, t.boolean)}
+        ivt = t.Array(f64, 2, "A")(
+            inp[f64], t.Array(f64, 2, "A", readonly=True), inp[t.boolean],
+            i64, i64, i64, i64, f64, f64, i64, f64, inp[f64], out[i64], out[f64], out[i64],
+        )  # fmt: skip
+        bins = i64(
+            inp[f64], inp[t.boolean], inp[f64], f64, f64, f64, i64, f64, f64, f64,
+            out[i64], out[i64], out[i64], out[i64], out[f64], out[f64],
+        )  # fmt: skip
+        jit = functools.partial(numba.njit, cache=True)  # holding the GIL: see the docstring
+        _loaded = Kernels(jit(ivt)(_ivt_pass), jit(bins)(_bin_samples))
+    active = _loaded
+    return True
+
+
+def _bin_samples(  # noqa: PLR0917 - the bins' columns, as stored
+    ts: np.ndarray,
+    valid: np.ndarray,
+    pupil: np.ndarray,
+    t0: float,
+    s: float,
+    r: float,
+    base: int,
+    q: float,
+    lo: float,
+    hi: float,
+    n_valid: np.ndarray,
+    n_pupil: np.ndarray,
+    s1: np.ndarray,
+    s2: np.ndarray,
+    b_min: np.ndarray,
+    b_max: np.ndarray,
+) -> int:
+    """Add samples (``ts`` s, ``valid``, ``pupil`` mm; shape (N,)) to their bins: bin id
+    ``2 j + sub`` of step interval ``j`` from ``t0`` (step ``s``, sub-interval from ``r`` s on),
+    at position ``id - base`` of the columns (which must reach the last sample's bin). Counts
+    valid samples; pupils in ``[lo, hi]`` mm are counted, summed as integers of ``1 / q`` mm
+    (and squared) and give the bins' min and max. Returns the number of finite pupils out of
+    range (ignored)."""
+    out_of_range = 0
+    for i in range(ts.shape[0]):
+        t = ts[i]
+        j = math.floor((t - t0) / s)  # as FeatureExtractor._bin_id: the same float operations
+        if t < t0 + j * s:
+            j -= 1
+        if t >= t0 + (j + 1) * s:
+            j += 1
+        b = 2 * j - base
+        if t >= t0 + j * s + r:
+            b += 1
+        if valid[i]:
+            n_valid[b] += 1
+        p = pupil[i]
+        if lo <= p <= hi:
+            n_pupil[b] += 1
+            pq = int(np.rint(p * q))
+            s1[b] += pq
+            s2[b] += pq * pq
+            b_min[b] = min(b_min[b], p)
+            b_max[b] = max(b_max[b], p)
+        elif math.isfinite(p):
+            out_of_range += 1
+    return out_of_range
+
+
+def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
+    t: np.ndarray,
+    xy: np.ndarray,
+    ok: np.ndarray,
+    n: int,
+    a: int,
+    stop: int,
+    h: int,
+    thr: float,
+    g: float,
+    g0: int,
+    dt: float,
+    limits: np.ndarray,
+    ri: np.ndarray,
+    rf: np.ndarray,
+    counts: np.ndarray,
+) -> np.ndarray:
+    """Classify buffer samples ``[a, stop)`` (``a < stop <= n``) and close the runs they
+    complete; returns the completed events, float64 (k, 13).
+
+    Args:
+        t, xy, ok: the detector's buffer (s; deg, (cap, 2); valid), first ``n`` rows in use.
+        h: velocity half-width, samples; thr: saccade threshold, deg/s; g: max gap, s.
+        g0: global index of buffer row 0; dt: nominal interval, s.
+        limits: min_fixation_s, min_saccade_s, min_blink_s, max_blink_s.
+        ri, rf: the open run, packed (:data:`RUN_I`, :data:`RUN_F`); updated in place.
+        counts: gaps, then events per kind (5); incremented in place.
+    """
+    inf = np.inf
+    nan = np.nan
+    r0 = max(0, a - h)
+    r1 = min(n, stop + h)
+    i0 = max(a, r0 + h)
+    i1 = min(stop, r1 - h)
+    rows = np.empty((stop - a + 1, 13))
+    k = 0
+    # the open run
+    has = ri[0] != 0
+    rcls, rstart, rprev, rgap, rn, rsx, rsy = ri[1], ri[2], ri[3], ri[4] != 0, ri[5], ri[6], ri[7]
+    rts, rtl, rxb, ryb = rf[0], rf[1], rf[2], rf[3]
+    rxmin, rxmax, rymin, rymax, rvmax = rf[4], rf[5], rf[6], rf[7], rf[8]
+    # the segment being gathered (a run of equal class, split at gaps)
+    s0 = a
+    scls = 0
+    sgap = False
+    ssx = ssy = 0
+    sxmin = symin = inf
+    sxmax = symax = -inf
+    svmax = -inf
+    first = True
+    for i in range(a, stop + 1):
+        if i < stop:
+            gap = i > 0 and t[i] - t[i - 1] > g
+            if gap:
+                counts[0] += 1
+            if not ok[i]:
+                c = 3
+                v = nan
+            elif i0 <= i < i1:
+                clean = True
+                for j in range(i - h, i + h + 1):
+                    if not ok[j] or (j > i - h and t[j] - t[j - 1] > g):
+                        clean = False
+                        break
+                if clean:
+                    dx = xy[i + 1, 0] - xy[i - 1, 0]
+                    dy = xy[i + 1, 1] - xy[i - 1, 1]
+                    dd = t[i + 1] - t[i - 1]
+                    for j in range(2, h + 1):
+                        dx += xy[i + j, 0] - xy[i - j, 0]
+                        dy += xy[i + j, 1] - xy[i - j, 1]
+                        dd += t[i + j] - t[i - j]
+                    v = np.hypot(dx, dy) / dd
+                    c = 2 if v >= thr else 0 if np.isnan(v) else 1
+                else:
+                    c = 0
+                    v = nan
+            else:
+                c = 0
+                v = nan
+            if i > a and c == scls and not gap:  # the segment goes on
+                if 0 < c < 3:  # slow or fast: valid samples
+                    x = min(max(xy[i, 0], -1e5), 1e5)
+                    y = min(max(xy[i, 1], -1e5), 1e5)
+                    ssx += int(np.rint(x * 1e6))
+                    ssy += int(np.rint(y * 1e6))
+                    sxmin = min(sxmin, xy[i, 0])
+                    sxmax = max(sxmax, xy[i, 0])
+                    symin = min(symin, xy[i, 1])
+                    symax = max(symax, xy[i, 1])
+                    svmax = max(svmax, v)
+                continue
+        if i > a:  # the segment [s0, i) is complete: extend the open run or close it
+            e = i
+            moving = 0 < scls < 3
+            if first and has and rcls == scls and not sgap:
+                rn += e - s0
+                rtl = t[e - 1]
+                if moving:
+                    rsx += ssx
+                    rsy += ssy
+                    rxmin = sxmin if sxmin < rxmin else rxmin
+                    rymin = symin if symin < rymin else rymin
+                    rxmax = sxmax if sxmax > rxmax else rxmax
+                    rymax = symax if symax > rymax else rymax
+                    rvmax = svmax if svmax > rvmax else rvmax
+            else:
+                tb = t[s0]
+                if has:  # close the open run, followed by this segment
+                    t_end = rtl + dt if sgap else tb
+                    dur = t_end - rts
+                    ex = ey = edx = edy = eamp = evpk = edisp = nan
+                    kind = 0
+                    if rcls == 1:
+                        if dur >= limits[0]:
+                            kind = 1
+                            ex = rsx / 1e6 / rn
+                            ey = rsy / 1e6 / rn
+                            evpk = rvmax
+                            edisp = (rxmax - rxmin) + (rymax - rymin)
+                    elif rcls == 2:
+                        flanked = rprev == 1 and not rgap and scls == 1 and not sgap
+                        if flanked and dur >= limits[1]:
+                            kind = 2
+                            ex = xy[s0, 0]
+                            ey = xy[s0, 1]
+                            edx = ex - rxb
+                            edy = ey - ryb
+                            eamp = np.hypot(edx, edy)
+                            evpk = rvmax
+                    elif rcls == 3:
+                        kind = 4
+                        bounded = rprev >= 0 and not rgap and not sgap
+                        if bounded and limits[2] <= dur <= limits[3]:
+                            kind = 3
+                    counts[1 + kind] += 1
+                    row = rows[k]
+                    row[0] = kind
+                    row[1] = rstart
+                    row[2] = rstart + rn
+                    row[3] = rts
+                    row[4] = t_end
+                    row[5] = dur
+                    row[6] = ex
+                    row[7] = ey
+                    row[8] = edx
+                    row[9] = edy
+                    row[10] = eamp
+                    row[11] = evpk
+                    row[12] = edisp
+                    k += 1
+                rprev = rcls if has else -1
+                rgap = sgap or not has
+                has = True
+                rcls = scls
+                rstart = g0 + s0
+                rts = tb
+                rtl = t[e - 1]
+                rxb = xy[s0 - 1, 0] if s0 > 0 else nan
+                ryb = xy[s0 - 1, 1] if s0 > 0 else nan
+                rn = e - s0
+                if moving:
+                    rsx, rsy = ssx, ssy
+                    rxmin, rxmax, rymin, rymax, rvmax = sxmin, sxmax, symin, symax, svmax
+                else:
+                    rsx = rsy = 0
+                    rxmin = rymin = inf
+                    rxmax = rymax = rvmax = -inf
+            first = False
+        if i == stop:
+            break
+        # a new segment starts at i
+        s0 = i
+        scls = c
+        sgap = gap
+        if 0 < c < 3:  # slow or fast: valid samples
+            x = min(max(xy[i, 0], -1e5), 1e5)
+            y = min(max(xy[i, 1], -1e5), 1e5)
+            ssx = int(np.rint(x * 1e6))
+            ssy = int(np.rint(y * 1e6))
+            sxmin = sxmax = xy[i, 0]
+            symin = symax = xy[i, 1]
+            svmax = v
+    ri[0] = 1 if has else 0
+    ri[1], ri[2], ri[3], ri[4], ri[5], ri[6], ri[7] = rcls, rstart, rprev, rgap, rn, rsx, rsy
+    rf[0], rf[1], rf[2], rf[3] = rts, rtl, rxb, ryb
+    rf[4], rf[5], rf[6], rf[7], rf[8] = rxmin, rxmax, rymin, rymax, rvmax
+    return rows[:k]
