@@ -507,7 +507,7 @@ class FleetSettings(_Section):
     compiled: bool = Field(
         True,
         description="run the event detector's passes compiled (numba, from the 'fleet' extra): "
-        "the same events bit for bit for less CPU per session; costs ~0.7 s and ~130 MB "
+        "the same events bit for bit for less CPU per session; costs ~0.7 s and ~100 MB "
         "per worker to load (ignored where numba is not installed)",
     )
 
