@@ -188,8 +188,11 @@ class Worker:
             "GAZEGUARD_FLEET__NATS__PARTITIONS": str(partitions),
             "PYTHONPATH": str(code),  # the checkout whose worker runs
         }
+        # cwd=code as well: `python -m` puts the working directory first on sys.path, before
+        # PYTHONPATH, so a worker started from another checkout ran that checkout's code (every
+        # --baseline comparison before 11-27 08:30 UTC compared one checkout with itself).
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=code
         )
         self.ready = threading.Event()
         self.tail: collections.deque[str] = collections.deque(maxlen=30)

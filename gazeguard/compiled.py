@@ -16,8 +16,8 @@ the half-width), so they can follow the samples one by one.
 Cost of using them: importing numba and loading the cached machine code takes ~0.7 s and
 ~100 MB of resident memory per process (measured here), which is why the single-headset
 sidecar keeps numpy. The passes keep the GIL (no ``nogil``): each is ~10 µs, and a release
-lets the worker's other threads (the ledger's prefetch) take the GIL from the event loop for
-up to the switch interval (5 ms) at every call (``docs/design.md``).
+would let the worker's other threads (the ledger's prefetch) take the GIL from the event loop
+for up to the switch interval (5 ms) at every call.
 """
 
 from __future__ import annotations

@@ -250,11 +250,9 @@ class Fleet:
         and in a worker thread otherwise (PostgreSQL: network round trips; any ledger with
         ``fleet.ledger_calls = "thread"``, e.g. on a disk whose fsync can stall). In a thread,
         each of its ~20 SQLite calls gives the GIL up and then waits up to the switch interval
-        (5 ms) to get it back from a loop busy with other sessions' features. bench_fleet, 1-s
-        blocks, same runs (11-27, ``bench/results/fleet-inline*-ab.json``): p99 41-49 vs 50-57
-        ms at 400 sessions, 47 vs 71 ms at 450, at the same or less CPU; 425 sessions sustained
-        where the thread version failed at 400 (the outbox calls on the loop too,
-        :class:`~gazeguard.outbox.Drain` ``inline``)."""
+        (5 ms) to get it back from a loop busy with other sessions' features (traced; the
+        bench comparison once quoted here was an A/A run, see ``docs/design.md``). The outbox
+        calls are on the loop too (:class:`~gazeguard.outbox.Drain` ``inline``)."""
         jobs, refused = feed_many([(entry.pipeline, block) for entry, block in items])
         for pipe, exc in refused:
             entry = self.sessions.get(pipe.session)
