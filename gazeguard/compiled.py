@@ -47,6 +47,13 @@ class Kernels(NamedTuple):
     bin_samples: Callable[..., Any]  # _bin_samples
 
 
+# The codes and scales of gazeguard.events, for the compiled code (numba freezes module-level
+# ints and floats as constants); tests/properties/test_compiled.py checks that they match.
+_C_UNDEF, _C_SLOW, _C_FAST, _C_INVALID = 0, 1, 2, 3  # sample classes
+_K_UNDEFINED, _K_FIXATION, _K_SACCADE, _K_BLINK, _K_LOSS = 0, 1, 2, 3, 4  # EventKind
+_QUANTUM = 1e6  # positions summed as integers of 1e-6 deg
+_CLIP_DEG = 1e5  # positions clipped to ±this before quantising
+
 _loaded: Kernels | None = None
 #: The passes in use in this process (None: numpy), read by the detector and the extractor.
 active: Kernels | None = None
@@ -184,7 +191,7 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
     rxmin, rxmax, rymin, rymax, rvmax = rf[4], rf[5], rf[6], rf[7], rf[8]
     # the segment being gathered (a run of equal class, split at gaps)
     s0 = a
-    scls = 0
+    scls = _C_UNDEF
     sgap = False
     ssx = ssy = 0
     sxmin = symin = inf
@@ -197,7 +204,7 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
             if gap:
                 counts[0] += 1
             if not ok[i]:
-                c = 3
+                c = _C_INVALID
                 v = nan
             elif i0 <= i < i1:
                 clean = True
@@ -214,19 +221,19 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
                         dy += xy[i + j, 1] - xy[i - j, 1]
                         dd += t[i + j] - t[i - j]
                     v = np.hypot(dx, dy) / dd
-                    c = 2 if v >= thr else 0 if np.isnan(v) else 1
+                    c = _C_FAST if v >= thr else _C_UNDEF if np.isnan(v) else _C_SLOW
                 else:
-                    c = 0
+                    c = _C_UNDEF
                     v = nan
             else:
-                c = 0
+                c = _C_UNDEF
                 v = nan
             if i > a and c == scls and not gap:  # the segment goes on
-                if 0 < c < 3:  # slow or fast: valid samples
-                    x = min(max(xy[i, 0], -1e5), 1e5)
-                    y = min(max(xy[i, 1], -1e5), 1e5)
-                    ssx += int(np.rint(x * 1e6))
-                    ssy += int(np.rint(y * 1e6))
+                if c in (_C_SLOW, _C_FAST):  # valid samples only
+                    x = min(max(xy[i, 0], -_CLIP_DEG), _CLIP_DEG)
+                    y = min(max(xy[i, 1], -_CLIP_DEG), _CLIP_DEG)
+                    ssx += int(np.rint(x * _QUANTUM))
+                    ssy += int(np.rint(y * _QUANTUM))
                     sxmin = min(sxmin, xy[i, 0])
                     sxmax = max(sxmax, xy[i, 0])
                     symin = min(symin, xy[i, 1])
@@ -235,7 +242,7 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
                 continue
         if i > a:  # the segment [s0, i) is complete: extend the open run or close it
             e = i
-            moving = 0 < scls < 3
+            moving = scls in (_C_SLOW, _C_FAST)
             if first and has and rcls == scls and not sgap:
                 rn += e - s0
                 rtl = t[e - 1]
@@ -253,29 +260,29 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
                     t_end = rtl + dt if sgap else tb
                     dur = t_end - rts
                     ex = ey = edx = edy = eamp = evpk = edisp = nan
-                    kind = 0
-                    if rcls == 1:
+                    kind = _K_UNDEFINED
+                    if rcls == _C_SLOW:
                         if dur >= limits[0]:
-                            kind = 1
-                            ex = rsx / 1e6 / rn
-                            ey = rsy / 1e6 / rn
+                            kind = _K_FIXATION
+                            ex = rsx / _QUANTUM / rn
+                            ey = rsy / _QUANTUM / rn
                             evpk = rvmax
                             edisp = (rxmax - rxmin) + (rymax - rymin)
-                    elif rcls == 2:
-                        flanked = rprev == 1 and not rgap and scls == 1 and not sgap
+                    elif rcls == _C_FAST:
+                        flanked = rprev == _C_SLOW and not rgap and scls == _C_SLOW and not sgap
                         if flanked and dur >= limits[1]:
-                            kind = 2
+                            kind = _K_SACCADE
                             ex = xy[s0, 0]
                             ey = xy[s0, 1]
                             edx = ex - rxb
                             edy = ey - ryb
                             eamp = np.hypot(edx, edy)
                             evpk = rvmax
-                    elif rcls == 3:
-                        kind = 4
+                    elif rcls == _C_INVALID:
+                        kind = _K_LOSS
                         bounded = rprev >= 0 and not rgap and not sgap
                         if bounded and limits[2] <= dur <= limits[3]:
-                            kind = 3
+                            kind = _K_BLINK
                     counts[1 + kind] += 1
                     row = rows[k]
                     row[0] = kind
@@ -316,11 +323,11 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
         s0 = i
         scls = c
         sgap = gap
-        if 0 < c < 3:  # slow or fast: valid samples
-            x = min(max(xy[i, 0], -1e5), 1e5)
-            y = min(max(xy[i, 1], -1e5), 1e5)
-            ssx = int(np.rint(x * 1e6))
-            ssy = int(np.rint(y * 1e6))
+        if c in (_C_SLOW, _C_FAST):  # valid samples only
+            x = min(max(xy[i, 0], -_CLIP_DEG), _CLIP_DEG)
+            y = min(max(xy[i, 1], -_CLIP_DEG), _CLIP_DEG)
+            ssx = int(np.rint(x * _QUANTUM))
+            ssy = int(np.rint(y * _QUANTUM))
             sxmin = sxmax = xy[i, 0]
             symin = symax = xy[i, 1]
             svmax = v

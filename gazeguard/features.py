@@ -825,8 +825,9 @@ class FeatureExtractor:
         columns themselves (numpy views of them, dropped before they can grow again)."""
         assert self._t0 is not None
         ts = piece.timestamps
-        if self._bin_id(float(ts[-1])) - self._bin_base >= len(self._b_counts[0]):
-            self._ensure_bins(self._bin_id(float(ts[-1])))
+        top = self._bin_id(float(ts[-1]))
+        if top - self._bin_base >= len(self._b_counts[0]):
+            self._ensure_bins(top)
         nv, npu, s1, s2 = (np.frombuffer(c, dtype=np.int64) for c in self._b_counts)
         self.stats.pupil_out_of_range += kernel(
             ts, piece.valid, piece.pupil_mm, self._t0, self.step_s, self._r, self._bin_base,

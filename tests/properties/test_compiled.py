@@ -129,6 +129,18 @@ def test_compiled_push_many_gives_the_same_vectors() -> None:
     assert kinds[events.EventKind.BLINK] > 0
 
 
+def test_compiled_code_uses_the_detectors_codes_and_scales() -> None:
+    assert (compiled._C_UNDEF, compiled._C_SLOW, compiled._C_FAST, compiled._C_INVALID) == (
+        events._C_UNDEF, events._C_SLOW, events._C_FAST, events._C_INVALID,
+    )  # fmt: skip
+    kinds = (compiled._K_UNDEFINED, compiled._K_FIXATION, compiled._K_SACCADE, compiled._K_BLINK)
+    assert (*kinds, compiled._K_LOSS) == tuple(events.EventKind)
+    assert compiled._QUANTUM == events._QUANTUM
+    clip = np.array([-2e5, 2e5])
+    lim = compiled._CLIP_DEG
+    assert (events._quantise(clip) == np.rint(clip.clip(-lim, lim) * compiled._QUANTUM)).all()
+
+
 def test_compiled_pass_can_be_turned_off_by_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
