@@ -45,6 +45,8 @@ class Kernels(NamedTuple):
 
     ivt_pass: Callable[..., Any]  # _ivt_pass
     bin_samples: Callable[..., Any]  # _bin_samples
+    event_stats: Callable[..., Any]  # _event_stats
+    clip: Callable[..., Any]  # _clip
 
 
 # The codes and scales of gazeguard.events, for the compiled code (numba freezes module-level
@@ -53,6 +55,13 @@ _C_UNDEF, _C_SLOW, _C_FAST, _C_INVALID = 0, 1, 2, 3  # sample classes
 _K_UNDEFINED, _K_FIXATION, _K_SACCADE, _K_BLINK, _K_LOSS = 0, 1, 2, 3, 4  # EventKind
 _QUANTUM = 1e6  # positions summed as integers of 1e-6 deg
 _CLIP_DEG = 1e5  # positions clipped to ±this before quantising
+# Positions in the feature vector (gazeguard.features.NAMES) of what _event_stats computes.
+_V_FIX = (0, 1, 2, 3, 4)  # rate, duration mean, var, max, dispersion mean
+_V_SAC = (5, 6, 7, 8, 9, 10, 11)  # rate, amplitude mean, var, max, peak velocity mean, max,
+# duration mean
+_V_SAC_FIX_RATIO = 19
+_V_BLINK = (20, 21, 22)  # rate, duration mean, var
+_PW_BLOCK = 128  # numpy's PW_BLOCKSIZE: pairwise summation adds up to this many in one loop
 
 _loaded: Kernels | None = None
 #: The passes in use in this process (None: numpy), read by the detector and the extractor.
@@ -92,8 +101,18 @@ def use_compiled(on: bool = True) -> bool:
             inp[f64], inp[t.boolean], inp[f64], f64, f64, f64, i64, f64, f64, f64,
             out[i64], out[i64], out[i64], out[i64], out[f64], out[f64],
         )  # fmt: skip
+        ring = t.Array(f64, 2, "A")
+        stats = t.void(ring, i64, i64, ring, i64, i64, ring, i64, i64, f64, out[f64])
+        clip = i64(inp[f64], inp[f64], inp[f64], out[f64])
+        for helper in (_block_sum, _pairwise_sum, _squares_sum, _maximum):  # _event_stats'
+            numba.extending.register_jitable(helper)
         jit = functools.partial(numba.njit, cache=True)  # holding the GIL: see the docstring
-        _loaded = Kernels(jit(ivt)(_ivt_pass), jit(bins)(_bin_samples))
+        _loaded = Kernels(
+            jit(ivt)(_ivt_pass),
+            jit(bins)(_bin_samples),
+            jit(stats)(_event_stats),
+            jit(clip)(_clip),
+        )
     active = _loaded
     return True
 
@@ -336,3 +355,148 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
     rf[0], rf[1], rf[2], rf[3] = rts, rtl, rxb, ryb
     rf[4], rf[5], rf[6], rf[7], rf[8] = rxmin, rxmax, rymin, rymax, rvmax
     return rows[:k]
+
+
+def _pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
+    """``np.add.reduce(a[lo : lo + n])`` for float64 ``a`` (1-D, or a row of a 2-D array
+    reduced along it), bit for bit: ``0.0 +`` numpy's pairwise summation, which adds up to
+    :data:`_PW_BLOCK` values in eight interleaved partial sums and splits longer ranges in two
+    halves (cut at a multiple of 8), summed separately and then added. The halving is done
+    here with a stack of pending ranges instead of recursion (one ``-1`` entry: add the last
+    two sums)."""
+    if n <= _PW_BLOCK:
+        return 0.0 + _block_sum(a, lo, n)
+    todo_lo = np.empty(128, dtype=np.int64)  # ranges to sum (n = -1: add the last two sums)
+    todo_n = np.empty(128, dtype=np.int64)
+    sums = np.empty(64)
+    todo_lo[0], todo_n[0] = lo, n
+    k, m = 1, 0
+    while k:
+        k -= 1
+        lo_k, n_k = todo_lo[k], todo_n[k]
+        if n_k < 0:
+            m -= 1
+            sums[m - 1] += sums[m]
+        elif n_k <= _PW_BLOCK:
+            sums[m] = _block_sum(a, lo_k, n_k)
+            m += 1
+        else:
+            half = n_k // 2
+            half -= half % 8
+            todo_n[k] = -1  # then add them: left + right
+            todo_lo[k + 1], todo_n[k + 1] = lo_k + half, n_k - half  # then the right half
+            todo_lo[k + 2], todo_n[k + 2] = lo_k, half  # the left half first
+            k += 3
+    return float(0.0 + sums[0])
+
+
+def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
+    """numpy's pairwise summation of ``a[lo : lo + n]``, ``n <= 128``: one by one (from
+    ``-0.0``) below 8 values, else eight interleaved partial sums, added pairwise, then the
+    last ``n % 8`` values."""
+    if n < 8:
+        res = -0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = lo + 8
+    end = lo + n - n % 8
+    while i < end:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < lo + n:
+        res += a[i]
+        i += 1
+    return float(res)
+
+
+def _event_stats(  # noqa: PLR0917 - the three event rings, as stored
+    fix: np.ndarray,
+    f0: int,
+    f1: int,
+    sac: np.ndarray,
+    s0: int,
+    s1: int,
+    blink: np.ndarray,
+    b0: int,
+    b1: int,
+    w: float,
+    v: np.ndarray,
+) -> None:
+    """The event statistics of a window of ``w`` s into the feature vector ``v`` (float64
+    (F,), features in :data:`gazeguard.features.NAMES` order; every other entry set to NaN):
+    the rates, means, variances and maxima of
+    :meth:`gazeguard.features.FeatureExtractor._event_values`, computed as it computes them
+    (numpy's sums, ``sum / n``, the mean of squared deviations), from the window's events
+    ``[f0, f1)`` of ``fix`` (rows: duration, dispersion), ``[s0, s1)`` of ``sac`` (amplitude,
+    peak velocity, duration) and ``[b0, b1)`` of ``blink`` (duration)."""
+    v[:] = np.nan
+    nf, ns, nb = f1 - f0, s1 - s0, b1 - b0
+    v[_V_FIX[0]], v[_V_SAC[0]], v[_V_BLINK[0]] = nf / w, ns / w, nb / w
+    if nf:
+        mean = _pairwise_sum(fix[0], f0, nf) / nf
+        v[_V_FIX[1]] = mean
+        v[_V_FIX[2]] = _squares_sum(fix[0], f0, nf, mean) / nf
+        v[_V_FIX[3]] = _maximum(fix[0], f0, nf)
+        v[_V_FIX[4]] = _pairwise_sum(fix[1], f0, nf) / nf
+        v[_V_SAC_FIX_RATIO] = ns / nf
+    if ns:
+        mean = _pairwise_sum(sac[0], s0, ns) / ns
+        v[_V_SAC[1]] = mean
+        v[_V_SAC[2]] = _squares_sum(sac[0], s0, ns, mean) / ns
+        v[_V_SAC[3]] = _maximum(sac[0], s0, ns)
+        v[_V_SAC[4]] = _pairwise_sum(sac[1], s0, ns) / ns
+        v[_V_SAC[5]] = _maximum(sac[1], s0, ns)
+        v[_V_SAC[6]] = _pairwise_sum(sac[2], s0, ns) / ns
+    if nb:
+        mean = _pairwise_sum(blink[0], b0, nb) / nb
+        v[_V_BLINK[1]] = mean
+        v[_V_BLINK[2]] = _squares_sum(blink[0], b0, nb, mean) / nb
+
+
+def _squares_sum(a: np.ndarray, lo: int, n: int, mean: float) -> float:
+    """``np.add.reduce((a[lo : lo + n] - mean) ** 2)`` (squares by ``d * d``), bit for bit."""
+    d = np.empty(n)
+    for i in range(n):
+        x = a[lo + i] - mean
+        d[i] = x * x
+    return _pairwise_sum(d, 0, n)
+
+
+def _maximum(a: np.ndarray, lo: int, n: int) -> float:
+    """``np.maximum.reduce(a[lo : lo + n])`` (``n >= 1``): NaN if any value is NaN."""
+    m = a[lo]
+    for i in range(lo + 1, lo + n):
+        x = a[i]
+        if not x <= m:  # larger, or NaN
+            if math.isnan(m):
+                break
+            m = x
+    return float(m)
+
+
+def _clip(raw: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: np.ndarray) -> int:
+    """``out = np.minimum(np.maximum(raw, lo), hi)`` (float64 (F,)) where no value of ``raw``
+    is NaN; returns how many values the clip changed, or -1 (``out`` undefined) at the first
+    NaN."""
+    clipped = 0
+    for i in range(raw.shape[0]):
+        x = raw[i]
+        if math.isnan(x):
+            return -1
+        y = x if x > lo[i] else lo[i]  # a tie gives the bound, as numpy does (-0.0 vs 0.0)
+        y = y if y < hi[i] else hi[i]
+        out[i] = y
+        if y != x:
+            clipped += 1
+    return clipped

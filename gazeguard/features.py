@@ -1028,7 +1028,8 @@ class FeatureExtractor:
         self._sums_to = b1 + self._bin_base
         n_valid, n_pupil, s1_int, s2_int = sums
         valid_fraction = min(1.0, float(n_valid) * dt / w)
-        v = self._event_values(w)
+        kernels = compiled.active
+        v = self._event_values(w) if kernels is None else self._event_values_compiled(kernels, w)
         if n_pupil * dt >= PUPIL_MIN_COVERAGE * w:
             n = float(n_pupil)
             s1, s2 = float(s1_int), float(s2_int)  # exact: below 2**53
@@ -1039,20 +1040,20 @@ class FeatureExtractor:
         for i, col in enumerate(self._b_counts):  # bins 2 k and 2 k + 1 leave at step k + 1
             sums[i] -= sum(col[b0 : b0 + 2])
         v[_I_VALID_FRACTION] = valid_fraction
+        low = valid_fraction < self.min_valid_fraction
+        self.stats.steps += 1
+        if kernels is not None and not low:  # compiled: the common case in one call
+            out = np.empty(_F)
+            clipped = kernels.clip(v, self.lo, self.hi, out)
+            if clipped >= 0:  # (-1: a value is undefined)
+                return self._defined(out, clipped)
         raw: FloatArray = np.array(v, dtype=np.float64)
         held = np.isnan(raw)
-        low = valid_fraction < self.min_valid_fraction
-        stats = self.stats
-        stats.steps += 1
         if not low and not np.count_nonzero(held):  # the common case: all defined
-            if self._repeating:
-                self._repeats.fill(0)
-                self._repeating = False
             out = np.maximum(raw, self.lo)
             np.minimum(out, self.hi, out=out)
-            stats.clipped_values += int(np.count_nonzero(out != raw))
-            self._last = out
-            return out
+            return self._defined(out, int(np.count_nonzero(out != raw)))
+        stats = self.stats
         if low:
             held |= _BEHAVIOUR
             stats.low_quality_windows += 1
@@ -1064,6 +1065,16 @@ class FeatureExtractor:
         stats.held_values += int(np.count_nonzero(repeat))
         stats.defaulted_values += int(np.count_nonzero(held & ~repeat))
         stats.clipped_values += int(np.count_nonzero(out != x))
+        self._last = out
+        return out
+
+    def _defined(self, out: FloatArray, clipped: int) -> FloatArray:
+        """The end of :meth:`_vector` where every value is defined and the window has enough
+        valid data: ``out`` (clipped, ``clipped`` values changed by the clip) as it is."""
+        if self._repeating:
+            self._repeats.fill(0)
+            self._repeating = False
+        self.stats.clipped_values += clipped
         self._last = out
         return out
 
@@ -1101,15 +1112,34 @@ class FeatureExtractor:
             v[_I_SACCADE_PEAK_VELOCITY_MEAN] = s_vpk / ns
             v[_I_SACCADE_PEAK_VELOCITY_MAX] = vpk_max
             v[_I_SACCADE_DURATION_MEAN] = s_dur / ns
-            count = self._sac_count
-            for i, c in _RATIOS:
-                v[i] = count[c] / ns
         if nb:
             dur = blink.vals[0, blink.lo : blink.hi]
             mean = float(np.add.reduce(dur)) / nb
             d = dur - mean
             v[_I_BLINK_DURATION_MEAN] = mean
             v[_I_BLINK_DURATION_VAR] = float(np.add.reduce(np.multiply(d, d, out=d))) / nb
+        self._counted_values(v, ns)
+        return v
+
+    def _event_values_compiled(self, kernels: compiled.Kernels, w: float) -> FloatArray:
+        """:meth:`_event_values` with the sums, means, variances and maxima by the compiled
+        pass (:mod:`gazeguard.compiled`): the same values bit for bit, in a new array."""
+        fix, sac, blink = self._fix, self._sac, self._blink
+        v = np.empty(_F)
+        kernels.event_stats(
+            fix.vals, fix.lo, fix.hi, sac.vals, sac.lo, sac.hi, blink.vals, blink.lo, blink.hi,
+            w, v,
+        )  # fmt: skip
+        self._counted_values(v, sac.hi - sac.lo)
+        return v
+
+    def _counted_values(self, v: list[float] | FloatArray, ns: int) -> None:
+        """The saccade ratios (if the window has ``ns > 0`` saccades) and the wordbook
+        statistics of the window, into ``v`` (:data:`NAMES` order)."""
+        if ns:
+            count = self._sac_count
+            for i, c in _RATIOS:
+                v[i] = count[c] / ns
         for at, n, book in zip(_WORDBOOK_AT, WORDBOOK_NS, self._books, strict=True):
             if ns < n:  # an empty wordbook is defined: all its statistics are 0
                 v[at : at + 5] = [0.0] * 5
@@ -1122,7 +1152,6 @@ class FeatureExtractor:
                 float(book.hi - book.lo),
                 (ns - n + 1) / distinct,  # the mean count: n-grams in the window / distinct
             ]
-        return v
 
 
 class _Staging:

@@ -8,6 +8,7 @@ is not installed."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -15,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_feature_properties import SIZES, WINDOWS, Windows, pieces, recordings
 
-from gazeguard import compiled, events
+from gazeguard import compiled, events, features
 from gazeguard.compiled import use_compiled
 from gazeguard.events import EventDetector, Row
-from gazeguard.features import FeatureExtractor, push_many
+from gazeguard.features import NAMES, FeatureExtractor, push_many
 from gazeguard.rawgaze import decode_many, encode_gaze
 from gazeguard.samples import GazeSamples
 from gazeguard.simulate import simulate_gaze
@@ -129,6 +130,95 @@ def test_compiled_push_many_gives_the_same_vectors() -> None:
     assert kinds[events.EventKind.BLINK] > 0
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 1100),
+    pad=st.integers(0, 20),
+    seed=st.integers(0, 2**16),
+    scale=st.sampled_from([1e-3, 1.0, 1e3, 1e8]),
+)
+def test_pairwise_sum_is_numpys_sum_bit_for_bit(n: int, pad: int, seed: int, scale: float) -> None:
+    """:func:`compiled._pairwise_sum` (as Python; the kernels run the same code) against
+    ``np.add.reduce`` of a slice, 1-D and as a row of a 2-D reduction (what the feature
+    extractor calls): the same bits, in one block (<= 128) and split in halves (> 128)."""
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((3, n + 2 * pad)) * scale ** rng.uniform(0, 1, (3, n + 2 * pad))
+    lo = pad
+    rows = np.add.reduce(m[:, lo : lo + n], axis=1)
+    for r in range(3):
+        got = compiled._pairwise_sum(m[r], lo, n)
+        assert got == float(np.add.reduce(m[r, lo : lo + n])) == rows[r]
+        assert math.copysign(1.0, got) == math.copysign(1.0, float(rows[r]))
+
+
+def ring(values: np.ndarray, lo: int) -> features._Ring:
+    """An event ring holding ``values`` (rows, n) from column ``lo`` on, all in the window."""
+    r = features._Ring(values.shape[0])
+    r.vals = np.concatenate([np.full((values.shape[0], lo), 99.0), values], axis=1)
+    r.lo, r.hi = lo, lo + values.shape[1]
+    return r
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    counts=st.tuples(st.integers(0, 400), st.integers(0, 400), st.integers(0, 40)),
+    lo=st.integers(0, 9),
+    seed=st.integers(0, 2**16),
+    w=st.sampled_from([2.0, 10.0, 30.0]),
+)
+def test_compiled_window_statistics_are_numpys_bit_for_bit(
+    counts: tuple[int, int, int], lo: int, seed: int, w: float
+) -> None:
+    """The compiled event statistics of a window (:meth:`FeatureExtractor.
+    _event_values_compiled`) against the numpy reference (:meth:`_event_values`), for windows
+    of 0-400 fixations and saccades and 0-40 blinks (some over numpy's 128-value summation
+    block) at any offset of their rings: the same values and NaNs, bit for bit."""
+    rng = np.random.default_rng(seed)
+    fx = FeatureExtractor(w, 0.5)
+    nf, ns, nb = counts
+    fx._fix = ring(rng.uniform(0.06, 2.0, (2, nf)), lo)
+    fx._sac = ring(rng.uniform(0.0, 40.0, (3, ns)), lo)
+    fx._blink = ring(rng.uniform(0.05, 0.5, (1, nb)), lo)
+    fx._sac_count = rng.integers(0, ns + 1, 7).tolist()
+    for n, book in fx._ns_books:  # the window's n-grams, as _slide would hold them
+        for code in rng.integers(0, 16**n, max(0, ns - n + 1)).tolist():
+            book.add(code)
+    assert use_compiled(True)
+    assert compiled.active is not None
+    got = fx._event_values_compiled(compiled.active, w)
+    use_compiled(False)
+    ref = np.array(fx._event_values(w))
+    assert got.tobytes() == ref.tobytes()
+    assert np.isnan(ref).sum() >= 5  # the pupil and the valid fraction: the caller's
+    assert np.isfinite(ref[: NAMES.index("blink_rate")]).all() == (nf > 0 and ns > 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    raw=st.lists(
+        st.floats(allow_nan=True, allow_infinity=True, width=64) | st.just(-0.0),
+        min_size=48,
+        max_size=48,
+    ),
+)
+def test_compiled_clip_is_numpys(raw: list[float]) -> None:
+    """:func:`compiled._clip` (compiled) against ``np.minimum(np.maximum(raw, lo), hi)`` with
+    the extractor's public bounds: the same values and count of clipped ones; -1 if any is
+    NaN."""
+    fx = FeatureExtractor(30.0, 0.5)
+    assert use_compiled(True)
+    assert compiled.active is not None
+    x = np.array(raw)
+    out = np.empty_like(x)
+    n = compiled.active.clip(x, fx.lo, fx.hi, out)
+    if np.isnan(x).any():
+        assert n == -1
+        return
+    ref = np.minimum(np.maximum(x, fx.lo), fx.hi)
+    assert out.tobytes() == ref.tobytes()
+    assert n == int(np.count_nonzero(ref != x))
+
+
 def test_compiled_code_uses_the_detectors_codes_and_scales() -> None:
     assert (compiled._C_UNDEF, compiled._C_SLOW, compiled._C_FAST, compiled._C_INVALID) == (
         events._C_UNDEF, events._C_SLOW, events._C_FAST, events._C_INVALID,
@@ -136,6 +226,17 @@ def test_compiled_code_uses_the_detectors_codes_and_scales() -> None:
     kinds = (compiled._K_UNDEFINED, compiled._K_FIXATION, compiled._K_SACCADE, compiled._K_BLINK)
     assert (*kinds, compiled._K_LOSS) == tuple(events.EventKind)
     assert compiled._QUANTUM == events._QUANTUM
+
+    def at(prefix: str, *names: str) -> tuple[int, ...]:
+        return tuple(NAMES.index(f"{prefix}_{n}") for n in names)
+
+    fix = at("fixation", "rate", "duration_mean", "duration_var", "duration_max", "dispersion_mean")
+    sac = at("saccade", "rate", "amplitude_mean", "amplitude_var", "amplitude_max",
+             "peak_velocity_mean", "peak_velocity_max", "duration_mean")  # fmt: skip
+    assert (fix, sac, at("blink", "rate", "duration_mean", "duration_var")) == (
+        compiled._V_FIX, compiled._V_SAC, compiled._V_BLINK,
+    )  # fmt: skip
+    assert at("saccade", "fixation_ratio") == (compiled._V_SAC_FIX_RATIO,)
     clip = np.array([-2e5, 2e5])
     lim = compiled._CLIP_DEG
     assert (events._quantise(clip) == np.rint(clip.clip(-lim, lim) * compiled._QUANTUM)).all()
