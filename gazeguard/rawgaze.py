@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
+from gazeguard import compiled
 from gazeguard.errors import StreamError
 from gazeguard.samples import GazeSamples
 
@@ -35,6 +36,21 @@ def decode_gaze(payload: bytes) -> GazeSamples:
     Raises:
         StreamError: wrong magic, a length that does not match, non-finite timestamps.
     """
+    a = _arrays(payload)
+    if not np.all(np.isfinite(a[0])):
+        raise StreamError(_NONFINITE)
+    return GazeSamples.from_arrays(a[0], a[1], a[2], a[3])
+
+
+_NONFINITE = "raw gaze block has non-finite timestamps"
+
+
+def _arrays(payload: bytes) -> np.ndarray:
+    """The four arrays of a raw block, float64 (4, N) read-only views of ``payload``.
+
+    Raises:
+        StreamError: wrong magic, a length that does not match.
+    """
     if len(payload) < _HEADER.size:
         msg = f"raw gaze block of {len(payload)} bytes is shorter than its header"
         raise StreamError(msg)
@@ -45,11 +61,7 @@ def decode_gaze(payload: bytes) -> GazeSamples:
     if n > MAX_BLOCK_SAMPLES or len(payload) != _HEADER.size + 32 * n:
         msg = f"raw gaze block says {n} samples but carries {len(payload) - _HEADER.size} bytes"
         raise StreamError(msg)
-    a = np.frombuffer(payload, dtype="<f8", offset=_HEADER.size).reshape(4, n)
-    if not np.all(np.isfinite(a[0])):
-        msg = "raw gaze block has non-finite timestamps"
-        raise StreamError(msg)
-    return GazeSamples.from_arrays(a[0], a[1], a[2], a[3])
+    return np.frombuffer(payload, dtype="<f8", offset=_HEADER.size).reshape(4, n)
 
 
 class Decoded(NamedTuple):
@@ -72,7 +84,9 @@ def decode_many(payloads: Sequence[bytes]) -> Decoded:
     """:func:`decode_gaze` of many blocks at once, with each block's first and last timestamp
     and whether its timestamps strictly increase (what the fleet worker checks per block,
     without a numpy call per block). Blocks of one size are decoded with one set of array
-    operations (the fleet worker's batch of a partition), each returned as views of them."""
+    operations (the fleet worker's batch of a partition), each returned as views of them;
+    with the compiled passes on (:mod:`gazeguard.compiled`), each block in one compiled pass
+    instead (the same arrays)."""
     nan = math.nan
     out = Decoded(
         [StreamError("not decoded")] * len(payloads),
@@ -80,6 +94,10 @@ def decode_many(payloads: Sequence[bytes]) -> Decoded:
         [nan] * len(payloads),
         [False] * len(payloads),
     )
+    if compiled.active is not None:
+        for i in range(len(payloads)):
+            _decode_compiled(compiled.active.decode, payloads, i, out)
+        return out
     by_size: dict[int, list[int]] = {}
     for i, payload in enumerate(payloads):
         if len(payload) > _HEADER.size and payload[:4] == RAW_MAGIC:
@@ -111,7 +129,7 @@ def decode_many(payloads: Sequence[bytes]) -> Decoded:
                 out.first[i], out.last[i] = first[row], last[row]
                 out.increasing[i] = increasing[row]
             else:
-                out.blocks[i] = StreamError("raw gaze block has non-finite timestamps")
+                out.blocks[i] = StreamError(_NONFINITE)
     return out
 
 
@@ -127,3 +145,26 @@ def _decode_one(payloads: Sequence[bytes], i: int, out: Decoded) -> None:
     if len(t):
         out.first[i], out.last[i] = float(t[0]), float(t[-1])
     out.increasing[i] = bool(np.all(t[1:] > t[:-1]))
+
+
+def _decode_compiled(
+    kernel: Callable[..., int], payloads: Sequence[bytes], i: int, out: Decoded
+) -> None:
+    """:func:`_decode_one` by the compiled pass (:func:`gazeguard.compiled._decode`)."""
+    try:
+        a = _arrays(payloads[i])
+    except StreamError as exc:
+        out.blocks[i] = exc
+        return
+    n = a.shape[1]
+    xyp = np.empty((3, n))
+    valid = np.empty(n, dtype=np.bool_)
+    flags = kernel(a, xyp, valid)
+    if not flags & compiled.DECODED_FINITE:
+        out.blocks[i] = StreamError(_NONFINITE)
+        return
+    t = a[0]
+    out.blocks[i] = GazeSamples(t, xyp[0], xyp[1], xyp[2], valid)
+    if n:
+        out.first[i], out.last[i] = float(t[0]), float(t[-1])
+    out.increasing[i] = bool(flags & compiled.DECODED_INCREASING)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_feature_properties import SIZES, WINDOWS, Windows, pieces, recordings
 
-from gazeguard import compiled, events, features
+from gazeguard import compiled, events, features, rawgaze
 from gazeguard.compiled import use_compiled
 from gazeguard.events import EventDetector, Row
 from gazeguard.features import NAMES, FeatureExtractor, push_many
@@ -253,3 +253,50 @@ def test_compiled_pass_can_be_turned_off_by_the_environment(
     monkeypatch.delenv("GAZEGUARD_COMPILED")
     assert use_compiled() is True
     assert compiled.active is not None
+
+
+@st.composite
+def payloads(draw: st.DrawFn) -> list[bytes]:
+    """Raw gaze blocks (:mod:`gazeguard.rawgaze`), some of one size (numpy decodes those
+    together), with NaN, inf and any NaN bit pattern in any column, timestamps that may fall
+    back or stop being finite, and some malformed (short, wrong magic, wrong length)."""
+    sizes = draw(st.lists(st.sampled_from([0, 1, 2, 7, 120]), min_size=1, max_size=6))
+    out = []
+    value = st.floats(width=64) | st.sampled_from([math.nan, -math.nan, math.inf, -0.0])
+    for n in sizes:
+        t = np.cumsum(draw(st.lists(st.floats(-0.01, 0.05), min_size=n, max_size=n)) or [0.0])
+        cols = [draw(st.lists(value, min_size=n, max_size=n)) for _ in range(3)]
+        a = np.array([t[:n], *cols], dtype="<f8").reshape(4, n)
+        if n and draw(st.booleans()):
+            a[0, draw(st.integers(0, n - 1))] = draw(st.sampled_from([math.nan, math.inf]))
+        raw = rawgaze._HEADER.pack(rawgaze.RAW_MAGIC, n) + a.tobytes()
+        fault = draw(st.sampled_from(["", "", "", "short", "magic", "length"]))
+        if fault == "short":
+            raw = raw[:5]
+        elif fault == "magic":
+            raw = b"GGR0" + raw[4:]
+        elif fault == "length":
+            raw += bytes(8)
+        out.append(raw)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=payloads())
+def test_compiled_decode_gives_the_numpy_blocks_bit_for_bit(batch: list[bytes]) -> None:
+    """:func:`~gazeguard.rawgaze.decode_many` with the compiled decode against numpy: the
+    same arrays (bit for bit, NaN patterns included), the same errors, first and last
+    timestamps and increasing flags."""
+    got = {}
+    for on in (False, True):
+        assert use_compiled(on) is on
+        d = rawgaze.decode_many(batch)
+        blocks = [
+            str(b)
+            if isinstance(b, Exception)
+            else [getattr(b, f).tobytes() for f in ("timestamps", "x_deg", "y_deg", "pupil_mm")]
+            + [b.valid.tobytes()]
+            for b in d.blocks
+        ]
+        got[on] = (blocks, np.array(d.first).tobytes(), np.array(d.last).tobytes(), d.increasing)
+    assert got[True] == got[False]
