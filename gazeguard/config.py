@@ -506,8 +506,9 @@ class FleetSettings(_Section):
     )
     compiled: bool = Field(
         True,
-        description="run the event detector's passes, the sample binning and the window "
-        "statistics compiled (numba, from the 'fleet' extra): the same events and features "
+        description="run the raw blocks' decode, the event detector's passes, the sample "
+        "binning and the window statistics compiled (numba, from the 'fleet' extra): the "
+        "same blocks, events and features "
         "bit for bit for less CPU per session; costs ~0.7 s and ~100 MB per worker to load "
         "(ignored where numba is not installed)",
     )

@@ -394,7 +394,7 @@ async def serve_fleet(
         if settings.fleet.compiled:
             on = use_compiled()
             log.info(
-                "fleet worker: detector passes, sample bins and window statistics %s",
+                "fleet worker: block decode, detector passes, sample bins and window statistics %s",
                 "compiled (numba)"
                 if on
                 else "by numpy (numba not installed, or GAZEGUARD_COMPILED=0)",
