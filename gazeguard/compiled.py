@@ -1,9 +1,9 @@
 """Compiled per-block passes (optional, numba) for a process that serves many sessions: the
-event detector's pass (:meth:`gazeguard.events.EventDetector._classify` with its ``_runs`` and
-``_close``) and the feature extractor's sample binning
-(:meth:`gazeguard.features.FeatureExtractor._bin_samples`), each sample by sample in one
-machine-code loop instead of a few dozen numpy calls and a Python loop per run or bin; and per
-feature step, the window's event statistics
+raw block's decode (:func:`gazeguard.rawgaze.decode_many`), the event detector's pass
+(:meth:`gazeguard.events.EventDetector._classify` with its ``_runs`` and ``_close``) and the
+feature extractor's sample binning (:meth:`gazeguard.features.FeatureExtractor._bin_samples`),
+each sample by sample in one machine-code loop instead of a few dozen numpy calls and a
+Python loop per run or bin; and per feature step, the window's event statistics
 (:meth:`~gazeguard.features.FeatureExtractor._event_values`: sums, means, variances, maxima)
 and the clip of a vector whose values are all defined, one call each instead of ~15 numpy
 calls.
