@@ -122,7 +122,7 @@ def use_compiled(on: bool = True) -> bool:
         stats = t.void(ring, i64, i64, ring, i64, i64, ring, i64, i64, f64, out[f64])
         clip = i64(inp[f64], inp[f64], inp[f64], out[f64])
         decode = i64(t.Array(f64, 2, "A", readonly=True), ring, out[t.boolean])
-        for helper in (_block_sum, _pairwise_sum, _squares_sum, _maximum):  # _event_stats'
+        for helper in (_block_sum, _pairwise_sum, _mean_var, _maximum):  # _event_stats'
             numba.extending.register_jitable(helper)
         jit = functools.partial(numba.njit, cache=True)  # holding the GIL: see the docstring
         _loaded = Kernels(
@@ -463,33 +463,33 @@ def _event_stats(  # noqa: PLR0917 - the three event rings, as stored
     nf, ns, nb = f1 - f0, s1 - s0, b1 - b0
     v[_V_FIX[0]], v[_V_SAC[0]], v[_V_BLINK[0]] = nf / w, ns / w, nb / w
     if nf:
-        mean = _pairwise_sum(fix[0], f0, nf) / nf
-        v[_V_FIX[1]] = mean
-        v[_V_FIX[2]] = _squares_sum(fix[0], f0, nf, mean) / nf
+        _mean_var(fix[0], f0, nf, v, _V_FIX[1], _V_FIX[2])
         v[_V_FIX[3]] = _maximum(fix[0], f0, nf)
         v[_V_FIX[4]] = _pairwise_sum(fix[1], f0, nf) / nf
         v[_V_SAC_FIX_RATIO] = ns / nf
     if ns:
-        mean = _pairwise_sum(sac[0], s0, ns) / ns
-        v[_V_SAC[1]] = mean
-        v[_V_SAC[2]] = _squares_sum(sac[0], s0, ns, mean) / ns
+        _mean_var(sac[0], s0, ns, v, _V_SAC[1], _V_SAC[2])
         v[_V_SAC[3]] = _maximum(sac[0], s0, ns)
         v[_V_SAC[4]] = _pairwise_sum(sac[1], s0, ns) / ns
         v[_V_SAC[5]] = _maximum(sac[1], s0, ns)
         v[_V_SAC[6]] = _pairwise_sum(sac[2], s0, ns) / ns
     if nb:
-        mean = _pairwise_sum(blink[0], b0, nb) / nb
-        v[_V_BLINK[1]] = mean
-        v[_V_BLINK[2]] = _squares_sum(blink[0], b0, nb, mean) / nb
+        _mean_var(blink[0], b0, nb, v, _V_BLINK[1], _V_BLINK[2])
 
 
-def _squares_sum(a: np.ndarray, lo: int, n: int, mean: float) -> float:
-    """``np.add.reduce((a[lo : lo + n] - mean) ** 2)`` (squares by ``d * d``), bit for bit."""
+def _mean_var(  # noqa: PLR0917 - a row's range and where its two values go
+    a: np.ndarray, lo: int, n: int, v: np.ndarray, at_mean: int, at_var: int
+) -> None:
+    """``v[at_mean]``, ``v[at_var]`` = the mean and variance of ``a[lo : lo + n]`` (``n >= 1``)
+    as ``ndarray.mean`` and ``ndarray.var`` compute them, bit for bit: numpy's sum over ``n``;
+    numpy's sum of the squared deviations (``d * d``) over ``n``."""
+    mean = _pairwise_sum(a, lo, n) / n
     d = np.empty(n)
     for i in range(n):
         x = a[lo + i] - mean
         d[i] = x * x
-    return _pairwise_sum(d, 0, n)
+    v[at_mean] = mean
+    v[at_var] = _pairwise_sum(d, 0, n) / n
 
 
 def _maximum(a: np.ndarray, lo: int, n: int) -> float:
