@@ -1,48 +1,26 @@
-"""The release plan: noise calibrated to a user-level budget per hour of gaze, and what it costs.
+"""Noise calibrated to a user-level budget: the chunk mechanism of a release profile.
 
-A person cares about everything released about them per hour of their gaze, not about one
-chunk. Given a budget ``(ε, δ)`` per window of gaze time (``ledger.budget_per_hour``, the
-ledger's window cap) and the release profile (``F`` features, chunks of ``n`` steps of ``s``
-seconds), the sidecar derives the noise instead of asking for a per-chunk ε:
+Given the chunks' share of the budget ``(ε, δ)`` per hour of gaze and the number ``C`` of chunks
+an hour of gaze can change (the release plan's count, :mod:`gazeguard.plan`: every chunk whose
+feature windows an hour of gaze reaches, not only those that end inside it), with ``F``
+features each releasing one accounting event per chunk (:meth:`Mechanism.events`), the noise
+multiplier ``r`` (noise scale / effective sensitivity) is the smallest whose ``F·C``-fold
+composition is within the share (:func:`gazeguard.accounting.calibrate`: PLD for Laplace, the
+exact Gaussian closed form for Gaussian noise), including the samplers' slack of up to ``n``
+coordinates per release.
 
-* at most ``C = ⌈window_s / (n·s)⌉ + 1`` chunks end in any window of gaze (the ledger counts a
-  chunk in the windows that contain its gaze end; the ``+ 1`` absorbs timestamp jitter between
-  chunk ends, so the cap does not bind in normal operation);
-* each chunk releases one accounting event per feature (:meth:`Mechanism.events`), so a window
-  holds at most ``F·C`` releases;
-* the noise multiplier ``r`` (noise scale / effective sensitivity) is the smallest whose
-  ``F·C``-fold composition is within the budget (:func:`gazeguard.accounting.calibrate`: PLD for
-  Laplace, the exact Gaussian closed form for Gaussian noise), including the sampler slack of
-  up to ``n`` coordinates per release.
-
-The ledger still checks every charge against the cap; calibration only makes that check pass
-for a normally paced stream. Nothing here reads the user's data: ``F``, ``n``, ``s``, the
-budget and the bounds are configuration.
-
-Raw-gaze unit: one raw sample can change the features of
-:func:`~gazeguard.accounting.chunks_reached` consecutive chunks (feature window, step, chunk
-length, hold limit, and events ending up to :data:`RAW_EVENT_SPAN_S` after the sample). The
-raw-event ε composes one chunk's events that many times. A change that merges or splits an
-event longer than that (a fixation of a minute) reaches every chunk that event overlaps; the
-session and per-hour figures cover every case.
+Nothing here reads the user's data: ``F``, ``n``, ``s``, the budget and the bounds are
+configuration.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gazeguard.accounting import (
-    Event,
-    Family,
-    PrivacyLoss,
-    calibrate,
-    chunks_reached,
-    compose,
-)
+from gazeguard.accounting import Event, Family, PrivacyLoss, calibrate, compose
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms import Bounds, Mechanism, make_mechanism
 from gazeguard.mechanisms.noise import (
@@ -56,17 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Events ending up to this long after a changed sample are counted in the raw-gaze reach, s.
-RAW_EVENT_SPAN_S = 4.0
-
-
-def chunks_per_window(window_s: float, chunk_s: float) -> int:
-    """``⌈window_s / chunk_s⌉ + 1``: chunks whose gaze end can fall in one window (with one for
-    jitter). ``chunk_s = n·s`` seconds."""
-    if not (math.isfinite(chunk_s) and chunk_s > 0):
-        raise ConfigError("mechanism.chunk_steps", chunk_s, "a chunk must last > 0 s")
-    return math.ceil(window_s / chunk_s - 1e-9) + 1
-
 
 def noise_multiplier_for(
     noise: str,
@@ -77,10 +44,12 @@ def noise_multiplier_for(
     delta: float,
     max_m: int = 1,
     slack: float | None = None,
+    fixed: Mapping[Event, int] | None = None,
 ) -> float:
     """The noise multiplier ``r`` that keeps ``features·chunks`` releases within
     ``(budget, delta)``, each paying ``slack`` (default: the Laplace/Gaussian sampler's
-    rounding slack of ``max_m`` coordinates; pass the mechanism's own ``sampler_slack``).
+    rounding slack of ``max_m`` coordinates; pass the mechanism's own ``sampler_slack``),
+    together with the ``fixed`` releases of the other kinds (event → count per hour).
 
     Raises:
         ConfigError: a budget the noise family cannot meet (e.g. non-positive).
@@ -91,66 +60,7 @@ def noise_multiplier_for(
         slack = max_m * per
     limit = PrivacyLoss.approx(budget, delta, field="ledger.budget_per_hour")
     family: Family = "gaussian" if noise == "gaussian" else "laplace"
-    return calibrate(family, features * chunks, limit, slack)
-
-
-def composed(events: Mapping[Event, int], times: int, delta: float) -> float:
-    """ε at ``delta`` of ``times`` releases of ``events`` (e.g. one chunk, or its raw-gaze
-    reach)."""
-    return compose({e: c * times for e, c in events.items()}, delta).epsilon
-
-
-@dataclass(frozen=True, slots=True)
-class CostSummary:
-    """What a session's releases cost at the ledger's δ (all ε at ``delta``).
-
-    Attributes:
-        chunk: ε of one chunk (all its features).
-        chunk_pure: pure ε of one chunk (``inf`` for Gaussian noise).
-        raw_event: ε of the ``reached`` chunks one raw gaze sample can change.
-        reached: chunks one raw gaze sample can change.
-        per_window: ε of ``chunks`` chunks, a full window of gaze.
-        chunks: chunks per window (:func:`chunks_per_window`).
-        window_s: the window, seconds of gaze.
-        delta: δ of every figure.
-    """
-
-    chunk: float
-    chunk_pure: float
-    raw_event: float
-    reached: int
-    per_window: float
-    chunks: int
-    window_s: float
-    delta: float
-
-
-def cost_summary(
-    events: Mapping[Event, int],
-    *,
-    delta: float,
-    window_s: float,
-    chunk_steps: int,
-    step_s: float,
-    feature_window_s: float,
-    hold_limit_s: float,
-) -> CostSummary:
-    """The figures of :class:`CostSummary` for one chunk's ``events``."""
-    chunks = chunks_per_window(window_s, chunk_steps * step_s)
-    reached = chunks_reached(
-        feature_window_s, step_s, chunk_steps, hold_limit_s, event_span_s=RAW_EVENT_SPAN_S
-    )
-    pure = sum(e.pure_epsilon * c for e, c in events.items())
-    return CostSummary(
-        chunk=composed(events, 1, delta),
-        chunk_pure=pure,
-        raw_event=composed(events, reached, delta),
-        reached=reached,
-        per_window=composed(events, chunks, delta),
-        chunks=chunks,
-        window_s=window_s,
-        delta=delta,
-    )
+    return calibrate(family, features * chunks, limit, slack, fixed)
 
 
 def build_mechanism(
@@ -160,20 +70,25 @@ def build_mechanism(
     step_s: float,
     *,
     budget: float | None,
-    window_s: float,
+    chunks_for: Callable[[int], int],
     delta: float,
+    fixed: Mapping[Event, int] | None = None,
 ) -> Mechanism:
     """The mechanism of a release profile: at the configured per-chunk ε, or — without one —
-    with the noise calibrated to ``budget`` (ε at ``delta`` per ``window_s`` of gaze).
+    with the noise calibrated so that the chunks one hour of gaze can change cost at most
+    ``budget`` (ε at ``delta``).
 
     Args:
         mechanism: the mechanism settings.
         names: the released features, (F,).
         bounds: their public bounds.
         step_s: feature step, s.
-        budget: the per-window cap the noise is calibrated to (``None``: none).
-        window_s: that window, seconds of gaze.
+        budget: the chunks' share of the hourly budget (``None``: no budget).
+        chunks_for: the chunks an hour of gaze can change, for chunks of ``n`` steps (the
+            release plan's count).
         delta: δ of the budget (and of a Gaussian mechanism's per-release ε).
+        fixed: the other release kinds' events of one hour (event → count): the chunks are
+            calibrated so that everything composes to ``budget`` together.
 
     Raises:
         ConfigError: no per-chunk ε and no budget, per-feature ε without a per-chunk ε, or
@@ -186,8 +101,8 @@ def build_mechanism(
                 "it chooses the mechanism with the lowest expected error for that budget", None,
             )  # fmt: skip
         best = rank_mechanisms(
-            mechanism, names, bounds, step_s, budget=budget, window_s=window_s, delta=delta,
-            max_chunk_steps=mechanism.chunk_steps,
+            mechanism, names, bounds, step_s, budget=budget, chunks_for=chunks_for, delta=delta,
+            max_chunk_steps=mechanism.chunk_steps, fixed=fixed,
         )[0]  # fmt: skip
         log.info("mechanism.name = 'auto' chose %s", best.describe())
         mechanism = mechanism.model_copy(
@@ -222,20 +137,34 @@ def build_mechanism(
             "hour of gaze, e.g. 10) or mechanism.epsilon (ε per feature per chunk)",
             None,
         )
-    chunks = chunks_per_window(window_s, mechanism.chunk_steps * step_s)
+    chunks = chunks_for(mechanism.chunk_steps)
 
-    def ratio(slack: float | None) -> float:
+    def ratio(slack: float | None, joint: bool = True) -> float:
+        b, others = budget, fixed
+        if not joint and fixed:  # a first guess: the others' ε taken off the budget
+            b, others = budget - compose(dict(fixed), delta).epsilon, None
         return noise_multiplier_for(
-            mechanism.noise, features=len(names), chunks=chunks, budget=budget, delta=delta,
-            slack=slack,
+            mechanism.noise, features=len(names), chunks=chunks, budget=b, delta=delta,
+            slack=slack, fixed=others,
         )  # fmt: skip
 
-    # k (and so m, and the sampler's slack) depends a little on the noise: calibrate for the
-    # slack of one coordinate, let auto-k choose, then recalibrate for the slack the chosen
-    # mechanism pays per release (independent of the noise level) and keep that k.
-    first = make_mechanism(mechanism.name, k=mechanism.k, noise_multiplier=ratio(None), **kw)
+    # k (and so m, and the samplers' slack) depends a little on the noise: calibrate roughly
+    # for the slack of one coordinate, let auto-k choose, then calibrate for the slack the
+    # chosen mechanism pays per release and keep that k. Should the slack paid at that noise
+    # still exceed the slack charged, recalibrate (it settles at once).
+    first = make_mechanism(
+        mechanism.name, k=mechanism.k, noise_multiplier=ratio(None, joint=False), **kw
+    )
     slack = float(first.sampler_slack.max())
-    return make_mechanism(mechanism.name, k=first.k, noise_multiplier=ratio(slack), **kw)
+    for _ in range(4):
+        mech = make_mechanism(mechanism.name, k=first.k, noise_multiplier=ratio(slack), **kw)
+        paid = float(mech.sampler_slack.max())
+        if paid <= slack:
+            return mech
+        slack = paid * (1.0 + 1e-6)
+    raise ConfigError(
+        "mechanism.k", first.k, "the samplers' slack did not settle; report this", None
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,9 +212,10 @@ def rank_mechanisms(
     step_s: float,
     *,
     budget: float,
-    window_s: float,
+    chunks_for: Callable[[int], int],
     delta: float,
     max_chunk_steps: int | None = None,
+    fixed: Mapping[Event, int] | None = None,
 ) -> list[Candidate]:
     """Every online mechanism × transform × chunk length × noise family, calibrated to
     ``budget`` for the release profile ``names`` and scored by its expected error under the
@@ -309,8 +239,8 @@ def rank_mechanisms(
                     )  # fmt: skip
                     try:
                         mech = build_mechanism(
-                            m, names, bounds, step_s, budget=budget, window_s=window_s,
-                            delta=delta,
+                            m, names, bounds, step_s, budget=budget, chunks_for=chunks_for,
+                            delta=delta, fixed=fixed,
                         )  # fmt: skip
                     except ConfigError:
                         continue  # e.g. the budget cannot be met with this many releases

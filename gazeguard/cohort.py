@@ -24,12 +24,12 @@ The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
    calibration.calibrate_noise`: the grid's rounding is paid by inflating σ; the sampler's
    slack is charged). Adding or removing one person's session moves ``S`` by at most ``Δ2`` in
    L2: one :class:`~gazeguard.accounting.GaussianEvent` ``(r, slack)`` per bucket per person.
-3. **Budget.** The cohort reserves ``R = cohort.budget_share × B`` of the per-hour budget ``B``
-   (``ledger.budget_per_hour``) at ``δ/2``; ``r`` is calibrated so that the
-   ``⌈3600/bucket_s⌉ + 1`` buckets whose gaze end can fall in one hour compose to ``(R, δ/2)``
-   (exact Gaussian composition, :func:`gazeguard.accounting.calibrate`). The session's chunks
-   are then calibrated to ``(B − R, δ/2)``; basic composition keeps the two within ``(B, δ)``
-   and the ledger's accountant checks every charge anyway.
+3. **Budget.** The cohort gets its share ``(R, δ_c)`` of the per-hour budget ``B``
+   (``ledger.budget_per_hour``, :mod:`gazeguard.plan`); ``r`` is calibrated so that the buckets
+   one hour of gaze can change (the plan's count: every bucket holding a feature vector whose
+   window that hour reaches) compose to ``(R, δ_c)`` (exact Gaussian composition,
+   :func:`gazeguard.accounting.calibrate`). The other release kinds get the rest; basic
+   composition keeps them within ``(B, δ)`` and the ledger's accountant checks every charge.
 4. **Ledger.** Sessions whose ledger would refuse the charge (a cap) are left out *before*
    the sum (their state depends on past releases only). Every contributing session is charged
    in the ``cohort`` stream at index ``b`` with the bucket's gaze span; all but one get a
@@ -60,7 +60,6 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.accounting import GaussianEvent, PrivacyLoss, calibrate, compose
-from gazeguard.budget import chunks_per_window
 from gazeguard.cohort_message import CohortFeature, CohortMessage, cohort_topic
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import DuplicateChargeError, Ledger
@@ -95,7 +94,7 @@ class CohortPlan:
         bucket_s: bucket length, s of gaze time.
         budget: user-level ε per hour reserved for the cohort, at ``delta``.
         delta: δ of ``budget``.
-        buckets_per_hour: ``⌈3600/bucket_s⌉ + 1``.
+        buckets_per_hour: the buckets one hour of gaze can change (the release plan's count).
         sensitivity_l2: ``Δ2 = √blocks``.
         noise: the calibrated discrete Gaussian (one feature of ``D = F + C + [F > 0]``
             coordinates).
@@ -159,6 +158,7 @@ def plan_cohort(
     classes: Sequence[str],
     *,
     bucket_s: float,
+    per_hour: int,
     budget: float,
     delta: float,
 ) -> CohortPlan:
@@ -170,6 +170,7 @@ def plan_cohort(
         units: (F,) units.
         classes: label classes (C ≥ 0; C = 1 is refused: a histogram needs two classes).
         bucket_s: bucket length, s (> 0).
+        per_hour: the buckets one hour of gaze can change (the release plan's count).
         budget: ε per hour for the cohort (> 0), at ``delta``.
         delta: δ in (0, 1).
 
@@ -193,7 +194,6 @@ def plan_cohort(
     blocks = 2 * (len(features) > 0) + (len(classes) > 0)
     l2 = math.sqrt(blocks)
     dim = len(features) + len(classes) + (len(features) > 0)
-    per_hour = chunks_per_window(3600.0, bucket_s)
     limit = PrivacyLoss.approx(budget, delta, field="cohort budget per hour")
 
     def noise_for(ratio: float) -> NoiseCalibration:

@@ -50,8 +50,8 @@ __all__ = [
 #: prev_cls, gap_before, n, sx, sy (1e-6 deg).
 RUN_I = 8
 #: Float fields of the packed open run (``rf``): t_start, t_last, x_before, y_before, xmin,
-#: xmax, ymin, ymax, vmax.
-RUN_F = 9
+#: xmax, ymin, ymax, vmax, anchor.
+RUN_F = 10
 #: Flags of the compiled decode (:func:`_decode`): every timestamp finite; strictly increasing.
 DECODED_FINITE, DECODED_INCREASING = 1, 2
 
@@ -112,7 +112,7 @@ def use_compiled(on: bool = True) -> bool:
         inp = {dt: t.Array(dt, 1, "A", readonly=True) for dt in (i64, f64, t.boolean)}
         ivt = t.Array(f64, 2, "A")(
             inp[f64], t.Array(f64, 2, "A", readonly=True), inp[t.boolean],
-            i64, i64, i64, i64, f64, f64, i64, f64, inp[f64], out[i64], out[f64], out[i64],
+            i64, i64, i64, i64, f64, f64, i64, f64, f64, inp[f64], out[i64], out[f64], out[i64],
         )  # fmt: skip
         bins = i64(
             inp[f64], inp[t.boolean], inp[f64], f64, f64, f64, i64, f64, f64, f64,
@@ -198,6 +198,7 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
     g: float,
     g0: int,
     dt: float,
+    grid: float,
     limits: np.ndarray,
     ri: np.ndarray,
     rf: np.ndarray,
@@ -209,7 +210,8 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
     Args:
         t, xy, ok: the detector's buffer (s; deg, (cap, 2); valid), first ``n`` rows in use.
         h: velocity half-width, samples; thr: saccade threshold, deg/s; g: max gap, s.
-        g0: global index of buffer row 0; dt: nominal interval, s.
+        g0: global index of buffer row 0; dt: nominal interval, s; grid: the grid long runs are
+            cut at, s (``gazeguard.events.SPLIT_GRID_S``).
         limits: min_fixation_s, min_saccade_s, min_blink_s, max_blink_s.
         ri, rf: the open run, packed (:data:`RUN_I`, :data:`RUN_F`); updated in place.
         counts: gaps, then events per kind (5); incremented in place.
@@ -226,21 +228,26 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
     has = ri[0] != 0
     rcls, rstart, rprev, rgap, rn, rsx, rsy = ri[1], ri[2], ri[3], ri[4] != 0, ri[5], ri[6], ri[7]
     rts, rtl, rxb, ryb = rf[0], rf[1], rf[2], rf[3]
-    rxmin, rxmax, rymin, rymax, rvmax = rf[4], rf[5], rf[6], rf[7], rf[8]
-    # the segment being gathered (a run of equal class, split at gaps)
+    rxmin, rxmax, rymin, rymax, rvmax, ranchor = rf[4], rf[5], rf[6], rf[7], rf[8], rf[9]
+    # the segment being gathered (a run of equal class, split at gaps and grid points)
     s0 = a
     scls = _C_UNDEF
     sgap = False
+    scut = nan
     ssx = ssy = 0
     sxmin = symin = inf
     sxmax = symax = -inf
     svmax = -inf
-    first = True
     for i in range(a, stop + 1):
         if i < stop:
             gap = i > 0 and t[i] - t[i - 1] > g
             if gap:
                 counts[0] += 1
+            cut = nan  # the grid point crossed since the previous sample, if any
+            if i > 0:
+                cell = np.floor(t[i] / grid)
+                if cell != np.floor(t[i - 1] / grid):
+                    cut = cell * grid
             if not ok[i]:
                 c = _C_INVALID
                 v = nan
@@ -266,7 +273,7 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
             else:
                 c = _C_UNDEF
                 v = nan
-            if i > a and c == scls and not gap:  # the segment goes on
+            if i > a and c == scls and not gap and np.isnan(cut):  # the segment goes on
                 if c in (_C_SLOW, _C_FAST):  # valid samples only
                     x = min(max(xy[i, 0], -_CLIP_DEG), _CLIP_DEG)
                     y = min(max(xy[i, 1], -_CLIP_DEG), _CLIP_DEG)
@@ -281,7 +288,8 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
         if i > a:  # the segment [s0, i) is complete: extend the open run or close it
             e = i
             moving = scls in (_C_SLOW, _C_FAST)
-            if first and has and rcls == scls and not sgap:
+            same = has and rcls == scls and not sgap
+            if same and not scut - ranchor >= grid:  # the run goes on (NaN: no cut)
                 rn += e - s0
                 rtl = t[e - 1]
                 if moving:
@@ -294,8 +302,9 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
                     rvmax = svmax if svmax > rvmax else rvmax
             else:
                 tb = t[s0]
-                if has:  # close the open run, followed by this segment
-                    t_end = rtl + dt if sgap else tb
+                ngap = sgap or same  # a cut run counts as followed by a gap
+                if has:  # close the open run, followed by this segment (or cut)
+                    t_end = scut if same else rtl + dt if sgap else tb
                     dur = t_end - rts
                     ex = ey = edx = edy = eamp = evpk = edisp = nan
                     kind = _K_UNDEFINED
@@ -307,7 +316,7 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
                             evpk = rvmax
                             edisp = (rxmax - rxmin) + (rymax - rymin)
                     elif rcls == _C_FAST:
-                        flanked = rprev == _C_SLOW and not rgap and scls == _C_SLOW and not sgap
+                        flanked = rprev == _C_SLOW and not rgap and scls == _C_SLOW and not ngap
                         if flanked and dur >= limits[1]:
                             kind = _K_SACCADE
                             ex = xy[s0, 0]
@@ -318,7 +327,7 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
                             evpk = rvmax
                     elif rcls == _C_INVALID:
                         kind = _K_LOSS
-                        bounded = rprev >= 0 and not rgap and not sgap
+                        bounded = rprev >= 0 and not rgap and not ngap
                         if bounded and limits[2] <= dur <= limits[3]:
                             kind = _K_BLINK
                     counts[1 + kind] += 1
@@ -338,7 +347,8 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
                     row[12] = edisp
                     k += 1
                 rprev = rcls if has else -1
-                rgap = sgap or not has
+                rgap = ngap or not has
+                ranchor = scut if same else tb
                 has = True
                 rcls = scls
                 rstart = g0 + s0
@@ -354,13 +364,13 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
                     rsx = rsy = 0
                     rxmin = rymin = inf
                     rxmax = rymax = rvmax = -inf
-            first = False
         if i == stop:
             break
         # a new segment starts at i
         s0 = i
         scls = c
         sgap = gap
+        scut = cut
         if c in (_C_SLOW, _C_FAST):  # valid samples only
             x = min(max(xy[i, 0], -_CLIP_DEG), _CLIP_DEG)
             y = min(max(xy[i, 1], -_CLIP_DEG), _CLIP_DEG)
@@ -372,7 +382,7 @@ def _ivt_pass(  # noqa: PLR0912, PLR0915, PLR0917 - one numeric loop, compiled
     ri[0] = 1 if has else 0
     ri[1], ri[2], ri[3], ri[4], ri[5], ri[6], ri[7] = rcls, rstart, rprev, rgap, rn, rsx, rsy
     rf[0], rf[1], rf[2], rf[3] = rts, rtl, rxb, ryb
-    rf[4], rf[5], rf[6], rf[7], rf[8] = rxmin, rxmax, rymin, rymax, rvmax
+    rf[4], rf[5], rf[6], rf[7], rf[8], rf[9] = rxmin, rxmax, rymin, rymax, rvmax, ranchor
     return rows[:k]
 
 

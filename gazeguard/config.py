@@ -15,7 +15,6 @@ against the session already stored in the ledger) — each with a "did you mean"
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import difflib
 import functools
@@ -92,6 +91,15 @@ class IngestSettings(_Section):
         "configured, start the simulated headset (with a warning)",
     )
     simulated_rate_hz: float = Field(120.0, gt=0, description="rate of the simulated headset, Hz")
+    rate_hz: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="the gaze stream's declared sampling rate, Hz; unset: the stream's own "
+        "declaration (LSL nominal_srate; a fleet device's forwarder sends it). The event "
+        "detector's parameters come from it, never from measured timestamps: a stream that "
+        "declares no rate (irregular) is refused unless this is set",
+    )
     simulated_seed: int = Field(1, description="which simulated person")
 
     stream_type: str = Field("Gaze", description="LSL stream type to resolve ('Gaze' is XDF's)")
@@ -299,17 +307,6 @@ class LedgerSettings(_Section):
         None, description="REMOVED: the w-event cap now counts gaze time, not chunks"
     )
     w_event_cap: float | None = Field(None, description="REMOVED: see w_event")
-
-    def caps(self) -> dict[str, Any]:
-        """The caps as :class:`gazeguard.ledger.Ledger` keyword arguments."""
-        return {
-            "session_cap": self.session_cap,
-            "window_cap": self.budget_per_hour,
-            "window_s": HOUR_S,
-            "delta": self.delta,
-            "composition": self.composition,
-            "wall_clock": self.wall_clock,
-        }
 
     @field_validator("delta")
     @classmethod
@@ -878,13 +875,15 @@ def validate_settings(settings: Settings) -> list[ConfigProblem]:
         problems.append(
             ConfigProblem("features.step_s", f.step_s, f"must be <= features.window_s={f.window_s}")
         )
+    problems += _cohort_problems(settings)
+    window_s: float | None = None
     if not problems:
-        problems += _mechanism_problems(settings)
+        window_s, found = _plan_problems(settings)
+        problems += found
     problems += _ingest_problems(settings)
     problems += _broker_problems(settings)
-    problems += _ledger_problems(settings)
-    problems += _label_problems(settings)
-    problems += _cohort_problems(settings)
+    if window_s is not None:
+        problems += _ledger_problems(settings, window_s)
     return problems
 
 
@@ -901,18 +900,18 @@ def _cohort_problems(settings: Settings) -> list[ConfigProblem]:
     return []
 
 
-def _label_problems(settings: Settings) -> list[ConfigProblem]:
-    """The label model (features, window, step) and its share of the budget, when enabled."""
-    if not settings.labels.enabled:
-        return []
-    from gazeguard.label_stream import plan_labels  # noqa: PLC0415 - heavy import
+def _plan_problems(settings: Settings) -> tuple[float | None, list[ConfigProblem]]:
+    """What the release plan refuses: it is built exactly as ``gazeguard run`` builds it
+    (mechanism, label model and share, cohort share, the split of the budget); and the
+    ledger window it needs (``None`` when refused)."""
+    from gazeguard.plan import ReleasePlan  # noqa: PLC0415 - the plan reads the settings
 
     try:
-        plan_labels(settings.labels, settings.features, settings.ledger.budget_per_hour,
-                    settings.ledger.delta)  # fmt: skip
+        plan = ReleasePlan.from_settings(settings)
     except ConfigError as exc:
-        return [ConfigProblem(exc.field, exc.value, exc.reason)]
-    return []
+        field = exc.field if "." in exc.field else f"mechanism.{exc.field}"
+        return None, [ConfigProblem(field, exc.value, exc.reason)]
+    return plan.window_s, []
 
 
 def _profile_problems(m: MechanismSettings) -> list[ConfigProblem]:
@@ -943,36 +942,6 @@ def _profile_problems(m: MechanismSettings) -> list[ConfigProblem]:
             ConfigProblem("mechanism.features", [], "the release profile is empty: name features")
         )
     return problems
-
-
-def _mechanism_problems(settings: Settings) -> list[ConfigProblem]:
-
-    from gazeguard.budget import build_mechanism  # noqa: PLC0415
-    from gazeguard.features import NAMES, feature_bounds  # noqa: PLC0415
-    from gazeguard.mechanisms import Bounds  # noqa: PLC0415
-
-    m = settings.mechanism
-    names = list(m.features) if m.features is not None else list(NAMES)
-    budget = settings.ledger.budget_per_hour
-    if settings.labels.enabled and budget is not None:  # the chunks get what labels leave
-        from gazeguard.label_stream import plan_labels  # noqa: PLC0415
-
-        with contextlib.suppress(ConfigError):  # (reported by _label_problems)
-            budget = plan_labels(
-                settings.labels, settings.features, budget, settings.ledger.delta
-            ).chunk_budget
-    try:
-        lo, hi, max_step = feature_bounds(
-            names, settings.features.window_s, settings.features.step_s
-        )
-        build_mechanism(
-            m, names, Bounds(lo=lo, hi=hi, max_step=max_step), settings.features.step_s,
-            budget=budget, window_s=HOUR_S, delta=settings.ledger.delta,
-        )  # fmt: skip
-    except ConfigError as exc:
-        field = exc.field if "." in exc.field else f"mechanism.{exc.field}"
-        return [ConfigProblem(field, exc.value, exc.reason)]
-    return []
 
 
 def _nats_installed() -> bool:
@@ -1080,8 +1049,9 @@ def _broker_problems(settings: Settings) -> list[ConfigProblem]:
     return problems
 
 
-def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
-    """Caps looser than those stored with the run's session (the ledger's own rule, read-only)."""
+def _ledger_problems(settings: Settings, window_s: float) -> list[ConfigProblem]:
+    """Caps looser than those stored with the run's session (the ledger's own rule, read-only);
+    ``window_s``: the release plan's ledger window."""
     from gazeguard.ledger import LedgerError, stored_caps  # noqa: PLC0415
     from gazeguard.ledger.policy import Caps, loosened, looser_reason  # noqa: PLC0415
     from gazeguard.service import expected_session  # noqa: PLC0415 - the run's session id
@@ -1089,7 +1059,7 @@ def _ledger_problems(settings: Settings) -> list[ConfigProblem]:
     led = settings.ledger
     try:
         wanted = Caps(
-            led.session_cap, led.budget_per_hour, HOUR_S, led.delta, led.composition,
+            led.session_cap, led.budget_per_hour, window_s, led.delta, led.composition,
             led.wall_clock,
         )  # fmt: skip
         session = None if led.url is not None else expected_session(settings)

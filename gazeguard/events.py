@@ -7,10 +7,14 @@ between blocks, so that the events of a recording do not depend on how it was cu
 
 Per sample (all vectorised with shifted slices and masks; Python loops run over events only):
 
-1. **Nominal rate.** Unless ``sampling_rate_hz`` is given, the nominal sampling interval ``dt`` is
-   the median of the first 16 intervals of the stream (the first 17 samples are held until then).
-2. **Velocity** (deg/s), smoothed over ``h = max(1, round(velocity_halfwidth_s / dt))`` samples each
-   side, as in Engbert's "smooth" differentiator generalised to h samples::
+1. **Declared rate.** The nominal interval ``dt = 1/rate_hz``, the velocity half-width ``h`` and
+   the gap threshold ``max_gap_s = 4·dt`` come from the stream's *declared* rate (LSL
+   ``nominal_srate``, a preset or a setting), never from measured intervals: a detector whose
+   parameters depended on the samples would let one timestamp change every event of a stream.
+   The rate must lie in :data:`RATE_RANGE_HZ`.
+2. **Velocity** (deg/s), smoothed over ``h = max(1, ⌊velocity_halfwidth_s·rate_hz + ½⌋)`` samples
+   each side (computed exactly on the decimal values: the same ``h`` on every machine), as in
+   Engbert's "smooth" differentiator generalised to h samples::
 
        v_i = |sum_j (p[i+j] - p[i-j])| / sum_j (t[i+j] - t[i-j]),   j = 1..h,  p = (x, y) deg
 
@@ -32,6 +36,25 @@ Per sample (all vectorised with shifted slices and masks; Python loops run over 
      ``BLINK``; shorter, longer or gap-adjacent invalid runs → ``LOSS`` (data loss, not a blink);
    - runs of undefined velocity → ``UNDEFINED``.
 
+5. **Bounded events.** A run that has lasted at least :data:`SPLIT_GRID_S` since its start (or
+   since its last cut) is cut at every multiple of :data:`SPLIT_GRID_S` of stream time it
+   crosses: the part before the cut is closed as an event of its own (``t_end`` = the cut time;
+   treated as followed by a gap: a cut fast run is ``UNDEFINED``, a cut invalid run ``LOSS``) and
+   the rest continues as a new run (treated as preceded by a gap). Every event is therefore
+   shorter than ``2·SPLIT_GRID_S`` and, more importantly, the cuts do not depend on anything
+   more than ``2·SPLIT_GRID_S`` in the past: a cut at grid point ``b`` happens whenever the run
+   continued across ``b − SPLIT_GRID_S`` too.
+
+**How far one sample reaches** (the detector's part of the raw-gaze unit of privacy). Changing,
+adding or removing one sample at time τ (or moving its timestamp by less than the gap threshold)
+changes only events that end in ``(τ − A, τ + E]`` with ``A = (h + 1)·max_gap_s`` (velocity
+look-behind) and ``E = 2·SPLIT_GRID_S + (h + 2)·max_gap_s`` (the run it joins or splits ends at
+the second grid point after its changed samples at the latest; every later cut happens either
+way). Over :data:`RATE_RANGE_HZ` these are at most :data:`LOOKBEHIND_S` and
+:data:`EVENT_REACH_S`, the constants the release plan declares
+(``tests/properties/test_reach.py`` perturbs single samples of adversarial streams — long
+drifting fixations, blink storms, NaN runs — and checks it).
+
 Event times: ``t_start`` is the first sample's time, ``t_end`` the next run's first sample time
 (``last sample + dt`` when a gap follows); ``duration = t_end - t_start`` (s).
 
@@ -52,6 +75,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -62,6 +86,10 @@ from gazeguard.errors import ConfigError, GazeguardError, StreamError
 from gazeguard.samples import FloatArray, GazeSamples
 
 __all__ = [
+    "EVENT_REACH_S",
+    "LOOKBEHIND_S",
+    "RATE_RANGE_HZ",
+    "SPLIT_GRID_S",
     "DetectorStats",
     "EventDetector",
     "EventKind",
@@ -75,8 +103,20 @@ IntArray = npt.NDArray[np.int64]
 Row = tuple[float, ...]  # one event: the fields of Events.from_rows, in order
 Int8Array = npt.NDArray[np.int8]
 
-_RATE_SAMPLES = 17  # samples held to estimate the nominal interval (median of the first 16 dt)
 _QUANTUM = 1e6  # positions summed as integers of 1e-6 deg: exact, order-independent sums
+
+#: Declared sampling rates the detector accepts, Hz (the reach bounds below hold over it).
+RATE_RANGE_HZ = (20.0, 2000.0)
+#: Runs are cut at multiples of this many seconds of stream time (module docstring, step 5).
+SPLIT_GRID_S = 1.0
+#: Longest velocity half-width accepted, s (the reach bounds below hold up to it).
+MAX_HALFWIDTH_S = 0.02
+#: Declared look-behind: a changed sample changes no event that ended more than this before it, s.
+LOOKBEHIND_S = 0.5
+#: Declared event reach: a changed sample changes no event that ends more than this after it, s.
+EVENT_REACH_S = 3.0
+#: Intervals longer than this many nominal intervals are dropouts (gaps).
+GAP_INTERVALS = 4
 
 # Sample classes (internal); run kinds are EventKind.
 _C_UNDEF, _C_SLOW, _C_FAST, _C_INVALID = 0, 1, 2, 3
@@ -191,6 +231,7 @@ class _OpenRun:
     gap_before: bool  # a gap separates it from the previous sample
     x_before: float  # the previous sample's gaze (saccade launch point), NaN if none
     y_before: float
+    anchor: float  # cuts happen at grid points at least SPLIT_GRID_S after it (t_start or a cut)
     n: int = 0
     sx: int = 0  # sum of x, in 1e-6 deg
     sy: int = 0
@@ -209,6 +250,7 @@ class _Segments(NamedTuple):
     ends: list[int]  # exclusive
     cls: list[int]
     gap_before: list[bool]  # a gap separates the segment from the sample before it
+    cell: list[float]  # grid cell of its first sample; NaN: the sample before is in the same
     q: list[list[int]]  # [Σx, Σy] in 1e-6 deg (valid samples)
     lo: list[list[float]]  # [min x, min y], deg (NaN: no valid sample)
     hi: list[list[float]]  # [max x, max y], deg
@@ -223,11 +265,66 @@ def _quantise(a: FloatArray) -> IntArray:
     return np.rint(q, out=q).astype(np.int64)
 
 
+def _cells(t: FloatArray, a: int, stop: int) -> FloatArray:
+    """Per sample ``a .. stop - 1`` of ``t``: the grid point (s, a multiple of
+    :data:`SPLIT_GRID_S`) crossed since the sample before it, NaN where none was (or for the
+    stream's first sample)."""
+    c0 = a - 1 if a else 0
+    cell = np.floor(t[c0:stop] / SPLIT_GRID_S)
+    out = np.full(stop - a, np.nan)
+    crossed = cell[1:] != cell[:-1]
+    tail = out[1:] if not a else out
+    tail[crossed] = cell[1:][crossed] * SPLIT_GRID_S
+    return out
+
+
 def _check_positive(name: str, value: float | None, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if value is None or not np.isfinite(value) or value <= 0:
         raise ConfigError(name, value, "must be a finite number > 0", "argument")
+
+
+def _exact(value: float) -> Fraction:
+    """A parameter at its shortest decimal value (0.005 is 1/200), as a configuration states it."""
+    return Fraction(repr(float(value)))
+
+
+def half_width(rate_hz: float, velocity_halfwidth_s: float) -> int:
+    """The velocity half-width in samples, ``max(1, ⌊halfwidth·rate + ½⌋)``, computed exactly on
+    the parameters' decimal values (``300 Hz × 5 ms = 1.5`` gives 2 on every machine)."""
+    x = _exact(velocity_halfwidth_s) * _exact(rate_hz)
+    return max(1, math.floor(x + Fraction(1, 2)))
+
+
+def reach_s(rate_hz: float, velocity_halfwidth_s: float = 0.005) -> tuple[float, float]:
+    """``(A, E)``: a changed sample at τ changes only events ending in ``(τ − A, τ + E]``, s
+    (module docstring), for a detector at this declared rate and half-width."""
+    h = half_width(rate_hz, velocity_halfwidth_s)
+    g = GAP_INTERVALS / float(rate_hz)
+    return (h + 1) * g, 2.0 * SPLIT_GRID_S + (h + 2) * g
+
+
+def check_rate(rate_hz: object, field: str = "rate_hz") -> float:
+    """The declared sampling rate, validated (finite, within :data:`RATE_RANGE_HZ`), Hz.
+
+    Raises:
+        ConfigError: naming ``field``, the value, and what to do.
+    """
+    lo, hi = RATE_RANGE_HZ
+    try:
+        r = float(rate_hz)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        r = math.nan
+    if not (math.isfinite(r) and lo <= r <= hi):
+        raise ConfigError(
+            field,
+            rate_hz,
+            f"the stream's declared (nominal) sampling rate must be a number of Hz in "
+            f"[{lo:g}, {hi:g}]; the event detector's parameters come from it, never from the "
+            "measured timestamps",
+        )
+    return r
 
 
 def check_timestamps(t: FloatArray, after: float | None) -> None:
@@ -270,31 +367,36 @@ class EventDetector:
         min_fixation_s: shorter fixation candidates become UNDEFINED, s.
         min_saccade_s: shorter saccade candidates (noise blips) become UNDEFINED, s.
         min_blink_s, max_blink_s: invalid runs of this duration are blinks; others are LOSS, s.
-        velocity_halfwidth_s: velocity smoothing half-width, s (h samples each side, h >= 1).
-        sampling_rate_hz: nominal rate; None: estimated from the first 17 samples.
-        max_gap_s: a sample interval longer than this is a dropout; None: 4 nominal intervals.
+        velocity_halfwidth_s: velocity smoothing half-width, s (h samples each side, h >= 1;
+            at most :data:`MAX_HALFWIDTH_S`).
+        rate_hz: the stream's declared sampling rate, Hz (:data:`RATE_RANGE_HZ`): the nominal
+            interval ``dt = 1/rate_hz``, ``h`` and the gap threshold ``4·dt`` come from it.
     """
 
     def __init__(
         self,
         *,
+        rate_hz: float,
         velocity_threshold_deg_s: float = 30.0,
         min_fixation_s: float = 0.04,
         min_saccade_s: float = 0.01,
         min_blink_s: float = 0.05,
         max_blink_s: float = 0.5,
         velocity_halfwidth_s: float = 0.005,
-        sampling_rate_hz: float | None = None,
-        max_gap_s: float | None = None,
     ) -> None:
+        rate = check_rate(rate_hz)
         _check_positive("velocity_threshold_deg_s", velocity_threshold_deg_s)
         _check_positive("min_fixation_s", min_fixation_s)
         _check_positive("min_saccade_s", min_saccade_s)
         _check_positive("min_blink_s", min_blink_s)
         _check_positive("max_blink_s", max_blink_s)
         _check_positive("velocity_halfwidth_s", velocity_halfwidth_s)
-        _check_positive("sampling_rate_hz", sampling_rate_hz, allow_none=True)
-        _check_positive("max_gap_s", max_gap_s, allow_none=True)
+        if velocity_halfwidth_s > MAX_HALFWIDTH_S:
+            raise ConfigError(
+                "velocity_halfwidth_s", velocity_halfwidth_s,
+                f"must be at most {MAX_HALFWIDTH_S:g} s (the declared reach holds up to it)",
+                "argument",
+            )  # fmt: skip
         if max_blink_s <= min_blink_s:
             raise ConfigError(
                 "max_blink_s", max_blink_s, f"must exceed min_blink_s={min_blink_s}", "argument"
@@ -305,11 +407,14 @@ class EventDetector:
         self.min_blink_s = float(min_blink_s)
         self.max_blink_s = float(max_blink_s)
         self.velocity_halfwidth_s = float(velocity_halfwidth_s)
-        self._rate_hint = sampling_rate_hz
-        self._gap_hint = max_gap_s
-        self.dt: float | None = None  # nominal sampling interval, s (known after 17 samples)
-        self.h = 0  # velocity half-width in samples
-        self.max_gap_s = 0.0
+        self.rate_hz = rate
+        self.dt = 1.0 / rate  # nominal sampling interval, s
+        self.h = half_width(rate, velocity_halfwidth_s)  # velocity half-width, samples
+        self.max_gap_s = GAP_INTERVALS * self.dt
+        # The declared reach covers this detector (RATE_RANGE_HZ, MAX_HALFWIDTH_S: always).
+        look, span = reach_s(rate, velocity_halfwidth_s)
+        assert look <= LOOKBEHIND_S, look
+        assert span <= EVENT_REACH_S, span
         self._limits = np.array([min_fixation_s, min_saccade_s, min_blink_s, max_blink_s], float)
         self.stats = DetectorStats()
         # Sample buffer: lookback (h + 1 samples) + samples not yet classified.
@@ -344,8 +449,8 @@ class EventDetector:
         return self._classify(self._n - self.h) if self._accept(block, checked) else []
 
     def _accept(self, block: GazeSamples, checked: bool) -> bool:
-        """The first half of :meth:`_push_rows`: validate and buffer ``block``; True when
-        samples may be classified (the nominal rate is known)."""
+        """The first half of :meth:`_push_rows`: validate and buffer ``block``; True when it
+        brought samples to classify."""
         if self._finished:
             raise GazeguardError("EventDetector.push after finish(): create a new detector")
         n_new = len(block)
@@ -366,10 +471,6 @@ class EventDetector:
         if n_valid < n_new:
             stats.invalid_samples += n_new - n_valid
             self._last_invalid = self._g0 + self._n - n_new + int(np.flatnonzero(~valid)[-1])
-        if self.dt is None:
-            if self._g0 + self._n < _RATE_SAMPLES:
-                return False
-            self._set_rate()
         return True
 
     def finish(self) -> Events:
@@ -377,11 +478,6 @@ class EventDetector:
         close the open run. For offline labelling; the detector accepts no more samples."""
         if self._finished:
             return _EMPTY
-        if self.dt is None:
-            if self._n < 2:
-                self._finished = True
-                return _EMPTY
-            self._set_rate()
         rows = self._classify(self._n, final=True)
         if self._open is not None:  # the end of the stream follows it
             self._close(rows, self._open, -1, True, None, np.nan, np.nan)
@@ -390,15 +486,6 @@ class EventDetector:
         return Events.from_rows(rows)
 
     # ---------------------------------------------------------------------------------------
-    def _set_rate(self) -> None:
-        if self._rate_hint is not None:
-            self.dt = 1.0 / float(self._rate_hint)
-        else:
-            k = min(self._n, _RATE_SAMPLES)
-            self.dt = float(np.median(np.diff(self._t[:k])))
-        self.h = max(1, int(self.velocity_halfwidth_s / self.dt + 0.5))
-        self.max_gap_s = self._gap_hint if self._gap_hint is not None else 4.0 * self.dt
-
     def _append(self, block: GazeSamples) -> None:
         n_new = len(block)
         keep = self._n - self._compact_from()
@@ -496,6 +583,8 @@ class EventDetector:
         np.not_equal(cls[1:], cls[:-1], out=split[1:])
         if not clean:
             split[1:] |= gap_a[1:]
+        cells = _cells(t, a, stop)
+        np.logical_or(split[1:], np.isfinite(cells[1:]), out=split[1:])
         starts = split.nonzero()[0]
         seg_starts = starts.tolist()
         seg_end = [*seg_starts[1:], m_all]
@@ -506,10 +595,13 @@ class EventDetector:
         seg_v = np.fmax.reduceat(v, starts).tolist()
         seg_cls = cls[starts].tolist()
         seg_gap = [False] * len(seg_starts) if clean else gap_a[starts].tolist()
+        seg_cell = cells[starts].tolist()
         return self._runs(
             stop,
             n if final else stop,
-            _Segments(seg_starts, seg_end, seg_cls, seg_gap, seg_q, seg_min, seg_max, seg_v),
+            _Segments(
+                seg_starts, seg_end, seg_cls, seg_gap, seg_cell, seg_q, seg_min, seg_max, seg_v
+            ),
         )
 
     def _classify_compiled(self, kernel: Callable[..., Any], stop: int, final: bool) -> list[Row]:
@@ -523,19 +615,19 @@ class EventDetector:
             ri[:] = (1, run.cls, run.start, run.prev_cls, run.gap_before, run.n, run.sx, run.sy)
             rf[:] = (
                 run.t_start, run.t_last, run.x_before, run.y_before,
-                run.xmin, run.xmax, run.ymin, run.ymax, run.vmax,
+                run.xmin, run.xmax, run.ymin, run.ymax, run.vmax, run.anchor,
             )  # fmt: skip
         counts = np.zeros(6, dtype=np.int64)
         out = kernel(
             self._t, self._xy, self._ok, self._n, self._next, stop, self.h,
-            self.velocity_threshold_deg_s, self.max_gap_s, self._g0, self.dt, self._limits,
-            ri, rf, counts,
+            self.velocity_threshold_deg_s, self.max_gap_s, self._g0, self.dt, SPLIT_GRID_S,
+            self._limits, ri, rf, counts,
         )  # fmt: skip
         _, cls, start, prev_cls, gap_before, n, sx, sy = ri.tolist()
-        t_start, t_last, x_before, y_before, *stat = rf.tolist()
+        t_start, t_last, x_before, y_before, *stat, anchor = rf.tolist()
         self._open = _OpenRun(
-            cls, start, t_start, t_last, prev_cls, bool(gap_before), x_before, y_before, n,
-            sx, sy, *stat,
+            cls, start, t_start, t_last, prev_cls, bool(gap_before), x_before, y_before, anchor,
+            n, sx, sy, *stat,
         )  # fmt: skip
         gaps, *per_kind = counts.tolist()
         stats = self.stats
@@ -549,38 +641,44 @@ class EventDetector:
 
     def _runs(self, stop: int, next_: int, segs: _Segments) -> list[Row]:
         """Extend or open runs from the segments of classified samples [self._next, stop) and
-        close the runs they complete; then ``self._next = next_``."""
+        close the runs they complete (cutting long runs at grid points, module docstring step
+        5); then ``self._next = next_``."""
         a, t, xy = self._next, self._t, self._xy
-        seg_starts, seg_end, seg_cls, seg_gap, seg_q, seg_min, seg_max, seg_v = segs
+        seg_starts, seg_end, seg_cls, seg_gap, seg_cell, seg_q, seg_min, seg_max, seg_v = segs
         run = self._open
-        cont = run is not None and run.cls == seg_cls[0] and not seg_gap[0]
         rows: list[Row] = []
         inf = np.inf
         for si, s0 in enumerate(seg_starts):  # loop over runs (events), not samples
             e = seg_end[si]
             c = seg_cls[si]
             moving = c in (_C_SLOW, _C_FAST)  # valid samples only: no NaN below
-            if si == 0 and cont:
-                assert run is not None
+            gap_b = seg_gap[si]
+            cut = seg_cell[si]  # the grid point crossed before this segment, or NaN
+            same = run is not None and run.cls == c and not gap_b
+            # The run goes on unless a grid point at least SPLIT_GRID_S after its anchor was
+            # crossed (a NaN cut compares False: no grid point crossed).
+            if run is not None and same and not cut - run.anchor >= SPLIT_GRID_S:
                 run.n += e - s0
                 run.t_last = float(t[a + e - 1])
                 if moving:
-                    (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[0], seg_min[0], seg_max[0]
+                    (sx, sy), (xmin, ymin), (xmax, ymax) = seg_q[si], seg_min[si], seg_max[si]
                     run.sx += sx
                     run.sy += sy
                     run.xmin = min(run.xmin, xmin)
                     run.ymin = min(run.ymin, ymin)
                     run.xmax = max(run.xmax, xmax)
                     run.ymax = max(run.ymax, ymax)
-                    run.vmax = max(run.vmax, seg_v[0])
+                    run.vmax = max(run.vmax, seg_v[si])
                 continue
             b = a + s0
             tb = float(t[b])
             xb, yb = xy[b].tolist()
-            gap_b = seg_gap[si]
             prev = run
             if prev is not None:
-                self._close(rows, prev, c, gap_b, tb, xb, yb)
+                if same:  # a long run cut at a grid point: closed there, continued after it
+                    self._close(rows, prev, c, True, cut, xb, yb, cut_at=cut)
+                else:
+                    self._close(rows, prev, c, gap_b, tb, xb, yb)
             xp, yp = xy[b - 1].tolist() if b > 0 else (np.nan, np.nan)
             args = (
                 c,
@@ -588,9 +686,10 @@ class EventDetector:
                 tb,
                 float(t[a + e - 1]),
                 prev.cls if prev is not None else -1,
-                gap_b or prev is None,
+                gap_b or same or prev is None,
                 xp,
                 yp,
+                cut if same else tb,
                 e - s0,
             )
             if moving:  # the run's statistics so far: this segment's (as min/max with ±inf)
@@ -617,12 +716,18 @@ class EventDetector:
         next_t: float | None,
         next_x: float,
         next_y: float,
+        cut_at: float | None = None,
     ) -> None:
         """Turn a completed run into an event row (see the module docstring for the rules).
         ``next_*``: the next run's class and first sample (class -1, time None: end of stream);
-        ``next_gap``: a gap separates the run from it."""
-        assert self.dt is not None
-        t_end = run.t_last + self.dt if (next_gap or next_t is None) else next_t
+        ``next_gap``: a gap separates the run from it; ``cut_at``: the grid point a long run is
+        cut at (its end time; pass ``next_gap`` True)."""
+        if cut_at is not None:
+            t_end = cut_at
+        elif next_gap or next_t is None:
+            t_end = run.t_last + self.dt
+        else:
+            t_end = next_t
         duration = t_end - run.t_start
         nan = math.nan
         x = y = dx = dy = amp = vpk = disp = nan
@@ -741,15 +846,22 @@ def _classify_batch(dets: list[EventDetector], h: int, thr: float) -> list[list[
     v /= dt
     cls = np.add(v >= thr, np.equal(v, v), dtype=np.int8)
     pos = xy[h : total - h][new]
+    # Grid points crossed since each new sample's predecessor (in its own context).
+    cell = np.floor(t / SPLIT_GRID_S)
+    cell_new = cell[h : total - h][new]
+    crossed = cell_new != cell[h - 1 : total - h - 1][new]
+    cuts = np.where(crossed, cell_new * SPLIT_GRID_S, np.nan)
     q = _quantise(pos)
     # Runs: split where the class changes and at each detector's first new sample.
     counts = [length - 2 * h - 1 for length in lengths]  # new samples per detector
     firsts_new = list(itertools.accumulate(counts, initial=0))
     split = np.empty(len(v), dtype=bool)
     np.not_equal(cls[1:], cls[:-1], out=split[1:])
+    split |= crossed
     split[firsts_new[:-1]] = True
     starts = split.nonzero()[0]
     seg_starts = starts.tolist()
+    seg_cell = cuts[starts].tolist()
     seg_q = np.add.reduceat(q, starts, axis=0).tolist()
     seg_min = np.fmin.reduceat(pos, starts, axis=0).tolist()
     seg_max = np.fmax.reduceat(pos, starts, axis=0).tolist()
@@ -769,6 +881,7 @@ def _classify_batch(dets: list[EventDetector], h: int, thr: float) -> list[list[
             [*local[1:], counts[i]],
             seg_cls[k0:k1],
             [False] * (k1 - k0),
+            seg_cell[k0:k1],
             seg_q[k0:k1],
             seg_min[k0:k1],
             seg_max[k0:k1],
@@ -795,16 +908,23 @@ def detect_events(
     y_deg: npt.ArrayLike,
     valid: npt.ArrayLike | None = None,
     detector: EventDetector | None = None,
+    *,
+    rate_hz: float | None = None,
 ) -> tuple[Events, Int8Array]:
     """Offline: all events of a recording and its per-sample labels (int8 (N,) EventKind).
 
     ``valid`` defaults to "x and y finite". The recording is pushed as one block and then
-    :meth:`EventDetector.finish` closes the last run, so every sample gets a label.
+    :meth:`EventDetector.finish` closes the last run, so every sample gets a label. Give the
+    recording's declared ``rate_hz`` or a ``detector``.
     """
     block = GazeSamples.from_arrays(timestamps, x_deg, y_deg)
     if valid is not None:
         ok = np.asarray(valid, dtype=bool) & block.valid
         block = GazeSamples(block.timestamps, block.x_deg, block.y_deg, block.pupil_mm, ok)
-    det = detector if detector is not None else EventDetector()
+    if detector is None:
+        if rate_hz is None:
+            raise ConfigError("rate_hz", None, "give the recording's declared rate", "argument")
+        detector = EventDetector(rate_hz=rate_hz)
+    det = detector
     events = Events.concat([det.push(block), det.finish()])
     return events, sample_labels(events, len(block))

@@ -585,6 +585,31 @@ class _Wordbook:
             self.hi = c - 1
 
 
+def _detector(rate_hz: float | None, detector: EventDetector | None) -> EventDetector:
+    """``detector``, or a default one at the declared ``rate_hz``.
+
+    Raises:
+        ConfigError: neither given, or a detector at another rate than ``rate_hz``.
+    """
+    if detector is None:
+        if rate_hz is None:
+            raise ConfigError(
+                "rate_hz",
+                None,
+                "the stream's declared sampling rate is needed (the event detector's parameters "
+                "come from it, never from measured timestamps): pass rate_hz=..., e.g. the LSL "
+                "stream's nominal_srate",
+                "argument",
+            )
+        return EventDetector(rate_hz=rate_hz)
+    if rate_hz is not None and float(rate_hz) != detector.rate_hz:
+        raise ConfigError(
+            "rate_hz", rate_hz, f"differs from the detector's rate {detector.rate_hz:g} Hz",
+            "argument",
+        )  # fmt: skip
+    return detector
+
+
 class FeatureExtractor:
     """Turns gaze blocks into feature vectors, incrementally (see the module docstring).
 
@@ -594,7 +619,10 @@ class FeatureExtractor:
         min_valid_fraction: windows with less valid data hold their behaviour features.
         hold_limit_s: a held value repeats for at most this long (s; None: ``window_s``); after
             that, and before a feature's first defined value, its public default is released.
-        detector: the event detector to use (default: ``EventDetector()``), owned afterwards.
+        rate_hz: the stream's declared sampling rate, Hz (for the default detector; never
+            measured from the samples).
+        detector: the event detector to use (default: ``EventDetector(rate_hz=rate_hz)``),
+            owned afterwards.
         coalesce: hold (copies of) blocks that cannot complete a step and process them with
             the next block that can, or that enters a new step interval: the same vectors,
             returned by the same :meth:`push` calls, for fewer detector passes (small blocks).
@@ -607,6 +635,7 @@ class FeatureExtractor:
         *,
         min_valid_fraction: float = 0.5,
         hold_limit_s: float | None = None,
+        rate_hz: float | None = None,
         detector: EventDetector | None = None,
         coalesce: bool = True,
     ) -> None:
@@ -624,7 +653,7 @@ class FeatureExtractor:
         self.window_s = float(window_s)
         self.step_s = float(step_s)
         self.min_valid_fraction = float(min_valid_fraction)
-        self.detector = detector if detector is not None else EventDetector()
+        self.detector = _detector(rate_hz, detector)
         self.names = NAMES
         self.lo, self.hi, self.max_step = feature_bounds(None, self.window_s, self.step_s)
         self.default = feature_defaults(None, self.window_s, self.step_s)
@@ -1324,6 +1353,7 @@ def extract_features(  # noqa: PLR0917 - the documented positional signature
     *,
     min_valid_fraction: float = 0.5,
     hold_limit_s: float | None = None,
+    rate_hz: float | None = None,
     detector: EventDetector | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Features of a whole recording, through the same :meth:`FeatureExtractor.push` as live data.
@@ -1333,7 +1363,8 @@ def extract_features(  # noqa: PLR0917 - the documented positional signature
         gaze_x_deg, gaze_y_deg: (N,) gaze direction, deg; NaN marks invalid samples.
         pupil_mm: (N,) pupil diameter, mm, or None (pupil features then stay at their
             public default).
-        min_valid_fraction, hold_limit_s, detector: as for :class:`FeatureExtractor`.
+        min_valid_fraction, hold_limit_s, rate_hz, detector: as for :class:`FeatureExtractor`
+            (the recording's declared rate, or a detector built with it).
 
     Returns:
         ``X`` float64 (T, F) in :data:`FEATURES` order and ``t`` float64 (T,) window end times, s.
@@ -1344,6 +1375,7 @@ def extract_features(  # noqa: PLR0917 - the documented positional signature
         step_s,
         min_valid_fraction=min_valid_fraction,
         hold_limit_s=hold_limit_s,
+        rate_hz=rate_hz,
         detector=detector,
     )
     return fx.push(GazeSamples.from_arrays(timestamps, gaze_x_deg, gaze_y_deg, pupil_mm))

@@ -38,12 +38,12 @@ import numpy as np
 
 from gazeguard._threads import to_thread_to_the_end
 from gazeguard.config import Settings
-from gazeguard.errors import ConfigError
 from gazeguard.ingest import LslFleetIngest
 from gazeguard.ledger import Ledger, LedgerState
 from gazeguard.pipeline import Pipeline, ReleasedChunk, feed_many, release_group
+from gazeguard.plan import ReleasePlan
 from gazeguard.publish import Publisher
-from gazeguard.samples import GazeSamples, lsl_unix_offset
+from gazeguard.samples import GazeSamples
 
 if TYPE_CHECKING:
     from gazeguard.chunking import Chunk
@@ -75,46 +75,27 @@ class CohortWiring:
     model_columns: np.ndarray | None
 
     @classmethod
-    def build(cls, settings: Settings, ledger: Ledger, worker: str, prefix: str) -> CohortWiring:
-        """The plan for the release profile (and model) at the cohort's share of the budget.
-
-        Raises:
-            ConfigError: no per-hour budget, or a model for another window or step.
-        """
-        from gazeguard.cohort import CohortAggregator, plan_cohort  # noqa: PLC0415
-        from gazeguard.features import FEATURES, feature_bounds  # noqa: PLC0415
+    def build(
+        cls, settings: Settings, plan: ReleasePlan, ledger: Ledger, worker: str, prefix: str
+    ) -> CohortWiring:
+        """The aggregator of the plan's cohort release (its calibration is the plan's)."""
+        from gazeguard.cohort import CohortAggregator  # noqa: PLC0415
+        from gazeguard.features import FEATURES  # noqa: PLC0415
         from gazeguard.labels import load_model  # noqa: PLC0415
 
-        c, f = settings.cohort, settings.features
-        budget = settings.ledger.budget_per_hour
-        if budget is None:
-            why = "cohort aggregates are calibrated to ledger.budget_per_hour; set one"
-            raise ConfigError("cohort.enabled", True, why)
+        c = settings.cohort
+        cohort = plan.cohort_plan
+        assert cohort is not None, "the plan has no cohort release (fleet mode, cohort.enabled)"
         all_names = [x.name for x in FEATURES]
-        names = list(settings.mechanism.features or all_names)
-        lo, hi, _ = feature_bounds(names, f.window_s, f.step_s)
-        units = [FEATURES[all_names.index(n)].unit for n in names]
         model = load_model(c.model) if c.model is not None else None
-        if model is not None and (
-            model.spec.window_s != f.window_s or model.spec.step_s != f.step_s
-        ):
-            why = (
-                f"model {model.name!r} was trained on {model.spec.window_s:g} s windows every "
-                f"{model.spec.step_s:g} s; features here are {f.window_s:g} s every {f.step_s:g} s"
-            )
-            raise ConfigError("cohort.model", c.model, why)
-        plan = plan_cohort(
-            names, lo, hi, units, model.classes if model else (),
-            bucket_s=c.bucket_s, budget=c.budget_share * budget, delta=settings.ledger.delta / 2,
-        )  # fmt: skip
-        log.info("worker %s: %s", worker, plan.text())
+        log.info("worker %s: %s", worker, cohort.text())
         agg = CohortAggregator(
-            plan, ledger, cohort=c.name, worker=worker, topic_prefix=prefix,
+            cohort, ledger, cohort=c.name, worker=worker, topic_prefix=prefix,
             profile=settings.mechanism.profile or "custom",
             model=model.name if model else None, grace_s=c.grace_s,
             insecure_seed=settings.mechanism.insecure_seed,
         )  # fmt: skip
-        cols = np.array([all_names.index(n) for n in names], dtype=np.intp)
+        cols = np.array([all_names.index(n) for n in plan.names], dtype=np.intp)
         mcols = (
             None
             if model is None
@@ -136,8 +117,7 @@ class CohortWiring:
             probs = None
             if self.model is not None and self.model_columns is not None:
                 probs = self.model.predict_proba(np.nan_to_num(rows[:, self.model_columns]))
-            offset = pipeline.clock_offset_s
-            t_unix = t[ok] + (lsl_unix_offset() if offset is None else offset)
+            t_unix = t[ok] + pipeline.clock_offset_s
             self.aggregator.add(device, session, rows[:, self.columns], t_unix, probs)
 
         return observe
@@ -169,12 +149,16 @@ class Fleet:
     Args:
         settings: the service settings (``fleet`` section, ``ingest.source`` "lsl" or
             "jetstream").
-        ledger: shared ledger (PostgreSQL for several processes).
+        plan: the release plan every session follows (and the cohort's, when enabled).
+        ledger: shared ledger (PostgreSQL for several processes), with the plan's caps.
         publisher: shared publisher of privatized chunks.
     """
 
-    def __init__(self, settings: Settings, ledger: Ledger, publisher: Publisher) -> None:
+    def __init__(
+        self, settings: Settings, plan: ReleasePlan, ledger: Ledger, publisher: Publisher
+    ) -> None:
         self.settings = settings
+        self.plan = plan
         self.ledger = ledger
         self.publisher = publisher
         self._on_loop = ledger_calls_on_loop(settings, ledger)
@@ -183,12 +167,16 @@ class Fleet:
         self.refused = 0
         self.closed: list[str] = []
         self.cohort: CohortWiring | None = (
-            CohortWiring.build(settings, ledger, self.worker_id, publisher.settings.topic_prefix)
-            if settings.cohort.enabled
+            CohortWiring.build(
+                settings, plan, ledger, self.worker_id, publisher.settings.topic_prefix
+            )
+            if plan.cohort_plan is not None
             else None
         )
 
-    def _open_session(self, session: str) -> _Session | None:
+    def _open_session(self, session: str, rate_hz: float) -> _Session | None:
+        """The session, opened on first sight with its stream's declared ``rate_hz``; ``None``
+        when refused (``fleet.max_sessions``)."""
         if session in self.sessions:
             return self.sessions[session]
         if len(self.sessions) >= self.settings.fleet.max_sessions:
@@ -204,10 +192,9 @@ class Fleet:
             self.ledger,
             session=session,
             device=self.settings.device,
-            features=self.settings.features,
-            mechanism=self.settings.mechanism,
+            rate_hz=rate_hz,
+            plan=self.plan,
             topic_prefix=self.publisher.settings.topic_prefix,
-            cohort_share=self.settings.cohort.budget_share if self.cohort else None,
         )
         if self.cohort is not None:
             pipeline.on_features = self.cohort.observer(self.settings.device, session, pipeline)

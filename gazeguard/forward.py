@@ -34,7 +34,7 @@ import pylsl
 
 from gazeguard.config import Settings
 from gazeguard.errors import PublishError
-from gazeguard.ingest import GazeStream, GazeStreamInfo
+from gazeguard.ingest import GazeStream, GazeStreamInfo, declared_rate
 from gazeguard.jetstream import JetStreamSender
 from gazeguard.mqtt.topics import session_id_for
 from gazeguard.samples import lsl_unix_offset
@@ -86,6 +86,7 @@ async def forward(
             summary.session,
             unix_offset=lsl_unix_offset,  # this host's clock: workers run elsewhere
             clock=pylsl.local_clock,
+            rate_hz=declared_rate(settings.ingest.rate_hz, info.nominal_srate, info.name),
         )
         async with sender:
             if ready is not None:

@@ -54,7 +54,8 @@ import pylsl
 
 from gazeguard._ring import BlockQueue
 from gazeguard.config import IngestSettings
-from gazeguard.errors import StreamError, StreamNotFoundError
+from gazeguard.errors import ConfigError, StreamError, StreamNotFoundError
+from gazeguard.events import check_rate
 from gazeguard.mqtt.topics import session_id_for
 from gazeguard.presets import IngestStats, Layout, Normalizer, StreamMeta, build_layout
 from gazeguard.samples import GazeSamples
@@ -136,6 +137,28 @@ def resolve_stream(settings: IngestSettings) -> pylsl.StreamInfo:
             found[0].hostname(),
         )
     return found[0]
+
+
+def declared_rate(configured: float | None, nominal_srate: float, stream: str) -> float:
+    """The rate the event detector is built for: ``ingest.rate_hz`` when set, else the stream's
+    own declaration (LSL ``nominal_srate``), Hz. Never measured from the samples.
+
+    Raises:
+        ConfigError: the stream declares no rate (0: irregular) and none is configured, or the
+            rate is outside what the detector accepts.
+    """
+    if configured is not None:
+        return check_rate(configured, "ingest.rate_hz")
+    if not nominal_srate > 0:
+        raise ConfigError(
+            "ingest.rate_hz",
+            None,
+            f"stream {stream!r} declares no sampling rate (nominal_srate {nominal_srate:g}: "
+            "irregular); set the tracker's nominal rate, e.g. --rate 120 or ingest.rate_hz = 120 "
+            "(the event detector's parameters come from a declared rate, never from measured "
+            "timestamps)",
+        )
+    return check_rate(nominal_srate, "ingest.rate_hz (the stream's nominal_srate)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,7 +486,8 @@ class LslFleetIngest:
         session = session_id_for(source_id, "")
         try:
             async with GazeStream(ingest, end_after_s=fleet.settings.fleet.idle_timeout_s) as s:
-                entry = fleet._open_session(session)
+                rate = declared_rate(ingest.rate_hz, s.info.nominal_srate, s.info.name)
+                entry = fleet._open_session(session, rate)
                 if entry is None:
                     return
                 async for block in s:
@@ -471,7 +495,7 @@ class LslFleetIngest:
                     await fleet._process(entry, block)
                     if stop.is_set():
                         break
-        except StreamError as exc:
+        except (StreamError, ConfigError) as exc:  # this stream only: the others go on
             logger.warning("worker %s: stream %r: %s", fleet.worker_id, source_id, exc)
         finally:
             fleet._close_session(session)

@@ -16,21 +16,14 @@ receives the same clean feature vectors (all registry features, one every ``step
 4. hands the :class:`ReleasedLabel` on for publishing — or, when a cap would be exceeded,
    withholds it (recorded in the ledger, nothing published).
 
-Budget (:func:`plan_labels`). The ledger caps user-level ε at δ over every hour of gaze, chunks
-and labels together. Labels reserve ``R`` per hour: ``R = labels.budget_share × B`` (default),
-split evenly over the ``D = ⌈3600/decision_s⌉ + 1`` decisions whose gaze end can fall in one
-hour (the ``+ 1`` absorbs timestamp jitter, as for chunks: :func:`gazeguard.budget.
-chunks_per_window`), so ``ε = R/D``; or ``ε = labels.epsilon`` and ``R = D·ε``. The chunk noise
-is calibrated to ``B − R``. Why the two fit under ``B`` together: randomized response is pure
-``ε``-DP, and composing a pure ``R``-DP release with an ``(B − R, δ)``-DP one is
-``(B, δ)``-DP (basic composition; the ledger's PLD accountant composes both exactly and reports
-no more). The ledger checks every charge anyway; the plan only makes that check pass for a
-normally paced stream.
-
-Unit of privacy. One raw gaze sample changes the feature vectors whose windows contain it, so
-it reaches :func:`~gazeguard.accounting.chunks_reached` consecutive decision blocks (with the
-feature window, step, block length and hold limit), i.e. at most that many labels: the raw-event
-ε of the label stream is that many times ``ε``. Nothing in the plan reads the user's data.
+Budget (:func:`plan_labels`, called by the release plan, :mod:`gazeguard.plan`). The ledger
+caps user-level ε at δ over every hour of gaze, all release kinds together. Labels get their
+share ``(R, δ_L)`` of it (``R = labels.budget_share × B``), and ``D`` — the decisions an hour
+of gaze can change, counted by the plan — randomized-response releases must compose to at most
+that: ``ε`` per decision is the largest for which the accountant's composition of ``D``
+decisions is ``≤ R`` at ``δ_L``; or ``ε = labels.epsilon``, whose ``D``-fold composition must
+then fit below ``B``. One raw gaze sample reaches the plan's ``per_sample`` decisions. Nothing
+in the plan reads the user's data.
 """
 
 from __future__ import annotations
@@ -45,18 +38,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.accounting import RandomizedResponseEvent, chunks_reached, compose
-from gazeguard.budget import RAW_EVENT_SPAN_S, chunks_per_window
+from gazeguard.accounting import RandomizedResponseEvent, compose
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.label_message import LabelMessage, label_topic
 from gazeguard.labels import (
     MAX_EPSILON,
     MIN_EPSILON,
-    SECONDS_PER_HOUR,
     LabelModel,
     LabelRelease,
     load_model,
-    plan_for_survival,
     released_accuracy,
     survival_probability,
 )
@@ -115,14 +105,13 @@ class LabelPlan:
         model: the loaded label model (features checked against the sidecar's).
         epsilon: ε per decision (pure).
         decision_s: seconds of gaze per decision; steps: feature vectors per decision.
-        per_window: ``D``, decisions whose gaze end can fall in one window (hour) of gaze.
-        reserve: ``R = D·ε``, the labels' pure ε per hour of gaze.
+        per_window: ``D``, the decisions one hour of gaze can change (the plan's count).
+        reserve: the labels' share of the hourly budget, ε at ``delta`` (with a fixed
+            ``labels.epsilon``: what ``D`` decisions cost).
         budget: ``B``, the ledger's budget per hour (``None``: no hourly cap).
-        chunk_budget: ``B − R``, what the chunk noise is calibrated to (``None``: no cap).
-        delta: δ of the budget.
-        reached: decisions one raw gaze sample can change.
+        delta: δ of the labels' share.
+        reached: decisions one raw gaze sample can change (the plan's count).
         clean_accuracy: the model's recorded clean accuracy per decision (or ``None``).
-        window_s: the budget's window, seconds of gaze (one hour).
     """
 
     model: LabelModel
@@ -132,11 +121,9 @@ class LabelPlan:
     per_window: int
     reserve: float
     budget: float | None
-    chunk_budget: float | None
     delta: float
     reached: int
     clean_accuracy: float | None
-    window_s: float = SECONDS_PER_HOUR
 
     @property
     def classes(self) -> int:
@@ -165,27 +152,25 @@ class LabelPlan:
         """ε at δ of the ``D`` decisions of one hour (PLD; at most ``reserve``)."""
         return compose({self.event: self.per_window}, self.delta).epsilon
 
+    @property
+    def sample_epsilon(self) -> float:
+        """ε at δ of the decisions one raw gaze sample can change."""
+        return compose({self.event: self.reached}, self.delta).epsilon
+
     def text(self) -> str:
         """The arithmetic printed at startup (several lines)."""
         c, p, eps = self.classes, self.survival, self.epsilon
         names = ", ".join(self.model.classes)
-        per = "hour" if self.window_s == SECONDS_PER_HOUR else f"window of {self.window_s:g} s"
         lines = [
             f"private labels: model {self.model.name!r} v{self.model.version}, {c} classes "
             f"({names}); one decision per {self.decision_s:g} s of gaze ({self.steps} feature "
             f"vectors), randomized response at ε {eps:.4g} per decision",
             f"  the true label survives with p = e^ε/(e^ε + C − 1) = {p:.3f} (chance 1/C = "
             f"{1 / c:.3f}); each other label is reported with {(1 - p) / (c - 1):.3f}",
-            f"  one {per} of gaze holds at most {self.per_window} decisions "
-            f"({self.window_s / self.decision_s:.3g} + 1 for jitter): pure ε "
-            f"{self.reserve:.4g} (at δ {self.delta:g}: {self.hour_epsilon:.4g}); one raw gaze "
-            f"sample reaches {self.reached} decisions: ε {self.reached * eps:.4g}",
+            f"  one hour of gaze can change {self.per_window} decisions: ε "
+            f"{self.hour_epsilon:.4g} at δ {self.delta:g}; one raw gaze sample reaches "
+            f"{self.reached} decisions: ε {self.sample_epsilon:.4g}",
         ]
-        if self.budget is not None and self.chunk_budget is not None:
-            lines.append(
-                f"  budget {self.budget:g} per {per} of gaze: {self.reserve:.4g} for labels, the "
-                f"chunk noise calibrated to the remaining {self.chunk_budget:.4g}"
-            )
         if self.clean_accuracy is not None and self.released_accuracy is not None:
             acc, rel = self.clean_accuracy, self.released_accuracy
             lines.append(
@@ -193,39 +178,32 @@ class LabelPlan:
                 f"released p·acc + (1−p)(1−acc)/(C−1) = {rel:.3f} ({100 * rel / acc:.0f} % of "
                 "clean)"
             )
-        if self.budget is not None:
-            for target in (0.8, 0.9):
-                if target > 1.0 / c:
-                    alt = plan_for_survival(self.reserve, c, target)
-                    lines.append(
-                        f"  for p = {target:.2f}: ε {alt.epsilon:.3g} per decision; the label "
-                        f"share {self.reserve:.3g} per {per} fits "
-                        f"{self.reserve / alt.epsilon:.3g} decisions (the whole budget "
-                        f"{self.budget:g}: {self.budget / alt.epsilon:.3g})"
-                    )
         return "\n".join(lines)
 
 
-def plan_labels(
-    labels: LabelSettings,
-    features: FeatureSettings,
-    budget: float | None,
-    delta: float,
-    window_s: float = SECONDS_PER_HOUR,
-) -> LabelPlan:
-    """Load the model and work out ε per decision and the budget split (module docstring).
+def decision_epsilon(share: float, decisions: int, classes: int, delta: float) -> float:
+    """The largest ε per decision (to 1e-6 relative) whose ``decisions``-fold randomized
+    response composes to at most ``share`` at ``delta`` (the accountant's PLD; never below
+    the pure split ``share/decisions``), capped at :data:`~gazeguard.labels.MAX_EPSILON`."""
 
-    Args:
-        labels: the ``labels`` settings.
-        features: the feature window and step (the model must have been trained with them).
-        budget: ``ledger.budget_per_hour`` (``None``: no hourly cap).
-        delta: ``ledger.delta``.
-        window_s: the window ``budget`` caps, seconds of gaze (the ledger's: one hour).
+    def cost(eps: float) -> float:
+        return compose({RandomizedResponseEvent(eps, classes): decisions}, delta).epsilon
+
+    lo, hi = share / decisions, min(share, MAX_EPSILON)
+    if cost(hi) <= share:
+        return hi
+    while hi - lo > 1e-6 * lo:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cost(mid) <= share else (lo, mid)
+    return lo
+
+
+def load_label_model(labels: LabelSettings, features: FeatureSettings) -> LabelModel:
+    """The label model the settings name, checked against the sidecar's feature window/step.
 
     Raises:
-        ConfigError: the model cannot be loaded, reads unknown features or was trained with
-            another window or step; ``decision_s`` is not a whole multiple of the step; the
-            label share leaves nothing for the chunks; ε out of range.
+        ConfigError: the model cannot be loaded, reads unknown features, or was trained with
+            another window or step.
     """
     model = load_model(labels.model)
     if not (
@@ -241,30 +219,65 @@ def plan_labels(
             "features would not match; train a model with these settings (`gazeguard profile "
             "train-model --window W --step S`) or set the feature window and step it expects",
         )
+    return model
+
+
+def steps_per_decision(labels: LabelSettings, features: FeatureSettings) -> int:
+    """Feature vectors per decision (ConfigError: not a whole multiple >= 2 of the step)."""
+    return _steps_per_decision(labels.decision_s, features.step_s)
+
+
+def plan_labels(
+    labels: LabelSettings,
+    features: FeatureSettings,
+    *,
+    model: LabelModel,
+    per_hour: int,
+    per_sample: int,
+    share: float | None,
+    budget: float | None,
+    delta: float,
+) -> LabelPlan:
+    """ε per decision for the release plan's counts (module docstring).
+
+    Args:
+        labels: the ``labels`` settings.
+        features: the feature window and step.
+        model: the label model (:func:`load_label_model`).
+        per_hour: ``D``, the decisions one hour of gaze can change.
+        per_sample: the decisions one raw gaze sample can change.
+        share: the labels' share of the hourly budget, ε at ``delta`` (``None``: no budget).
+        budget: ``ledger.budget_per_hour`` (``None``: no hourly cap).
+        delta: δ of the labels' share.
+
+    Raises:
+        ConfigError: ``decision_s`` is not a whole multiple of the step; a fixed ε whose hour
+            leaves nothing for the rest; ε out of range.
+    """
     steps = _steps_per_decision(labels.decision_s, features.step_s)
-    per_window = chunks_per_window(window_s, labels.decision_s)
+    classes = len(model.classes)
     if labels.epsilon is not None:
         epsilon = float(labels.epsilon)
-        reserve = per_window * epsilon
+        reserve = compose({RandomizedResponseEvent(epsilon, classes): per_hour}, delta).epsilon
         if budget is not None and reserve >= budget:
             raise ConfigError(
                 "labels.epsilon",
                 labels.epsilon,
-                f"{per_window} decisions per hour of gaze × ε {epsilon:g} = {reserve:g} leaves "
-                f"nothing of ledger.budget_per_hour = {budget:g} for the chunks: lower "
-                "labels.epsilon, raise labels.decision_s, or unset labels.epsilon to use "
+                f"{per_hour} decisions per hour of gaze at ε {epsilon:g} cost {reserve:.4g}, "
+                f"which leaves nothing of ledger.budget_per_hour = {budget:g} for the chunks: "
+                "lower labels.epsilon, raise labels.decision_s, or unset labels.epsilon to use "
                 "labels.budget_share",
             )
     else:
-        if budget is None:
+        if share is None:
             raise ConfigError(
                 "labels.epsilon",
                 None,
                 "nothing to derive ε per decision from: set labels.epsilon or "
                 "ledger.budget_per_hour (with labels.budget_share)",
             )
-        reserve = labels.budget_share * budget
-        epsilon = reserve / per_window
+        reserve = share
+        epsilon = decision_epsilon(share, per_hour, classes, delta)
     if not MIN_EPSILON <= epsilon <= MAX_EPSILON:
         raise ConfigError(
             "labels.epsilon",
@@ -272,23 +285,17 @@ def plan_labels(
             f"ε per decision must lie in [{MIN_EPSILON:.3g}, {MAX_EPSILON:g}]"
             + ("" if labels.epsilon is not None else " (from labels.budget_share)"),
         )
-    hold = features.window_s if features.hold_limit_s is None else features.hold_limit_s
-    reached = chunks_reached(
-        features.window_s, features.step_s, steps, hold, event_span_s=RAW_EVENT_SPAN_S
-    )
     return LabelPlan(
         model=model,
         epsilon=epsilon,
         decision_s=float(labels.decision_s),
         steps=steps,
-        per_window=per_window,
+        per_window=per_hour,
         reserve=reserve,
         budget=budget,
-        chunk_budget=None if budget is None else budget - reserve,
         delta=delta,
-        reached=reached,
+        reached=per_sample,
         clean_accuracy=clean_accuracy_of(model, labels.decision_s),
-        window_s=float(window_s),
     )
 
 

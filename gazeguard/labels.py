@@ -32,11 +32,11 @@ Sampling exactly (:class:`RandomizedResponse`, why it is equivalent to OpenDP an
     :attr:`RandomizedResponse.survival` reports). ``tests/test_labels.py`` compares the exact
     pmf, OpenDP's draws and ours (chi-square).
 
-Budget arithmetic (:func:`survival_probability`, :func:`plan_for_survival`,
-:func:`plan_for_cadence`, :func:`budget_text`)
-    The true label survives with ``p = e^ε/(e^ε + C − 1)`` (6 classes, ε = 3: 0.80). With a
-    budget ``B`` per hour of gaze (pure ε, sequential composition) there are ``B/ε`` decisions
-    per hour. A classifier of clean accuracy ``acc`` gives released labels of expected accuracy
+What a label keeps (:func:`survival_probability`, :func:`released_accuracy`)
+    The true label survives with ``p = e^ε/(e^ε + C − 1)`` (6 classes, ε = 3: 0.80); how many
+    decisions a budget buys is the release plan's business (:mod:`gazeguard.plan`: the
+    decisions one hour of gaze can change, composed by the accountant). A classifier of clean
+    accuracy ``acc`` gives released labels of expected accuracy
     ``p·acc + (1 − p)·(1 − acc)/(C − 1)`` (a wrong clean label becomes right only when the
     mechanism happens to pick the true class among the ``C − 1`` others).
 
@@ -96,7 +96,6 @@ MIN_EPSILON: Final = 2.0**-40
 MAX_CLASSES: Final = 256
 #: ``b``, the integer weight of each non-true class: ``2^WEIGHT_BITS``.
 WEIGHT_BITS: Final = 64
-SECONDS_PER_HOUR: Final = 3600.0
 
 
 # =========================================================================== budget arithmetic
@@ -169,117 +168,6 @@ def released_accuracy(clean_accuracy: float, survival: float, classes: int) -> f
     acc = _check_probability(clean_accuracy, "clean_accuracy")
     p = _check_probability(survival, "survival")
     return p * acc + (1.0 - p) * (1.0 - acc) / (c - 1)
-
-
-def decisions_per_hour(budget_per_hour: float, epsilon: float) -> float:
-    """``B/ε``: decisions an hour of gaze affords at ε each (pure ε, sequential composition)."""
-    if not isinstance(budget_per_hour, int | float) or not (
-        math.isfinite(budget_per_hour) and budget_per_hour > 0
-    ):
-        raise ConfigError("budget_per_hour", budget_per_hour, "must be a finite number > 0")
-    return float(budget_per_hour) / _check_epsilon(epsilon)
-
-
-@dataclass(frozen=True)
-class LabelBudget:
-    """A label cadence and what it buys, for one budget per hour of gaze.
-
-    Attributes:
-        classes: C.
-        budget_per_hour: B, pure ε per hour of gaze.
-        epsilon: ε per decision.
-        decisions_per_hour: ``B/ε`` (may be fractional: the last decision of an hour waits).
-        decision_s: seconds between decisions, ``3600·ε/B``.
-        survival: ``e^ε/(e^ε + C − 1)``.
-        clean_accuracy: the classifier's clean accuracy, if known.
-        released_accuracy: expected accuracy of released labels, if ``clean_accuracy`` is known.
-    """
-
-    classes: int
-    budget_per_hour: float
-    epsilon: float
-    decisions_per_hour: float
-    decision_s: float
-    survival: float
-    clean_accuracy: float | None = None
-    released_accuracy: float | None = None
-
-    @property
-    def kept_fraction(self) -> float | None:
-        """Released accuracy as a fraction of clean accuracy (None if unknown)."""
-        if self.clean_accuracy is None or self.released_accuracy is None:
-            return None
-        return self.released_accuracy / self.clean_accuracy if self.clean_accuracy else None
-
-
-def _plan(
-    budget_per_hour: float, classes: int, epsilon: float, clean_accuracy: float | None
-) -> LabelBudget:
-    p = survival_probability(epsilon, classes)
-    n = decisions_per_hour(budget_per_hour, epsilon)
-    rel = None if clean_accuracy is None else released_accuracy(clean_accuracy, p, classes)
-    return LabelBudget(
-        classes, float(budget_per_hour), epsilon, n, SECONDS_PER_HOUR / n, p, clean_accuracy, rel
-    )
-
-
-def plan_for_survival(
-    budget_per_hour: float, classes: int, survival: float, clean_accuracy: float | None = None
-) -> LabelBudget:
-    """Decisions per hour for a target survival probability: ``ε = ln(p(C−1)/(1−p))``, ``B/ε``.
-
-    >>> b = plan_for_survival(10.0, 6, 0.8)
-    >>> round(b.epsilon, 3), round(b.decisions_per_hour, 2)
-    (2.996, 3.34)
-    """
-    return _plan(budget_per_hour, classes, epsilon_for_survival(survival, classes), clean_accuracy)
-
-
-def plan_for_cadence(
-    budget_per_hour: float, classes: int, decision_s: float, clean_accuracy: float | None = None
-) -> LabelBudget:
-    """Survival for a cadence: one decision every ``decision_s`` s spends ``ε = B·decision_s/3600``.
-
-    >>> b = plan_for_cadence(10.0, 6, 300.0, clean_accuracy=0.56)
-    >>> round(b.epsilon, 3), round(b.survival, 3), round(b.kept_fraction or 0, 2)
-    (0.833, 0.315, 0.42)
-    """
-    if not isinstance(decision_s, int | float) or not (
-        math.isfinite(decision_s) and decision_s > 0
-    ):
-        raise ConfigError("decision_s", decision_s, "must be a finite number of seconds > 0")
-    per_hour = SECONDS_PER_HOUR / float(decision_s)
-    return _plan(budget_per_hour, classes, float(budget_per_hour) / per_hour, clean_accuracy)
-
-
-def budget_text(plan: LabelBudget, class_names: Sequence[str] | None = None) -> str:
-    """The arithmetic the sidecar prints at startup for a label release (several lines)."""
-    c = plan.classes
-    names = f" ({', '.join(class_names)})" if class_names else ""
-    lines = [
-        f"private labels: {c} classes{names}, randomized response at ε = {plan.epsilon:.4g} per "
-        f"decision, one decision every {plan.decision_s:.4g} s",
-        f"  the true label survives with p = e^ε/(e^ε + C − 1) = {plan.survival:.3f} "
-        f"(chance 1/C = {1 / c:.3f}); each other label is reported with "
-        f"{(1 - plan.survival) / (c - 1):.3f}",
-        f"  budget {plan.budget_per_hour:.4g} per hour of gaze (pure ε, sequential) = "
-        f"{plan.decisions_per_hour:.3g} decisions per hour",
-    ]
-    if plan.clean_accuracy is not None and plan.released_accuracy is not None:
-        lines.append(
-            f"  clean accuracy {plan.clean_accuracy:.3f} → released labels "
-            f"p·acc + (1−p)(1−acc)/(C−1) = {plan.released_accuracy:.3f} "
-            f"({100 * (plan.kept_fraction or 0):.0f} % of clean)"
-        )
-    for target in (0.8, 0.9):
-        if target > 1.0 / c:
-            alt = plan_for_survival(plan.budget_per_hour, c, target, plan.clean_accuracy)
-            lines.append(
-                f"  for p = {target:.2f}: ε = {alt.epsilon:.3g} per decision, "
-                f"{alt.decisions_per_hour:.3g} decisions per hour "
-                f"(one every {alt.decision_s / 60:.3g} min)"
-            )
-    return "\n".join(lines)
 
 
 # =========================================================================== randomized response

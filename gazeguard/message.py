@@ -221,9 +221,11 @@ class LedgerSnapshot(_Model):
         epsilon: the session's user-level ε at ``delta`` so far, this chunk included: the
             accountant's composition of every release (never above ``session_spent``).
         delta: the δ of ``epsilon``, ``epsilon_window`` and the caps.
-        epsilon_window: user-level ε at ``delta`` of the releases in the trailing ``window_s``
-            seconds of gaze (default one hour: ε per hour of gaze).
-        window_s: that window, seconds of gaze.
+        epsilon_window: user-level ε at ``delta`` of the releases ending in the trailing
+            ``window_s`` seconds of gaze: every release one hour of gaze can change, so this
+            is the ε per hour of gaze (gazeguard.plan).
+        window_s: that window, seconds of gaze: one hour plus how far one sample reaches
+            (feature window, hold, event reach) plus the longest release's span.
         chunk_epsilon: this chunk's pure ε, the sum of its features' ε; ``None`` for noise
             without a pure guarantee (Gaussian).
         session_spent: sequential pure ε of the session so far (the conservative view);
@@ -233,11 +235,13 @@ class LedgerSnapshot(_Model):
         remaining: ``session_cap − epsilon``; ``None`` when uncapped.
         session_cap: cap on ``epsilon``, or ``None``.
         window_cap: cap on the ε of any ``window_s`` seconds of gaze, or ``None``.
-        raw_event_epsilon: ε at ``delta`` that protects one raw gaze sample (and any change of
-            gaze within one feature window): the composition of this chunk's cost over the
-            ``chunks_reached`` consecutive chunks one sample can change.
-        chunks_reached: how many consecutive chunks one raw gaze sample can change (from the
-            window, the step, the chunk length and the feature hold limit).
+        raw_event_epsilon: ε at ``delta`` that protects one raw gaze sample: the composition
+            of every release one sample can change, of every kind the session releases
+            (``chunks_reached`` chunks, and labels or cohort buckets where released).
+        chunks_reached: how many consecutive chunks one raw gaze sample can change: its reach
+            is bounded by the feature window, the hold limit, and the event detector (whose
+            parameters come from the declared rate and which cuts every event under 2 s), so
+            this holds for any gaze, long fixations included.
     """
 
     epsilon: NonNegative

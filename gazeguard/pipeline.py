@@ -9,7 +9,7 @@ MQTT)::
     from gazeguard.samples import GazeSamples, lsl_unix_offset
 
     with Ledger("ledger.sqlite") as ledger:
-        pipe = Pipeline(ledger, session="s1", device="hmd-7", on_release=print)
+        pipe = Pipeline(ledger, session="s1", device="hmd-7", rate_hz=120.0, on_release=print)
         for t, x, y, pupil in my_sample_blocks():   # arrays of shape (N,): s, deg, deg, mm
             pipe.push(GazeSamples.from_arrays(t, x, y, pupil))
         pipe.close()
@@ -33,12 +33,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gazeguard.budget import build_mechanism, cost_summary
 from gazeguard.chunking import Chunk, Chunker
 from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError, GazeguardError
-from gazeguard.events import EventDetector
-from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds, push_many
+from gazeguard.events import EventDetector, check_rate
+from gazeguard.features import FEATURES, FeatureExtractor, push_many
 from gazeguard.ledger import (
     Charge,
     ChargeRequest,
@@ -47,7 +46,6 @@ from gazeguard.ledger import (
     StaleStateError,
     event_key,
 )
-from gazeguard.mechanisms import Bounds
 from gazeguard.message import (
     ChunkMessage,
     IngestCounters,
@@ -57,6 +55,7 @@ from gazeguard.message import (
     StatusMessage,
     chunk_topic,
 )
+from gazeguard.plan import ReleasePlan
 from gazeguard.samples import GazeSamples, lsl_unix_offset
 
 if TYPE_CHECKING:
@@ -108,27 +107,6 @@ class ReleasedChunk:
         return self.message.chunk_index
 
 
-def _profile_names(mechanism: MechanismSettings) -> list[str]:
-    """The release profile's feature names (all 48 when ``mechanism.features`` is unset).
-
-    Raises:
-        ConfigError: an unknown name (also in ``epsilon_per_feature``), or an empty profile.
-    """
-    all_names = [f.name for f in FEATURES]
-    names = list(mechanism.features) if mechanism.features is not None else all_names
-    unknown = [n for n in [*names, *mechanism.epsilon_per_feature] if n not in all_names]
-    if unknown or not names:
-        raise ConfigError(
-            "mechanism.features",
-            unknown or names,
-            f"unknown feature name(s); known: {', '.join(all_names)}"
-            if unknown
-            else "the release profile is empty",
-            None,
-        )
-    return names
-
-
 @dataclass(slots=True)
 class PipelineStats:
     """Counters of one session (chunks and steps)."""
@@ -152,27 +130,29 @@ class Pipeline:
         ledger: where every release is charged before it is handed on.
         session: session id (the ledger account; topics use it).
         device: device id (topics use it).
-        features: window and step of the feature extractor.
-        mechanism: mechanism, transform, n, k, ε and release profile.
+        rate_hz: the gaze stream's declared (nominal) sampling rate, Hz, e.g. the LSL stream's
+            ``nominal_srate``: the event detector's parameters come from it, never from the
+            samples' timestamps.
+        plan: the release plan (:class:`gazeguard.plan.ReleasePlan`: the mechanism, labels and
+            every figure); ``None``: built from ``features``, ``mechanism`` and ``labels`` for
+            the ledger's caps (its hourly cap is the budget). The ledger's window must hold
+            every release one hour of gaze can change (``plan.window_s``): open it with
+            ``Ledger(path, **plan.ledger_caps())``.
+        features, mechanism, labels: the settings a plan is built from when ``plan`` is
+            ``None`` (labels: private labels when ``labels.enabled``, :mod:`gazeguard.
+            label_stream`, charged to the same ledger and collected by :meth:`take_labels`).
         topic_prefix: MQTT topic prefix written into the outbox rows.
         on_release: called with each :class:`ReleasedChunk`, after its charge committed.
         tap: called with ``(raw chunk, released chunk)`` for in-process diagnostics only
             (``gazeguard demo`` plots raw against privatized); never wired to any network path.
         clock_offset_s: Unix time minus sample time, s; ``None`` (default): samples are on the
-            LSL clock of this host (``time.time() − pylsl.local_clock()``). The ledger counts
-            its per-hour window in this gaze time.
-        labels: private labels (:mod:`gazeguard.label_stream`), when ``labels.enabled``: every
-            ``decision_s`` of clean feature vectors gives one randomized-response label,
-            charged to the same ledger (stream ``labels``) and collected by
-            :meth:`take_labels`; the chunk noise is then calibrated to the budget the labels
-            leave (:attr:`label_plan`).
-        cohort_share: the share of the hourly budget a fleet worker's cohort aggregates take
-            (:mod:`gazeguard.cohort`, at δ/2); the chunk noise is calibrated to the rest at δ/2.
-            The worker feeds its aggregator through :attr:`on_features`.
+            LSL clock of this host (``time.time() − pylsl.local_clock()``, read once). The
+            ledger counts its per-hour window in this gaze time.
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
-            ``epsilon_per_feature``, or invalid mechanism parameters.
+            ``epsilon_per_feature``, invalid mechanism parameters, or a ledger whose window
+            is shorter than the plan's.
     """
 
     def __init__(
@@ -181,61 +161,63 @@ class Pipeline:
         *,
         session: str,
         device: str,
+        rate_hz: float,
+        plan: ReleasePlan | None = None,
         features: FeatureSettings | None = None,
         mechanism: MechanismSettings | None = None,
+        labels: LabelSettings | None = None,
         topic_prefix: str = "gazeguard/v1",
         on_release: Callable[[ReleasedChunk], None] | None = None,
         tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
         clock_offset_s: float | None = None,
-        labels: LabelSettings | None = None,
-        cohort_share: float | None = None,
     ) -> None:
-        features = features or FeatureSettings()
-        mechanism = mechanism or MechanismSettings()
+        self.rate_hz = check_rate(rate_hz, "rate_hz")
         self.ledger = ledger
         self.session = session
         self.device = device
         self.topic = chunk_topic(topic_prefix, device, session)
         self.on_release = on_release
         self.tap = tap
-        self.clock_offset_s = clock_offset_s
+        # Fixed for the session: chunk ends stay a chunk apart in the ledger's Unix gaze time.
+        self.clock_offset_s = clock_offset_s if clock_offset_s is not None else lsl_unix_offset()
         self.stats = PipelineStats()
-
-        all_names = [f.name for f in FEATURES]
-        names = _profile_names(mechanism)
-        self.feature_names = names
-        self._index = np.array([all_names.index(n) for n in names], dtype=np.intp)
-        self.units = [FEATURES[i].unit for i in self._index]
         # Caps recorded with the session bind; a looser configuration is refused here.
         self.opened = ledger.open_session(session)
+        if plan is None:
+            plan = ReleasePlan.build(
+                features=features, mechanism=mechanism, budget=self.opened.window_cap,
+                delta=self.opened.delta, session_cap=self.opened.session_cap,
+                labels=labels if labels is not None and labels.enabled else None,
+            )  # fmt: skip
+        if self.opened.window_cap is not None and self.opened.window_s < plan.window_s:
+            raise ConfigError(
+                "ledger.window_s",
+                self.opened.window_s,
+                f"the ledger's window must hold every release one hour of gaze can change: "
+                f"{plan.window_s:g} s of release ends for this plan; open the ledger with the "
+                "plan's caps, Ledger(path, **plan.ledger_caps())",
+                None,
+            )
+        self.plan = plan
+        features = plan.features
+        all_names = [f.name for f in FEATURES]
+        names = plan.names
+        self.feature_names = names
+        self._index = np.array([all_names.index(n) for n in names], dtype=np.intp)
+        self.units = plan.units
         #: Called with every batch of clean feature vectors ``(X (T, 48), t (T,) sample time)``
         #: by :meth:`feed`; the trusted cohort aggregator of a fleet worker, nothing else.
         self.on_features: Callable[[np.ndarray, np.ndarray], None] | None = None
-        chunk_budget, chunk_delta = self._split_budget(features, labels, cohort_share)
-        lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
-        bounds = Bounds(lo=lo, hi=hi, max_step=max_step)
-        self.mechanism = build_mechanism(
-            mechanism, names, bounds, features.step_s,
-            budget=chunk_budget, window_s=self.opened.window_s, delta=chunk_delta,
-        )  # fmt: skip
+        self.mechanism = plan.mechanism
         self._params = MechanismParams.from_mechanism(self.mechanism)
         self._carries = self.mechanism.carries()
         # What the ledger charges: the chunk's accounting events (one per feature), keyed as
         # stored, and each feature's pure ε (inf for Gaussian noise) for the record.
-        events = self.mechanism.events()
-        self._events = {event_key(e): c for e, c in events.items()}
+        self._events = {event_key(e): c for e, c in plan.chunks.events.items()}
         self.epsilon = self.mechanism.epsilon
         self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
+        self._per_sample = plan.per_sample
         hold = features.window_s if features.hold_limit_s is None else features.hold_limit_s
-        self.cost = cost_summary(
-            events,
-            delta=self.opened.delta,
-            window_s=self.opened.window_s,
-            chunk_steps=self.mechanism.n,
-            step_s=features.step_s,
-            feature_window_s=features.window_s,
-            hold_limit_s=hold,
-        )
         self._features = features
         self.extractor = self._new_extractor()
         self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
@@ -248,7 +230,8 @@ class Pipeline:
         #: not chunked, counted or observed (a fleet worker taking a session over replays the
         #: retained gaze whose chunks the ledger charged already). ``-inf``: every vector counts.
         self.resume_after = -math.inf
-        self.profile = mechanism.profile
+        self.profile = plan.profile
+        self.label_plan: LabelPlan | None = plan.label_plan
         self.labels: LabelStream | None = None
         self._label_blocks: list[tuple[np.ndarray, np.ndarray]] = []
         self._labels_ready: list[ReleasedLabel] = []
@@ -258,38 +241,16 @@ class Pipeline:
             self.labels = LabelStream(
                 ledger, self.label_plan, session=session, device=device,
                 input_features=all_names, topic_prefix=topic_prefix,
-                profile=mechanism.profile, insecure_seed=mechanism.insecure_seed,
+                profile=plan.profile, insecure_seed=plan.insecure_seed,
             )  # fmt: skip
         self._completed_at = 0.0
-        if mechanism.insecure_seed is not None:
+        if plan.insecure_seed is not None:
             log.warning(
                 "session %r: INSECURE seeded noise (mechanism.insecure_seed=%d): releases are "
                 "reproducible and NOT differentially private against anyone who knows the seed",
                 session,
-                mechanism.insecure_seed,
+                plan.insecure_seed,
             )
-
-    def _split_budget(
-        self, features: FeatureSettings, labels: LabelSettings | None, cohort_share: float | None
-    ) -> tuple[float | None, float]:
-        """The hourly ε and the δ left for the chunk stream, after the cohort aggregates' share
-        (at δ/2, :mod:`gazeguard.cohort`) and the private labels' plan (sets
-        :attr:`label_plan`)."""
-        self.label_plan: LabelPlan | None = None
-        chunk_budget = self.opened.window_cap
-        chunk_delta = self.opened.delta
-        if cohort_share is not None and chunk_budget is not None:
-            # Cohort aggregates take their share at δ/2 (gazeguard.cohort); chunks the rest.
-            chunk_budget *= 1.0 - cohort_share
-            chunk_delta /= 2.0
-        if labels is not None and labels.enabled:
-            from gazeguard.label_stream import plan_labels  # noqa: PLC0415 - optional stage
-
-            self.label_plan = plan_labels(
-                labels, features, chunk_budget, chunk_delta, self.opened.window_s
-            )
-            chunk_budget = self.label_plan.chunk_budget
-        return chunk_budget, chunk_delta
 
     @property
     def carries(self) -> str:
@@ -300,7 +261,7 @@ class Pipeline:
     def chunk_epsilon(self) -> float:
         """Pure ε one chunk costs (sum over released features; ``inf`` for Gaussian noise).
         The user-level figures are in :attr:`cost`."""
-        return self.cost.chunk_pure
+        return self.plan.chunk_pure
 
     def push(self, block: GazeSamples) -> list[ReleasedChunk]:
         """Feed a block of samples; return the chunks it completed that were charged (the labels
@@ -316,7 +277,7 @@ class Pipeline:
         :meth:`take_labels`. Blocks on the ledger's durable commit."""
         if self.labels is None or not self._label_blocks:
             return []
-        offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
+        offset = self.clock_offset_s
         blocks, self._label_blocks = self._label_blocks, []
         done = [self.labels.release(b, t, offset) for b, t in blocks]
         out = [d for d in done if d is not None]
@@ -336,7 +297,9 @@ class Pipeline:
             step_s=f.step_s,
             min_valid_fraction=f.min_valid_fraction,
             hold_limit_s=f.hold_limit_s,
-            detector=EventDetector(velocity_threshold_deg_s=f.saccade_threshold_deg_s),
+            detector=EventDetector(
+                rate_hz=self.rate_hz, velocity_threshold_deg_s=f.saccade_threshold_deg_s
+            ),
         )
 
     def feed(self, block: GazeSamples) -> list[Chunk]:
@@ -467,7 +430,7 @@ class Pipeline:
         if not np.all(np.isfinite(values)):
             msg = "mechanism produced non-finite values"
             raise FloatingPointError(msg)  # one fail-closed path for all errors
-        offset = self.clock_offset_s if self.clock_offset_s is not None else lsl_unix_offset()
+        offset = self.clock_offset_s
         gaze = (float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset)
         return values, offset, gaze
 
@@ -487,10 +450,10 @@ class Pipeline:
             values=values,
             mechanism=self._params,
             ledger=LedgerSnapshot.from_state(
-                self.cost.chunk_pure,
+                self.plan.chunk_pure,
                 preview.state,
-                raw_event_epsilon=self.cost.raw_event,
-                chunks_reached=self.cost.reached,
+                raw_event_epsilon=self._per_sample,
+                chunks_reached=self.plan.chunks.per_sample,
             ),
             unix_offset=offset,
             carries=self._carries,

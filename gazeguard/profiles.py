@@ -533,12 +533,13 @@ def candidate_columns(table: FeatureTable) -> tuple[IntArray, dict[str, str]]:
     return select_features(table)
 
 
-def chunks_per_hour(spec: MechanismSpec, step_s: float) -> float:
-    """Chunks whose gaze end can fall in one hour of gaze, ``⌈3600/(n·step_s)⌉ + 1``
-    (:func:`gazeguard.budget.chunks_per_window`, as the ledger's hourly budget counts them)."""
-    from gazeguard.budget import chunks_per_window  # noqa: PLC0415
+def chunks_per_hour(spec: MechanismSpec, step_s: float, window_s: float = 30.0) -> float:
+    """Chunks one hour of gaze can change (:func:`gazeguard.plan.chunks_per_hour`, as the
+    ledger's hourly budget counts them)."""
+    from gazeguard.config import FeatureSettings  # noqa: PLC0415
+    from gazeguard.plan import chunks_per_hour as count  # noqa: PLC0415
 
-    return float(chunks_per_window(3600.0, int(spec.n or 1) * step_s))
+    return float(count(FeatureSettings(window_s=window_s, step_s=step_s), int(spec.n or 1)))
 
 
 def suggested_budget(

@@ -48,12 +48,13 @@ from gazeguard.config import (
 )
 from gazeguard.errors import ConfigError, PublishError, StreamNotFoundError
 from gazeguard.fleet import Fleet, ledger_calls_on_loop
-from gazeguard.ingest import GazeStream
+from gazeguard.ingest import GazeStream, declared_rate
 from gazeguard.ledger import Ledger
 from gazeguard.message import IngestCounters, SessionState
 from gazeguard.mqtt.broker import EmbeddedBroker, probe_mqtt
 from gazeguard.mqtt.topics import session_id_for
 from gazeguard.pipeline import Pipeline, PipelineStats, ReleasedChunk
+from gazeguard.plan import ReleasePlan
 from gazeguard.presets import IngestStats
 from gazeguard.publish import Publisher
 from gazeguard.simulate import SimulatedHeadset
@@ -126,8 +127,9 @@ def expected_session(settings: Settings) -> str | None:
     return None
 
 
-def require_valid(settings: Settings) -> None:
-    """Refuse a configuration :func:`~gazeguard.config.validate_settings` finds a problem in.
+def require_valid(settings: Settings) -> ReleasePlan:
+    """Refuse a configuration :func:`~gazeguard.config.validate_settings` finds a problem in;
+    the release plan of one it accepts.
 
     Raises:
         ConfigError: the first problem (``gazeguard config check`` lists all of them).
@@ -139,6 +141,7 @@ def require_valid(settings: Settings) -> None:
             more = f" (and {len(problems) - 1} more: `gazeguard config check` lists them)"
             raise ConfigError(first.field, first.value, first.reason + more, first.source)
         raise first
+    return ReleasePlan.from_settings(settings)
 
 
 @contextlib.asynccontextmanager
@@ -193,12 +196,14 @@ class _Outbound:
 
 
 @contextlib.asynccontextmanager
-async def _outbound(settings: Settings, *, fleet: bool = False) -> AsyncIterator[_Outbound]:
+async def _outbound(
+    settings: Settings, plan: ReleasePlan, *, fleet: bool = False
+) -> AsyncIterator[_Outbound]:
     """The ledger, the broker (embedded if none is configured) and the publisher draining the
     ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
     left (what it cannot send stays in the outbox for the next start). A ``fleet`` worker on a
     local ledger drains on its event loop (see :meth:`gazeguard.fleet.Fleet._process_many`)."""
-    with open_ledger(settings.ledger) as ledger:
+    with open_ledger(settings.ledger, plan) as ledger:
         inline = fleet and ledger_calls_on_loop(settings, ledger)
         async with (
             _broker(settings.broker) as broker,
@@ -247,12 +252,13 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
             yield stream
 
 
-def open_ledger(settings: LedgerSettings, **kwargs: Any) -> Ledger:
-    """The ledger ``settings`` describe (``url`` when set, else ``path``), with its caps."""
+def open_ledger(settings: LedgerSettings, plan: ReleasePlan, **kwargs: Any) -> Ledger:
+    """The ledger ``settings`` describe (``url`` when set, else ``path``), with the plan's caps
+    (the hourly budget over every release one hour of gaze can change)."""
     return Ledger(
         settings.url if settings.url is not None else settings.path,
         settings.synchronous,
-        **settings.caps(),
+        **plan.ledger_caps(settings),
         **kwargs,
     )
 
@@ -280,9 +286,9 @@ async def serve(
         ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (before
             anything is opened), or the ledger refused the caps.
     """
-    require_valid(settings)
+    plan = require_valid(settings)
     stop = stop or asyncio.Event()
-    async with _outbound(settings) as out, _gaze(settings.ingest) as stream:
+    async with _outbound(settings, plan) as out, _gaze(settings.ingest) as stream:
         ledger, publisher = out.ledger, out.publisher
         info = stream.info
         session = settings.session or session_id_for(info.source_id, info.name)
@@ -290,12 +296,11 @@ async def serve(
             ledger,
             session=session,
             device=settings.device,
-            features=settings.features,
-            mechanism=settings.mechanism,
+            rate_hz=declared_rate(settings.ingest.rate_hz, info.nominal_srate, info.name),
+            plan=plan,
             topic_prefix=publisher.settings.topic_prefix,
             on_release=on_release,
             tap=tap,
-            labels=settings.labels,
         )
         _log_start(pipeline, publisher.endpoint)
         publisher.publish_status(pipeline.status("starting"))
@@ -340,9 +345,9 @@ def _log_start(pipeline: Pipeline, endpoint: str) -> None:
     if pipeline.label_plan is not None:
         log.info("session %r: %s", session, pipeline.label_plan.text())
     log.info(
-        "session %r: %s %s n=%d k=%s %s, %d features, ε %.4g per chunk at δ %g; broker %s",
+        "session %r: %s %s n=%d k=%s %s, %d features; broker %s; %s",
         session, mech.name, mech.transform, mech.n, mech.k, mech.noise,
-        len(pipeline.feature_names), pipeline.cost.chunk, pipeline.cost.delta, endpoint,
+        len(pipeline.feature_names), endpoint, pipeline.plan.text(),
     )  # fmt: skip
 
 
@@ -384,13 +389,14 @@ async def serve_fleet(
         ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (e.g. a source
             other than 'lsl' or 'jetstream', the retired 'mqtt', or 'jetstream' without nats-py).
     """
-    require_valid(
-        settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"enabled": True})})
+    settings = settings.model_copy(
+        update={"fleet": settings.fleet.model_copy(update={"enabled": True})}
     )
+    plan = require_valid(settings)
     stop = stop or asyncio.Event()
-    async with _outbound(settings, fleet=True) as out:
+    async with _outbound(settings, plan, fleet=True) as out:
         ledger, publisher = out.ledger, out.publisher
-        fleet = Fleet(settings, ledger, publisher)
+        fleet = Fleet(settings, plan, ledger, publisher)
         if settings.fleet.compiled:
             on = use_compiled()
             log.info(

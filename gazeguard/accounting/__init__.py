@@ -12,18 +12,18 @@ call it.
   exact closed form for Gaussians, RDP fallback; pure sequential ε beside it) and
   :func:`capacity` (how many more releases fit under a cap: the ledger's integer comparison).
 * :mod:`~gazeguard.accounting.calibrate` — :func:`calibrate` (noise from a budget),
-  the analytic Gaussian mechanism, the tight zCDP conversion, and the raw-gaze unit of privacy
-  (:func:`chunks_per_hour`, :func:`chunks_reached`).
+  the analytic Gaussian mechanism, the tight zCDP conversion, and :func:`releases_within` (how
+  many releases fit in a stretch of gaze: the release plan's one counting function).
 
 Example::
 
     from gazeguard.accounting import LaplaceEvent, PrivacyLoss, calibrate, capacity, compose
 
     budget = PrivacyLoss.approx(10.0, 1e-6)             # per hour of gaze
-    r = calibrate("laplace", 225 * 48, budget)          # ≈ 56: λ = 56·Δ1 per feature
+    r = calibrate("laplace", 230 * 48, budget)          # ≈ 57: λ = 57·Δ1 per feature
     chunk = {LaplaceEvent(r): 48}                       # one chunk releases 48 features
-    compose({LaplaceEvent(r): 225 * 48}, 1e-6).epsilon  # ≤ 10
-    capacity(chunk, budget)                             # 225 chunks fit
+    compose({LaplaceEvent(r): 230 * 48}, 1e-6).epsilon  # ≤ 10
+    capacity(chunk, budget)                             # 230 chunks fit
 """
 
 from __future__ import annotations
@@ -40,11 +40,10 @@ from gazeguard.accounting.calibrate import (
     Family,
     analytic_gaussian_sigma,
     calibrate,
-    chunks_per_hour,
-    chunks_reached,
     epsilon_to_rho,
     gaussian_delta,
     gaussian_epsilon,
+    releases_within,
     rho_to_epsilon,
 )
 from gazeguard.accounting.loss import (
@@ -75,13 +74,12 @@ __all__ = [
     "cache_clear",
     "calibrate",
     "capacity",
-    "chunks_per_hour",
-    "chunks_reached",
     "compose",
     "discrete_laplace_slack",
     "epsilon_to_rho",
     "event_from_dict",
     "gaussian_delta",
     "gaussian_epsilon",
+    "releases_within",
     "rho_to_epsilon",
 ]

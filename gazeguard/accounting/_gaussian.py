@@ -113,28 +113,73 @@ def _mu_for(epsilon: float, delta: float) -> float:
     return lo
 
 
-def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
-    """The analytic Gaussian mechanism (Balle & Wang 2018, Alg. 1): the smallest ``σ`` such that
-    ``N(0, σ²)`` noise on a query of L2 sensitivity ``Δ`` is ``(ε, δ)``-DP.
+def _log_phi(x: float) -> float:
+    """``ln Φ(x)`` (standard normal CDF), accurate in both tails (scipy's ``log_ndtr``)."""
+    return float(special.log_ndtr(x))
 
-    Exact up to adjacent doubles: bisection on the exact ``δ(ε)`` of the Gaussian pair (no
-    approximation of Φ beyond ``scipy.special.log_ndtr``). The returned σ satisfies
-    ``gaussian_delta(ε, Δ/σ) ≤ δ`` as evaluated. Works for any ε > 0, unlike the classical
-    ``σ = Δ·√(2 ln(1.25/δ))/ε`` (valid only for ε < 1 and loose).
+
+def _analytic_delta_upper(s: float, epsilon: float) -> float:
+    """A certified upper bound on the analytic Gaussian's ``δ(ε)`` at noise multiplier ``s``:
+    ``δ = Φ(1/(2s) − εs) − e^ε·Φ(−1/(2s) − εs)`` (Balle & Wang 2018, Theorem 8), evaluated as
+    ``Φ(a)·(−expm1(ε + lnΦ(b) − lnΦ(a)))`` with every log-probability moved by a generous bound
+    on its floating-point error in the direction that enlarges δ."""
+    a = 0.5 / s - epsilon * s
+    b = -0.5 / s - epsilon * s
+    # Error of a, b (a few ulps of their terms) moves lnΦ by ≤ |d lnΦ/dx|·err ≤ (|x| + 1)·err;
+    # scipy's log_ndtr is accurate to well within 2^-46 relative (absolute in lnΦ).
+    arg_err = 4.0 * 2.0**-52 * (0.5 / s + epsilon * s)
+    la = _log_phi(a)
+    lb = _log_phi(b)
+    e_a = 2.0**-46 * (1.0 + abs(la)) + (abs(a) + 1.0) * arg_err
+    e_b = 2.0**-46 * (1.0 + abs(lb)) + (abs(b) + 1.0) * arg_err + 2.0**-52 * epsilon
+    x = epsilon + lb - la - e_a - e_b
+    if x >= 0.0:  # the error bounds cannot certify δ > 0 here: refuse to certify anything
+        return math.inf
+    return math.exp(la + e_a) * -math.expm1(x) * (1.0 + 2.0**-50)
+
+
+def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
+    """Smallest σ (to within a relative 2^-45) for which the Gaussian mechanism with L2
+    sensitivity ``sensitivity`` is (ε, δ)-DP — the analytic Gaussian mechanism of Balle & Wang
+    (ICML 2018, Theorem 8): ``N(0, σ²)`` noise is (ε, δ)-DP iff
+    ``Φ(Δ/(2σ) − εσ/Δ) − e^ε·Φ(−Δ/(2σ) − εσ/Δ) ≤ δ``.
+
+    The left side depends on ``s = σ/Δ`` only and decreases in ``s``; we double ``s`` until a
+    certified upper bound on it (:func:`_analytic_delta_upper`) is ≤ δ and then bisect, always
+    returning the upper end: the returned σ satisfies the condition even with the evaluation's
+    rounding error counted against it. Valid in any dimension (the worst pair of neighbours
+    reduces to one dimension along ``u − u'``).
 
     Args:
-        epsilon: ε, finite and > 0.
+        epsilon: ε > 0, finite.
         delta: δ in (0, 1).
-        sensitivity: L2 sensitivity ``Δ``, finite and > 0 (σ is in its units).
+        sensitivity: L2 sensitivity Δ > 0, finite (any unit; σ comes out in the same unit).
+
+    Raises:
+        ConfigError: naming the invalid argument.
     """
-    epsilon = _check("epsilon", epsilon)
-    delta = _check_delta(delta)
-    sensitivity = _check("sensitivity", sensitivity)
-    mu = _mu_for(epsilon, delta)
-    sigma = sensitivity / mu
-    while gaussian_delta(epsilon, sensitivity / sigma) > delta:  # rounding of the division
-        sigma = float(np.nextafter(sigma, math.inf))
-    return sigma
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ConfigError("epsilon", epsilon, "must be finite and > 0")
+    if not 0.0 < delta < 1.0:
+        raise ConfigError("delta", delta, "must lie strictly between 0 and 1")
+    if not (math.isfinite(sensitivity) and sensitivity > 0):
+        raise ConfigError("sensitivity", sensitivity, "must be finite and > 0")
+    lo, hi = 0.0, 1.0
+    while _analytic_delta_upper(hi, epsilon) > delta:
+        lo, hi = hi, 2.0 * hi
+        if hi > 2.0**60:  # unreachable for δ > 0: δ(s) ≤ 1/(s·√(2π)) → 0
+            raise ConfigError("delta", delta, "too small to calibrate")
+    if lo == 0.0:
+        lo = hi / 2.0
+        while lo > 2.0**-60 and _analytic_delta_upper(lo, epsilon) <= delta:
+            hi, lo = lo, lo / 2.0
+    while hi - lo > 2.0**-45 * hi:
+        mid = 0.5 * (lo + hi)
+        if _analytic_delta_upper(mid, epsilon) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi * sensitivity
 
 
 def _rho_eps_at(alpha: float, rho: float, log_inv_delta: float) -> float:

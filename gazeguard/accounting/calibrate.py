@@ -5,13 +5,14 @@
 * :func:`analytic_gaussian_sigma`, :func:`gaussian_delta`, :func:`gaussian_epsilon` — the exact
   Gaussian pair (Balle & Wang 2018); :func:`rho_to_epsilon` / :func:`epsilon_to_rho` — the tight
   zCDP → (ε, δ) conversion and its inverse.
-* :func:`chunks_per_hour`, :func:`chunks_reached` — how many releases an hour of gaze holds and
-  how many chunks one raw gaze sample can change (the raw-gaze unit of privacy).
+* :func:`releases_within` — how many releases fit in a stretch of gaze time (the release plan's
+  one counting function).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Literal, TypeAlias
 
@@ -24,18 +25,17 @@ from gazeguard.accounting._gaussian import (
     rho_to_epsilon,
 )
 from gazeguard.accounting.accountant import compose
-from gazeguard.accounting.loss import GaussianEvent, LaplaceEvent, Measure, PrivacyLoss
+from gazeguard.accounting.loss import Event, GaussianEvent, LaplaceEvent, Measure, PrivacyLoss
 from gazeguard.errors import ConfigError
 
 __all__ = [
     "Family",
     "analytic_gaussian_sigma",
     "calibrate",
-    "chunks_per_hour",
-    "chunks_reached",
     "epsilon_to_rho",
     "gaussian_delta",
     "gaussian_epsilon",
+    "releases_within",
     "rho_to_epsilon",
 ]
 
@@ -66,9 +66,17 @@ def _need(budget: PrivacyLoss, family: str, *measures: Measure) -> None:
         raise ConfigError("budget", str(budget), f"family {family!r} needs an {names} budget")
 
 
-def calibrate(family: Family, releases: int, budget: PrivacyLoss, slack: float = 0.0) -> float:
+def calibrate(
+    family: Family,
+    releases: int,
+    budget: PrivacyLoss,
+    slack: float = 0.0,
+    fixed: Mapping[Event, int] | None = None,
+) -> float:
     """The smallest noise-to-sensitivity ratio such that ``releases`` identical releases compose
-    to at most ``budget``.
+    to at most ``budget`` — together with the ``fixed`` releases, when given (an (ε, δ) budget:
+    the release plan calibrates chunks last, so that every release kind of an hour of gaze
+    composes to the budget jointly, not only by the basic composition of their shares).
 
     The ratio is ``λ/Δ1`` for Laplace (``"laplace"``, ``"sequential"``) and ``σ/Δ2`` for
     ``"gaussian"``; build the event as ``LaplaceEvent(ratio, slack)`` /
@@ -92,6 +100,8 @@ def calibrate(family: Family, releases: int, budget: PrivacyLoss, slack: float =
             ``sequential``; approx or zCDP for ``gaussian``; pure for ``laplace`` means
             ``sequential``).
         slack: per-release sampler slack (ε), >= 0.
+        fixed: other releases (event → count) composed with these, whose noise is set; their
+            (ε, δ) composition must leave room in ``budget``.
 
     Raises:
         ConfigError: a budget of the wrong measure, δ = 0 for Gaussian noise, or a budget the
@@ -103,6 +113,8 @@ def calibrate(family: Family, releases: int, budget: PrivacyLoss, slack: float =
         raise ConfigError(
             "budget", budget, "must be a PrivacyLoss, e.g. PrivacyLoss.approx(10, 1e-6)"
         )
+    if fixed:
+        return _joint(family, n, budget, s, fixed)
     if family == "sequential" or (family == "laplace" and budget.measure is Measure.PURE):
         _need(budget, family, Measure.PURE, Measure.APPROX)
         return _sequential(n, budget, s)
@@ -169,12 +181,13 @@ def _gaussian(n: int, budget: PrivacyLoss, s: float) -> float:
 def _laplace(n: int, budget: PrivacyLoss, s: float) -> float:
     assert budget.epsilon is not None
     assert budget.delta is not None
+    eps, delta = budget.epsilon, budget.delta
     hi = _sequential(n, budget, s)  # always fits: ε ≤ pure ε ≤ budget
-    if budget.delta == 0.0:
+    if delta == 0.0:
         return hi
 
-    def fits(r: float) -> bool:
-        return _fits(LaplaceEvent(r, s), n, budget)
+    def excess(r: float) -> float:  # log(ε(r)/budget): decreasing in r, <= 0 where r fits
+        return math.log(max(compose({LaplaceEvent(r, s): n}, delta).epsilon, 1e-300) / eps)
 
     # Lower end: the Laplace ratio is not far below the Gaussian one for the same budget.
     try:
@@ -182,111 +195,111 @@ def _laplace(n: int, budget: PrivacyLoss, s: float) -> float:
     except ConfigError:
         guess = hi / 2.0
     lo = min(guess, hi / 2.0)
-    while fits(lo):
+    while excess(lo) <= 0:
         hi, lo = lo, lo / 2.0
-    # Bisection in log space between lo (does not fit) and hi (fits); regula falsi would be
-    # faster but the PLD ε is piecewise smooth only, and the invariant is what matters.
+    return _search(excess, lo, hi)
+
+
+def _joint(
+    family: Family, n: int, budget: PrivacyLoss, s: float, fixed: Mapping[Event, int]
+) -> float:
+    """:func:`calibrate` with ``fixed`` releases beside: bisection in log space between a ratio
+    that fits by basic composition (the fixed releases' ε at δ/2, the rest for these at δ/2)
+    and one that cannot (these alone at the whole budget)."""
+    if budget.measure is not Measure.APPROX or family == "sequential":
+        raise ConfigError("budget", str(budget), "a joint calibration needs an (ε, δ) budget")
+    assert budget.epsilon is not None
+    assert budget.delta is not None
+    eps, delta = budget.epsilon, budget.delta
+    half = delta / 2.0
+    taken = compose(dict(fixed), half).epsilon
+    if taken >= eps:
+        raise ConfigError(
+            "budget", str(budget), f"the other releases alone cost ε {taken:.4g}: no room left"
+        )
+    hi = calibrate(family, n, PrivacyLoss.approx(eps - taken, half), s)
+    lo = calibrate(family, n, budget, s)
+    make = LaplaceEvent if family == "laplace" else GaussianEvent
+
+    def excess(r: float) -> float:  # log(ε(r)/budget): decreasing in r, <= 0 where r fits
+        events = dict(fixed)
+        e = make(r, s)
+        events[e] = events.get(e, 0) + n
+        return math.log(max(compose(events, delta).epsilon, 1e-300) / eps)
+
+    return _search(excess, lo, hi)
+
+
+def _search(excess: Callable[[float], float], lo: float, hi: float) -> float:
+    """The smallest ratio in ``[lo, hi]`` (within :data:`LAPLACE_RTOL`) where the decreasing
+    ``excess`` is ``<= 0``, ``hi`` fitting: regula falsi in log space (Illinois variant), with a
+    bisection step whenever a step did not halve the bracket — a few evaluations where
+    bisection alone takes a dozen, and never more than twice bisection's. The invariant: ``hi``
+    always fits."""
+    f_lo = excess(lo)
+    if f_lo <= 0:
+        return lo
+    f_hi = excess(hi)
+    assert f_hi <= 0, "the upper end must fit"
+    side, width = 0, math.log(hi / lo)
+    bisect = False
     while hi / lo - 1.0 > LAPLACE_RTOL:
-        mid = math.sqrt(lo * hi)
-        if fits(mid):
-            hi = mid
+        a, b = math.log(lo), math.log(hi)
+        if bisect or f_hi == f_lo:
+            x = 0.5 * (a + b)
         else:
-            lo = mid
+            x = b - f_hi * (b - a) / (f_hi - f_lo)
+            x = min(max(x, a + 1e-3 * (b - a)), b - 1e-3 * (b - a))
+        mid = math.exp(x)
+        f_mid = excess(mid)
+        if f_mid <= 0:
+            hi, f_hi = mid, f_mid
+            if side == 1:
+                f_lo /= 2.0
+            side = 1
+        else:
+            lo, f_lo = mid, f_mid
+            if side == -1:
+                f_hi /= 2.0
+            side = -1
+        new_width = math.log(hi / lo)
+        bisect = new_width > 0.5 * width
+        width = new_width
     return hi
 
 
 # ----------------------------------------------------------------------------- unit of privacy
-def _seconds(field: str, value: float, *, positive: bool) -> Fraction:
-    """A duration as the exact fraction of its shortest decimal form (0.1 -> 1/10)."""
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+def _duration(field: str, value: float | Fraction, *, positive: bool) -> Fraction:
+    """A duration as an exact fraction: a Fraction as is, a float at its shortest decimal value
+    (0.1 is 1/10, as a configuration states it)."""
+    if isinstance(value, Fraction):
+        v = value
+    else:
+        f = float(value)
+        if not math.isfinite(f):
+            raise ConfigError(field, value, "must be a finite duration, in seconds")
+        v = Fraction(repr(f))
+    if v < 0 or (positive and v == 0):
         op = "> 0" if positive else ">= 0"
         raise ConfigError(field, value, f"must be a finite duration {op}, in seconds")
-    return Fraction(repr(v))
+    return v
 
 
-def _steps(field: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(field, value, "must be an integer >= 1 (steps per chunk)")
-    return value
+def releases_within(length_s: float | Fraction, period_s: float | Fraction) -> int:
+    """The most releases whose (gaze-time) ends lie at least ``period_s`` apart that fit in one
+    interval of ``length_s``: ``⌊length/period⌋ + 1`` (a closed interval, so ends spaced a
+    hair under ``period_s`` by float rounding cannot add one).
 
-
-def _ceil(x: Fraction) -> int:
-    return -((-x.numerator) // x.denominator)
-
-
-def chunks_per_hour(chunk_steps: int, step_s: float) -> int:
-    """The most chunks released in any hour of gaze time.
-
-    Chunks of ``n = chunk_steps`` feature vectors ``step_s`` apart are released back to back,
-    one every ``T = n·step_s`` seconds of gaze, so any half-open hour of gaze time holds at most
-    ``⌈3600/T⌉`` release instants (225 for 32 steps of 0.5 s). Durations are taken at their
-    shortest decimal value (``0.1`` is 1/10), as a configuration states them.
+    The one counting function of gazeguard's privacy figures: the release plan
+    (:mod:`gazeguard.plan`) calls it with the length of gaze time whose release ends one raw
+    sample, or one hour of gaze, can change, and each release kind's period (a chunk's ``n·s``,
+    a label decision's, a cohort bucket's).
 
     Args:
-        chunk_steps: steps per chunk, >= 1.
-        step_s: the feature step, s, > 0.
+        length_s: the interval, s, >= 0 (a Fraction is used exactly; a float at its shortest
+            decimal value).
+        period_s: the least spacing of release ends, s, > 0.
     """
-    n = _steps("chunk_steps", chunk_steps)
-    s = _seconds("step_s", step_s, positive=True)
-    return _ceil(Fraction(3600) / (n * s))
-
-
-def chunks_reached(
-    window_s: float,
-    step_s: float,
-    chunk_steps: int,
-    hold_limit_s: float,
-    *,
-    lookahead_s: float = 0.0,
-    event_span_s: float = 0.0,
-) -> int:
-    """How many chunks one raw gaze sample can change: the raw-gaze unit of privacy.
-
-    Argument. Feature vectors are computed on the step grid ``τ_k = τ_0 + k·s``; vector ``k``
-    summarises the window of length ``W`` that ends at ``τ_k`` (gazeguard's windows are
-    ``[τ_k − W, τ_k)``; ``(τ_k − W, τ_k]`` gives the same count). A sample at time ``t`` can
-    change vector ``k`` only if
-
-    * it lies in the window (``τ_k ∈ (t, t + W]``), or it changes an event that belongs to the
-      window — events belong to the window that contains their end time, and an event whose
-      statistics the sample changes ends in ``(t − A, t + E]`` (``A = lookahead_s``: a velocity
-      filter's look-ahead lets a sample change the class of earlier samples; ``E =
-      event_span_s``: how long after the sample such an event can end, e.g. the longest event
-      plus the look-ahead), so ``τ_k ∈ (t − A, t + E + W]``;
-    * or vector ``k`` repeats ("holds") the value of an earlier changed vector ``k'`` with
-      ``0 < τ_k − τ_k' ≤ H`` (``H = hold_limit_s``; after ``H`` a public default is released),
-      i.e. ``k − k' ≤ ⌊H/s⌋`` on the grid.
-
-    The directly changed vectors have ``τ_k`` in a half-open interval of length
-    ``L = A + E + W``, which contains at most ``⌈L/s⌉`` grid points, consecutive step indexes;
-    holding extends that run by at most ``⌊H/s⌋`` steps, so at most
-    ``K = ⌈L/s⌉ + ⌊H/s⌋`` consecutive steps change. Chunks are consecutive blocks of ``n``
-    steps; ``K`` consecutive indexes meet at most ``⌈(K − 1)/n⌉ + 1`` blocks, and all three
-    maxima are attained together for some sample time (a brute-force simulation of windows,
-    event ends and holds in ``tests/properties/test_accounting_properties.py`` checks both the
-    bound and that it is reached). At the defaults (W = 30 s, s = 0.5 s, n = 32, no hold,
-    A = E = 0) that is 3 chunks.
-
-    The count is only finite if the pipeline bounds ``H`` and ``E``: holding the previous value
-    indefinitely, or an event of unbounded duration (one long fixation split by the sample moves
-    the start of an event that ends arbitrarily later), makes the reach unbounded. Durations are
-    taken at their shortest decimal value.
-
-    Args:
-        window_s: the feature window ``W``, s, > 0.
-        step_s: the feature step ``s``, s, > 0.
-        chunk_steps: steps per chunk ``n``, >= 1.
-        hold_limit_s: the longest a held value may repeat, ``H``, s, >= 0.
-        lookahead_s: ``A``, s, >= 0.
-        event_span_s: ``E``, s, >= 0.
-    """
-    w = _seconds("window_s", window_s, positive=True)
-    s = _seconds("step_s", step_s, positive=True)
-    n = _steps("chunk_steps", chunk_steps)
-    h = _seconds("hold_limit_s", hold_limit_s, positive=False)
-    a = _seconds("lookahead_s", lookahead_s, positive=False)
-    e = _seconds("event_span_s", event_span_s, positive=False)
-    hold = h / s
-    k = _ceil((a + e + w) / s) + hold.numerator // hold.denominator
-    return -(-(k - 1) // n) + 1
+    length = _duration("length_s", length_s, positive=False)
+    period = _duration("period_s", period_s, positive=True)
+    return int(length // period) + 1

@@ -95,6 +95,11 @@ COMMANDS: dict[str, Command] = {
         "gazeguard.cli.ledger:configure",
         "gazeguard.cli.ledger:run",
     ),
+    "plan": Command(
+        "the release plan of a configuration: every privacy figure (per release, sample, hour)",
+        "gazeguard.cli.plan:configure",
+        "gazeguard.cli.plan:run",
+    ),
     "config": Command(
         "check a configuration: every problem `run` would refuse, with a suggestion",
         "gazeguard.cli.config:configure",

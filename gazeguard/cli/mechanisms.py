@@ -74,14 +74,18 @@ def show_budget(args: argparse.Namespace) -> None:
     """Rank every mechanism for a budget per hour and a release profile (``mechanism = "auto"``
     takes the first row)."""
     from gazeguard.budget import rank_mechanisms  # noqa: PLC0415 - the accountant
-    from gazeguard.config import HOUR_S, MechanismSettings  # noqa: PLC0415
+    from gazeguard.config import FeatureSettings, MechanismSettings  # noqa: PLC0415
     from gazeguard.features import NAMES, feature_bounds  # noqa: PLC0415
+    from gazeguard.plan import chunk_counter  # noqa: PLC0415
 
     names = [f.strip() for f in args.features.split(",")] if args.features else list(NAMES)
     lo, hi, max_step = feature_bounds(names, args.window_s, args.step_s)
+    counter = chunk_counter(
+        FeatureSettings(window_s=args.window_s, step_s=args.step_s), args.max_chunk_steps or 128
+    )
     ranked = rank_mechanisms(
         MechanismSettings(features=names), names, Bounds(lo=lo, hi=hi, max_step=max_step),
-        args.step_s, budget=args.budget_per_hour, window_s=HOUR_S, delta=args.delta,
+        args.step_s, budget=args.budget_per_hour, chunks_for=counter, delta=args.delta,
         max_chunk_steps=args.max_chunk_steps,
     )  # fmt: skip
     stdout(

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from gazeguard.cli._common import epsilon_list
+from gazeguard.config import LabelSettings
 from gazeguard.errors import ConfigError
 
 DESCRIPTION = """\
@@ -244,14 +245,26 @@ def _labels_budget_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     lb = sub.add_parser(
         "labels-budget", help="print the private-label budget arithmetic (as at startup)"
     )
-    lb.add_argument("--budget", type=float, required=True, help="ε per hour of gaze")
-    src = lb.add_mutually_exclusive_group(required=True)
-    src.add_argument("--classes", type=int, help="number of classes C")
-    src.add_argument("--model", help="label model name or path (classes, clean accuracy)")
+    lb.add_argument(
+        "--budget", type=float, required=True, help="ε per hour of gaze (ledger.budget_per_hour)"
+    )
+    lb.add_argument(
+        "--model", default="activity", help="label model name or path (default: activity)"
+    )
+    lb.add_argument(
+        "--share",
+        type=float,
+        default=LabelSettings().budget_share,
+        help="labels.budget_share: the labels' share of the budget (default %(default)s)",
+    )
+    lb.add_argument("--delta", type=float, default=1e-6, help="δ of the budget (1e-6)")
     g = lb.add_mutually_exclusive_group(required=True)
-    g.add_argument("--decision-s", type=float, help="seconds between decisions")
-    g.add_argument("--survival", type=float, help="target survival probability of a label")
-    lb.add_argument("--clean-accuracy", type=float, help="the classifier's clean accuracy")
+    g.add_argument(
+        "--decision-s", type=float, help="seconds of gaze per decision (as labels.decision_s)"
+    )
+    g.add_argument(
+        "--survival", type=float, help="target survival probability: the cadence it allows"
+    )
 
 
 def _open_table(args: argparse.Namespace, progress: Any) -> tuple[Any, Any]:
@@ -547,30 +560,40 @@ def block_accuracy(probs: Any, table: Any, classes: list[str], steps: int) -> fl
 
 
 def _labels_budget(args: argparse.Namespace) -> int:
-    from gazeguard.labels import (  # noqa: PLC0415
-        budget_text,
-        load_model,
-        plan_for_cadence,
-        plan_for_survival,
-    )
+    """The sidecar's label plan for these settings (the release plan's own figures), or the
+    cadence a target survival allows."""
+    from gazeguard.config import FeatureSettings  # noqa: PLC0415
+    from gazeguard.labels import epsilon_for_survival, load_model  # noqa: PLC0415
+    from gazeguard.plan import ReleasePlan, label_cadence  # noqa: PLC0415
 
-    names: tuple[str, ...] | None = None
-    clean = args.clean_accuracy
-    if args.model is not None:
-        model = load_model(args.model)
-        names = model.classes
-        classes = len(names)
-        if clean is None:
-            v = model.spec.trained.get("lopo_window_accuracy")
-            clean = float(v) if isinstance(v, int | float) else None
-    else:
-        classes = args.classes
-    plan = (
-        plan_for_cadence(args.budget, classes, args.decision_s, clean)
-        if args.decision_s is not None
-        else plan_for_survival(args.budget, classes, args.survival, clean)
+    if args.decision_s is not None:
+        labels = LabelSettings(
+            enabled=True, model=args.model, decision_s=args.decision_s,
+            budget_share=args.share,
+        )  # fmt: skip
+        plan = ReleasePlan.build(budget=args.budget, delta=args.delta, labels=labels)
+        assert plan.label_plan is not None
+        print(plan.label_plan.text())
+        print(plan.text())
+        return 0
+    model = load_model(args.model)
+    classes = len(model.classes)
+    eps = epsilon_for_survival(args.survival, classes)
+    share = args.share * args.budget
+    got = label_cadence(share, classes, eps, delta=args.delta, features=FeatureSettings())
+    if got is None:
+        print(
+            f"survival {args.survival:g} needs ε {eps:.4g} per decision: not even two decisions "
+            f"per hour of gaze fit the labels' share ε {share:g}"
+        )
+        return 1
+    decisions, cadence = got
+    print(
+        f"survival {args.survival:g} ({classes} classes): ε {eps:.4g} per decision; the labels' "
+        f"share ε {share:g} per hour at δ {args.delta:g} fits {decisions} decisions that an "
+        f"hour of gaze can change: one decision per {cadence:g} s of gaze or longer "
+        f"(--decision-s {cadence:g})"
     )
-    print(budget_text(plan, names))
     return 0
 
 

@@ -41,6 +41,13 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--stream-name", help="LSL stream name to resolve")
     g.add_argument("--source-id", help="LSL source_id to resolve")
     g.add_argument(
+        "--rate",
+        type=float,
+        metavar="HZ",
+        help="the gaze stream's declared sampling rate (default: the stream's own LSL "
+        "nominal_srate; needed for a stream that declares none)",
+    )
+    g.add_argument(
         "--mechanism",
         choices=[*ONLINE_MECHANISMS, "auto"],
         help="default dcfpa; auto: the lowest expected error for --budget-per-hour",
@@ -135,6 +142,7 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     put("ingest", "stream_type", args.stream_type)
     put("ingest", "stream_name", args.stream_name)
     put("ingest", "source_id", args.source_id)
+    put("ingest", "rate_hz", getattr(args, "rate", None))
     put("mechanism", "name", args.mechanism)
     put("mechanism", "transform", args.transform)
     put("mechanism", "chunk_steps", args.chunk_steps)
@@ -220,19 +228,17 @@ def exit_code(summary: RunSummary) -> ExitCode:
 def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
     every = pipeline.mechanism.n * settings.features.step_s
     first = settings.features.window_s + every
-    mech, cost, opened = pipeline.mechanism, pipeline.cost, pipeline.opened
+    mech, plan, opened = pipeline.mechanism, pipeline.plan, pipeline.opened
     host, _, port = endpoint.rpartition(":")
     prefix = settings.broker.topic_prefix
     hint = watch_hint(host, int(port), prefix, pipeline.device, pipeline.session)
     cap = opened.session_cap
-    hour = opened.window_s / 3600.0
-    per = "hour" if hour == 1 else f"{opened.window_s:g} s"
     if settings.mechanism.epsilon is None:
-        how = f"noise calibrated to ε {opened.window_cap:g} per {per} of gaze"
+        how = f"noise calibrated to ε {opened.window_cap:g} per hour of gaze"
     else:
         how = f"fixed ε {settings.mechanism.epsilon:g} per feature per chunk"
         if opened.window_cap is not None:
-            how += f", capped at ε {opened.window_cap:g} per {per} of gaze"
+            how += f", capped at ε {opened.window_cap:g} per hour of gaze"
     session_cap = "no session cap" if cap is None else f"session cap ε {cap:g}"
     scale = mech.noise_per_value()
     shown = [
@@ -240,7 +246,8 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         for i, (name, unit) in enumerate(zip(pipeline.feature_names, pipeline.units, strict=True))
     ]
     more = f", … ({len(shown) - 6} more)" if len(shown) > 6 else ""
-    pure = "" if cost.chunk_pure == float("inf") else f" (pure {cost.chunk_pure:.4g})"
+    chunk = plan.per_release["chunks"]
+    pure = "" if plan.chunk_pure == float("inf") else f" (pure {plan.chunk_pure:.4g})"
     get_console().say(
         "banner",
         f"gazeguard: session {pipeline.session!r} → broker {endpoint}; "
@@ -248,9 +255,9 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         f"{len(pipeline.feature_names)} features, {mech.noise} noise. "
         f"First chunk after about {first:g} s of gaze, then one every {every:g} s.\n"
         f"  privacy (user-level, ε at δ {opened.delta:g}): {how}; {session_cap}.\n"
-        f"  one chunk costs ε {cost.chunk:.4g}{pure}; one raw gaze sample reaches "
-        f"{cost.reached} chunks: ε {cost.raw_event:.4g}; a full {per} of gaze "
-        f"({cost.chunks} chunks): ε {cost.per_window:.4g}.\n"
+        f"  one chunk costs ε {chunk:.4g}{pure}; one raw gaze sample reaches "
+        f"{plan.chunks.per_sample} chunks: ε {plan.per_sample:.4g} (every release kind); an "
+        f"hour of gaze reaches {plan.chunks.per_hour} chunks: ε {plan.per_hour:.4g}.\n"
         f"  noise per released value (standard deviation, before clipping to the public range; "
         f"noise multiplier {float(mech.noise_multiplier.max()):.4g}): "
         f"{', '.join(shown[:6])}{more}.\n"
@@ -266,11 +273,12 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         n=pipeline.chunker.n_steps,
         k=int(mech.k),
         features=len(pipeline.feature_names),
-        chunk_epsilon=cost.chunk,
-        chunk_pure_epsilon=None if cost.chunk_pure == float("inf") else cost.chunk_pure,
-        raw_event_epsilon=cost.raw_event,
-        chunks_reached=cost.reached,
-        window_epsilon=cost.per_window,
+        chunk_epsilon=chunk,
+        chunk_pure_epsilon=None if plan.chunk_pure == float("inf") else plan.chunk_pure,
+        raw_event_epsilon=plan.per_sample,
+        chunks_reached=plan.chunks.per_sample,
+        window_epsilon=plan.per_hour,
+        hour_chunks=plan.chunks.per_hour,
         window_cap=opened.window_cap,
         window_s=opened.window_s,
         delta=opened.delta,
@@ -291,7 +299,6 @@ def _label_fields(plan: LabelPlan) -> dict[str, Any]:
         "decision_s": plan.decision_s,
         "label_decisions_per_hour": plan.per_window,
         "label_reserve_per_hour": plan.reserve,
-        "chunk_budget_per_hour": plan.chunk_budget,
         "label_clean_accuracy": plan.clean_accuracy,
         "label_released_accuracy": plan.released_accuracy,
     }

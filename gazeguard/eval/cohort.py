@@ -42,10 +42,12 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.cohort import CohortPlan, contribution, exact_sum, plan_cohort, privatize_sum
+from gazeguard.config import FeatureSettings
 from gazeguard.dataset import FeatureTable
 from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
 from gazeguard.labels import train_model
 from gazeguard.mechanisms.noise import random_source
+from gazeguard.plan import releases_per_hour
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -84,7 +86,7 @@ def population(
         row = []
         for task in classes:
             gaze = simulate_gaze(window_s + bucket_s, rate_hz, POPULATION_SEED + p, task=task)
-            X, _ = FeatureExtractor(window_s=window_s, step_s=step_s).push(gaze)
+            X, _ = FeatureExtractor(window_s=window_s, step_s=step_s, rate_hz=rate_hz).push(gaze)
             row.append(contribute(X))
         out.append(row)
         if (p + 1) % 50 == 0 or p + 1 == people:
@@ -252,9 +254,12 @@ def evaluate_cohort(
     classes = model.classes
     lo, hi, _ = feature_bounds(profile_features, window_s, step_s)
     units = [FEATURES[_NAMES.index(f)].unit for f in profile_features]
+    buckets = releases_per_hour(
+        FeatureSettings(window_s=window_s, step_s=step_s), bucket_s, bucket_s
+    )
     plans = [
         plan_cohort(profile_features, lo, hi, units, classes, bucket_s=bucket_s,
-                    budget=float(b), delta=delta)
+                    per_hour=buckets, budget=float(b), delta=delta)
         for b in budgets
     ]  # fmt: skip
     pcols = [_NAMES.index(f) for f in profile_features]

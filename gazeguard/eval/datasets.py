@@ -67,6 +67,9 @@ Progress = Callable[[str], None]
 #: 34-inch 21:9 monitor (3440 × 1440 panel): width, height in mm.
 GAZEGRAPH_SCREEN_MM = (797.0, 333.0)
 GAZEGRAPH_DISTANCE_MM = 500.0
+#: The trackers' declared rates (the datasets' documentation), Hz.
+GAZEGRAPH_RATE_HZ = 30.0
+IRF_RATE_HZ = 1000.0
 GAZEGRAPH_RATE_HZ = 30.0
 
 
@@ -151,12 +154,15 @@ class Recording:
         task: task id (the utility target).
         recording: unique recording id within the dataset.
         samples: the gaze, degrees and seconds.
+        rate_hz: the tracker's declared sampling rate, Hz (the event detector is built for
+            it; never measured from the samples).
     """
 
     person: str
     task: str
     recording: str
     samples: GazeSamples
+    rate_hz: float
 
 
 def _noop(_: str) -> None:
@@ -238,8 +244,9 @@ def extract_table(
         s = rec.samples
         pupil = s.pupil_mm if np.isfinite(s.pupil_mm).any() else None
         X, t = extract_features(
-            s.timestamps, s.x_deg, s.y_deg, pupil_mm=pupil, window_s=window_s, step_s=step_s
-        )
+            s.timestamps, s.x_deg, s.y_deg, pupil_mm=pupil, window_s=window_s, step_s=step_s,
+            rate_hz=rec.rate_hz,
+        )  # fmt: skip
         blocks.append(np.asarray(X, np.float64))
         times.append(np.asarray(t, np.float64) - float(s.timestamps[0]))
         labels.append((rec.person, rec.task, rec.recording, int(X.shape[0])))
@@ -399,7 +406,9 @@ class GazeGraph(Dataset):
         person, task = match.group(1), match.group(3).lower()
         t = np.arange(xy.shape[0], dtype=np.float64) / GAZEGRAPH_RATE_HZ
         x, y = screen_to_degrees(xy[:, 0], xy[:, 1], self.screen_mm, self.distance_mm)
-        return Recording(person, task, f"{person}_{task}", GazeSamples.from_arrays(t, x, y))
+        return Recording(
+            person, task, f"{person}_{task}", GazeSamples.from_arrays(t, x, y), GAZEGRAPH_RATE_HZ
+        )
 
 
 def locate_gazegraph(roots: Sequence[Path]) -> Path | None:
@@ -479,8 +488,9 @@ class Irf(Dataset):
         x = np.where(ok, x, np.nan)
         y = np.where(ok, y, np.nan)
         return Recording(
-            person, "lookAtPoint", person, GazeSamples.from_arrays(t.astype(np.float64), x, y)
-        )
+            person, "lookAtPoint", person, GazeSamples.from_arrays(t.astype(np.float64), x, y),
+            IRF_RATE_HZ,
+        )  # fmt: skip
 
 
 def locate_irf(roots: Sequence[Path]) -> Path | None:
@@ -545,7 +555,7 @@ class Synthetic(Dataset):
             for task in self.tasks:
                 s = simulate_gaze(self.duration_s, self.rate_hz, self.seed + p, task=task)
                 person = f"sim{p + 1:02d}"
-                yield Recording(person, task, f"{person}_{task}", s)
+                yield Recording(person, task, f"{person}_{task}", s, self.rate_hz)
 
 
 def _simulator_tasks() -> tuple[str, ...]:
@@ -642,7 +652,14 @@ class CsvGaze(Dataset):
                 if rid in seen:
                     rid = f"{rel}:{rid}"
                 seen.add(rid)
-                yield Recording(person, task, rid, rec.samples)
+                if rec.rate_hz is None:
+                    raise DatasetError(
+                        rec.source,
+                        "declares no sampling rate: give the tracker's nominal rate with "
+                        "--rate HZ (the event detector's parameters come from a declared rate, "
+                        "never from the measured timestamps)",
+                    )
+                yield Recording(person, task, rid, rec.samples, rec.rate_hz)
 
     def _labels(self, rec: GazeRecording, rel: str) -> tuple[str, str]:
         person, task = rec.person, rec.task

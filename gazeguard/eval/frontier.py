@@ -34,14 +34,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gazeguard.accounting import RandomizedResponseEvent, compose
-from gazeguard.budget import chunks_per_window
+from gazeguard.config import FeatureSettings
 from gazeguard.eval.cohort import SIZES, cohort_kind, evaluate_cohort
 from gazeguard.eval.datasets import Dataset, Synthetic
 from gazeguard.eval.labels import evaluate as evaluate_labels
 from gazeguard.eval.report import clean_row, reid_and_task, tradeoff_points
 from gazeguard.eval.runner import GridConfig, _print, evaluate_dataset
 from gazeguard.labels import MAX_EPSILON, epsilon_for_survival, load_model, shipped_models
+from gazeguard.plan import label_cadence
 from gazeguard.profiles import load_profile
 
 #: The goal: task accuracy kept, as a fraction of clean, at re-identification near chance.
@@ -173,9 +173,10 @@ def label_limit(
     A label that survives randomized response with probability ``p`` is right with probability
     ``p·a + (1 − p)(1 − a)/(C − 1)`` (``a`` = clean accuracy); keeping ``fraction·a`` needs
     ``p ≥ (fraction·a − b)/(a − b)`` with ``b = (1 − a)/(C − 1)``, i.e. ε per decision
-    ``≥ ln(p(C − 1)/(1 − p))``. The ledger counts ``D = ⌈3600/d⌉ + 1`` decisions in any hour
-    for a cadence of ``d`` seconds; the largest ``D`` whose randomized-response releases
-    compose (PLD, at ``delta``) within ``budget`` gives the shortest cadence.
+    ``≥ ln(p(C − 1)/(1 − p))``. The release plan counts the decisions one hour of gaze can
+    change for a cadence (:func:`gazeguard.plan.label_cadence`); the largest count whose
+    randomized-response releases compose (PLD, at ``delta``) within ``budget`` gives the
+    shortest cadence.
 
     Returns ``{"epsilon_per_decision", "survival", "decisions_per_hour", "cadence_s"}``, or
     ``None`` when no cadence can (the needed ε exceeds one hour's budget or the model is no
@@ -192,28 +193,15 @@ def label_limit(
     eps = epsilon_for_survival(p, classes)
     if eps > MAX_EPSILON:
         return None
-    event = RandomizedResponseEvent(eps, classes)
-
-    def fits(d: int) -> bool:
-        return compose({event: d}, delta).epsilon <= budget
-
-    if not fits(2):  # D ≥ 2 for any cadence: a decision may straddle the hour's edge
+    cadence = label_cadence(budget, classes, eps, delta=delta, features=FeatureSettings())
+    if cadence is None:
         return None
-    lo, hi = 2, 4
-    while fits(hi):
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    cadence = 3600.0 / (lo - 1)
-    # the cadence whose ⌈3600/d⌉ + 1 is exactly lo
-    while chunks_per_window(3600.0, cadence) > lo:
-        cadence *= 1.0001
+    lo, cadence_s = cadence
     return {
         "epsilon_per_decision": eps,
         "survival": p,
         "decisions_per_hour": float(lo),
-        "cadence_s": cadence,
+        "cadence_s": cadence_s,
     }
 
 

@@ -91,12 +91,16 @@ class BudgetFactory:
     step_s: float
     noise: str = "laplace"
     delta: float = 1e-6
+    window_s: float = 30.0
 
     def __call__(self, spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
-        from gazeguard.budget import chunks_per_window, noise_multiplier_for  # noqa: PLC0415
+        from gazeguard.budget import noise_multiplier_for  # noqa: PLC0415
+        from gazeguard.config import FeatureSettings  # noqa: PLC0415
+        from gazeguard.plan import chunks_per_hour  # noqa: PLC0415
 
         f = int(np.asarray(self.bounds.lo).size)
-        chunks = 1 if spec.whole else chunks_per_window(3600.0, n * self.step_s)
+        features = FeatureSettings(window_s=self.window_s, step_s=self.step_s)
+        chunks = 1 if spec.whole else chunks_per_hour(features, n)
         ratio = noise_multiplier_for(
             self.noise, features=f, chunks=chunks, budget=epsilon, delta=self.delta, max_m=n
         )
@@ -108,10 +112,17 @@ class BudgetFactory:
 
 
 def budget_factory(
-    bounds: FeatureBounds, k: int | str, step_s: float, noise: str = "laplace", delta: float = 1e-6
+    bounds: FeatureBounds,
+    k: int | str,
+    step_s: float,
+    noise: str = "laplace",
+    delta: float = 1e-6,
+    *,
+    window_s: float = 30.0,
 ) -> MechanismFactory:
-    """:class:`BudgetFactory` (the noise for a user-level budget per hour)."""
-    return BudgetFactory(bounds, k, step_s, noise, delta)
+    """:class:`BudgetFactory` (the noise for a user-level budget per hour, counted as the
+    release plan counts the chunks an hour of gaze can change)."""
+    return BudgetFactory(bounds, k, step_s, noise, delta, window_s)
 
 
 @dataclass(frozen=True)

@@ -32,17 +32,18 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
 from gazeguard.accounting import RandomizedResponseEvent, compose
-from gazeguard.budget import chunks_per_window
+from gazeguard.config import FeatureSettings
 from gazeguard.dataset import FeatureTable
 from gazeguard.eval.runner import select_features
+from gazeguard.label_stream import decision_epsilon
 from gazeguard.labels import (
-    MAX_EPSILON,
     RandomizedResponse,
     lopo_probabilities,
     released_accuracy,
     survival_probability,
 )
 from gazeguard.mechanisms.noise import OsRandom, RandomSource, random_source
+from gazeguard.plan import releases_per_hour
 
 
 def _quiet(_msg: str) -> None:
@@ -55,22 +56,16 @@ DELTA = 1e-6
 DECISIONS_S = {"gazegraph": (10.0, 30.0, 60.0, 120.0), "synthetic": (10.0, 30.0, 60.0, 300.0)}
 
 
-def epsilon_per_decision(budget: float, decision_s: float, classes: int) -> tuple[float, int]:
-    """The largest ε per decision whose ``D = ⌈3600/decision_s⌉ + 1`` randomized-response
-    releases (what one hour of gaze can hold, as the ledger counts them) compose to at most
-    ``budget`` at ``DELTA`` (the PLD accountant, bisection to 1e-4 relative); and ``D``."""
-    per_hour = chunks_per_window(3600.0, decision_s)
-
-    def cost(eps: float) -> float:
-        return compose({RandomizedResponseEvent(eps, classes): per_hour}, DELTA).epsilon
-
-    lo, hi = budget / per_hour, min(budget, MAX_EPSILON)  # pure sequential ≤ … ≤ one release
-    if cost(hi) <= budget:
-        return hi, per_hour
-    while hi - lo > 1e-4 * lo:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cost(mid) <= budget else (lo, mid)
-    return lo, per_hour
+def epsilon_per_decision(
+    budget: float, decision_s: float, classes: int, features: FeatureSettings | None = None
+) -> tuple[float, int]:
+    """The largest ε per decision whose ``D`` randomized-response releases — the decisions one
+    hour of gaze can change, as the release plan counts them (:func:`gazeguard.plan.
+    releases_per_hour`) — compose to at most ``budget`` at ``DELTA`` (the PLD accountant, as
+    the sidecar's :func:`gazeguard.label_stream.decision_epsilon`); and ``D``."""
+    f = features or FeatureSettings()
+    per_hour = releases_per_hour(f, decision_s, decision_s - f.step_s)
+    return decision_epsilon(budget, per_hour, classes, DELTA), per_hour
 
 
 IntArray = npt.NDArray[np.intp]

@@ -348,7 +348,9 @@ def evaluate_dataset(
             f"{dataset.name}: ε axis = user-level ε per hour of gaze at δ 1e-6 "
             f"({grid.per_hour_noise} noise calibrated by the accountant)"
         )
-        factory = budget_factory(sub, grid.k, grid.step_s, grid.per_hour_noise)
+        factory = budget_factory(
+            sub, grid.k, grid.step_s, grid.per_hour_noise, window_s=grid.window_s
+        )
     rows = run_jobs(
         table, cols, sub, grid, progress=progress, factory=factory, label=f"{dataset.name}: "
     )

@@ -190,6 +190,7 @@ from gazeguard.jetstream.balance import assign_partitions, members_subject
 from gazeguard.jetstream.sender import JetStreamSender
 from gazeguard.jetstream.wire import (
     NOW_HEADER,
+    RATE_HEADER,
     UNIX_OFFSET_HEADER,
     connect_options,
     consumer_name,
@@ -203,6 +204,7 @@ from gazeguard.jetstream.worker import JetStreamIngest
 
 __all__ = [
     "NOW_HEADER",
+    "RATE_HEADER",
     "UNIX_OFFSET_HEADER",
     "JetStreamIngest",
     "JetStreamSender",

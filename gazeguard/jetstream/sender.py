@@ -15,7 +15,13 @@ import nats.errors
 import nats.js.errors
 
 from gazeguard.errors import PublishError
-from gazeguard.jetstream.wire import NOW_HEADER, UNIX_OFFSET_HEADER, connect_options, gaze_subject
+from gazeguard.jetstream.wire import (
+    NOW_HEADER,
+    RATE_HEADER,
+    UNIX_OFFSET_HEADER,
+    connect_options,
+    gaze_subject,
+)
 from gazeguard.rawgaze import encode_gaze
 from gazeguard.samples import GazeSamples
 
@@ -67,6 +73,8 @@ class JetStreamSender:
             worker on another host dates the gaze correctly); ``None``: not sent.
         clock: returns the blocks' clock now, s (header; workers drop gaze stamped ahead of
             it); ``None``: not sent.
+        rate_hz: the stream's declared sampling rate, Hz (header; workers build the session's
+            event detector for it); ``None``: not sent (workers then need ``ingest.rate_hz``).
 
     Raises:
         StreamError: ``device`` or ``session`` is not one subject token.
@@ -81,12 +89,14 @@ class JetStreamSender:
         ack_timeout_s: float = 2.0,
         unix_offset: Callable[[], float] | None = None,
         clock: Callable[[], float] | None = None,
+        rate_hz: float | None = None,
     ) -> None:
         self.subject = gaze_subject(nats_settings.subject_prefix, device, session)
         self.nats = nats_settings
         self.ack_timeout_s = ack_timeout_s
         self.unix_offset = unix_offset
         self.clock = clock
+        self.rate_hz = rate_hz
         self.reconnects = 0
         self.retries = 0  # publishes sent again after a missing acknowledgement
         self.inbox_prefix = f"_INBOX.{device}"
@@ -136,6 +146,8 @@ class JetStreamSender:
             headers[UNIX_OFFSET_HEADER] = repr(self.unix_offset())
         if self.clock is not None:
             headers[NOW_HEADER] = repr(self.clock())
+        if self.rate_hz is not None:
+            headers[RATE_HEADER] = repr(float(self.rate_hz))
         payload = encode_gaze(block)
         attempt = 0
         while True:

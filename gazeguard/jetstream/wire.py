@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 #: Headers a device may set on a block (see the module docstring).
 UNIX_OFFSET_HEADER = "Gazeguard-Unix-Offset"
+#: The device's declared sampling rate, Hz (the LSL stream's nominal_srate): a worker builds the
+#: session's event detector for it (``ingest.rate_hz`` on the worker overrides it).
+RATE_HEADER = "Gazeguard-Rate-Hz"
 
 
 NOW_HEADER = "Gazeguard-Now"

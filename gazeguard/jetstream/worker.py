@@ -24,12 +24,14 @@ from nats.js.api import (
     DeliverPolicy,
 )
 
-from gazeguard.errors import StreamError
+from gazeguard.errors import ConfigError, StreamError
+from gazeguard.ingest import declared_rate
 from gazeguard.jetstream.balance import Balancing, members_subject
 from gazeguard.jetstream.wire import (
     NOW_HEADER,
     PULL_BATCH,
     PULL_EXPIRES_NS,
+    RATE_HEADER,
     UNIX_OFFSET_HEADER,
     JetStreamNotReadyError,
     connect_options,
@@ -143,6 +145,7 @@ class JetStreamIngest(Balancing):
         # idleness: the server receipt time of each session's newest block (stream time), and
         # the sessions closed for idleness lately (reopened: their window is rebuilt)
         self._stamps: dict[str, float] = {}
+        self._no_rate: set[str] = set()  # sessions refused for declaring no rate (logged once)
         self._idle_closed: dict[str, float] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -487,7 +490,16 @@ class JetStreamIngest(Balancing):
         entry = self.fleet.sessions.get(key)
         if entry is not None:
             return key, entry
-        entry = self.fleet._open_session(key)
+        try:
+            rate = declared_rate(
+                self.settings.ingest.rate_hz, header_float(msg, RATE_HEADER) or 0.0, key
+            )
+        except ConfigError as exc:
+            if key not in self._no_rate:
+                self._no_rate.add(key)
+                log.warning("worker %s: session %r refused: %s", self.fleet.worker_id, key, exc)
+            return key, None
+        entry = self.fleet._open_session(key, rate)
         if entry is None:
             return key, None
         part.sessions.add(key)

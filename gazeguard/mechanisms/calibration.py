@@ -38,6 +38,7 @@ from gazeguard.mechanisms.noise import (
     calibrate,
     calibrate_gaussian,
     calibrate_gaussian_epsilon_delta,
+    laplace_slack,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -121,17 +122,25 @@ def calibrate_noise(
         )
     if family != "laplace":
         raise ConfigError("noise", family, "must be 'laplace' or 'gaussian'")
-    slack = np.full_like(sensitivity_l1, m * SAMPLER_LOSS_PER_COORDINATE)
     if epsilon is not None:
         cal = calibrate(sensitivity_l1, m, epsilon, input_error)
         scale, grid = cal.scale, cal.grid
         r = scale / (sensitivity_l1 + 2.0 * m * grid)
-        eps = np.asarray(epsilon, dtype=np.float64)
     else:
         r = np.asarray(ratio, dtype=np.float64)
         scale, grid = _laplace_from_ratio(sensitivity_l1, m, r, input_error)
-        eps = 1.0 / r + slack
     t = scale / grid
+    # Per release: the sampler's inexactness and the discrete Laplace's distance from the
+    # continuous pair the accountant composes, per coordinate (loss.py, "Sampler slack").
+    # (charged at t ≤ 2^GRID_LOG2_BELOW_SCALE, where the grid puts every t but for coarse input
+    # error: the slack decreases in t, so it is a bound that does not move with the noise)
+    slack = m * (
+        SAMPLER_LOSS_PER_COORDINATE
+        + laplace_slack(np.clip(t, 1.0, 2.0**GRID_LOG2_BELOW_SCALE))
+    )
+    if ratio is not None:  # one noise multiplier for all: one slack too (the largest), so
+        slack = np.full_like(slack, slack.max())  # the features share one accounting event
+    eps = np.asarray(epsilon, dtype=np.float64) if epsilon is not None else 1.0 / r + slack
     if np.any(t < T_MIN):
         raise ConfigError(
             "epsilon",

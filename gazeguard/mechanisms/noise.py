@@ -63,6 +63,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from gazeguard.accounting import analytic_gaussian_sigma, discrete_laplace_slack
 from gazeguard.errors import ConfigError
 
 FloatArray = npt.NDArray[np.float64]
@@ -287,6 +288,12 @@ class GridCalibration:
     m: int
 
 
+def laplace_slack(t: FloatArray) -> FloatArray:
+    """Per coordinate, the discrete Laplace's slack against the continuous Laplace pair at
+    parameter ``t`` (:func:`gazeguard.accounting.discrete_laplace_slack`), (F,)."""
+    return np.array([discrete_laplace_slack(float(x)) for x in np.atleast_1d(t)])
+
+
 def calibrate(
     l1_sensitivity: FloatArray, m: int, epsilon: FloatArray, input_error: FloatArray
 ) -> GridCalibration:
@@ -315,6 +322,19 @@ def calibrate(
     lam0 = l1_sensitivity / budget
     grid = np.exp2(np.floor(np.log2(lam0)) - GRID_LOG2_BELOW_SCALE)
     grid = np.maximum(grid, np.exp2(np.ceil(np.log2(2.0 * input_error))))
+    # The discrete Laplace is within a factor of the continuous pair the accountant composes
+    # (gazeguard.accounting.discrete_laplace_slack): pay that slack too, for the parameter t
+    # the grid gives at this budget (paying it only makes t, and so the slack, larger).
+    t0 = (l1_sensitivity + 2.0 * m * grid) / budget / grid
+    budget = epsilon - m * (SAMPLER_LOSS_PER_COORDINATE + laplace_slack(np.maximum(t0, 1.0)))
+    if np.any(budget < epsilon / 2) or np.any(2.0 * m / budget >= T_MAX / 4):
+        i = int(np.argmin(budget / epsilon))
+        raise ConfigError(
+            "epsilon",
+            float(epsilon[i]),
+            f"too small for {m} noised coefficients per feature; use a smaller k "
+            "(fewer coefficients) or a larger epsilon",
+        )
     scale = (l1_sensitivity + 2.0 * m * grid) / budget
     while np.any(scale / grid >= T_MAX):  # only when 2m/budget is large: coarsen the grid
         grid = np.where(scale / grid >= T_MAX, 2.0 * grid, grid)
@@ -741,77 +761,6 @@ def gaussian_slack(
     if log_tail >= 0.0:  # ε beyond ~2000: e^ε·β is no longer small and the bound is vacuous
         return eps_out, 1.0
     return eps_out, min(1.0, math.exp(log_a) * delta + math.nextafter(math.exp(log_tail), 1.0))
-
-
-def _log_phi(x: float) -> float:
-    """``ln Φ(x)`` (standard normal CDF), accurate in both tails (scipy's ``log_ndtr``)."""
-    from scipy.special import log_ndtr  # noqa: PLC0415 - keep scipy off the import path
-
-    return float(log_ndtr(x))
-
-
-def _analytic_delta_upper(s: float, epsilon: float) -> float:
-    """A certified upper bound on the analytic Gaussian's ``δ(ε)`` at noise multiplier ``s``:
-    ``δ = Φ(1/(2s) − εs) − e^ε·Φ(−1/(2s) − εs)`` (Balle & Wang 2018, Theorem 8), evaluated as
-    ``Φ(a)·(−expm1(ε + lnΦ(b) − lnΦ(a)))`` with every log-probability moved by a generous bound
-    on its floating-point error in the direction that enlarges δ."""
-    a = 0.5 / s - epsilon * s
-    b = -0.5 / s - epsilon * s
-    # Error of a, b (a few ulps of their terms) moves lnΦ by ≤ |d lnΦ/dx|·err ≤ (|x| + 1)·err;
-    # scipy's log_ndtr is accurate to well within 2^-46 relative (absolute in lnΦ).
-    arg_err = 4.0 * 2.0**-52 * (0.5 / s + epsilon * s)
-    la = _log_phi(a)
-    lb = _log_phi(b)
-    e_a = 2.0**-46 * (1.0 + abs(la)) + (abs(a) + 1.0) * arg_err
-    e_b = 2.0**-46 * (1.0 + abs(lb)) + (abs(b) + 1.0) * arg_err + 2.0**-52 * epsilon
-    x = epsilon + lb - la - e_a - e_b
-    if x >= 0.0:  # the error bounds cannot certify δ > 0 here: refuse to certify anything
-        return math.inf
-    return math.exp(la + e_a) * -math.expm1(x) * (1.0 + 2.0**-50)
-
-
-def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Smallest σ (to within a relative 2^-45) for which the Gaussian mechanism with L2
-    sensitivity ``sensitivity`` is (ε, δ)-DP — the analytic Gaussian mechanism of Balle & Wang
-    (ICML 2018, Theorem 8): ``N(0, σ²)`` noise is (ε, δ)-DP iff
-    ``Φ(Δ/(2σ) − εσ/Δ) − e^ε·Φ(−Δ/(2σ) − εσ/Δ) ≤ δ``.
-
-    The left side depends on ``s = σ/Δ`` only and decreases in ``s``; we double ``s`` until a
-    certified upper bound on it (:func:`_analytic_delta_upper`) is ≤ δ and then bisect, always
-    returning the upper end: the returned σ satisfies the condition even with the evaluation's
-    rounding error counted against it. Valid in any dimension (the worst pair of neighbours
-    reduces to one dimension along ``u − u'``).
-
-    Args:
-        epsilon: ε > 0, finite.
-        delta: δ in (0, 1).
-        sensitivity: L2 sensitivity Δ > 0, finite (any unit; σ comes out in the same unit).
-
-    Raises:
-        ConfigError: naming the invalid argument.
-    """
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ConfigError("epsilon", epsilon, "must be finite and > 0")
-    if not 0.0 < delta < 1.0:
-        raise ConfigError("delta", delta, "must lie strictly between 0 and 1")
-    if not (math.isfinite(sensitivity) and sensitivity > 0):
-        raise ConfigError("sensitivity", sensitivity, "must be finite and > 0")
-    lo, hi = 0.0, 1.0
-    while _analytic_delta_upper(hi, epsilon) > delta:
-        lo, hi = hi, 2.0 * hi
-        if hi > 2.0**60:  # unreachable for δ > 0: δ(s) ≤ 1/(s·√(2π)) → 0
-            raise ConfigError("delta", delta, "too small to calibrate")
-    if lo == 0.0:
-        lo = hi / 2.0
-        while lo > 2.0**-60 and _analytic_delta_upper(lo, epsilon) <= delta:
-            hi, lo = lo, lo / 2.0
-    while hi - lo > 2.0**-45 * hi:
-        mid = 0.5 * (lo + hi)
-        if _analytic_delta_upper(mid, epsilon) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi * sensitivity
 
 
 def calibrate_gaussian_epsilon_delta(

@@ -101,7 +101,10 @@ class ReadOptions:
             mm per diameter unit for ``PUPIL DIAMETER`` files (as ``ingest.pupil_area_scale_mm``);
             without it EyeLink pupil sizes are left out (NaN).
         columns: names of the columns of a CSV file without a header line.
-        rate_hz: sampling rate of a CSV file without a time column, Hz.
+        rate_hz: the tracker's declared (nominal) sampling rate, Hz: the time base of a CSV
+            file without a time column, and the rate the event detector is built for where the
+            file declares none (only EyeLink ASC files do; the detector's parameters never
+            come from measured timestamps).
     """
 
     format: Format = "auto"
@@ -169,6 +172,8 @@ class GazeRecording:
         person: person label, where the file gives one.
         task: task label, where the file gives one.
         notes: what the reader assumed or dropped, one sentence each.
+        rate_hz: the declared sampling rate, Hz: the file's own declaration, else
+            :attr:`ReadOptions.rate_hz`; ``None`` when neither declares one.
     """
 
     samples: GazeSamples
@@ -178,6 +183,7 @@ class GazeRecording:
     person: str | None = None
     task: str | None = None
     notes: tuple[str, ...] = field(default=())
+    rate_hz: float | None = None
 
 
 # --------------------------------------------------------------------------- header names

@@ -22,6 +22,7 @@ it, through the per-sample resolution (pixels per degree) of files converted wit
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,7 @@ def read_eyelink(path: Path, opts: ReadOptions) -> list[GazeRecording]:  # noqa:
     blink = {"L": False, "R": False}
     notes: list[str] = []
     inferred = False
+    rate: float | None = None
     for lineno, line in open_text(path):
         if not line:
             continue
@@ -97,6 +99,10 @@ def read_eyelink(path: Path, opts: ReadOptions) -> list[GazeRecording]:  # noqa:
         words = rest.split()
         if head == "SAMPLES":
             lay = _declared_layout(words, path, lineno)
+            upper = [w.upper() for w in words]
+            if "RATE" in upper and upper.index("RATE") + 1 < len(words):
+                with contextlib.suppress(ValueError):
+                    rate = float(words[upper.index("RATE") + 1])
         elif head == "PUPIL" and words:
             pupil_kind = words[0].upper()
         elif head == "MSG" and len(words) >= 6 and words[1] in ("GAZE_COORDS", "DISPLAY_COORDS"):
@@ -168,7 +174,10 @@ def read_eyelink(path: Path, opts: ReadOptions) -> list[GazeRecording]:  # noqa:
             origin_px=origin or (0.0, 0.0),
         )
     samples = build_samples(t[keep], xd[keep], yd[keep], pupil[keep], np.isfinite(xd[keep]))
-    return [GazeRecording(samples, path, "eyelink", path.stem, notes=tuple(notes))]
+    declared = rate if rate is not None and rate > 0 else opts.rate_hz
+    return [
+        GazeRecording(samples, path, "eyelink", path.stem, notes=tuple(notes), rate_hz=declared)
+    ]
 
 
 def _declared_layout(words: list[str], path: Path, lineno: int) -> _Layout:

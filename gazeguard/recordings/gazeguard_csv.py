@@ -253,7 +253,14 @@ def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:  # noqa
         rid = rec or (f"{person}_{task}" if person and task else person or task or path.stem)
         out.append(
             GazeRecording(
-                samples, path, "csv", rid, person or None, task or None, notes=tuple(notes)
+                samples,
+                path,
+                "csv",
+                rid,
+                person or None,
+                task or None,
+                notes=tuple(notes),
+                rate_hz=opts.rate_hz,
             )
         )
     return out

@@ -145,7 +145,11 @@ def read_pupil_player(path: Path, opts: ReadOptions) -> list[GazeRecording]:
     root = gaze_file.parent
     if root.parent.name == "exports":  # <recording>/exports/NNN/gaze_positions.csv
         root = root.parent.parent
-    return [GazeRecording(samples, gaze_file, "pupil", root.name, notes=tuple(notes))]
+    return [
+        GazeRecording(
+            samples, gaze_file, "pupil", root.name, notes=tuple(notes), rate_hz=opts.rate_hz
+        )
+    ]
 
 
 def _pupil_sizes(

@@ -166,7 +166,13 @@ def read_tobii(path: Path, opts: ReadOptions) -> list[GazeRecording]:  # noqa: P
         samples = build_samples(t[k], x[k], y[k], None if pupil is None else pupil[k], valid[k])
         out.append(
             GazeRecording(
-                samples, path, "tobii", rec or path.stem, who or None, notes=tuple(rec_notes)
+                samples,
+                path,
+                "tobii",
+                rec or path.stem,
+                who or None,
+                notes=tuple(rec_notes),
+                rate_hz=opts.rate_hz,
             )
         )
     return out
