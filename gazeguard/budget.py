@@ -137,27 +137,53 @@ def build_mechanism(
             "hour of gaze, e.g. 10) or mechanism.epsilon (ε per feature per chunk)",
             None,
         )
-    chunks = chunks_for(mechanism.chunk_steps)
+    return calibrated(
+        mechanism.name, kw, k=mechanism.k, features=len(names),
+        chunks=chunks_for(mechanism.chunk_steps), budget=budget, delta=delta, fixed=fixed,
+    )  # fmt: skip
+
+
+def calibrated(
+    name: str,
+    kw: Mapping[str, Any],
+    *,
+    k: int | str | None,
+    features: int,
+    chunks: int,
+    budget: float,
+    delta: float,
+    fixed: Mapping[Event, int] | None = None,
+) -> Mechanism:
+    """``make_mechanism(name, k=k, noise_multiplier=r, **kw)`` with ``r`` the smallest noise
+    multiplier for which ``features·chunks`` releases (with the ``fixed`` others) compose to at
+    most ``budget`` at ``delta``, each paying the slack the mechanism's samplers pay — the
+    sidecar's calibration, shared with the offline evaluation (``k`` None: a mechanism that
+    keeps no frequencies)."""
+    noise = str(kw.get("noise", "laplace"))
+
+    def make(k: int | str | None, r: float) -> Mechanism:
+        args: dict[str, Any] = {**kw, "noise_multiplier": r}
+        if k is not None:
+            args["k"] = k
+        return make_mechanism(name, **args)
 
     def ratio(slack: float | None, joint: bool = True) -> float:
         b, others = budget, fixed
         if not joint and fixed:  # a first guess: the others' ε taken off the budget
             b, others = budget - compose(dict(fixed), delta).epsilon, None
         return noise_multiplier_for(
-            mechanism.noise, features=len(names), chunks=chunks, budget=b, delta=delta,
-            slack=slack, fixed=others,
+            noise, features=features, chunks=chunks, budget=b, delta=delta, slack=slack,
+            fixed=others,
         )  # fmt: skip
 
     # k (and so m, and the samplers' slack) depends a little on the noise: calibrate roughly
     # for the slack of one coordinate, let auto-k choose, then calibrate for the slack the
     # chosen mechanism pays per release and keep that k. Should the slack paid at that noise
     # still exceed the slack charged, recalibrate (it settles at once).
-    first = make_mechanism(
-        mechanism.name, k=mechanism.k, noise_multiplier=ratio(None, joint=False), **kw
-    )
+    first = make(k, ratio(None, joint=False))
     slack = float(first.sampler_slack.max())
     for _ in range(4):
-        mech = make_mechanism(mechanism.name, k=first.k, noise_multiplier=ratio(slack), **kw)
+        mech = make(None if k is None else first.k, ratio(slack))
         paid = float(mech.sampler_slack.max())
         if paid <= slack:
             return mech

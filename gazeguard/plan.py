@@ -316,11 +316,25 @@ class ReleasePlan:
                     fixed[e] = fixed.get(e, 0) + c * other.per_hour
         lo, hi, max_step = feature_bounds(names, features.window_s, features.step_s)
         step = layout.reach.step_s
-        mech = build_mechanism(
-            mechanism, names, Bounds(lo=lo, hi=hi, max_step=max_step), features.step_s,
-            budget=budget, delta=delta, fixed=fixed or None,
-            chunks_for=lambda n: releases_within(layout.window, n * step),
-        )  # fmt: skip
+        try:
+            mech = build_mechanism(
+                mechanism, names, Bounds(lo=lo, hi=hi, max_step=max_step), features.step_s,
+                budget=budget, delta=delta, fixed=fixed or None,
+                chunks_for=lambda n: releases_within(layout.window, n * step),
+            )  # fmt: skip
+        except ConfigError as exc:
+            if not fixed or exc.field != "budget":
+                raise
+            field, value = (
+                ("labels.budget_share", labels.budget_share)
+                if labels is not None
+                else ("cohort.budget_share", cohort.budget_share if cohort else None)
+            )
+            raise ConfigError(
+                field, value,
+                f"the labels and cohort aggregates leave too little of ledger.budget_per_hour "
+                f"= {budget} for the chunks ({exc.reason}); lower their shares",
+            ) from exc  # fmt: skip
         layout.summaries["chunks"] = (mech.n - 1) * step
         chunks = layout.release("chunks", mech.n * step, mech.events(), shares.get("chunks"))
         return cls(

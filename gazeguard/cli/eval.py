@@ -385,7 +385,10 @@ def run_frontier(
     for ds in datasets:
         res = evaluate_frontier(ds, grid, profile, quick=quick, cohort_sizes=cohort_sizes)
         done.append(res)
-        pts = [ReleasePoint(**{k: v for k, v in p.items() if k != "kept"}) for p in res["points"]]
+        pts = [
+            ReleasePoint(**{k: v for k, v in p.items() if k != "kept_above_chance"})
+            for p in res["points"]
+        ]
         meta = res["meta"]
         common = {
             "chance_task": meta["chance_task"],
@@ -482,7 +485,6 @@ def _eval_settings(args: argparse.Namespace, quick: bool) -> EvalSettings:
         every_task=args.every_task,
         every_reid=args.every_reid,
         insecure_seed=args.insecure_seed,
-        per_hour_step_s=args.step if args.per_hour else None,
     )
 
 

@@ -27,7 +27,6 @@ recording, ``ε · F · chunks`` (sequential composition; see
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,21 +93,24 @@ class BudgetFactory:
     window_s: float = 30.0
 
     def __call__(self, spec: MechanismSpec, n: int, epsilon: float, seed: int | None) -> Releaser:
-        from gazeguard.budget import noise_multiplier_for  # noqa: PLC0415
+        from gazeguard.budget import calibrated  # noqa: PLC0415
         from gazeguard.config import FeatureSettings  # noqa: PLC0415
         from gazeguard.plan import chunks_per_hour  # noqa: PLC0415
 
-        f = int(np.asarray(self.bounds.lo).size)
         features = FeatureSettings(window_s=self.window_s, step_s=self.step_s)
-        chunks = 1 if spec.whole else chunks_per_hour(features, n)
-        ratio = noise_multiplier_for(
-            self.noise, features=f, chunks=chunks, budget=epsilon, delta=self.delta, max_m=n
-        )
         kw: dict[str, Any] = {
-            "n": n, "noise_multiplier": ratio, "bounds": _bounds(self.bounds), "seed": seed,
-            "noise": self.noise,
+            "n": n, "bounds": _bounds(self.bounds), "seed": seed, "noise": self.noise,
         }  # fmt: skip
-        return _make(spec, self.k, kw)
+        transformed = spec.kind is not None and spec.kind.transformed
+        if transformed:
+            kw["transform"] = spec.transform or "dft"
+        mech: Releaser = calibrated(
+            spec.family, kw, k=self.k if transformed else None,
+            features=int(np.asarray(self.bounds.lo).size),
+            chunks=1 if spec.whole else chunks_per_hour(features, n),
+            budget=epsilon, delta=self.delta,
+        )  # fmt: skip
+        return mech
 
 
 def budget_factory(
@@ -298,10 +300,6 @@ class EvalSettings:
     every_task: int = 10
     every_reid: int = 5
     insecure_seed: int | None = None
-    per_hour_step_s: float | None = None
-    """Set (to the feature step, s) when the ε axis is user-level ε per hour of gaze (budget
-    mode, :func:`budget_factory`): a recording's user-level ε is then bounded by the budget
-    times the hours of gaze it spans, not by summing per-chunk ε."""
 
 
 def _utility_summary(
@@ -490,29 +488,35 @@ def _run_reps(
 
 
 def _user_epsilon(
-    spec: MechanismSpec, eps: float, n_feat: int, chunks: list[int], settings: EvalSettings
+    mechanisms: MechanismCache, eps: float, n_feat: int, chunks: list[int]
 ) -> dict[str, Any]:
-    """User-level ε of a whole released recording: its max and mean over recordings.
+    """User-level ε at δ 1e-6 of a whole released recording (its max and mean over
+    recordings): the accountant's composition of every chunk's accounting events, as the
+    ledger composes a session (``eps``, the configured axis value, only scales
+    ``multiplier_max``: the largest recording's ε over it). A mechanism without accounting
+    events (the paper's data-derived sensitivities) is composed sequentially."""
+    from gazeguard.accounting import compose  # noqa: PLC0415
 
-    ``eps`` is ε per feature per chunk (or, in budget mode, per hour of gaze); ``chunks`` the
-    chunks per recording. ``multiplier_max`` is the largest factor from ``eps`` to a
-    recording's user-level ε (hours spanned in budget mode, else ``n_feat`` times chunks).
-    """
-    hours: list[int] = []
-    if settings.per_hour_step_s is not None:
-        # budget mode: each hour of gaze a recording spans costs at most the budget (a whole
-        # recording released at once, FPA, is one release calibrated to the budget)
-        step = settings.per_hour_step_s
-        hours = [1 if spec.n is None else math.ceil(c * spec.n * step / 3600.0) for c in chunks]
-        per_rec_eps = [eps * h for h, c in zip(hours, chunks, strict=True) if c > 0]
-    else:
-        per_rec_eps = [user_level_epsilon(eps, n_feat, c) for c in chunks if c > 0]
+    mech = next(iter(mechanisms._by_n.values()), None)
+    events = getattr(mech, "events", None)
+    per_chunk = events() if callable(events) else None
+    cache: dict[int, float] = {}
+
+    def of(c: int) -> float:
+        if c not in cache:
+            cache[c] = (
+                compose({e: k * c for e, k in per_chunk.items()}, 1e-6).epsilon
+                if per_chunk
+                else user_level_epsilon(eps, n_feat, c)
+            )
+        return cache[c]
+
+    per_rec_eps = [of(c) for c in chunks if c > 0]
+    top = max(per_rec_eps, default=0.0)
     return {
-        "max": max(per_rec_eps, default=0.0),
+        "max": top,
         "mean": float(np.mean(per_rec_eps)) if per_rec_eps else 0.0,
-        "multiplier_max": max(hours, default=0)
-        if settings.per_hour_step_s is not None
-        else n_feat * max(chunks, default=0),
+        "multiplier_max": top / eps if eps > 0 else 0.0,
     }
 
 
@@ -558,7 +562,9 @@ def evaluate_configuration(
         "n": spec.n,
         "transform": spec.transform,
         "epsilon": None if clean else eps,
-        "epsilon_user": None if clean else _user_epsilon(spec, eps, n_feat, chunks, settings),
+        "epsilon_user": None
+        if mechanisms is None
+        else _user_epsilon(mechanisms, eps, n_feat, chunks),
         "features_released": n_feat,
         "rows_released": acc.released_rows,
         "rows_dropped": int(table.n_rows - acc.released_rows),

@@ -103,7 +103,7 @@ def _axis(result: Result) -> str:
 
 def _multiplier(rows: dict[float, Result]) -> str:
     m = (next(iter(rows.values())).get("epsilon_user") or {}).get("multiplier_max")
-    return f"×{m}" if m else "no release"
+    return f"×{m:.3g}" if m else "no release"
 
 
 def clean_row(result: Result) -> Result | None:

@@ -135,8 +135,7 @@ def calibrate_noise(
     # (charged at t ≤ 2^GRID_LOG2_BELOW_SCALE, where the grid puts every t but for coarse input
     # error: the slack decreases in t, so it is a bound that does not move with the noise)
     slack = m * (
-        SAMPLER_LOSS_PER_COORDINATE
-        + laplace_slack(np.clip(t, 1.0, 2.0**GRID_LOG2_BELOW_SCALE))
+        SAMPLER_LOSS_PER_COORDINATE + laplace_slack(np.clip(t, 1.0, 2.0**GRID_LOG2_BELOW_SCALE))
     )
     if ratio is not None:  # one noise multiplier for all: one slack too (the largest), so
         slack = np.full_like(slack, slack.max())  # the features share one accounting event
