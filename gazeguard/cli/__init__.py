@@ -90,6 +90,11 @@ COMMANDS: dict[str, Command] = {
         "gazeguard.cli.watch:configure",
         "gazeguard.cli.watch:run",
     ),
+    "dashboard": Command(
+        "serve a live page of a fleet's cohort aggregates (with their noise bands) from the broker",
+        "gazeguard.cli.dashboard:configure",
+        "gazeguard.cli.dashboard:run",
+    ),
     "ledger": Command(
         "inspect the durable privacy-budget ledger",
         "gazeguard.cli.ledger:configure",

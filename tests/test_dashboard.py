@@ -1,0 +1,487 @@
+"""`gazeguard dashboard` (issue 33) against real parts: a real Mosquitto, a real
+`gazeguard run --fleet --cohort` over simulated LSL headsets, the dashboard as a subprocess, and
+the page in a real headless Chromium driven by Selenium, read through its DOM.
+
+The browser test needs Debian's `chromium` and `chromium-driver` (.ci/run installs them) and the
+`selenium` package (the `test` extra): without them it is skipped with what to install, except
+under CI (CI=true), where it fails instead.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from conftest import MosquittoBroker, Subscriber, free_port
+
+from gazeguard.cohort_message import CohortFeature, CohortMessage
+from gazeguard.dashboard import Board, attention_view
+from gazeguard.simulate import SimulatedHeadset
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--window-size=1300,1600",
+]  # fmt: skip
+Z95 = 1.96
+
+
+def wait_for(predicate: Callable[[], object], within_s: float, what: Callable[[], str]) -> Any:
+    """Poll ``predicate`` every 50 ms until it returns something truthy (returned); fail with
+    ``what()`` after ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within_s:g} s\n{what()}")
+        time.sleep(0.05)
+
+
+def env() -> dict[str, str]:
+    """This checkout first on the path, no GAZEGUARD_* settings from the caller."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO), e.get("PYTHONPATH", "")])
+    return e
+
+
+class Proc:
+    """A ``python -m gazeguard ARGS`` process whose stdout and stderr go to a file (readable
+    while it runs)."""
+
+    def __init__(
+        self, workdir: Path, name: str, *args: str, extra_env: dict[str, str] | None = None
+    ):
+        self.log = workdir / f"{name}.log"
+        self._out: IO[bytes] = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gazeguard", *args],
+            stdout=self._out, stderr=self._out, cwd=workdir, env=env() | (extra_env or {}),
+        )  # fmt: skip
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Send ``sig`` and reap (SIGKILL after 30 s)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._out.close()
+        return code
+
+
+def start_dashboard(tmp_path: Path, broker: str, *more: str) -> tuple[Proc, str]:
+    """The dashboard on a free port, and the URL its start line names."""
+    dash = Proc(tmp_path, "dashboard", "dashboard", "--port", "0", "--broker", broker, *more)
+    found = wait_for(
+        lambda: re.search(r"gazeguard dashboard: open (http://\S+)", dash.text()),
+        30,
+        dash.text,
+    )
+    return dash, found.group(1)
+
+
+def get(
+    url: str, path: str, method: str = "GET", host: str | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """One request to the dashboard: status, headers (lower-case names), body."""
+    m = re.match(r"http://([^:/]+):(\d+)/", url)
+    assert m is not None, url
+    conn = http.client.HTTPConnection(m.group(1), int(m.group(2)), timeout=10)
+    try:
+        conn.request(method, path, headers={"Host": host} if host else {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def publish(broker: MosquittoBroker, topic: str, payload: bytes) -> None:
+    """Publish one message with QoS 1 and wait for its PUBACK (the test publishes; the
+    dashboard never does)."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        client.publish(topic, payload, qos=1).wait_for_publish(10)
+    finally:
+        client.disconnect()  # first: the network thread then ends at once
+        client.loop_stop()
+
+
+def synthetic_aggregate(cohort: str = "reading", bucket: int = 10) -> CohortMessage:
+    """A valid aggregate with classes (the fleet run publishes none: the shipped label model
+    needs 30-s windows, too slow for this test)."""
+    hist = [200.5, 150.25, -3.0]
+    total = sum(max(h, 0.0) for h in hist)
+    return CohortMessage(
+        cohort=cohort, worker="w2", bucket=bucket, bucket_start=bucket * 60.0,
+        bucket_end=(bucket + 1) * 60.0, noisy_count=412.3, count=412,
+        features=[CohortFeature(name="pupil_mean", unit="mm", noisy_sum=100.0, mean=3.52,
+                                sd=0.041)],
+        classes=["read", "watch", "browse"], noisy_histogram=hist,
+        shares=[max(h, 0.0) / total for h in hist], sigma=7.3, sensitivity_l2=math.sqrt(3),
+        epsilon_per_hour=5.0, delta=5e-7, profile="activity", model="activity",
+        noise="INSECURE-seeded",
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- the browser
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Headless Chromium through chromedriver (Debian's), a fresh profile, no network of its own."""
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    try:
+        from selenium import webdriver  # noqa: PLC0415
+        from selenium.webdriver.chrome.options import Options  # noqa: PLC0415
+        from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
+    except ImportError:
+        missing.append("the selenium package (pip install -e '.[test]')")
+    if missing:
+        why = (
+            f"headless browser test needs {', '.join(missing)}: apt-get install -y chromium "
+            "chromium-driver; .ci/run installs them"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    profile = tempfile.mkdtemp(prefix="gazeguard-chromium-")
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+#: The card of one (cohort, worker) as the page shows it: every figure's text.
+READ_CARD = """
+const [cohort, worker] = arguments;
+const section = [...document.querySelectorAll('section.cohort')]
+  .find(s => s.dataset.cohort === cohort);
+if (!section) return null;
+const card = [...section.querySelectorAll('.worker')].find(c => c.dataset.worker === worker);
+if (!card) return null;
+const text = (root, sel) => { const n = root.querySelector(sel); return n ? n.textContent : null; };
+return {
+  bucket: text(card, '.bucket .value'),
+  count: text(card, '.count .value'),
+  count_lo: text(card, '.count .lo'), count_hi: text(card, '.count .hi'),
+  epsilon: text(card, '.epsilon .value'), delta: text(card, '.epsilon .delta'),
+  sigma: text(card, '.sigma .value'), noise: text(card, '.sigma .source'),
+  features: [...card.querySelectorAll('tr.feature')].map(r => ({
+    name: r.dataset.feature, mean: text(r, '.mean'), unit: text(r, '.unit'),
+    lo: text(r, '.lo'), hi: text(r, '.hi'), sd: text(r, '.sd'),
+    spark: r.querySelectorAll('svg.spark polyline.mean').length})),
+  classes: [...card.querySelectorAll('tr.class')].map(r => ({
+    name: r.dataset.class, share: text(r, '.share'), lo: text(r, '.lo'), hi: text(r, '.hi')})),
+};
+"""
+
+BROKER_STATE = "return document.getElementById('broker').dataset.state"
+
+READ_ATTENTION = """
+const section = [...document.querySelectorAll('section.cohort')]
+  .find(s => s.dataset.cohort === arguments[0]);
+if (!section) return null;
+const a = section.querySelector('.attention');
+const svg = a.querySelector('svg.heatmap');
+return {
+  nodata: a.querySelector('.nodata') ? a.querySelector('.nodata').textContent : null,
+  rows: svg ? Number(svg.dataset.rows) : null, cols: svg ? Number(svg.dataset.cols) : null,
+  cells: [...a.querySelectorAll('rect.cell')].map(r => r.dataset.value),
+  labels: [...a.querySelectorAll('svg.heatmap text')].map(t => t.textContent),
+  fields: [...a.querySelectorAll('dl.fields dt')].map(t => t.textContent),
+};
+"""
+
+
+def close(text: str | None, value: float, rel: float = 1e-3) -> bool:
+    """The page's 4-significant-digit text of ``value``."""
+    return text is not None and float(text) == pytest.approx(value, rel=rel, abs=1e-9)
+
+
+def assert_card_shows(card: dict[str, Any], m: CohortMessage) -> None:
+    """Every figure of ``m`` on its card, bands at ± 1.96 sd."""
+    assert card["bucket"] == str(m.bucket)
+    assert close(card["count"], m.noisy_count), (card, m)
+    sd_count = m.sigma if m.features else m.sigma * math.sqrt(len(m.classes))
+    assert close(card["count_lo"], m.noisy_count - Z95 * sd_count), (card, m)
+    assert close(card["count_hi"], m.noisy_count + Z95 * sd_count), (card, m)
+    assert close(card["epsilon"], m.epsilon_per_hour), (card, m)
+    assert float(card["delta"]) == m.delta
+    assert close(card["sigma"], m.sigma)
+    assert [f["name"] for f in card["features"]] == [f.name for f in m.features]
+    for shown, f in zip(card["features"], m.features, strict=True):
+        assert close(shown["mean"], f.mean), (shown, f)
+        assert close(shown["sd"], f.sd), (shown, f)
+        assert close(shown["lo"], f.mean - Z95 * f.sd), (shown, f)
+        assert close(shown["hi"], f.mean + Z95 * f.sd), (shown, f)
+        assert shown["unit"] == f.unit
+        assert shown["spark"] == 1
+    assert [c["name"] for c in card["classes"]] == list(m.classes)
+    total = sum(max(h, 0.0) for h in m.noisy_histogram)
+    for shown, share, h in zip(card["classes"], m.shares, m.noisy_histogram, strict=True):
+        assert float(shown["share"]) == pytest.approx(100 * share, abs=0.051), (shown, share)
+        lo = min(1.0, max(0.0, (h - Z95 * m.sigma) / total))
+        hi = min(1.0, max(0.0, (h + Z95 * m.sigma) / total))
+        assert float(shown["lo"]) == pytest.approx(100 * lo, abs=0.051), (shown, lo)
+        assert float(shown["hi"]) == pytest.approx(100 * hi, abs=0.051), (shown, hi)
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
+    tmp_path: Path, unique_id: str, browser: Any
+) -> None:
+    """The dashboard starts before its broker (one notice, no traceback) and subscribes once
+    Mosquitto is up; a fleet worker serving three simulated headsets publishes a 2-s bucket's
+    aggregate; the page in headless Chromium shows that aggregate's figures — the same as a
+    separate MQTT subscriber received — with bands of ± 1.96 sd; an attention message is drawn
+    as a grid; Ctrl-C stops the dashboard with one line and exit 130."""
+    broker = MosquittoBroker(tmp_path)  # not started yet
+    dash, url = start_dashboard(tmp_path, broker.address)
+    heads: list[SimulatedHeadset] = []
+    worker: Proc | None = None
+    sub: Subscriber | None = None
+    try:
+        wait_for(lambda: "cannot reach broker" in dash.text(), 30, dash.text)
+        browser.get(url)  # the page says so too, and that nothing has arrived
+        wait_for(lambda: browser.execute_script(BROKER_STATE) == "waiting", 20, dash.text)
+        assert browser.execute_script("return document.getElementById('empty').hidden") is False
+        broker.start()
+        wait_for(lambda: "subscribed to" in dash.text(), 30, dash.text)
+        wait_for(lambda: browser.execute_script(BROKER_STATE) == "connected", 20, dash.text)
+        sub = Subscriber(broker, f"sub-{unique_id}")
+        name = f"dash-{unique_id}"
+        heads = [
+            SimulatedHeadset(120, seed=i, name=name, source_id=f"{name}-{i}") for i in range(3)
+        ]
+        for h in heads:
+            h.start()
+        worker = Proc(
+            tmp_path, "worker", "-v", "run", "--fleet", "--source", "lsl", "--stream-name", name,
+            "--device", "fleet", "--broker", broker.address, "--ledger", str(tmp_path / "l.sqlite"),
+            "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
+            "--budget-per-hour", "200", "--features", "fixation_rate,saccade_rate,pupil_mean",
+            "--cohort", "lab", "--bucket-s", "2",
+            extra_env={"GAZEGUARD_COHORT__GRACE_S": "1", "GAZEGUARD_FLEET__COMPILED": "false"},
+        )  # fmt: skip
+        logs = lambda: f"--- worker\n{worker.text()}\n--- dashboard\n{dash.text()}"  # noqa: E731
+
+        # one worker's card appears with a bucket; read it at once (buckets keep coming)
+        card = wait_for(
+            lambda: (
+                (c := browser.execute_script(READ_CARD, "lab", _worker_id(worker)))
+                and c["bucket"]
+                and c
+            ),
+            60,
+            logs,
+        )
+        topic = "gazeguard/v1/cohort/lab/aggregates"
+
+        def received() -> CohortMessage | None:
+            with sub.lock:
+                found = [
+                    CohortMessage.model_validate_json(p) for t, p, _ in sub.messages if t == topic
+                ]
+            return next((m for m in found if str(m.bucket) == card["bucket"]), None)
+
+        message = wait_for(received, 20, logs)
+        assert_card_shows(card, message)
+        assert card["noise"] == "os-csprng"
+
+        # the attention section: nothing yet, then a grid drawn from a message's `grid`
+        att = browser.execute_script(READ_ATTENTION, "lab")
+        assert att["nodata"] == "no attention data"
+        grid = [[0.1, 0.5, None], [0.25, 1.0, 0.0]]
+        doc = {"grid": grid, "rows": ["top", "bottom"], "cols": 3, "epsilon_per_hour": 2.5}
+        publish(broker, "gazeguard/v1/cohort/lab/attention", json.dumps(doc).encode())
+        att = wait_for(
+            lambda: (a := browser.execute_script(READ_ATTENTION, "lab"))["cells"] and a, 20, logs
+        )
+        assert att["nodata"] is None
+        assert (att["rows"], att["cols"]) == (2, 3)
+        assert [float(v) if v else None for v in att["cells"]] == [v for row in grid for v in row]
+        assert att["labels"] == ["top", "bottom"]
+        assert att["fields"] == ["epsilon_per_hour"]
+
+        # class shares with their bands, from an aggregate with classes
+        synthetic = synthetic_aggregate()
+        publish(broker, "gazeguard/v1/cohort/reading/aggregates", synthetic.to_payload())
+        shown = wait_for(lambda: browser.execute_script(READ_CARD, "reading", "w2"), 20, logs)
+        assert_card_shows(shown, synthetic)
+        assert "NOT private" in shown["noise"]
+    finally:
+        codes = {"worker": worker.stop() if worker else 0}
+        for h in heads:
+            h.stop()
+        if sub is not None:
+            sub.close()
+        codes["dashboard"] = dash.stop(signal.SIGINT)
+        broker.stop()
+    text = dash.text()
+    assert codes == {"worker": 0, "dashboard": 130}, (codes, text)
+    assert "Traceback" not in text, text
+    assert "ERROR" not in text, text
+    lines = text.strip().splitlines()
+    assert lines[-1] == "gazeguard dashboard: stopped (Ctrl-C)", text
+    assert len([ln for ln in lines if "cannot reach broker" in ln]) == 1, "one notice per outage"
+
+
+def _worker_id(worker: Proc) -> str:
+    """The fleet worker's id, from its log (``worker <id>: cohort …``)."""
+    m = re.search(r"worker (\S+): cohort", worker.text())
+    return m.group(1) if m else "?"
+
+
+# ---------------------------------------------------------------------------- the server alone
+
+
+@pytest.mark.network
+def test_the_server_is_read_only_and_answers_loopback_names_only(
+    tmp_path: Path, mosquitto: MosquittoBroker
+) -> None:
+    """The page, its script and style, the event stream and the snapshot; everything but GET and
+    HEAD refused; a Host that is not a loopback name refused (DNS rebinding); invalid and
+    duplicate aggregates are counted or dropped, never shown twice."""
+    dash, url = start_dashboard(tmp_path, mosquitto.address, "--history", "5")
+    try:
+        wait_for(lambda: "subscribed to" in dash.text(), 30, dash.text)
+        status, headers, body = get(url, "/")
+        assert status == 200
+        assert headers["content-type"].startswith("text/html")
+        assert b'src="dashboard.js"' in body
+        assert b"1.96" in body
+        assert "script-src 'self'" in headers["content-security-policy"]
+        for path, kind in (("/dashboard.js", "text/javascript"), ("/dashboard.css", "text/css")):
+            status, headers, body = get(url, path)
+            assert (status, headers["content-type"].split(";")[0]) == (200, kind)
+            assert body
+        assert get(url, "/nope")[0] == 404
+        assert get(url, "/", method="POST")[0] == 405
+        assert get(url, "/", host="evil.example:80")[0] == 421
+        assert get(url, "/", host="localhost:1")[0] == 200
+        status, headers, body = get(url, "/events", method="HEAD")
+        assert status == 200
+        assert headers["content-type"].startswith("text/event-stream")
+
+        topic = "gazeguard/v1/cohort/reading/aggregates"
+        message = synthetic_aggregate()
+        for payload in (message.to_payload(), message.to_payload(), b'{"schema": 1}'):
+            publish(mosquitto, topic, payload)
+
+        def state() -> dict[str, Any]:
+            return json.loads(get(url, "/state.json")[2])
+
+        snap = wait_for(lambda: (s := state())["invalid"]["count"] and s, 20, dash.text)
+        assert [(a["cohort"], a["bucket"]) for a in snap["aggregates"]] == [("reading", 10)]
+        assert snap["aggregates"][0]["shares"] == message.shares
+        assert "not a valid gazeguard.cohort/1 aggregate" in snap["invalid"]["last"]
+        assert snap["broker"]["state"] == "connected"
+        # late and newer buckets are kept in order, at most --history of them
+        for bucket in (15, 11, 14, 12, 13, 16):
+            publish(mosquitto, topic, synthetic_aggregate(bucket=bucket).to_payload())
+        wait_for(lambda: state()["aggregates"][-1]["bucket"] == 16, 20, dash.text)
+        assert [a["bucket"] for a in state()["aggregates"]] == [12, 13, 14, 15, 16]
+    finally:
+        code = dash.stop(signal.SIGTERM)
+    assert code == 0, dash.text()
+    assert dash.text().strip().splitlines()[-1] == "gazeguard dashboard: stopped", dash.text()
+
+
+def test_help_and_a_taken_port(tmp_path: Path) -> None:
+    """`--help` says what the page shows, what the band is and the broker default; a port in use
+    is one error line (exit 1), no traceback."""
+    out = subprocess.run(
+        [sys.executable, "-m", "gazeguard", "dashboard", "--help"],
+        capture_output=True, text=True, env=env(), timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    flat = " ".join(out.stdout.split())
+    for words in ("--host", "--port", "--broker", "127.0.0.1:1883", "1.96", "never publishes"):
+        assert words in flat, (words, out.stdout)
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "gazeguard", "dashboard", "--port", str(port),
+             "--broker", f"127.0.0.1:{free_port()}"],
+            capture_output=True, text=True, env=env(), timeout=60, check=False, cwd=tmp_path,
+        )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert f"cannot listen on 127.0.0.1:{port}" in line
+    assert "--port" in line
+
+
+# ---------------------------------------------------------------------------- the board alone
+
+
+def test_attention_messages_are_read_generically() -> None:
+    """A `grid` with `rows`/`cols` as labels or sizes; what cannot be drawn is said, not drawn."""
+    v = attention_view("c", {"grid": [[1, 2], [3, float("nan")]], "rows": 2, "cols": ["l", "r"],
+                             "epsilon": 1.5, "note": "x", "nested": {"a": 1}})  # fmt: skip
+    assert v["grid"] == [[1.0, 2.0], [3.0, None]]
+    assert (v["rows"], v["cols"], v["problem"]) == (None, ["l", "r"], None)
+    assert v["fields"] == {"epsilon": 1.5, "note": "x"}
+    assert attention_view("c", {"grid": [[1], [2, 3]]})["problem"] == (
+        "the rows of 'grid' differ in length"
+    )
+    bad_rows = attention_view("c", {"grid": [[1, 2]], "rows": 3})
+    assert bad_rows["grid"] == [[1.0, 2.0]]
+    assert "rows = 3" in bad_rows["problem"]
+    for doc in ({}, {"grid": []}, {"grid": [1, 2]}, [1, 2], {"grid": "x"}):
+        v = attention_view("c", doc)
+        assert v["grid"] is None, doc
+        assert v["problem"], doc
+
+
+def test_the_board_keeps_one_copy_of_each_bucket_in_order() -> None:
+    board = Board("gazeguard/v1", history=3)
+    queue = board.listen()
+    topic = "gazeguard/v1/cohort/reading/aggregates"
+    for bucket in (5, 5, 7, 6, 4, 8, 1):
+        board.receive(topic, synthetic_aggregate(bucket=bucket).to_payload())
+    assert [a["bucket"] for a in board.aggregates[("reading", "w2")]] == [6, 7, 8]
+    events = []
+    while not queue.empty():
+        events.append(queue.get_nowait())
+    assert [e.data["bucket"] for e in events if e] == [5, 7, 6, 8]  # 4 and 1: older than all kept
+    board.receive("other/v1/cohort/reading/aggregates", b"{}")  # not under the prefix: ignored
+    board.receive("gazeguard/v1/cohort/reading/attention", b"\xff")
+    assert board.invalid == 1
