@@ -80,6 +80,9 @@ __all__ = [
 #: One hour of gaze, s: the unit of the budget.
 HOUR_S = 3600
 
+#: Plans built from settings in this process, by their settings (a public function of them).
+_BUILT: dict[str, ReleasePlan] = {}
+
 
 def _exact(value: float) -> Fraction:
     """A setting at its shortest decimal value (0.1 is 1/10, as a configuration states it)."""
@@ -263,8 +266,13 @@ class ReleasePlan:
         Raises:
             ConfigError: naming the setting whose value the plan cannot meet.
         """
+        key = settings.model_dump_json(
+            include={"features", "mechanism", "labels", "cohort", "fleet", "ledger"}
+        )
+        if key in _BUILT:  # a process builds the same plan for validation and for the run
+            return _BUILT[key]
         cohort = settings.cohort if settings.cohort.enabled and settings.fleet.enabled else None
-        return cls.build(
+        plan = cls.build(
             features=settings.features,
             mechanism=settings.mechanism,
             budget=settings.ledger.budget_per_hour,
@@ -273,6 +281,10 @@ class ReleasePlan:
             labels=settings.labels if settings.labels.enabled else None,
             cohort=cohort,
         )
+        while len(_BUILT) >= 8:
+            del _BUILT[next(iter(_BUILT))]
+        _BUILT[key] = plan
+        return plan
 
     @classmethod
     def build(

@@ -4,7 +4,8 @@
 ``GAZEGUARD_*`` environment — the configuration ``gazeguard run --config FILE`` would start with —
 and reports **every** problem (field, value, where it came from, "did you mean"), exiting 1 if
 there is any. stdout carries JSON only: the effective settings when the configuration is good,
-or with ``--json`` a report ``{"file", "valid", "problems": [...], "settings"}`` either way;
+or with ``--json`` a report ``{"file", "valid", "problems": [...], "settings", "plan"}`` either
+way (``plan``: the release plan's figures, :mod:`gazeguard.plan`);
 human lines go to stderr. The ledger, when the file exists, is only read.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from gazeguard.cli._common import ExitCode, get_console, stdout
 from gazeguard.config import FeatureSettings, check_settings
+from gazeguard.plan import ReleasePlan
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -46,12 +48,14 @@ def run(args: argparse.Namespace) -> int:
     console = get_console()
     settings, problems = check_settings(args.file)
     effective = None if settings is None else settings.model_dump(mode="json")
+    plan = None if settings is None or problems else ReleasePlan.from_settings(settings)
     if args.json:
         report = {
             "file": str(args.file),
             "valid": not problems,
             "problems": [p.as_dict() for p in problems],
             "settings": effective,
+            "plan": None if plan is None else plan.figures(),
         }
         stdout(json.dumps(report, indent=2))
     elif not problems:
@@ -66,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
             problems=n,
         )
         return ExitCode.ERROR
-    console.say("ok", f"{args.file}: OK", file=str(args.file))
+    assert plan is not None
+    console.say("ok", f"{args.file}: OK; {plan.text()}", file=str(args.file))
     return ExitCode.OK
 
 
