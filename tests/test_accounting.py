@@ -8,6 +8,7 @@ import importlib
 import json
 import logging
 import math
+from fractions import Fraction
 from collections.abc import Callable
 
 import mpmath
@@ -27,8 +28,7 @@ from gazeguard.accounting import (
     cache_clear,
     calibrate,
     capacity,
-    chunks_per_hour,
-    chunks_reached,
+    releases_within,
     compose,
     discrete_laplace_slack,
     epsilon_to_rho,
@@ -502,31 +502,19 @@ def test_rho_to_epsilon_is_tight_and_inverts(rho: float, delta: float) -> None:
 
 
 # ------------------------------------------------------------------------------ unit of privacy
-def test_chunks_per_hour() -> None:
-    assert chunks_per_hour(32, 0.5) == 225
-    assert chunks_per_hour(64, 0.5) == 113  # 112.5 chunks: some hours hold 113 releases
-    assert chunks_per_hour(32, 0.1) == 1125  # decimal 0.1, not the double just above it
-    assert chunks_per_hour(30, 0.3) == 400  # decimal 0.3, not the double just below it
+def test_releases_within() -> None:
+    assert releases_within(3679, 16) == 230  # the default plan's hour of chunks
+    assert releases_within(79, 16) == 5  # ... and one raw sample's reach
+    assert releases_within(80, 16) == 6  # a closed interval holds both ends
+    assert releases_within(Fraction(3600), Fraction(16)) == 226
+    assert releases_within(0.9, 0.3) == 4  # decimal values: 0.9/0.3 is exactly 3, not 2.99…
+    assert releases_within(0, 1) == 1
     with pytest.raises(ConfigError) as info:
-        chunks_per_hour(0, 0.5)
-    assert (info.value.field, info.value.value) == ("chunk_steps", 0)
+        releases_within(10, 0)
+    assert (info.value.field, info.value.value) == ("period_s", 0)
     with pytest.raises(ConfigError) as info:
-        chunks_per_hour(32, -0.5)
-    assert (info.value.field, info.value.value) == ("step_s", -0.5)
-
-
-def test_chunks_reached_defaults_and_issue_observations() -> None:
-    assert chunks_reached(30.0, 0.5, 32, 0.0) == 3  # docs/design.md: three chunks at the defaults
-    # issue 13: changing 1 s of gaze reached 3 chunks (4-6), 16 s four: a change spanning D
-    # seconds is one sample's reach widened by D
-    assert chunks_reached(30.0, 0.5, 32, 0.0, event_span_s=1.0) == 3
-    assert chunks_reached(30.0, 0.5, 32, 0.0, event_span_s=16.0) == 4
-    assert chunks_reached(30.0, 0.5, 32, 30.0) == 5  # a 30 s hold limit
-    assert chunks_reached(10.0, 0.5, 32, 0.0) == 2
-    assert chunks_reached(0.5, 0.5, 1, 0.0) == 1
-    with pytest.raises(ConfigError) as info:
-        chunks_reached(30.0, 0.5, 32, -1.0)
-    assert (info.value.field, info.value.value) == ("hold_limit_s", -1.0)
+        releases_within(-1.0, 1)
+    assert (info.value.field, info.value.value) == ("length_s", -1.0)
 
 
 def log_ratio_dlap_to_rounded_laplace(z: int, t: float) -> mpmath.mpf:

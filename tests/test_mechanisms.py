@@ -213,9 +213,11 @@ def test_lpa_scale_is_l1_sensitivity_over_epsilon() -> None:
     mech = make_mechanism("lpa", n=10, epsilon=0.5, bounds=Bounds(0.0, 2.0), n_features=2)
     ideal = 10 * 2.0 / 0.5
     assert np.all(mech.noise_scale >= ideal)
-    # λ = (Δ1 + 2·m·γ)/(ε − m·loss per coordinate): the grid and sampler charges (noise.py).
-    budget = 0.5 - 10 * SAMPLER_LOSS_PER_COORDINATE
+    # λ = (Δ1 + 2·m·γ)/(ε − m·loss per coordinate): the grid, sampler and discrete-Laplace
+    # charges (noise.py); the slack each release is charged is exactly what ε leaves.
+    budget = 0.5 - mech.sampler_slack
     np.testing.assert_allclose(mech.noise_scale, (20.0 + 2 * 10 * mech.grid) / budget, rtol=1e-12)
+    assert np.all(mech.sampler_slack > 10 * SAMPLER_LOSS_PER_COORDINATE)
     assert np.all(mech.grid == 2.0**-15)  # the power of two just below λ·2^-20
 
 

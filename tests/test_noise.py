@@ -10,6 +10,7 @@ import numpy.typing as npt
 import pytest
 from scipy import stats
 
+from gazeguard.accounting import discrete_laplace_slack
 from gazeguard.errors import ConfigError
 from gazeguard.mechanisms import DiscreteLaplace, InsecureSeededRandom, OsRandom, random_source
 from gazeguard.mechanisms.noise import (
@@ -121,11 +122,15 @@ def test_calibration_charges_grid_and_sampler_honestly() -> None:
     eps = np.array([1.0, 0.48, 48.0])
     m = 15
     cal = calibrate(l1, m, eps, input_error=np.full(3, 1e-14))
-    budget = eps - m * SAMPLER_LOSS_PER_COORDINATE
+    budget = eps - m * cal.slack
     np.testing.assert_allclose(cal.scale, (l1 + 2 * m * cal.grid) / budget, rtol=1e-15)
-    # The privacy loss of the integers, (Δ1/γ + 2m)/t, plus the sampler's charge, is exactly ε.
-    loss = (l1 / cal.grid + 2 * m) / cal.t + m * SAMPLER_LOSS_PER_COORDINATE
+    # The privacy loss of the integers, (Δ1/γ + 2m)/t, plus the sampler's and the discrete
+    # Laplace's charge (loss.py), is exactly ε; the charge covers the final t.
+    loss = (l1 / cal.grid + 2 * m) / cal.t + m * cal.slack
     np.testing.assert_allclose(loss, eps, rtol=1e-12)
+    actual = SAMPLER_LOSS_PER_COORDINATE + np.array([discrete_laplace_slack(t) for t in cal.t])
+    assert np.all(cal.slack >= actual)
+    assert np.all(cal.slack <= actual * 1.01)
     assert np.all(cal.t >= 2.0**20)
     assert np.all(cal.t < 2.0**21 * 1.01)
     np.testing.assert_array_equal(np.log2(cal.grid), np.rint(np.log2(cal.grid)))

@@ -64,9 +64,13 @@ def _independent(events: Mapping[Event, int], delta: float) -> float:
     try:
         for e, count in events.items():
             if isinstance(e, LaplaceEvent):
-                one = pld_lib.from_laplace_mechanism(e.ratio, 1.0, value_discretization_interval=1e-4)
+                one = pld_lib.from_laplace_mechanism(
+                    e.ratio, 1.0, value_discretization_interval=1e-4
+                )
             elif isinstance(e, GaussianEvent):
-                one = pld_lib.from_gaussian_mechanism(e.ratio, 1.0, value_discretization_interval=1e-4)
+                one = pld_lib.from_gaussian_mechanism(
+                    e.ratio, 1.0, value_discretization_interval=1e-4
+                )
             else:
                 assert isinstance(e, RandomizedResponseEvent)
                 k = e.classes
@@ -140,9 +144,10 @@ def test_a_ledger_with_the_plan_caps_takes_the_densest_hours_and_reports_the_bud
 def test_a_ledger_shorter_than_the_plan_window_is_refused(tmp_path: Path) -> None:
     from gazeguard.pipeline import Pipeline
 
-    with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger, pytest.raises(
-        ConfigError, match="window"
-    ) as err:
+    with (
+        Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger,
+        pytest.raises(ConfigError, match="window") as err,
+    ):
         Pipeline(ledger, session="s", device="d", rate_hz=120.0)
     assert err.value.field == "ledger.window_s"
 
@@ -251,9 +256,7 @@ def test_every_tool_prints_the_plan_figures(
         lo, hi, ms = feature_bounds(plan.names, window, step)
         factory = BudgetFactory(FeatureBounds(lo, hi, ms), "auto", step, window_s=window)
         released = factory(parse_mechanism(f"dcfpa-{n}"), n, budget, None)
-        assert np.allclose(
-            released.noise_multiplier, plan.mechanism.noise_multiplier, rtol=2e-3
-        )  # type: ignore[attr-defined]
+        assert np.allclose(released.noise_multiplier, plan.mechanism.noise_multiplier, rtol=2e-3)  # type: ignore[attr-defined]
 
 
 def test_the_messages_state_the_plan_figures(tmp_path: Path) -> None:

@@ -122,24 +122,28 @@ def calibrate_noise(
         )
     if family != "laplace":
         raise ConfigError("noise", family, "must be 'laplace' or 'gaussian'")
+    # Per release: the sampler's inexactness and the discrete Laplace's distance from the
+    # continuous pair the accountant composes, per coordinate (loss.py, "Sampler slack").
     if epsilon is not None:
         cal = calibrate(sensitivity_l1, m, epsilon, input_error)
         scale, grid = cal.scale, cal.grid
         r = scale / (sensitivity_l1 + 2.0 * m * grid)
+        t = scale / grid
+        slack = m * cal.slack  # what the calibration paid for, within ε
+        eps = np.asarray(epsilon, dtype=np.float64)
     else:
         r = np.asarray(ratio, dtype=np.float64)
         scale, grid = _laplace_from_ratio(sensitivity_l1, m, r, input_error)
-    t = scale / grid
-    # Per release: the sampler's inexactness and the discrete Laplace's distance from the
-    # continuous pair the accountant composes, per coordinate (loss.py, "Sampler slack").
-    # (charged at t ≤ 2^GRID_LOG2_BELOW_SCALE, where the grid puts every t but for coarse input
-    # error: the slack decreases in t, so it is a bound that does not move with the noise)
-    slack = m * (
-        SAMPLER_LOSS_PER_COORDINATE + laplace_slack(np.clip(t, 1.0, 2.0**GRID_LOG2_BELOW_SCALE))
-    )
-    if ratio is not None:  # one noise multiplier for all: one slack too (the largest), so
-        slack = np.full_like(slack, slack.max())  # the features share one accounting event
-    eps = np.asarray(epsilon, dtype=np.float64) if epsilon is not None else 1.0 / r + slack
+        t = scale / grid
+        # charged at t ≤ 2^GRID_LOG2_BELOW_SCALE, where the grid puts every t but for coarse
+        # input error: the slack decreases in t, so it is a bound that does not move with the
+        # noise; one noise multiplier for all features, one slack too (the largest), so that
+        # the features share one accounting event
+        per = SAMPLER_LOSS_PER_COORDINATE + laplace_slack(
+            np.clip(t, 1.0, 2.0**GRID_LOG2_BELOW_SCALE)
+        )
+        slack = np.full_like(per, m * per.max())
+        eps = 1.0 / r + slack
     if np.any(t < T_MIN):
         raise ConfigError(
             "epsilon",

@@ -279,6 +279,9 @@ class GridCalibration:
         grid: float64 (F,) γ, a power of two; every released coefficient is an integer times γ.
         t: float64 (F,) ``λ/γ``, the discrete Laplace parameter in grid steps.
         m: number of noised coefficients per feature.
+        slack: float64 (F,) privacy loss charged per coordinate beside the integers' own: the
+            sampler's inexactness and the discrete Laplace's distance from the continuous pair
+            (at a ``t`` no larger than the final one, so it covers it).
     """
 
     epsilon: FloatArray
@@ -286,6 +289,7 @@ class GridCalibration:
     grid: FloatArray
     t: FloatArray
     m: int
+    slack: FloatArray
 
 
 def laplace_slack(t: FloatArray) -> FloatArray:
@@ -326,7 +330,8 @@ def calibrate(
     # (gazeguard.accounting.discrete_laplace_slack): pay that slack too, for the parameter t
     # the grid gives at this budget (paying it only makes t, and so the slack, larger).
     t0 = (l1_sensitivity + 2.0 * m * grid) / budget / grid
-    budget = epsilon - m * (SAMPLER_LOSS_PER_COORDINATE + laplace_slack(np.maximum(t0, 1.0)))
+    slack = SAMPLER_LOSS_PER_COORDINATE + laplace_slack(np.maximum(t0, 1.0))
+    budget = epsilon - m * slack
     if np.any(budget < epsilon / 2) or np.any(2.0 * m / budget >= T_MAX / 4):
         i = int(np.argmin(budget / epsilon))
         raise ConfigError(
@@ -348,7 +353,7 @@ def calibrate(
             "too large: the noise would be smaller than the transform's rounding error allows; "
             "use a smaller epsilon",
         )
-    return GridCalibration(epsilon=epsilon, scale=scale, grid=grid, t=t, m=m)
+    return GridCalibration(epsilon=epsilon, scale=scale, grid=grid, t=t, m=m, slack=slack)
 
 
 # ================================================================================================

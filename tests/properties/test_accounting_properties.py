@@ -25,7 +25,7 @@ from gazeguard.accounting import (
     RandomizedResponseEvent,
     calibrate,
     capacity,
-    chunks_reached,
+    releases_within,
     compose,
     epsilon_to_rho,
     event_from_dict,
@@ -302,12 +302,13 @@ def brute_force_chunks(
     e=quarter0,
     phase=st.integers(0, 7),
 )
-def test_chunks_reached_against_brute_force(
+def test_the_plans_chunk_count_bounds_brute_force(
     w: Fraction, s: Fraction, n: int, h: Fraction, a: Fraction, e: Fraction, phase: int
 ) -> None:
-    want = chunks_reached(
-        float(w), float(s), n, float(h), lookahead_s=float(a), event_span_s=float(e)
-    )
+    """The release plan's count of the chunks one sample can change (``releases_within`` of
+    ``A + E + W + H + (n − 1)·s`` at a period of ``n·s``) is never exceeded, at any sample time
+    and chunk alignment, and is attained or exceeded by at most one (closed intervals)."""
+    want = releases_within(a + e + w + h + (n - 1) * s, n * s)
     tau0 = Fraction(phase, 8) * s
     # sample times over one chunk period, at offsets that include the worst alignment
     offsets = [Fraction(j, 8) * s + Fraction(1, 10**6) for j in range(8)]
@@ -318,4 +319,4 @@ def test_chunks_reached_against_brute_force(
             got = brute_force_chunks(t, tau0, w, s, n, h, a, e, chunk_phase=0)
             assert got <= want
             seen = max(seen, got)
-    assert seen == want
+    assert want - 1 <= seen
