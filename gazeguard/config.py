@@ -327,8 +327,11 @@ class LedgerSettings(_Section):
 
 class LabelSettings(_Section):
     """Private labels: a classifier runs on the clean features inside the sidecar and only its
-    randomized-response label is published, one per ``decision_s`` of gaze, each charged to the
-    same ledger and budget as the chunks (:mod:`gazeguard.label_stream`)."""
+    randomized-response label is published, charged to the same ledger and budget as the
+    chunks (:mod:`gazeguard.label_stream`). ``release = "change"`` (default) releases a label
+    when the activity changes — the sparse vector technique asks, every ``decision_s`` of gaze,
+    whether another class now beats the held label — at most once per ``min_interval_s``;
+    ``"clock"`` releases one every ``decision_s``."""
 
     enabled: bool = Field(False, description="publish private labels on {prefix}/…/labels")
     model: str = Field(
@@ -336,20 +339,47 @@ class LabelSettings(_Section):
         description="label model: a shipped name (gazeguard/data/models) or a .json path in the "
         "gazeguard.label-model/1 format; its classes are the labels",
     )
+    release: Literal["change", "clock"] = Field(
+        "change",
+        description="change: a new label when the activity changes (sparse vector technique, "
+        "the first after one block); clock: one label per decision_s",
+    )
     decision_s: float = Field(
-        900.0, gt=0, description="seconds of gaze per decision (one label each)"
+        30.0,
+        gt=0,
+        description="seconds of gaze per block: one check for a change (change), or one label "
+        "(clock)",
+    )
+    min_interval_s: float = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="change: the least gaze time between two released labels (bounds the spend)",
+    )
+    threshold: float = Field(
+        0.1,
+        ge=-1.0,
+        le=1.0,
+        description="change: how far another class's mean probability over a block must exceed "
+        "the held label's to count as a change (before noise)",
+    )
+    svt_fraction: float = Field(
+        0.25,
+        gt=0.0,
+        lt=1.0,
+        description="change: share of each label's ε spent on detecting the change; the rest "
+        "on the label's randomized response",
     )
     epsilon: Epsilon | None = Field(
         None,
-        description="ε per decision (pure); unset: budget_share of ledger.budget_per_hour "
-        "divided by the decisions an hour of gaze can hold",
+        description="ε per label (pure; change: detection and label together); unset: "
+        "budget_share of ledger.budget_per_hour over the labels an hour of gaze can change",
     )
     budget_share: float = Field(
         0.5,
         gt=0.0,
         lt=1.0,
-        description="share of ledger.budget_per_hour reserved for labels when epsilon is unset; "
-        "the chunk noise is calibrated to the rest",
+        description="share of ledger.budget_per_hour reserved for labels when epsilon is unset",
     )
 
     @field_validator("decision_s")

@@ -68,6 +68,11 @@ class LabelMessage(_Model):
         model: the label model's name and version.
         profile: the release profile whose features the model reads.
         noise: ``os-csprng`` in production; ``INSECURE-seeded`` for reproducible tests.
+        release: ``change`` — released because the activity changed (the first label, or a
+            change the sparse vector technique detected); it holds from ``window_end`` until
+            the next label — or ``clock`` — one label per decision window.
+        epsilon_change: ``change``: ε of the change-detection round this label pays for,
+            charged with it (``epsilon`` is its randomized response's).
     """
 
     schema_: Literal["gazeguard.label/1"] = Field(LABEL_SCHEMA, alias="schema")
@@ -84,6 +89,8 @@ class LabelMessage(_Model):
     model: LabelModelRef
     profile: Name
     noise: NoiseSource
+    release: Literal["change", "clock"] = "clock"
+    epsilon_change: Positive | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -95,6 +102,9 @@ class LabelMessage(_Model):
             raise ValueError(msg)
         if self.label not in self.classes:
             msg = f"label {self.label!r} is not one of the classes {self.classes}"
+            raise ValueError(msg)
+        if (self.release == "change") != (self.epsilon_change is not None):
+            msg = f"epsilon_change={self.epsilon_change} goes with release='change' only"
             raise ValueError(msg)
         c = len(self.classes)
         want = 1.0 / (1.0 + (c - 1) * math.exp(-self.epsilon))
@@ -119,6 +129,8 @@ class LabelMessage(_Model):
         model_name: str,
         model_version: str,
         profile: str,
+        release: Literal["change", "clock"] = "clock",
+        epsilon_change: float | None = None,
     ) -> LabelMessage:
         """The message for one released :class:`~gazeguard.labels.LabelDecision`.
 
@@ -138,6 +150,8 @@ class LabelMessage(_Model):
             survival_probability=decision.survival,
             model=LabelModelRef(name=model_name, version=model_version),
             profile=profile,
+            release=release,
+            epsilon_change=epsilon_change,
             noise=decision.noise,
         )
 

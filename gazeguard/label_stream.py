@@ -2,19 +2,33 @@
 
 :class:`LabelStream` sits next to the chunk path inside :class:`gazeguard.pipeline.Pipeline`: it
 receives the same clean feature vectors (all registry features, one every ``step_s``), buffers
-``n = decision_s / step_s`` consecutive vectors — one *decision block*, exactly like a chunk of
-``n`` steps — and for each full block
+``n = decision_s / step_s`` consecutive vectors — one *block*, exactly like a chunk of ``n``
+steps — and runs the label model (:class:`gazeguard.labels.LabelModel`) on each full block inside
+the trusted process: the block's mean class probabilities never leave it.
 
-1. runs the label model (:class:`gazeguard.labels.LabelModel`) on the block's vectors inside the
-   trusted process: the argmax of the mean class probability is the clean decision, which never
-   leaves :class:`~gazeguard.labels.LabelRelease`;
-2. privatizes it with exact k-ary randomized response at ``ε`` per decision
-   (:class:`~gazeguard.labels.RandomizedResponse`, OS CSPRNG);
-3. charges the ledger, stream ``"labels"``, one ``RandomizedResponseEvent(ε, C)`` with the
-   block's gaze span, and enqueues the :class:`~gazeguard.label_message.LabelMessage` payload in
-   the same transaction (the outbox the chunks use);
-4. hands the :class:`ReleasedLabel` on for publishing — or, when a cap would be exceeded,
-   withholds it (recorded in the ledger, nothing published).
+``labels.release = "clock"``: every block is a decision — the argmax, privatized by exact k-ary
+randomized response at ``ε`` (:class:`~gazeguard.labels.RandomizedResponse`, OS CSPRNG).
+
+``labels.release = "change"`` (default): a label is released when the activity changes.
+
+1. The first block's decision is released at once (the first label, one block after the first
+   feature vector).
+2. Then, once ``min_interval_s`` of gaze has passed since the last label, each block asks the
+   sparse vector technique (:class:`~gazeguard.mechanisms.svt.AboveThreshold`) whether another
+   class's mean probability beats the held label's by ``threshold``: ``q = max_{c≠ℓ} p_c −
+   p_ℓ`` (ℓ the *released* label, public), in ``[−1, 1]``, sensitivity 2 whatever the gaze. The
+   first "above" ends the round and releases the block's decision by randomized response; a
+   new round starts. Between labels the consumer holds the last one (the message says from
+   when).
+3. Each released label is charged ``RandomizedResponseEvent(ε_rr, C)`` for itself and
+   ``PureEvent(ε_svt)`` for the detection round that starts after it (paid before any of its
+   queries is asked; a round is ε_svt-DP however many "no change" answers it gives). Labels
+   are at least ``min_interval_s`` apart, which bounds what an hour can spend.
+
+Either way, each label is charged to the ledger (stream ``"labels"``) with its block's gaze span
+and its :class:`~gazeguard.label_message.LabelMessage` payload enqueued in the same transaction
+(the outbox the chunks use), then handed on for publishing — or, when a cap would be exceeded,
+withheld (recorded in the ledger, nothing published).
 
 Budget (:func:`plan_labels`, called by the release plan, :mod:`gazeguard.plan`). The ledger
 caps user-level ε at δ over every hour of gaze, all release kinds together. Labels get their
@@ -38,7 +52,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.accounting import RandomizedResponseEvent, compose
+from gazeguard.accounting import Event, PureEvent, RandomizedResponseEvent, compose
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.label_message import LabelMessage, label_topic
 from gazeguard.labels import (
@@ -52,6 +66,7 @@ from gazeguard.labels import (
 )
 from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
 from gazeguard.mechanisms.noise import RandomSource, random_source
+from gazeguard.mechanisms.svt import AboveThreshold
 
 if TYPE_CHECKING:
     from gazeguard.config import FeatureSettings, LabelSettings
@@ -103,7 +118,7 @@ class LabelPlan:
 
     Attributes:
         model: the loaded label model (features checked against the sidecar's).
-        epsilon: ε per decision (pure).
+        epsilon: ε of each label's randomized response (pure).
         decision_s: seconds of gaze per decision; steps: feature vectors per decision.
         per_window: ``D``, the decisions one hour of gaze can change (the plan's count).
         reserve: the labels' share of the hourly budget, ε at ``delta`` (with a fixed
@@ -112,6 +127,10 @@ class LabelPlan:
         delta: δ of the labels' share.
         reached: decisions one raw gaze sample can change (the plan's count).
         clean_accuracy: the model's recorded clean accuracy per decision (or ``None``).
+        release: ``change`` or ``clock`` (module docstring).
+        epsilon_svt: ε of each change-detection round (``change``; 0 for ``clock``).
+        threshold: the change threshold on the probability margin (``change``).
+        min_interval_s: the least gaze time between two labels (``change``), s.
     """
 
     model: LabelModel
@@ -124,6 +143,10 @@ class LabelPlan:
     delta: float
     reached: int
     clean_accuracy: float | None
+    release: str = "clock"
+    epsilon_svt: float = 0.0
+    threshold: float = 0.0
+    min_interval_s: float = 0.0
 
     @property
     def classes(self) -> int:
@@ -132,8 +155,14 @@ class LabelPlan:
 
     @property
     def event(self) -> RandomizedResponseEvent:
-        """The accounting event of one decision."""
+        """The accounting event of one label's randomized response."""
         return RandomizedResponseEvent(self.epsilon, self.classes)
+
+    @property
+    def events(self) -> dict[Event, int]:
+        """What one released label is charged: its randomized response, and (``change``) the
+        detection round that starts after it."""
+        return label_events(self.epsilon, self.epsilon_svt, self.classes)
 
     @property
     def survival(self) -> float:
@@ -149,27 +178,34 @@ class LabelPlan:
 
     @property
     def hour_epsilon(self) -> float:
-        """ε at δ of the ``D`` decisions of one hour (PLD; at most ``reserve``)."""
-        return compose({self.event: self.per_window}, self.delta).epsilon
+        """ε at δ of the ``D`` labels of one hour (PLD; at most ``reserve``)."""
+        return compose({e: c * self.per_window for e, c in self.events.items()}, self.delta).epsilon
 
     @property
     def sample_epsilon(self) -> float:
-        """ε at δ of the decisions one raw gaze sample can change."""
-        return compose({self.event: self.reached}, self.delta).epsilon
+        """ε at δ of the labels one raw gaze sample can change."""
+        return compose({e: c * self.reached for e, c in self.events.items()}, self.delta).epsilon
 
     def text(self) -> str:
         """The arithmetic printed at startup (several lines)."""
         c, p, eps = self.classes, self.survival, self.epsilon
         names = ", ".join(self.model.classes)
+        if self.release == "change":
+            how = (
+                f"a label when the activity changes (sparse vector technique on each "
+                f"{self.decision_s:g} s block, margin {self.threshold:g}, ε {self.epsilon_svt:.4g} "
+                f"per detection round), at most one per {self.min_interval_s:g} s of gaze"
+            )
+        else:
+            how = f"one label per {self.decision_s:g} s of gaze ({self.steps} feature vectors)"
         lines = [
             f"private labels: model {self.model.name!r} v{self.model.version}, {c} classes "
-            f"({names}); one decision per {self.decision_s:g} s of gaze ({self.steps} feature "
-            f"vectors), randomized response at ε {eps:.4g} per decision",
+            f"({names}); {how}; randomized response at ε {eps:.4g} per label",
             f"  the true label survives with p = e^ε/(e^ε + C − 1) = {p:.3f} (chance 1/C = "
             f"{1 / c:.3f}); each other label is reported with {(1 - p) / (c - 1):.3f}",
-            f"  one hour of gaze can change {self.per_window} decisions: ε "
+            f"  one hour of gaze can change {self.per_window} labels: ε "
             f"{self.hour_epsilon:.4g} at δ {self.delta:g}; one raw gaze sample reaches "
-            f"{self.reached} decisions: ε {self.sample_epsilon:.4g}",
+            f"{self.reached} labels: ε {self.sample_epsilon:.4g}",
         ]
         if self.clean_accuracy is not None and self.released_accuracy is not None:
             acc, rel = self.clean_accuracy, self.released_accuracy
@@ -181,13 +217,27 @@ class LabelPlan:
         return "\n".join(lines)
 
 
-def decision_epsilon(share: float, decisions: int, classes: int, delta: float) -> float:
-    """The largest ε per decision (to 1e-6 relative) whose ``decisions``-fold randomized
-    response composes to at most ``share`` at ``delta`` (the accountant's PLD; never below
-    the pure split ``share/decisions``), capped at :data:`~gazeguard.labels.MAX_EPSILON`."""
+def label_events(epsilon: float, epsilon_svt: float, classes: int) -> dict[Event, int]:
+    """The accounting events of one released label: its randomized response at ``epsilon``
+    and, when ``epsilon_svt > 0``, the change-detection round it pays for."""
+    out: dict[Event, int] = {RandomizedResponseEvent(epsilon, classes): 1}
+    if epsilon_svt > 0:
+        out[PureEvent(epsilon_svt)] = 1
+    return out
+
+
+def decision_epsilon(
+    share: float, decisions: int, classes: int, delta: float, svt_fraction: float = 0.0
+) -> float:
+    """The largest ε per label (to 1e-6 relative; ``svt_fraction`` of it on change detection,
+    the rest on randomized response) whose ``decisions``-fold release composes to at most
+    ``share`` at ``delta`` (the accountant's PLD; never below the pure split
+    ``share/decisions``), capped at :data:`~gazeguard.labels.MAX_EPSILON` per part."""
 
     def cost(eps: float) -> float:
-        return compose({RandomizedResponseEvent(eps, classes): decisions}, delta).epsilon
+        f = svt_fraction
+        events = label_events((1.0 - f) * eps, f * eps, classes)
+        return compose({e: c * decisions for e, c in events.items()}, delta).epsilon
 
     lo, hi = share / decisions, min(share, MAX_EPSILON)
     if cost(hi) <= share:
@@ -256,14 +306,16 @@ def plan_labels(
     """
     steps = _steps_per_decision(labels.decision_s, features.step_s)
     classes = len(model.classes)
+    f = labels.svt_fraction if labels.release == "change" else 0.0
     if labels.epsilon is not None:
-        epsilon = float(labels.epsilon)
-        reserve = compose({RandomizedResponseEvent(epsilon, classes): per_hour}, delta).epsilon
+        total = float(labels.epsilon)
+        events = label_events((1.0 - f) * total, f * total, classes)
+        reserve = compose({e: c * per_hour for e, c in events.items()}, delta).epsilon
         if budget is not None and reserve >= budget:
             raise ConfigError(
                 "labels.epsilon",
                 labels.epsilon,
-                f"{per_hour} decisions per hour of gaze at ε {epsilon:g} cost {reserve:.4g}, "
+                f"{per_hour} labels per hour of gaze at ε {total:g} cost {reserve:.4g}, "
                 f"which leaves nothing of ledger.budget_per_hour = {budget:g} for the chunks: "
                 "lower labels.epsilon, raise labels.decision_s, or unset labels.epsilon to use "
                 "labels.budget_share",
@@ -277,12 +329,14 @@ def plan_labels(
                 "ledger.budget_per_hour (with labels.budget_share)",
             )
         reserve = share
-        epsilon = decision_epsilon(share, per_hour, classes, delta)
+        total = decision_epsilon(share, per_hour, classes, delta, f)
+    epsilon = (1.0 - f) * total
     if not MIN_EPSILON <= epsilon <= MAX_EPSILON:
         raise ConfigError(
             "labels.epsilon",
             epsilon,
-            f"ε per decision must lie in [{MIN_EPSILON:.3g}, {MAX_EPSILON:g}]"
+            f"ε of a label's randomized response must lie in [{MIN_EPSILON:.3g}, "
+            f"{MAX_EPSILON:g}]"
             + ("" if labels.epsilon is not None else " (from labels.budget_share)"),
         )
     return LabelPlan(
@@ -296,6 +350,10 @@ def plan_labels(
         delta=delta,
         reached=per_sample,
         clean_accuracy=clean_accuracy_of(model, labels.decision_s),
+        release=labels.release,
+        epsilon_svt=f * total,
+        threshold=labels.threshold,
+        min_interval_s=labels.min_interval_s,
     )
 
 
@@ -334,6 +392,7 @@ class LabelStats:
     """Counters of one session's label stream."""
 
     released: int = 0
+    checks: int = 0  # change detection queries asked (release = "change")
     withheld: int = 0
     dropped: int = 0
     last_reason: str | None = None
@@ -391,8 +450,19 @@ class LabelStream:
         self._times = np.empty(plan.steps, dtype=np.float64)
         self._fill = 0
         self.next_index = ledger.next_index(session, STREAM)
-        self._events = {event_key(plan.event): 1}
+        self._events = {event_key(e): c for e, c in plan.events.items()}
         self._eps_map = {"label": plan.epsilon}
+        # change: the held (released, so public) label, when it was released, and the
+        # detection round (paid by the last released label; started at its first query)
+        self._change = plan.release == "change"
+        if self._change:
+            self._eps_map["change"] = plan.epsilon_svt
+        self._svt = (
+            AboveThreshold(plan.epsilon_svt, 2.0, plan.threshold, source) if self._change else None
+        )
+        self._held: int | None = None
+        self._held_until = -math.inf  # gaze time (LSL clock) before which nothing is asked
+        self._paid = False  # a detection round is paid for (the last label was charged)
         self.stats = LabelStats()
 
     @property
@@ -430,16 +500,40 @@ class LabelStream:
         return out
 
     def release(self, block: FloatArray, times: FloatArray, offset: float) -> ReleasedLabel | None:
-        """Decide, privatize, charge and enqueue one block's label; ``None`` when a cap withheld
-        it or an error dropped it (both recorded in the ledger and :attr:`stats`). Blocks on the
-        ledger's durable commit.
+        """One block: decide, privatize, charge and enqueue its label (``clock``), or — with
+        ``change`` — release one only for the first block and when the sparse vector technique
+        says the activity changed; ``None`` when no label was released, a cap withheld it or
+        an error dropped it (the last two recorded in the ledger and :attr:`stats`). Blocks on
+        the ledger's durable commit.
 
         Args:
-            block: (n, F_model) clean feature vectors of one decision block.
+            block: (n, F_model) clean feature vectors of one block.
             times: (n,) their times, s (LSL clock).
             offset: Unix time minus ``times``, s.
         """
-        return self._decide(block, times, offset)
+        if not self._change:
+            return self._decide(block, times, offset)
+        assert self._svt is not None
+        finite = block[np.isfinite(block).all(axis=1)]
+        end = float(times[-1])
+        if finite.shape[0] == 0 or end < self._held_until:
+            return None
+        if self._held is not None and self._paid:
+            p = self.release_.probabilities(finite)
+            others = np.delete(p, self._held)
+            if not self._svt.active:
+                self._svt.start()
+            self.stats.checks += 1
+            if not self._svt.query(float(others.max() - p[self._held])):
+                return None
+        # the first label, a change, or a label a cap withheld before: release this block's
+        self._paid = False  # the round that said "changed" is over
+        out = self._decide(block, times, offset)
+        if out is not None:
+            self._held = out.message.classes.index(out.message.label)
+            self._held_until = end + self.plan.min_interval_s
+            self._paid = True  # its charge paid for the next round
+        return out
 
     def _decide(self, block: FloatArray, times: FloatArray, offset: float) -> ReleasedLabel | None:
         index = self.next_index
@@ -461,6 +555,8 @@ class LabelStream:
                 model_name=self.plan.model.name,
                 model_version=self.plan.model.version,
                 profile=self.profile,
+                release="change" if self._change else "clock",
+                epsilon_change=self.plan.epsilon_svt if self._change else None,
             )
             body = message.to_payload()
             for attempt in range(_STALE_RETRIES):

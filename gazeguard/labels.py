@@ -78,6 +78,7 @@ from pydantic import (
 
 from gazeguard import __version__
 from gazeguard.errors import ConfigError
+from gazeguard.mechanisms.exact import uniform_below
 from gazeguard.mechanisms.noise import OsRandom, RandomSource
 
 if TYPE_CHECKING:
@@ -171,28 +172,6 @@ def released_accuracy(clean_accuracy: float, survival: float, classes: int) -> f
 
 
 # =========================================================================== randomized response
-def uniform_below(n: int, source: RandomSource) -> int:
-    """An integer uniform on ``[0, n)``, exactly: rejection sampling on ``⌈log2 n⌉`` random bits.
-
-    Each try reads whole bytes from ``source``, keeps the low ``k = (n − 1).bit_length()`` bits
-    and accepts a value below ``n`` (probability > 1/2), so every accepted value has probability
-    exactly ``1/n`` given uniform bytes. The number of tries does not depend on anything but
-    the random bits.
-    """
-    if n < 1:
-        msg = f"uniform_below: n={n!r} must be >= 1"
-        raise ValueError(msg)
-    k = (n - 1).bit_length()
-    if k == 0:
-        return 0
-    nbytes = (k + 7) // 8
-    mask = (1 << k) - 1
-    while True:
-        v = int.from_bytes(source.bytes(nbytes), "little") & mask
-        if v < n:
-            return v
-
-
 def rr_weights(epsilon: float, bits: int = WEIGHT_BITS) -> tuple[int, int]:
     """Integer weights ``(a, b)`` of randomized response with ``a/b < e^ε`` rigorously.
 
@@ -813,8 +792,9 @@ class LabelRelease:
         """Probability that a decision's true class is released."""
         return self.rr.survival
 
-    def release(self, X: npt.ArrayLike) -> LabelDecision:
-        """One private label for a decision window.
+    def probabilities(self, X: npt.ArrayLike) -> FloatArray:
+        """(C,) the model's class probabilities averaged over a window's vectors (clean: they
+        never leave the trusted process).
 
         Args:
             X: (T, F_in) clean feature vectors, T ≥ 1, columns as ``input_features``.
@@ -823,7 +803,21 @@ class LabelRelease:
         if x.ndim != 2 or x.shape[1] != self._width or x.shape[0] < 1:
             msg = f"a decision needs (T >= 1, {self._width}) feature vectors, got shape {x.shape}"
             raise ValueError(msg)
-        true = self.model.decide(x[:, self._cols])
+        return np.asarray(self.model.predict_proba(x[:, self._cols]).mean(axis=0), np.float64)
+
+    def release(self, X: npt.ArrayLike) -> LabelDecision:
+        """One private label for a decision window: randomized response on the argmax of
+        :meth:`probabilities` (ties: the lowest class index).
+
+        Args:
+            X: (T, F_in) clean feature vectors, T ≥ 1, columns as ``input_features``.
+        """
+        p = self.probabilities(X)
+        return self.release_class(int(np.argmax(p)), vectors=int(np.shape(X)[0]))
+
+    def release_class(self, true: int, *, vectors: int) -> LabelDecision:
+        """Randomized response on the clean class index ``true`` (of a window of ``vectors``
+        feature vectors)."""
         out = self.rr.release(true, self.source)
         return LabelDecision(
             label=self.classes[out],
@@ -831,6 +825,6 @@ class LabelRelease:
             classes=self.classes,
             epsilon=self.epsilon,
             survival=self.survival,
-            vectors=int(x.shape[0]),
+            vectors=int(vectors),
             noise="os-csprng" if self.source.secure else "INSECURE-seeded",
         )

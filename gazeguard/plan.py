@@ -526,14 +526,16 @@ class _Layout:
         from gazeguard.label_stream import plan_labels  # noqa: PLC0415
 
         assert self.model is not None
-        period = self.label_steps * self.reach.step_s
+        # clock: a label per block; change: labels at least min_interval_s apart
+        block = self.label_steps * self.reach.step_s
+        period = block if labels.release == "clock" else _exact(labels.min_interval_s)
         plan = plan_labels(
             labels, self.features, model=self.model,
             per_hour=releases_within(self.window, period),
             per_sample=releases_within(self.reach.span_s + self.summaries["labels"], period),
             share=share, budget=budget, delta=self.delta,
         )  # fmt: skip
-        return plan, self.release("labels", period, {plan.event: 1}, plan.reserve)
+        return plan, self.release("labels", period, plan.events, plan.reserve)
 
     def cohort(
         self, cohort: CohortSettings, names: list[str], units: list[str], share: float | None
