@@ -33,7 +33,7 @@ GRID_BITS = 20
 
 def _on_grid(x: float) -> int:
     """``x`` in grid units, rounded to the nearest (ties away from zero)."""
-    units = math.floor(abs(Fraction(x)) * 2**GRID_BITS + Fraction(1, 2))
+    units = math.floor(abs(Fraction(x)) * (1 << GRID_BITS) + Fraction(1, 2))
     return units if x >= 0 else -units
 
 
