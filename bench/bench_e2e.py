@@ -94,7 +94,8 @@ class NaiveSidecar:
         )
         self.inlet.open_stream(10.0)
         self.topic = topic
-        self.fx = FeatureExtractor(window_s, step_s)
+        # the detector is built for the rate the outlet declares, as gazeguard run does
+        self.fx = FeatureExtractor(window_s, step_s, rate_hz=info[0].nominal_srate())
         self.chunker = Chunker(len(FEATURES), N_STEPS, 0)
         lo, hi, max_step = feature_bounds(None, window_s, step_s)
         bounds = Bounds(lo, hi, max_step)

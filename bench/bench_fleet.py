@@ -115,7 +115,7 @@ def completing_blocks(
     it."""
     gaze = person_gaze(person, seconds)
     blocks = round(seconds * RATE_HZ / block)
-    fx = FeatureExtractor(window_s, step_s)
+    fx = FeatureExtractor(window_s, step_s, rate_hz=RATE_HZ)
     chunker = Chunker(len(FEATURES), N_STEPS, 0)
     out: list[int] = []
     for b in range(blocks):
@@ -146,7 +146,7 @@ async def generate(args: argparse.Namespace) -> None:
         await asyncio.sleep(max(0.0, base + offsets[i] - time.time()))
         try:
             name = f"{args.tag}s{idx}"
-            async with JetStreamSender(nats, DEVICE, name) as sender:
+            async with JetStreamSender(nats, DEVICE, name, rate_hz=RATE_HZ) as sender:
                 t0 = connected[i] = time.time()
                 for b in range(blocks):
                     due = t0 + (b + 1) * block_s

@@ -59,12 +59,12 @@ def peak_rss_mb() -> float:
 async def run_gazeguard(
     sid: str, warm: float, seconds: float, window: float, features: bool
 ) -> dict[str, Any]:
-    fx = FeatureExtractor(window, 0.5)
     n = vectors = 0
     cpu0 = wall0 = 0.0
     measuring = False
     start = time.monotonic()
     async with GazeStream(IngestSettings(source_id=sid), poll_interval_s=POLL_S) as stream:
+        fx = FeatureExtractor(window, 0.5, rate_hz=stream.info.nominal_srate)  # declared rate
         async for block in stream:
             if features:
                 vectors += fx.push(block)[0].shape[0]
@@ -107,7 +107,7 @@ async def run_naive(sid: str, warm: float, seconds: float, window: float) -> dic
 
     thread = threading.Thread(target=pull, daemon=True)
     thread.start()
-    fx = FeatureExtractor(window, 0.5)
+    fx = FeatureExtractor(window, 0.5, rate_hz=info.nominal_srate())  # the declared rate
     n = vectors = 0
     cpu0 = wall0 = 0.0
     measuring = False

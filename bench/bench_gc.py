@@ -98,8 +98,8 @@ def run(kind: str, sessions: int, seconds: int, collections_n: int) -> dict[str,
         try:
             if kind == "pipelines":
                 pipes = [
-                    Pipeline(ledger, session=f"s{i}", device="bench", features=settings.features,
-                             mechanism=settings.mechanism)
+                    Pipeline(ledger, session=f"s{i}", device="bench", rate_hz=RATE,
+                             features=settings.features, mechanism=settings.mechanism)
                     for i in range(sessions)
                 ]  # fmt: skip
                 for j in range(seconds):
@@ -107,7 +107,7 @@ def run(kind: str, sessions: int, seconds: int, collections_n: int) -> dict[str,
                     if jobs:
                         release_group(jobs)
             else:
-                fxs = [FeatureExtractor(30.0, 0.5) for _ in range(sessions)]
+                fxs = [FeatureExtractor(30.0, 0.5, rate_hz=RATE) for _ in range(sessions)]
                 for j in range(seconds):
                     push_many([(fx, blocks[i % DISTINCT][j]) for i, fx in enumerate(fxs)])
         finally:

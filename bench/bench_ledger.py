@@ -204,8 +204,8 @@ def _fleet_pipeline(ledger: Ledger, session: str) -> Any:
 
     s = Settings()
     return Pipeline(
-        ledger, session=session, device="d", features=s.features, mechanism=s.mechanism,
-        clock_offset_s=0.0,
+        ledger, session=session, device="d", rate_hz=120.0, features=s.features,
+        mechanism=s.mechanism, clock_offset_s=0.0,
     )  # fmt: skip
 
 

@@ -205,7 +205,7 @@ def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
         Ledger(workdir / "breakdown-charge.sqlite") as bare,
         (workdir / "append.log").open("ab") as log,
     ):
-        pipe = Pipeline(ledger, session="breakdown", device="bench", features=fast)
+        pipe = Pipeline(ledger, session="breakdown", device="bench", rate_hz=120.0, features=fast)
         eps = dict.fromkeys(pipe.feature_names, 1.0)
         for chunk in pipe.feed(gaze)[:chunks]:
             t0 = time.perf_counter()

@@ -61,7 +61,7 @@ def sessions(n: int, progress: bool) -> list[np.ndarray]:
     t0 = time.perf_counter()
     for i in range(n):
         gaze = simulate_gaze(62.0, 120.0, seed=1000 + i, task=TASKS[i % len(TASKS)])
-        X, _ = FeatureExtractor(window_s=30.0, step_s=STEP_S).push(gaze)
+        X, _ = FeatureExtractor(window_s=30.0, step_s=STEP_S, rate_hz=120.0).push(gaze)
         out.append(X[:64])
         if progress and (i + 1) % 100 == 0:
             el = time.perf_counter() - t0

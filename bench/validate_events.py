@@ -51,6 +51,7 @@ DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 RESULTS = Path(__file__).resolve().parent / "results" / "event_validation.json"
 THRESHOLD_DEG_S = 30.0
 MIN_FIXATION_S = 0.04
+IRF_RATE_HZ = 1000.0  # EyeLink 1000 Plus, declared (as gazeguard.eval.datasets.IRF_RATE_HZ)
 FIX, SAC = 1, 2  # label codes shared by both datasets and gazeguard.events.EventKind
 assert int(EventKind.FIXATION) == FIX
 assert int(EventKind.SACCADE) == SAC
@@ -71,6 +72,7 @@ class Labelled:
     x: FloatArray  # deg, NaN where invalid
     y: FloatArray
     labels: IntArray
+    rate: float  # the tracker's declared sampling rate, Hz (the detector is built for it)
 
 
 def cohen_kappa(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:
@@ -107,6 +109,7 @@ def load_andersson(path: Path) -> Labelled:
         x,
         y,
         pos[:, 5].astype(np.int64),
+        rate,  # the file's sampFreq: 500 Hz (SMI HiSpeed)
     )
 
 
@@ -121,12 +124,13 @@ def irf_labelled(a: npt.NDArray[Any], name: str) -> Labelled:
     y = a["y"].astype(np.float64)
     x[~a["status"]] = np.nan
     y[~a["status"]] = np.nan
-    return Labelled("irf", "lookAtPoint", name, "coder", a["t"], x, y, a["evt"].astype(np.int64))
+    labels = a["evt"].astype(np.int64)
+    return Labelled("irf", "lookAtPoint", name, "coder", a["t"], x, y, labels, IRF_RATE_HZ)
 
 
 def gazeguard_labels(rec: Labelled) -> IntArray:
-    """Per-sample labels from gazeguard's incremental detector (defaults)."""
-    _, labels = detect_events(rec.t, rec.x, rec.y, detector=EventDetector())
+    """Per-sample labels from gazeguard's incremental detector (defaults, at the declared rate)."""
+    _, labels = detect_events(rec.t, rec.x, rec.y, detector=EventDetector(rate_hz=rec.rate))
     return labels.astype(np.int64)
 
 
@@ -205,7 +209,7 @@ def bound_exceedance(data: Path) -> list[dict[str, Any]]:
         for rec in ds.recordings():
             s = rec.samples
             pupil = s.pupil_mm if np.isfinite(s.pupil_mm).any() else None
-            X, _ = extract_features(s.timestamps, s.x_deg, s.y_deg, pupil)
+            X, _ = extract_features(s.timestamps, s.x_deg, s.y_deg, pupil, rate_hz=rec.rate_hz)
             if len(X) > 1:
                 diffs.append(np.abs(np.diff(X, axis=0)))
         d = np.vstack(diffs)

@@ -499,7 +499,7 @@ class Devices:
     async def _run_one(self, d: Device) -> None:
         gaze = self.gaze[d.session]
         async with JetStreamSender(
-            self.settings, DEVICE, d.session, unix_offset=lambda: self.offset
+            self.settings, DEVICE, d.session, unix_offset=lambda: self.offset, rate_hz=RATE_HZ
         ) as sender:
             d.sender = sender
             for phase in range(self.phases):

@@ -7,12 +7,28 @@ The equivalence tests (``tests/properties/test_feature_equivalence.py``) and
 bit for bit, and same stats. Do not "fix" or speed up this file; it is the specification the
 faster code is held to. The public data types (Events, EventKind, GazeSamples) and the feature
 registry (names, bounds, defaults) are imported from the package: they are not what changed.
+
+Amended once since (the release plan: data-independent detector parameters and bounded events,
+so that one sample's reach over the events, and hence over the released features, is bounded),
+in ``RefEventDetector`` only, written here on its own rather than copied from the package:
+
+- **Declared rate.** ``rate_hz`` is required (finite, in [20, 2000] Hz; ``ConfigError`` naming
+  ``rate_hz`` otherwise) and replaces the estimate from the first 17 samples (gone, and with it
+  the holding back of those samples) and the ``sampling_rate_hz`` / ``max_gap_s`` hints:
+  ``dt = 1/rate_hz``, ``h = max(1, floor(velocity_halfwidth_s * rate_hz + 1/2))`` computed exactly
+  on the decimal values (``fractions.Fraction`` of their ``repr``), gap threshold ``4 * dt``.
+- **Cuts at the grid.** A run that has lasted at least ``SPLIT_GRID_S`` (1 s) since its anchor
+  (its first sample's time, or the grid point it was last cut at) is cut where it crosses a
+  multiple of ``SPLIT_GRID_S``: the part before is closed with ``t_end`` = the grid point, as if a
+  gap followed it; the rest goes on as a new run anchored at the grid point, as if a gap preceded
+  it (``_classify``: the grid crossings are extra split points; the segment loop decides).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
@@ -47,7 +63,8 @@ _WORD_STATS = ("distinct", "max", "min", "range", "mean")
 _EMPTY = Events.from_rows([])
 
 
-_RATE_SAMPLES = 17  # samples held to estimate the nominal interval (median of the first 16 dt)
+_RATE_RANGE_HZ = (20.0, 2000.0)  # declared rates accepted (amendment)
+SPLIT_GRID_S = 1.0  # long runs are cut at multiples of this, s (amendment)
 _QUANTUM = 1e6  # positions summed as integers of 1e-6 deg: exact, order-independent sums
 
 # Sample classes (internal); run kinds are EventKind.
@@ -77,6 +94,7 @@ class _Next(NamedTuple):
     t: float | None
     x: float
     y: float
+    cut: float | None = None  # the run is cut at this grid point (its end time), s (amendment)
 
 
 @dataclass(slots=True)
@@ -91,6 +109,7 @@ class _OpenRun:
     gap_before: bool  # a gap separates it from the previous sample
     x_before: float  # the previous sample's gaze (saccade launch point), NaN if none
     y_before: float
+    anchor: float  # t_start, or the grid point the run was cut at (amendment)
     n: int = 0
     sx: int = 0  # sum of x, in 1e-6 deg
     sy: int = 0
@@ -122,30 +141,34 @@ class RefEventDetector:
         min_saccade_s: shorter saccade candidates (noise blips) become UNDEFINED, s.
         min_blink_s, max_blink_s: invalid runs of this duration are blinks; others are LOSS, s.
         velocity_halfwidth_s: velocity smoothing half-width, s (h samples each side, h >= 1).
-        sampling_rate_hz: nominal rate; None: estimated from the first 17 samples.
-        max_gap_s: a sample interval longer than this is a dropout; None: 4 nominal intervals.
+        rate_hz: the stream's declared sampling rate, Hz (amendment: required; replaces the
+            estimate and the ``sampling_rate_hz`` / ``max_gap_s`` hints).
     """
 
     def __init__(
         self,
         *,
+        rate_hz: float,
         velocity_threshold_deg_s: float = 30.0,
         min_fixation_s: float = 0.04,
         min_saccade_s: float = 0.01,
         min_blink_s: float = 0.05,
         max_blink_s: float = 0.5,
         velocity_halfwidth_s: float = 0.005,
-        sampling_rate_hz: float | None = None,
-        max_gap_s: float | None = None,
     ) -> None:
+        lo, hi = _RATE_RANGE_HZ
+        try:
+            rate = float(rate_hz)
+        except (TypeError, ValueError):
+            rate = math.nan
+        if not lo <= rate <= hi:  # NaN compares False
+            raise ConfigError("rate_hz", rate_hz, f"must be a declared rate in [{lo}, {hi}] Hz")
         _check_positive("velocity_threshold_deg_s", velocity_threshold_deg_s)
         _check_positive("min_fixation_s", min_fixation_s)
         _check_positive("min_saccade_s", min_saccade_s)
         _check_positive("min_blink_s", min_blink_s)
         _check_positive("max_blink_s", max_blink_s)
         _check_positive("velocity_halfwidth_s", velocity_halfwidth_s)
-        _check_positive("sampling_rate_hz", sampling_rate_hz, allow_none=True)
-        _check_positive("max_gap_s", max_gap_s, allow_none=True)
         if max_blink_s <= min_blink_s:
             raise ConfigError(
                 "max_blink_s", max_blink_s, f"must exceed min_blink_s={min_blink_s}", "argument"
@@ -156,11 +179,10 @@ class RefEventDetector:
         self.min_blink_s = float(min_blink_s)
         self.max_blink_s = float(max_blink_s)
         self.velocity_halfwidth_s = float(velocity_halfwidth_s)
-        self._rate_hint = sampling_rate_hz
-        self._gap_hint = max_gap_s
-        self.dt: float | None = None  # nominal sampling interval, s (known after 17 samples)
-        self.h = 0  # velocity half-width in samples
-        self.max_gap_s = 0.0
+        self.dt: float | None = 1.0 / rate  # nominal sampling interval, s
+        exact = Fraction(repr(float(velocity_halfwidth_s))) * Fraction(repr(rate))
+        self.h = max(1, math.floor(exact + Fraction(1, 2)))  # velocity half-width in samples
+        self.max_gap_s = 4.0 * self.dt
         self.stats = DetectorStats()
         # Sample buffer: lookback (h + 1 samples) + samples not yet classified.
         cap = 1024
@@ -190,10 +212,6 @@ class RefEventDetector:
         self._append(block)
         self.stats.samples += n_new
         self.stats.invalid_samples += int(n_new - np.count_nonzero(block.valid))
-        if self.dt is None:
-            if self._g0 + self._n < _RATE_SAMPLES:
-                return _EMPTY
-            self._set_rate()
         return self._classify(self._n - self.h)
 
     def finish(self) -> Events:
@@ -201,11 +219,6 @@ class RefEventDetector:
         close the open run. For offline labelling; the detector accepts no more samples."""
         if self._finished:
             return _EMPTY
-        if self.dt is None:
-            if self._n < 2:
-                self._finished = True
-                return _EMPTY
-            self._set_rate()
         events = [self._classify(self._n, final=True)]
         rows: list[tuple[float, ...]] = []
         end = _Next(cls=-1, gap=True, t=None, x=np.nan, y=np.nan)
@@ -217,15 +230,6 @@ class RefEventDetector:
         return Events.concat(events)
 
     # ---------------------------------------------------------------------------------------
-    def _set_rate(self) -> None:
-        if self._rate_hint is not None:
-            self.dt = 1.0 / float(self._rate_hint)
-        else:
-            k = min(self._n, _RATE_SAMPLES)
-            self.dt = float(np.median(np.diff(self._t[:k])))
-        self.h = max(1, int(self.velocity_halfwidth_s / self.dt + 0.5))
-        self.max_gap_s = self._gap_hint if self._gap_hint is not None else 4.0 * self.dt
-
     def _append(self, block: GazeSamples) -> None:
         n_new = len(block)
         keep = self._n - self._compact_from()
@@ -289,10 +293,18 @@ class RefEventDetector:
         cls[~okc] = _C_INVALID
         gap_a = gap[a - r0 : stop - r0]
         self.stats.gaps += int(np.count_nonzero(gap_a))
-        # Runs: split where the class changes or at a gap; segment 0 may continue the open run.
-        starts = np.flatnonzero((cls[1:] != cls[:-1]) | gap_a[1:]) + 1
+        # Grid points crossed between each sample and the one before it (NaN: none; the
+        # stream's first sample has no sample before it).
+        t_cls = t[a:stop]
+        t_before = t[a - 1 : stop - 1] if a > 0 else np.concatenate(([t[0]], t[: stop - 1]))
+        grid_now = np.floor(t_cls / SPLIT_GRID_S)
+        crossed = np.where(grid_now > np.floor(t_before / SPLIT_GRID_S), grid_now, np.nan)
+        crossed *= SPLIT_GRID_S
+        # Runs: split where the class changes, at a gap or at a grid point; the segment loop
+        # decides whether a segment continues the open run.
+        split = (cls[1:] != cls[:-1]) | gap_a[1:] | ~np.isnan(crossed[1:])
+        starts = np.flatnonzero(split) + 1
         seg_starts = np.concatenate(([0], starts))
-        cont = self._open is not None and self._open.cls == cls[0] and not gap_a[0]
         # Per-segment order-independent reductions (integer sums, min, max).
         pos = xy[a:stop]
         q = _quantise(np.where(okc[:, None], pos, 0.0))
@@ -305,9 +317,16 @@ class RefEventDetector:
         rows: list[tuple[float, ...]] = []
         for si, s0 in enumerate(seg_starts.tolist()):  # loop over runs (events), not samples
             b = a + s0
-            if si > 0 or not cont:
-                nxt = _Next(int(cls[s0]), bool(gap_a[s0]), float(t[b]), *xy[b].tolist())
-                prev = self._open
+            prev = self._open
+            grid = float(crossed[s0])  # NaN unless a grid point lies just before sample b
+            same = prev is not None and prev.cls == int(cls[s0]) and not gap_a[s0]
+            # A run that has lasted at least SPLIT_GRID_S since its anchor is cut at the grid.
+            cut = same and prev is not None and grid - prev.anchor >= SPLIT_GRID_S
+            if not same or cut:
+                if cut:  # closed at the grid point as if a gap followed; the rest is a new run
+                    nxt = _Next(int(cls[s0]), True, grid, *xy[b].tolist(), cut=grid)
+                else:
+                    nxt = _Next(int(cls[s0]), bool(gap_a[s0]), float(t[b]), *xy[b].tolist())
                 if prev is not None:
                     self._close(rows, prev, nxt)
                 has_prev = b > 0
@@ -320,6 +339,7 @@ class RefEventDetector:
                     gap_before=nxt.gap or prev is None,
                     x_before=float(xy[b - 1, 0]) if has_prev else np.nan,
                     y_before=float(xy[b - 1, 1]) if has_prev else np.nan,
+                    anchor=grid if cut else float(t[b]),
                 )
             run = self._open
             assert run is not None
@@ -340,6 +360,8 @@ class RefEventDetector:
 
     def _t_end(self, run: _OpenRun, nxt: _Next) -> float:
         assert self.dt is not None
+        if nxt.cut is not None:  # cut at a grid point (amendment)
+            return nxt.cut
         return run.t_last + self.dt if (nxt.gap or nxt.t is None) else nxt.t
 
     def _close(self, rows: list[tuple[float, ...]], run: _OpenRun, nxt: _Next) -> None:
@@ -411,7 +433,9 @@ class RefFeatureExtractor:
         min_valid_fraction: windows with less valid data hold their behaviour features.
         hold_limit_s: a held value repeats for at most this long (s; None: ``window_s``); after
             that, and before a feature's first defined value, its public default is released.
-        detector: the event detector to use (default: ``EventDetector()``), owned afterwards.
+        rate_hz: the stream's declared rate, for the default detector (amendment).
+        detector: the event detector to use (default: ``EventDetector(rate_hz=rate_hz)``),
+            owned afterwards.
         coalesce: hold (copies of) blocks that cannot complete a step and process them with
             the next block that can, or that enters a new step interval: the same vectors,
             returned by the same :meth:`push` calls, for fewer detector passes (small blocks).
@@ -424,6 +448,7 @@ class RefFeatureExtractor:
         *,
         min_valid_fraction: float = 0.5,
         hold_limit_s: float | None = None,
+        rate_hz: float | None = None,
         detector: RefEventDetector | None = None,
         coalesce: bool = True,
     ) -> None:
@@ -441,7 +466,7 @@ class RefFeatureExtractor:
         self.window_s = float(window_s)
         self.step_s = float(step_s)
         self.min_valid_fraction = float(min_valid_fraction)
-        self.detector = detector if detector is not None else RefEventDetector()
+        self.detector = detector if detector is not None else RefEventDetector(rate_hz=rate_hz)
         self.names = NAMES
         self.lo, self.hi, self.max_step = feature_bounds(None, self.window_s, self.step_s)
         self.default = feature_defaults(None, self.window_s, self.step_s)

@@ -56,7 +56,7 @@ def test_auto_takes_the_best_ranked_configuration(tmp_path: Path) -> None:
     features = FeatureSettings(window_s=30.0, step_s=0.5)
     with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
         pipe = Pipeline(
-            ledger, session="s", device="d", features=features,
+            ledger, session="s", device="d", rate_hz=120.0, features=features,
             mechanism=MechanismSettings(name="auto", features=NAMES, chunk_steps=64),
         )  # fmt: skip
     best = rank_mechanisms(
@@ -75,7 +75,9 @@ def test_auto_without_a_budget_is_refused(tmp_path: Path) -> None:
     from gazeguard.errors import ConfigError  # noqa: PLC0415
 
     with Ledger(tmp_path / "l.sqlite") as ledger, pytest.raises(ConfigError, match="auto"):
-        Pipeline(ledger, session="s", device="d", mechanism=MechanismSettings(name="auto"))
+        Pipeline(
+            ledger, session="s", device="d", rate_hz=120.0, mechanism=MechanismSettings(name="auto")
+        )
 
 
 def test_show_budget_prints_the_ranking(capsys: pytest.CaptureFixture[str]) -> None:

@@ -57,11 +57,12 @@ def test_csv_loader_groups_recordings_and_marks_invalid(tmp_path: Path) -> None:
         "0.0,-1.0,0.5,,bob,read\n"
         "0.2,1.6,2.1,3.3,alice,read\n",
     )
-    recs = list(CsvGaze(f).recordings())
+    recs = list(CsvGaze(f, options=ReadOptions(rate_hz=10.0)).recordings())  # the file's rate
     assert [(r.person, r.task, r.recording) for r in recs] == [
         ("alice", "read", "alice_read"),
         ("bob", "read", "bob_read"),
     ]
+    assert [r.rate_hz for r in recs] == [10.0, 10.0]
     a = recs[0].samples
     assert a.timestamps.tolist() == [0.0, 0.1, 0.2]
     assert a.valid.tolist() == [True, False, True]
@@ -75,7 +76,8 @@ def test_csv_loader_converts_normalised_gaze_with_a_field_of_view(tmp_path: Path
         tmp_path / "n.csv",
         "time,gaze_x,gaze_y,subject,activity\n0,1.0,0.5,p,t\n0.01,0.5,0,p,t\n",
     )
-    rec = next(iter(CsvGaze(f, units="norm", fov_deg=(90.0, 60.0)).recordings()))
+    opts = ReadOptions(rate_hz=100.0)
+    rec = next(iter(CsvGaze(f, units="norm", fov_deg=(90.0, 60.0), options=opts).recordings()))
     assert rec.samples.x_deg.tolist() == pytest.approx([45.0, 0.0])
     assert rec.samples.y_deg.tolist() == pytest.approx([0.0, 30.0])
     with pytest.raises(DatasetError, match="needs a field of view"):
@@ -115,12 +117,23 @@ def test_csv_without_person_or_task_says_how_to_label(tmp_path: Path) -> None:
 def test_csv_directory_and_missing_path(tmp_path: Path) -> None:
     _write(tmp_path / "a.csv", "t,x,y,person,task\n0,1,2,p1,t\n0.01,1,2,p1,t\n")
     _write(tmp_path / "b.csv", "t,x,y,person,task\n0,1,2,p2,t\n0.01,1,2,p2,t\n")
-    recs = list(open_dataset(f"csv:{tmp_path}").recordings())
+    recs = list(
+        open_dataset(f"csv:{tmp_path}", read_options=ReadOptions(rate_hz=100.0)).recordings()
+    )
     assert [r.person for r in recs] == ["p1", "p2"]
     with pytest.raises(DatasetError, match="no such file or directory"):
         open_dataset(f"csv:{tmp_path / 'nope.csv'}")
     with pytest.raises(DatasetError, match="unknown dataset"):
         open_dataset("mpiidpeye")
+
+
+def test_a_recording_without_a_declared_rate_is_refused(tmp_path: Path) -> None:
+    """The event detector is built for a declared rate, never one measured from the timestamps:
+    a CSV declares none, so without ``--rate`` (ReadOptions.rate_hz) it is refused by name."""
+    f = _write(tmp_path / "a.csv", "t,x,y,person,task\n0,1,2,p1,t\n0.01,1,2,p1,t\n")
+    with pytest.raises(DatasetError, match=r"declares no sampling rate.*--rate HZ") as info:
+        list(CsvGaze(f).recordings())
+    assert info.value.path == f
 
 
 def test_a_folder_of_vendor_exports_is_one_dataset(tmp_path: Path) -> None:
@@ -135,6 +148,7 @@ def test_a_folder_of_vendor_exports_is_one_dataset(tmp_path: Path) -> None:
     opts = ReadOptions(
         screen_mm=tuple(geometry["eyelink"]["screen_mm"]),
         distance_mm=geometry["eyelink"]["distance_mm"],
+        rate_hz=200.0,  # --rate: one for the files that declare none (Pupil Core's 200 Hz)
     )
     ds = open_dataset(f"csv:{root}", read_options=opts, labels="{person}_{task}")
     recs = list(ds.recordings())
@@ -143,6 +157,8 @@ def test_a_folder_of_vendor_exports_is_one_dataset(tmp_path: Path) -> None:
         ("P07", "reading", "P07_reading"),
         ("P08", "search", "P08_search"),
     ]
+    # the EyeLink file declares its own rate (SAMPLES ... RATE 500.00); the others take --rate
+    assert [r.rate_hz for r in recs] == [200.0, 200.0, 500.0]
     assert len(recs[1].samples) == len(np.load(DATA / "truth.npz")["pupil_core_3d__t"])
     before = ds.fingerprint()
     assert open_dataset(f"csv:{root}", read_options=opts).fingerprint() != before
@@ -231,6 +247,7 @@ def test_gazegraph_accepted_as_downloaded(tmp_path: Path) -> None:
         recs = list(open_dataset("gazegraph", tmp_path / root).recordings())
         assert [r.recording for r in recs] == ["P1_read", "P1_watch", "P2_read", "P2_watch"]
         assert len(recs[0].samples) == 3
+        assert {r.rate_hz for r in recs} == {30.0}  # the dataset's documented rate
 
 
 @pytest.mark.data
@@ -252,6 +269,8 @@ def test_upstream_archives_of_the_real_datasets(shared_data: Path, tmp_path: Pat
     irf = list(open_dataset("irf", tmp_path).recordings())
     assert [r.person for r in irf] == [f"S{i}" for i in range(1, 7)]
     assert int((~irf[0].samples.valid).sum()) == 1862
+    assert {r.rate_hz for r in gg} == {30.0}
+    assert {r.rate_hz for r in irf} == {1000.0}  # EyeLink 1000 Plus
 
 
 def test_gazegraph_zip_with_a_malformed_line_names_member_and_line(tmp_path: Path) -> None:

@@ -61,9 +61,12 @@ def regular(
     return GazeSamples.from_arrays(t, x, y, p)
 
 
-def features_of(block: GazeSamples, window_s: float = 30.0, step_s: float = 0.5) -> FloatArray:
+def features_of(
+    block: GazeSamples, rate: float, window_s: float = 30.0, step_s: float = 0.5
+) -> FloatArray:
+    """Features of ``block``, a stream declared at ``rate`` Hz."""
     return extract_features(
-        block.timestamps, block.x_deg, block.y_deg, block.pupil_mm, window_s, step_s
+        block.timestamps, block.x_deg, block.y_deg, block.pupil_mm, window_s, step_s, rate_hz=rate
     )[0]
 
 
@@ -119,7 +122,13 @@ def test_first_vector_after_exactly_one_window_then_every_step(window: float, st
     shifted = GazeSamples(block.timestamps + t0, block.x_deg, block.y_deg, block.pupil_mm,
                           block.valid)  # fmt: skip
     X, t = extract_features(
-        shifted.timestamps, shifted.x_deg, shifted.y_deg, shifted.pupil_mm, window, step
+        shifted.timestamps,
+        shifted.x_deg,
+        shifted.y_deg,
+        shifted.pupil_mm,
+        window,
+        step,
+        rate_hz=120,
     )
     assert X.shape[1] == len(FEATURES)
     assert t[0] == pytest.approx(t0 + window)
@@ -130,7 +139,7 @@ def test_first_vector_after_exactly_one_window_then_every_step(window: float, st
 
 
 def test_recording_shorter_than_the_window_gives_no_vectors() -> None:
-    X, t = extract_features(*_arrays(regular(120, 9.0)), window_s=10.0)
+    X, t = extract_features(*_arrays(regular(120, 9.0)), window_s=10.0, rate_hz=120)
     assert X.shape == (0, len(FEATURES))
     assert t.shape == (0,)
 
@@ -141,8 +150,8 @@ def _arrays(b: GazeSamples) -> tuple[FloatArray, FloatArray, FloatArray, FloatAr
 
 def test_blocks_of_any_size_give_the_same_vectors() -> None:
     block = regular(250, 25.0, blink_every_s=3.0)
-    X, t = extract_features(*_arrays(block), window_s=5.0)
-    fx = FeatureExtractor(5.0, 0.5)
+    X, t = extract_features(*_arrays(block), window_s=5.0, rate_hz=250)
+    fx = FeatureExtractor(5.0, 0.5, rate_hz=250)
     rng = np.random.default_rng(7)
     parts, times, i = [], [], 0
     while i < len(block):
@@ -160,7 +169,7 @@ def test_blocks_of_any_size_give_the_same_vectors() -> None:
 # --- values ------------------------------------------------------------------------------------
 def test_regular_scanpath_has_the_hand_computed_features() -> None:
     # Cycle 0.86 s: two 0.4 s fixations and two 5 deg saccades (right, left) of 30 ms.
-    X = features_of(regular(250, 60.0, blink_every_s=5.0, blink_s=0.2))
+    X = features_of(regular(250, 60.0, blink_every_s=5.0, blink_s=0.2), 250)
     rate = 2 / 0.86
     assert col(X, "fixation_rate") == pytest.approx(rate * (1 - 0.04), rel=0.08)
     assert col(X, "saccade_rate") == pytest.approx(rate * (1 - 0.04), rel=0.08)
@@ -185,7 +194,7 @@ def test_regular_scanpath_has_the_hand_computed_features() -> None:
     assert np.all(col(X, "pupil_min") == 4.0)
     assert np.all(col(X, "pupil_max") == 4.0)
     # Wordbook (without blinks, which may swallow a saccade): two letters alternate, R L R L ...
-    X = features_of(regular(250, 45.0))
+    X = features_of(regular(250, 45.0), 250)
     for n in (1, 2, 3, 4):
         assert np.all(col(X, f"wordbook{n}_distinct") == 2), n
         assert np.all(col(X, f"wordbook{n}_range") <= 1)
@@ -208,10 +217,10 @@ def test_event_features_equal_a_brute_force_recomputation() -> None:
     for a in rng.integers(0, n - 60, 12):
         x[a : a + rng.integers(2, 60)] = np.nan
     pupil = rng.uniform(1.0, 9.5, n)
-    det = EventDetector()
+    det = EventDetector(rate_hz=rate)
     X, T = extract_features(t, x, y, pupil, w, s, detector=det)
     assert det.dt is not None
-    ev, _ = detect_events(t, x, y)
+    ev, _ = detect_events(t, x, y, rate_hz=rate)
     valid = np.isfinite(x)
     ok_p = valid & (pupil >= 1.5) & (pupil <= 9.0)
     for row, end in zip(X, T, strict=True):
@@ -247,7 +256,7 @@ def test_low_quality_windows_hold_behaviour_for_the_hold_limit_then_release_defa
     lost = (block.timestamps >= 35.0) & (block.timestamps < 60.0)  # headset off for 25 s
     x[lost] = np.nan
     y[lost] = np.nan
-    fx = FeatureExtractor(10.0, 0.5)  # hold limit: W = 10 s = 20 steps
+    fx = FeatureExtractor(10.0, 0.5, rate_hz=120)  # hold limit: W = 10 s = 20 steps
     X, _ = fx.push(GazeSamples.from_arrays(block.timestamps, x, y, block.pupil_mm))
     assert np.all(np.isfinite(X))
     vf = col(X, "valid_fraction")
@@ -268,7 +277,7 @@ def test_low_quality_windows_hold_behaviour_for_the_hold_limit_then_release_defa
 def test_no_valid_data_gives_the_public_defaults() -> None:
     n = 120 * 40
     t = np.arange(n) / 120
-    X, _ = extract_features(t, np.full(n, np.nan), np.full(n, np.nan), None, 30.0, 0.5)
+    X, _ = extract_features(t, np.full(n, np.nan), np.full(n, np.nan), None, 30.0, 0.5, rate_hz=120)
     want = feature_defaults()
     want[IDX["valid_fraction"]] = 0.0  # always measured, never held
     assert X.shape[0] > 0
@@ -276,13 +285,13 @@ def test_no_valid_data_gives_the_public_defaults() -> None:
 
 
 def test_pupil_absent_gives_the_default_and_out_of_range_pupil_is_ignored() -> None:
-    X = features_of(regular(120, 35.0, pupil=None))
+    X = features_of(regular(120, 35.0, pupil=None), 120)
     for name in ("pupil_mean", "pupil_var", "pupil_min", "pupil_max"):
         assert np.all(col(X, name) == FEATURES[IDX[name]].default())
     block = regular(120, 35.0)
     p = block.pupil_mm.copy()
     p[::10] = 0.3  # detector artefacts, not pupils
-    fx = FeatureExtractor()
+    fx = FeatureExtractor(rate_hz=120)
     X, _ = fx.push(GazeSamples(block.timestamps, block.x_deg, block.y_deg, p, block.valid))
     assert np.all(col(X, "pupil_min") == 4.0)
     assert fx.stats.pupil_out_of_range == len(p[::10])
@@ -298,7 +307,7 @@ def test_undefined_values_repeat_for_the_hold_limit_then_take_the_default(
     block = regular(120, 60.0)
     x = block.x_deg.copy()
     x[block.timestamps >= 15.0] = 0.0
-    fx = FeatureExtractor(10.0, 0.5, hold_limit_s=hold_limit_s)
+    fx = FeatureExtractor(10.0, 0.5, hold_limit_s=hold_limit_s, rate_hz=120)
     X, _ = fx.push(GazeSamples.from_arrays(block.timestamps, x, block.y_deg, block.pupil_mm))
     rate, amp = col(X, "saccade_rate"), col(X, "saccade_amplitude_mean")
     u = int(np.flatnonzero(rate == 0.0)[0])  # first window without a saccade
@@ -325,18 +334,18 @@ def test_defaults_are_public_and_declared_in_the_registry() -> None:
                 assert d[i] == (lo[i] + hi[i]) / 2, f.name
     d = feature_defaults(["fixation_rate", "saccade_rate", "blink_rate"])
     np.testing.assert_allclose(d, [3.0, 3.0, 17 / 60])
-    a = FeatureExtractor(5.0, 0.5)
-    b = FeatureExtractor(5.0, 0.5)
+    a = FeatureExtractor(5.0, 0.5, rate_hz=120)
+    b = FeatureExtractor(5.0, 0.5, rate_hz=120)
     a.push(regular(120, 12.0))  # data never moves the defaults
     np.testing.assert_array_equal(a.default, b.default)
 
 
 def test_values_are_clipped_to_the_public_range() -> None:
     # 16 fixations/s (50 ms fixations, 12 ms saccades of 40 deg): beyond the 5/s and 30 deg bounds.
-    X = features_of(regular(1000, 12.0, fix_s=0.05, sac_s=0.012, amp=40.0), window_s=10.0)
+    X = features_of(regular(1000, 12.0, fix_s=0.05, sac_s=0.012, amp=40.0), 1000, window_s=10.0)
     assert np.all(col(X, "fixation_rate") == 5.0)
     assert np.all(col(X, "saccade_amplitude_max") == 30.0)
-    fx = FeatureExtractor(10.0, 0.5)
+    fx = FeatureExtractor(10.0, 0.5, rate_hz=1000)
     fx.push(regular(1000, 12.0, fix_s=0.05, sac_s=0.012, amp=40.0))
     assert fx.stats.clipped_values > 0
 
@@ -344,7 +353,7 @@ def test_values_are_clipped_to_the_public_range() -> None:
 def test_dropout_emits_the_skipped_steps_when_data_resumes() -> None:
     block = regular(120, 50.0)
     keep = (block.timestamps < 20.0) | (block.timestamps >= 25.0)  # 5 s without samples
-    fx = FeatureExtractor(10.0, 0.5)
+    fx = FeatureExtractor(10.0, 0.5, rate_hz=120)
     _, t1 = fx.push(block.slice(0, int(np.argmin(keep))))
     assert t1[-1] < 20.0
     rest = np.flatnonzero(keep)[np.flatnonzero(keep) >= np.argmin(keep)]
@@ -368,22 +377,39 @@ def test_dropout_emits_the_skipped_steps_when_data_resumes() -> None:
         ({"min_valid_fraction": 1.5}, "min_valid_fraction"),
         ({"hold_limit_s": -1.0}, "features.hold_limit_s"),
         ({"hold_limit_s": math.nan}, "features.hold_limit_s"),
+        ({"rate_hz": None}, "rate_hz"),  # the declared rate is required
+        ({"rate_hz": 5.0}, "rate_hz"),  # outside events.RATE_RANGE_HZ
+        ({"rate_hz": math.inf}, "rate_hz"),
     ],
 )
 def test_bad_parameters_name_the_field(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as exc:
-        FeatureExtractor(**kwargs)
+        FeatureExtractor(**{"rate_hz": 120.0, **kwargs})  # type: ignore[arg-type]
     assert exc.value.field == field
 
 
+def test_the_declared_rate_or_a_detector_is_required() -> None:
+    block = regular(120, 2.0)
+    with pytest.raises(ConfigError, match="rate_hz") as exc:
+        FeatureExtractor(5.0, 0.5)
+    assert exc.value.field == "rate_hz"
+    with pytest.raises(ConfigError, match="rate_hz"):
+        extract_features(block.timestamps, block.x_deg, block.y_deg, None, 5.0, 0.5)
+    # a detector carries its rate; a different rate beside it is refused
+    assert FeatureExtractor(5.0, 0.5, detector=EventDetector(rate_hz=120)).detector.h == 1
+    assert FeatureExtractor(5.0, 0.5, rate_hz=120, detector=EventDetector(rate_hz=120))
+    with pytest.raises(ConfigError, match="rate_hz"):
+        FeatureExtractor(5.0, 0.5, rate_hz=250, detector=EventDetector(rate_hz=120))
+
+
 def test_out_of_order_blocks_are_refused_before_any_state_changes() -> None:
-    fx = FeatureExtractor(5.0, 0.5)
+    fx = FeatureExtractor(5.0, 0.5, rate_hz=120)
     block = regular(120, 8.0)
     fx.push(block.slice(0, 600))
     with pytest.raises(StreamError, match="strictly increasing"):
         fx.push(block.slice(100, 200))
     X, _ = fx.push(block.slice(600, len(block)))  # the stream goes on as if nothing happened
-    assert np.array_equal(X, features_of(block, 5.0)[-len(X) :])
+    assert np.array_equal(X, features_of(block, 120, 5.0)[-len(X) :])
 
 
 # --- the unit of privacy: how many chunks one second of gaze reaches ---------------------------
@@ -429,14 +455,14 @@ def test_one_second_of_gaze_reaches_a_bounded_number_of_chunks(
     h = window if hold is None else hold
 
     def feats(x: FloatArray, y: FloatArray, p: FloatArray, limit: float | None) -> FloatArray:
-        return extract_features(t, x, y, p, window, step, hold_limit_s=limit)[0]
+        return extract_features(t, x, y, p, window, step, hold_limit_s=limit, rate_hz=rate)[0]
 
     changed = _changed_chunks(feats(x_a, y_a, p_a, hold), feats(x_b, y_b, p_b, hold), n)
     assert changed, "the change must be visible"
     # E: how long after the change the events that contain changed samples end (either person)
     ends = [at + d]
     for x, y in ((x_a, y_a), (x_b, y_b)):
-        ev, _ = detect_events(t, x, y)
+        ev, _ = detect_events(t, x, y, rate_hz=rate)
         touch = (ev.t_start < at + d) & (ev.t_end >= at) & np.isin(ev.kind, FEATURE_EVENTS)
         ends.extend(ev.t_end[touch].tolist())
     e = max(ends) - (at + d)
@@ -471,11 +497,15 @@ def test_one_gaze_sample_reaches_at_most_the_stated_number_of_chunks(
                 y_a[k + 1 :] = np.nan
             x_b = x_a.copy()
             x_b[k] = np.nan if np.isfinite(x_b[k]) else 0.0  # the sample lost (or found)
-            a = extract_features(t, x_a, y_a, base.pupil_mm, window, step, hold_limit_s=hold)[0]
-            b = extract_features(t, x_b, y_a, base.pupil_mm, window, step, hold_limit_s=hold)[0]
+            a = extract_features(
+                t, x_a, y_a, base.pupil_mm, window, step, hold_limit_s=hold, rate_hz=rate
+            )[0]
+            b = extract_features(
+                t, x_b, y_a, base.pupil_mm, window, step, hold_limit_s=hold, rate_hz=rate
+            )[0]
             changed = _changed_chunks(a, b, n)
             worst = max(worst, len(changed))
-            ev, _ = detect_events(t, x_a, y_a)
+            ev, _ = detect_events(t, x_a, y_a, rate_hz=rate)
             inside = (ev.t_start <= t[k]) & (ev.t_end > t[k]) & np.isin(ev.kind, FEATURE_EVENTS)
             e = float(ev.t_end[inside].max() - t[k]) if inside.any() else 0.0
             assert len(changed) <= math.ceil((window + h + e) / (n * step)) + 1

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from gazeguard.config import IngestSettings
-from gazeguard.errors import StreamError
+from gazeguard.errors import ConfigError, StreamError
 from gazeguard.features import FeatureExtractor, extract_features
-from gazeguard.ingest import GazeStream
+from gazeguard.ingest import GazeStream, declared_rate
 from gazeguard.presets import (
     GAZEGUARD_CHANNELS,
     EyeChannels,
@@ -465,8 +465,11 @@ def test_live_lsl_and_offline_extract_features_agree(unique_id: str) -> None:
     blocks: list[GazeSamples] = []
 
     async def run() -> None:
-        fx = FeatureExtractor(window, step)
         async with GazeStream(IngestSettings(source_id=unique_id), poll_interval_s=0.05) as stream:
+            # the detector is built for the rate the outlet declares, as the service does
+            rate_hz = declared_rate(None, stream.info.nominal_srate, stream.info.name)
+            assert rate_hz == rate
+            fx = FeatureExtractor(window, step, rate_hz=rate_hz)
             async with asyncio.timeout(20):
                 async for block in stream:
                     blocks.append(block)
@@ -486,12 +489,29 @@ def test_live_lsl_and_offline_extract_features_agree(unique_id: str) -> None:
     rec = truth.slice(k0, k0 + len(got))
     for f in ("x_deg", "y_deg", "pupil_mm", "valid"):
         np.testing.assert_array_equal(getattr(got, f), getattr(rec, f))
-    offline, _ = extract_features(got.timestamps, rec.x_deg, rec.y_deg, rec.pupil_mm, window, step)
+    offline, _ = extract_features(
+        got.timestamps, rec.x_deg, rec.y_deg, rec.pupil_mm, window, step, rate_hz=rate
+    )
     assert len(live) >= 8
     np.testing.assert_array_equal(live, offline[: len(live)])  # identical, however it was cut
 
 
 # -- without LSL: conversions and the ordering filter ------------------------------------------
+def test_the_detector_rate_is_declared_never_measured() -> None:
+    """``ingest.rate_hz`` when set, else the stream's nominal_srate; an irregular stream (0)
+    without the setting, or a rate the detector does not accept, is refused naming the
+    setting."""
+    assert declared_rate(None, 250.0, "s") == 250.0
+    assert declared_rate(120.0, 250.0, "s") == 120.0  # the setting overrides the declaration
+    assert declared_rate(90.0, 0.0, "s") == 90.0
+    with pytest.raises(ConfigError, match=r"ingest\.rate_hz.*'pupil'.*declares no sampling rate"):
+        declared_rate(None, 0.0, "pupil")
+    for configured, nominal in ((None, 5000.0), (10.0, 250.0)):
+        with pytest.raises(ConfigError, match=r"ingest\.rate_hz") as exc:
+            declared_rate(configured, nominal, "s")
+        assert exc.value.field.startswith("ingest.rate_hz")
+
+
 def test_conversions_invert_the_encoders() -> None:
     u, v = inv_fov(X_TRUE, Y_TRUE, FOV, y_up=True)
     x, y = normalized_to_deg(u, v, FOV, y_up=True)

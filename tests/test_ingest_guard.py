@@ -256,6 +256,7 @@ def test_30_percent_nonfinite_in_any_channel_still_releases_chunks(
             ledger,
             session=unique_id,
             device="hmd",
+            rate_hz=RATE,  # the outlet's declared rate
             features=FeatureSettings(window_s=2.0, step_s=0.25),
             mechanism=MechanismSettings(chunk_steps=4, epsilon=1.0),
         )
@@ -290,6 +291,7 @@ def test_a_burst_stamped_408_s_ahead_is_refused_and_counted(unique_id: str, tmp_
             ledger,
             session=unique_id,
             device="hmd",
+            rate_hz=rate,  # the outlet's declared rate
             features=FeatureSettings(window_s=window, step_s=step),
             mechanism=MechanismSettings(chunk_steps=steps, epsilon=1.0),
         )

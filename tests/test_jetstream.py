@@ -102,7 +102,8 @@ def charge_indices(ledger_path: Path, session: str) -> list[int]:
 async def send(server: NatsNode, session: str, seed: int, seconds: float, pause: float) -> int:
     """``seconds`` of simulated gaze in 12-sample blocks (100 ms at 120 Hz), ``pause`` apart."""
     gaze = simulate_gaze(seconds, 120.0, seed)
-    async with JetStreamSender(NatsSettings(servers=[server.url]), "hmd", session) as sender:
+    nats_settings = NatsSettings(servers=[server.url])
+    async with JetStreamSender(nats_settings, "hmd", session, rate_hz=120.0) as sender:
         for start in range(0, len(gaze), 12):
             await sender.send(gaze.slice(start, start + 12))
             await asyncio.sleep(pause)
@@ -167,7 +168,7 @@ def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_
             gaze = simulate_gaze(30.0, 120.0, seed)
             blocks = [gaze.slice(a, a + 12) for a in range(0, len(gaze), 12)]
             settings = NatsSettings(servers=[nats_server.url])
-            async with JetStreamSender(settings, "hmd", s) as sender:
+            async with JetStreamSender(settings, "hmd", s, rate_hz=120.0) as sender:
                 for i, block in enumerate(blocks):
                     await sender.send(block)
                     await asyncio.sleep(0.004)
@@ -353,7 +354,9 @@ def waiting_pulls(server: NatsNode, partition: int) -> int:
 async def send_blocks(
     server: NatsNode, session: str, blocks: list[GazeSamples], pause: float, **kw: Any
 ) -> None:
-    """Send ``blocks`` of ``hmd``/``session`` in order, ``pause`` apart."""
+    """Send ``blocks`` of ``hmd``/``session`` in order, ``pause`` apart (declared at 120 Hz, the
+    rate of the simulated gaze every caller sends, unless ``kw`` says otherwise)."""
+    kw = {"rate_hz": 120.0, **kw}
     async with JetStreamSender(NatsSettings(servers=[server.url]), "hmd", session, **kw) as sender:
         for block in blocks:
             await sender.send(block)
@@ -784,7 +787,7 @@ def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
 
     async def device() -> None:
         settings = NatsSettings(servers=[nats_server.url])
-        async with JetStreamSender(settings, "hmd", "frozen") as sender:
+        async with JetStreamSender(settings, "hmd", "frozen", rate_hz=120.0) as sender:
             for block in blocks[:50]:
                 await sender.send(block)
             await until(lambda: len(charge_indices(ledger_path, "hmd.frozen")) >= 1, 20)
@@ -880,7 +883,7 @@ def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_g
     seen: list[str] = []
 
     async def device(settings: NatsSettings, name: str, session: str) -> None:
-        async with JetStreamSender(settings, name, session) as sender:
+        async with JetStreamSender(settings, name, session, rate_hz=120.0) as sender:
             for block in blocks:
                 await sender.send(block)
 
@@ -918,7 +921,7 @@ def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_g
             await nc.close()
 
     async def impersonate() -> None:
-        async with JetStreamSender(login("hmd-1"), "hmd-2", "fake") as sender:
+        async with JetStreamSender(login("hmd-1"), "hmd-2", "fake", rate_hz=120.0) as sender:
             await sender.send(blocks[0])
 
     try:

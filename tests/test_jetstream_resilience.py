@@ -289,7 +289,8 @@ def test_a_worker_always_behind_still_closes_a_dead_session_in_stream_time(
 
     async def device(session: str) -> None:
         g = gaze[session]
-        async with JetStreamSender(NatsSettings(servers=[node.url]), "hmd", session) as sender:
+        nats_settings = NatsSettings(servers=[node.url])
+        async with JetStreamSender(nats_settings, "hmd", session, rate_hz=120.0) as sender:
             for start in range(0, len(g), 12):
                 if session == "busy" and closed("quiet"):
                     return

@@ -98,7 +98,7 @@ def test_labels_and_calibrated_chunks_fit_the_budget_together(tmp_path: Path) ->
     to B − R plus D decisions of the label stream is within B per hour at δ."""
     with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
         pipe = Pipeline(
-            ledger, session="u", device="d",
+            ledger, session="u", device="d", rate_hz=120.0,
             mechanism=MechanismSettings.model_validate({"features": "activity"}),
             labels=LabelSettings(enabled=True, decision_s=600.0),
         )  # fmt: skip
@@ -158,7 +158,7 @@ def test_mechanism_features_accept_a_profile_name_and_chunks_name_it(tmp_path: P
     with pytest.raises(ConfigError, match="activty"):
         load_settings(None, mechanism={"features": "activty"})
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        pipe = Pipeline(ledger, session="u", device="d", features=FAST, mechanism=m)
+        pipe = Pipeline(ledger, session="u", device="d", rate_hz=120.0, features=FAST, mechanism=m)
         out = [c for s in range(0, 2400, 12) for c in pipe.push(_gaze(20.0).slice(s, s + 12))]
     assert out
     assert {ChunkMessage.from_payload(c.payload).profile for c in out} == {"activity"}
@@ -188,7 +188,7 @@ def test_labels_are_charged_before_they_are_handed_on(tmp_path: Path) -> None:
     model = fast_model(tmp_path / "m.json")
     with Ledger(tmp_path / "l.sqlite") as ledger:
         pipe = Pipeline(
-            ledger, session="u", device="hmd", features=FAST,
+            ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
             mechanism=MechanismSettings.model_validate(
                 {"features": MODEL_FEATURES, "epsilon": 0.5}
             ),
@@ -221,7 +221,7 @@ def test_labels_are_charged_before_they_are_handed_on(tmp_path: Path) -> None:
         assert state.epsilon > compose({pipe.label_plan.event: len(labels)}, 1e-6).epsilon
         # a restart continues the decision numbering
         again = Pipeline(
-            ledger, session="u", device="hmd", features=FAST,
+            ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
             mechanism=MechanismSettings.model_validate(
                 {"features": MODEL_FEATURES, "epsilon": 0.5}
             ),
@@ -241,7 +241,7 @@ def test_labels_are_withheld_once_the_window_budget_is_spent(tmp_path: Path) -> 
         tmp_path / "l.sqlite", window_cap=cap, window_s=16.0, composition="sequential"
     ) as ledger:
         pipe = Pipeline(
-            ledger, session="u", device="hmd", features=FAST,
+            ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
             mechanism=MechanismSettings.model_validate({"features": MODEL_FEATURES,
                                                         "epsilon": 0.4}),
             labels=LabelSettings(enabled=True, model=str(model), decision_s=1.6, epsilon=0.5),

@@ -148,7 +148,7 @@ def test_pipeline_calibrates_noise_to_the_budget_and_charges_what_it_reports(
     got = []
     with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
         pipe = Pipeline(
-            ledger, session="s", device="d", features=features,
+            ledger, session="s", device="d", rate_hz=120.0, features=features,
             mechanism=MechanismSettings(features=names), on_release=got.append,
         )  # fmt: skip
         chunks = chunks_per_window(3600.0, 32 * 0.05)
@@ -180,7 +180,7 @@ def test_without_a_budget_or_an_epsilon_the_pipeline_says_what_to_set(tmp_path: 
         Ledger(tmp_path / "l.sqlite") as ledger,
         pytest.raises(ConfigError, match=r"set ledger\.budget_per_hour"),
     ):
-        Pipeline(ledger, session="s", device="d", mechanism=MechanismSettings())
+        Pipeline(ledger, session="s", device="d", rate_hz=120.0, mechanism=MechanismSettings())
 
 
 def test_the_next_release_finds_its_composition_and_capacity_prefetched(
@@ -306,7 +306,7 @@ def test_a_fixed_epsilon_under_sequential_caps_is_released_with_its_slack_counte
     gaze = simulate_gaze(2.0 + 0.32 * 5, 120.0, 7)
     with Ledger(tmp_path / "l.sqlite", composition="sequential") as ledger:
         pipe = Pipeline(
-            ledger, session="s", device="d",
+            ledger, session="s", device="d", rate_hz=120.0,
             features=FeatureSettings(window_s=2.0, step_s=0.01),
             mechanism=MechanismSettings(epsilon=0.01),
         )  # fmt: skip

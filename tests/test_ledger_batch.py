@@ -173,7 +173,8 @@ def test_pipelines_release_group_equals_release_one_by_one(tmp_path: Path) -> No
         path = tmp_path / f"{mode}.sqlite"
         with Ledger(path, session_cap=0.9) as ledger:  # 2 chunks: 0.55, 0.80, 1.00
             pipes = [
-                Pipeline(ledger, session=f"s{k}", device="d", mechanism=mech) for k in range(3)
+                Pipeline(ledger, session=f"s{k}", device="d", rate_hz=120.0, mechanism=mech)
+                for k in range(3)
             ]
             jobs = []
             for k, pipe in enumerate(pipes):

@@ -36,8 +36,8 @@ def test_released_chunks_are_charged_first_and_report_what_was_spent(tmp_path: P
     seen: list[ReleasedChunk] = []
     with Ledger(tmp_path / "l.sqlite") as ledger:
         pipe = Pipeline(
-            ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism(),
-            on_release=seen.append,
+            ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST,
+            mechanism=mechanism(), on_release=seen.append,
         )  # fmt: skip
         out = feed(pipe)
         assert len(out) >= 9
@@ -61,9 +61,9 @@ def test_released_chunks_are_charged_first_and_report_what_was_spent(tmp_path: P
 
 def test_restart_continues_the_chunk_numbering_and_the_budget(tmp_path: Path) -> None:
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        first = feed(Pipeline(ledger, session="u1", device="hmd", features=FAST,
+        first = feed(Pipeline(ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST,
                               mechanism=mechanism()))  # fmt: skip
-        again = feed(Pipeline(ledger, session="u1", device="hmd", features=FAST,
+        again = feed(Pipeline(ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST,
                               mechanism=mechanism()), seed=4)  # fmt: skip
         assert again[0].message.chunk_index == len(first)
         assert ledger.state("u1").spent == pytest.approx(1.5 * (len(first) + len(again)))
@@ -71,8 +71,12 @@ def test_restart_continues_the_chunk_numbering_and_the_budget(tmp_path: Path) ->
 
 def test_a_second_pipeline_on_the_same_session_cannot_release_twice(tmp_path: Path) -> None:
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        a = Pipeline(ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism())
-        b = Pipeline(ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism())
+        a = Pipeline(
+            ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST, mechanism=mechanism()
+        )
+        b = Pipeline(
+            ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST, mechanism=mechanism()
+        )
         released_a = feed(a)
         released_b = feed(b)
         assert released_a
@@ -88,7 +92,9 @@ def test_a_second_pipeline_on_the_same_session_cannot_release_twice(tmp_path: Pa
 
 def test_cap_withholds_and_status_says_why(tmp_path: Path) -> None:
     with Ledger(tmp_path / "l.sqlite", session_cap=4.0) as ledger:
-        pipe = Pipeline(ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism())
+        pipe = Pipeline(
+            ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST, mechanism=mechanism()
+        )
         out = feed(pipe)
         assert [c.message.chunk_index for c in out] == [0, 1]
         assert pipe.stats.withheld >= 1
@@ -106,7 +112,7 @@ def test_unknown_feature_in_the_profile_is_refused_with_the_known_names(tmp_path
             ConfigError, match=r"'mechanism.features'.*fixaton_rate.*known: fixation_rate"
         ),
     ):
-        Pipeline(ledger, session="u1", device="hmd",
+        Pipeline(ledger, session="u1", device="hmd", rate_hz=120.0,
                  mechanism=MechanismSettings(features=["fixaton_rate"]))  # fmt: skip
 
 
@@ -132,7 +138,12 @@ def test_a_long_pause_starts_a_new_segment_instead_of_releasing_empty_windows(
 
         def pipeline(session: str) -> Pipeline:
             return Pipeline(
-                ledger, session=session, device="hmd", features=FAST, mechanism=mechanism()
+                ledger,
+                session=session,
+                device="hmd",
+                rate_hz=120.0,
+                features=FAST,
+                mechanism=mechanism(),
             )
 
         pipe = pipeline("u1")
@@ -154,7 +165,9 @@ def test_a_pause_shorter_than_a_segment_break_is_walked(tmp_path: Path) -> None:
     a, b = gaze.slice(0, 1200), gaze.slice(1200, 2400)
     later = GazeSamples(b.timestamps + 3.0, b.x_deg, b.y_deg, b.pupil_mm, b.valid)
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        pipe = Pipeline(ledger, session="u1", device="hmd", features=FAST, mechanism=mechanism())
+        pipe = Pipeline(
+            ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST, mechanism=mechanism()
+        )
         out = chunked(pipe, a, later)
     assert pipe.stats.pauses == 0
     steps = np.concatenate([c.timestamps for c in out])
@@ -176,6 +189,7 @@ def test_feed_many_completes_the_chunks_each_session_feed_completes(tmp_path: Pa
                     ledger,
                     session=f"s{i}",
                     device="hmd",
+                    rate_hz=120.0,
                     features=FAST,
                     mechanism=mechanism(),
                     clock_offset_s=1.7e9,

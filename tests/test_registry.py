@@ -54,7 +54,9 @@ def test_a_dct_configuration_with_k_above_n_over_2_runs_end_to_end(tmp_path: Pat
         {"features": NAMES, "epsilon": 40.0, "transform": "dct", "k": 12, "chunk_steps": 16}
     )
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        pipe = Pipeline(ledger, session="s", device="d", features=FAST, mechanism=settings)
+        pipe = Pipeline(
+            ledger, session="s", device="d", rate_hz=120.0, features=FAST, mechanism=settings
+        )
         gaze = simulate_gaze(6.0, 120.0, 1)
         out = [c for s in range(0, len(gaze), 12) for c in pipe.push(gaze.slice(s, s + 12))]
     assert out

@@ -1,7 +1,8 @@
 """The compiled passes (:mod:`gazeguard.compiled`, numba) against the numpy reference: the
 same event rows bit for bit (``tobytes``), the same counters and the same ``finish`` events,
-for random recordings (blinks, dropouts, noise, 30-500 Hz, jitter), random block splits and
-several detector settings; the same feature vectors and counters from ``push`` (pupils in and
+for random recordings (blinks, dropouts, noise, 30-500 Hz, jitter; long fixations, invalid runs
+and sweeps cut at the grid), random block splits and several detector settings (the stream's
+declared rate or another one); the same feature vectors and counters from ``push`` (pupils in and
 out of range or missing) and from ``push_many`` (a fleet worker's path). Skipped where numba
 is not installed."""
 
@@ -14,7 +15,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_feature_properties import SIZES, WINDOWS, Windows, pieces, recordings
+from test_feature_properties import (
+    SIZES,
+    WINDOWS,
+    Recorded,
+    Windows,
+    long_runs,
+    pieces,
+    recordings,
+)
 
 from gazeguard import compiled, events, features, rawgaze
 from gazeguard.compiled import use_compiled
@@ -26,22 +35,29 @@ from gazeguard.simulate import simulate_gaze
 
 pytest.importorskip("numba")
 
+# Detector settings; without "rate_hz" the stream's declared rate. 200 Hz declares the gap
+# threshold 20 ms (and h = 1) whatever the stream's rate; 120 Hz another rate than the samples'.
 DETECTORS = st.sampled_from(
     [
         {},
-        {"max_gap_s": 0.02},
+        {"rate_hz": 200.0},
         {"velocity_threshold_deg_s": 80.0},
         {"velocity_halfwidth_s": 0.02, "min_blink_s": 0.02},
-        {"sampling_rate_hz": 120.0, "min_fixation_s": 0.1},
+        {"rate_hz": 120.0, "min_fixation_s": 0.1},
     ]
 )
 
 
-def detect(blocks: list[GazeSamples], kw: dict[str, float], on: bool) -> tuple[
+def detector(rate: float, kw: dict[str, float]) -> EventDetector:
+    """A detector with settings ``kw`` for a stream declared at ``rate`` Hz."""
+    return EventDetector(**{"rate_hz": rate, **kw})
+
+
+def detect(blocks: list[GazeSamples], rate: float, kw: dict[str, float], on: bool) -> tuple[
     list[Row], dict[str, object], events.Events
 ]:  # fmt: skip
     assert use_compiled(on) is on
-    det = EventDetector(**kw)
+    det = detector(rate, kw)
     rows: list[Row] = []
     for block in blocks:
         rows += det._push_rows(block)
@@ -58,15 +74,34 @@ def same_events(a: events.Events, b: events.Events) -> None:
 @settings(max_examples=150, deadline=None)
 @given(rec=recordings(), sizes=SIZES, kw=DETECTORS)
 def test_compiled_pass_gives_the_numpy_rows_bit_for_bit(
-    rec: GazeSamples, sizes: list[int], kw: dict[str, float]
+    rec: Recorded, sizes: list[int], kw: dict[str, float]
 ) -> None:
-    blocks = pieces(rec, sizes)
-    ref_rows, ref_stats, ref_end = detect(blocks, kw, on=False)
-    rows, stats, end = detect(blocks, kw, on=True)
+    block, rate = rec
+    blocks = pieces(block, sizes)
+    ref_rows, ref_stats, ref_end = detect(blocks, rate, kw, on=False)
+    rows, stats, end = detect(blocks, rate, kw, on=True)
     assert np.array(rows).tobytes() == np.array(ref_rows).tobytes()
     assert [len(r) for r in rows] == [len(r) for r in ref_rows]
     assert stats == ref_stats
     same_events(end, ref_end)
+
+
+@pytest.mark.parametrize("rate", [20.0, 30.0, 120.0, 300.0, 500.0, 1000.0])
+@pytest.mark.parametrize("t0", [100.0, 100.0137, 99.5])
+@pytest.mark.parametrize("sizes", [[1], [7, 1, 50], [100000]])
+def test_compiled_pass_cuts_long_runs_like_numpy(rate: float, t0: float, sizes: list[int]) -> None:
+    """Long fixations, invalid runs and sweeps cut at the grid (samples on the grid points,
+    off them, half an interval ahead; cuts at block boundaries, the open run's anchor packed
+    and unpacked between pushes): the same rows, counters and ``finish`` events."""
+    blocks = pieces(long_runs(rate, t0, int(rate)), sizes)
+    for kw in ({}, {"velocity_halfwidth_s": 0.02}):
+        ref_rows, ref_stats, ref_end = detect(blocks, rate, kw, on=False)
+        rows, stats, end = detect(blocks, rate, kw, on=True)
+        assert np.array(rows).tobytes() == np.array(ref_rows).tobytes()
+        assert stats == ref_stats
+        same_events(end, ref_end)
+        t_end = np.array([*(r[4] for r in rows), *end.t_end.tolist()])
+        assert np.count_nonzero(t_end % events.SPLIT_GRID_S == 0) >= 5  # cut 5 times or more
 
 
 def with_pupils(rec: GazeSamples, seed: int, share_out: float) -> GazeSamples:
@@ -87,13 +122,14 @@ def with_pupils(rec: GazeSamples, seed: int, share_out: float) -> GazeSamples:
     share_out=st.sampled_from([0.0, 0.01, 0.3]),
 )
 def test_compiled_passes_give_the_numpy_vectors_bit_for_bit(
-    rec: GazeSamples, sizes: list[int], ws: Windows, seed: int, share_out: float
+    rec: Recorded, sizes: list[int], ws: Windows, seed: int, share_out: float
 ) -> None:
-    blocks = pieces(with_pupils(rec, seed, share_out), sizes)
+    block, rate = rec
+    blocks = pieces(with_pupils(block, seed, share_out), sizes)
     out = {}
     for on in (False, True):
         assert use_compiled(on) is on
-        fx = FeatureExtractor(ws[0], ws[1], hold_limit_s=ws[2])
+        fx = FeatureExtractor(ws[0], ws[1], hold_limit_s=ws[2], rate_hz=rate)
         got = [fx.push(b) for b in blocks]
         out[on] = (
             [(x.tobytes(), t.tobytes()) for x, t in got],
@@ -114,7 +150,7 @@ def test_compiled_push_many_gives_the_same_vectors() -> None:
     out = {}
     for on in (False, True):
         assert use_compiled(on) is on
-        fxs = [FeatureExtractor(10.0, 0.5) for _ in gazes]
+        fxs = [FeatureExtractor(10.0, 0.5, rate_hz=120.0) for _ in gazes]
         xs: list[bytes] = []
         for payloads in wire:
             blocks = [decode_many([p]).blocks[0] for p in payloads]  # as a worker gets one
@@ -174,7 +210,7 @@ def test_compiled_window_statistics_are_numpys_bit_for_bit(
     of 0-400 fixations and saccades and 0-40 blinks (some over numpy's 128-value summation
     block) at any offset of their rings: the same values and NaNs, bit for bit."""
     rng = np.random.default_rng(seed)
-    fx = FeatureExtractor(w, 0.5)
+    fx = FeatureExtractor(w, 0.5, rate_hz=120.0)
     nf, ns, nb = counts
     fx._fix = ring(rng.uniform(0.06, 2.0, (2, nf)), lo)
     fx._sac = ring(rng.uniform(0.0, 40.0, (3, ns)), lo)
@@ -205,7 +241,7 @@ def test_compiled_clip_is_numpys(raw: list[float]) -> None:
     """:func:`compiled._clip` (compiled) against ``np.minimum(np.maximum(raw, lo), hi)`` with
     the extractor's public bounds: the same values and count of clipped ones; -1 if any is
     NaN."""
-    fx = FeatureExtractor(30.0, 0.5)
+    fx = FeatureExtractor(30.0, 0.5, rate_hz=120.0)
     assert use_compiled(True)
     assert compiled.active is not None
     x = np.array(raw)
