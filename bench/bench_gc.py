@@ -38,6 +38,7 @@ from gazeguard.compiled import use_compiled
 from gazeguard.config import Settings
 from gazeguard.features import FeatureExtractor, push_many
 from gazeguard.pipeline import Pipeline, feed_many, release_group
+from gazeguard.plan import ReleasePlan
 from gazeguard.samples import GazeSamples
 from gazeguard.service import freeze_startup_objects, open_ledger
 from gazeguard.simulate import simulate_gaze
@@ -84,7 +85,7 @@ def run(kind: str, sessions: int, seconds: int, collections_n: int) -> dict[str,
     ]
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.model_validate({"ledger": {"path": str(Path(tmp) / "l.sqlite")}})
-        ledger = open_ledger(settings.ledger)
+        ledger = open_ledger(settings.ledger, ReleasePlan.from_settings(settings))
         freeze_startup_objects()
         auto: list[float] = []
 

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from gazeguard.ledger import Ledger
+from gazeguard.plan import ReleasePlan
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ledger.json"
 N_FEATURES, N_STEPS = 52, 32
@@ -221,7 +222,8 @@ def fleet_seed(path: Path, sessions: int, history: int) -> None:
     from gazeguard.ledger import to_units_up  # noqa: PLC0415
     from gazeguard.ledger.policy import Caps  # noqa: PLC0415
 
-    caps = Settings().ledger.caps()
+    settings = Settings()
+    caps = ReleasePlan.from_settings(settings).ledger_caps(settings.ledger)
     with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "x.sqlite", **caps) as scratch:
         probe = _fleet_pipeline(scratch, "probe")
         events, eps = dict(probe._events), dict(probe._eps_map)
@@ -293,7 +295,8 @@ def fleet_worker(path: Path, sessions: int, history: int) -> None:
     clock = _FleetClock()
     clock.now = _gaze_end(0, history, sessions)
     ledger_module.time = clock  # type: ignore[assignment]
-    ledger = Ledger(path, **Settings().ledger.caps())
+    settings = Settings()
+    ledger = Ledger(path, **ReleasePlan.from_settings(settings).ledger_caps(settings.ledger))
     pipes = [_fleet_pipeline(ledger, f"s{i:04d}") for i in range(sessions)]
     rng = np.random.default_rng(7)
     sizes = random.Random(7)

@@ -63,6 +63,7 @@ from gazeguard.config import FeatureSettings, LedgerSettings, Settings, load_set
 from gazeguard.ledger import Ledger
 from gazeguard.outbox import OutboxEntry
 from gazeguard.pipeline import Pipeline, ReleasedChunk
+from gazeguard.plan import ReleasePlan
 from gazeguard.publish import Publisher
 from gazeguard.simulate import simulate_gaze
 
@@ -200,7 +201,8 @@ def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
     with (
         # the service's ledger (its default hourly budget, to which the noise is calibrated)
         gazeguard.service.open_ledger(
-            LedgerSettings(path=str(workdir / "breakdown.sqlite"))
+            LedgerSettings(path=str(workdir / "breakdown.sqlite")),
+            ReleasePlan.build(features=fast, budget=LedgerSettings().budget_per_hour, delta=1e-6),
         ) as ledger,
         Ledger(workdir / "breakdown-charge.sqlite") as bare,
         (workdir / "append.log").open("ab") as log,

@@ -939,7 +939,9 @@ def _plan_problems(settings: Settings) -> tuple[float | None, list[ConfigProblem
     try:
         plan = ReleasePlan.from_settings(settings)
     except ConfigError as exc:
-        field = exc.field if "." in exc.field else f"mechanism.{exc.field}"
+        # the mechanism's own parameters are named bare by the mechanisms (k, epsilon, …)
+        bare = exc.field in MechanismSettings.model_fields or exc.field in {"n", "epsilon"}
+        field = f"mechanism.{exc.field}" if bare and "." not in exc.field else exc.field
         return None, [ConfigProblem(field, exc.value, exc.reason)]
     return plan.window_s, []
 

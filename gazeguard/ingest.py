@@ -154,9 +154,9 @@ def declared_rate(configured: float | None, nominal_srate: float, stream: str) -
             "ingest.rate_hz",
             None,
             f"stream {stream!r} declares no sampling rate (nominal_srate {nominal_srate:g}: "
-            "irregular); set the tracker's nominal rate, e.g. --rate 120 or ingest.rate_hz = 120 "
-            "(the event detector's parameters come from a declared rate, never from measured "
-            "timestamps)",
+            "irregular); set the tracker's nominal rate, e.g. --stream-rate 120 or "
+            "ingest.rate_hz = 120 (the event detector's parameters come from a declared rate, "
+            "never from measured timestamps)",
         )
     return check_rate(nominal_srate, "ingest.rate_hz (the stream's nominal_srate)")
 

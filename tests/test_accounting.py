@@ -8,8 +8,8 @@ import importlib
 import json
 import logging
 import math
-from fractions import Fraction
 from collections.abc import Callable
+from fractions import Fraction
 
 import mpmath
 import pytest
@@ -28,13 +28,13 @@ from gazeguard.accounting import (
     cache_clear,
     calibrate,
     capacity,
-    releases_within,
     compose,
     discrete_laplace_slack,
     epsilon_to_rho,
     event_from_dict,
     gaussian_delta,
     gaussian_epsilon,
+    releases_within,
     rho_to_epsilon,
 )
 from gazeguard.errors import ConfigError

@@ -14,8 +14,11 @@ from gazeguard.features import feature_bounds
 from gazeguard.ledger import Ledger
 from gazeguard.mechanisms import Bounds, make_mechanism
 from gazeguard.pipeline import Pipeline
+from gazeguard.plan import ReleasePlan, chunk_counter, chunks_per_hour
 
 NAMES = ["fixation_rate", "saccade_rate", "pupil_mean"]
+#: The chunks an hour of gaze can change, for chunks of at most 64 steps (the plan's count).
+COUNTER = chunk_counter(FeatureSettings(), 64)
 
 
 def bounds(window_s: float = 30.0, step_s: float = 0.5) -> Bounds:
@@ -26,7 +29,7 @@ def bounds(window_s: float = 30.0, step_s: float = 0.5) -> Bounds:
 def test_ranking_is_sorted_calibrated_and_respects_the_longest_chunk() -> None:
     ranked = rank_mechanisms(
         MechanismSettings(features=NAMES), NAMES, bounds(), 0.5,
-        budget=10.0, window_s=3600.0, delta=1e-6, max_chunk_steps=64,
+        budget=10.0, chunks_for=COUNTER, delta=1e-6, max_chunk_steps=64,
     )  # fmt: skip
     errors = [c.error for c in ranked]
     assert errors == sorted(errors)
@@ -37,7 +40,7 @@ def test_ranking_is_sorted_calibrated_and_respects_the_longest_chunk() -> None:
     # more budget, less error for the same configuration
     richer = rank_mechanisms(
         MechanismSettings(features=NAMES), NAMES, bounds(), 0.5,
-        budget=100.0, window_s=3600.0, delta=1e-6, max_chunk_steps=64,
+        budget=100.0, chunks_for=COUNTER, delta=1e-6, max_chunk_steps=64,
     )  # fmt: skip
     by = {(c.name, c.transform, c.chunk_steps, c.noise): c.error for c in ranked}
     for c in richer:
@@ -54,21 +57,22 @@ def test_expected_error_of_lpa_is_its_noise_over_the_range() -> None:
 
 def test_auto_takes_the_best_ranked_configuration(tmp_path: Path) -> None:
     features = FeatureSettings(window_s=30.0, step_s=0.5)
-    with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
+    mechanism = MechanismSettings(name="auto", features=NAMES, chunk_steps=64)
+    plan = ReleasePlan.build(features=features, mechanism=mechanism, budget=10.0, delta=1e-6)
+    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
         pipe = Pipeline(
-            ledger, session="s", device="d", rate_hz=120.0, features=features,
-            mechanism=MechanismSettings(name="auto", features=NAMES, chunk_steps=64),
-        )  # fmt: skip
+            ledger, session="s", device="d", rate_hz=120.0, features=features, mechanism=mechanism
+        )
     best = rank_mechanisms(
         MechanismSettings(features=NAMES), NAMES, bounds(), 0.5,
-        budget=10.0, window_s=3600.0, delta=1e-6, max_chunk_steps=64,
+        budget=10.0, chunks_for=COUNTER, delta=1e-6, max_chunk_steps=64,
     )[0]  # fmt: skip
     mech = pipe.mechanism
     assert (mech.name, mech.n, mech.noise, mech.k) == (
         best.name, best.chunk_steps, best.noise, best.k
     )  # fmt: skip
     assert pipe.chunker.n_steps == mech.n
-    assert pipe.cost.per_window <= 10.0
+    assert pipe.plan.per_hour <= 10.0
 
 
 def test_auto_without_a_budget_is_refused(tmp_path: Path) -> None:
@@ -105,7 +109,6 @@ def test_eval_budget_factory_spends_at_most_the_hour_and_orders_the_noise() -> N
     """`gazeguard eval --per-hour`: each mechanism's noise is what the sidecar calibrates, so an
     hour of its chunks composes to at most the budget; a larger budget, less noise."""
     from gazeguard.accounting import compose  # noqa: PLC0415
-    from gazeguard.budget import chunks_per_window  # noqa: PLC0415
     from gazeguard.eval.grid import MechanismSpec  # noqa: PLC0415
     from gazeguard.eval.harness import FeatureBounds, budget_factory  # noqa: PLC0415
 
@@ -116,7 +119,7 @@ def test_eval_budget_factory_spends_at_most_the_hour_and_orders_the_noise() -> N
     for budget in (1.0, 10.0, 100.0):
         mech = factory(spec, 32, budget, None)
         events = mech.events()  # type: ignore[attr-defined]
-        hour = chunks_per_window(3600.0, 32 * 0.5)
+        hour = chunks_per_hour(FeatureSettings(), 32)
         assert compose({e: c * hour for e, c in events.items()}, 1e-6).epsilon <= budget
         scales.append(float(mech.noise_scale.max()))  # type: ignore[attr-defined]
     assert scales[0] > scales[1] > scales[2]

@@ -24,11 +24,12 @@ from gazeguard.config import (
 )
 from gazeguard.errors import ConfigError
 from gazeguard.label_message import LabelMessage, shipped_schema
-from gazeguard.label_stream import STREAM, plan_labels
+from gazeguard.label_stream import STREAM
 from gazeguard.labels import MODEL_FORMAT, load_model
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage
 from gazeguard.pipeline import Pipeline
+from gazeguard.plan import ReleasePlan
 from gazeguard.simulate import simulate_gaze
 
 FAST = FeatureSettings(window_s=2.0, step_s=0.05)
@@ -59,65 +60,65 @@ def fast_model(path: Path, *, window_s: float = 2.0, step_s: float = 0.05, **kw:
 
 
 # ------------------------------------------------------------------------------------ the plan
-def test_share_of_the_budget_is_split_over_the_decisions_an_hour_can_hold() -> None:
-    plan = plan_labels(LabelSettings(enabled=True, decision_s=900.0), FeatureSettings(), 10.0, 1e-6)
-    assert plan.model.name == "activity"
-    assert plan.classes == 6
-    assert plan.per_window == 5  # 3600/900 = 4, + 1 for jitter
-    assert plan.epsilon == pytest.approx(0.5 * 10.0 / 5)
-    assert plan.reserve == pytest.approx(5.0)
-    assert plan.chunk_budget == pytest.approx(5.0)
-    assert plan.survival == pytest.approx(math.exp(1.0) / (math.exp(1.0) + 5))
-    assert plan.hour_epsilon <= plan.reserve + 1e-9
-    assert plan.steps == 1800
-    text = plan.text()
-    for needle in ("e^ε/(e^ε + C − 1) = 0.352", "at most 5 decisions", "remaining 5"):
-        assert needle in text
+def _plan(labels: LabelSettings, **kw: object) -> ReleasePlan:
+    return ReleasePlan.build(labels=labels, **{"budget": 10.0, "delta": 1e-6, **kw})  # type: ignore[arg-type]
 
 
-def test_explicit_epsilon_reserves_decisions_times_epsilon_and_must_leave_room() -> None:
-    plan = plan_labels(
-        LabelSettings(enabled=True, decision_s=1200.0, epsilon=2.0), FeatureSettings(), 10.0, 1e-6
-    )
-    assert (plan.per_window, plan.reserve, plan.chunk_budget) == (4, 8.0, 2.0)
+def test_the_labels_share_buys_the_most_epsilon_its_decisions_can_compose_to() -> None:
+    plan = _plan(LabelSettings(enabled=True, release="clock", decision_s=900.0))
+    lp = plan.label_plan
+    assert lp is not None
+    assert plan.labels is not None
+    assert lp.model.name == "activity"
+    assert lp.classes == 6
+    # an hour of gaze changes every decision whose 900 s block meets its 63.5 s reach:
+    # ⌊(3600 + 63.5 + 899.5)/900⌋ + 1 = 6, not the 4 that end inside it
+    assert lp.per_window == plan.labels.per_hour == 6
+    assert lp.reserve == pytest.approx(5.0)
+    assert lp.hour_epsilon <= lp.reserve + 1e-9
+    assert lp.hour_epsilon == pytest.approx(5.0, rel=1e-3)  # the share is used, not wasted
+    assert lp.epsilon >= 5.0 / 6  # the accountant's composition: never below the pure split
+    assert lp.survival == pytest.approx(math.exp(lp.epsilon) / (math.exp(lp.epsilon) + 5))
+    assert lp.steps == 1800
+    assert "one hour of gaze can change 6 labels" in lp.text()
+    assert plan.per_hour <= 10.0  # chunks calibrated last, jointly
+
+
+def test_explicit_epsilon_costs_what_its_decisions_compose_to_and_must_leave_room() -> None:
+    plan = _plan(LabelSettings(enabled=True, release="clock", decision_s=1200.0, epsilon=1.5))
+    lp = plan.label_plan
+    assert lp is not None
+    assert lp.per_window == 5  # ⌊(3600 + 63.5 + 1199.5)/1200⌋ + 1
+    assert lp.reserve == pytest.approx(compose({lp.event: 5}, 1e-6).epsilon)
+    assert plan.per_hour <= 10.0
     with pytest.raises(ConfigError) as err:
-        plan_labels(
-            LabelSettings(enabled=True, decision_s=1200.0, epsilon=2.5),
-            FeatureSettings(),
-            10.0,
-            1e-6,
-        )
+        _plan(LabelSettings(enabled=True, release="clock", decision_s=1200.0, epsilon=2.5))
     assert err.value.field == "labels.epsilon"
     assert "leaves nothing" in err.value.reason
     with pytest.raises(ConfigError, match=r"labels\.budget_share"):
-        plan_labels(LabelSettings(enabled=True), FeatureSettings(), None, 1e-6)
+        _plan(LabelSettings(enabled=True), budget=None)
 
 
 def test_labels_and_calibrated_chunks_fit_the_budget_together(tmp_path: Path) -> None:
-    """The basic-composition argument, checked with the accountant: the chunk noise calibrated
-    to B − R plus D decisions of the label stream is within B per hour at δ."""
-    with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
-        pipe = Pipeline(
-            ledger, session="u", device="d", rate_hz=120.0,
-            mechanism=MechanismSettings.model_validate({"features": "activity"}),
-            labels=LabelSettings(enabled=True, decision_s=600.0),
-        )  # fmt: skip
-    plan = pipe.label_plan
-    assert plan is not None
-    assert plan.chunk_budget == pytest.approx(5.0)
-    hour = {e: c * pipe.cost.chunks for e, c in pipe.mechanism.events().items()}
-    hour[plan.event] = plan.per_window
-    joint = compose(hour, 1e-6).epsilon
-    assert joint <= 10.0
-    assert pipe.cost.per_window <= 5.0 + 1e-9
-    # and the labels really bought room: without them the chunks would get the whole budget
-    assert joint > pipe.cost.per_window
+    """Labels take their share; the chunks are calibrated last so that an hour of both, composed
+    by the accountant, uses the budget: more than basic composition's half for the chunks."""
+    mechanism = MechanismSettings.model_validate({"features": "activity"})
+    labels = LabelSettings(enabled=True, release="clock", decision_s=600.0)
+    plan = _plan(labels, mechanism=mechanism)
+    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
+        pipe = Pipeline(ledger, session="u", device="d", rate_hz=120.0, plan=plan)
+    assert pipe.label_plan is plan.label_plan
+    assert plan.per_hour <= 10.0
+    assert plan.per_hour == pytest.approx(10.0, rel=1e-3)
+    assert plan.labels is not None
+    chunks_alone = plan.epsilon({"chunks": plan.chunks.per_hour})
+    assert chunks_alone > 5.0  # the labels' 5 and the chunks' more compose to 10
 
 
 def test_a_model_for_other_features_is_refused_at_load(tmp_path: Path) -> None:
     # trained on another window: its features would not match what the sidecar computes
     with pytest.raises(ConfigError) as err:
-        plan_labels(LabelSettings(enabled=True), FAST, 10.0, 1e-6)
+        _plan(LabelSettings(enabled=True), features=FAST)
     assert err.value.field == "labels.model"
     assert "window 30 s" in err.value.reason
     assert "features.window_s = 2 s" in err.value.reason
@@ -127,7 +128,7 @@ def test_a_model_for_other_features_is_refused_at_load(tmp_path: Path) -> None:
     spec["features"][1] = "sacade_rate"
     bad.write_text(json.dumps(spec))
     with pytest.raises(ConfigError) as err:
-        plan_labels(LabelSettings(enabled=True, model=str(bad), decision_s=1.6), FAST, 10.0, 1e-6)
+        _plan(LabelSettings(enabled=True, model=str(bad), decision_s=1.6), features=FAST)
     assert err.value.field == "features[1]"
     assert "did you mean 'saccade_rate'" in err.value.reason
     # coefficients that do not fit the feature list
@@ -138,7 +139,7 @@ def test_a_model_for_other_features_is_refused_at_load(tmp_path: Path) -> None:
         load_model(bad)
     # a decision that is not a whole number of feature steps
     with pytest.raises(ConfigError, match="whole multiple"):
-        plan_labels(LabelSettings(enabled=True, decision_s=1.62), FeatureSettings(), 10.0, 1e-6)
+        _plan(LabelSettings(enabled=True, decision_s=1.62))
 
 
 def test_config_check_reports_label_problems(tmp_path: Path) -> None:
@@ -192,7 +193,9 @@ def test_labels_are_charged_before_they_are_handed_on(tmp_path: Path) -> None:
             mechanism=MechanismSettings.model_validate(
                 {"features": MODEL_FEATURES, "epsilon": 0.5}
             ),
-            labels=LabelSettings(enabled=True, model=str(model), decision_s=1.6, epsilon=1.0),
+            labels=LabelSettings(
+                enabled=True, model=str(model), release="clock", decision_s=1.6, epsilon=1.0
+            ),
             clock_offset_s=1.7e9,
         )  # fmt: skip
         chunks, labels = _run(pipe, 20.0)
@@ -225,30 +228,35 @@ def test_labels_are_charged_before_they_are_handed_on(tmp_path: Path) -> None:
             mechanism=MechanismSettings.model_validate(
                 {"features": MODEL_FEATURES, "epsilon": 0.5}
             ),
-            labels=LabelSettings(enabled=True, model=str(model), decision_s=1.6, epsilon=1.0),
+            labels=LabelSettings(
+                enabled=True, model=str(model), release="clock", decision_s=1.6, epsilon=1.0
+            ),
         )  # fmt: skip
         assert again.labels is not None
         assert again.labels.next_index == len(labels)
 
 
 def test_labels_are_withheld_once_the_window_budget_is_spent(tmp_path: Path) -> None:
-    """Chunks at a fixed ε overspend the budget they share with the labels: the labels that no
-    longer fit are withheld (recorded, nothing enqueued) and no window exceeds its cap. The
-    ledger's window is 16 s of gaze here instead of an hour, so that 30 s of gaze spend it."""
+    """Chunks and labels at a fixed ε overspend the ledger's hourly cap (6 here, far below what
+    they would need): the labels that no longer fit are withheld (recorded, nothing enqueued)
+    and no window exceeds its cap."""
     model = fast_model(tmp_path / "m.json")
     cap = 6.0
-    with Ledger(
-        tmp_path / "l.sqlite", window_cap=cap, window_s=16.0, composition="sequential"
-    ) as ledger:
+    plan = ReleasePlan.build(
+        features=FAST,
+        mechanism=MechanismSettings.model_validate({"features": MODEL_FEATURES, "epsilon": 0.4}),
+        budget=None,  # fixed ε: no calibration; the ledger's cap below binds instead
+        delta=1e-6,
+        labels=LabelSettings(
+            enabled=True, model=str(model), release="clock", decision_s=1.6, epsilon=0.5
+        ),
+    )
+    caps = {**plan.ledger_caps(), "window_cap": cap, "composition": "sequential"}
+    with Ledger(tmp_path / "l.sqlite", **caps) as ledger:
         pipe = Pipeline(
-            ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
-            mechanism=MechanismSettings.model_validate({"features": MODEL_FEATURES,
-                                                        "epsilon": 0.4}),
-            labels=LabelSettings(enabled=True, model=str(model), decision_s=1.6, epsilon=0.5),
-            clock_offset_s=1.7e9,
-        )  # fmt: skip
+            ledger, session="u", device="hmd", rate_hz=120.0, plan=plan, clock_offset_s=1.7e9
+        )
         assert pipe.label_plan is not None
-        assert (pipe.label_plan.per_window, pipe.label_plan.reserve) == (11, 5.5)  # < cap
         chunks, labels = _run(pipe, 30.0)
         assert pipe.labels is not None
         withheld = ledger.withheld("u", STREAM)
@@ -280,7 +288,8 @@ def test_run_publishes_schema_valid_labels_and_charges_them(
             "--ledger", str(tmp_path / "ledger.sqlite"),
             "--features", ",".join(MODEL_FEATURES), "--window-s", "2", "--step-s", "0.02",
             "--chunk-steps", "32", "--epsilon", "0.5", "--budget-per-hour", "none",
-            "--labels", str(model), "--decision-s", "0.64", "--label-epsilon", "1.5",
+            "--labels", str(model), "--label-release", "clock", "--decision-s", "0.64",
+            "--label-epsilon", "1.5",
             "--duration", "6",
         ]  # fmt: skip
         env = {**os.environ, "GAZEGUARD_LEDGER__COMPOSITION": "sequential"}

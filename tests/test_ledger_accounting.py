@@ -22,12 +22,13 @@ from gazeguard.accounting import (
     capacity,
     compose,
 )
-from gazeguard.budget import chunks_per_window, cost_summary, noise_multiplier_for
+from gazeguard.budget import noise_multiplier_for
 from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import Ledger, LedgerError, event_key
 from gazeguard.ledger._compose import report_count
 from gazeguard.pipeline import Pipeline
+from gazeguard.plan import ReleasePlan, chunks_per_hour
 from gazeguard.simulate import simulate_gaze
 
 DELTA = 1e-6
@@ -141,27 +142,28 @@ def test_report_counts_round_up_by_at_most_one_64th(n: int) -> None:
 def test_pipeline_calibrates_noise_to_the_budget_and_charges_what_it_reports(
     tmp_path: Path,
 ) -> None:
-    """The in-process API: noise from the ledger's per-hour cap; every message's figures are the
-    ledger's; the raw-gaze reach is counted from W, s, n and the hold limit."""
+    """The in-process API: noise from the ledger's per-hour cap (the plan built from it);
+    every message's figures are the ledger's and the plan's; the hour counts every chunk an
+    hour of gaze can change (W, s, n, the hold limit and the detector's event reach)."""
     features = FeatureSettings(window_s=2.0, step_s=0.05)
     names = ["fixation_rate", "saccade_rate", "pupil_mean"]
     got = []
-    with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
+    plan = ReleasePlan.build(
+        features=features, mechanism=MechanismSettings(features=names), budget=10.0, delta=DELTA
+    )
+    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
         pipe = Pipeline(
             ledger, session="s", device="d", rate_hz=120.0, features=features,
             mechanism=MechanismSettings(features=names), on_release=got.append,
         )  # fmt: skip
-        chunks = chunks_per_window(3600.0, 32 * 0.05)
+        chunks = chunks_per_hour(features, 32)
+        assert chunks == pipe.plan.chunks.per_hour > 3600 / (32 * 0.05)
         ratio = noise_multiplier_for(
             "laplace", features=3, chunks=chunks, budget=10.0, delta=DELTA,
             slack=float(pipe.mechanism.sampler_slack.max()),
         )  # fmt: skip
         np.testing.assert_allclose(pipe.mechanism.noise_multiplier, ratio)
-        assert pipe.cost.per_window <= 10.0
-        assert pipe.cost == cost_summary(
-            pipe.mechanism.events(), delta=DELTA, window_s=3600.0, chunk_steps=32, step_s=0.05,
-            feature_window_s=2.0, hold_limit_s=2.0,
-        )  # fmt: skip
+        assert pipe.plan.per_hour <= 10.0
         g = simulate_gaze(12.0, 120.0, seed=5)
         for start in range(0, len(g), 60):
             pipe.push(g.slice(start, start + 60))
@@ -170,8 +172,9 @@ def test_pipeline_calibrates_noise_to_the_budget_and_charges_what_it_reports(
     last = got[-1].message.ledger
     assert last.epsilon == pytest.approx(state.epsilon)
     assert last.window_cap == 10.0
-    assert last.chunks_reached == pipe.cost.reached
-    assert last.raw_event_epsilon == pytest.approx(pipe.cost.raw_event)
+    assert last.window_s == plan.window_s
+    assert last.chunks_reached == pipe.plan.chunks.per_sample
+    assert last.raw_event_epsilon == pytest.approx(pipe.plan.per_sample)
     assert got[-1].message.mechanism.noise_multiplier == pytest.approx([ratio] * 3)
 
 

@@ -29,7 +29,14 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gazeguard.accounting import Event, GaussianEvent, LaplaceEvent, RandomizedResponseEvent
+from gazeguard.accounting import (
+    Event,
+    GaussianEvent,
+    LaplaceEvent,
+    RandomizedResponseEvent,
+    compose,
+)
+from gazeguard.cli import main
 from gazeguard.config import (
     CohortSettings,
     FeatureSettings,
@@ -39,8 +46,14 @@ from gazeguard.config import (
     validate_settings,
 )
 from gazeguard.errors import ConfigError
-from gazeguard.ledger import Ledger
+from gazeguard.eval.grid import parse_mechanism
+from gazeguard.eval.harness import BudgetFactory, FeatureBounds
+from gazeguard.features import feature_bounds
+from gazeguard.ledger import Ledger, event_key
+from gazeguard.pipeline import Pipeline, ReleasedChunk
 from gazeguard.plan import ReleasePlan, chunk_counter, chunks_per_hour
+from gazeguard.profiles import chunks_per_hour as profile_chunks
+from gazeguard.simulate import simulate_gaze
 
 DELTA = 1e-6
 
@@ -118,8 +131,6 @@ def test_the_densest_hour_composes_within_the_budget_by_dp_accounting(
 def test_a_ledger_with_the_plan_caps_takes_the_densest_hours_and_reports_the_budget(
     tmp_path: Path,
 ) -> None:
-    from gazeguard.accounting import compose
-    from gazeguard.ledger import event_key
 
     plan = ReleasePlan.build(budget=10.0, delta=DELTA)
     events = {event_key(e): c for e, c in plan.chunks.events.items()}
@@ -142,7 +153,6 @@ def test_a_ledger_with_the_plan_caps_takes_the_densest_hours_and_reports_the_bud
 
 
 def test_a_ledger_shorter_than_the_plan_window_is_refused(tmp_path: Path) -> None:
-    from gazeguard.pipeline import Pipeline
 
     with (
         Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger,
@@ -205,11 +215,6 @@ def _flat(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
 def test_every_tool_prints_the_plan_figures(
     window: float, step: float, n: int, budget: float, hold: float | None, labels: bool
 ) -> None:
-    from gazeguard.cli import main
-    from gazeguard.eval.grid import parse_mechanism
-    from gazeguard.eval.harness import BudgetFactory, FeatureBounds
-    from gazeguard.features import feature_bounds
-    from gazeguard.profiles import chunks_per_hour as profile_chunks
 
     features = FeatureSettings(window_s=window, step_s=step, hold_limit_s=hold)
     mech = MechanismSettings(chunk_steps=n, features=["fixation_rate", "pupil_mean"])
@@ -260,8 +265,6 @@ def test_every_tool_prints_the_plan_figures(
 
 
 def test_the_messages_state_the_plan_figures(tmp_path: Path) -> None:
-    from gazeguard.pipeline import Pipeline, ReleasedChunk
-    from gazeguard.simulate import simulate_gaze
 
     features = FeatureSettings(window_s=2.0, step_s=0.05)
     plan = ReleasePlan.build(

@@ -94,6 +94,9 @@ def test_a_noise_multiplier_gives_the_pure_epsilon_it_implies() -> None:
         "dcfpa", n=32, k=2, noise_multiplier=by_eps.noise_multiplier, bounds=b, n_features=3
     )
     np.testing.assert_allclose(by_ratio.noise_scale, by_eps.noise_scale, rtol=1e-12)
-    np.testing.assert_allclose(by_ratio.epsilon, 0.5, rtol=1e-12)
+    # from a multiplier, the discrete Laplace's slack is charged at the grid's least t (a bound
+    # that does not move with the noise): a hair above the ε the calibration paid exactly
+    assert np.all(by_ratio.epsilon >= 0.5)
+    np.testing.assert_allclose(by_ratio.epsilon, 0.5, rtol=1e-6)
     with pytest.raises(ConfigError, match="exactly one"):
         make_mechanism("cfpa", n=32, k=1, bounds=b, n_features=3)

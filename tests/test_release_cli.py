@@ -130,7 +130,7 @@ def test_console_script_releases_raw_gaze_via_dataset(tmp_path: Path) -> None:
     raw.write_text("\n".join(lines) + "\n")
     out = tmp_path / "released.npz"
     cmd = [sys.executable, "-m", "gazeguard", "release", "ksame", "--dataset", f"csv:{raw}"]
-    cmd += ["--window-s", "10", "--step-s", "2", "-o", str(out), "--k", "2"]
+    cmd += ["--window-s", "10", "--step-s", "2", "--rate", "60", "-o", str(out), "--k", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     released = FeatureTable.load(out)

@@ -419,6 +419,14 @@ def add_geometry_arguments(group: argparse._ArgumentGroup, fov: type[PairAction]
         metavar="MM",
         help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
     )
+    group.add_argument(
+        "--rate",
+        type=float,
+        metavar="HZ",
+        help="the tracker's nominal sampling rate: the time base of a CSV without a time "
+        "column, and the rate the event detector is built for where the file declares none "
+        "(only EyeLink ASC files do)",
+    )
 
 
 def read_options(args: argparse.Namespace, **more: Any) -> ReadOptions:
@@ -436,7 +444,7 @@ def read_options(args: argparse.Namespace, **more: Any) -> ReadOptions:
         resolution_px=args.resolution,
         min_confidence=args.min_confidence,
         pupil_scale=args.pupil_scale,
-        **more,
+        **{"rate_hz": args.rate, **more},
     )
 
 

@@ -67,6 +67,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     src.add_argument("--data-dir", type=Path, help="where gazegraph/irf live (default: auto)")
     src.add_argument(
+        "--rate",
+        type=float,
+        metavar="HZ",
+        help="csv:PATH: the tracker's nominal sampling rate (the event detector is built for "
+        "it; files other than EyeLink ASC declare none)",
+    )
+    src.add_argument(
         "--window-s",
         type=float,
         default=30.0,
@@ -141,8 +148,9 @@ def _load_input(
         return table, str(path), {"sha256": file_sha256(path)}
     require("gazeguard release --dataset", "sklearn")  # gazeguard.eval needs the 'eval' extra
     from gazeguard.eval.datasets import open_dataset  # noqa: PLC0415 - heavy, only for --dataset
+    from gazeguard.recordings import ReadOptions  # noqa: PLC0415 - only for --dataset
 
-    dataset = open_dataset(args.dataset, args.data_dir)
+    dataset = open_dataset(args.dataset, args.data_dir, read_options=ReadOptions(rate_hz=args.rate))
     table = dataset.features(
         window_s=args.window_s,
         step_s=args.step_s,

@@ -85,7 +85,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="CSV without a header line: the column names, comma-separated (e.g. t,x,y)",
     )
-    r.add_argument("--rate", type=float, default=None, help="CSV without a time column: Hz")
     r.add_argument("--stream", default=None, help="XDF: name of the stream to replay")
     o = parser.add_argument_group("the LSL outlet")
     o.add_argument("--name", default=None, help="LSL stream name")
@@ -98,7 +97,7 @@ def _read_options(args: argparse.Namespace) -> ReadOptions:
     columns = (
         tuple(c.strip() for c in args.columns.split(",") if c.strip()) if args.columns else None
     )
-    return read_options(args, columns=columns, rate_hz=args.rate)
+    return read_options(args, columns=columns)
 
 
 def run(args: argparse.Namespace) -> int:

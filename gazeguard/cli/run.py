@@ -41,7 +41,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--stream-name", help="LSL stream name to resolve")
     g.add_argument("--source-id", help="LSL source_id to resolve")
     g.add_argument(
-        "--rate",
+        "--stream-rate",
         type=float,
         metavar="HZ",
         help="the gaze stream's declared sampling rate (default: the stream's own LSL "
@@ -75,7 +75,21 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         help="publish private labels from this label model (shipped name or .json path; "
         "default 'activity') on {prefix}/{device}/{session}/labels",
     )
-    lab.add_argument("--decision-s", type=float, help="seconds of gaze per label (900)")
+    lab.add_argument(
+        "--label-release",
+        choices=["change", "clock"],
+        help="change (default): a label when the activity changes; clock: one per --decision-s",
+    )
+    lab.add_argument(
+        "--decision-s",
+        type=float,
+        help="seconds of gaze per block: one check for a change, or one label (clock) (30)",
+    )
+    lab.add_argument(
+        "--min-interval-s",
+        type=float,
+        help="change: the least gaze time between two labels (300)",
+    )
     lab.add_argument(
         "--label-epsilon", type=float, help="ε per label (default: from --label-share)"
     )
@@ -142,7 +156,7 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     put("ingest", "stream_type", args.stream_type)
     put("ingest", "stream_name", args.stream_name)
     put("ingest", "source_id", args.source_id)
-    put("ingest", "rate_hz", getattr(args, "rate", None))
+    put("ingest", "rate_hz", getattr(args, "stream_rate", None))
     put("mechanism", "name", args.mechanism)
     put("mechanism", "transform", args.transform)
     put("mechanism", "chunk_steps", args.chunk_steps)
@@ -155,6 +169,8 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
         put("labels", "enabled", True)
         put("labels", "model", args.labels)
     put("labels", "decision_s", getattr(args, "decision_s", None))
+    put("labels", "release", getattr(args, "label_release", None))
+    put("labels", "min_interval_s", getattr(args, "min_interval_s", None))
     put("labels", "epsilon", getattr(args, "label_epsilon", None))
     put("labels", "budget_share", getattr(args, "label_share", None))
     if getattr(args, "cohort", None):

@@ -25,12 +25,12 @@ from gazeguard.accounting import (
     RandomizedResponseEvent,
     calibrate,
     capacity,
-    releases_within,
     compose,
     epsilon_to_rho,
     event_from_dict,
     gaussian_delta,
     gaussian_epsilon,
+    releases_within,
     rho_to_epsilon,
 )
 from gazeguard.errors import ConfigError

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gazeguard.config import FeatureSettings
-from gazeguard.events import EVENT_REACH_S, LOOKBEHIND_S
+from gazeguard.config import FeatureSettings, MechanismSettings
+from gazeguard.events import EVENT_REACH_S, LOOKBEHIND_S, RATE_RANGE_HZ, reach_s
 from gazeguard.features import extract_features
 from gazeguard.plan import ReleasePlan
 from gazeguard.samples import GazeSamples
@@ -30,8 +30,6 @@ PIECES = st.sampled_from(["drift", "drift", "fix", "sac", "blink", "storm", "nan
 
 
 def _plan() -> ReleasePlan:
-    from gazeguard.config import MechanismSettings
-
     return ReleasePlan.build(
         features=FEATURES, mechanism=MechanismSettings(chunk_steps=N), budget=10.0, delta=1e-6
     )
@@ -169,8 +167,6 @@ def test_one_invalid_sample_in_a_100_s_drifting_fixation_reaches_the_declared_ch
 
 
 def test_declared_constants_cover_every_accepted_rate() -> None:
-    from gazeguard.events import RATE_RANGE_HZ, reach_s
-
     for rate in np.geomspace(*RATE_RANGE_HZ, 200):
         for hw in (0.001, 0.005, 0.02):
             look, reach = reach_s(float(rate), hw)
