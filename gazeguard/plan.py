@@ -158,16 +158,18 @@ def label_cadence(
 
     if not fits(2):
         return None
-    lo, hi = 2, 4
-    while fits(hi):
-        lo, hi = hi, hi * 2
+    step = features.step_s
+    most = releases_per_hour(features, 2 * step, step)  # decisions of two steps each
+    if fits(most):
+        return most, 2 * step
+    lo, hi = 2, most
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    steps = max(2, math.floor(HOUR_S / lo / features.step_s))
-    while releases_per_hour(features, steps * features.step_s, (steps - 1) * features.step_s) > lo:
+    steps = max(2, math.floor(HOUR_S / lo / step))
+    while releases_per_hour(features, steps * step, (steps - 1) * step) > lo:
         steps += 1
-    return lo, steps * features.step_s
+    return lo, steps * step
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gazeguard.accounting import RandomizedResponseEvent, compose
-from gazeguard.budget import chunks_per_window
 from gazeguard.cli import main
 from gazeguard.cohort import CohortPlan, plan_cohort
+from gazeguard.config import FeatureSettings
 from gazeguard.eval.cohort import dominant_activity, reidentification
 from gazeguard.eval.frontier import (
     ReleasePoint,
@@ -28,6 +28,7 @@ from gazeguard.eval.frontier import (
 )
 from gazeguard.eval.labels import attack, epsilon_per_decision, sequence_features
 from gazeguard.labels import released_accuracy, survival_probability
+from gazeguard.plan import releases_per_hour
 
 unit = st.floats(0.0, 1.0, allow_nan=False)
 points = st.lists(
@@ -39,6 +40,7 @@ points = st.lists(
         unit,
         unit,
         st.just(0.7),
+        st.just(0.25),
     ),
     min_size=1,
     max_size=30,
@@ -87,8 +89,11 @@ def test_label_limit_is_the_accountants_edge(budget: float, classes: int, acc: f
     assert released_accuracy(acc, p, classes) >= 0.8 * acc * (1 - 1e-9)
     event = RandomizedResponseEvent(eps, classes)
     assert compose({event: d}, 1e-6).epsilon <= budget
-    assert compose({event: d + 1}, 1e-6).epsilon > budget  # the largest count that fits
-    assert chunks_per_window(3600.0, lim["cadence_s"]) <= d
+    most = releases_per_hour(FeatureSettings(), 1.0, 0.5)  # decisions of two steps
+    if d < most:
+        assert compose({event: d + 1}, 1e-6).epsilon > budget  # the largest count that fits
+    cadence = lim["cadence_s"]
+    assert releases_per_hour(FeatureSettings(), cadence, cadence - 0.5) <= d
 
 
 def test_label_limit_six_classes_at_ten_per_hour() -> None:
@@ -102,7 +107,7 @@ def test_label_limit_six_classes_at_ten_per_hour() -> None:
 
 def test_epsilon_per_decision_fills_the_hour_and_no_more() -> None:
     eps, per_hour = epsilon_per_decision(10.0, 60.0, 6)
-    assert per_hour == 61
+    assert per_hour == 63  # ⌊(3600 + 63.5 + 59.5)/60⌋ + 1: the decisions an hour can change
     assert compose({RandomizedResponseEvent(eps, 6): per_hour}, 1e-6).epsilon <= 10.0
     assert compose({RandomizedResponseEvent(eps * 1.01, 6): per_hour}, 1e-6).epsilon > 10.0
 
@@ -153,7 +158,8 @@ def _plans(budgets: list[float], classes: int) -> list[CohortPlan]:
     names = ["saccade_right_ratio", "wordbook2_mean"]
     return [
         plan_cohort(names, [0, 0], [1, 1], ["1", "1"], [str(c) for c in range(classes)],
-                    bucket_s=60, budget=b, delta=1e-6)
+                    bucket_s=60, per_hour=releases_per_hour(FeatureSettings(), 60, 60),
+                    budget=b, delta=1e-6)
         for b in budgets
     ]  # fmt: skip
 
@@ -200,6 +206,7 @@ def test_the_informed_attacker_finds_people_only_when_the_noise_lets_it() -> Non
 def test_cohort_points_are_one_kind_per_size() -> None:
     result = {
         "bucket_s": 60.0,
+        "chance_task": 1 / 6,
         "reid": {"1": 0.13, "10": 0.14},
         "rows": [
             {"sessions": n, "clean_accuracy": 0.9, "released": [
@@ -213,6 +220,7 @@ def test_cohort_points_are_one_kind_per_size() -> None:
     assert len({p.kind for p in pts}) == 2
     assert {(p.budget, p.reid) for p in pts} == {(1.0, 0.13), (10.0, 0.14)}
     assert all(p.clean_task == 0.9 for p in pts)
+    assert all(p.kept == pytest.approx((p.task - 1 / 6) / (0.9 - 1 / 6)) for p in pts)
 
 
 def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -245,7 +253,10 @@ def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert p["budget"] in (1.0, 10.0, 100.0)
         assert 0.0 <= p["reid"] <= 1.0
         assert 0.0 <= p["task"] <= 1.0
-        assert math.isclose(p["kept"], p["task"] / p["clean_task"], rel_tol=1e-3)
+        chance = p["chance_task"]
+        if p["kept_above_chance"] is not None:  # share of clean above chance, not a raw ratio
+            want = (p["task"] - chance) / (p["clean_task"] - chance)
+            assert math.isclose(p["kept_above_chance"], want, rel_tol=1e-3, abs_tol=1e-4)
     # the profile's stream releases only the profile's features
     prof = res["streams"]["activity"]["meta"]
     assert prof["profile"] == "activity"
