@@ -68,8 +68,8 @@ Concurrency. Each write is one transaction that serialises all writers of a sess
 the session row (workers of a fleet; ``Ledger("postgresql://…")``, needs ``gazeguard[fleet]``).
 
 Durability. SQLite runs in WAL mode with ``synchronous=FULL`` by default (a committed charge
-survives power loss). Outbox payloads are dropped once delivered; charge rows stay. Ledgers
-written by schema version 1 are upgraded in place on open (spent ε and numbering kept).
+survives power loss). Outbox payloads are dropped once delivered; charge rows stay. A ledger
+written with another schema version is refused (never upgraded in place): start a new one.
 
 Layout: ``policy`` (composition, caps, windows: plain code), ``_store`` (the SQL, once),
 ``_sqlite`` and ``_postgres`` (storage only), ``_compose`` (the accountant adapter),

@@ -25,15 +25,8 @@ from typing import Any
 import psycopg
 
 from gazeguard.errors import ConfigError, GazeguardError
-from gazeguard.ledger._model import (
-    LedgerError,
-    Sql,
-    Synchronous,
-    check_schema,
-    copy_v1_tables,
-    upgrading_from_v1,
-)
-from gazeguard.ledger._store import ensure_indexes, rename_v1
+from gazeguard.ledger._model import LedgerError, Sql, Synchronous, check_schema
+from gazeguard.ledger._store import ensure_indexes
 
 __all__ = ["PostgresBackend"]
 
@@ -136,26 +129,11 @@ class PostgresBackend:
             with self.write() as sql:
                 sql.run("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK_KEY,))
                 has_meta = sql.one("SELECT to_regclass('meta')")
-                upgrade = (
-                    has_meta is not None and has_meta[0] is not None and upgrading_from_v1(sql)
-                )
-                if upgrade:
-                    rename_v1(sql)
-                    sql.run("DROP INDEX IF EXISTS outbox_pending")
-                    # Index (and constraint) names do not follow a table rename in PostgreSQL.
-                    for (index,) in sql.all(
-                        "SELECT indexname FROM pg_indexes WHERE right(tablename, 3) = '_v1'"
-                    ):
-                        sql.run(f'ALTER INDEX "{index}" RENAME TO "{index}_v1"')
+                if has_meta is not None and has_meta[0] is not None:
+                    check_schema(sql, self.location)  # before any DDL: another schema is refused
                 for statement in POSTGRES_SCHEMA.split(";"):
                     if statement.strip():
                         sql.run(statement)
-                if upgrade:
-                    copy_v1_tables(sql, overriding="OVERRIDING SYSTEM VALUE")
-                    sql.run(
-                        "SELECT setval(pg_get_serial_sequence('outbox', 'id'), "
-                        "COALESCE((SELECT MAX(id) FROM outbox), 0) + 1, false)"
-                    )
                 check_schema(sql, self.location)
                 ensure_indexes(sql)
         except BaseException:

@@ -24,8 +24,7 @@ Tables (schema version 2; DDL in the backends):
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -444,80 +443,3 @@ def ensure_indexes(sql: Sql) -> None:
     """Create the :data:`INDEXES` that are missing."""
     for statement in INDEXES:
         sql.run(statement)
-
-
-def rename_v1(sql: Sql) -> None:
-    """Step 1 of upgrading a schema-1 ledger (see :func:`copy_v1`): move the v1 tables aside."""
-    for table in ("sessions", "charges", "withheld", "outbox"):
-        sql.run(f"ALTER TABLE {table} RENAME TO {table}_v1")
-
-
-def copy_v1(
-    sql: Sql,
-    pure_event_key: Callable[[float], str],
-    caps_json: Callable[[int | None], str],
-    overriding: str = "",
-) -> None:
-    """Step 2: copy the renamed v1 tables into freshly created v2 tables, then drop them.
-
-    Every v1 charge becomes a charge of stream ``chunks`` whose events are one pure-ε event per
-    feature (``pure_event_key(ε)``); its gaze time is its charge time (v1 did not record gaze
-    time, and a chunk is charged within seconds of its gaze). A v1 session cap (micro-ε) is kept
-    (``caps_json``: a pure cap bounds ε at any δ); a v1 w-event cap counted chunk indexes and cannot
-    be carried over to gaze time, so the configured window cap applies from the next open. Spent ε,
-    numbering, withheld chunks and the outbox (ids included) are kept exactly: nothing is refilled.
-    ``overriding``: PostgreSQL's ``OVERRIDING SYSTEM VALUE`` to keep outbox ids.
-    """
-    store = Store(sql)
-    for session, cap, spent, chunks, withheld, max_chunk, last, created in sql.all(
-        "SELECT session, session_cap, spent, chunks, withheld, max_chunk, last_chunk, created "
-        "FROM sessions_v1"
-    ):
-        sql.run(
-            "INSERT INTO sessions (session, caps, version, chunks, withheld, refused, spent, "
-            "pure_finite, max_chunk, last_chunk, last_gaze_end, created) "
-            "VALUES (?, ?, 0, ?, ?, 0, ?, ?, ?, ?, NULL, ?)",
-            (session, caps_json(cap), chunks, withheld, spent, True, max_chunk, last, created),
-        )
-    for session, idx, total, eps_json, created in sql.all(
-        "SELECT session, chunk_index, total, epsilon, created FROM charges_v1 ORDER BY created"
-    ):
-        eps = {str(k): float(v) for k, v in json.loads(eps_json).items()}
-        events: dict[str, int] = {}
-        for value in eps.values():
-            key = pure_event_key(value)
-            events[key] = events.get(key, 0) + 1
-        sql.run(
-            "INSERT INTO charges (session, stream, idx, total, epsilon, gaze_start, gaze_end, "
-            "created) VALUES (?, 'chunks', ?, ?, ?, ?, ?, ?)",
-            (session, idx, total, eps_json, created, created, created),
-        )
-        for key, event_id in store.event_ids(sorted(events)).items():
-            n = events[key]
-            sql.run(
-                "INSERT INTO charge_events (session, stream, idx, event_id, count) "
-                "VALUES (?, 'chunks', ?, ?, ?)",
-                (session, idx, event_id, n),
-            )
-            sql.run(
-                "INSERT INTO session_events (session, event_id, count) VALUES (?, ?, ?) "
-                "ON CONFLICT (session, event_id) DO UPDATE SET count = session_events.count + ?",
-                (session, event_id, n, n),
-            )
-        sql.run(
-            "UPDATE sessions SET last_gaze_end = CASE WHEN last_gaze_end IS NULL OR "
-            "last_gaze_end < ? THEN ? ELSE last_gaze_end END WHERE session = ?",
-            (created, created, session),
-        )
-    sql.run(
-        "INSERT INTO withheld (session, stream, idx, requested, reason, created) "
-        "SELECT session, 'chunks', chunk_index, requested, reason, created FROM withheld_v1"
-    )
-    sql.run(
-        "INSERT INTO outbox (id, session, stream, idx, topic, payload, created, delivered, "  # noqa: S608 - a fixed clause
-        f"state) {overriding} SELECT id, session, 'chunks', chunk_index, topic, payload, "
-        "created, delivered, CASE WHEN delivered IS NULL THEN 'pending' ELSE 'delivered' END "
-        "FROM outbox_v1"
-    )
-    for table in ("outbox_v1", "withheld_v1", "charges_v1", "sessions_v1"):
-        sql.run(f"DROP TABLE {table}")
