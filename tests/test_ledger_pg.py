@@ -31,7 +31,6 @@ from gazeguard.ledger import (
     StaleStateError,
 )
 from gazeguard.ledger import _ledger as ledger_module
-from gazeguard.ledger._recent import RecentCache
 
 psycopg = pytest.importorskip(
     "psycopg", reason="psycopg 3 is not installed: pip install -e '.[fleet]'"
@@ -167,13 +166,13 @@ def test_unreachable_server_is_a_clear_error_without_the_password() -> None:
     assert "secret" not in str(info.value)
 
 
-def test_two_workers_holding_their_recent_charges_decide_as_sql_alone(
+def test_two_workers_on_the_stored_counters_decide_as_a_recount_alone(
     url: str, tmp_path: Path
 ) -> None:
-    """Two workers on one PostgreSQL ledger, each answering window checks from the charges it
-    holds in memory (valid for the session row's version it locks), taking turns on the same
-    sessions in single charges and group commits, decide and report exactly as an SQLite ledger
-    that queries every window; a stale preview is refused by either."""
+    """Two workers on one PostgreSQL ledger, answering window checks from the session's stored
+    counters, taking turns on the same sessions in single charges, group commits and
+    deliveries, decide and report exactly as an SQLite ledger that recounts every window from
+    its rows; a stale preview is refused by either; the counters equal a recount."""
     rng = random.Random(5)
 
     class Clock:  # the ledger's wall clock, moved by the test (back too)
@@ -198,8 +197,7 @@ def test_two_workers_holding_their_recent_charges_decide_as_sql_alone(
 
     with mock.patch.object(ledger_module, "time", clock):
         workers = [Ledger(url, **kwargs) for _ in range(2)]
-        plain = Ledger(tmp_path / "plain.sqlite", **kwargs)
-        plain._recent = RecentCache(max_sessions=0)  # holds nothing: SQL every time
+        plain = Ledger(tmp_path / "plain.sqlite", counters=False, **kwargs)  # recounts
         try:
             for _ in range(120):
                 clock.now += rng.randint(-3, 12)
@@ -215,6 +213,12 @@ def test_two_workers_holding_their_recent_charges_decide_as_sql_alone(
                     ]  # fmt: skip
                     got = [outcome(r) for r in worker.charge_many(requests)]
                     assert got == [outcome(r) for r in plain.charge_many(requests)]
+                    continue
+                if rng.random() < 0.15:  # the publisher delivers the oldest pending item
+                    for ledger in (worker, plain):
+                        items = ledger.pending(limit=1)
+                        if items:
+                            assert ledger.mark_delivered(items[0].id)
                     continue
                 session, index = rng.choice("ab"), rng.randint(0, 40)
                 end, shape = 1.7e9 + rng.randint(0, 200), shapes[rng.randint(0, 1)]
@@ -234,6 +238,7 @@ def test_two_workers_holding_their_recent_charges_decide_as_sql_alone(
                 for s in "ab":
                     assert workers[0].state(s) == workers[1].state(s) == plain.state(s)
             assert workers[0].verify() == []
+            assert plain.verify() == []
         finally:
             for ledger in (*workers, plain):
                 ledger.close()

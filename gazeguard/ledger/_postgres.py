@@ -26,7 +26,7 @@ import psycopg
 
 from gazeguard.errors import ConfigError, GazeguardError
 from gazeguard.ledger._model import LedgerError, Sql, Synchronous, check_schema
-from gazeguard.ledger._store import ensure_indexes
+from gazeguard.ledger._store import add_counters, ensure_indexes
 
 __all__ = ["PostgresBackend"]
 
@@ -67,6 +67,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
     FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS session_counters (
+    session TEXT PRIMARY KEY REFERENCES sessions(session),
+    gaze_lo DOUBLE PRECISION, wall_lo DOUBLE PRECISION,
+    gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',
+    pending BIGINT NOT NULL DEFAULT 0);
 """
 # Serialises schema creation by concurrent workers (CREATE TABLE IF NOT EXISTS is not atomic).
 _SCHEMA_LOCK_KEY = 0x67617A65  # "gaze"
@@ -130,6 +135,7 @@ class PostgresBackend:
                 sql.run("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK_KEY,))
                 has_meta = sql.one("SELECT to_regclass('meta')")
                 if has_meta is not None and has_meta[0] is not None:
+                    add_counters(sql, POSTGRES_SCHEMA)  # schema 2: the same, counted
                     check_schema(sql, self.location)  # before any DDL: another schema is refused
                 for statement in POSTGRES_SCHEMA.split(";"):
                     if statement.strip():

@@ -20,7 +20,7 @@ from gazeguard.ledger._model import (
     check_schema,
     schema_mismatch,
 )
-from gazeguard.ledger._store import ensure_indexes
+from gazeguard.ledger._store import add_counters, ensure_indexes
 from gazeguard.ledger.policy import Caps
 
 SQLITE_SCHEMA = """
@@ -59,6 +59,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
     FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS session_counters (
+    session TEXT PRIMARY KEY REFERENCES sessions(session),
+    gaze_lo REAL, wall_lo REAL,                                 -- Unix s, NULL: no bound
+    gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',  -- JSON
+    pending INTEGER NOT NULL DEFAULT 0);
 """
 
 
@@ -171,6 +176,7 @@ class SqliteBackend:
             if not has_meta and not create:
                 raise LedgerError(f"{self.location!r} is an SQLite file but not a gazeguard ledger")
             if has_meta:
+                add_counters(sql, SQLITE_SCHEMA)  # schema 2: the same, counted
                 check_schema(sql, self.location)  # before any DDL: another schema is refused
             else:
                 for statement in SQLITE_SCHEMA.split(";"):
