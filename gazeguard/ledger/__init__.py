@@ -45,7 +45,9 @@ of FFTs for a new count), and admission runs a capacity search the first time a 
 no longer fits by its pure sum (a second or more). After each charge a background thread
 (not a daemon; :meth:`Ledger.close` waits for it; it ends after 0.5 s without a request)
 composes what the session's next identical release will need, so the release path finds cache
-lookups; the composer also remembers its last answers (a preview and its charge ask the same).
+lookups; the composer also remembers its last answers (a preview and its charge ask the same),
+and a figure being composed by one thread is waited for by another that asks for it, not
+composed twice.
 Figures and admission are always computed from the ledger's counts; the prefetch only warms
 the accountant's caches.
 
