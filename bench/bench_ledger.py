@@ -11,7 +11,17 @@ the default (ε, δ) composition (a PLD per report-grid step of the counts, cach
 uses pure sequential caps, the accounting of every charge before the (ε, δ) accountant.
 
 Run: ``python bench/bench_ledger.py [--charges N]``; prints a table and writes
-``bench/results/ledger.json``. PostgreSQL rows need ``gazeguard[fleet]`` and the server binaries
+``bench/results/ledger.json``.
+
+Charge cost by position in the hour (issue 36; also ``--position`` alone): the charge at the
+1st and at the 600th chunk of an hour (the sidecar's caps: a window cap over the hour of gaze
+and of wall-clock time, every chunk undelivered), with the session's counters (default) and
+with ``Ledger(counters=False)``, which recounts the window's charges and the pending outbox
+items with queries at every charge (the baseline), interleaved chunk by chunk in the same run.
+Several sessions of 600 charges each; the first only fills the accountant's caches (a
+composition per new count is the same at any position and is not what is measured here);
+medians over the others of the charges at positions 1–25 and 576–600, and their ratio (the
+target: within 20 %). PostgreSQL rows need ``gazeguard[fleet]`` and the server binaries
 (``apt-get install -y postgresql``); the bench starts its own server on a free loopback port.
 
 Fleet pattern (``--fleet``): the CPU a fleet worker spends per chunk in
@@ -269,6 +279,10 @@ def fleet_seed(path: Path, sessions: int, history: int) -> None:
                 "state) VALUES (?, 'chunks', ?, 't', NULL, ?, ?, 'delivered')",
                 [(name, j, e, e + 0.1) for j, e in enumerate(ends)],
             )
+        # a schema-2 ledger (no counters): the "before" code reads it, the code under test
+        # counts its counters from these rows when it opens it
+        db.execute("DROP TABLE IF EXISTS session_counters")
+        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema'")
 
 
 class _FleetClock:
@@ -399,6 +413,55 @@ def fleet(sessions_list: list[int], before: Path | None, rounds: int, chunks: in
     print(f"wrote {FLEET_RESULTS}")
 
 
+def by_position(
+    locations: dict[str, tuple[str | Path, str]], n: int, sessions: int, payload: bytes
+) -> dict[str, dict[str, float]]:
+    """Per configuration and mode, median charge latency (ms) at the first and the last 25
+    positions of ``n`` charges of a session within one hour (see the module docstring)."""
+    band = min(25, n // 4)
+    rows: dict[str, dict[str, float]] = {}
+    with ExitStack() as stack:
+        ledgers: dict[tuple[str, str], Ledger] = {}
+        for name, (loc, sync) in locations.items():
+            for mode in ("counters", "recount"):
+                ledgers[name, mode] = stack.enter_context(
+                    Ledger(
+                        loc, synchronous=sync, session_cap=1e9, window_cap=1e9,  # type: ignore[arg-type]
+                        wall_clock=True, counters=mode == "counters",
+                    )
+                )  # fmt: skip
+        lat: dict[tuple[str, str], list[list[float]]] = {k: [] for k in ledgers}
+        for s in range(sessions):
+            for key in ledgers:
+                lat[key].append([])
+            for i in range(n):
+                for key, ledger in ledgers.items():  # interleaved: the machine's noise alike
+                    t0 = time.perf_counter()
+                    ledger.charge(f"pos-{key[1]}-{s}", i, EPS, "t", payload)
+                    lat[key][s].append(time.perf_counter() - t0)
+    for (name, mode), runs in lat.items():
+        measured = runs[1:] or runs  # the first session fills the accountant's caches
+        first = statistics.median(r[i] for r in measured for i in range(band)) * 1e3
+        last = statistics.median(r[i] for r in measured for i in range(n - band, n)) * 1e3
+        rows[f"{name}, {mode}"] = {
+            "first_ms": first, "last_ms": last, "last_over_first": last / first,
+            "positions": band, "charges": n, "sessions_measured": len(measured),
+        }  # fmt: skip
+    return rows
+
+
+def print_by_position(rows: dict[str, dict[str, float]]) -> None:
+    any_row = next(iter(rows.values()))
+    band, n = int(any_row["positions"]), int(any_row["charges"])
+    print(
+        f"charge by position in the hour: median ms of charges 1-{band} and "
+        f"{n - band + 1}-{n}, {int(any_row['sessions_measured'])} sessions"
+    )
+    print(f"{'configuration, mode':44} {'first':>8} {'last':>8} {'last/first':>10}")
+    for name, r in rows.items():
+        print(f"{name:44} {r['first_ms']:8.3f} {r['last_ms']:8.3f} {r['last_over_first']:10.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--charges", type=int, default=600, help="charges per configuration")
@@ -408,6 +471,12 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=200, help="fleet: chunks per round")
     parser.add_argument("--before", type=Path, help="fleet: also run the gazeguard at PATH")
     parser.add_argument("--fleet-worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--position", action="store_true", help="only the charge cost by position in the hour"
+    )
+    parser.add_argument(
+        "--position-sessions", type=int, default=4, help="sessions of --charges each (position)"
+    )
     args = parser.parse_args()
     if args.fleet_worker is not None:
         fleet_worker(args.fleet_worker, int(args.sessions), HISTORY)
@@ -418,6 +487,21 @@ def main() -> None:
         return
     n, rounds = args.charges, args.rounds
     payload = make_payload()
+    if args.position:
+        with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp, postgres_server() as url:
+            locs: dict[str, tuple[str | Path, str]] = {
+                "sqlite FULL": (Path(tmp) / "p.sqlite", "FULL")
+            }
+            if url is not None:
+                locs["postgresql sync commit"] = (url, "FULL")
+            position = by_position(locs, n, args.position_sessions, payload)
+        print_by_position(position)
+        doc = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"benchmark": "ledger"}
+        doc["by_position"] = position
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {RESULTS}")
+        return
     with (
         tempfile.TemporaryDirectory(dir="/var/tmp") as tmp,
         postgres_server() as url,
@@ -454,6 +538,10 @@ def main() -> None:
         rows = {name: percentiles(v) for name, v in lat.items()}
         for name, (loc, sync) in ledgers.items():
             rows[name].update(ledger_extras(loc, sync, n, payload))
+        position_at = {"sqlite FULL": (d / "pos.sqlite", "FULL")}
+        if url is not None:
+            position_at["postgresql sync commit"] = (url, "FULL")
+        position = by_position(position_at, n, args.position_sessions, payload)
     ref = rows["sqlite FULL (default)"]["p50_ms"]
     print(
         f"charge + enqueue of a {len(payload) / 1e3:.0f} kB chunk, {N_FEATURES} ε; "
@@ -472,6 +560,7 @@ def main() -> None:
             f"{name:32} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['max_ms']:8.2f} "
             f"{r['per_s']:10.0f} {extra} {r['p50_ratio_to_sqlite_full']:10.2f}x"
         )
+    print_by_position(position)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "benchmark": "ledger",
@@ -482,6 +571,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "sqlite_version": sqlite3.sqlite_version,
         "results": rows,
+        "by_position": position,
     }
     RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {RESULTS}")

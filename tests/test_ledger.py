@@ -20,7 +20,13 @@ from _postgres import pg_server, pg_url  # noqa: F401 - fixtures of the parametr
 from gazeguard.cli import main
 from gazeguard.config import LedgerSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import DuplicateChargeError, Ledger, LedgerError, StaleStateError
+from gazeguard.ledger import (
+    DuplicateChargeError,
+    Ledger,
+    LedgerError,
+    StaleStateError,
+    stored_caps,
+)
 from gazeguard.service import open_ledger
 
 EPS = {"fix_rate": 0.25, "sacc_amp": 0.25}  # 0.5 per chunk
@@ -679,35 +685,29 @@ INSERT INTO outbox VALUES (9, 'old', 3, 't', x'33', 30.0, NULL);
 """
 
 
-def test_a_schema_1_ledger_is_upgraded_in_place_and_nothing_is_refilled(tmp_path: Path) -> None:
+def test_a_ledger_of_another_schema_is_refused_naming_the_file_and_untouched(
+    tmp_path: Path,
+) -> None:
+    """Ledgers are never upgraded in place: a schema-1 file (and one of an unknown version) is
+    refused by the ledger and by the read-only caps lookup, saying which file and what to do."""
     path = tmp_path / "v1.sqlite"
     with closing(sqlite3.connect(path)) as db:
         db.executescript(V1_SCHEMA)
-    with Ledger(path, session_cap=3.0, composition="sequential") as ledger:
-        state = ledger.state("old")
-        assert (state.spent, state.chunks, state.withheld, state.last_chunk) == (1.5, 3, 1, 3)
-        assert state.epsilon == pytest.approx(1.5, rel=1e-6)
-        assert state.session_cap == 3.0
-        assert [(p.id, p.chunk_index, p.payload) for p in ledger.pending()] == [
-            (8, 1, b"1"), (9, 3, b"3"),
-        ]  # fmt: skip
-        assert ledger.withheld("old") == [(2, 0.5, "cap")]
-        assert [c.epsilon for c in ledger.charges("old")] == [{"a": 0.25, "b": 0.25}] * 3
-        assert ledger.next_index("old") == 4
-        charge = ledger.charge("old", 4, EPS, TOPIC, b"4")
-        assert charge.outbox_id > 9
-        assert charge.state.spent == 2.0
-        for i in range(5, 7):  # 3.0 − 2.0 = two more chunks of 0.5
-            ledger.charge("old", i, EPS, TOPIC, b"x")
-        with pytest.raises(BudgetExhaustedError):
-            ledger.charge("old", 7, EPS, TOPIC, b"x")
-        assert ledger.verify() == []
-    with (
-        Ledger(path, session_cap=4.0, composition="sequential") as ledger,
-        pytest.raises(ConfigError, match="refill"),
-    ):
-        ledger.open_session("old")  # the v1 cap was kept
+    with closing(sqlite3.connect(path)) as db:
+        before = list(db.iterdump())
+    with pytest.raises(LedgerError, match="schema version 1") as info:
+        Ledger(path, session_cap=3.0)
+    assert str(path) in str(info.value)
+    assert "start a new ledger" in str(info.value)
+    with pytest.raises(LedgerError, match="start a new ledger"):
+        stored_caps(path, "old")
+    with closing(sqlite3.connect(path)) as db:
+        assert list(db.iterdump()) == before  # nothing was written (only the journal mode)
     assert integrity(path) == "ok"
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    with pytest.raises(LedgerError, match=r"schema version 99.*newer gazeguard release"):
+        Ledger(path)
 
 
 def test_a_refused_item_is_moved_aside_kept_and_counted(tmp_path: Path) -> None:

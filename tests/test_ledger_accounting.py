@@ -7,6 +7,7 @@ import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -318,3 +319,55 @@ def test_a_fixed_epsilon_under_sequential_caps_is_released_with_its_slack_counte
         state = ledger.state("s")
     nominal = 3 * 0.01 * len(pipe.feature_names)
     assert nominal < state.spent == state.epsilon < nominal * 1.001
+
+
+def test_threads_asking_for_one_new_composition_compose_it_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The prefetch thread and a release's preview asking for the same new figure at once: the
+    second waits for the first's composition (then a cache lookup) instead of composing beside
+    it on a shared core; both get the same figure."""
+    import threading  # noqa: PLC0415
+
+    from gazeguard.ledger import LedgerComposer, pure_event_key  # noqa: PLC0415
+    from gazeguard.ledger import _compose as compose_module  # noqa: PLC0415
+
+    real = compose_module.compose
+    calls: list[tuple[str, str]] = []
+    inside, release = threading.Event(), threading.Event()
+
+    def watched(events: Any, delta: float) -> Any:
+        calls.append(("enter", threading.current_thread().name))
+        if len(calls) == 1:
+            inside.set()
+            release.wait(10)
+        out = real(events, delta)
+        calls.append(("leave", threading.current_thread().name))
+        return out
+
+    monkeypatch.setattr(compose_module, "compose", watched)
+    composer = LedgerComposer()
+    counts = {pure_event_key(0.0123): 4321}
+    got: dict[str, float] = {}
+
+    def ask(name: str) -> None:
+        got[name] = composer.epsilon(counts, 1e-6)
+
+    first = threading.Thread(target=ask, args=("first",), name="first")
+    second = threading.Thread(target=ask, args=("second",), name="second")
+    first.start()
+    assert inside.wait(10)
+    second.start()
+    second.join(0.3)
+    assert second.is_alive()  # waiting for the first's composition, not composing
+    assert calls == [("enter", "first")]
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert calls == [
+        ("enter", "first"),
+        ("leave", "first"),
+        ("enter", "second"),
+        ("leave", "second"),
+    ]
+    assert got["first"] == got["second"]

@@ -45,31 +45,36 @@ of FFTs for a new count), and admission runs a capacity search the first time a 
 no longer fits by its pure sum (a second or more). After each charge a background thread
 (not a daemon; :meth:`Ledger.close` waits for it; it ends after 0.5 s without a request)
 composes what the session's next identical release will need, so the release path finds cache
-lookups; the composer also remembers its last answers (a preview and its charge ask the same).
+lookups; the composer also remembers its last answers (a preview and its charge ask the same),
+and a figure being composed by one thread is waited for by another that asks for it, not
+composed twice.
 Figures and admission are always computed from the ledger's counts; the prefetch only warms
 the accountant's caches.
 
-Cost of a charge. A preview and its charge each read the session row, its event counts and its
-pending count (indexed statements), and check the windows the release falls in: the hourly
-window(s) of gaze time, the trailing hour of wall-clock time (``wall_clock``), and the trailing
-window's figure. Those window counts are not queried per check: the ledger holds each session's
-charges of the last 1.25 windows in memory (:mod:`gazeguard.ledger._recent`), exact for the
-session row's version, which every charge increments in its transaction. A writer uses them
-only when the row it has locked has that version, extends them only after its COMMIT, and
-reloads them in one query when another writer (a worker sharing a PostgreSQL ledger) charged the
-session; windows outside them (an old backlog) are queried as before. Nothing new is stored: the
-tables are the only source, so a restart or a ledger written by an older release recomputes
-nothing. Per chunk of a fleet worker (an hour of history, SQLite ``FULL``), the window checks
-took ~3 ms of CPU in six JOINs; now the charge is a few statements and its commit
-(``bench/bench_ledger.py --fleet``).
+Cost of a charge: the same at the first and the 600th chunk of an hour. A preview and its
+charge each read the session row, its event counts and its *counters* (``session_counters``),
+and check the windows the release falls in: the hourly window(s) of gaze time, the trailing
+hour of wall-clock time (``wall_clock``), and the trailing window's figure. The counters hold
+the event counts of the session's charges whose gaze ends after ``gaze_lo`` and of those made
+after ``wall_lo`` (the starts of its trailing windows, Unix s), and its pending outbox items.
+Each charge, in its own transaction, moves both starts up to its windows' and takes off the
+charges that left them (reading those rows only: each charge leaves once), adds itself and
+counts its outbox item; :meth:`Ledger.mark_delivered` and :meth:`Ledger.mark_refused` count
+theirs off in theirs. So a crash or a rollback (a refused release in a group commit) leaves
+counters that agree with the rows, which :meth:`Ledger.verify` checks. A release charged out of
+gaze order (an old backlog) checks each window it falls in with queries over those windows'
+rows, as does ``Ledger(counters=False)`` for every charge (the reference for tests and
+benchmarks; it keeps the counters up to date too).
 
 Concurrency. Each write is one transaction that serialises all writers of a session: SQLite
 ``BEGIN IMMEDIATE`` (threads and processes on one file), PostgreSQL ``SELECT … FOR UPDATE`` on
 the session row (workers of a fleet; ``Ledger("postgresql://…")``, needs ``gazeguard[fleet]``).
 
 Durability. SQLite runs in WAL mode with ``synchronous=FULL`` by default (a committed charge
-survives power loss). Outbox payloads are dropped once delivered; charge rows stay. Ledgers
-written by schema version 1 are upgraded in place on open (spent ε and numbering kept).
+survives power loss). Outbox payloads are dropped once delivered; charge rows stay. The schema
+is version 3; a version-2 ledger (the same tables without the counters) gets its counters
+counted from its rows when opened; any other version is refused, never upgraded: start a new
+ledger.
 
 Layout: ``policy`` (composition, caps, windows: plain code), ``_store`` (the SQL, once),
 ``_sqlite`` and ``_postgres`` (storage only), ``_compose`` (the accountant adapter),

@@ -57,6 +57,8 @@ class LedgerComposer:
         self._fits: dict[tuple[object, ...], bool] = {}
         self._epsilon: dict[tuple[object, ...], float] = {}
         self._lock = threading.Lock()
+        #: compositions under way (by rounded events and δ) → set when they are done
+        self._composing: dict[tuple[object, ...], threading.Event] = {}
 
     def event(self, key: str) -> Event:
         """The accounting event behind a stored key.
@@ -118,10 +120,29 @@ class LedgerComposer:
         memo = (tuple(sorted(counts.items())), delta, exact)
         hit = self._epsilon.get(memo)
         if hit is None:
-            composed = compose(self.events(counts, rounded=not exact), delta).epsilon
+            composed = self._composed(self.events(counts, rounded=not exact), delta)
             hit = min(composed, self.pure(counts))
             self._remember(self._epsilon, memo, hit)
         return hit
+
+    def _composed(self, events: dict[Event, int], delta: float) -> float:
+        """``compose(events, delta).epsilon``, computed once when several threads ask at once
+        (the prefetch thread and a release's preview): a later caller waits for the first one's
+        composition, which then is in the accountant's cache, instead of running the same FFTs
+        beside it on a shared core."""
+        key = (frozenset(events.items()), delta)
+        with self._lock:
+            running = self._composing.get(key)
+            if running is None:
+                self._composing[key] = threading.Event()
+        if running is not None:
+            running.wait()
+            return compose(events, delta).epsilon  # cached by now (or computed, if it failed)
+        try:
+            return compose(events, delta).epsilon
+        finally:
+            with self._lock:
+                self._composing.pop(key).set()
 
     def warm(self, before: Counts, cost: Counts, cap: float, delta: float) -> None:
         """Run (and cache) the capacity search :meth:`fits` will need for ``cost`` after

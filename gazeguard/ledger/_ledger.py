@@ -35,9 +35,8 @@ from gazeguard.ledger._model import (
     to_units_down,
     to_units_up,
 )
-from gazeguard.ledger._recent import MARGIN, Recent, RecentCache, row_key
 from gazeguard.ledger._sqlite import SqliteBackend
-from gazeguard.ledger._store import SessionRow, Store
+from gazeguard.ledger._store import Counters, SessionRow, Store
 from gazeguard.ledger.policy import Caps, Composer, Counts
 
 log = logging.getLogger("gazeguard.ledger")
@@ -120,6 +119,11 @@ class Ledger:
         prefetch: after each charge, compose the figures the session's next identical release
             will report, in a background thread (:class:`_Prefetch`), so that its preview and
             charge find them cached instead of composing on the release's path.
+        counters: answer a charge's window checks, its trailing window's figure and its pending
+            count from the session's stored counters (default). ``False`` recounts them with
+            queries over the rows at every charge (cost growing with the charges in the
+            window): the reference the counters are tested and benchmarked against. The
+            counters are kept up to date either way.
     """
 
     def __init__(
@@ -138,6 +142,7 @@ class Ledger:
         composition: str = "pld",
         wall_clock: bool = False,
         prefetch: bool = True,
+        counters: bool = True,
     ) -> None:
         self._caps = Caps(
             _cap(session_cap, "ledger.session_cap"),
@@ -152,7 +157,7 @@ class Ledger:
         self._accepted: set[str] = set()  # stored caps the configured ones may bind (JSON)
         self._composer: Composer = composer if composer is not None else LedgerComposer()
         self._prefetch = _Prefetch(self._composer) if prefetch else None
-        self._recent = RecentCache()
+        self._counted = bool(counters)
         self._backend: LedgerBackend
         if is_url(location):
             try:
@@ -246,21 +251,15 @@ class Ledger:
             store = Store(sql)
             row = store.session(session)
             caps = self._caps if row is None else self._binding(session, row)
-            view = _View(store, session, None)
-            if row is not None:  # held, or read once for the checks below (not kept: a read)
-                view.recent = self._recent_of(
-                    store, session, row, caps=caps, gaze_end=span[1], now=now
-                )
+            view = self._view(store, session, row)
             row = row or _empty_row(caps)
             counts = store.counts(session)
-            self._check(view, caps=caps, counts=counts, release=release, span=span, now=now)
-            after = _charged(row, release, span, "chunks", 0)
-            window = self._trailing(
-                view, caps=caps, last_end=after.last_gaze_end, span=span, release=release
-            )
+            after = self._windows(view, caps=caps, row=row, counts=counts, release=release,
+                                  span=span, now=now)  # fmt: skip
             state = self._figures(
-                session, row=after, caps=caps, counts=counts, release=release, window=window,
-                store=store,
+                session, row=_charged(row, release, span, "chunks", 0), caps=caps,
+                counts=policy.merged(counts, release.events), window=after.gaze,
+                pending=view.pending() + 1,
             )  # fmt: skip
             return Preview(state, row.version)
 
@@ -310,11 +309,7 @@ class Ledger:
         )  # fmt: skip
         release, span = _validated(request)
         with self._backend.write() as sql:
-            charge, recent = self._charge_in(
-                Store(sql, self._backend.lock_clause), request, release, span, {}
-            )
-        self._recent.install(session, recent)  # committed
-        return charge
+            return self._charge_in(Store(sql, self._backend.lock_clause), request, release, span)
 
     def charge_many(self, requests: Sequence[ChargeRequest]) -> list[Charge | LedgerRefusal]:
         """Charge several releases in ONE durable transaction (group commit), each as
@@ -345,7 +340,6 @@ class Ledger:
         if all(isinstance(c, Exception) for c in checked):
             return [c for c in checked if isinstance(c, Exception)]  # (no transaction)
         out: list[Charge | LedgerRefusal] = []
-        staged: dict[str, Recent] = {}  # per session, its charges as this transaction leaves them
         with self._backend.write() as sql:
             store = Store(sql, self._backend.lock_clause)
             for request, item in zip(requests, checked, strict=True):
@@ -354,9 +348,7 @@ class Ledger:
                     continue
                 sql.run("SAVEPOINT gazeguard_charge")
                 try:
-                    charge, recent = self._charge_in(store, request, *item, staged)
-                    out.append(charge)
-                    staged[request.session] = recent
+                    out.append(self._charge_in(store, request, *item))
                 except (
                     BudgetExhaustedError,
                     DuplicateChargeError,
@@ -366,22 +358,13 @@ class Ledger:
                     sql.run("ROLLBACK TO SAVEPOINT gazeguard_charge")
                     out.append(exc)
                 sql.run("RELEASE SAVEPOINT gazeguard_charge")
-        for session, recent in staged.items():  # committed
-            self._recent.install(session, recent)
         return out
 
     def _charge_in(
-        self,
-        store: Store,
-        request: ChargeRequest,
-        release: _Release,
-        span: tuple[float, float],
-        staged: Mapping[str, Recent],
-    ) -> tuple[Charge, Recent]:
-        """:meth:`charge`'s writes inside the caller's write transaction; the charge, and the
-        session's recent charges as it leaves them (to remember once the transaction commits).
-
-        ``staged``: recent charges of sessions this transaction charged already (uncommitted)."""
+        self, store: Store, request: ChargeRequest, release: _Release, span: tuple[float, float]
+    ) -> Charge:
+        """:meth:`charge`'s writes inside the caller's write transaction: the checks, the charge
+        with its outbox item, and the session's counters as the charge leaves them."""
         session, chunk_index, stream = request.session, request.chunk_index, request.stream
         now = time.time()
         row, caps = self._lock(store, session, now)
@@ -393,14 +376,11 @@ class Ledger:
                 f"session {session!r} changed since the preview (version {request.version} → "
                 f"{row.version}); preview again"
             )
-        recent = staged.get(session)
-        if recent is None or recent.key != row_key(row):
-            recent = self._recent_of(store, session, row, caps=caps, gaze_end=span[1], now=now)
+        view = self._view(store, session, row, write=True)
         counts = store.counts(session)
-        self._check(
-            _View(store, session, recent), caps=caps, counts=counts, release=release, span=span,
-            now=now,
-        )  # fmt: skip
+        after_counters = self._windows(
+            view, caps=caps, row=row, counts=counts, release=release, span=span, now=now
+        )  # the checks; and the counters after the charge, computed before its rows exist
         store.insert_charge(
             session, stream, chunk_index, epsilon_json=release.epsilon_json, units=release.units,
             events=release.events, gaze=span, now=now,
@@ -412,23 +392,16 @@ class Ledger:
             session, stream, chunk_index, topic=request.topic, payload=bytes(request.payload),
             now=now,
         )  # fmt: skip
-        recent = recent.extended(row_key(after), span[1], now, release.events)
-        margin = _kept_s(caps)
-        assert after.last_gaze_end is not None
-        recent.prune(after.last_gaze_end - margin, now - margin)
-        window = self._trailing(
-            _View(store, session, recent), caps=caps, last_end=after.last_gaze_end, span=None,
-            release=None,
-        )  # fmt: skip
+        store.put_counters(session, after_counters, pending_added=1)
         after_counts = policy.merged(counts, release.events)  # (as insert_charge added them)
         state = self._figures(
-            session, row=after, caps=caps, counts=after_counts, release=None, window=window,
-            store=store,
+            session, row=after, caps=caps, counts=after_counts, window=after_counters.gaze,
+            pending=after_counters.pending,
         )  # fmt: skip
         if self._prefetch is not None and not caps.sequential:
-            self._prefetch.submit(caps, after_counts, window, release.events)
+            self._prefetch.submit(caps, after_counts, after_counters.gaze, release.events)
         total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
-        return Charge(session, chunk_index, total, state, outbox_id), recent
+        return Charge(session, chunk_index, total, state, outbox_id)
 
     def withhold(
         self,
@@ -510,9 +483,9 @@ class Ledger:
         with self._backend.read() as sql:
             store = Store(sql)
             row = store.session(session)
-            if row is None:
-                return self._state(store, session, _empty_row(self._caps), self._caps)
-            return self._state(store, session, row, Caps.from_json(row.caps))
+            return self._state(
+                store, session, row, self._caps if row is None else Caps.from_json(row.caps)
+            )
 
     def next_index(self, session: str, stream: str = "chunks") -> int:
         """The first index not yet charged or withheld in ``stream`` (restarts continue there)."""
@@ -555,21 +528,21 @@ class Ledger:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _recent_of(
-        self,
-        store: Store,
-        session: str,
-        row: SessionRow,
-        *,
-        caps: Caps,
-        gaze_end: float,
-        now: float,
-    ) -> Recent:
-        """The session's recent charges: those held in memory for ``row``'s version, else read
-        for a release ending at ``gaze_end`` charged at ``now`` (Unix s; :func:`_load`)."""
-        return self._recent.get(session, row_key(row)) or _load(
-            store, session, row, caps=caps, gaze_end=gaze_end, now=now
-        )
+    def _view(
+        self, store: Store, session: str, row: SessionRow | None, *, write: bool = False
+    ) -> _View:
+        """The session's window aggregates in this transaction (``row``: its row, ``None`` for
+        an unknown session): from its stored counters, or recounted (``counters=False``).
+        ``write``: a write transaction, which restores missing counters (a damaged ledger)."""
+        if row is None:
+            return _View(store, session, _EMPTY if self._counted else None)
+        counters = store.counters(session)
+        if counters is None:
+            log.warning("ledger %s: session %r had no counters", self._backend.location, session)
+            if write:
+                counters = store.recount(session, None, None)
+                store.write_counters(session, counters)
+        return _View(store, session, counters if self._counted else None)
 
     def _binding(self, session: str, row: SessionRow) -> Caps:
         """The caps that bind the session (ConfigError: the configured ones are looser than
@@ -611,47 +584,50 @@ class Ledger:
             row.caps = caps.to_json()
         return row, caps
 
-    def _check(
+    def _windows(
         self,
         view: _View,
         *,
         caps: Caps,
+        row: SessionRow,
         counts: Counts,
         release: _Release,
         span: tuple[float, float],
         now: float,
-    ) -> None:
+    ) -> Counters:
+        """Check the release against the caps; the session's counters as charging it leaves
+        them (computed before its rows are written; ``now``: its charge time, Unix s).
+
+        Which gaze windows: a release ending at or after the session's latest gaze (the normal
+        case) can only overfill the window that ends at its own gaze end
+        (:func:`~gazeguard.ledger.policy.windows_to_check`), and those counts are the trailing
+        window's, which the counters hold; one charged out of order (or any release when
+        recounting) checks every window :func:`policy.windows_to_check` names, counted from
+        the rows.
+
+        Raises:
+            BudgetExhaustedError: the release does not fit; nothing about it may be written.
+        """
+        end, last, w = span[1], row.last_gaze_end, caps.window_s
+        gaze_lo = (end if last is None else max(last, end)) - w  # the trailing window after it
+        trailing = view.gaze_since(gaze_lo)
+        wall_lo = now - w
+        wall = view.wall_since(wall_lo)
         windows: list[Counts] = []
-        wall: Counts | None = None
         if caps.window is not None:
-            later = view.gaze_ends(span[1], span[1] + caps.window_s)
-            windows = [
-                view.window_counts(a, e)
-                for a, e in policy.windows_to_check(span[1], caps.window_s, later)
-            ]
-            if caps.wall_clock:
-                wall = view.charged_since(now - caps.window_s)
+            if view.counters is not None and (last is None or end >= last):
+                windows = [trailing]
+            else:
+                later = view.gaze_ends(end, end + w)
+                windows = [view.window(a, e) for a, e in policy.windows_to_check(end, w, later)]
         policy.check(
             self._composer, caps, view.session, session=counts, windows=windows,
             cost=release.events, wall=wall,
         )  # fmt: skip
-
-    def _trailing(
-        self,
-        view: _View,
-        *,
-        caps: Caps,
-        last_end: float | None,
-        span: tuple[float, float] | None,
-        release: _Release | None,
-    ) -> Counts:
-        """Counts of the trailing window of gaze time (with ``release`` added when previewing)."""
-        if last_end is None:
-            return {}
-        counts = view.window_counts(last_end - caps.window_s, last_end)
-        if release is not None and span is not None and span[1] > last_end - caps.window_s:
-            counts = policy.merged(counts, release.events)
-        return counts
+        return Counters(
+            gaze_lo, wall_lo, policy.merged(trailing, release.events) if end > gaze_lo else
+            dict(trailing), policy.merged(wall, release.events), view.pending() + 1,
+        )  # fmt: skip
 
     def _figures(
         self,
@@ -660,74 +636,100 @@ class Ledger:
         row: SessionRow,
         caps: Caps,
         counts: Counts,
-        release: _Release | None,
         window: Counts,
-        store: Store,
+        pending: int,
     ) -> LedgerState:
-        if release is not None:
-            counts = policy.merged(counts, release.events)
         fig = policy.figures(self._composer, caps, counts, window)
-        pending = store.pending_count(session) + (1 if release is not None else 0)
         return _make_state(session, row, caps, fig, pending)
 
-    def _state(self, store: Store, session: str, row: SessionRow, caps: Caps) -> LedgerState:
-        window = self._trailing(
-            _View(store, session, None), caps=caps, last_end=row.last_gaze_end, span=None,
-            release=None,
-        )  # fmt: skip
+    def _state(self, store: Store, session: str, row: SessionRow | None, caps: Caps) -> LedgerState:
+        """The state of a session (``row``: its row, ``None`` for an unknown session)."""
+        view = self._view(store, session, row)
+        row = row or _empty_row(caps)
+        last = row.last_gaze_end
         return self._figures(
-            session, row=row, caps=caps, counts=store.counts(session), release=None,
-            window=window, store=store,
+            session, row=row, caps=caps, counts=store.counts(session),
+            window={} if last is None else view.gaze_since(last - caps.window_s),
+            pending=view.pending(),
         )  # fmt: skip
+
+
+#: The counters of a session without charges.
+_EMPTY = Counters(None, None, {}, {}, 0)
 
 
 class _View:
-    """A session's window aggregates inside one transaction: from its :class:`Recent` charges
-    where they hold the window asked about, else from SQL (the same answers either way)."""
+    """A session's window aggregates inside one transaction: from its stored counters (moved
+    up to the window asked about by taking off the charges that left it: those rows only), or,
+    for a window they do not hold or with ``counters`` ``None``, counted from the rows. The
+    answers are the same either way."""
 
-    __slots__ = ("recent", "session", "store")
+    __slots__ = ("counters", "session", "store")
 
-    def __init__(self, store: Store, session: str, recent: Recent | None) -> None:
+    def __init__(self, store: Store, session: str, counters: Counters | None) -> None:
         self.store = store
         self.session = session
-        self.recent = recent
+        self.counters = counters
+
+    def gaze_since(self, start: float) -> Counts:
+        """Event counts of the session's charges whose gaze ends after ``start`` (Unix s)."""
+        c = self.counters
+        if c is not None and (c.gaze_lo is None or start >= c.gaze_lo):
+            if start == c.gaze_lo:
+                return c.gaze
+            left = self.store.gaze_between(self.session, c.gaze_lo, start)
+            out = _without(c.gaze, left)
+            if out is not None:
+                return out
+            self._damaged("gaze", c.gaze, left)
+        return self.store.gaze_between(self.session, start, None)
+
+    def wall_since(self, since: float) -> Counts:
+        """Event counts of the session's charges made after ``since`` (Unix s, wall clock)."""
+        c = self.counters
+        if c is not None and (c.wall_lo is None or since >= c.wall_lo):
+            if since == c.wall_lo:
+                return c.wall
+            left = self.store.wall_between(self.session, c.wall_lo, since)
+            out = _without(c.wall, left)
+            if out is not None:
+                return out
+            self._damaged("wall", c.wall, left)
+        return self.store.wall_between(self.session, since, None)
+
+    def window(self, start: float, end: float) -> Counts:
+        """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s)."""
+        return self.store.gaze_between(self.session, start, end)
 
     def gaze_ends(self, start: float, end: float) -> list[float]:
         """Distinct gaze ends (Unix s) of the session's charges in ``[start, end)``."""
-        r = self.recent
-        if r is not None and start > r.gaze_lo:
-            return r.gaze_ends(start, end)
         return self.store.gaze_ends(self.session, start, end)
 
-    def window_counts(self, start: float, end: float) -> Counts:
-        """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s)."""
-        r = self.recent
-        if r is not None and r.covers_gaze(start):
-            return r.window_counts(start, end)
-        return self.store.window_counts(self.session, start, end)
+    def pending(self) -> int:
+        """The session's pending outbox items."""
+        c = self.counters
+        return self.store.pending_count(self.session) if c is None else c.pending
 
-    def charged_since(self, since: float) -> Counts:
-        """Event counts of the session's charges made after ``since`` (Unix s, wall clock)."""
-        r = self.recent
-        if r is not None and r.covers_wall(since):
-            return r.charged_since(since)
-        return self.store.charged_since(self.session, since)
+    def _damaged(self, which: str, held: Counts, left: Counts) -> None:
+        log.error(
+            "session %r: its %s counters %s cannot lose the charges %s that left the window; "
+            "counting from the rows (Ledger.verify() reports the difference)",
+            self.session, which, dict(held), dict(left),
+        )  # fmt: skip
 
 
-def _kept_s(caps: Caps) -> float:
-    """How far back (s) a session's recent charges are kept: the window and :data:`MARGIN`."""
-    return (1.0 + MARGIN) * caps.window_s
-
-
-def _load(
-    store: Store, session: str, row: SessionRow, *, caps: Caps, gaze_end: float, now: float
-) -> Recent:
-    """Read the session's charges a release ending at ``gaze_end`` (Unix s) charged at ``now``
-    asks about, with :data:`MARGIN` to spare: one query instead of one per window."""
-    last = row.last_gaze_end
-    anchor = gaze_end if last is None else min(gaze_end, last)
-    margin = _kept_s(caps)
-    return Recent.load(store, session, row_key(row), anchor - margin, now - margin)
+def _without(held: Counts, left: Counts) -> dict[str, int] | None:
+    """``held`` minus ``left`` (zeros dropped), or ``None`` if ``left`` is not part of it."""
+    out = dict(held)
+    for key, n in left.items():
+        rest = out.get(key, 0) - n
+        if rest < 0:
+            return None
+        if rest:
+            out[key] = rest
+        else:
+            del out[key]
+    return out
 
 
 class _Prefetch:

@@ -20,7 +20,10 @@ MAX_EPSILON = 1e4
 """Largest ε accepted for one feature of one chunk."""
 MAX_CAP = 1e9
 """Largest cap (or withheld request) accepted: 10¹⁵ units, far inside SQLite's 64-bit integers."""
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
+#: The schema version whose ledgers are opened as version 3: the same tables and rows, without
+#: the ``session_counters`` (derived from the rows, so they are counted on open).
+UNCOUNTED_VERSION = "2"
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
 
@@ -267,21 +270,30 @@ class LedgerBackend(Protocol):
 
 
 def check_schema(sql: Sql, location: str) -> None:
-    """Stamp a new ledger with :data:`SCHEMA_VERSION`, or refuse one written by another."""
+    """Stamp a new ledger with :data:`SCHEMA_VERSION`, or refuse one written by another schema.
+
+    Ledgers are never upgraded in place: a file (or database) of another schema version is
+    refused with a :class:`LedgerError` that names it and says what to do.
+    """
     row = sql.one("SELECT value FROM meta WHERE key = 'schema'")
     if row is None:
         sql.run("INSERT INTO meta (key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
     elif row[0] != SCHEMA_VERSION:
-        raise LedgerError(
-            f"ledger {location!r} has schema version {row[0]}, this gazeguard reads version "
-            f"{SCHEMA_VERSION}; use the gazeguard release that wrote it"
-        )
+        raise LedgerError(schema_mismatch(location, str(row[0])))
 
 
-def upgrading_from_v1(sql: Sql) -> bool:
-    """True when the open ledger has schema version 1 (and is about to be upgraded)."""
-    row = sql.one("SELECT value FROM meta WHERE key = 'schema'")
-    return row is not None and row[0] == "1"
+def schema_mismatch(location: str, found: str) -> str:
+    """The message for a ledger at ``location`` written with schema version ``found``."""
+    head = (
+        f"ledger {location!r} has schema version {found}; this gazeguard reads version "
+        f"{SCHEMA_VERSION} only and does not upgrade ledgers: "
+    )
+    if found.isdigit() and int(found) > int(SCHEMA_VERSION):
+        return head + "use the newer gazeguard release that wrote it"
+    return head + (
+        "start a new ledger (point ledger.path, or ledger.url, at a new file or database) and "
+        "keep this one for its records"
+    )
 
 
 def event_key(event: Event) -> str:
@@ -293,19 +305,6 @@ def event_key(event: Event) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def pure_event_key(epsilon: float) -> str:
-    """The key of one pure ε-DP release (v1 charges and releases that state only a pure ε);
+    """The key of one pure ε-DP release (releases that state only a pure ε);
     cached: a release states the same few ε for each of its features, every chunk."""
     return event_key(PureEvent(float(epsilon)))
-
-
-def copy_v1_tables(sql: Sql, overriding: str = "") -> None:
-    """Fill the new tables from the renamed v1 ones and stamp version 2 (pure ε only in v1)."""
-    from gazeguard.ledger._store import copy_v1  # noqa: PLC0415 - the store imports this module
-    from gazeguard.ledger.policy import Caps  # noqa: PLC0415
-
-    def caps_json(cap_units: int | None) -> str:
-        session = None if cap_units is None else cap_units / UNITS_PER_EPSILON
-        return Caps(session=session, composition="sequential").to_json()  # v1 caps were pure
-
-    copy_v1(sql, pure_event_key, caps_json, overriding)
-    sql.run("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))

@@ -25,15 +25,8 @@ from typing import Any
 import psycopg
 
 from gazeguard.errors import ConfigError, GazeguardError
-from gazeguard.ledger._model import (
-    LedgerError,
-    Sql,
-    Synchronous,
-    check_schema,
-    copy_v1_tables,
-    upgrading_from_v1,
-)
-from gazeguard.ledger._store import ensure_indexes, rename_v1
+from gazeguard.ledger._model import LedgerError, Sql, Synchronous, check_schema
+from gazeguard.ledger._store import add_counters, ensure_indexes
 
 __all__ = ["PostgresBackend"]
 
@@ -74,6 +67,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
     FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS session_counters (
+    session TEXT PRIMARY KEY REFERENCES sessions(session),
+    gaze_lo DOUBLE PRECISION, wall_lo DOUBLE PRECISION,
+    gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',
+    pending BIGINT NOT NULL DEFAULT 0);
 """
 # Serialises schema creation by concurrent workers (CREATE TABLE IF NOT EXISTS is not atomic).
 _SCHEMA_LOCK_KEY = 0x67617A65  # "gaze"
@@ -136,26 +134,12 @@ class PostgresBackend:
             with self.write() as sql:
                 sql.run("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK_KEY,))
                 has_meta = sql.one("SELECT to_regclass('meta')")
-                upgrade = (
-                    has_meta is not None and has_meta[0] is not None and upgrading_from_v1(sql)
-                )
-                if upgrade:
-                    rename_v1(sql)
-                    sql.run("DROP INDEX IF EXISTS outbox_pending")
-                    # Index (and constraint) names do not follow a table rename in PostgreSQL.
-                    for (index,) in sql.all(
-                        "SELECT indexname FROM pg_indexes WHERE right(tablename, 3) = '_v1'"
-                    ):
-                        sql.run(f'ALTER INDEX "{index}" RENAME TO "{index}_v1"')
+                if has_meta is not None and has_meta[0] is not None:
+                    add_counters(sql, POSTGRES_SCHEMA)  # schema 2: the same, counted
+                    check_schema(sql, self.location)  # before any DDL: another schema is refused
                 for statement in POSTGRES_SCHEMA.split(";"):
                     if statement.strip():
                         sql.run(statement)
-                if upgrade:
-                    copy_v1_tables(sql, overriding="OVERRIDING SYSTEM VALUE")
-                    sql.run(
-                        "SELECT setval(pg_get_serial_sequence('outbox', 'id'), "
-                        "COALESCE((SELECT MAX(id) FROM outbox), 0) + 1, false)"
-                    )
                 check_schema(sql, self.location)
                 ensure_indexes(sql)
         except BaseException:

@@ -13,15 +13,14 @@ from typing import Any
 
 from gazeguard.errors import ConfigError, GazeguardError
 from gazeguard.ledger._model import (
-    UNITS_PER_EPSILON,
+    SCHEMA_VERSION,
     LedgerError,
     Sql,
     Synchronous,
     check_schema,
-    copy_v1_tables,
-    upgrading_from_v1,
+    schema_mismatch,
 )
-from gazeguard.ledger._store import ensure_indexes, rename_v1
+from gazeguard.ledger._store import add_counters, ensure_indexes
 from gazeguard.ledger.policy import Caps
 
 SQLITE_SCHEMA = """
@@ -60,6 +59,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
     FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS session_counters (
+    session TEXT PRIMARY KEY REFERENCES sessions(session),
+    gaze_lo REAL, wall_lo REAL,                                 -- Unix s, NULL: no bound
+    gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',  -- JSON
+    pending INTEGER NOT NULL DEFAULT 0);
 """
 
 
@@ -171,18 +175,14 @@ class SqliteBackend:
             has_meta = sql.one("SELECT name FROM sqlite_master WHERE name = 'meta'") is not None
             if not has_meta and not create:
                 raise LedgerError(f"{self.location!r} is an SQLite file but not a gazeguard ledger")
-            upgrade = has_meta and upgrading_from_v1(sql)
-            if upgrade:
-                rename_v1(sql)
-                for index in ("outbox_pending",):
-                    sql.run(f"DROP INDEX IF EXISTS {index}")
-            if not has_meta or upgrade:
+            if has_meta:
+                add_counters(sql, SQLITE_SCHEMA)  # schema 2: the same, counted
+                check_schema(sql, self.location)  # before any DDL: another schema is refused
+            else:
                 for statement in SQLITE_SCHEMA.split(";"):
                     if statement.strip():
                         sql.run(statement)
-            if upgrade:
-                copy_v1_tables(sql)
-            check_schema(sql, self.location)
+                check_schema(sql, self.location)
             ensure_indexes(sql)
 
     @contextmanager
@@ -223,12 +223,11 @@ class SqliteBackend:
 
 def stored_caps(path: Path, session: str) -> Caps | None:
     """The caps stored with ``session`` in the SQLite ledger at ``path``, read without opening
-    the ledger for writing (no upgrade, no lock); ``None`` for a missing file or a session the
-    ledger does not know. A schema-1 ledger (upgraded on its next open) kept only a pure
-    session cap, in micro-ε.
+    the ledger for writing (no lock); ``None`` for a missing file or a session the ledger does
+    not know.
 
     Raises:
-        LedgerError: the file is not a readable ledger.
+        LedgerError: the file is not a readable ledger, or one of another schema version.
     """
     if not path.is_file():
         return None
@@ -236,14 +235,8 @@ def stored_caps(path: Path, session: str) -> Caps | None:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             version = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if version is not None and version[0] == "1":
-                row = conn.execute(
-                    "SELECT session_cap FROM sessions WHERE session = ?", (session,)
-                ).fetchone()
-                if row is None:
-                    return None
-                cap = None if row[0] is None else row[0] / UNITS_PER_EPSILON
-                return Caps(cap, composition="sequential")
+            if version is not None and str(version[0]) != SCHEMA_VERSION:
+                raise LedgerError(schema_mismatch(str(path), str(version[0])))
             row = conn.execute("SELECT caps FROM sessions WHERE session = ?", (session,)).fetchone()
         finally:
             conn.close()

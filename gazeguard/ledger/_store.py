@@ -3,7 +3,7 @@
 Storage only: rows in, rows out. What the rows mean (composition, caps, windows) is
 :mod:`gazeguard.ledger.policy`; when to write them is :class:`gazeguard.ledger.Ledger`.
 
-Tables (schema version 2; DDL in the backends):
+Tables (schema version 3; DDL in the backends):
 
 * ``sessions`` — one row per session: its caps (JSON), counters, the sequential pure spend in
   integer micro-ε, the last chunk index and the latest gaze time charged, and ``version``
@@ -15,6 +15,12 @@ Tables (schema version 2; DDL in the backends):
 * ``charges`` — one row per charged release (session, stream, index): pure ε per feature (JSON),
   its pure total in micro-ε (NULL when it has no pure bound), its gaze time span (Unix s).
 * ``charge_events`` — the events of each charge (for windows over gaze time).
+* ``session_counters`` — per session, counters maintained in the transaction of every charge
+  (and of every outbox state change) so that a charge needs no query over the window's rows
+  (:class:`Counters`): the event counts of the charges whose gaze ends after ``gaze_lo`` and of
+  those made after ``wall_lo`` (both Unix s, advanced to the start of the trailing window by
+  each charge), and the number of pending outbox items. Derived data: :meth:`Store.recount`
+  gives the same from the rows, :meth:`Store.verify` compares them.
 * ``withheld`` — releases refused by a cap or dropped on an error.
 * ``outbox`` — charged payloads waiting for the sink's acknowledgement; ``state`` is
   ``pending``, ``delivered`` (payload dropped) or ``refused`` (the broker permanently refused it:
@@ -25,11 +31,11 @@ Tables (schema version 2; DDL in the backends):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gazeguard.ledger._model import Sql
+from gazeguard.ledger._model import SCHEMA_VERSION, UNCOUNTED_VERSION, Sql
 
 
 @dataclass(slots=True)
@@ -46,6 +52,35 @@ class SessionRow:
     max_units: int
     last_chunk: int | None
     last_gaze_end: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """A session's stored counters (the ``session_counters`` row).
+
+    Attributes:
+        gaze_lo: the gaze counts are of the charges whose gaze ends after this (Unix s;
+            ``None``: of all charges).
+        wall_lo: the wall counts are of the charges made after this (Unix s, wall clock;
+            ``None``: of all charges).
+        gaze: accounting-event key → releases, over the charges after ``gaze_lo`` in gaze time.
+        wall: the same over the charges made after ``wall_lo``.
+        pending: the session's pending outbox items.
+    """
+
+    gaze_lo: float | None
+    wall_lo: float | None
+    gaze: dict[str, int]
+    wall: dict[str, int]
+    pending: int
+
+
+def _counts_json(counts: Mapping[str, int]) -> str:
+    return json.dumps({k: int(n) for k, n in counts.items() if n}, sort_keys=True)
+
+
+def _counts_of(text: str) -> dict[str, int]:
+    return {str(k): int(n) for k, n in json.loads(text).items()}
 
 
 class Store:
@@ -79,11 +114,16 @@ class Store:
         )  # fmt: skip
 
     def create_session(self, session: str, caps: str, now: float) -> None:
-        """Insert the session (a concurrent insert by another writer is not an error)."""
+        """Insert the session and its (empty) counters (a concurrent insert by another writer
+        is not an error)."""
         self.sql.run(
             "INSERT INTO sessions (session, caps, created) VALUES (?, ?, ?) "
             "ON CONFLICT (session) DO NOTHING",
             (session, caps, now),
+        )
+        self.sql.run(
+            "INSERT INTO session_counters (session) VALUES (?) ON CONFLICT (session) DO NOTHING",
+            (session,),
         )
 
     def set_caps(self, session: str, caps: str) -> None:
@@ -120,42 +160,38 @@ class Store:
         )
         return {str(k): int(n) for k, n in rows}
 
-    def window_counts(self, session: str, start: float, end: float) -> dict[str, int]:
-        """Event counts of the session's charges whose gaze ends in ``(start, end]``."""
+    def gaze_between(self, session: str, start: float | None, end: float | None) -> dict[str, int]:
+        """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s;
+        ``None``: unbounded on that side). Reads those charges only (index on gaze end)."""
+        return self._events_between("gaze_end", session, start, end)
+
+    def wall_between(self, session: str, start: float | None, end: float | None) -> dict[str, int]:
+        """Event counts of the session's charges made in ``(start, end]`` (Unix s, wall clock;
+        ``None``: unbounded on that side). Reads those charges only (index on charge time)."""
+        return self._events_between("created", session, start, end)
+
+    def _events_between(
+        self, column: str, session: str, start: float | None, end: float | None
+    ) -> dict[str, int]:
+        where = ["c.session = ?"]
+        params: list[object] = [session]
+        if start is not None:
+            where.append(f"c.{column} > ?")
+            params.append(start)
+        if end is not None:
+            where.append(f"c.{column} <= ?")
+            params.append(end)
+        # CROSS JOIN: SQLite then reads the range of ``charges`` first (its index on the
+        # column), not every ``charge_events`` row of the session (its guess without ANALYZE);
+        # PostgreSQL plans it as the inner join it is.
         rows = self.sql.all(
-            "SELECT e.key, SUM(ce.count) FROM charges c "
-            "JOIN charge_events ce ON ce.session = c.session AND ce.stream = c.stream "
-            "AND ce.idx = c.idx JOIN events e ON e.id = ce.event_id "
-            "WHERE c.session = ? AND c.gaze_end > ? AND c.gaze_end <= ? GROUP BY e.key",
-            (session, start, end),
+            "SELECT e.key, SUM(ce.count) FROM charges c "  # noqa: S608 - a fixed column name
+            "CROSS JOIN charge_events ce CROSS JOIN events e WHERE ce.session = c.session "
+            "AND ce.stream = c.stream AND ce.idx = c.idx AND e.id = ce.event_id "
+            f"AND {' AND '.join(where)} GROUP BY e.key",
+            params,
         )
         return {str(k): int(n) for k, n in rows}
-
-    def charged_since(self, session: str, since: float) -> dict[str, int]:
-        """Event counts of the session's charges made after ``since`` (Unix s, wall clock)."""
-        rows = self.sql.all(
-            "SELECT e.key, SUM(ce.count) FROM charges c "
-            "JOIN charge_events ce ON ce.session = c.session AND ce.stream = c.stream "
-            "AND ce.idx = c.idx JOIN events e ON e.id = ce.event_id "
-            "WHERE c.session = ? AND c.created > ? GROUP BY e.key",
-            (session, since),
-        )
-        return {str(k): int(n) for k, n in rows}
-
-    def recent_charges(
-        self, session: str, gaze_after: float, created_after: float
-    ) -> list[tuple[Any, ...]]:
-        """``(stream, idx, gaze_end, created, event key, count)`` of the session's charges whose
-        gaze ends after ``gaze_after`` or that were made after ``created_after`` (Unix s), one
-        row per event, in charge order (a charge's rows together)."""
-        return self.sql.all(
-            "SELECT c.stream, c.idx, c.gaze_end, c.created, e.key, ce.count FROM charges c "
-            "JOIN charge_events ce ON ce.session = c.session AND ce.stream = c.stream "
-            "AND ce.idx = c.idx JOIN events e ON e.id = ce.event_id "
-            "WHERE c.session = ? AND (c.gaze_end > ? OR c.created > ?) "
-            "ORDER BY c.created, c.stream, c.idx",
-            (session, gaze_after, created_after),
-        )
 
     def gaze_ends(self, session: str, start: float, end: float) -> list[float]:
         """Gaze end times of the session's charges in ``[start, end)``."""
@@ -327,13 +363,21 @@ class Store:
         return int(row[0])
 
     def mark_delivered(self, outbox_id: int, now: float) -> bool:
-        """Pending → delivered, payload dropped; ``False`` if it was not pending."""
-        return bool(
-            self.sql.run(
-                "UPDATE outbox SET state = 'delivered', delivered = ?, payload = NULL "
-                "WHERE id = ? AND state = 'pending'",
-                (now, outbox_id),
-            )
+        """Pending → delivered, payload dropped, the session's pending counter decremented;
+        ``False`` if it was not pending."""
+        row = self.sql.one(
+            "UPDATE outbox SET state = 'delivered', delivered = ?, payload = NULL "
+            "WHERE id = ? AND state = 'pending' RETURNING session",
+            (now, outbox_id),
+        )
+        if row is None:
+            return False
+        self._pending_done(str(row[0]))
+        return True
+
+    def _pending_done(self, session: str) -> None:
+        self.sql.run(
+            "UPDATE session_counters SET pending = pending - 1 WHERE session = ?", (session,)
         )
 
     def mark_refused(self, outbox_id: int, reason: str, now: float) -> str | None:
@@ -348,6 +392,7 @@ class Store:
             (now, reason, outbox_id),
         )
         self.sql.run("UPDATE sessions SET refused = refused + 1 WHERE session = ?", (row[0],))
+        self._pending_done(str(row[0]))
         return str(row[0])
 
     def refused(self, session: str | None) -> list[tuple[Any, ...]]:
@@ -361,6 +406,63 @@ class Store:
             query += " AND session = ?"
             params.append(session)
         return self.sql.all(query + " ORDER BY id", params)
+
+    # ---- counters -------------------------------------------------------------------------
+    def counters(self, session: str) -> Counters | None:
+        """The session's stored counters, or ``None`` (no row: an unknown session)."""
+        row = self.sql.one(
+            "SELECT gaze_lo, wall_lo, gaze_counts, wall_counts, pending FROM session_counters "
+            "WHERE session = ?",
+            (session,),
+        )
+        if row is None:
+            return None
+        return Counters(
+            None if row[0] is None else float(row[0]), None if row[1] is None else float(row[1]),
+            _counts_of(row[2]), _counts_of(row[3]), int(row[4]),
+        )  # fmt: skip
+
+    def recount(self, session: str, gaze_lo: float | None, wall_lo: float | None) -> Counters:
+        """What the session's counters with these bounds must hold, counted from its rows."""
+        return Counters(
+            gaze_lo, wall_lo, self.gaze_between(session, gaze_lo, None),
+            self.wall_between(session, wall_lo, None), self.pending_count(session),
+        )  # fmt: skip
+
+    def put_counters(self, session: str, counters: Counters, *, pending_added: int) -> None:
+        """Store the session's window counters and bounds from ``counters``, and add
+        ``pending_added`` to its pending count (relative: an outbox item may be delivered by
+        another connection meanwhile, which decrements the stored count)."""
+        self.sql.run(
+            "UPDATE session_counters SET gaze_lo = ?, wall_lo = ?, gaze_counts = ?, "
+            "wall_counts = ?, pending = pending + ? WHERE session = ?",
+            (
+                counters.gaze_lo, counters.wall_lo, _counts_json(counters.gaze),
+                _counts_json(counters.wall), pending_added, session,
+            ),
+        )  # fmt: skip
+
+    def write_counters(self, session: str, counters: Counters) -> None:
+        """Insert or overwrite the session's counters (all of them, ``pending`` included)."""
+        self.sql.run(
+            "INSERT INTO session_counters (session, gaze_lo, wall_lo, gaze_counts, wall_counts, "
+            "pending) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session) DO UPDATE SET "
+            "gaze_lo = excluded.gaze_lo, wall_lo = excluded.wall_lo, "
+            "gaze_counts = excluded.gaze_counts, wall_counts = excluded.wall_counts, "
+            "pending = excluded.pending",
+            (
+                session, counters.gaze_lo, counters.wall_lo, _counts_json(counters.gaze),
+                _counts_json(counters.wall), counters.pending,
+            ),
+        )  # fmt: skip
+
+    def count_all(self) -> int:
+        """Write every session's counters from its rows (bounds ``None``: all of its charges),
+        for a ledger written without them; returns the number of sessions."""
+        sessions = self.sessions()
+        for session in sessions:
+            self.write_counters(session, self.recount(session, None, None))
+        return len(sessions)
 
     # ---- audit ----------------------------------------------------------------------------
     def verify(self) -> list[str]:
@@ -406,6 +508,11 @@ class Store:
                 problems.append(
                     f"session {s!r}: {counted[0]} releases counted but charges hold {summed[0]}"
                 )
+            stored = self.counters(s)
+            if stored is None:
+                problems.append(f"session {s!r}: no counters")
+            elif stored != (recount := self.recount(s, stored.gaze_lo, stored.wall_lo)):
+                problems.append(f"session {s!r}: counters {stored} but rows give {recount}")
         problems += [
             f"charge without outbox item: session {s!r} {st} {i}"
             for s, st, i in self.sql.all(
@@ -433,91 +540,31 @@ class Store:
 
 
 #: Indexes a charge's queries use, created on every open (a ledger written before they existed
-#: gets them then; they hold no data of their own): a session's pending outbox items, so that
-#: its pending count (in every reported state) reads those, not its whole delivered history.
+#: gets them then; they hold no data of their own): a session's pending outbox items (for a
+#: recount of them), and its charges by charge time (a charge reads those that leave the
+#: trailing wall-clock window, to take them off the counters; gaze time: ``charges_gaze``).
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS outbox_session_pending ON outbox(session) WHERE state = 'pending'",
+    "CREATE INDEX IF NOT EXISTS charges_created ON charges(session, created)",
 )
+
+
+def add_counters(sql: Sql, ddl: str) -> bool:
+    """If the open ledger has schema version 2 (the tables of version 3 without the counters),
+    create the counters (``ddl``: the backend's schema, every statement ``IF NOT EXISTS``),
+    count them from the rows and stamp version 3; ``True`` if it did. Nothing else changes."""
+    row = sql.one("SELECT value FROM meta WHERE key = 'schema'")
+    if row is None or str(row[0]) != UNCOUNTED_VERSION:
+        return False
+    for statement in ddl.split(";"):
+        if statement.strip():
+            sql.run(statement)
+    Store(sql).count_all()
+    sql.run("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
+    return True
 
 
 def ensure_indexes(sql: Sql) -> None:
     """Create the :data:`INDEXES` that are missing."""
     for statement in INDEXES:
         sql.run(statement)
-
-
-def rename_v1(sql: Sql) -> None:
-    """Step 1 of upgrading a schema-1 ledger (see :func:`copy_v1`): move the v1 tables aside."""
-    for table in ("sessions", "charges", "withheld", "outbox"):
-        sql.run(f"ALTER TABLE {table} RENAME TO {table}_v1")
-
-
-def copy_v1(
-    sql: Sql,
-    pure_event_key: Callable[[float], str],
-    caps_json: Callable[[int | None], str],
-    overriding: str = "",
-) -> None:
-    """Step 2: copy the renamed v1 tables into freshly created v2 tables, then drop them.
-
-    Every v1 charge becomes a charge of stream ``chunks`` whose events are one pure-ε event per
-    feature (``pure_event_key(ε)``); its gaze time is its charge time (v1 did not record gaze
-    time, and a chunk is charged within seconds of its gaze). A v1 session cap (micro-ε) is kept
-    (``caps_json``: a pure cap bounds ε at any δ); a v1 w-event cap counted chunk indexes and cannot
-    be carried over to gaze time, so the configured window cap applies from the next open. Spent ε,
-    numbering, withheld chunks and the outbox (ids included) are kept exactly: nothing is refilled.
-    ``overriding``: PostgreSQL's ``OVERRIDING SYSTEM VALUE`` to keep outbox ids.
-    """
-    store = Store(sql)
-    for session, cap, spent, chunks, withheld, max_chunk, last, created in sql.all(
-        "SELECT session, session_cap, spent, chunks, withheld, max_chunk, last_chunk, created "
-        "FROM sessions_v1"
-    ):
-        sql.run(
-            "INSERT INTO sessions (session, caps, version, chunks, withheld, refused, spent, "
-            "pure_finite, max_chunk, last_chunk, last_gaze_end, created) "
-            "VALUES (?, ?, 0, ?, ?, 0, ?, ?, ?, ?, NULL, ?)",
-            (session, caps_json(cap), chunks, withheld, spent, True, max_chunk, last, created),
-        )
-    for session, idx, total, eps_json, created in sql.all(
-        "SELECT session, chunk_index, total, epsilon, created FROM charges_v1 ORDER BY created"
-    ):
-        eps = {str(k): float(v) for k, v in json.loads(eps_json).items()}
-        events: dict[str, int] = {}
-        for value in eps.values():
-            key = pure_event_key(value)
-            events[key] = events.get(key, 0) + 1
-        sql.run(
-            "INSERT INTO charges (session, stream, idx, total, epsilon, gaze_start, gaze_end, "
-            "created) VALUES (?, 'chunks', ?, ?, ?, ?, ?, ?)",
-            (session, idx, total, eps_json, created, created, created),
-        )
-        for key, event_id in store.event_ids(sorted(events)).items():
-            n = events[key]
-            sql.run(
-                "INSERT INTO charge_events (session, stream, idx, event_id, count) "
-                "VALUES (?, 'chunks', ?, ?, ?)",
-                (session, idx, event_id, n),
-            )
-            sql.run(
-                "INSERT INTO session_events (session, event_id, count) VALUES (?, ?, ?) "
-                "ON CONFLICT (session, event_id) DO UPDATE SET count = session_events.count + ?",
-                (session, event_id, n, n),
-            )
-        sql.run(
-            "UPDATE sessions SET last_gaze_end = CASE WHEN last_gaze_end IS NULL OR "
-            "last_gaze_end < ? THEN ? ELSE last_gaze_end END WHERE session = ?",
-            (created, created, session),
-        )
-    sql.run(
-        "INSERT INTO withheld (session, stream, idx, requested, reason, created) "
-        "SELECT session, 'chunks', chunk_index, requested, reason, created FROM withheld_v1"
-    )
-    sql.run(
-        "INSERT INTO outbox (id, session, stream, idx, topic, payload, created, delivered, "  # noqa: S608 - a fixed clause
-        f"state) {overriding} SELECT id, session, 'chunks', chunk_index, topic, payload, "
-        "created, delivered, CASE WHEN delivered IS NULL THEN 'pending' ELSE 'delivered' END "
-        "FROM outbox_v1"
-    )
-    for table in ("outbox_v1", "withheld_v1", "charges_v1", "sessions_v1"):
-        sql.run(f"DROP TABLE {table}")

@@ -26,7 +26,6 @@ from gazeguard.ledger import (
 )
 from gazeguard.ledger import _ledger as _ledger_module
 from gazeguard.ledger._model import to_units_down, to_units_up
-from gazeguard.ledger._recent import RecentCache, row_key
 from gazeguard.ledger._store import Store
 
 SESSIONS = ("a", "b")
@@ -160,7 +159,7 @@ def test_charges_round_up_and_caps_round_down(epsilon: float) -> None:
     assert 0 <= up - down <= 1
 
 
-# ---- the charges a ledger holds in memory (gazeguard.ledger._recent) -----------------------------
+# ---- the counters a ledger stores per session (session_counters) ---------------------------------
 
 RECENT_W = 20.0  # window, s of gaze (and of wall clock): small, so that windows slide and refuse
 
@@ -208,6 +207,9 @@ _op = st.one_of(
         st.integers(-3, 12),
     ),
     st.tuples(st.just("withhold"), st.sampled_from(SESSIONS), st.integers(0, 12)),
+    st.tuples(  # the publisher: the k-th pending item delivered (or refused) through a worker
+        st.just("deliver"), st.integers(0, 1), st.integers(0, 5), st.booleans()
+    ),
     st.tuples(st.just("reopen")),
 )
 
@@ -219,24 +221,21 @@ def _outcome(result: object) -> object:
     return (result.chunk_index, result.total, result.state)
 
 
-def _recent_agrees_with_sql(ledger: Ledger, session: str, probes: list[float]) -> None:
-    """What the ledger holds for ``session`` answers every window inside it as the SQL does."""
+def _counters_agree_with_rows(ledger: Ledger, session: str, probes: list[float]) -> None:
+    """The session's stored counters are what its rows give for their bounds, and the windows
+    they answer (every start at or after their bounds) are the rows' counts."""
     with ledger.backend.read() as sql:
         store = Store(sql)
         row = store.session(session)
         if row is None:
             return
-        recent = ledger._recent.get(session, row_key(row))
-        if recent is None:
-            return
+        stored = store.counters(session)
+        assert stored is not None
+        assert stored == store.recount(session, stored.gaze_lo, stored.wall_lo)
+        view = _ledger_module._View(store, session, stored)
         for a in probes:
-            for b in probes:
-                if recent.covers_gaze(a):
-                    assert recent.window_counts(a, b) == store.window_counts(session, a, b)
-                if a > recent.gaze_lo:
-                    assert sorted(recent.gaze_ends(a, b)) == sorted(store.gaze_ends(session, a, b))
-            if recent.covers_wall(a):
-                assert recent.charged_since(a) == store.charged_since(session, a)
+            assert view.gaze_since(a) == store.gaze_between(session, a, None)
+            assert view.wall_since(a) == store.wall_between(session, a, None)
 
 
 @settings(max_examples=60, deadline=None)
@@ -245,25 +244,25 @@ def _recent_agrees_with_sql(ledger: Ledger, session: str, probes: list[float]) -
     window_cap=st.sampled_from([1.0, 1.5, 3.0]),
     wall_clock=st.booleans(),
 )
-def test_the_charges_held_in_memory_decide_as_the_tables_do(
+def test_the_stored_counters_decide_as_a_recount_does(
     ops: list[tuple[Any, ...]], window_cap: float, wall_clock: bool
 ) -> None:
-    """Two workers sharing one ledger file, each answering its window checks from the charges
-    it holds in memory, and a ledger that asks SQL every time (nothing held) make the same
-    decisions and report the same states, whatever the sequence: the workers taking turns on a
-    session, out-of-order gaze, a wall clock that steps back, duplicates, refusals (a savepoint
-    rolled back in a group), stale versions, withholds and reopens; and what each holds answers
-    every window inside it as the tables do, after each step."""
+    """Two workers sharing one ledger file, answering window checks, trailing figures and
+    pending counts from the stored counters, and a ledger that recounts the rows every time
+    (``counters=False``) make the same decisions and report the same states, whatever the
+    sequence: the workers taking turns on a session, out-of-order gaze, a wall clock that steps
+    back, duplicates, refusals (a savepoint rolled back in a group), stale versions, withholds,
+    deliveries and refusals by the broker, reopens; and after each step the counters equal a
+    recount of the rows and answer every window from their bounds on as the rows do."""
     clock = _Clock()
     with tempfile.TemporaryDirectory() as tmp, mock.patch.object(_ledger_module, "time", clock):
         kwargs: dict[str, Any] = {
             "synchronous": "NORMAL", "window_cap": window_cap, "window_s": RECENT_W,
             "composition": "sequential", "wall_clock": wall_clock, "prefetch": False,
         }  # fmt: skip
-        # two workers charging one ledger file, each holding what it saw commit
+        # two workers charging one ledger file, with the counters
         workers = [Ledger(Path(tmp) / "held.sqlite", **kwargs) for _ in range(2)]
-        plain = Ledger(Path(tmp) / "plain.sqlite", **kwargs)
-        plain._recent = RecentCache(max_sessions=0)  # holds nothing: SQL every time
+        plain = Ledger(Path(tmp) / "plain.sqlite", counters=False, **kwargs)  # recounts
         try:
             for op in ops:
                 if op[0] == "charge":
@@ -305,6 +304,19 @@ def test_the_charges_held_in_memory_decide_as_the_tables_do(
                     for ledger in (workers[0], plain):
                         with contextlib.suppress(DuplicateChargeError):  # (charged already)
                             ledger.withhold(session, index, 0.5, "test")
+                elif op[0] == "deliver":
+                    _, worker, k, refuse = op
+                    marked = []
+                    for ledger in (workers[worker], plain):
+                        items = ledger.pending()
+                        if k < len(items):
+                            item = items[k]
+                            marked.append((item.session, item.chunk_index))
+                            if refuse:
+                                assert ledger.mark_refused(item.id, "test")
+                            else:
+                                assert ledger.mark_delivered(item.id)
+                    assert marked[:1] == marked[1:]
                 else:
                     workers[0].close()
                     workers[0] = Ledger(Path(tmp) / "held.sqlite", **kwargs)
@@ -313,8 +325,9 @@ def test_the_charges_held_in_memory_decide_as_the_tables_do(
                 for session in SESSIONS:
                     for ledger in workers:
                         assert ledger.state(session) == plain.state(session)
-                        _recent_agrees_with_sql(ledger, session, probes)
+                        _counters_agree_with_rows(ledger, session, probes)
             assert workers[0].verify() == []
+            assert plain.verify() == []
         finally:
             for ledger in (*workers, plain):
                 ledger.close()
