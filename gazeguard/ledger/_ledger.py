@@ -120,6 +120,8 @@ class Ledger:
         prefetch: after each charge, compose the figures the session's next identical release
             will report, in a background thread (:class:`_Prefetch`), so that its preview and
             charge find them cached instead of composing on the release's path.
+        read_only: an SQLite ledger that is only read (reports): nothing is written, so one in a
+            directory this user may not write opens too.
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class Ledger:
         composition: str = "pld",
         wall_clock: bool = False,
         prefetch: bool = True,
+        read_only: bool = False,
     ) -> None:
         self._caps = Caps(
             _cap(session_cap, "ledger.session_cap"),
@@ -166,7 +169,9 @@ class Ledger:
                 ) from exc
             self._backend = PostgresBackend(str(location), synchronous, timeout_s=timeout_s)
         else:
-            self._backend = SqliteBackend(location, synchronous, create=create, timeout_s=timeout_s)
+            self._backend = SqliteBackend(
+                location, synchronous, create=create, timeout_s=timeout_s, read_only=read_only
+            )
 
     @classmethod
     def open(cls, location: str | os.PathLike[str], **kwargs: Any) -> Ledger:
