@@ -17,7 +17,7 @@ from typing import Any
 from gazeguard.cli._common import ExitCode, get_console, run_loop, stop_on_signals
 from gazeguard.cli.watch import watch_hint
 from gazeguard.config import Settings, broker_address, check_settings
-from gazeguard.fleet import Fleet
+from gazeguard.fleet import Fleet, SessionEvent
 from gazeguard.label_stream import LabelPlan
 from gazeguard.mechanisms.registry import ONLINE_MECHANISMS
 from gazeguard.pipeline import Pipeline, ReleasedChunk
@@ -383,6 +383,7 @@ def _fleet_banner(settings: Settings, fleet: Fleet) -> None:
         + f" per person at δ {led.delta:g}"
     )
     console = get_console()
+    fleet.on_session = _session_line
     console.say(
         "startup",
         f"gazeguard fleet worker {fleet.worker_id}: {settings.ingest.source} sessions, "
@@ -400,6 +401,25 @@ def _fleet_banner(settings: Settings, fleet: Fleet) -> None:
             cohort=settings.cohort.name,
             sigma=plan.sigma,
         )
+
+
+def _session_line(event: SessionEvent) -> None:
+    """One line per session a fleet worker opens or closes."""
+    what = (
+        f"→ {event.topic}"
+        if event.event == "opened"
+        else f"({event.samples} samples, {event.released} chunks released)"
+    )
+    get_console().progress(
+        "session",
+        f"session {event.session} of device {event.device} {event.event} {what}",
+        session=event.session,
+        device=event.device,
+        state=event.event,
+        topic=event.topic,
+        samples=event.samples,
+        released=event.released,
+    )
 
 
 def _run_fleet(settings: Settings, duration_s: float | None) -> int:

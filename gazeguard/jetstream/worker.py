@@ -487,7 +487,7 @@ class JetStreamIngest(Balancing):
         entry = self.fleet.sessions.get(key)
         if entry is not None:
             return key, entry
-        entry = self.fleet._open_session(key)
+        entry = self.fleet._open_session(key, device=tokens[-2])  # the headset's id: ACLs
         if entry is None:
             return key, None
         part.sessions.add(key)
