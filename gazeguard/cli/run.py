@@ -297,15 +297,15 @@ def _label_fields(plan: LabelPlan) -> dict[str, Any]:
     }
 
 
-def _progress(out: ReleasedChunk) -> None:
+def _progress(out: ReleasedChunk, connected: bool) -> None:
     led = out.message.ledger
     remaining = "uncapped" if led.remaining is None else f"{led.remaining:.4g} left"
     hour = "" if led.window_cap is None else f" of {led.window_cap:g}"
     get_console().progress(
         "chunk",
         f"chunk {out.message.chunk_index:>5} charged: session ε {led.epsilon:.4g} "
-        f"({remaining}), last {led.window_s:g} s of gaze ε {led.epsilon_window:.4g}{hour} "
-        f"→ {out.topic}",
+        f"({remaining}), last {led.window_s:g} s of gaze ε {led.epsilon_window:.4g}{hour}"
+        + (f" → {out.topic}" if connected else ", queued (broker down)"),
         chunk_index=out.message.chunk_index,
         chunk_epsilon=led.chunk_epsilon,
         session_epsilon=led.epsilon,
@@ -313,6 +313,7 @@ def _progress(out: ReleasedChunk) -> None:
         session_spent=led.session_spent,
         remaining=led.remaining,
         topic=out.topic,
+        queued=not connected,
     )
 
 
@@ -332,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
             settings,
             duration_s=args.duration,
             stop=stop,
-            on_release=None if console.quiet else _progress,
+            on_progress=None if console.quiet else _progress,
             ready=lambda p, ep: _banner(p, ep, settings),
         )
 
