@@ -191,6 +191,7 @@ from gazeguard.jetstream.sender import JetStreamSender
 from gazeguard.jetstream.wire import (
     NOW_HEADER,
     UNIX_OFFSET_HEADER,
+    cancel_connect,
     connect_options,
     consumer_name,
     ensure_consumers,
@@ -207,6 +208,7 @@ __all__ = [
     "JetStreamIngest",
     "JetStreamSender",
     "assign_partitions",
+    "cancel_connect",
     "connect_options",
     "consumer_name",
     "ensure_consumers",

@@ -32,6 +32,7 @@ from gazeguard.jetstream.wire import (
     PULL_EXPIRES_NS,
     UNIX_OFFSET_HEADER,
     JetStreamNotReadyError,
+    cancel_connect,
     connect_options,
     consumer_name,
     ensure_consumers,
@@ -243,9 +244,7 @@ class JetStreamIngest(Balancing):
         finally:
             stopped.cancel()
             if not connecting.done():
-                connecting.cancel()
-                with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
-                    await connecting
+                await cancel_connect(connecting)
 
     async def _set_up(self, stop: asyncio.Event) -> bool:
         """Create (or update) the stream and the partition consumers, retrying with backoff
