@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,8 +43,11 @@ from gazeguard.config import (
 )
 from gazeguard.features import FEATURES, feature_bounds
 from gazeguard.message import ChunkMessage, StatusMessage
+from gazeguard.mqtt.client import ClientFactory
 from gazeguard.pipeline import Pipeline, ReleasedChunk
 from gazeguard.service import serve
+
+log = logging.getLogger(__name__)
 
 SPARK = "▁▂▃▄▅▆▇█"
 SHOWN = ("fixation_rate", "saccade_amplitude_mean", "pupil_mean", "blink_rate")
@@ -210,27 +214,67 @@ OnChunk = Callable[[ChunkMessage, Trace], None]
 OnStatus = Callable[[StatusMessage], None]
 
 
+#: Between the live view's attempts to reach the broker, s.
+VIEW_RETRY_S = 1.0
+
+
 async def _subscribe(
-    endpoint: asyncio.Future[tuple[str, int, str]],
+    endpoint: asyncio.Future[tuple[BrokerSettings, str]],
     trace: Trace,
     on_chunk: OnChunk,
     on_status: OnStatus,
+    ending: asyncio.Event,
 ) -> None:
-    """Hand every chunk and status arriving on the broker to the callbacks."""
-    host, port, prefix = await endpoint
-    async with aiomqtt.Client(host, port, identifier=f"gazeguard-demo-view-{port}") as client:
-        await client.subscribe(f"{prefix}/#", qos=1)
-        async for message in client.messages:
-            topic = str(message.topic)
-            payload = message.payload
-            if not isinstance(payload, bytes | bytearray):
-                continue
-            if topic.endswith("/status"):
-                on_status(StatusMessage.from_payload(payload))
-                continue
+    """Hand every chunk and status arriving on the broker to the callbacks; while the broker
+    does not answer (not up yet, or gone), say so once and try again every
+    :data:`VIEW_RETRY_S`. Once ``ending`` is set (the run is stopping and its embedded broker
+    with it), a lost connection ends the view quietly."""
+    broker, prefix = await endpoint
+    clients = ClientFactory(broker)
+    where = f"{broker.host}:{broker.port}"
+    protocol = (
+        aiomqtt.ProtocolVersion.V311 if broker.protocol == "3.1.1" else aiomqtt.ProtocolVersion.V5
+    )
+    outage = False
+    while True:
+        try:
+            async with clients(f"gazeguard-demo-view-{broker.port}", protocol=protocol) as client:
+                await client.subscribe(f"{prefix}/#", qos=1)
+                if outage:
+                    log.warning("live view: broker %s answers again", where)
+                outage = False
+                async for message in client.messages:
+                    _hand_over(message, trace, on_chunk, on_status)
+        except (aiomqtt.MqttError, OSError) as exc:
+            if ending.is_set():
+                return
+            if not outage:
+                log.warning(
+                    "live view: broker %s does not answer (%s); trying again every %g s",
+                    where, str(exc) or type(exc).__name__, VIEW_RETRY_S,
+                )  # fmt: skip
+            outage = True
+        await asyncio.sleep(VIEW_RETRY_S)
+
+
+def _hand_over(
+    message: aiomqtt.Message, trace: Trace, on_chunk: OnChunk, on_status: OnStatus
+) -> None:
+    """One message to the callbacks (a chunk counted in ``trace.received``); one that does not
+    parse is logged and skipped."""
+    payload = message.payload
+    if not isinstance(payload, bytes | bytearray):
+        return
+    topic = str(message.topic)
+    try:
+        if topic.endswith("/status"):
+            on_status(StatusMessage.from_payload(payload))
+        elif topic.endswith("/chunks"):
             chunk = ChunkMessage.from_payload(payload)
             trace.received += 1
             on_chunk(chunk, trace)
+    except ValueError as exc:
+        log.warning("live view: %s does not validate: %s", topic, str(exc).splitlines()[0])
 
 
 def plot(trace: Trace, out: Path, note: str = "") -> Path:
@@ -279,12 +323,14 @@ async def demo(
     *,
     on_chunk: OnChunk,
     on_status: OnStatus,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve ``settings`` for ``duration_s`` while a subscriber on the same broker hands each
-    message to the callbacks; the tap fills ``trace`` with raw and released values of the
-    plotted features (in-process only)."""
+    """Serve ``settings`` for ``duration_s`` of gaze from the moment it is up (or until ``stop``
+    is set) while a subscriber on the same broker hands each message to the callbacks; the tap
+    fills ``trace`` with raw and released values of the plotted features (in-process only)."""
     loop = asyncio.get_running_loop()
-    endpoint: asyncio.Future[tuple[str, int, str]] = loop.create_future()
+    endpoint: asyncio.Future[tuple[BrokerSettings, str]] = loop.create_future()
+    ending = asyncio.Event()  # the run stops: the view may lose the broker now
 
     def ready(pipeline: Pipeline, where: str) -> None:
         host, _, port = where.rpartition(":")
@@ -298,9 +344,15 @@ async def demo(
         trace.bounds = {
             n: (float(a), float(b)) for n, a, b in zip(trace.names, lo, hi, strict=True)
         }
-        loop.call_soon_threadsafe(
-            endpoint.set_result, (host, int(port), settings.broker.topic_prefix)
-        )
+        if settings.broker.host is None:  # the embedded broker: MQTT 3.1.1, no login
+            broker = settings.broker.model_copy(
+                update={"host": host, "port": int(port), "protocol": "3.1.1", "tls": False,
+                        "username": None, "password": None}
+            )  # fmt: skip
+        else:
+            broker = settings.broker
+        endpoint.set_result((broker, settings.broker.topic_prefix))
+        loop.call_later(duration_s, ending.set)  # (ready runs on the loop, once all is up)
 
     def tap(raw: Chunk, out: ReleasedChunk) -> None:
         names = [f.name for f in FEATURES]
@@ -310,11 +362,21 @@ async def demo(
         rel = msg.values_array()
         trace.released.append(rel[[msg.features.index(n) for n in trace.names]])
 
+    async def stopped() -> None:
+        if stop is not None:
+            await stop.wait()
+            ending.set()
+
     view = asyncio.create_task(
-        _subscribe(endpoint, trace, on_chunk, on_status), name="gazeguard.demo.view"
+        _subscribe(endpoint, trace, on_chunk, on_status, ending), name="gazeguard.demo.view"
     )
-    # The embedded broker lives inside serve(), so the view must catch up before it returns.
-    await serve(settings, duration_s=duration_s, tap=tap, ready=ready)
-    view.cancel()
-    with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
-        await view
+    asked = asyncio.create_task(stopped(), name="gazeguard.demo.stop")
+    try:
+        # The embedded broker lives inside serve(), so the view must catch up before it returns.
+        await serve(settings, tap=tap, ready=ready, stop=ending)
+    finally:
+        ending.set()
+        for task in (view, asked):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -32,7 +32,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -63,6 +63,27 @@ class _Session:
     future_samples: int = 0  # stamped ahead of the clock: dropped, never adopted as "last"
     dropped_samples: int = 0
     bad_blocks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEvent:
+    """A session a worker opened or closed (:attr:`Fleet.on_session`).
+
+    Attributes:
+        event: ``"opened"`` or ``"closed"``.
+        device: the headset's device id (its chunks and status are published under it).
+        session: the session id (the ledger's account).
+        topic: where its privatized chunks go.
+        samples: gaze samples this worker accepted for it (0 when opened).
+        released: chunks this worker released for it (0 when opened).
+    """
+
+    event: Literal["opened", "closed"]
+    device: str
+    session: str
+    topic: str
+    samples: int = 0
+    released: int = 0
 
 
 @dataclass
@@ -166,6 +187,9 @@ class Fleet:
         self.sessions: dict[str, _Session] = {}
         self.refused = 0
         self.closed: list[str] = []
+        self.on_session: Callable[[SessionEvent], None] | None = None
+        """Called on the event loop with each session opened and closed (``gazeguard run
+        --fleet`` prints one line each)."""
         self.cohort: CohortWiring | None = (
             CohortWiring.build(
                 settings, plan, ledger, self.worker_id, publisher.settings.topic_prefix
@@ -174,9 +198,13 @@ class Fleet:
             else None
         )
 
-    def _open_session(self, session: str, rate_hz: float) -> _Session | None:
-        """The session, opened on first sight with its stream's declared ``rate_hz``; ``None``
-        when refused (``fleet.max_sessions``)."""
+    def _open_session(
+        self, session: str, rate_hz: float, device: str | None = None
+    ) -> _Session | None:
+        """The session's entry, opened now if new with its stream's declared ``rate_hz``
+        (``None`` when refused: ``fleet.max_sessions``): its chunks and status are published
+        under ``device`` (the headset's id, as the deployment's broker ACL expects: device =
+        username; ``None``: this worker's ``device`` setting, e.g. for LSL streams)."""
         if session in self.sessions:
             return self.sessions[session]
         if len(self.sessions) >= self.settings.fleet.max_sessions:
@@ -188,19 +216,22 @@ class Fleet:
                 self.settings.fleet.max_sessions,
             )
             return None
+        device = device or self.settings.device
         pipeline = Pipeline(
             self.ledger,
             session=session,
-            device=self.settings.device,
+            device=device,
             rate_hz=rate_hz,
             plan=self.plan,
             topic_prefix=self.publisher.settings.topic_prefix,
         )
         if self.cohort is not None:
-            pipeline.on_features = self.cohort.observer(self.settings.device, session, pipeline)
+            pipeline.on_features = self.cohort.observer(device, session, pipeline)
         self.sessions[session] = _Session(pipeline)
         self.publisher.publish_status(pipeline.status("starting"))
-        log.info("worker %s: session %r opened", self.worker_id, session)
+        log.info("worker %s: session %r opened (device %r)", self.worker_id, session, device)
+        if self.on_session is not None:
+            self.on_session(SessionEvent("opened", device, session, pipeline.topic))
         return self.sessions[session]
 
     def _close_session(self, session: str) -> None:
@@ -221,6 +252,13 @@ class Fleet:
             entry.bad_blocks,
             entry.pipeline.stats.released,
         )
+        if self.on_session is not None:
+            pipe = entry.pipeline
+            self.on_session(
+                SessionEvent(
+                    "closed", pipe.device, session, pipe.topic, entry.samples, pipe.stats.released
+                )
+            )
 
     async def _process(self, entry: _Session, block: GazeSamples) -> None:
         """One session's new samples: :meth:`_process_many` of one."""

@@ -27,6 +27,7 @@ Needs nats-py (``pip install 'gazeguard[fleet]'``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,8 +37,14 @@ from gazeguard.config import Settings
 from gazeguard.errors import PublishError
 from gazeguard.ingest import GazeStream, GazeStreamInfo, declared_rate
 from gazeguard.jetstream import JetStreamSender
+from gazeguard.jetstream.wire import cancel_connect
 from gazeguard.mqtt.topics import session_id_for
 from gazeguard.samples import lsl_unix_offset
+
+log = logging.getLogger(__name__)
+
+#: Say that NATS does not answer (once) after this long, s.
+SAY_WAITING_S = 2.0
 
 
 @dataclass
@@ -88,7 +95,9 @@ async def forward(
             clock=pylsl.local_clock,
             rate_hz=declared_rate(settings.ingest.rate_hz, info.nominal_srate, info.name),
         )
-        async with sender:
+        if not await _connect(sender, stop, settings):
+            return summary  # stopped before NATS answered
+        try:
             if ready is not None:
                 ready(summary, info)
 
@@ -112,4 +121,40 @@ async def forward(
             finally:
                 summary.reconnects = sender.reconnects
                 summary.retries = sender.retries
+        finally:
+            await sender.__aexit__(None, None, None)
     return summary
+
+
+async def _connect(sender: JetStreamSender, stop: asyncio.Event, settings: Settings) -> bool:
+    """Connect ``sender``, however long NATS takes to answer (nats-py tries for ever), saying
+    so once after :data:`SAY_WAITING_S`; ``False``: ``stop`` came first.
+
+    Raises:
+        PublishError: NATS refused the connection.
+    """
+    entering = asyncio.ensure_future(sender.__aenter__())
+    stopped = asyncio.ensure_future(stop.wait())
+    said = False
+    try:
+        while True:
+            done, _ = await asyncio.wait(
+                {entering, stopped}, timeout=SAY_WAITING_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            if entering in done:
+                entering.result()
+                return True
+            if stopped in done:
+                return False
+            if not said:
+                log.warning(
+                    "no NATS server answers at %s yet; still trying (start nats-server, or "
+                    "correct --nats / fleet.nats.servers; Ctrl-C to stop)",
+                    ", ".join(settings.fleet.nats.servers),
+                )
+                said = True
+    finally:
+        stopped.cancel()
+        if not entering.done():
+            await cancel_connect(entering)
+            await sender.__aexit__(None, None, None)  # (had it connected meanwhile)

@@ -234,6 +234,7 @@ class Drain:
         """Outbox items the sink permanently refused (moved aside in the ledger, not retried)."""
         self.last_error: str | None = None
         """Why the latest connection attempt or connection failed, or ``None``."""
+        self._said: str | None = None  # the failure logged for the outage going on
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -366,16 +367,22 @@ class Drain:
                 self.refusals += 1
                 self._refused.set()
             delay = random.uniform(0, min(self._reconnect_max_s, 1.5**attempt))
+            # One line per outage (and per new reason): the same failure again is DEBUG.
+            said, self._said = self._said, self.last_error
             self._log.log(
-                logging.ERROR if failure.permanent else logging.WARNING,
-                "%s: %s. Charged chunks wait in the outbox; next retry in %.1f s",
+                logging.DEBUG
+                if said == self.last_error
+                else (logging.ERROR if failure.permanent else logging.WARNING),
+                "%s: %s. Charged chunks wait in the outbox; next retry in %.1f s%s",
                 self._sink.name,
                 self.last_error,
                 delay,
+                "" if said is not None else " (the next attempts are logged with -vv)",
             )
             await asyncio.sleep(delay)
 
     def _on_connected(self, connection: SinkConnection, failed_attempts: int) -> None:
+        self._said = None
         self.connections += 1
         self._connected.set()
         self._refused.clear()

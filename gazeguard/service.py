@@ -21,8 +21,14 @@ including how delivery went, so that the command line can choose its exit status
 
 Session id: ``settings.session`` if set, else derived from the stream's ``source_id`` (or name)
 so that a restarted sidecar continues the same ledger account: budgets are never refilled by a
-restart. The simulated headset has a stable ``source_id`` per simulated person for the same
-reason.
+restart. The simulated headset's default ``source_id`` is unique to the process
+(``gazeguard-sim-SEED-TAG``, :data:`PROCESS_TAG`), so two runs on one host never become one
+session by accident; a simulated person has no real budget, and ``ingest.source_id`` names one
+to continue.
+
+A session is served by one process: before anything of it is published, :func:`serve` reads the
+session's retained status on the broker and refuses to start (:class:`SessionInUseError`) when it
+says another process is serving it (a live state, republished within :data:`LIVE_STATUS_S`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -46,12 +53,13 @@ from gazeguard.config import (
     Settings,
     validate_settings,
 )
-from gazeguard.errors import ConfigError, PublishError, StreamNotFoundError
+from gazeguard.errors import ConfigError, GazeguardError, PublishError, StreamNotFoundError
 from gazeguard.fleet import Fleet, ledger_calls_on_loop
-from gazeguard.ingest import GazeStream, declared_rate
+from gazeguard.ingest import GazeStream, GazeStreamInfo, declared_rate
 from gazeguard.ledger import Ledger
-from gazeguard.message import IngestCounters, SessionState
+from gazeguard.message import IngestCounters, SessionState, StatusMessage, status_topic
 from gazeguard.mqtt.broker import EmbeddedBroker, probe_mqtt
+from gazeguard.mqtt.retained import read_retained
 from gazeguard.mqtt.topics import session_id_for
 from gazeguard.pipeline import Pipeline, PipelineStats, ReleasedChunk
 from gazeguard.plan import ReleasePlan
@@ -67,6 +75,16 @@ AUTO_RESOLVE_S = 2.0
 FLUSH_AT_EXIT_S = 5.0
 #: Republish the retained status at least this often while running, s.
 STATUS_EVERY_S = 5.0
+#: A retained status in a live state (not ``stopped``) made less than this long ago means
+#: another process serves its session (it republishes at least every ``STATUS_EVERY_S``); an
+#: older one was left by a process that died, s.
+LIVE_STATUS_S = 3 * STATUS_EVERY_S
+#: This process's part of the simulated headset's default source_id (random, 6 hex digits).
+PROCESS_TAG = secrets.token_hex(3)
+
+
+class SessionInUseError(GazeguardError):
+    """The session is being served by another process (its retained status says so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +124,10 @@ class RunSummary:
 
 
 def simulated_source_id(settings: IngestSettings) -> str:
-    """The LSL source_id of the simulated headset: stable per simulated person, so a restarted
-    sidecar continues the same session (and budget)."""
-    return settings.source_id or f"gazeguard-sim-{settings.simulated_seed}"
+    """The LSL source_id of the simulated headset: ``ingest.source_id``, else
+    ``gazeguard-sim-SEED-TAG`` with this process's random :data:`PROCESS_TAG`, so that two runs
+    (on one host or two) never share a session, a topic and a stream by accident."""
+    return settings.source_id or f"gazeguard-sim-{settings.simulated_seed}-{PROCESS_TAG}"
 
 
 def expected_session(settings: Settings) -> str | None:
@@ -156,8 +175,10 @@ async def _broker(settings: BrokerSettings) -> AsyncIterator[BrokerSettings]:
     found = await asyncio.to_thread(probe_mqtt, "127.0.0.1", port) if port else "none"
     if found == "mqtt":
         log.warning(
-            "no broker.host configured and an MQTT broker already answers on 127.0.0.1:%d: "
-            "publishing to it (set broker.host to choose a broker explicitly)",
+            "no broker.host configured and another process's MQTT broker already answers on "
+            "127.0.0.1:%d (a local Mosquitto, or the embedded broker of another gazeguard run): "
+            "publishing to it; while it is down, chunks wait in the outbox (set broker.host to "
+            "choose a broker explicitly)",
             port,
         )
         yield settings.model_copy(update={"host": "127.0.0.1"})
@@ -204,6 +225,13 @@ async def _outbound(
     left (what it cannot send stays in the outbox for the next start). A ``fleet`` worker on a
     local ledger drains on its event loop (see :meth:`gazeguard.fleet.Fleet._process_many`)."""
     with open_ledger(settings.ledger, plan) as ledger:
+        backlog = len(ledger.pending())  # before the publisher starts sending them
+        if backlog:
+            log.warning(
+                "sending %d chunk%s left from the last run first (charged then, still in the "
+                "outbox of ledger %s)",
+                backlog, "" if backlog == 1 else "s", ledger.backend.location,
+            )  # fmt: skip
         inline = fleet and ledger_calls_on_loop(settings, ledger)
         async with (
             _broker(settings.broker) as broker,
@@ -240,6 +268,7 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
                 quick.resolve_timeout_s,
             )
         else:
+            _say_attached(found.info)
             try:
                 yield found
             finally:
@@ -250,6 +279,55 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
         sim = settings.model_copy(update={"source_id": source_id, "preset": "gazeguard"})
         async with GazeStream(sim) as stream:
             yield stream
+
+
+def _say_attached(info: GazeStreamInfo) -> None:
+    """The one line of ``ingest.source = "auto"`` when it found a stream: another process's."""
+    sim = info.source_id.startswith("gazeguard-sim")
+    log.warning(
+        "ingest.source auto: using LSL stream %r (type %r, source_id %r) of another process on "
+        "host %r%s; this run's gaze ends when that stream does",
+        info.name, info.type, info.source_id, info.hostname,
+        " — a simulated headset of another gazeguard (--source simulated starts one of this "
+        "run's own)" if sim else "",
+    )  # fmt: skip
+
+
+async def check_session_free(broker: BrokerSettings, device: str, session: str) -> None:
+    """Refuse a session another process is serving: its retained status on the broker is in a
+    live state and was made less than :data:`LIVE_STATUS_S` ago.
+
+    A status that cannot be read (no connection, an ACL that lets this client read nothing) or
+    does not parse lets the session start.
+
+    Raises:
+        SessionInUseError: the status says another process serves the session.
+    """
+    topic = status_topic(broker.topic_prefix, device, session)
+    payload = await read_retained(broker, topic)
+    if payload is None:
+        return
+    try:
+        status = StatusMessage.from_payload(payload)
+    except ValueError as exc:
+        log.debug("retained status on %s does not parse (%s); starting", topic, exc)
+        return
+    age = time.time() - status.time
+    if status.state == "stopped" or age > LIVE_STATUS_S:
+        if status.state != "stopped":
+            log.info(
+                "session %r: its retained status says %r but is %.0f s old (its process is "
+                "gone); starting", session, status.state, age,
+            )  # fmt: skip
+        return
+    where = f"{broker.host}:{broker.port}"
+    msg = (
+        f"session {session!r} of device {device!r} is being served by another process: its "
+        f"retained status on broker {where} says {status.state!r}, {max(age, 0.0):.0f} s ago "
+        f"({topic}). Stop that process, or give this run a session of its own: --session NAME, "
+        "or --source simulated for a simulated headset of its own"
+    )
+    raise SessionInUseError(msg)
 
 
 def open_ledger(settings: LedgerSettings, plan: ReleasePlan, **kwargs: Any) -> Ledger:
@@ -271,6 +349,7 @@ async def serve(
     on_release: Callable[[ReleasedChunk], None] | None = None,
     tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
     ready: Callable[[Pipeline, str], None] | None = None,
+    on_progress: Callable[[ReleasedChunk, bool], None] | None = None,
 ) -> RunSummary:
     """Run the sidecar until ``stop`` is set, ``duration_s`` passes or the stream ends.
 
@@ -281,10 +360,14 @@ async def serve(
         on_release: called (in a worker thread) for each charged chunk.
         tap: in-process raw-vs-released hook for diagnostics (``gazeguard demo``).
         ready: called with the pipeline and the broker ``host:port`` once everything is up.
+        on_progress: like ``on_release``, with whether the broker connection is up at that
+            moment (``False``: the chunk waits in the outbox).
 
     Raises:
         ConfigError: :func:`~gazeguard.config.validate_settings` found a problem (before
             anything is opened), or the ledger refused the caps.
+        SessionInUseError: another process serves the session (:func:`check_session_free`);
+            nothing of the session was published.
     """
     plan = require_valid(settings)
     stop = stop or asyncio.Event()
@@ -292,6 +375,16 @@ async def serve(
         ledger, publisher = out.ledger, out.publisher
         info = stream.info
         session = settings.session or session_id_for(info.source_id, info.name)
+        await check_session_free(publisher.settings, settings.device, session)
+        released = on_release
+        if on_progress is not None:
+            report = on_progress
+
+            def released(out: ReleasedChunk) -> None:
+                if on_release is not None:
+                    on_release(out)
+                report(out, publisher.connected)
+
         pipeline = Pipeline(
             ledger,
             session=session,
@@ -299,7 +392,7 @@ async def serve(
             rate_hz=declared_rate(settings.ingest.rate_hz, info.nominal_srate, info.name),
             plan=plan,
             topic_prefix=publisher.settings.topic_prefix,
-            on_release=on_release,
+            on_release=released,
             tap=tap,
         )
         _log_start(pipeline, publisher.endpoint)
@@ -365,7 +458,7 @@ def _summary(
         state.remaining,
         len(ledger.pending(session=session)),
         publisher.endpoint,
-        str(settings.ledger.url or settings.ledger.path),
+        ledger.backend.location,  # a URL's password masked
         delivered=publisher.delivered,
         broker_connections=publisher.connections,
         broker_refusals=publisher.refusals,

@@ -9,13 +9,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pytest
+from _postgres import pg_server, pg_url  # noqa: F401 - fixtures
 from conftest import free_port
 
 from gazeguard.cli import COMMANDS, ExitCode, build_parser, main
@@ -322,3 +327,184 @@ def test_a_looser_cap_on_restart_is_refused_at_startup_in_one_line(tmp_path: Pat
         tmp_path, "ledger.wall_clock", "--config", "off.toml", "--session", "s2"
     )
     assert "and of wall-clock time" in line
+
+
+# ------------------------------------------------------------- the consumer path (issue 35)
+
+
+class Proc:
+    """``python -m gazeguard ARGS`` (with ``prefix`` before it), its output read line by line
+    as it comes, so a test can act on a line (send Ctrl-C) instead of after a guessed time."""
+
+    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None) -> None:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
+        path = os.pathsep.join([str(REPO), base.get("PYTHONPATH", "")])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gazeguard", *args], cwd=cwd, text=True,
+            env={**base, "PYTHONPATH": path, **(env or {})},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._new = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(pipe,), daemon=True)
+            for pipe in (self.proc.stdout, self.proc.stderr)
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, pipe: IO[str] | None) -> None:
+        assert pipe is not None
+        for line in pipe:
+            with self._new:
+                self.lines.append(line)
+                self._new.notify_all()
+
+    @property
+    def text(self) -> str:
+        with self._new:
+            return "".join(self.lines)
+
+    def wait_for(self, pattern: str, within_s: float = 60) -> None:
+        """Until a line matching ``pattern`` came; fails (killing the process) after
+        ``within_s`` seconds."""
+        with self._new:
+            found = self._new.wait_for(
+                lambda: any(re.search(pattern, ln) for ln in self.lines), within_s
+            )
+        if not found:
+            self.proc.kill()
+            pytest.fail(f"no {pattern!r} within {within_s} s:\n{self.finish()[1]}")
+
+    def finish(self, sig: int | None = None) -> tuple[int, str]:
+        """Send ``sig`` (if any), wait; the exit status and everything written."""
+        if sig is not None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(60)
+        for reader in self._readers:
+            reader.join(10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return code, self.text
+
+
+@pytest.mark.network
+def test_ctrl_c_exits_130_in_one_line_and_sigterm_is_a_normal_stop(
+    tmp_path: Path, unique_id: str
+) -> None:
+    """Issue 35.5: Ctrl-C gave 0 for `run` and 130 for `demo`/`simulate`; now 130 everywhere,
+    with one line and no traceback. SIGTERM (systemd, Docker) stays `run`'s normal stop."""
+    args = [*FAST, "--features", "fixation_rate", "--ledger", "l.sqlite", "--duration", "60"]
+    env = {"GAZEGUARD_BROKER__PORT": "0"}
+    for sig, status in ((signal.SIGINT, ExitCode.INTERRUPTED), (signal.SIGTERM, ExitCode.OK)):
+        run = Proc("run", *args, "--source-id", f"{unique_id}-{sig}", cwd=tmp_path, env=env)
+        run.wait_for(r"^chunk +0 charged")
+        code, text = run.finish(sig)
+        assert code == status, text
+        assert "Traceback" not in text
+        assert re.search(rf"\(exit status {int(status)}[:)]", text), text
+    sim = Proc("simulate", "--source-id", f"{unique_id}-sim", cwd=tmp_path)
+    sim.wait_for("^streaming simulated person")
+    code, text = sim.finish(signal.SIGINT)
+    assert code == ExitCode.INTERRUPTED, text
+    assert "gazeguard simulate: interrupted (Ctrl-C)\n" in text
+    assert re.search(r"^sent \d+ samples$", text, re.M), text
+    assert "Traceback" not in text
+
+
+@pytest.mark.network
+def test_forward_waits_for_nats_in_one_line_and_stops_on_ctrl_c(
+    tmp_path: Path, unique_id: str
+) -> None:
+    """Issue 35.4: with no NATS server up, `forward` waited in silence and ignored Ctrl-C."""
+    pytest.importorskip("nats", reason="nats-py is the 'fleet' extra")
+    from gazeguard.simulate import SimulatedHeadset  # noqa: PLC0415
+
+    with SimulatedHeadset(120.0, source_id=f"{unique_id}-fwd"):
+        fwd = Proc(
+            "forward", "--nats", f"nats://127.0.0.1:{free_port()}", "--device", "hmd",
+            "--source-id", f"{unique_id}-fwd", cwd=tmp_path,
+        )  # fmt: skip
+        fwd.wait_for("no NATS server answers at")
+        code, text = fwd.finish(signal.SIGINT)
+    assert code == ExitCode.INTERRUPTED, text
+    assert "gazeguard forward: interrupted (Ctrl-C)" in text
+    assert len(re.findall("no NATS server answers", text)) == 1, text
+    assert "Traceback" not in text
+
+
+@pytest.mark.network
+def test_run_takes_a_postgresql_url_as_its_ledger(
+    tmp_path: Path,
+    unique_id: str,
+    pg_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """Issue 35.1: `--ledger postgresql://…` was taken for an SQLite path ("unable to open
+    database file" on 'postgresql:/…'); only GAZEGUARD_LEDGER__URL worked."""
+    out = gazeguard(
+        "run", *FAST, "--source-id", unique_id, "--session", unique_id, "--duration", "6",
+        "--features", "fixation_rate", "--ledger", pg_url,
+        cwd=tmp_path, env={"GAZEGUARD_BROKER__PORT": "0"},
+    )  # fmt: skip
+    assert out.returncode == ExitCode.OK, out.stderr
+    with Ledger(pg_url, create=False) as ledger:
+        charged = [c.chunk_index for c in ledger.charges(unique_id)]
+    assert charged, out.stderr
+    assert charged == list(range(len(charged)))
+    assert list(tmp_path.iterdir()) == []  # no SQLite file made of the URL
+    shown = gazeguard("ledger", "show", "--path", pg_url, "--json", cwd=tmp_path)
+    assert shown.returncode == ExitCode.OK, shown.stderr
+    assert [s["session"] for s in json.loads(shown.stdout)["sessions"]] == [unique_id]
+
+
+def as_this_user() -> list[str]:
+    """A command prefix under which file permissions bind this process's user: root ignores
+    them unless its DAC capabilities are dropped (``setpriv``)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root, and no setpriv to drop the capabilities that ignore modes")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def test_a_read_only_ledger_names_the_cause_and_ledger_show_reads_it(tmp_path: Path) -> None:
+    """Issue 35.7: a ledger in a directory the user may not write said "unable to open database
+    file"; `ledger show` called a valid ledger there "not a usable gazeguard ledger"."""
+    store = tmp_path / "store"
+    store.mkdir()
+    with Ledger(store / "l.sqlite") as ledger:
+        ledger.open_session("s1")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
+    env = {**base, "PYTHONPATH": os.pathsep.join([str(REPO), base.get("PYTHONPATH", "")])}
+
+    def gazeguard_here(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*as_this_user(), sys.executable, "-m", "gazeguard", *args],
+            capture_output=True, text=True, cwd=tmp_path, timeout=90, check=False, env=env,
+        )  # fmt: skip
+
+    store.chmod(0o555)
+    try:
+        for ledger_file in ("l.sqlite", "new.sqlite"):  # a ledger there, and a new one
+            out = gazeguard_here(
+                "run", *FAST, "--ledger", str(store / ledger_file), "--duration", "3",
+                "--broker", f"127.0.0.1:{free_port()}",
+            )  # fmt: skip
+            assert out.returncode == ExitCode.ERROR, out.stderr
+            (line,) = out.stderr.splitlines()
+            assert f"directory {store} is not writable by user" in line, line
+            assert "make it writable" in line
+            assert "or point ledger.path (--ledger) at a directory" in line
+        shown = gazeguard_here("ledger", "show", "--path", str(store / "l.sqlite"), "--json")
+        assert shown.returncode == ExitCode.OK, shown.stderr
+        assert [s["session"] for s in json.loads(shown.stdout)["sessions"]] == ["s1"]
+        assert sorted(p.name for p in store.iterdir()) == ["l.sqlite"]  # nothing written
+    finally:
+        store.chmod(0o755)
+    (store / "l.sqlite").chmod(0o444)  # the file itself read-only, in a writable directory
+    out = gazeguard_here("run", *FAST, "--ledger", str(store / "l.sqlite"), "--duration", "3")
+    assert out.returncode == ExitCode.ERROR, out.stderr
+    assert f"file {store / 'l.sqlite'} is not readable and writable by user" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -12,10 +12,16 @@ from pathlib import Path
 import pytest
 
 from gazeguard.cli import ExitCode, main
-from gazeguard.config import Settings, check_settings, load_settings, validate_settings
+from gazeguard.config import (
+    IngestSettings,
+    Settings,
+    check_settings,
+    load_settings,
+    validate_settings,
+)
 from gazeguard.errors import ConfigError
 from gazeguard.ledger import Ledger
-from gazeguard.service import require_valid
+from gazeguard.service import require_valid, simulated_source_id
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -158,8 +164,8 @@ def test_caps_looser_than_the_stored_session_are_refused_read_only(tmp_path: Pat
 
 def test_the_simulated_headsets_session_is_known_before_the_stream(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.sqlite"
-    with Ledger(ledger, session_cap=10.0) as led:
-        led.open_session("gazeguard-sim-7")
+    with Ledger(ledger, session_cap=10.0) as led:  # this process's simulated person 7
+        led.open_session(simulated_source_id(IngestSettings(simulated_seed=7)))
     cfg = write(
         tmp_path,
         f'[ingest]\nsource = "simulated"\nsimulated_seed = 7\n[ledger]\npath = "{ledger}"\n',

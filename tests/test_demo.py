@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_cli import Proc
 
+from gazeguard.cli import ExitCode
 from gazeguard.config import Settings
 from gazeguard.demo import DEMO_DEFAULTS, Trace, caption, demo_changes, plot
 
@@ -24,6 +27,8 @@ def test_demo_shows_chunks_arriving_and_writes_the_plot(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr  # issue 35.4: the end of the run ended in one
+    assert "live view" not in out.stderr  # (the view lost the broker the run took with it)
     chunk_lines = re.findall(r"^chunk +(\d+) ε=96 ", out.stdout, flags=re.MULTILINE)
     assert len(chunk_lines) >= 3, out.stdout
     assert chunk_lines == [str(i) for i in range(len(chunk_lines))]
@@ -44,6 +49,27 @@ def test_demo_shows_chunks_arriving_and_writes_the_plot(tmp_path: Path) -> None:
     assert re.search(r"ledger\.budget_per_hour +none \(run: 10\)", out.stdout)
     assert re.search(r"mechanism\.features +4 features \(run: all 48\)", out.stdout)
     assert re.search(r"ingest\.source +simulated \(run: auto\)", out.stdout)
+
+
+@pytest.mark.network
+def test_ctrl_c_in_the_demo_still_writes_the_plot(tmp_path: Path) -> None:
+    """Issue 35.4: Ctrl-C in `demo` ended in a traceback and wrote no PNG. Now: one line, the
+    PNG of the chunks shown so far, exit status 130."""
+    png = tmp_path / "demo.png"
+    demo = Proc(
+        "demo", "--duration", "120", "--window-s", "2", "--step-s", "0.05", "--out", str(png),
+        cwd=tmp_path,
+    )  # fmt: skip
+    demo.wait_for(r"^chunk +1 ε=96 ")
+    code, text = demo.finish(signal.SIGINT)
+    assert code == ExitCode.INTERRUPTED, text
+    assert "Traceback" not in text
+    assert "gazeguard demo: interrupted (Ctrl-C)\n" in text
+    summary = re.search(r"(\d+) chunks privatized and charged, (\d+) received", text)
+    assert summary is not None, text
+    assert int(summary.group(1)) >= 2
+    assert f"plot written to {png}" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def demo_settings(**flags: object) -> Settings:

@@ -51,6 +51,7 @@ DEPLOY = REPO / "deploy"
 CONFIGS = sorted((DEPLOY / "config").glob("*.toml"))
 PREFIX = "gazeguard/v1"
 DEVICE, OTHER_DEVICE, CONSUMER, OBSERVER = "hmd-01", "hmd-02", "dashboard", "observer"
+WORKER = "fleet-worker-1"  # the fleet worker the shipped ACL names
 NOT_AUTHORIZED = 0x87  # MQTT v5 reason code; paho reports 3.1.1's CONNACK 5 as this, too
 BAD_LOGIN = {0x86, 0x87}  # "bad user name or password" / "not authorized"
 WAIT_S = 10.0
@@ -111,7 +112,8 @@ def example_broker(tmp_path: Path) -> Iterator[ExampleBroker]:
         check=True,
         capture_output=True,
     )
-    passwords = {u: secrets.token_urlsafe(12) for u in (DEVICE, OTHER_DEVICE, CONSUMER, OBSERVER)}
+    users = (DEVICE, OTHER_DEVICE, CONSUMER, OBSERVER, WORKER)
+    passwords = {u: secrets.token_urlsafe(12) for u in users}
     passwd = tmp_path / "passwd"
     for i, (user, password) in enumerate(passwords.items()):
         create = ["-c"] if i == 0 else []
@@ -560,6 +562,116 @@ def test_device_cannot_write_another_devices_topics(
     rc = intruder.publish(f"{PREFIX}/{OTHER_DEVICE}/{unique_id}/chunks", sentinel)
     assert not rc.is_failure
     assert_only_sentinel_arrives(observer, sentinel)
+
+
+# ---------------------------------------------------------------------------------------------
+# (4b) a fleet publishes each headset's chunks under its device id; a headset reads only its own
+
+
+def _received(client: Client, until: set[str] | None = None) -> list[mqtt.MQTTMessage]:
+    """Every message the client has received so far (taken from its queue); with ``until``,
+    wait for a message on each of those topics (not returned) and return all before them."""
+    out: list[mqtt.MQTTMessage] = []
+    waiting = set(until or ())
+    while True:
+        try:
+            msg = client.messages.get(timeout=WAIT_S) if waiting else client.messages.get_nowait()
+        except queue.Empty:
+            assert not waiting, f"no message on {waiting} within {WAIT_S} s"
+            return out
+        if msg.topic in waiting:
+            waiting.discard(msg.topic)
+            if not waiting:
+                return out
+        else:
+            out.append(msg)
+
+
+def test_fleet_chunks_go_under_the_headsets_device_which_reads_its_own_and_no_other(
+    example_broker: ExampleBroker, clients: list[Client], tmp_path: Path, unique_id: str
+) -> None:
+    """Issue 35.3: `forward --device hmd-01` ended up as gazeguard/v1/<worker's device>/hmd-01.…,
+    outside the ACL model (device = username). A fleet worker (real `gazeguard run --fleet
+    --source jetstream`, logging in as the ACL's fleet-worker-1) publishes two headsets' chunks
+    under their device ids; on the shipped ACL with per-device credentials, each headset reads
+    its own chunks and status and none of the other's. The worker says each session opened and
+    closed in one line."""
+    pytest.importorskip("nats", reason="nats-py is the 'fleet' extra")
+    from _nats_cluster import WorkerProc, single_node, stop_all, worker_env  # noqa: PLC0415
+
+    from gazeguard.config import NatsSettings  # noqa: PLC0415
+    from gazeguard.jetstream import JetStreamSender  # noqa: PLC0415
+    from gazeguard.simulate import simulate_gaze  # noqa: PLC0415
+
+    readers = {
+        name: connect(clients, example_broker, name) for name in (DEVICE, OTHER_DEVICE, OBSERVER)
+    }
+    for reader in readers.values():  # each device also asks for the other's topics
+        reader.subscribe(*(f"{PREFIX}/{d}/#" for d in (DEVICE, OTHER_DEVICE)))
+    server = single_node(tmp_path / "nats")
+    env = worker_env([server.url], 2)
+    env |= {"GAZEGUARD_BROKER__USERNAME": WORKER, "GAZEGUARD_BROKER__PASSWORD":
+            example_broker.passwords[WORKER]}  # fmt: skip
+    worker = WorkerProc(tmp_path, 0, f"127.0.0.1:{example_broker.port}", env)
+    session = f"s-{unique_id}"[:60]
+    keys = {d: f"{d}.{session}" for d in (DEVICE, OTHER_DEVICE)}
+
+    async def headset(device: str, seed: int) -> None:  # as `gazeguard forward` sends
+        gaze = simulate_gaze(8.0, 120.0, seed)
+        async with JetStreamSender(NatsSettings(servers=[server.url]), device, session) as out:
+            for start in range(0, len(gaze), 120):
+                await out.send(gaze.slice(start, start + 120))
+
+    async def headsets() -> None:
+        await asyncio.gather(headset(DEVICE, 1), headset(OTHER_DEVICE, 2))
+
+    seen: list[mqtt.MQTTMessage] = []
+    try:
+        deadline = time.monotonic() + 30
+        while "partitions of JetStream stream" not in worker.text():
+            assert time.monotonic() < deadline, worker.text()
+            time.sleep(0.05)
+        asyncio.run(headsets())
+        deadline = time.monotonic() + 60
+        while {m.topic.split("/")[2] for m in seen if m.topic.endswith("/chunks")} != set(keys):
+            assert time.monotonic() < deadline, (worker.text(), [m.topic for m in seen])
+            seen += _received(readers[OBSERVER])
+            time.sleep(0.1)
+    finally:
+        codes = stop_all([worker])
+        server.stop()
+    text = worker.text()
+    assert codes == [0], text
+    # Each device writes a sentinel to its own topics after the worker stopped: Mosquitto routes
+    # publishes in order, so what a reader got before the sentinels is all it will ever get.
+    sentinels = {d: f"{PREFIX}/{d}/sentinel-{unique_id}" for d in (DEVICE, OTHER_DEVICE)}
+    for device, topic in sentinels.items():
+        assert not readers[device].publish(topic, b"sentinel").is_failure
+    got = {name: _received(readers[name], {sentinels[name]}) for name in sentinels}
+    got[OBSERVER] = seen + _received(readers[OBSERVER], set(sentinels.values()))
+    for device, key in keys.items():
+        topics = {m.topic for m in got[device]}
+        assert f"{PREFIX}/{device}/{key}/chunks" in topics, (device, topics, text)
+        assert f"{PREFIX}/{device}/{key}/status" in topics, (device, topics)
+        assert all(t.startswith(f"{PREFIX}/{device}/") for t in topics), (device, topics)
+        chunks = [
+            ChunkMessage.model_validate_json(m.payload)
+            for m in got[device]
+            if m.topic.endswith("/chunks")
+        ]
+        assert {(c.device, c.session) for c in chunks} == {(device, key)}
+        assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
+        states = [StatusMessage.model_validate_json(m.payload).state for m in got[device]
+                  if m.topic.endswith("/status")]  # fmt: skip
+        assert states[-1] == "stopped", states
+        topic = f"{PREFIX}/{device}/{key}/chunks"
+        opened = f"session {key} of device {device} opened → {topic}"
+        assert text.count(opened) == 1, text
+        assert len(re.findall(rf"session {key} of device {device} closed \(", text)) == 1, text
+    # the observer (reads everything) saw both: the devices' silence about each other is the ACL
+    assert {m.topic.split("/")[2] for m in got[OBSERVER]} == {DEVICE, OTHER_DEVICE}
+    with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
+        assert ledger.refused() == []  # the ACL let the worker write every chunk
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,11 +21,19 @@ import pytest
 from conftest import MosquittoBroker, Subscriber, free_port
 
 from gazeguard.cli import ExitCode
-from gazeguard.config import load_settings
+from gazeguard.config import BrokerSettings, load_settings
 from gazeguard.ledger import Ledger
 from gazeguard.message import ChunkMessage, StatusMessage, json_schema
 from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
-from gazeguard.service import RunSummary, freeze_startup_objects, serve
+from gazeguard.service import (
+    LIVE_STATUS_S,
+    RunSummary,
+    SessionInUseError,
+    check_session_free,
+    freeze_startup_objects,
+    serve,
+)
+from gazeguard.simulate import SimulatedHeadset
 
 pytestmark = pytest.mark.network
 
@@ -219,6 +228,11 @@ def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
     _, err = proc.communicate(timeout=10)
     assert len(charged) >= 3, err
     assert dead in err  # the unreachable broker was named
+    # Issue 35.6: while the broker is down, progress says so instead of naming the topic.
+    progress = [ln for ln in err.splitlines() if re.match(r"chunk +\d+ charged", ln)]
+    assert progress, err
+    assert all(ln.endswith(", queued (broker down)") for ln in progress), progress
+    assert "→ gazeguard/" not in err
     before = ledger_indices(tmp_path)
     with Ledger(ledger_file, create=False) as ledger:
         spent_before = ledger.state("s1").spent
@@ -230,6 +244,8 @@ def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
         assert sub.wait_for(sub.client.is_connected, 5)
         err = finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "20",
                                    "--duration", "8"), status=ExitCode.BUDGET)  # fmt: skip
+        # Issue 35.6: the restart says that the backlog goes out first.
+        assert f"sending {len(before)} chunks left from the last run first" in err, err
         after = ledger_indices(tmp_path)
         assert after[: len(before)] == before
         assert after == sorted(after)
@@ -306,3 +322,126 @@ def test_startup_objects_are_frozen_out_of_full_collections() -> None:
         assert sum(gc.get_count()) < 1_000
     finally:
         gc.unfreeze()
+
+
+# ------------------------------------------------------------------- one session, one process
+
+
+def _retain_status(broker: MosquittoBroker, session: str, state: str, age_s: float) -> None:
+    """Publish a retained status of ``hmd``/``session`` made ``age_s`` seconds ago."""
+    import paho.mqtt.client as mqtt  # noqa: PLC0415
+
+    status = StatusMessage(
+        session=session, device="hmd", state=state, time=time.time() - age_s, spent=0.0,
+        remaining=None, session_cap=None, chunks_charged=0, chunks_withheld=0, chunks_dropped=0,
+    )  # type: ignore[arg-type]  # fmt: skip
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        info = client.publish(
+            f"gazeguard/v1/hmd/{session}/status", status.to_payload(), qos=1, retain=True
+        )
+        info.wait_for_publish(10)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def test_a_session_whose_retained_status_is_live_elsewhere_is_refused(
+    mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """The broker's retained status decides: a live state made within LIVE_STATUS_S means
+    another process serves the session; `stopped`, an old live state (its process died) or no
+    status at all let it start."""
+    broker = BrokerSettings(host=mosquitto.host, port=mosquitto.port)
+
+    def check(session: str) -> None:
+        asyncio.run(check_session_free(broker, "hmd", session))
+
+    check(f"{unique_id}-none")  # no status: free
+    _retain_status(mosquitto, f"{unique_id}-live", "running", 2.0)
+    with pytest.raises(SessionInUseError, match="being served by another process") as refused:
+        check(f"{unique_id}-live")
+    assert f"gazeguard/v1/hmd/{unique_id}-live/status" in str(refused.value)
+    assert "--session NAME" in str(refused.value)
+    _retain_status(mosquitto, f"{unique_id}-stopped", "stopped", 1.0)
+    check(f"{unique_id}-stopped")
+    _retain_status(mosquitto, f"{unique_id}-dead", "running", LIVE_STATUS_S + 30)
+    check(f"{unique_id}-dead")
+
+
+def test_two_simulated_runs_on_one_host_are_two_sessions_and_a_third_on_a_live_one_is_refused(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """Issue 35.2: two `gazeguard run --source simulated` on one host both became session
+    gazeguard-sim-1, on one topic, and their chunks arrived twice. Each default simulated
+    source_id is now unique to its process; and a run given the session a live run serves is
+    refused at startup, before it publishes anything."""
+    sub = Subscriber(mosquitto, f"sub-{unique_id}")
+    common = [
+        sys.executable, "-m", "gazeguard", "run", "--source", "simulated", "--device", "hmd",
+        "--broker", mosquitto.address, "--features", FEATURES, *FAST,
+    ]  # fmt: skip
+
+    def start(*extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*common, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path,
+        )  # fmt: skip
+
+    runs: list[subprocess.Popen[str]] = []
+    try:
+        assert sub.wait_for(sub.client.is_connected, 5)
+        runs += [start("--ledger", "a.sqlite"), start("--ledger", "b.sqlite")]
+        sessions = lambda: {c.session for c in sub.chunks()}  # noqa: E731
+        assert sub.wait_for(lambda: len(sessions()) == 2, 30), (sessions(), sub.statuses())
+        live = sorted(sessions())[0]
+        refused = subprocess.run(
+            [*common, "--ledger", "c.sqlite", "--session", live, "--duration", "5"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+        )  # fmt: skip
+        for run in runs:
+            run.terminate()  # (SIGTERM: a normal stop)
+        errs = [finish(run) for run in runs]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        sub.close()
+    assert refused.returncode == ExitCode.ERROR, refused.stderr
+    assert f"session {live!r} of device 'hmd' is being served by another process" in (
+        refused.stderr
+    )
+    assert "Traceback" not in refused.stderr
+    assert all(s.startswith("gazeguard-sim-1-") for s in sessions()), sessions()
+    for session in sessions():  # each chunk once, from one run
+        indices = [c.chunk_index for c in sub.chunks() if c.session == session]
+        assert indices == sorted(set(indices)), (session, indices)
+    with Ledger(tmp_path / "c.sqlite", create=False) as ledger:
+        assert ledger.charges(live) == []  # refused before anything was charged
+    assert all("being served" not in err for err in errs)
+
+
+def test_auto_says_whose_stream_and_broker_it_uses(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """Issue 35.2: `auto` silently used another run's simulated stream and broker (and lost
+    both when that run exited). It now says so in one line each."""
+    headset = SimulatedHeadset(120.0, seed=5, source_id=f"gazeguard-sim-5-{unique_id}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
+    env["GAZEGUARD_BROKER__PORT"] = str(mosquitto.port)  # no host: the local broker is found
+    with headset:
+        out = subprocess.run(
+            [sys.executable, "-m", "gazeguard", "run", "--ledger", "l.sqlite", "--duration", "2",
+             "--device", "hmd", "--session", unique_id],
+            capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False, env=env,
+        )  # fmt: skip
+    assert out.returncode in (ExitCode.OK, ExitCode.UNDELIVERED), out.stderr
+    stream = [ln for ln in out.stderr.splitlines() if "ingest.source auto: using LSL stream" in ln]
+    assert len(stream) == 1, out.stderr
+    assert "of another process on host" in stream[0]
+    broker = [ln for ln in out.stderr.splitlines() if "another process's MQTT broker" in ln]
+    assert len(broker) == 1, out.stderr
+    assert f"127.0.0.1:{mosquitto.port}" in broker[0]

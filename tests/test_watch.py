@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pytest
 from conftest import MosquittoBroker
+from test_cli import Proc
 
-from gazeguard.cli import main
+from gazeguard.cli import ExitCode, main
 from gazeguard.cli.watch import describe, sparkline
+from gazeguard.message import StatusMessage
 
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
 FEATURES = "fixation_rate,saccade_rate,pupil_mean"
@@ -62,3 +68,54 @@ def test_an_invalid_message_is_reported_not_fatal() -> None:
 def test_sparkline_spans_the_range() -> None:
     assert sparkline([0.0, 0.5, 1.0], 0.0, 1.0) == "▁▅█"
     assert sparkline([-5.0, 5.0], 0.0, 1.0) == "▁█"  # clipped to the range
+
+
+def _retain(broker: MosquittoBroker, session: str, state: str) -> None:
+    """A retained status of ``hmd``/``session`` in ``state``, published as a run would."""
+    status = StatusMessage(
+        session=session, device="hmd", state=state, time=time.time(), spent=0.0, remaining=None,
+        session_cap=None, chunks_charged=0, chunks_withheld=0, chunks_dropped=0,
+    )  # type: ignore[arg-type]  # fmt: skip
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        client.publish(
+            f"gazeguard/v1/hmd/{session}/status", status.to_payload(), qos=1, retain=True
+        ).wait_for_publish(10)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+@pytest.mark.network
+def test_watch_waits_for_the_broker_rides_out_its_end_and_stops_on_ctrl_c(
+    tmp_path: Path, unique_id: str
+) -> None:
+    """Issue 35.4: `watch` ended in a traceback when no broker answered yet and when the run
+    (its embedded broker) ended. Now one line each, it keeps trying, and Ctrl-C exits 130."""
+    broker = MosquittoBroker(tmp_path)  # its port chosen, not started yet
+    watch = Proc(
+        "watch", "--broker", broker.address, "--device", "hmd", "--session", unique_id,
+        cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        watch.wait_for(f"no MQTT broker answers at {broker.address} yet")
+        broker.start()
+        watch.wait_for(f"^watching gazeguard/v1/hmd/{unique_id}/\\+ on {broker.address}")
+        _retain(broker, unique_id, "running")
+        watch.wait_for(f"^status hmd/{unique_id}: running")
+        broker.stop()  # as the embedded broker of a run that ends
+        watch.wait_for(f"lost broker {broker.address}")
+        broker.start()
+        watch.wait_for(f"broker {broker.address} is back")
+        _retain(broker, unique_id, "stopped")
+        watch.wait_for(f"^status hmd/{unique_id}: stopped")
+        code, text = watch.finish(signal.SIGINT)
+    finally:
+        broker.stop()
+    assert code == ExitCode.INTERRUPTED, text
+    assert "Traceback" not in text
+    assert len(re.findall("no MQTT broker answers", text)) == 1, text
+    assert len(re.findall("lost broker", text)) == 1, text
+    assert "0 chunk and label messages, 0 invalid" in text

@@ -207,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.error(str(exc), field=exc.field, value=exc.value, source=exc.source)
     except GazeguardError as exc:
         console.error(str(exc), error=type(exc).__name__)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before a command's own handler is in place (or without one)
+        console.say("interrupted", f"gazeguard {args.command}: interrupted (Ctrl-C)")
         return ExitCode.INTERRUPTED
     except Exception:
         logging.getLogger("gazeguard").exception("gazeguard %s: unexpected error", args.command)

@@ -63,7 +63,7 @@ _MEANINGS = {
     "in the outbox at exit (sent on the next start)",
     ExitCode.REFUSED: "`run`: the broker refused the login or the chunks (ACL, credentials, TLS); "
     "they stay in the outbox",
-    ExitCode.INTERRUPTED: "stopped by Ctrl-C",
+    ExitCode.INTERRUPTED: "stopped by Ctrl-C (SIGINT), in every command",
 }
 
 
@@ -334,13 +334,41 @@ def run_loop(coro: Coroutine[Any, Any, _T]) -> _T:
     return uvloop.run(coro)
 
 
-def stop_on_signals(stop: asyncio.Event) -> None:
-    """SIGINT and SIGTERM set ``stop`` (call inside the running loop)."""
+class Signals:
+    """Which stop signals arrived (:func:`stop_on_signals`)."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C (SIGINT) arrived: the command exits with :attr:`ExitCode.INTERRUPTED`.
+        SIGTERM (a service manager's stop) is a normal stop."""
+        import signal  # noqa: PLC0415
+
+        return signal.SIGINT in self.received
+
+
+def stop_on_signals(stop: asyncio.Event) -> Signals:
+    """SIGINT and SIGTERM set ``stop`` (call inside the running loop); the returned
+    :class:`Signals` records which arrived."""
     import signal  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
+    seen = Signals()
+
+    def on_signal(sig: int) -> None:
+        seen.received.append(sig)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
+    return seen
+
+
+def interrupted_line(command: str) -> None:
+    """The one line a command writes when Ctrl-C stops it before it could finish."""
+    console.say("interrupted", f"{command}: interrupted (Ctrl-C)")
 
 
 class PairAction(argparse.Action):

@@ -10,12 +10,22 @@ live view still runs and the PNG is skipped with a note.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import ExitCode, available, get_console, run_loop, stdout
+from gazeguard.cli._common import (
+    ExitCode,
+    Signals,
+    available,
+    get_console,
+    interrupted_line,
+    run_loop,
+    stdout,
+    stop_on_signals,
+)
 from gazeguard.cli.run import add_settings_arguments, settings_overrides
 from gazeguard.config import check_settings
 from gazeguard.demo import (
@@ -112,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         flags = frozenset(_dotted(overrides))
         for name, value in DEMO_DEFAULTS.items():
             _put(overrides, name, value)
-        _put(overrides, "ledger.path", Path(tmp) / "demo-ledger.sqlite")
+        if "ledger.url" not in flags:  # --ledger postgresql://… keeps the budget there
+            _put(overrides, "ledger.path", Path(tmp) / "demo-ledger.sqlite")
         _put(overrides, "ingest.source_id", f"gazeguard-demo-{uuid.uuid4().hex[:8]}")
         _put(overrides, "ingest.simulated_rate_hz", args.rate)
         settings, problems = check_settings(args.config, **overrides)
@@ -132,10 +143,22 @@ def run(args: argparse.Namespace) -> int:
                 "(pip install 'gazeguard[eval]'); the live view runs as usual"
             )
         trace = Trace()
-        run_loop(demo(settings, args.duration, trace, on_chunk=_chunk_line, on_status=_status_line))
+
+        async def main() -> Signals:
+            stop = asyncio.Event()
+            signals = stop_on_signals(stop)
+            await demo(
+                settings, args.duration, trace,
+                on_chunk=_chunk_line, on_status=_status_line, stop=stop,
+            )  # fmt: skip
+            return signals
+
+        signals = run_loop(main())
+        if signals.interrupted:  # the run stopped as at its end: the PNG of what was shown
+            interrupted_line("gazeguard demo")
         if not trace.t:
             stdout("gazeguard demo: no chunk completed; run longer (--duration).")
-            return ExitCode.ERROR
+            return ExitCode.INTERRUPTED if signals.interrupted else ExitCode.ERROR
         where = "no plot (matplotlib missing)"
         if plotting:
             where = f"plot written to {plot(trace, args.out, caption(changes))}"
@@ -143,4 +166,4 @@ def run(args: argparse.Namespace) -> int:
             f"gazeguard demo: {len(trace.t)} chunks privatized and charged, "
             f"{trace.received} received over MQTT; {where}"
         )
-    return ExitCode.OK
+    return ExitCode.INTERRUPTED if signals.interrupted else ExitCode.OK

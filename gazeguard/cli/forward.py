@@ -7,11 +7,18 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import ExitCode, get_console, stop_on_signals
+from gazeguard.cli._common import (
+    ExitCode,
+    Signals,
+    get_console,
+    interrupted_line,
+    stop_on_signals,
+)
 from gazeguard.config import Settings, load_settings
 from gazeguard.errors import ConfigError
 from gazeguard.forward import ForwardSummary, forward
 from gazeguard.ingest import GazeStreamInfo
+from gazeguard.message import chunk_topic
 
 #: Why ``--to mqtt`` and ``--broker`` are refused.
 RETIRED = (
@@ -94,21 +101,28 @@ def run(args: argparse.Namespace) -> int:
     console = get_console()
 
     def banner(summary: ForwardSummary, info: GazeStreamInfo) -> None:
+        session = f"{settings.device}.{summary.session}"
+        topic = chunk_topic(settings.broker.topic_prefix, settings.device, session)
         console.say(
             "banner",
             f"gazeguard forward: LSL {info.name!r} ({info.preset}, {info.nominal_srate:g} Hz) → "
-            f"session {settings.device}.{summary.session} on NATS JetStream {servers}",
+            f"session {session} on NATS JetStream {servers}; the fleet publishes its "
+            f"privatized chunks on {topic}",
             stream=info.name,
-            session=f"{settings.device}.{summary.session}",
+            session=session,
             servers=list(settings.fleet.nats.servers),
+            topic=topic,
         )
 
-    async def main() -> ForwardSummary:
+    async def main() -> tuple[ForwardSummary, Signals]:
         stop = asyncio.Event()
-        stop_on_signals(stop)
-        return await forward(settings, duration_s=args.duration, stop=stop, ready=banner)
+        signals = stop_on_signals(stop)
+        summary = await forward(settings, duration_s=args.duration, stop=stop, ready=banner)
+        return summary, signals
 
-    s = asyncio.run(main())
+    s, signals = asyncio.run(main())
+    if signals.interrupted:
+        interrupted_line("gazeguard forward")
     console.say(
         "summary",
         f"gazeguard forward: session {settings.device}.{s.session}: {s.blocks} blocks, "
@@ -119,4 +133,4 @@ def run(args: argparse.Namespace) -> int:
         reconnects=s.reconnects,
         retries=s.retries,
     )
-    return ExitCode.OK
+    return ExitCode.INTERRUPTED if signals.interrupted else ExitCode.OK

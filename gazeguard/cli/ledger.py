@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         settings = load_settings(args.config).ledger
         location = settings.url if settings.url is not None else settings.path
-    with Ledger(location, create=False) as ledger:
+    with Ledger(location, create=False, read_only=True) as ledger:
         names = ledger.sessions()
         if args.session is not None:
             if args.session not in names:

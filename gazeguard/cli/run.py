@@ -14,11 +14,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import ExitCode, get_console, run_loop, stop_on_signals
+from gazeguard.cli._common import ExitCode, Signals, get_console, run_loop, stop_on_signals
 from gazeguard.cli.watch import watch_hint
 from gazeguard.config import Settings, broker_address, check_settings
-from gazeguard.fleet import Fleet
+from gazeguard.fleet import Fleet, SessionEvent
 from gazeguard.label_stream import LabelPlan
+from gazeguard.ledger import is_url
 from gazeguard.mechanisms.registry import ONLINE_MECHANISMS
 from gazeguard.pipeline import Pipeline, ReleasedChunk
 from gazeguard.service import RunSummary, serve, serve_fleet
@@ -112,7 +113,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
     g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
-    g.add_argument("--ledger", type=Path, help="ledger SQLite file")
+    g.add_argument(
+        "--ledger",
+        metavar="PATH|URL",
+        help="ledger: an SQLite file, or a postgresql:// URL (ledger.path / ledger.url)",
+    )
     g.add_argument(
         "--budget-per-hour",
         type=_budget,
@@ -182,7 +187,11 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     put("features", "window_s", args.window_s)
     put("features", "step_s", args.step_s)
     put("fleet", "enabled", args.fleet)
-    put("ledger", "path", args.ledger)
+    if args.ledger is not None:  # a URL is ledger.url (as a path, "//" collapsed to "/")
+        url = is_url(args.ledger)
+        o.setdefault("ledger", {}).update(
+            {"url": args.ledger} if url else {"path": args.ledger, "url": None}
+        )
     put("ledger", "session_cap", args.session_cap)
     if args.budget_per_hour is not None:
         none = args.budget_per_hour == "none"
@@ -215,7 +224,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "DCFPA (or LPA/CFPA), charge it to the durable ε ledger, publish it over MQTT "
         "(an embedded broker when none is configured). Stops on Ctrl-C / SIGTERM. "
         "Exit status: 0 all delivered, 1 error, 3 chunks withheld (budget), 4 broker "
-        "unreachable / chunks left in the outbox, 5 broker refused (see `gazeguard --help`)."
+        "unreachable / chunks left in the outbox, 5 broker refused, 130 Ctrl-C (see "
+        "`gazeguard --help`)."
     )
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
     add_settings_arguments(parser)
@@ -320,15 +330,15 @@ def _label_fields(plan: LabelPlan) -> dict[str, Any]:
     }
 
 
-def _progress(out: ReleasedChunk) -> None:
+def _progress(out: ReleasedChunk, connected: bool) -> None:
     led = out.message.ledger
     remaining = "uncapped" if led.remaining is None else f"{led.remaining:.4g} left"
     hour = "" if led.window_cap is None else f" of {led.window_cap:g}"
     get_console().progress(
         "chunk",
         f"chunk {out.message.chunk_index:>5} charged: session ε {led.epsilon:.4g} "
-        f"({remaining}), last {led.window_s:g} s of gaze ε {led.epsilon_window:.4g}{hour} "
-        f"→ {out.topic}",
+        f"({remaining}), last {led.window_s:g} s of gaze ε {led.epsilon_window:.4g}{hour}"
+        + (f" → {out.topic}" if connected else ", queued (broker down)"),
         chunk_index=out.message.chunk_index,
         chunk_epsilon=led.chunk_epsilon,
         session_epsilon=led.epsilon,
@@ -336,6 +346,7 @@ def _progress(out: ReleasedChunk) -> None:
         session_spent=led.session_spent,
         remaining=led.remaining,
         topic=out.topic,
+        queued=not connected,
     )
 
 
@@ -348,18 +359,19 @@ def run(args: argparse.Namespace) -> int:
         return _run_fleet(settings, args.duration)
     console = get_console()
 
-    async def main() -> RunSummary:
+    async def main() -> tuple[RunSummary, Signals]:
         stop = asyncio.Event()
-        stop_on_signals(stop)
-        return await serve(
+        signals = stop_on_signals(stop)
+        summary = await serve(
             settings,
             duration_s=args.duration,
             stop=stop,
-            on_release=None if console.quiet else _progress,
+            on_progress=None if console.quiet else _progress,
             ready=lambda p, ep: _banner(p, ep, settings),
         )
+        return summary, signals
 
-    summary = run_loop(main())
+    summary, signals = run_loop(main())
     s = summary.stats
     remaining = "no cap" if summary.remaining is None else f"{summary.remaining:.6g} remaining"
     code = exit_code(summary)
@@ -379,7 +391,14 @@ def run(args: argparse.Namespace) -> int:
         f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped"
         + (f", {s.pauses} pauses ({s.pause_steps_dropped} steps dropped)" if s.pauses else "")
         + f"; user-level ε {summary.spent:.4g} ({remaining}); {summary.pending} chunks still in "
-        f"the outbox; ledger {summary.ledger}{why} (exit status {int(code)})",
+        f"the outbox; ledger {summary.ledger}{why} "
+        + (
+            f"(exit status {int(ExitCode.INTERRUPTED)}: Ctrl-C"
+            + ("" if code == ExitCode.OK else f"; {int(code)} otherwise")
+            + ")"
+            if signals.interrupted
+            else f"(exit status {int(code)})"
+        ),
         session=summary.session,
         released=s.released,
         withheld=s.withheld,
@@ -390,9 +409,9 @@ def run(args: argparse.Namespace) -> int:
         delivered=summary.delivered,
         broker_connections=summary.broker_connections,
         broker_refusals=summary.broker_refusals,
-        exit_status=int(code),
+        exit_status=int(ExitCode.INTERRUPTED if signals.interrupted else code),
     )
-    return code
+    return ExitCode.INTERRUPTED if signals.interrupted else code
 
 
 def _fleet_banner(settings: Settings, fleet: Fleet) -> None:
@@ -406,6 +425,7 @@ def _fleet_banner(settings: Settings, fleet: Fleet) -> None:
         + f" per person at δ {led.delta:g}"
     )
     console = get_console()
+    fleet.on_session = _session_line
     console.say(
         "startup",
         f"gazeguard fleet worker {fleet.worker_id}: {settings.ingest.source} sessions, "
@@ -425,18 +445,38 @@ def _fleet_banner(settings: Settings, fleet: Fleet) -> None:
         )
 
 
+def _session_line(event: SessionEvent) -> None:
+    """One line per session a fleet worker opens or closes."""
+    what = (
+        f"→ {event.topic}"
+        if event.event == "opened"
+        else f"({event.samples} samples, {event.released} chunks released)"
+    )
+    get_console().progress(
+        "session",
+        f"session {event.session} of device {event.device} {event.event} {what}",
+        session=event.session,
+        device=event.device,
+        state=event.event,
+        topic=event.topic,
+        samples=event.samples,
+        released=event.released,
+    )
+
+
 def _run_fleet(settings: Settings, duration_s: float | None) -> int:
-    async def main() -> Fleet:
+    async def main() -> tuple[Fleet, Signals]:
         stop = asyncio.Event()
-        stop_on_signals(stop)
-        return await serve_fleet(
+        signals = stop_on_signals(stop)
+        fleet = await serve_fleet(
             settings,
             duration_s=duration_s,
             stop=stop,
             ready=lambda fleet: _fleet_banner(settings, fleet),
         )
+        return fleet, signals
 
-    fleet = run_loop(main())
+    fleet, signals = run_loop(main())
     get_console().say(
         "summary",
         f"gazeguard fleet worker {fleet.worker_id}: {len(fleet.closed)} sessions served, "
@@ -446,4 +486,4 @@ def _run_fleet(settings: Settings, duration_s: float | None) -> int:
         open=len(fleet.sessions),
         refused=fleet.refused,
     )
-    return ExitCode.OK
+    return ExitCode.INTERRUPTED if signals.interrupted else ExitCode.OK

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 
-from gazeguard.cli._common import ExitCode, stdout
+from gazeguard.cli._common import ExitCode, interrupted_line, stdout
 from gazeguard.simulate import TASKS, SimulatedHeadset
 
 
@@ -28,7 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``gazeguard simulate``: stream a simulated person until --duration or Ctrl-C."""
+    """``gazeguard simulate``: stream a simulated person until --duration, Ctrl-C (exit 130) or
+    SIGTERM (exit 0)."""
     headset = SimulatedHeadset(
         args.rate,
         args.seed,
@@ -39,11 +41,25 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         push_interval_s=args.push_interval or 1.0 / args.rate,
     )
-    with headset:
-        stdout(
-            f"streaming simulated person {args.seed} ({args.task}) at {args.rate:g} Hz as LSL "
-            f"stream {headset.name!r}, source_id {headset.source_id!r}; Ctrl-C to stop"
-        )
-        headset.done.wait()
+    stopped: list[int] = []  # the signals that came
+
+    def on_signal(sig: int, _frame: object) -> None:
+        stopped.append(sig)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with headset:
+            stdout(
+                f"streaming simulated person {args.seed} ({args.task}) at {args.rate:g} Hz as "
+                f"LSL stream {headset.name!r}, source_id {headset.source_id!r}; Ctrl-C to stop"
+            )
+            while not stopped and not headset.done.wait(0.1):
+                pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    interrupted = signal.SIGINT in stopped
+    if interrupted:
+        interrupted_line("gazeguard simulate")
     stdout(f"sent {headset.samples_sent} samples")
-    return ExitCode.OK
+    return ExitCode.INTERRUPTED if interrupted else ExitCode.OK

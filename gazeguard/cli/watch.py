@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 from collections.abc import Sequence
@@ -18,10 +19,13 @@ from pathlib import Path
 import aiomqtt
 from pydantic import ValidationError
 
-from gazeguard.cli._common import ExitCode, run_loop, stdout, stop_on_signals
+from gazeguard.cli._common import ExitCode, get_console, run_loop, stdout, stop_on_signals
 from gazeguard.config import broker_address, load_settings
+from gazeguard.errors import GazeguardError
 from gazeguard.label_message import LabelMessage
 from gazeguard.message import ChunkMessage, StatusMessage
+from gazeguard.mqtt.client import ClientFactory
+from gazeguard.mqtt.sink import explain_failure
 
 #: Sparkline blocks, lowest to highest.
 BARS = "▁▂▃▄▅▆▇█"
@@ -117,61 +121,132 @@ def describe(topic: str, payload: bytes, shown: int) -> tuple[str, list[str], ob
     )
 
 
+#: Between attempts to reach the broker, s.
+RETRY_S = 1.0
+
+
+class _Watcher:
+    """One ``gazeguard watch``: the broker, the topic, and what was seen."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        settings = load_settings(args.config).broker
+        host, port = settings.host or "127.0.0.1", settings.port
+        if args.broker:
+            addr = broker_address(args.broker)
+            host, port = addr["host"], int(addr.get("port", port))
+        self.args = args
+        self.broker = settings.model_copy(update={"host": host, "port": port})
+        self.where = f"{host}:{port}"
+        self.clients = ClientFactory(self.broker)  # the login and TLS of --config
+        prefix = args.prefix or settings.topic_prefix
+        self.topic = f"{prefix}/{args.device}/{args.session}/+"
+        self.seen = self.invalid = 0
+
+    def show(self, message: aiomqtt.Message) -> bool:
+        """Print one message; whether ``--count`` is reached."""
+        payload = message.payload
+        if not isinstance(payload, bytes | bytearray):
+            return False
+        kind, lines, model = describe(str(message.topic), bytes(payload), self.args.features)
+        self.invalid += kind == "invalid"
+        if self.args.json:
+            doc = {"topic": str(message.topic), "kind": kind}
+            if model is not None and hasattr(model, "model_dump"):
+                doc["message"] = model.model_dump(mode="json", by_alias=True)
+            else:
+                doc["error"] = lines[0]
+            stdout(json.dumps(doc))
+        else:
+            for line in lines:
+                stdout(line)
+        if kind in ("chunks", "labels"):
+            self.seen += 1
+            return self.args.count is not None and self.seen >= self.args.count
+        return False
+
+    async def consume(self) -> None:
+        """Watch until ``--count``; reconnect, saying so once per outage, while the broker is
+        away.
+
+        Raises:
+            WatchError: the broker refused the login, the TLS handshake or the subscription.
+        """
+        console = get_console()
+        connected_once = False
+        outage: str | None = None
+        while True:
+            try:
+                async with self.clients(None, protocol=aiomqtt.ProtocolVersion.V311) as client:
+                    granted = await client.subscribe(self.topic, qos=1)
+                    if any(getattr(g, "is_failure", False) or g == 0x80 for g in granted):
+                        msg = (
+                            f"broker {self.where} refused the subscription to {self.topic} (an "
+                            "ACL: this login may not read it)"
+                        )
+                        raise WatchError(msg)
+                    if connected_once:
+                        if outage is not None:
+                            console.say("watch", f"gazeguard watch: broker {self.where} is back")
+                    elif not self.args.json:
+                        stdout(f"watching {self.topic} on {self.where} (Ctrl-C to stop)")
+                    connected_once, outage = True, None
+                    async for message in client.messages:
+                        if self.show(message):
+                            return
+            except (aiomqtt.MqttError, OSError) as exc:
+                reason, permanent = explain_failure(exc, self.broker)
+                if permanent:
+                    raise WatchError(f"broker {self.where}: {reason}") from None
+                if outage is None:
+                    what = (
+                        f"lost broker {self.where} ({reason}): has the run whose embedded "
+                        "broker it was ended?"
+                        if connected_once
+                        else f"no MQTT broker answers at {self.where} yet ({reason})"
+                    )
+                    console.warn(
+                        f"gazeguard watch: {what}; trying again every {RETRY_S:g} s "
+                        "(Ctrl-C to stop)",
+                        broker=self.where,
+                        reason=reason,
+                    )
+                    outage = reason
+            await asyncio.sleep(RETRY_S)
+
+
 async def watch(args: argparse.Namespace) -> int:
-    """Subscribe and print until ``--count`` messages, ``--duration`` or a signal."""
-    settings = load_settings(args.config).broker
-    host, port = settings.host or "127.0.0.1", settings.port
-    if args.broker:
-        addr = broker_address(args.broker)
-        host, port = addr["host"], int(addr.get("port", port))
-    prefix = args.prefix or settings.topic_prefix
+    """Subscribe and print until ``--count`` messages, ``--duration`` or a signal.
+
+    A broker that does not answer yet, or goes away (the embedded broker of a run that ended),
+    is said in one line and tried again every :data:`RETRY_S` until it answers; a refused login
+    or subscription ends the watch (:class:`WatchError`). Returns 130 after Ctrl-C, 1 when an
+    invalid message was seen, else 0.
+    """
+    watcher = _Watcher(args)
     stop = asyncio.Event()
-    stop_on_signals(stop)
-    seen = invalid = 0
-    topic = f"{prefix}/{args.device}/{args.session}/+"
-
-    async def consume() -> None:
-        nonlocal seen, invalid
-        async with aiomqtt.Client(host, port, identifier=None) as client:
-            await client.subscribe(topic, qos=1)
-            if not args.json:
-                stdout(f"watching {topic} on {host}:{port} (Ctrl-C to stop)")
-            async for message in client.messages:
-                payload = message.payload
-                if not isinstance(payload, bytes | bytearray):
-                    continue
-                kind, lines, model = describe(str(message.topic), bytes(payload), args.features)
-                invalid += kind == "invalid"
-                if args.json:
-                    doc = {"topic": str(message.topic), "kind": kind}
-                    if model is not None and hasattr(model, "model_dump"):
-                        doc["message"] = model.model_dump(mode="json", by_alias=True)
-                    else:
-                        doc["error"] = lines[0]
-                    stdout(json.dumps(doc))
-                else:
-                    for line in lines:
-                        stdout(line)
-                if kind in ("chunks", "labels"):
-                    seen += 1
-                    if args.count is not None and seen >= args.count:
-                        return
-
-    task = asyncio.create_task(consume())
+    signals = stop_on_signals(stop)
+    task = asyncio.create_task(watcher.consume())
     waiter = asyncio.create_task(stop.wait())
     timeout = None if args.duration is None else max(args.duration, 0.0)
-    done, _ = await asyncio.wait({task, waiter}, timeout=timeout, return_when="FIRST_COMPLETED")
+    await asyncio.wait({task, waiter}, timeout=timeout, return_when="FIRST_COMPLETED")
     for t in (task, waiter):
         t.cancel()
-    if task in done and not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
+    with contextlib.suppress(asyncio.CancelledError):
+        await task  # a WatchError is raised here
     if not args.json:
-        stdout(f"{seen} chunk and label messages, {invalid} invalid")
-    return ExitCode.ERROR if invalid else ExitCode.OK
+        stdout(f"{watcher.seen} chunk and label messages, {watcher.invalid} invalid")
+    if signals.interrupted:
+        return ExitCode.INTERRUPTED
+    return ExitCode.ERROR if watcher.invalid else ExitCode.OK
+
+
+class WatchError(GazeguardError):
+    """Watching cannot go on: the broker refused the login, TLS or the subscription."""
 
 
 def run(args: argparse.Namespace) -> int:
-    """``gazeguard watch``: exit 0, or 1 when an invalid message was seen."""
+    """``gazeguard watch``: exit 0, 1 when an invalid message was seen (or the broker refused
+    this client), 130 on Ctrl-C."""
     if args.count is not None and args.count < 1:
         args.count = None
     if args.duration is not None and not math.isfinite(args.duration):

@@ -3,6 +3,7 @@ options and the headers devices set (see :mod:`gazeguard.jetstream`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -138,6 +139,22 @@ def connect_options(nats_settings: NatsSettings, name: str) -> dict[str, Any]:
             ) from exc
         opts["tls"] = ctx
     return opts
+
+
+async def cancel_connect(task: asyncio.Future[Any], every_s: float = 0.1) -> None:
+    """Cancel a ``nats.connect`` (or what awaits one) and wait until it has ended, cancelling
+    again every ``every_s`` seconds; its outcome is dropped.
+
+    One cancellation can be lost: on Python 3.11, ``asyncio.wait_for`` (nats-py's connect
+    timeout) drops a cancellation that arrives as the connection attempt fails, and nats-py
+    then tries the next attempt as if nothing happened; awaiting the task once would wait for
+    ever (seen: a ``gazeguard forward`` stopped by Ctrl-C while NATS was down did not exit).
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=every_s)
+    if not task.cancelled():
+        task.exception()  # retrieved: the caller is leaving; nothing to report
 
 
 class JetStreamNotReadyError(StreamError):

@@ -34,6 +34,7 @@ from gazeguard.jetstream.wire import (
     RATE_HEADER,
     UNIX_OFFSET_HEADER,
     JetStreamNotReadyError,
+    cancel_connect,
     connect_options,
     consumer_name,
     ensure_consumers,
@@ -246,9 +247,7 @@ class JetStreamIngest(Balancing):
         finally:
             stopped.cancel()
             if not connecting.done():
-                connecting.cancel()
-                with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
-                    await connecting
+                await cancel_connect(connecting)
 
     async def _set_up(self, stop: asyncio.Event) -> bool:
         """Create (or update) the stream and the partition consumers, retrying with backoff
@@ -499,7 +498,7 @@ class JetStreamIngest(Balancing):
                 self._no_rate.add(key)
                 log.warning("worker %s: session %r refused: %s", self.fleet.worker_id, key, exc)
             return key, None
-        entry = self.fleet._open_session(key, rate)
+        entry = self.fleet._open_session(key, rate, device=tokens[-2])  # the headset's id: ACLs
         if entry is None:
             return key, None
         part.sessions.add(key)

@@ -124,6 +124,8 @@ class Ledger:
             queries over the rows at every charge (cost growing with the charges in the
             window): the reference the counters are tested and benchmarked against. The
             counters are kept up to date either way.
+        read_only: an SQLite ledger that is only read (reports): nothing is written, so one in a
+            directory this user may not write opens too.
     """
 
     def __init__(
@@ -143,6 +145,7 @@ class Ledger:
         wall_clock: bool = False,
         prefetch: bool = True,
         counters: bool = True,
+        read_only: bool = False,
     ) -> None:
         self._caps = Caps(
             _cap(session_cap, "ledger.session_cap"),
@@ -171,7 +174,9 @@ class Ledger:
                 ) from exc
             self._backend = PostgresBackend(str(location), synchronous, timeout_s=timeout_s)
         else:
-            self._backend = SqliteBackend(location, synchronous, create=create, timeout_s=timeout_s)
+            self._backend = SqliteBackend(
+                location, synchronous, create=create, timeout_s=timeout_s, read_only=read_only
+            )
 
     @classmethod
     def open(cls, location: str | os.PathLike[str], **kwargs: Any) -> Ledger:

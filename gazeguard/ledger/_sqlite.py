@@ -97,6 +97,9 @@ class SqliteBackend:
             (survives a process crash only; for benchmarks).
         create: create a missing file; otherwise a missing file is a ConfigError.
         timeout_s: how long a writer waits for another writer's lock, s.
+        read_only: only read (``gazeguard ledger show``): nothing is written, not even the
+            switch to WAL, so a ledger in a directory this user may not write opens too
+            (:func:`connect_read_only`).
     """
 
     kind = "sqlite"
@@ -109,12 +112,13 @@ class SqliteBackend:
         *,
         create: bool = True,
         timeout_s: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.location = str(self.path)
         if synchronous not in ("NORMAL", "FULL", "EXTRA"):
             raise ConfigError("ledger.synchronous", synchronous, "use FULL, EXTRA or NORMAL")
-        if not create and not self.path.is_file():
+        if (read_only or not create) and not self.path.is_file():
             raise ConfigError(
                 "ledger.path",
                 str(self.path),
@@ -122,16 +126,34 @@ class SqliteBackend:
                 " to the file `gazeguard run` writes",
             )
         self._lock = threading.RLock()
+        if read_only:
+            self._conn = connect_read_only(self.path, timeout_s)
+            try:
+                self._check_read_only()
+            except BaseException:
+                self._conn.close()
+                raise
+            return
+        # SQLite would open a read-only file read-only, and fail at the first charge. (Not its
+        # -wal and -shm here: other processes' connections create and delete those meanwhile.)
+        blocked = not_writable(self.path, companions=False)
+        if blocked is not None:
+            raise LedgerError(f"cannot open ledger {self.location!r}: {blocked}")
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open ledger {self.location!r}: {exc}") from exc
+            why = not_writable(self.path) or str(exc)
+            raise LedgerError(f"cannot open ledger {self.location!r}: {why}") from exc
         try:
             self._open(synchronous, create, time.monotonic() + timeout_s)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
+            blocked = not_writable(self.path)
+            if blocked is not None:  # SQLite says "unable to open database file", "readonly"
+                msg = f"cannot open ledger {self.location!r}: {blocked} ({exc})"
+                raise LedgerError(msg) from exc
             raise LedgerError(
                 f"{self.location!r} is not a usable gazeguard ledger ({exc}); point ledger.path "
                 "at a ledger file or at a new path"
@@ -169,6 +191,28 @@ class SqliteBackend:
                     self._conn.execute("ROLLBACK")
                 time.sleep(pause)
                 pause = min(pause * 2, 0.2)
+
+    def _check_read_only(self) -> None:
+        """A read-only ledger's schema: a gazeguard ledger of this version (nothing written).
+
+        Raises:
+            LedgerError: not a gazeguard ledger, or another schema version.
+        """
+        try:
+            with self.read() as sql:
+                has_meta = sql.one("SELECT name FROM sqlite_master WHERE name = 'meta'")
+                row = (
+                    None
+                    if has_meta is None
+                    else sql.one("SELECT value FROM meta WHERE key = 'schema'")
+                )
+                if row is None:
+                    msg = f"{self.location!r} is an SQLite file but not a gazeguard ledger"
+                    raise LedgerError(msg)
+                check_schema(sql, self.location)  # (compares: the version is there)
+        except sqlite3.DatabaseError as exc:
+            msg = f"{self.location!r} is not a readable gazeguard ledger ({exc})"
+            raise LedgerError(msg) from exc
 
     def _init_schema(self, create: bool) -> None:
         with self.write() as sql:
@@ -221,6 +265,84 @@ class SqliteBackend:
             self._conn.close()
 
 
+def not_writable(path: Path, *, companions: bool = True) -> str | None:
+    """Why this process cannot create or write the SQLite ledger at ``path`` — its directory
+    missing or not writable (SQLite creates the ``-wal`` and ``-shm`` files next to the
+    ledger), or the file (or, with ``companions``, one of those) not writable — with what to
+    do; ``None`` when nothing is in the way."""
+    directory = path.parent
+    user = _user()
+    change = "or point ledger.path (--ledger) at a directory this user may write"
+    if not directory.is_dir():
+        return f"directory {directory} does not exist: create it, {change}"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return (
+            f"directory {directory} is not writable by user {user}, and SQLite creates the "
+            f"ledger's -wal and -shm files next to it: make it writable for {user} (chown or "
+            f"chmod), {change}"
+            + (f". To only read it: gazeguard ledger show --path {path}" if path.exists() else "")
+        )
+    files = [path]
+    if companions:
+        files += [path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    for file in files:
+        if file.exists() and not os.access(file, os.R_OK | os.W_OK):
+            return (
+                f"file {file} is not readable and writable by user {user}: give {user} read "
+                f"and write access to it (chown or chmod), {change}"
+            )
+    return None
+
+
+def _user() -> str:
+    """The name of the user this process runs as (its uid if it has none)."""
+    try:
+        import pwd  # noqa: PLC0415 - POSIX only
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return f"uid {os.geteuid()}" if hasattr(os, "geteuid") else "this user"
+
+
+def connect_read_only(path: Path, timeout_s: float = 30.0) -> sqlite3.Connection:
+    """A connection that only reads the SQLite ledger at ``path`` and writes nothing.
+
+    A WAL database opens read-only when its ``-shm`` file exists or can be created; in a
+    directory this user may not write, a ledger closed cleanly has none, so it is then opened
+    as immutable — safe because there is no ``-wal`` content to miss, and a writer holding it
+    open would have made the ``-shm``.
+
+    Raises:
+        LedgerError: it cannot be read (with why, from :func:`not_writable` where that explains
+            it).
+    """
+    uri = path.resolve().as_uri()
+
+    def connect(mode: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            f"{uri}?{mode}", uri=True, timeout=timeout_s, isolation_level=None,
+            check_same_thread=False,
+        )  # fmt: skip
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    try:
+        try:
+            return connect("mode=ro")
+        except sqlite3.OperationalError:
+            wal = path.with_name(path.name + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise
+            return connect("immutable=1")
+    except sqlite3.Error as exc:
+        why = f"{exc}; {not_writable(path) or 'check that this user may read it'}"
+        raise LedgerError(f"cannot read the ledger {path}: {why}") from exc
+
+
 def stored_caps(path: Path, session: str) -> Caps | None:
     """The caps stored with ``session`` in the SQLite ledger at ``path``, read without opening
     the ledger for writing (no lock); ``None`` for a missing file or a session the ledger does
@@ -232,7 +354,7 @@ def stored_caps(path: Path, session: str) -> Caps | None:
     if not path.is_file():
         return None
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = connect_read_only(path)  # (a LedgerError saying why, when it cannot)
         try:
             version = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
             if version is not None and str(version[0]) != SCHEMA_VERSION:

@@ -113,7 +113,7 @@ class MqttSink:
 
     def unavailable(self, exc: BaseException | None) -> SinkUnavailableError:
         """``exc`` (a failure of the connection, ``None``: it just closed) explained."""
-        reason, permanent = _explain(exc, self.settings)
+        reason, permanent = explain_failure(exc, self.settings)
         if self._no_311 is not None:
             reason, permanent = self._no_311, True
         return SinkUnavailableError(reason, permanent=permanent)
@@ -215,7 +215,7 @@ def _code(exc: aiomqtt.MqttCodeError) -> int | None:
     return rc.value if isinstance(rc, ReasonCode) else rc
 
 
-def _explain(exc: BaseException | None, settings: BrokerSettings) -> tuple[str, bool]:  # noqa: PLR0911 - one return per kind of failure
+def explain_failure(exc: BaseException | None, settings: BrokerSettings) -> tuple[str, bool]:  # noqa: PLR0911 - one return per kind of failure
     """A one-line reason with what to check, and whether retrying alone cannot help."""
     if exc is None:
         return "connection closed", False
