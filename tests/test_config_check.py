@@ -127,10 +127,12 @@ def test_cli_stdout_is_json_only_and_every_problem_goes_to_stderr(
     assert main(["config", "check", str(good)]) == ExitCode.OK
     out, err = capsys.readouterr()
     assert json.loads(out)["mechanism"]["epsilon"] == 2.0  # nothing but JSON on stdout
-    assert err.strip() == f"{good}: OK"
+    assert err.strip().splitlines()[-1] == f"{good}: OK"
+    assert err.startswith("release plan:")  # the plan it would run, before the verdict
     assert main(["config", "check", str(good), "--json"]) == ExitCode.OK
     report = json.loads(capsys.readouterr().out)
     assert (report["valid"], report["problems"]) == (True, [])
+    assert report["plan"]["releases"]["chunks"]["per_hour"] == 230
 
 
 def _ledger_with_session(path: Path) -> None:

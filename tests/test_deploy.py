@@ -618,7 +618,9 @@ def test_fleet_chunks_go_under_the_headsets_device_which_reads_its_own_and_no_ot
 
     async def headset(device: str, seed: int) -> None:  # as `gazeguard forward` sends
         gaze = simulate_gaze(8.0, 120.0, seed)
-        async with JetStreamSender(NatsSettings(servers=[server.url]), device, session) as out:
+        async with JetStreamSender(
+            NatsSettings(servers=[server.url]), device, session, rate_hz=120.0
+        ) as out:
             for start in range(0, len(gaze), 120):
                 await out.send(gaze.slice(start, start + 120))
 

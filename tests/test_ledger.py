@@ -18,7 +18,7 @@ import pytest
 from _postgres import pg_server, pg_url  # noqa: F401 - fixtures of the parametrised race test
 
 from gazeguard.cli import main
-from gazeguard.config import LedgerSettings
+from gazeguard.config import LedgerSettings, MechanismSettings
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import (
     DuplicateChargeError,
@@ -27,7 +27,10 @@ from gazeguard.ledger import (
     StaleStateError,
     stored_caps,
 )
+from gazeguard.plan import ReleasePlan
 from gazeguard.service import open_ledger
+
+FIXED = MechanismSettings(epsilon=1.0)  # a fixed ε per chunk: a plan without a budget
 
 EPS = {"fix_rate": 0.25, "sacc_amp": 0.25}  # 0.5 per chunk
 TOPIC = "gazeguard/v1/dev/s/chunks"
@@ -346,9 +349,9 @@ def test_a_wall_clock_cap_binds_hours_of_gaze_charged_in_one_go(location: str) -
 def test_the_sidecars_ledger_caps_wall_clock_hours_by_default(tmp_path: Path) -> None:
     settings = LedgerSettings(path=tmp_path / "l.sqlite", composition="sequential")
     assert settings.wall_clock
-    with open_ledger(settings) as ledger:  # budget_per_hour 10 by default
+    with open_ledger(settings, ReleasePlan.build(budget=10.0, delta=1e-6)) as ledger:
         ledger.charge("s", 0, {"f": 6.0}, TOPIC, b"x", gaze=(0.0, 1.0))
-        with pytest.raises(BudgetExhaustedError, match="per-3600-s-of-wall-clock"):
+        with pytest.raises(BudgetExhaustedError, match=r"per-3679-s-of-wall-clock"):
             ledger.charge("s", 1, {"f": 6.0}, TOPIC, b"x", gaze=(7200.0, 7201.0))
 
 
@@ -400,7 +403,8 @@ def test_files_that_are_not_ledgers_are_refused(tmp_path: Path) -> None:
 
 def test_from_settings_opens_the_configured_ledger(tmp_path: Path) -> None:
     settings = LedgerSettings(path=tmp_path / "cfg.sqlite", session_cap=0.6)
-    with open_ledger(settings) as ledger:
+    plan = ReleasePlan.build(budget=None, delta=1e-6, session_cap=0.6, mechanism=FIXED)
+    with open_ledger(settings, plan) as ledger:
         ledger.charge("s", 0, EPS, TOPIC, b"x")
         with pytest.raises(BudgetExhaustedError):
             ledger.charge("s", 1, EPS, TOPIC, b"x")

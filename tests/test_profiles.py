@@ -40,11 +40,13 @@ def test_shipped_activity_profile_loads() -> None:
     sb = p.suggested_budget
     # user-level ε at δ per hour (the accountant), at most the pure sequential sum beside it
     assert sb.delta == 1e-6
-    assert sb.chunks_per_hour == 226  # ⌈3600/16⌉ + 1, as the ledger's hourly budget counts them
+    # every chunk an hour of gaze can change, as the release plan counts them (not the 226
+    # that end inside it)
+    assert sb.chunks_per_hour == 230
     assert sb.pure_per_hour == pytest.approx(
         sb.epsilon_per_feature_per_chunk * len(p.features) * sb.chunks_per_hour
     )
-    releases = {LaplaceEvent(1 / sb.epsilon_per_feature_per_chunk): 2 * 226}
+    releases = {LaplaceEvent(1 / sb.epsilon_per_feature_per_chunk): 2 * 230}
     assert sb.per_hour == pytest.approx(compose(releases, 1e-6).epsilon)
     assert sb.per_hour < sb.pure_per_hour
     b = p.built
@@ -227,7 +229,7 @@ def test_profile_build_show_train_budget_end_to_end(
     )
     sb = profile.suggested_budget
     assert sb is not None
-    assert sb.chunks_per_hour == 3600 / 16 + 1
+    assert sb.chunks_per_hour == 230  # the plan's count for 32 steps of 0.5 s, W = 30 s
     assert f"wrote {out}" in captured.out
 
     # Deterministic with an insecure seed: the same command gives the same choice.
@@ -284,7 +286,7 @@ def test_profile_build_show_train_budget_end_to_end(
     )
     text = capsys.readouterr().out
     assert "4 classes (free, reading, search, watching)" in text
-    assert "12 decisions per hour" in text
+    assert "one hour of gaze can change 14 labels" in text  # the plan: 300 s apart at most
     assert "of clean" in text
 
 

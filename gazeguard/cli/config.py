@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return ExitCode.ERROR
     assert plan is not None
-    console.say("ok", f"{args.file}: OK; {plan.text()}", file=str(args.file))
+    console.say("plan", plan.text(), **plan.figures())
+    console.say("ok", f"{args.file}: OK", file=str(args.file))
     return ExitCode.OK
 
 

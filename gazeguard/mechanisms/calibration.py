@@ -126,11 +126,15 @@ def calibrate_noise(
     # continuous pair the accountant composes, per coordinate (loss.py, "Sampler slack").
     if epsilon is not None:
         cal = calibrate(sensitivity_l1, m, epsilon, input_error)
-        scale, grid = cal.scale, cal.grid
-        r = scale / (sensitivity_l1 + 2.0 * m * grid)
-        t = scale / grid
+        grid = cal.grid
+        r = cal.scale / (sensitivity_l1 + 2.0 * m * grid)
         slack = m * cal.slack  # what the calibration paid for, within ε
         eps = np.asarray(epsilon, dtype=np.float64)
+        # the accountant charges 1/r + slack: never a hair above the stated ε (float rounding)
+        while np.any(over := 1.0 / r + slack > eps):
+            r = np.where(over, np.nextafter(r, np.inf), r)
+        scale = r * (sensitivity_l1 + 2.0 * m * grid)
+        t = scale / grid
     else:
         r = np.asarray(ratio, dtype=np.float64)
         scale, grid = _laplace_from_ratio(sensitivity_l1, m, r, input_error)
