@@ -67,7 +67,8 @@ class _Session:
 
 @dataclass
 class CohortWiring:
-    """A worker's cohort aggregator and what feeds it from each session's clean features."""
+    """A worker's cohort aggregator and what feeds it from each session's clean features and
+    gaze samples."""
 
     aggregator: CohortAggregator
     columns: np.ndarray  # the profile's columns among the 48 registry features
@@ -102,6 +103,30 @@ class CohortWiring:
             else np.array([all_names.index(n) for n in model.features], dtype=np.intp)
         )
         return cls(agg, cols, model, mcols)
+
+    def attach(self, device: str, session: str, pipeline: Pipeline) -> None:
+        """Feed the aggregator from ``pipeline``: its clean features when the plan releases
+        means or shares (:meth:`observer`), its gaze samples when it releases attention
+        (:meth:`gaze_observer`)."""
+        plan = self.aggregator.plan
+        if plan.part("aggregates") is not None:
+            pipeline.on_features = self.observer(device, session, pipeline)
+        if plan.part("attention") is not None:
+            pipeline.on_samples = self.gaze_observer(device, session, pipeline)
+
+    def gaze_observer(
+        self, device: str, session: str, pipeline: Pipeline
+    ) -> Callable[[GazeSamples], None]:
+        """The :attr:`Pipeline.on_samples` hook of one session: its samples' dwell tallied per
+        bucket (sample times → Unix with the pipeline's clock offset)."""
+
+        def observe(block: GazeSamples) -> None:
+            self.aggregator.add_gaze(
+                device, session, t_unix=block.timestamps + pipeline.clock_offset_s,
+                x_deg=block.x_deg, y_deg=block.y_deg, valid=block.valid,
+            )  # fmt: skip
+
+        return observe
 
     def observer(
         self, device: str, session: str, pipeline: Pipeline
@@ -197,7 +222,7 @@ class Fleet:
             topic_prefix=self.publisher.settings.topic_prefix,
         )
         if self.cohort is not None:
-            pipeline.on_features = self.cohort.observer(self.settings.device, session, pipeline)
+            self.cohort.attach(self.settings.device, session, pipeline)
         self.sessions[session] = _Session(pipeline)
         self.publisher.publish_status(pipeline.status("starting"))
         log.info("worker %s: session %r opened", self.worker_id, session)
