@@ -107,7 +107,7 @@ def plan_for(budget: float, release: Sequence[str], *, bucket_s: float, aois: st
     """The release plan of a fleet releasing ``release`` at ``budget`` ε per hour (cohort share
     0.5, δ = 1e-6)."""
     cohort = CohortSettings(
-        enabled=True, bucket_s=bucket_s, release=list(release),  # type: ignore[arg-type]
+        enabled=True, bucket_s=bucket_s, release=list(release),
         attention_aois=aois if "aois" in release else None,
     )  # fmt: skip
     return ReleasePlan.build(budget=budget, delta=1e-6, cohort=cohort)
