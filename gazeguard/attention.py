@@ -136,7 +136,7 @@ class AttentionGrid:
         x = np.asarray(x_deg, dtype=np.float64).reshape(-1)
         y = np.asarray(y_deg, dtype=np.float64).reshape(-1)
         left, top = -self.width_deg / 2, self.height_deg / 2
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
             col = np.floor((x - left) / (self.width_deg / self.cols))
             row = np.floor((top - y) / (self.height_deg / self.rows))
             ok = (col >= 0) & (col < self.cols) & (row >= 0) & (row < self.rows)
@@ -161,7 +161,7 @@ class Aoi:
         """(N,) whether each point lies inside (even-odd rule; NaN: never)."""
         inside = np.zeros(x.shape, dtype=bool)
         v = self.vertices
-        with np.errstate(invalid="ignore", divide="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             for (x1, y1), (x2, y2) in zip(v, (*v[1:], v[0]), strict=True):
                 if y1 == y2:
                     continue  # a horizontal edge never crosses a horizontal ray

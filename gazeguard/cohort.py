@@ -55,11 +55,12 @@ vector, L2 ≤ 1), tallied by the worker from the samples the pipeline hands it
 (:attr:`gazeguard.pipeline.Pipeline.on_samples`). The means and shares (the ``aggregates`` part,
 stream ``cohort``, topic ``…/aggregates``) and the attention (the ``attention`` part, stream
 ``attention``, topic ``…/attention``) are each summed, noised, charged and carried as in steps
-2–4, over their own contributors, with **one σ for every coordinate**: a person in both pays
-both events, whose composition is exactly the Gaussian mechanism of step 2 on the whole vector
-(``1/r² = Σ_parts 1/r_p²``, ``r_p = σ/√blocks_p``); the plan calibrates σ for that and
-counts both events per bucket. So every message is enqueued only once each person in its sum
-has paid for it.
+2–4, over their own contributors. The cohort's budget is split **evenly** between the parts it
+releases: each part's noise is ``σ_p = r·√blocks_p`` for one ratio ``r``, calibrated so that
+``2 × buckets per hour`` releases of ``G(r)`` compose to the cohort's share; a person in both
+pays two identical events (exact Gaussian composition; one event kind keeps the ledger's
+accountant as fast as before — three distinct kinds took it seconds per charge). So every
+message is enqueued only once each person in its sum has paid for it.
 
 Unit of privacy. One person = one session (a person on two headsets counts twice, as
 everywhere in gazeguard). The aggregate hides each person's *values*; that a session was active
@@ -119,9 +120,9 @@ class CohortPart:
 
     A bucket has up to two parts, ``aggregates`` (feature means and label shares, on
     ``…/aggregates``, ledger stream ``cohort``) and ``attention`` (heatmap and AOI dwell, on
-    ``…/attention``, stream ``attention``). Both carry noise of the same σ per coordinate, so
-    together they are exactly the Gaussian mechanism on the whole contribution vector
-    (``1/r² = Σ_parts 1/r_p²`` with ``r_p = σ/√blocks_p``; the plan charges both events).
+    ``…/attention``, stream ``attention``). Both are Gaussian mechanisms of the same ratio
+    ``r = σ_p/Δ2_p`` (the cohort's budget split evenly), so both charge the same event and a
+    person in both pays two of them (the plan counts both).
 
     Attributes:
         name: ``aggregates`` or ``attention``.
@@ -226,8 +227,8 @@ class CohortPlan:
 
     @property
     def sigma(self) -> float:
-        """σ per coordinate, contribution units (grid inflation included; the first part's —
-        every part's is the same up to its own grid rounding)."""
+        """σ per coordinate of the first part (the aggregates', when released), contribution
+        units (grid inflation included); each part's is ``r·√blocks_p``."""
         return float(self.noise.scale[0])
 
     @property
@@ -255,9 +256,11 @@ class CohortPlan:
             what.append(f"dwell shares of {len(self.attention.aois.aois)} AOIs")
         line = (
             f"cohort: {', '.join(w for w in what if w)} per {self.bucket_s:g} s bucket "
-            f"({self.dimension} coordinates, {self.blocks} blocks); Gaussian σ = "
-            f"{self.sigma:.3g} (Δ2 = {self.sensitivity_l2:.3g}) per coordinate for ε "
-            f"{self.budget:g} per hour at δ {self.delta:g}"
+            f"({self.dimension} coordinates, {self.blocks} blocks); Gaussian "
+            + ", ".join(
+                f"{p.name} σ = {p.sigma:.3g} (Δ2 = {p.sensitivity_l2:.3g})" for p in self.parts
+            )
+            + f" per coordinate for ε {self.budget:g} per hour at δ {self.delta:g}"
         )
         if self.features:
             line += (
@@ -282,8 +285,10 @@ def plan_cohort(
 ) -> CohortPlan:
     """Calibrate the bucket mechanism so an hour of buckets costs at most ``(budget, delta)``.
 
-    One σ for every coordinate of every part: the parts' events compose exactly as the Gaussian
-    mechanism on the whole vector of ``Δ2 = √blocks`` would (the release plan charges them all).
+    The budget is split evenly between the parts: each part's noise is ``σ_p = r·√blocks_p``
+    for one ratio ``r``, so each charges the same event ``G(r)`` and a bucket of a plan with
+    both parts costs two of them (the release plan counts them; the ledger's accountant then
+    composes one Gaussian event kind, as before attention existed).
 
     Args:
         features: profile feature names whose means are released (F ≥ 0).
@@ -327,9 +332,10 @@ def plan_cohort(
         spec.append(("attention", ATTENTION_STREAM, attention.blocks, attention.dimension))
     total_blocks = sum(b for _, _, b, _ in spec)
     limit = PrivacyLoss.approx(budget, delta, field="cohort budget per hour")
+    n_parts = len(spec)
 
     def noise_for(ratio: float) -> list[NoiseCalibration]:
-        # the whole vector's ratio r = σ/√total; a part of b blocks has r·√(total/b) = σ/√b
+        # every part at the same ratio σ_p/Δ2_p: its σ_p = ratio·√blocks_p
         return [
             calibrate_noise(
                 "gaussian",
@@ -337,30 +343,32 @@ def plan_cohort(
                 sensitivity_l2=np.array([math.sqrt(b)]),
                 m=d,
                 input_error=np.array([SUM_ERROR]),
-                ratio=np.array([ratio * math.sqrt(total_blocks / b)]),
+                ratio=np.array([ratio]),
             )
             for _, _, b, d in spec
         ]
 
-    def events_of(cals: list[NoiseCalibration]) -> dict[Event, int]:
-        out: dict[Event, int] = {}
-        for c in cals:
-            e = GaussianEvent(float(c.ratio[0]), float(c.slack[0]))
-            out[e] = out.get(e, 0) + per_hour
-        return out
+    def event_of(cals: list[NoiseCalibration]) -> GaussianEvent:
+        # one event for every part: the least ratio (the grid rounding inflates each a little
+        # differently) and the largest slack dominate each part's own
+        return GaussianEvent(
+            min(float(c.ratio[0]) for c in cals), max(float(c.slack[0]) for c in cals)
+        )
 
     # The sampler's slack depends on σ, σ on the slack: two rounds settle it (the slack is
-    # ~1e-6 per coordinate; the second calibration covers the first's). The parts' slacks add.
+    # ~1e-6 per coordinate; the second calibration covers the first's).
     slack = 0.0
     for _ in range(2):
-        ratio = calibrate("gaussian", per_hour, limit, slack)
+        ratio = calibrate("gaussian", n_parts * per_hour, limit, slack)
         cals = noise_for(ratio)
-        slack = sum(float(c.slack[0]) for c in cals)
-    if compose(events_of(cals), delta).epsilon > budget * (1 + 1e-9):
-        ratio = calibrate("gaussian", per_hour, limit, slack * 1.01)
+        slack = event_of(cals).slack
+    event = event_of(cals)
+    if compose({event: n_parts * per_hour}, delta).epsilon > budget * (1 + 1e-9):
+        ratio = calibrate("gaussian", n_parts * per_hour, limit, slack * 1.01)
         cals = noise_for(ratio)
+        event = event_of(cals)
     parts = tuple(
-        CohortPart(name, stream, b, d, c, GaussianEvent(float(c.ratio[0]), float(c.slack[0])))
+        CohortPart(name, stream, b, d, c, event)
         for (name, stream, b, d), c in zip(spec, cals, strict=True)
     )
     return CohortPlan(
@@ -558,7 +566,7 @@ class CohortAggregator:
 
     Each part of the plan (:class:`CohortPart`) is released on its own: its contributors are
     the sessions with data for it in the bucket (feature vectors; valid gaze samples), each is
-    charged that part's event in its stream, and its message is carried by the last charge.
+    charged the part's event in its stream, and its message is carried by the last charge.
 
     Args:
         plan: the calibrated bucket mechanism.

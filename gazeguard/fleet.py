@@ -294,9 +294,10 @@ class Fleet:
             released = await to_thread_to_the_end(self.cohort.aggregator.release_due, time.time())
             for r in released:
                 log.info(
-                    "worker %s: cohort %r bucket %d released over %d sessions (%d left out)",
-                    self.worker_id, r.message.cohort, r.message.bucket, len(r.sessions),
-                    len(r.left_out),
+                    "worker %s: cohort %r bucket %d %s released over %d sessions (%d left out)",
+                    self.worker_id, r.message.cohort, r.message.bucket,
+                    "attention" if r.message.schema_ == "gazeguard.attention/1" else "aggregate",
+                    len(r.sessions), len(r.left_out),
                 )  # fmt: skip
             if released:
                 self.publisher.notify()
