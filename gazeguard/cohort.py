@@ -513,18 +513,17 @@ def build_attention_message(
         cells = noisy[: g.cells]
         noisy_count = float(cells.sum()) / _SHRINK
         grid = cells.reshape(g.rows, g.cols).tolist()
-        heat = attention_shares(cells, noisy_count).reshape(g.rows, g.cols).tolist()
+        heat = attention_shares(cells).reshape(g.rows, g.cols).tolist()
         at = g.cells
     aois = None
     if layout.aois is not None:
         dwell = noisy[at : at + layout.aoi_slots]
-        aoi_count = float(dwell.sum()) / _SHRINK
         if layout.grid is None:
-            noisy_count = aoi_count
+            noisy_count = float(dwell.sum()) / _SHRINK
         names = [*layout.aois.names, "elsewhere"]
         aois = [
             AoiShare(name=n, noisy_dwell=float(d), share=float(sh))
-            for n, d, sh in zip(names, dwell, attention_shares(dwell, aoi_count), strict=True)
+            for n, d, sh in zip(names, dwell, attention_shares(dwell), strict=True)
         ]
     return AttentionMessage(
         cohort=cohort, worker=worker, bucket=bucket, bucket_start=bucket * plan.bucket_s,

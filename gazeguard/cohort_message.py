@@ -129,8 +129,7 @@ class AoiShare(_Model):
     Attributes:
         name: the AOI's name from the AOI file, or ``elsewhere``.
         noisy_dwell: noisy Σ over sessions of the session's share of valid samples in it.
-        share: the share of dwell, post-processed: the noisy dwells projected onto
-            ``{v ≥ 0, Σv = their noisy total}`` (least squares), normalised.
+        share: the noisy dwells' non-negative part, normalised (post-processing).
     """
 
     name: Name
@@ -149,10 +148,8 @@ class AttentionMessage(_Model):
             on straight ahead; row 0 is the top row, column 0 the left one.
         grid: ``rows × cols`` noisy sums over sessions of each session's share of its valid
             in-field samples per cell (contribution units; what the noise was added to).
-        heatmap: the cohort's share of dwell per cell (post-processing): the noisy grid
-            projected onto ``{v ≥ 0, Σv = noisy_count}`` (least squares: the positive part of
-            ``grid − τ``, the least ``τ ≥ 0`` for that sum), normalised to sum to 1 (all 0
-            when ``noisy_count ≤ 0``).
+        heatmap: the cohort's share of dwell per cell (post-processing): the noisy grid's
+            non-negative part, normalised to sum to 1 (all 0 if no cell is positive).
         noisy_count: the noisy grid's total, the noisy number of sessions whose gaze fell on the
             field (with AOIs only: the AOI dwells' total, sessions with valid gaze).
         aois: per AOI in file order, then ``elsewhere``: its noisy dwell and share (``None``

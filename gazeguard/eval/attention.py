@@ -11,12 +11,13 @@ Noise here comes from a seeded source (reproducible results; NOT private noise).
   content at its own place in the scene), one ``bucket_s`` bucket each at ``rate_hz``. A cohort
   of N is the first N (every task equally often).
 * **Heatmap error.** Earth mover's distance, in degrees of gaze angle, between the released
-  heatmap (as published: the noisy grid projected onto the simplex of its noisy total; beside
-  it the plain positive part, normalised) and the clean cohort heatmap (the normalised sum of
-  the same blocks without noise), over the cell centres (:func:`heatmap_emd`); beside it the
-  total-variation distance (½·L1, a share of the dwell misplaced). Reference points: a
-  uniform heatmap's EMD to the clean one (what a release that says nothing scores), and the
-  EMD between two disjoint halves of the clean cohort (sampling noise of the cohort itself).
+  heatmap (as published: the noisy grid's positive part, normalised; beside it the projection
+  onto the simplex of its noisy total, for comparison) and the clean cohort heatmap (the
+  normalised sum of the same blocks without noise), over the cell centres
+  (:func:`heatmap_emd`); beside it the total-variation distance (½·L1, a share of the dwell
+  misplaced). Reference points: a uniform heatmap's EMD to the clean one (what a release that
+  says nothing scores), and the EMD between two disjoint halves of the clean cohort (sampling
+  noise of the cohort itself).
 * **AOI dwell-share error.** Mean and largest absolute error of the released AOI shares
   (``elsewhere`` included), percentage points.
 * **Re-identification.** The informed attacker DP is about: it knows every other member's
@@ -127,23 +128,23 @@ def utility(
     clean_grid, clean_aoi = _split(layout, total)
     clean_heat, clean_share = shares(clean_grid), shares(clean_aoi)
     source = random_source(seed)
-    emd, emd_pos, tv, mae, worst = [], [], [], [], []
+    emd, emd_proj, tv, mae, worst = [], [], [], [], []
     for _ in range(trials):
         noisy = privatize_sum(part, total, source)
         grid, aoi = _split(layout, noisy)
-        heat = shares(grid, float(grid.sum()))  # as published (the projection)
+        heat = shares(grid)  # as published: the positive part, normalised
         emd.append(heatmap_emd(heat, clean_heat, layout.grid))
-        emd_pos.append(heatmap_emd(shares(grid), clean_heat, layout.grid))
+        emd_proj.append(heatmap_emd(shares(grid, float(grid.sum())), clean_heat, layout.grid))
         tv.append(total_variation(heat, clean_heat))
         if aoi.size:
-            err = np.abs(shares(aoi, float(aoi.sum())) - clean_share) * 100
+            err = np.abs(shares(aoi) - clean_share) * 100
             mae.append(float(err.mean()))
             worst.append(float(err.max()))
     out: dict[str, Any] = {
         "heatmap_emd_deg": float(np.mean(emd)),
         "heatmap_emd_deg_p90": float(np.quantile(emd, 0.9)),
         "heatmap_tv": float(np.mean(tv)),
-        "heatmap_emd_deg_positive_part": float(np.mean(emd_pos)),
+        "heatmap_emd_deg_projected": float(np.mean(emd_proj)),
     }
     if mae:
         out |= {
