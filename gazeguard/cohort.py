@@ -1,5 +1,6 @@
-"""Cohort aggregates: per time bucket, the differentially private mean of each profile feature
-and the private label histogram over the sessions one trusted worker serves.
+"""Cohort aggregates: per time bucket, the differentially private mean of each profile feature,
+the private label histogram and the private attention (dwell heatmap, AOI dwell shares) over
+the sessions one trusted worker serves.
 
 Why. Local releases (a chunk stream or a label per session) must each hide their person, so a
 consumer averaging ``N`` of them sees noise that shrinks only as ``σ/√N``. A worker already sees
@@ -42,6 +43,25 @@ The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
    ``lo + (hi − lo)·√F·S_f/count`` clipped to the bounds; class shares the normalised positive
    part of the histogram. The message states σ and each mean's noise sd.
 
+**What is released** (``cohort.release``, through the release plan): any of ``means`` (the
+feature means and the count: two blocks), ``shares`` (the label histogram: one block),
+``attention`` (the dwell grid: one block) and ``aois`` (the AOI dwell: one block); unset, means
+and (with a label model) shares, as before attention existed. Δ2 = √blocks counts only what is
+released: a heatmap-only plan has Δ2 = 1, and the budget is spent on what the consumer asked for.
+
+**Attention** (:mod:`gazeguard.attention`). A session that had valid gaze samples in the bucket
+contributes its dwell distribution over the grid and/or the AOIs (each block a probability
+vector, L2 ≤ 1), tallied by the worker from the samples the pipeline hands it
+(:attr:`gazeguard.pipeline.Pipeline.on_samples`). The means and shares (the ``aggregates`` part,
+stream ``cohort``, topic ``…/aggregates``) and the attention (the ``attention`` part, stream
+``attention``, topic ``…/attention``) are each summed, noised, charged and carried as in steps
+2–4, over their own contributors. The cohort's budget is split **evenly** between the parts it
+releases: each part's noise is ``σ_p = r·√blocks_p`` for one ratio ``r``, calibrated so that
+``2 × buckets per hour`` releases of ``G(r)`` compose to the cohort's share; a person in both
+pays two identical events (exact Gaussian composition; one event kind keeps the ledger's
+accountant as fast as before — three distinct kinds took it seconds per charge). So every
+message is enqueued only once each person in its sum has paid for it.
+
 Unit of privacy. One person = one session (a person on two headsets counts twice, as
 everywhere in gazeguard). The aggregate hides each person's *values*; that a session was active
 is visible from its own status topic, as for every release.
@@ -59,8 +79,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.accounting import GaussianEvent, PrivacyLoss, calibrate, compose
-from gazeguard.cohort_message import CohortFeature, CohortMessage, cohort_topic
+from gazeguard.accounting import Event, GaussianEvent, PrivacyLoss, calibrate, compose
+from gazeguard.attention import AttentionLayout
+from gazeguard.attention import shares as attention_shares
+from gazeguard.cohort_message import (
+    AoiShare,
+    AttentionMessage,
+    CohortFeature,
+    CohortMessage,
+    attention_topic,
+    cohort_topic,
+)
 from gazeguard.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import DuplicateChargeError, Ledger
 from gazeguard.ledger._model import event_key
@@ -70,8 +99,11 @@ from gazeguard.mechanisms.noise import RandomSource, random_source
 log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 #: The ledger stream of cohort charges (index: the bucket number).
 STREAM = "cohort"
+#: The ledger stream of attention charges (index: the bucket number).
+ATTENTION_STREAM = "attention"
 #: Most sessions one bucket may sum (the bound below holds up to it).
 MAX_SESSIONS = 2**20
 #: Public bound on the float error of the sum: each coordinate is summed with ``math.fsum``
@@ -83,11 +115,48 @@ _SHRINK = 1.0 - 2.0**-40
 
 
 @dataclass(frozen=True)
+class CohortPart:
+    """One published part of a cohort bucket: its own sum, noise draw, ledger charge and message.
+
+    A bucket has up to two parts, ``aggregates`` (feature means and label shares, on
+    ``…/aggregates``, ledger stream ``cohort``) and ``attention`` (heatmap and AOI dwell, on
+    ``…/attention``, stream ``attention``). Both are Gaussian mechanisms of the same ratio
+    ``r = σ_p/Δ2_p`` (the cohort's budget split evenly), so both charge the same event and a
+    person in both pays two of them (the plan counts both).
+
+    Attributes:
+        name: ``aggregates`` or ``attention``.
+        stream: its ledger stream (index: the bucket).
+        blocks: its blocks of L2 norm ≤ 1 (Δ2 of the part = √blocks).
+        dimension: its noised coordinates.
+        noise: its calibrated discrete Gaussian (one feature of ``dimension`` coordinates).
+        event: the accounting event of one bucket of this part, per person.
+    """
+
+    name: str
+    stream: str
+    blocks: int
+    dimension: int
+    noise: NoiseCalibration
+    event: GaussianEvent
+
+    @property
+    def sensitivity_l2(self) -> float:
+        """``√blocks``: how far one person moves this part's sum, L2, contribution units."""
+        return math.sqrt(self.blocks)
+
+    @property
+    def sigma(self) -> float:
+        """σ per coordinate, contribution units (grid inflation included)."""
+        return float(self.noise.scale[0])
+
+
+@dataclass(frozen=True)
 class CohortPlan:
     """The Gaussian mechanism of one bucket, calibrated to the cohort's share of the budget.
 
     Attributes:
-        features: the profile features aggregated (F may be 0).
+        features: the profile features aggregated (F may be 0: ``means`` not released).
         lo, hi: (F,) their public bounds, feature units.
         units: (F,) their units.
         classes: the label model's classes (C may be 0).
@@ -95,10 +164,9 @@ class CohortPlan:
         budget: user-level ε per hour reserved for the cohort, at ``delta``.
         delta: δ of ``budget``.
         buckets_per_hour: the buckets one hour of gaze can change (the release plan's count).
-        sensitivity_l2: ``Δ2 = √blocks``.
-        noise: the calibrated discrete Gaussian (one feature of ``D = F + C + [F > 0]``
-            coordinates).
-        event: the accounting event of one bucket, per person.
+        sensitivity_l2: ``Δ2 = √blocks`` of the whole contribution (every part).
+        parts: the published parts (:class:`CohortPart`), ``aggregates`` first.
+        attention: the attention geometry (grid and AOIs), or ``None``.
     """
 
     features: tuple[str, ...]
@@ -111,28 +179,64 @@ class CohortPlan:
     delta: float
     buckets_per_hour: int
     sensitivity_l2: float
-    noise: NoiseCalibration
-    event: GaussianEvent
+    parts: tuple[CohortPart, ...]
+    attention: AttentionLayout | None = None
+
+    def part(self, name: str) -> CohortPart | None:
+        """The part ``name`` (``aggregates`` or ``attention``), or ``None``."""
+        return next((p for p in self.parts if p.name == name), None)
+
+    @property
+    def noise(self) -> NoiseCalibration:
+        """The first part's noise (the aggregates', when released)."""
+        return self.parts[0].noise
+
+    @property
+    def event(self) -> GaussianEvent:
+        """The first part's event (a plan of one part: the event of a bucket)."""
+        return self.parts[0].event
+
+    @property
+    def events(self) -> dict[Event, int]:
+        """What one bucket charges a person who contributes to every part (event → count)."""
+        out: dict[Event, int] = {}
+        for p in self.parts:
+            out[p.event] = out.get(p.event, 0) + 1
+        return out
+
+    @property
+    def blocks(self) -> int:
+        """Blocks of L2 norm ≤ 1 in the whole contribution."""
+        return sum(p.blocks for p in self.parts)
 
     @property
     def has_count(self) -> bool:
-        """Whether the last coordinate is the count (plans with features)."""
+        """Whether the aggregates' last coordinate is the count (plans with features)."""
         return len(self.features) > 0
 
     @property
-    def dimension(self) -> int:
-        """``D = F + C + [F > 0]`` noised coordinates per bucket."""
+    def aggregate_dimension(self) -> int:
+        """``F + C + [F > 0]``: the aggregates part's coordinates."""
         return len(self.features) + len(self.classes) + self.has_count
 
     @property
+    def dimension(self) -> int:
+        """Noised coordinates per bucket, every part: ``F + C + [F > 0]`` plus the attention's
+        ``R·C + (A + 1)`` (of what is released)."""
+        return sum(p.dimension for p in self.parts)
+
+    @property
     def sigma(self) -> float:
-        """σ per coordinate, contribution units (grid inflation included)."""
+        """σ per coordinate of the first part (the aggregates', when released), contribution
+        units (grid inflation included); each part's is ``r·√blocks_p``."""
         return float(self.noise.scale[0])
 
     @property
     def epsilon_per_hour(self) -> float:
-        """User-level ε at δ of a full hour of buckets (≤ ``budget``; the accountant's figure)."""
-        return compose({self.event: self.buckets_per_hour}, self.delta).epsilon
+        """User-level ε at δ of a full hour of buckets, every part (≤ ``budget``; the
+        accountant's figure)."""
+        hour = {e: c * self.buckets_per_hour for e, c in self.events.items()}
+        return compose(hour, self.delta).epsilon
 
     def mean_sd(self, sessions: int) -> FloatArray:
         """(F,) the noise sd of each feature mean at ``sessions`` contributors, feature units."""
@@ -141,13 +245,29 @@ class CohortPlan:
 
     def text(self) -> str:
         """The plan in one line, for the log."""
-        return (
-            f"cohort: {len(self.features)} features, {len(self.classes)} classes per "
-            f"{self.bucket_s:g} s bucket; Gaussian σ = {self.sigma:.3g} (Δ2 = "
-            f"{self.sensitivity_l2:.3g}) per coordinate for ε {self.budget:g} per hour at δ "
-            f"{self.delta:g}: over 100 sessions a feature mean's noise sd is "
-            f"{math.sqrt(max(len(self.features), 1)) * self.sigma / 100:.2g} of its range"
+        what = [
+            f"{len(self.features)} feature means" if self.features else "",
+            f"{len(self.classes)} class shares" if self.classes else "",
+        ]
+        if self.attention is not None and self.attention.grid is not None:
+            g = self.attention.grid
+            what.append(f"a {g.rows}×{g.cols} dwell heatmap over {g.width_deg:g}×{g.height_deg:g}°")
+        if self.attention is not None and self.attention.aois is not None:
+            what.append(f"dwell shares of {len(self.attention.aois.aois)} AOIs")
+        line = (
+            f"cohort: {', '.join(w for w in what if w)} per {self.bucket_s:g} s bucket "
+            f"({self.dimension} coordinates, {self.blocks} blocks); Gaussian "
+            + ", ".join(
+                f"{p.name} σ = {p.sigma:.3g} (Δ2 = {p.sensitivity_l2:.3g})" for p in self.parts
+            )
+            + f" per coordinate for ε {self.budget:g} per hour at δ {self.delta:g}"
         )
+        if self.features:
+            line += (
+                f": over 100 sessions a feature mean's noise sd is "
+                f"{math.sqrt(len(self.features)) * self.sigma / 100:.2g} of its range"
+            )
+        return line
 
 
 def plan_cohort(
@@ -161,21 +281,29 @@ def plan_cohort(
     per_hour: int,
     budget: float,
     delta: float,
+    attention: AttentionLayout | None = None,
 ) -> CohortPlan:
     """Calibrate the bucket mechanism so an hour of buckets costs at most ``(budget, delta)``.
 
+    The budget is split evenly between the parts: each part's noise is ``σ_p = r·√blocks_p``
+    for one ratio ``r``, so each charges the same event ``G(r)`` and a bucket of a plan with
+    both parts costs two of them (the release plan counts them; the ledger's accountant then
+    composes one Gaussian event kind, as before attention existed).
+
     Args:
-        features: profile feature names (F ≥ 0).
+        features: profile feature names whose means are released (F ≥ 0).
         lo, hi: (F,) public bounds, feature units, ``lo < hi``.
         units: (F,) units.
-        classes: label classes (C ≥ 0; C = 1 is refused: a histogram needs two classes).
+        classes: label classes whose shares are released (C ≥ 0; C = 1 is refused: a
+            histogram needs two classes).
         bucket_s: bucket length, s (> 0).
         per_hour: the buckets one hour of gaze can change (the release plan's count).
         budget: ε per hour for the cohort (> 0), at ``delta``.
         delta: δ in (0, 1).
+        attention: the attention geometry to release (grid and/or AOIs), or ``None``.
 
     Raises:
-        ConfigError: bad bounds, classes, bucket length or budget.
+        ConfigError: bad bounds, classes, bucket length or budget, or nothing to release.
     """
     lo_a = np.asarray(lo, dtype=np.float64).reshape(-1)
     hi_a = np.asarray(hi, dtype=np.float64).reshape(-1)
@@ -187,40 +315,65 @@ def plan_cohort(
         )
     if len(classes) == 1:
         raise ConfigError("cohort.classes", list(classes), "a label histogram needs >= 2 classes")
-    if not features and not classes:
-        raise ConfigError("cohort", None, "aggregate at least one feature or a label model")
+    if not features and not classes and attention is None:
+        raise ConfigError(
+            "cohort.release", None,
+            "aggregate at least one feature, a label model or attention",
+        )  # fmt: skip
     if not (math.isfinite(bucket_s) and bucket_s > 0):
         raise ConfigError("cohort.bucket_s", bucket_s, "must be finite and > 0")
-    blocks = 2 * (len(features) > 0) + (len(classes) > 0)
-    l2 = math.sqrt(blocks)
-    dim = len(features) + len(classes) + (len(features) > 0)
+    spec: list[tuple[str, str, int, int]] = []
+    if features or classes:
+        blocks = 2 * (len(features) > 0) + (len(classes) > 0)
+        spec.append(
+            ("aggregates", STREAM, blocks, len(features) + len(classes) + (len(features) > 0))
+        )
+    if attention is not None:
+        spec.append(("attention", ATTENTION_STREAM, attention.blocks, attention.dimension))
+    total_blocks = sum(b for _, _, b, _ in spec)
     limit = PrivacyLoss.approx(budget, delta, field="cohort budget per hour")
+    n_parts = len(spec)
 
-    def noise_for(ratio: float) -> NoiseCalibration:
-        return calibrate_noise(
-            "gaussian",
-            sensitivity_l1=np.array([l2 * math.sqrt(dim)]),
-            sensitivity_l2=np.array([l2]),
-            m=dim,
-            input_error=np.array([SUM_ERROR]),
-            ratio=np.array([ratio]),
+    def noise_for(ratio: float) -> list[NoiseCalibration]:
+        # every part at the same ratio σ_p/Δ2_p: its σ_p = ratio·√blocks_p
+        return [
+            calibrate_noise(
+                "gaussian",
+                sensitivity_l1=np.array([math.sqrt(b) * math.sqrt(d)]),
+                sensitivity_l2=np.array([math.sqrt(b)]),
+                m=d,
+                input_error=np.array([SUM_ERROR]),
+                ratio=np.array([ratio]),
+            )
+            for _, _, b, d in spec
+        ]
+
+    def event_of(cals: list[NoiseCalibration]) -> GaussianEvent:
+        # one event for every part: the least ratio (the grid rounding inflates each a little
+        # differently) and the largest slack dominate each part's own
+        return GaussianEvent(
+            min(float(c.ratio[0]) for c in cals), max(float(c.slack[0]) for c in cals)
         )
 
     # The sampler's slack depends on σ, σ on the slack: two rounds settle it (the slack is
     # ~1e-6 per coordinate; the second calibration covers the first's).
     slack = 0.0
     for _ in range(2):
-        ratio = calibrate("gaussian", per_hour, limit, slack)
-        cal = noise_for(ratio)
-        slack = float(cal.slack[0])
-    event = GaussianEvent(float(cal.ratio[0]), slack)
-    if compose({event: per_hour}, delta).epsilon > budget * (1 + 1e-9):
-        ratio = calibrate("gaussian", per_hour, limit, slack * 1.01)
-        cal = noise_for(ratio)
-        event = GaussianEvent(float(cal.ratio[0]), float(cal.slack[0]))
+        ratio = calibrate("gaussian", n_parts * per_hour, limit, slack)
+        cals = noise_for(ratio)
+        slack = event_of(cals).slack
+    event = event_of(cals)
+    if compose({event: n_parts * per_hour}, delta).epsilon > budget * (1 + 1e-9):
+        ratio = calibrate("gaussian", n_parts * per_hour, limit, slack * 1.01)
+        cals = noise_for(ratio)
+        event = event_of(cals)
+    parts = tuple(
+        CohortPart(name, stream, b, d, c, event)
+        for (name, stream, b, d), c in zip(spec, cals, strict=True)
+    )
     return CohortPlan(
         tuple(features), lo_a, hi_a, tuple(units), tuple(classes), float(bucket_s),
-        float(budget), float(delta), per_hour, l2, cal, event,
+        float(budget), float(delta), per_hour, math.sqrt(total_blocks), parts, attention,
     )  # fmt: skip
 
 
@@ -263,12 +416,16 @@ def exact_sum(parts: npt.ArrayLike) -> FloatArray:
     return np.array([math.fsum(col) for col in a.T], dtype=np.float64)
 
 
-def privatize_sum(plan: CohortPlan, total: npt.ArrayLike, source: RandomSource) -> FloatArray:
-    """``S`` (D,) + discrete Gaussian noise on the plan's grid: every output a multiple of γ."""
+def privatize_sum(
+    plan: CohortPlan | CohortPart, total: npt.ArrayLike, source: RandomSource
+) -> FloatArray:
+    """``S`` (D,) + discrete Gaussian noise on the grid of ``plan`` (its first part) or of one
+    part: every output a multiple of γ."""
+    noise = plan.noise
     s = np.asarray(total, dtype=np.float64).reshape(1, -1)
-    grid = float(plan.noise.grid[0])
+    grid = float(noise.grid[0])
     v = np.rint(s / grid)
-    v += plan.noise.sample(source)
+    v += noise.sample(source)
     v *= grid
     out: FloatArray = v.reshape(-1)
     return out
@@ -287,6 +444,8 @@ def build_message(
 ) -> CohortMessage:
     """Post-process one noisy sum into the published :class:`CohortMessage`."""
     f, c = len(plan.features), len(plan.classes)
+    part = plan.part("aggregates")
+    assert part is not None, "the plan releases no means or shares"
     # a histogram-only plan's count is the histogram's total (every session's h sums to 1)
     noisy_count = float(noisy[-1]) if plan.has_count else float(noisy[f : f + c].sum()) / _SHRINK
     count = max(1, round(noisy_count))
@@ -313,8 +472,8 @@ def build_message(
         classes=list(plan.classes),
         noisy_histogram=[float(v) for v in hist],
         shares=[float(v) for v in shares],
-        sigma=plan.sigma,
-        sensitivity_l2=plan.sensitivity_l2,
+        sigma=part.sigma,
+        sensitivity_l2=part.sensitivity_l2,
         epsilon_per_hour=plan.epsilon_per_hour,
         delta=plan.delta,
         profile=profile,
@@ -323,11 +482,65 @@ def build_message(
     )
 
 
+def attention_contribution(plan: CohortPlan, tally: npt.ArrayLike) -> FloatArray:
+    """One session's attention blocks from its bucket tally (:meth:`gazeguard.attention.
+    AttentionLayout.tally`), ``(R·C + A + 1,)`` of what is released, L2 norm ≤ √blocks."""
+    assert plan.attention is not None, "the plan releases no attention"
+    return plan.attention.contribution(tally)
+
+
+def build_attention_message(
+    plan: CohortPlan,
+    noisy: FloatArray,
+    *,
+    cohort: str,
+    worker: str,
+    bucket: int,
+    insecure: bool,
+) -> AttentionMessage:
+    """Post-process one noisy attention sum into the published :class:`AttentionMessage`."""
+    layout, part = plan.attention, plan.part("attention")
+    assert layout is not None, "the plan releases no attention"
+    assert part is not None
+    grid = heat = None
+    rows = cols = None
+    fov = None
+    noisy_count = 0.0
+    at = 0
+    if layout.grid is not None:
+        g = layout.grid
+        rows, cols, fov = g.rows, g.cols, [g.width_deg, g.height_deg]
+        cells = noisy[: g.cells]
+        noisy_count = float(cells.sum()) / _SHRINK
+        grid = cells.reshape(g.rows, g.cols).tolist()
+        heat = attention_shares(cells).reshape(g.rows, g.cols).tolist()
+        at = g.cells
+    aois = None
+    if layout.aois is not None:
+        dwell = noisy[at : at + layout.aoi_slots]
+        if layout.grid is None:
+            noisy_count = float(dwell.sum()) / _SHRINK
+        names = [*layout.aois.names, "elsewhere"]
+        aois = [
+            AoiShare(name=n, noisy_dwell=float(d), share=float(sh))
+            for n, d, sh in zip(names, dwell, attention_shares(dwell), strict=True)
+        ]
+    return AttentionMessage(
+        cohort=cohort, worker=worker, bucket=bucket, bucket_start=bucket * plan.bucket_s,
+        bucket_end=(bucket + 1) * plan.bucket_s, rows=rows, cols=cols, fov_deg=fov, grid=grid,
+        heatmap=heat, noisy_count=noisy_count, aois=aois,
+        aoi_file=layout.aois.source if layout.aois is not None else None, sigma=part.sigma,
+        sensitivity_l2=part.sensitivity_l2, epsilon_per_hour=plan.epsilon_per_hour,
+        delta=plan.delta, noise="INSECURE-seeded" if insecure else "os-csprng",
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class CohortRelease:
-    """One released bucket: the aggregate, the sessions charged, those left out (no budget)."""
+    """One released part of a bucket: its message (the aggregate or the attention), the
+    sessions charged, those left out (no budget)."""
 
-    message: CohortMessage
+    message: CohortMessage | AttentionMessage
     sessions: tuple[str, ...]
     left_out: tuple[str, ...]
 
@@ -336,19 +549,28 @@ class CohortRelease:
 class _Bucket:
     rows: dict[tuple[str, str], list[FloatArray]] = field(default_factory=dict)
     probs: dict[tuple[str, str], list[FloatArray]] = field(default_factory=dict)
+    tallies: dict[tuple[str, str], npt.NDArray[np.int64]] = field(default_factory=dict)
 
 
 class CohortAggregator:
-    """Collects clean profile features per session and bucket; releases a bucket once closed.
+    """Collects clean profile features and gaze tallies per session and bucket; releases a
+    bucket once closed.
 
-    Feed it from the trusted worker (:meth:`add`); call :meth:`release_due` with the current
-    Unix time to release every bucket that ended ``grace_s`` before it. :meth:`add` and the
-    releases may run in different threads (a lock guards the buckets); vectors that arrive for
-    a bucket already released are dropped and counted in :attr:`late_vectors`.
+    Feed it from the trusted worker: :meth:`add` with a session's feature vectors (means and
+    shares) and :meth:`add_gaze` with its gaze samples (attention); call :meth:`release_due`
+    with the current Unix time to release every bucket that ended ``grace_s`` before it. Both
+    feeds and the releases may run in different threads (a lock guards the buckets); vectors or
+    samples that arrive for a bucket already released are dropped and counted in
+    :attr:`late_vectors` and :attr:`late_samples`.
+
+    Each part of the plan (:class:`CohortPart`) is released on its own: its contributors are
+    the sessions with data for it in the bucket (feature vectors; valid gaze samples), each is
+    charged the part's event in its stream, and its message is carried by the last charge.
 
     Args:
         plan: the calibrated bucket mechanism.
-        ledger: the ledger every contributing session is charged in (stream ``cohort``).
+        ledger: the ledger every contributing session is charged in (streams ``cohort`` and
+            ``attention``).
         cohort: the cohort name (topic level).
         worker: this worker's id.
         topic_prefix: the publishing prefix (``gazeguard/v1``).
@@ -374,6 +596,7 @@ class CohortAggregator:
         self.plan, self.ledger = plan, ledger
         self.cohort, self.worker, self.prefix = cohort, worker, topic_prefix
         self.topic = cohort_topic(topic_prefix, cohort)
+        self.attention_topic = attention_topic(topic_prefix, cohort)
         self.profile, self.model, self.grace_s = profile, model, grace_s
         self._insecure = insecure_seed is not None
         self._source = random_source(insecure_seed)
@@ -382,13 +605,22 @@ class CohortAggregator:
         self._closed_through = -1  # buckets up to this one were released: later rows are late
         #: Vectors dropped because their bucket had already been released.
         self.late_vectors = 0
-        self._event = {event_key(plan.event): 1}
+        #: Gaze samples dropped because their bucket had already been released.
+        self.late_samples = 0
+        self._events = {p.name: {event_key(p.event): 1} for p in plan.parts}
 
     @property
     def open_buckets(self) -> list[int]:
         """Buckets with contributions not yet released."""
         with self._lock:
             return sorted(self._buckets)
+
+    def _bucket_of(
+        self, t_unix: npt.ArrayLike
+    ) -> tuple[FloatArray, npt.NDArray[np.bool_], IntArray]:
+        t = np.asarray(t_unix, dtype=np.float64).reshape(-1)
+        ok = np.isfinite(t) & (t >= 0)
+        return t, ok, np.floor(np.where(ok, t, 0.0) / self.plan.bucket_s).astype(np.int64)
 
     def add(
         self,
@@ -401,8 +633,10 @@ class CohortAggregator:
         """Record clean vectors of one session: ``session`` is its ledger session (receipts go
         to ``{prefix}/{device}/{session}/cohort``); ``X`` (T, F) profile features, feature
         units; ``t_unix`` (T,) each window's end, Unix s (non-finite or negative: ignored);
-        ``probabilities`` (T, C) or ``None``."""
-        t = np.asarray(t_unix, dtype=np.float64).reshape(-1)
+        ``probabilities`` (T, C) or ``None``. A plan without means or shares ignores them."""
+        if self.plan.part("aggregates") is None:
+            return
+        t, ok, buckets = self._bucket_of(t_unix)
         f = len(self.plan.features)
         x = np.asarray(X, dtype=np.float64).reshape(-1, f) if f else np.zeros((t.size, 0))
         if x.shape[0] != t.shape[0]:
@@ -413,8 +647,6 @@ class CohortAggregator:
                 raise ValueError("the plan has classes: pass the class probabilities")
             p = np.asarray(probabilities, dtype=np.float64).reshape(-1, len(self.plan.classes))
         key = (device, session)
-        ok = np.isfinite(t) & (t >= 0)
-        buckets = np.floor(np.where(ok, t, 0.0) / self.plan.bucket_s).astype(np.int64)
         with self._lock:
             late = ok & (buckets <= self._closed_through)
             self.late_vectors += int(late.sum())
@@ -426,80 +658,148 @@ class CohortAggregator:
                 if p is not None:
                     bucket.probs.setdefault(key, []).append(p[sel])
 
+    def add_gaze(
+        self,
+        device: str,
+        session: str,
+        *,
+        t_unix: npt.ArrayLike,
+        x_deg: npt.ArrayLike,
+        y_deg: npt.ArrayLike,
+        valid: npt.ArrayLike,
+    ) -> None:
+        """Tally gaze samples of one session per bucket (attention): ``t_unix`` (N,) sample
+        times, Unix s (non-finite or negative: ignored); ``x_deg``, ``y_deg`` (N,) gaze angles,
+        deg; ``valid`` (N,) bool. Only counts per cell and AOI are kept, never the samples. A
+        plan without attention ignores them."""
+        layout = self.plan.attention
+        if layout is None:
+            return
+        _, ok, buckets = self._bucket_of(t_unix)
+        x = np.asarray(x_deg, dtype=np.float64).reshape(-1)
+        y = np.asarray(y_deg, dtype=np.float64).reshape(-1)
+        v = np.asarray(valid, dtype=bool).reshape(-1)
+        if not (x.shape == y.shape == v.shape == ok.shape):
+            raise ValueError("t_unix, x_deg, y_deg and valid need one value per sample")
+        ok &= v
+        if not ok.any():
+            return
+        key = (device, session)
+        with self._lock:
+            late = ok & (buckets <= self._closed_through)
+            self.late_samples += int(late.sum())
+            ok &= ~late
+            for b in np.unique(buckets[ok]):
+                sel = ok & (buckets == b)
+                tally = layout.tally(x[sel], y[sel], v[sel])
+                bucket = self._buckets.setdefault(int(b), _Bucket())
+                held = bucket.tallies.get(key)
+                bucket.tallies[key] = tally if held is None else held + tally
+
     def release_due(self, now_unix: float) -> list[CohortRelease]:
         """Release every bucket that ended at least ``grace_s`` before ``now_unix``."""
         end = self.plan.bucket_s
         due = [b for b in self.open_buckets if (b + 1) * end + self.grace_s <= now_unix]
-        out = [self.release(b) for b in due]
-        return [r for r in out if r is not None]
+        return [r for b in due for r in self.release(b)]
 
-    def release(self, bucket: int) -> CohortRelease | None:
-        """Release ``bucket`` now (dropping its collected vectors): ``None`` when no session can
-        pay for it. Blocks on the ledger's durable commits."""
+    def release(self, bucket: int) -> list[CohortRelease]:
+        """Release ``bucket`` now (dropping its collected data): one release per part that some
+        session can pay for (none: an empty list). Blocks on the ledger's durable commits."""
         with self._lock:
             data = self._buckets.pop(bucket, None)
             self._closed_through = max(self._closed_through, bucket)
-        if data is None or not data.rows:
-            return None
+        if data is None:
+            return []
+        out = []
+        for part in self.plan.parts:
+            if part.name == "aggregates":
+                keys = sorted(data.rows)
+            else:
+                keys = sorted(k for k, t in data.tallies.items() if t.sum() > 0)
+            if keys:
+                released = self._release_part(part, bucket, data, keys)
+                if released is not None:
+                    out.append(released)
+        return out
+
+    def _contributions(
+        self, part: CohortPart, data: _Bucket, keys: Sequence[tuple[str, str]]
+    ) -> FloatArray:
         plan = self.plan
-        keys = sorted(data.rows)
+        if part.name == "attention":
+            return np.stack([attention_contribution(plan, data.tallies[k]) for k in keys])
+        return np.stack(
+            [
+                contribution(
+                    plan,
+                    np.concatenate(data.rows[k]),
+                    np.concatenate(data.probs[k]) if plan.classes else None,
+                )
+                for k in keys
+            ]
+        )
+
+    def _release_part(
+        self, part: CohortPart, bucket: int, data: _Bucket, keys: Sequence[tuple[str, str]]
+    ) -> CohortRelease | None:
+        plan = self.plan
+        events = self._events[part.name]
         span = (bucket * plan.bucket_s, (bucket + 1) * plan.bucket_s)
         admitted: list[tuple[str, str]] = []
         left_out: list[str] = []
         for key in keys:
-            sid = key[1]
             try:
-                self.ledger.preview(sid, {STREAM: math.inf}, events=self._event, gaze=span)
+                self.ledger.preview(key[1], {part.stream: math.inf}, events=events, gaze=span)
             except BudgetExhaustedError:
-                left_out.append(sid)
+                left_out.append(key[1])
                 continue
             admitted.append(key)
         if not admitted:
-            log.info("cohort bucket %d: every session's budget is spent; nothing released", bucket)
+            log.info(
+                "cohort bucket %d (%s): every session's budget is spent; nothing released",
+                bucket, part.name,
+            )  # fmt: skip
             return None
         if len(admitted) > MAX_SESSIONS:
             raise ConfigError("fleet.max_sessions", len(admitted), f"at most {MAX_SESSIONS}")
-        parts = np.stack(
-            [
-                contribution(
-                    plan,
-                    np.concatenate(data.rows[key]),
-                    np.concatenate(data.probs[key]) if plan.classes else None,
-                )
-                for key in admitted
-            ]
-        )
-        total = exact_sum(parts)
-        del data  # the clean vectors are no longer needed
-        noisy = privatize_sum(plan, total, self._source)
-        message = build_message(
-            plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
-            profile=self.profile, model=self.model, insecure=self._insecure,
-        )  # fmt: skip
+        total = exact_sum(self._contributions(part, data, admitted))
+        noisy = privatize_sum(part, total, self._source)
+        message: CohortMessage | AttentionMessage
+        if part.name == "attention":
+            message = build_attention_message(
+                plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
+                insecure=self._insecure,
+            )  # fmt: skip
+            carrier = self.attention_topic
+        else:
+            message = build_message(
+                plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
+                profile=self.profile, model=self.model, insecure=self._insecure,
+            )  # fmt: skip
+            carrier = self.topic
         payload = message.to_payload()
         charged: list[str] = []
         for i, (device, session) in enumerate(admitted):
-            sid = session
             last = i == len(admitted) - 1
-            topic = self.topic if last else f"{self.prefix}/{device}/{session}/cohort"
-            body = payload if last else self._receipt(sid, bucket)
+            topic = carrier if last else f"{self.prefix}/{device}/{session}/cohort"
+            body = payload if last else self._receipt(session, bucket, part)
             try:
                 self.ledger.charge(
-                    sid, bucket, {STREAM: math.inf}, topic, body,
-                    events=self._event, gaze=span, stream=STREAM,
+                    session, bucket, {part.stream: math.inf}, topic, body,
+                    events=events, gaze=span, stream=part.stream,
                 )  # fmt: skip
             except (BudgetExhaustedError, DuplicateChargeError) as exc:
-                # Its values are in the sum: the aggregate must not go out. Those charged stay
+                # Its values are in the sum: the message must not go out. Those charged stay
                 # charged (conservative).
                 log.warning(
-                    "cohort bucket %d not released: session %s was refused after the sum (%s)",
-                    bucket, sid, exc,
+                    "cohort bucket %d (%s) not released: session %s was refused after the sum "
+                    "(%s)", bucket, part.name, session, exc,
                 )  # fmt: skip
                 return None
-            charged.append(sid)
+            charged.append(session)
         return CohortRelease(message, tuple(charged), tuple(left_out))
 
-    def _receipt(self, session: str, bucket: int) -> bytes:
+    def _receipt(self, session: str, bucket: int, part: CohortPart) -> bytes:
         """What a contributing session's own topic learns: that it paid, and how much."""
         body: Mapping[str, object] = {
             "schema": "gazeguard.cohort-receipt/1",
@@ -507,8 +807,9 @@ class CohortAggregator:
             "cohort": self.cohort,
             "worker": self.worker,
             "bucket": bucket,
+            "release": part.name,
             "mechanism": "gaussian",
-            "noise_multiplier": self.plan.event.ratio,
+            "noise_multiplier": part.event.ratio,
             "epsilon_per_hour": self.plan.epsilon_per_hour,
             "delta": self.plan.delta,
         }

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic"]
 Transform = Literal["dft", "dct"]
+CohortRelease = Literal["means", "shares", "attention", "aois"]
 
 
 HOUR_S = 3600.0
@@ -563,6 +564,34 @@ class CohortSettings(_Section):
         ".json path; unset: features only)",
     )
     grace_s: float = Field(5.0, ge=0, description="late vectors accepted after a bucket, s")
+    release: list[CohortRelease] | None = Field(
+        None,
+        description="what the cohort releases, any of 'means' (feature means), 'shares' (label "
+        "class shares, needs cohort.model), 'attention' (a dwell heatmap over "
+        "cohort.attention_grid) and 'aois' (dwell shares of cohort.attention_aois); each is a "
+        "block of the contribution (Δ2 = √blocks, 'means' two: with the count). Unset: means, "
+        "and shares when cohort.model is set",
+    )
+    attention_grid: tuple[int, int] = Field(
+        (9, 16), description="heatmap cells (rows, cols) over the gaze field"
+    )
+    attention_fov_deg: tuple[float, float] = Field(
+        (48.0, 27.0),
+        description="the gaze field the heatmap grid covers (width, height), degrees of gaze "
+        "angle, centred on straight ahead",
+    )
+    attention_aois: str | None = Field(
+        None,
+        description="JSON file of named areas of interest (rectangles or polygons, degrees of "
+        "gaze angle; format in gazeguard/attention.py) whose dwell shares 'aois' releases",
+    )
+
+    @field_validator("release")
+    @classmethod
+    def _distinct(cls, v: list[CohortRelease] | None) -> list[CohortRelease] | None:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError("name each of 'means', 'shares', 'attention', 'aois' at most once")
+        return v
 
 
 class Settings(BaseSettings):

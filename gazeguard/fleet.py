@@ -88,7 +88,8 @@ class SessionEvent:
 
 @dataclass
 class CohortWiring:
-    """A worker's cohort aggregator and what feeds it from each session's clean features."""
+    """A worker's cohort aggregator and what feeds it from each session's clean features and
+    gaze samples."""
 
     aggregator: CohortAggregator
     columns: np.ndarray  # the profile's columns among the 48 registry features
@@ -123,6 +124,30 @@ class CohortWiring:
             else np.array([all_names.index(n) for n in model.features], dtype=np.intp)
         )
         return cls(agg, cols, model, mcols)
+
+    def attach(self, device: str, session: str, pipeline: Pipeline) -> None:
+        """Feed the aggregator from ``pipeline``: its clean features when the plan releases
+        means or shares (:meth:`observer`), its gaze samples when it releases attention
+        (:meth:`gaze_observer`)."""
+        plan = self.aggregator.plan
+        if plan.part("aggregates") is not None:
+            pipeline.on_features = self.observer(device, session, pipeline)
+        if plan.part("attention") is not None:
+            pipeline.on_samples = self.gaze_observer(device, session, pipeline)
+
+    def gaze_observer(
+        self, device: str, session: str, pipeline: Pipeline
+    ) -> Callable[[GazeSamples], None]:
+        """The :attr:`Pipeline.on_samples` hook of one session: its samples' dwell tallied per
+        bucket (sample times → Unix with the pipeline's clock offset)."""
+
+        def observe(block: GazeSamples) -> None:
+            self.aggregator.add_gaze(
+                device, session, t_unix=block.timestamps + pipeline.clock_offset_s,
+                x_deg=block.x_deg, y_deg=block.y_deg, valid=block.valid,
+            )  # fmt: skip
+
+        return observe
 
     def observer(
         self, device: str, session: str, pipeline: Pipeline
@@ -226,7 +251,7 @@ class Fleet:
             topic_prefix=self.publisher.settings.topic_prefix,
         )
         if self.cohort is not None:
-            pipeline.on_features = self.cohort.observer(device, session, pipeline)
+            self.cohort.attach(device, session, pipeline)
         self.sessions[session] = _Session(pipeline)
         self.publisher.publish_status(pipeline.status("starting"))
         log.info("worker %s: session %r opened (device %r)", self.worker_id, session, device)
@@ -307,9 +332,10 @@ class Fleet:
             released = await to_thread_to_the_end(self.cohort.aggregator.release_due, time.time())
             for r in released:
                 log.info(
-                    "worker %s: cohort %r bucket %d released over %d sessions (%d left out)",
-                    self.worker_id, r.message.cohort, r.message.bucket, len(r.sessions),
-                    len(r.left_out),
+                    "worker %s: cohort %r bucket %d %s released over %d sessions (%d left out)",
+                    self.worker_id, r.message.cohort, r.message.bucket,
+                    "attention" if r.message.schema_ == "gazeguard.attention/1" else "aggregate",
+                    len(r.sessions), len(r.left_out),
                 )  # fmt: skip
             if released:
                 self.publisher.notify()

@@ -208,6 +208,11 @@ class Pipeline:
         #: Called with every batch of clean feature vectors ``(X (T, 48), t (T,) sample time)``
         #: by :meth:`feed`; the trusted cohort aggregator of a fleet worker, nothing else.
         self.on_features: Callable[[np.ndarray, np.ndarray], None] | None = None
+        #: Called with every block of gaze samples the extractor took (:class:`GazeSamples`,
+        #: sample time; those at or before :attr:`resume_after` left out), each sample once, in
+        #: order, by :meth:`feed`; the trusted cohort aggregator's attention tally of a fleet
+        #: worker, nothing else. The block is borrowed: copy what is kept.
+        self.on_samples: Callable[[GazeSamples], None] | None = None
         self.mechanism = plan.mechanism
         self._params = MechanismParams.from_mechanism(self.mechanism)
         self._carries = self.mechanism.carries()
@@ -371,6 +376,8 @@ class Pipeline:
         observed and chunked; the chunks they completed."""
         if len(block):
             self._last_t = float(block.timestamps[-1])
+            if self.on_samples is not None:
+                self._observe_samples(block)
         if len(t) and t[0] <= self.resume_after:
             keep = t > self.resume_after
             X, t = X[keep], t[keep]
@@ -383,6 +390,18 @@ class Pipeline:
         if chunks:
             self._completed_at = time.perf_counter()
         return chunks
+
+    def _observe_samples(self, block: GazeSamples) -> None:
+        """Hand ``block`` (less the samples at or before :attr:`resume_after`) to
+        :attr:`on_samples`."""
+        assert self.on_samples is not None
+        ts = block.timestamps
+        if ts[0] <= self.resume_after:
+            first = int(np.searchsorted(ts, self.resume_after, side="right"))
+            if first == len(block):
+                return
+            block = block.slice(first, len(block))
+        self.on_samples(block)
 
     def close(self) -> int:
         """End the session: the incomplete tail is dropped (not padded). Returns its steps."""

@@ -61,6 +61,7 @@ from gazeguard.features import FEATURES, feature_bounds
 from gazeguard.mechanisms import Bounds, Mechanism
 
 if TYPE_CHECKING:
+    from gazeguard.attention import AttentionLayout
     from gazeguard.cohort import CohortPlan
     from gazeguard.label_stream import LabelPlan
     from gazeguard.labels import LabelModel
@@ -440,6 +441,36 @@ class ReleasePlan:
                 for r in self.releases
             },
             "noise_multiplier": float(self.mechanism.noise_multiplier.max()),
+            **({"cohort": self._cohort_figures()} if self.cohort_plan is not None else {}),
+        }
+
+    def _cohort_figures(self) -> dict[str, Any]:
+        """What the cohort release holds and its noise: blocks, Δ2, σ, each part's event."""
+        c = self.cohort_plan
+        assert c is not None
+        return {
+            "release": [
+                *(["means"] if c.features else []),
+                *(["shares"] if c.classes else []),
+                *(["attention"] if c.attention is not None and c.attention.grid else []),
+                *(["aois"] if c.attention is not None and c.attention.aois else []),
+            ],
+            "dimension": c.dimension,
+            "blocks": c.blocks,
+            "sensitivity_l2": c.sensitivity_l2,
+            "sigma": c.sigma,
+            "parts": {
+                p.name: {
+                    "stream": p.stream,
+                    "blocks": p.blocks,
+                    "dimension": p.dimension,
+                    "sensitivity_l2": p.sensitivity_l2,
+                    "sigma": p.sigma,
+                    "noise_multiplier": p.event.ratio,
+                }
+                for p in c.parts
+            },
+            **({"attention": c.attention.describe()} if c.attention is not None else {}),
         }
 
     def text(self) -> str:
@@ -551,13 +582,69 @@ class _Layout:
                 "cohort aggregates are calibrated to ledger.budget_per_hour; set one",
             )  # fmt: skip
         bucket = self.summaries["cohort"]
+        release = cohort_release(cohort)
+        if "means" not in release:
+            names, units = [], []
         lo, hi, _ = feature_bounds(names, self.features.window_s, self.features.step_s)
         model = self.cohort_model
         plan = plan_cohort(
-            names, lo, hi, units, model.classes if model else (), bucket_s=cohort.bucket_s,
-            per_hour=releases_within(self.window, bucket), budget=share, delta=self.delta,
+            names, lo, hi, units, model.classes if model and "shares" in release else (),
+            bucket_s=cohort.bucket_s, per_hour=releases_within(self.window, bucket),
+            budget=share, delta=self.delta, attention=attention_layout(cohort),
         )  # fmt: skip
-        return plan, self.release("cohort", bucket, {plan.event: 1}, share)
+        return plan, self.release("cohort", bucket, plan.events, share)
+
+
+def cohort_release(cohort: CohortSettings) -> tuple[str, ...]:
+    """What the cohort releases (``cohort.release``; unset: means, and shares with a model).
+
+    Raises:
+        ConfigError: ``shares`` without ``cohort.model``, ``aois`` without
+            ``cohort.attention_aois``, or either setting without what releases it.
+    """
+    if cohort.release is None:
+        return ("means", "shares") if cohort.model is not None else ("means",)
+    release = tuple(cohort.release)
+    if "shares" in release and cohort.model is None:
+        raise ConfigError(
+            "cohort.release", list(release), "'shares' needs a label model: set cohort.model"
+        )
+    if "shares" not in release and cohort.model is not None:
+        raise ConfigError(
+            "cohort.model", cohort.model,
+            "cohort.release does not include 'shares': add it, or unset cohort.model",
+        )  # fmt: skip
+    if "aois" in release and cohort.attention_aois is None:
+        raise ConfigError(
+            "cohort.release", list(release), "'aois' needs an AOI file: set cohort.attention_aois"
+        )
+    if "aois" not in release and cohort.attention_aois is not None:
+        raise ConfigError(
+            "cohort.attention_aois", cohort.attention_aois,
+            "cohort.release does not include 'aois': add it, or unset cohort.attention_aois",
+        )  # fmt: skip
+    return release
+
+
+def attention_layout(cohort: CohortSettings) -> AttentionLayout | None:
+    """The attention the cohort releases (grid and/or AOIs, from the public settings and AOI
+    file), or ``None``.
+
+    Raises:
+        ConfigError: a bad grid, field or AOI file (naming the setting and what is wrong).
+    """
+    from gazeguard.attention import AttentionGrid, AttentionLayout, load_aois  # noqa: PLC0415
+
+    release = cohort_release(cohort)
+    if "attention" not in release and "aois" not in release:
+        return None
+    grid = None
+    if "attention" in release:
+        rows, cols = cohort.attention_grid
+        width, height = cohort.attention_fov_deg
+        grid = AttentionGrid(rows, cols, width, height)
+    aois = load_aois(cohort.attention_aois) if "aois" in release and cohort.attention_aois else None
+    return AttentionLayout(grid, aois)
 
 
 def _shares(

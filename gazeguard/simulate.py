@@ -365,6 +365,27 @@ def simulate_gaze(
     return GazeGenerator(rate_hz, seed, task, session).take(round(duration_s * rate_hz))
 
 
+#: Where each task's content sits in the scene, (x, y) deg: :func:`simulate_scene_gaze` shifts a
+#: task's gaze there, so people doing different tasks look at different places (attention
+#: evaluations; the oculomotor traits and every feature are unchanged by a shift).
+TASK_SCENES: dict[str, tuple[float, float]] = {
+    "free": (0.0, 0.0),
+    "reading": (-6.0, 2.0),  # a text column left of centre
+    "search": (4.0, -4.0),  # a search display below and right
+    "watching": (9.0, 4.0),  # a video panel up and right
+}
+
+
+def simulate_scene_gaze(
+    duration_s: float, rate_hz: float, seed: int, task: str = "free", session: int = 0
+) -> GazeSamples:
+    """:func:`simulate_gaze` shifted to the task's place in the scene (:data:`TASK_SCENES`),
+    degrees of gaze angle: the same person and task, looking where that task's content is."""
+    g = simulate_gaze(duration_s, rate_hz, seed, task, session)
+    dx, dy = TASK_SCENES[task]
+    return GazeSamples(g.timestamps, g.x_deg + dx, g.y_deg + dy, g.pupil_mm, g.valid)
+
+
 # ---------------------------------------------------------------------------------------------
 # Real-time LSL outlets
 # ---------------------------------------------------------------------------------------------

@@ -111,6 +111,19 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     coh.add_argument(
         "--cohort-model", metavar="MODEL", help="also aggregate this label model's class histogram"
     )
+    coh.add_argument(
+        "--cohort-release",
+        metavar="LIST",
+        help="what the cohort releases, comma-separated: means, shares, attention (a dwell "
+        "heatmap on {prefix}/cohort/NAME/attention), aois (default: means, and shares with "
+        "--cohort-model)",
+    )
+    coh.add_argument(
+        "--attention-aois",
+        metavar="FILE",
+        help="JSON file of areas of interest (degrees of gaze angle) whose dwell shares 'aois' "
+        "releases",
+    )
     g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
     g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
     g.add_argument(
@@ -184,6 +197,9 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     put("cohort", "bucket_s", getattr(args, "bucket_s", None))
     put("cohort", "budget_share", getattr(args, "cohort_share", None))
     put("cohort", "model", getattr(args, "cohort_model", None))
+    if getattr(args, "cohort_release", None):
+        put("cohort", "release", [w.strip() for w in args.cohort_release.split(",") if w.strip()])
+    put("cohort", "attention_aois", getattr(args, "attention_aois", None))
     put("features", "window_s", args.window_s)
     put("features", "step_s", args.step_s)
     put("fleet", "enabled", args.fleet)

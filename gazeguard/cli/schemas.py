@@ -3,7 +3,8 @@
 * ``python -m gazeguard.message --write-schemas [DIR]``: chunk and status
   (:func:`gazeguard.message.write_schemas`);
 * ``python -m gazeguard.label_message --write-schema [DIR]``: the private label;
-* ``python -m gazeguard.cohort_message --write-schema [DIR]``: the cohort aggregate.
+* ``python -m gazeguard.cohort_message --write-schema [DIR]``: the cohort aggregate and the
+  cohort attention message.
 """
 
 from __future__ import annotations
@@ -62,9 +63,17 @@ def label_main(argv: Sequence[str] | None = None) -> int:
 
 def cohort_main(argv: Sequence[str] | None = None) -> int:
     """``python -m gazeguard.cohort_message --write-schema [DIR]``."""
-    from gazeguard.cohort_message import SCHEMA_FILE, CohortMessage  # noqa: PLC0415
+    from gazeguard.cohort_message import (  # noqa: PLC0415
+        ATTENTION_SCHEMA_FILE,
+        SCHEMA_FILE,
+        AttentionMessage,
+        CohortMessage,
+    )
 
     def write(directory: Path) -> list[Path]:
-        return message.write_schemas(directory, {SCHEMA_FILE: CohortMessage})
+        return message.write_schemas(
+            directory, {SCHEMA_FILE: CohortMessage, ATTENTION_SCHEMA_FILE: AttentionMessage}
+        )
 
-    return _write("gazeguard.cohort_message", "--write-schema", SCHEMA_FILE, write, argv)
+    what = f"{SCHEMA_FILE} and {ATTENTION_SCHEMA_FILE}"
+    return _write("gazeguard.cohort_message", "--write-schema", what, write, argv)
