@@ -200,7 +200,7 @@ def test_shipped_portable_model_loads_and_labels_simulated_gaze() -> None:
     assert "activity-portable" in shipped_models()
     m = load_model("activity-portable")
     assert m.spec.format == "gazeguard.label-model/1"
-    assert set(m.classes) == {"browse", "play", "read", "watch", "write"}
+    assert set(m.classes) == {"browse", "read", "watch", "write"}
     assert set(m.features) <= set(NAMES)
     assert not any(f.startswith(("blink", "pupil")) for f in m.features)
     trained = m.spec.trained
