@@ -518,8 +518,8 @@ class LabelStream:
         end = float(times[-1])
         if finite.shape[0] == 0 or end < self._held_until:
             return None
+        p = self.release_.probabilities(finite)  # once: it feeds a per-session model's stats
         if self._held is not None and self._paid:
-            p = self.release_.probabilities(finite)
             others = np.delete(p, self._held)
             if not self._svt.active:
                 self._svt.start()
@@ -528,14 +528,18 @@ class LabelStream:
                 return None
         # the first label, a change, or a label a cap withheld before: release this block's
         self._paid = False  # the round that said "changed" is over
-        out = self._decide(block, times, offset)
+        out = self._decide(block, times, offset, int(np.argmax(p)))
         if out is not None:
             self._held = out.message.classes.index(out.message.label)
             self._held_until = end + self.plan.min_interval_s
             self._paid = True  # its charge paid for the next round
         return out
 
-    def _decide(self, block: FloatArray, times: FloatArray, offset: float) -> ReleasedLabel | None:
+    def _decide(
+        self, block: FloatArray, times: FloatArray, offset: float, true: int | None = None
+    ) -> ReleasedLabel | None:
+        """Privatize, charge and enqueue one block's label: randomized response on its clean
+        decision (``true``, when the caller has it already)."""
         index = self.next_index
         self.next_index += 1
         gaze = (float(times[0]) + offset, float(times[-1]) + offset)
@@ -544,7 +548,11 @@ class LabelStream:
             if finite.shape[0] == 0:
                 msg = "no finite feature vector in the decision block"
                 raise FloatingPointError(msg)
-            decision = self.release_.release(finite)
+            decision = (
+                self.release_.release(finite)
+                if true is None
+                else self.release_.release_class(true, vectors=finite.shape[0])
+            )
             message = LabelMessage.build(
                 decision,
                 session=self.session,

@@ -48,6 +48,23 @@ Model format (:class:`LabelModel`, JSON, never pickle)
     and a format version. Inference is numpy only; training (:func:`train_model`) uses
     scikit-learn and is needed only where models are built, not in the sidecar. Loading a JSON
     file runs no code, unlike a pickle.
+
+Feature transform and per-session standardisation (optional, same format version)
+    ``standardizer.transform`` names a per-feature transform applied first: ``"log"`` is
+    ``u = ln(x + log_offset)`` (a change of units or field of view, ``x → k·x``, becomes a shift
+    ``ln k`` of ``u`` for ``x ≫ log_offset``), ``"identity"`` is ``u = x``. Then
+    ``g = (u − mean)/scale`` (the training population). With ``standardizer.session`` the model
+    also standardises each feature by the **session's own running statistics**, online: for
+    the session's n-th window (n = 1, 2, … in time order, this window included) with
+    ``d_i = u_i − mean`` and ``n0 = session.prior_windows``,
+    ``m_n = Σ d_i / (n0 + n)``, ``v_n = (n0·scale² + Σ d_i²)/(n0 + n) − m_n²`` and
+    ``s = (d_n − m_n)/√v_n``: the running mean and variance of the session's windows so far,
+    shrunk towards the population as if ``n0`` population windows had come first (so the first
+    windows are standardised by the population and a long session by itself). ``combine:
+    "replace"`` feeds ``s`` to the classifier, ``"append"`` feeds ``[g, s]`` (2F columns). The
+    statistics are the session's own clean features inside the trusted process; only the label
+    leaves it, so this costs no privacy. :class:`SessionStandardizer` keeps the state of one
+    session (:meth:`LabelModel.new_session`); :class:`LabelRelease` keeps one per stream.
 """
 
 from __future__ import annotations
@@ -265,11 +282,40 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Transform = Literal["identity", "log"]
+
+
+class SessionSpec(_Strict):
+    """Per-session online standardisation (see the module docstring).
+
+    Attributes:
+        prior_windows: ``n0``, how many population windows the running statistics start from
+            (> 0; at the default 0.5 s step, 120 windows are one minute of gaze).
+        combine: ``"replace"``: the classifier reads the session-standardised features only
+            (F columns); ``"append"``: the population- and session-standardised ones (2F).
+    """
+
+    prior_windows: float = Field(gt=0.0, allow_inf_nan=False)
+    combine: Literal["replace", "append"] = "append"
+
+
 class Standardizer(_Strict):
-    """``z = (x − mean)/scale`` per feature (training rows' mean and standard deviation)."""
+    """``g = (u − mean)/scale`` per feature, ``u`` the transformed feature (training rows' mean
+    and standard deviation of ``u``), optionally with per-session standardisation.
+
+    Attributes:
+        mean, scale: (F,) each, in the transformed units.
+        transform: (F,) ``"identity"`` or ``"log"`` (``u = ln(x + log_offset)``); None: all
+            identity (the original format).
+        log_offset: the offset of the log transform, in the feature's own unit.
+        session: per-session standardisation, or None (population only).
+    """
 
     mean: list[FiniteFloat]
     scale: list[Annotated[float, Field(gt=0.0, allow_inf_nan=False)]]
+    transform: list[Transform] | None = None
+    log_offset: float = Field(0.01, gt=0.0, allow_inf_nan=False)
+    session: SessionSpec | None = None
 
 
 class LinearSoftmax(_Strict):
@@ -291,8 +337,10 @@ class ModelFile(_Strict):
         features: the F feature names the model reads, in the order of its coefficients.
         classes: the C class names, in the order of its coefficients.
         window_s, step_s: feature window and step the model was trained with, s.
-        standardizer: per-feature mean and scale, (F,) each.
-        classifier: ``coef`` (C, F) and ``intercept`` (C,).
+        standardizer: per-feature transform, mean and scale, (F,) each, and the optional
+            per-session standardisation.
+        classifier: ``coef`` (C, F), or (C, 2F) with ``standardizer.session.combine ==
+            "append"``, and ``intercept`` (C,).
         gazeguard_version: version of gazeguard that wrote the file.
         trained: free-form provenance (dataset, rows, date, cross-validated accuracy…).
     """
@@ -329,10 +377,15 @@ class ModelFile(_Strict):
                 f"expected one per feature ({F})"
             )
             raise ValueError(msg)
+        if s.transform is not None and len(s.transform) != F:
+            msg = f"standardizer.transform: has {len(s.transform)} entries, expected F = {F}"
+            raise ValueError(msg)
         k = self.classifier
-        if len(k.coef) != C or any(len(row) != F for row in k.coef):
+        width = 2 * F if s.session is not None and s.session.combine == "append" else F
+        if len(k.coef) != C or any(len(row) != width for row in k.coef):
             shape = f"[{len(k.coef)}][{', '.join(str(len(r)) for r in k.coef[:3])}...]"
-            msg = f"classifier.coef: must be [C][F] = [{C}][{F}], got {shape}"
+            what = "[C][2F]" if width != F else "[C][F]"
+            msg = f"classifier.coef: must be {what} = [{C}][{width}], got {shape}"
             raise ValueError(msg)
         if len(k.intercept) != C:
             msg = f"classifier.intercept: has {len(k.intercept)} entries, expected C = {C}"
@@ -360,6 +413,74 @@ def check_feature_names(names: Sequence[str], field_name: str, source: str) -> N
             )
 
 
+class SessionStandardizer:
+    """The running statistics of one session's windows (see the module docstring).
+
+    Feed the session's windows in time order, each exactly once, through :meth:`update`
+    (or :meth:`LabelModel.predict_proba` with ``session=``); the result for a window depends
+    only on it and the windows before it, so blocks of any size give the same values as the
+    whole session at once (:func:`session_standardize`).
+
+    Args:
+        mean, scale: (F,) the population mean and scale of the transformed features.
+        prior_windows: ``n0``.
+
+    Attributes:
+        windows: n, how many windows the session has fed so far.
+    """
+
+    def __init__(self, mean: FloatArray, scale: FloatArray, prior_windows: float) -> None:
+        self._mean = np.asarray(mean, np.float64)
+        self._var0 = np.asarray(scale, np.float64) ** 2
+        self.prior_windows = float(prior_windows)
+        self.windows = 0
+        self._s1 = np.zeros_like(self._mean)
+        self._s2 = np.zeros_like(self._mean)
+
+    def update(self, U: npt.ArrayLike) -> FloatArray:
+        """Add the windows ``U`` and return them standardised by the statistics so far.
+
+        Args:
+            U: (T, F) transformed features of the session's next T windows, in time order.
+
+        Returns:
+            (T, F) ``s``: row i standardised by the running mean and variance over every window
+            up to and including it, shrunk towards the population by ``prior_windows``.
+        """
+        u = np.asarray(U, np.float64)
+        d = u - self._mean
+        c1 = self._s1 + np.cumsum(d, axis=0)
+        c2 = self._s2 + np.cumsum(d * d, axis=0)
+        n = self.prior_windows + self.windows + np.arange(1, u.shape[0] + 1, dtype=np.float64)
+        m = c1 / n[:, None]
+        v = (self.prior_windows * self._var0 + c2) / n[:, None] - m * m
+        v = np.maximum(v, 1e-12 * self._var0)
+        if u.shape[0]:
+            self._s1, self._s2 = c1[-1].copy(), c2[-1].copy()
+            self.windows += u.shape[0]
+        return np.asarray((d - m) / np.sqrt(v), np.float64)
+
+
+def session_standardize(
+    U: npt.ArrayLike, mean: npt.ArrayLike, scale: npt.ArrayLike, prior_windows: float
+) -> FloatArray:
+    """Offline form of :class:`SessionStandardizer`: the whole session at once.
+
+    Args:
+        U: (T, F) transformed features of one session, in time order.
+        mean, scale: (F,) population mean and scale.
+        prior_windows: ``n0``.
+
+    Returns:
+        (T, F): row n is ``(d_n − m_n)/√v_n`` with ``d = U − mean``,
+        ``m_n = Σ_{i≤n} d_i/(n0 + n)`` and ``v_n = (n0·scale² + Σ_{i≤n} d_i²)/(n0 + n) − m_n²``
+        (floored at ``1e-12·scale²``).
+    """
+    return SessionStandardizer(
+        np.asarray(mean, np.float64), np.asarray(scale, np.float64), prior_windows
+    ).update(U)
+
+
 @dataclass(frozen=True)
 class LabelModel:
     """A loaded label model; inference is numpy only.
@@ -375,8 +496,11 @@ class LabelModel:
     _scale: FloatArray = field(init=False, repr=False)
     _coef: FloatArray = field(init=False, repr=False)
     _intercept: FloatArray = field(init=False, repr=False)
+    _log: npt.NDArray[np.bool_] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        tr = self.spec.standardizer.transform or ["identity"] * len(self.spec.features)
+        object.__setattr__(self, "_log", np.array([t == "log" for t in tr], dtype=bool))
         object.__setattr__(self, "_mean", np.asarray(self.spec.standardizer.mean, np.float64))
         object.__setattr__(self, "_scale", np.asarray(self.spec.standardizer.scale, np.float64))
         object.__setattr__(self, "_coef", np.asarray(self.spec.classifier.coef, np.float64))
@@ -404,15 +528,52 @@ class LabelModel:
         """Class names, in the model's order."""
         return tuple(self.spec.classes)
 
-    def predict_proba(self, X: npt.ArrayLike) -> FloatArray:
-        """Class probabilities of each row.
+    @property
+    def per_session(self) -> bool:
+        """Whether the model standardises by each session's running statistics."""
+        return self.spec.standardizer.session is not None
+
+    def new_session(self) -> SessionStandardizer | None:
+        """Fresh running statistics for a new session (None for a population-only model)."""
+        sess = self.spec.standardizer.session
+        if sess is None:
+            return None
+        return SessionStandardizer(self._mean, self._scale, sess.prior_windows)
+
+    def transform(self, X: npt.ArrayLike) -> FloatArray:
+        """``u``: the per-feature transform of (T, F) feature vectors (``ln(x + log_offset)``
+        for the log features)."""
+        x = self._checked(X)
+        if not self._log.any():
+            return x
+        u = x.copy()
+        off = self.spec.standardizer.log_offset
+        lx = u[:, self._log] + off
+        if (lx <= 0).any():
+            msg = f"model {self.name!r}: a log feature is at or below -log_offset ({-off:g})"
+            raise ValueError(msg)
+        u[:, self._log] = np.log(lx)
+        return u
+
+    def inputs(self, X: npt.ArrayLike, session: SessionStandardizer | None = None) -> FloatArray:
+        """What the classifier reads: (T, F) or (T, 2F) standardised features.
 
         Args:
-            X: (T, F) clean feature vectors, columns in :attr:`features` order, feature units.
-
-        Returns:
-            (T, C) probabilities, rows summing to 1.
+            X: (T, F) clean feature vectors, in time order.
+            session: the session's running statistics (updated with these rows); None: a
+                fresh session made of ``X`` alone (per-session models only).
         """
+        u = self.transform(X)
+        g = (u - self._mean) / self._scale
+        spec = self.spec.standardizer.session
+        if spec is None:
+            return g
+        state = session if session is not None else self.new_session()
+        assert state is not None
+        s = state.update(u)
+        return s if spec.combine == "replace" else np.hstack([g, s])
+
+    def _checked(self, X: npt.ArrayLike) -> FloatArray:
         x = np.asarray(X, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self._mean.size:
             msg = (
@@ -423,16 +584,37 @@ class LabelModel:
         if not np.isfinite(x).all():
             msg = f"model {self.name!r}: feature vectors must be finite"
             raise ValueError(msg)
-        logits = ((x - self._mean) / self._scale) @ self._coef.T + self._intercept
+        return x
+
+    def predict_proba(
+        self, X: npt.ArrayLike, session: SessionStandardizer | None = None
+    ) -> FloatArray:
+        """Class probabilities of each row.
+
+        A per-session model (:attr:`per_session`) standardises each row by the running
+        statistics of its session: pass the session's :meth:`new_session` state and feed every
+        window of the session once, in time order; without ``session`` the rows of ``X`` are
+        taken as one whole session from its start.
+
+        Args:
+            X: (T, F) clean feature vectors, columns in :attr:`features` order, feature units.
+            session: running statistics of the rows' session (ignored by population-only
+                models).
+
+        Returns:
+            (T, C) probabilities, rows summing to 1.
+        """
+        logits = self.inputs(X, session) @ self._coef.T + self._intercept
         logits -= logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
         p /= p.sum(axis=1, keepdims=True)
         return np.asarray(p, dtype=np.float64)
 
-    def decide(self, X: npt.ArrayLike) -> int:
+    def decide(self, X: npt.ArrayLike, session: SessionStandardizer | None = None) -> int:
         """One decision over a window of vectors: argmax of the mean class probability (ties:
-        the lowest class index). ``X`` is (T, F), T ≥ 1."""
-        p = self.predict_proba(X)
+        the lowest class index). ``X`` is (T, F), T ≥ 1; ``session`` as for
+        :meth:`predict_proba`."""
+        p = self.predict_proba(X, session)
         if p.shape[0] == 0:
             msg = "a decision needs at least one feature vector"
             raise ValueError(msg)
@@ -582,6 +764,12 @@ def train_model(
     step_s: float = 0.5,
     every: int = 1,
     provenance: dict[str, Any] | None = None,
+    labels: npt.ArrayLike | None = None,
+    log_features: Sequence[str] = (),
+    log_offset: float = 0.01,
+    session: SessionSpec | None = None,
+    sessions: npt.ArrayLike | None = None,
+    sample_weight: npt.ArrayLike | None = None,
 ) -> LabelModel:
     """Train standardiser + multinomial logistic regression (scikit-learn) on a labelled table and
     export it as a :class:`LabelModel`.
@@ -593,21 +781,41 @@ def train_model(
         regularization: inverse L2 strength ``C`` of scikit-learn's LogisticRegression.
         every: train on every n-th window of each recording (1: all).
         provenance: merged into the file's ``trained`` section.
+        labels: (N,) class of each row instead of ``table.task`` (e.g. a common activity).
+        log_features: features read through ``ln(x + log_offset)``.
+        session: per-session standardisation (None: population only).
+        sessions: (N,) session id of each row (with ``session``; default: the recording); a
+            session's rows must be in time order, its statistics run over all of them (before
+            ``every`` thins the training rows).
+        sample_weight: (N,) weight of each row in the fit (e.g. balancing datasets).
     """
     from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 - build time only
 
     from gazeguard.eval.metrics import subsample  # noqa: PLC0415 - build time only
 
     check_feature_names(features, "features", "train_model")
+    check_feature_names(log_features, "log_features", "train_model")
     cols = np.array([table.feature_names.index(f) for f in features], dtype=np.intp)
     rows = subsample(np.arange(table.n_rows), table.recording, every)
-    X = table.X[np.ix_(rows, cols)]
-    y = table.task[rows].astype(str)
-    mean = X.mean(axis=0)
-    scale = X.std(axis=0)
+    logs = np.array([f in set(log_features) for f in features], dtype=bool)
+    U = np.asarray(table.X[:, cols], np.float64).copy()
+    U[:, logs] = np.log(U[:, logs] + log_offset)
+    mean = U[rows].mean(axis=0)
+    scale = U[rows].std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)
+    Z = (U - mean) / scale
+    if session is not None:
+        sid = np.asarray(table.recording if sessions is None else sessions).astype(str)
+        S = np.empty_like(U)
+        _, first = np.unique(sid, return_index=True)
+        for key in sid[np.sort(first)]:
+            at = np.flatnonzero(sid == key)
+            S[at] = session_standardize(U[at], mean, scale, session.prior_windows)
+        Z = S if session.combine == "replace" else np.hstack([Z, S])
+    y = (table.task if labels is None else np.asarray(labels))[rows].astype(str)
+    w = None if sample_weight is None else np.asarray(sample_weight, np.float64)[rows]
     clf = LogisticRegression(C=regularization, max_iter=5000)
-    clf.fit((X - mean) / scale, y)
+    clf.fit(Z[rows], y, sample_weight=w)
     classes = [str(c) for c in clf.classes_]
     coef = np.asarray(clf.coef_, np.float64)
     intercept = np.asarray(clf.intercept_, np.float64)
@@ -635,7 +843,13 @@ def train_model(
         classes=classes,
         window_s=window_s,
         step_s=step_s,
-        standardizer=Standardizer(mean=mean.tolist(), scale=scale.tolist()),
+        standardizer=Standardizer(
+            mean=mean.tolist(),
+            scale=scale.tolist(),
+            transform=["log" if v else "identity" for v in logs] if logs.any() else None,
+            log_offset=log_offset,
+            session=session,
+        ),
         classifier=LinearSoftmax(coef=coef.tolist(), intercept=intercept.tolist()),
         gazeguard_version=__version__,
         trained=trained,
@@ -740,7 +954,9 @@ def release_label(
 class LabelRelease:
     """Turns the clean feature vectors of each decision window into one private label.
 
-    Per decision: the model's class probabilities, averaged over the window's vectors; the
+    Per decision: the model's class probabilities, averaged over the window's vectors (a
+    per-session model standardises them by the running statistics of every vector this object
+    has released on so far: one object per session); the
     argmax is the clean decision (it never leaves this object); randomized response at
     ``epsilon`` releases a label (:class:`RandomizedResponse`). The caller charges ``epsilon``
     per decision to the ledger and publishes :class:`LabelDecision`.
@@ -776,6 +992,9 @@ class LabelRelease:
         self._cols = np.array([names.index(f) for f in model.features], dtype=np.intp)
         self._width = len(names)
         self.source: RandomSource = source if source is not None else OsRandom()
+        #: The stream's running statistics (per-session models; None otherwise): every vector
+        #: passed to :meth:`release` enters them, in order.
+        self.session = model.new_session()
 
     @property
     def epsilon(self) -> float:
@@ -803,7 +1022,9 @@ class LabelRelease:
         if x.ndim != 2 or x.shape[1] != self._width or x.shape[0] < 1:
             msg = f"a decision needs (T >= 1, {self._width}) feature vectors, got shape {x.shape}"
             raise ValueError(msg)
-        return np.asarray(self.model.predict_proba(x[:, self._cols]).mean(axis=0), np.float64)
+        # per-session models: every vector passed here enters the stream's running statistics
+        p = self.model.predict_proba(x[:, self._cols], self.session)
+        return np.asarray(p.mean(axis=0), np.float64)
 
     def release(self, X: npt.ArrayLike) -> LabelDecision:
         """One private label for a decision window: randomized response on the argmax of
