@@ -31,8 +31,8 @@ from _harness import latency_stats, machine, write_results
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
-from gazeguard.accounting import LaplaceEvent, PrivacyLoss, calibrate
 from gazeguard.ledger import Ledger, event_key
+from gazeguard.privacy.accounting import LaplaceEvent, PrivacyLoss, calibrate
 
 BUDGET, DELTA, CHUNKS = 10.0, 1e-6, 225
 FEATURES = (48, 12, 5, 1)

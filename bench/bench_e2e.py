@@ -1,7 +1,8 @@
 """End to end (issue 7): simulated headset (real LSL) → gazeguard → Mosquitto → subscriber.
 
 1. **Latency**, per event loop (asyncio's default loop and uvloop): the real service
-   (``gazeguard.service.serve``) reads ``gazeguard simulate`` (a real 120 Hz LSL outlet in another
+   (``gazeguard.runtime.service.serve``) reads ``gazeguard simulate`` (a real 120 Hz LSL outlet in
+   another
    process) and publishes to a local Mosquitto; a paho-mqtt subscriber thread *in the same
    process* stamps each chunk's arrival with ``perf_counter``, so completion
    (``ReleasedChunk.completed_at``) → receipt needs no cross-process clock. The broker's PUBACK is
@@ -62,11 +63,11 @@ from bench_service import (
 )
 from paho.mqtt.enums import CallbackAPIVersion
 
-from gazeguard.chunking import Chunker
-from gazeguard.features import FEATURES, NAMES, FeatureExtractor, feature_bounds
-from gazeguard.ingest import PROCESSING_FLAGS
-from gazeguard.mechanisms import Bounds, make_mechanism
-from gazeguard.samples import GazeSamples
+from gazeguard.core.chunking import Chunker
+from gazeguard.core.samples import GazeSamples
+from gazeguard.privacy.mechanisms import Bounds, make_mechanism
+from gazeguard.runtime.ingest import PROCESSING_FLAGS
+from gazeguard.signal.features import FEATURES, NAMES, FeatureExtractor, feature_bounds
 
 RATES = (120.0, 250.0, 1200.0)
 N_STEPS = 32

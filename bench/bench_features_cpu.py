@@ -17,7 +17,7 @@ hands each its new samples in turn, so the extractors' state is cold in the cach
 ``--fleet-sessions`` (default 300) extractors are fed round-robin (every session one block, then
 the next round) with 12-sample blocks (100 ms at 120 Hz) and, in a second row, with blocks of 24,
 36, 48 or 60 samples (the worker sometimes hands a session several blocks at once). "baseline" is
-the package's ``gazeguard/events.py`` and ``gazeguard/features.py`` at git revision
+the package's ``gazeguard/signal/events.py`` and ``gazeguard/signal/features.py`` at git revision
 ``--baseline-rev`` (loaded from git into renamed modules), "after" the package's
 ``FeatureExtractor.push`` per session, "batched" one ``features.push_many`` call per round (the
 event detectors' per-sample numpy work done once over all sessions' new samples); rounds
@@ -50,10 +50,10 @@ from typing import Any
 import numpy as np
 from _harness import load_now, machine, write_results
 
-from gazeguard.events import EventDetector
-from gazeguard.features import FeatureExtractor, push_many
-from gazeguard.samples import GazeSamples
-from gazeguard.simulate import simulate_gaze
+from gazeguard.core.samples import GazeSamples
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.events import EventDetector
+from gazeguard.signal.features import FeatureExtractor, push_many
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "tests" / "_reference_extraction.py"
@@ -74,7 +74,8 @@ def load_reference() -> ModuleType:
 
 
 def load_baseline(rev: str) -> ModuleType:
-    """``gazeguard/features.py`` (and the ``events.py`` it imports) at git revision ``rev``, as
+    """``gazeguard/signal/features.py`` (and the ``events.py`` it imports) at git revision ``rev``,
+    as
     modules ``_baseline_features`` and ``_baseline_events`` (the rest of the package is shared)."""
     modules = {}
     for name in ("events", "features"):
@@ -84,7 +85,9 @@ def load_baseline(rev: str) -> ModuleType:
             text=True,
             check=True,
         ).stdout
-        source = source.replace("from gazeguard.events import", "from _baseline_events import")
+        source = source.replace(
+            "from gazeguard.signal.events import", "from _baseline_events import"
+        )
         module = ModuleType(f"_baseline_{name}")
         module.__file__ = f"{rev}:gazeguard/{name}.py"
         sys.modules[module.__name__] = module

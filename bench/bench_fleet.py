@@ -77,13 +77,13 @@ from _harness import (
     write_results,
 )
 
-from gazeguard.chunking import Chunker
 from gazeguard.config import NatsSettings
-from gazeguard.features import FEATURES, FeatureExtractor
-from gazeguard.jetstream import JetStreamSender
+from gazeguard.core.chunking import Chunker
+from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
-from gazeguard.samples import GazeSamples
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.jetstream import JetStreamSender
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.features import FEATURES, FeatureExtractor
 
 RATE_HZ = 120.0
 # samples per raw block (--block-samples): what `gazeguard forward` sends, 1 s at 120 Hz
@@ -397,24 +397,24 @@ FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 #: Where a profile sample's time goes: the innermost frame whose file matches (numpy and other
 #: unlisted frames count towards the nearest listed caller).
 COMPONENTS = (
-    ("gazeguard/events.py", "event detection"),
-    ("gazeguard/features.py", "features"),
-    ("gazeguard/samples.py", "features"),
-    ("gazeguard/chunking.py", "chunking"),
-    ("gazeguard/mechanisms/", "mechanism (FFTW, noise)"),
+    ("gazeguard/signal/events.py", "event detection"),
+    ("gazeguard/signal/features.py", "features"),
+    ("gazeguard/core/samples.py", "features"),
+    ("gazeguard/core/chunking.py", "chunking"),
+    ("gazeguard/privacy/mechanisms/", "mechanism (FFTW, noise)"),
     ("gazeguard/ledger/", "ledger (SQLite charge)"),
     ("sqlite3", "ledger (SQLite charge)"),
-    ("gazeguard/message.py", "chunk message (pydantic, JSON)"),
+    ("gazeguard/wire/message.py", "chunk message (pydantic, JSON)"),
     ("pydantic", "chunk message (pydantic, JSON)"),
     ("json/", "chunk message (pydantic, JSON)"),
-    ("gazeguard/fleet.py", "fleet: raw block decode, dispatch"),
-    ("gazeguard/jetstream/", "fleet: raw block decode, dispatch"),
-    ("gazeguard/rawgaze.py", "fleet: raw block decode, dispatch"),
+    ("gazeguard/runtime/fleet.py", "fleet: raw block decode, dispatch"),
+    ("gazeguard/runtime/jetstream/", "fleet: raw block decode, dispatch"),
+    ("gazeguard/signal/rawgaze.py", "fleet: raw block decode, dispatch"),
     ("nats/", "NATS client (nats-py)"),
-    ("gazeguard/pipeline.py", "pipeline glue"),
-    ("gazeguard/publish.py", "publisher"),
-    ("gazeguard/outbox.py", "publisher"),
-    ("gazeguard/mqtt/", "publisher"),
+    ("gazeguard/runtime/pipeline.py", "pipeline glue"),
+    ("gazeguard/runtime/publish.py", "publisher"),
+    ("gazeguard/ledger/outbox.py", "publisher"),
+    ("gazeguard/runtime/mqtt/", "publisher"),
     ("paho/", "MQTT client (paho, aiomqtt)"),
     ("aiomqtt/", "MQTT client (paho, aiomqtt)"),
     ("concurrent/futures/", "worker threads (to_thread)"),

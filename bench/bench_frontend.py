@@ -40,9 +40,9 @@ import numpy as np
 import pylsl
 
 from gazeguard.config import IngestSettings
-from gazeguard.features import FeatureExtractor
-from gazeguard.ingest import PROCESSING_FLAGS, GazeStream
-from gazeguard.samples import GazeSamples
+from gazeguard.core.samples import GazeSamples
+from gazeguard.runtime.ingest import PROCESSING_FLAGS, GazeStream
+from gazeguard.signal.features import FeatureExtractor
 
 RESULTS = Path(__file__).resolve().parent / "results" / "frontend.json"
 RATES = (120.0, 250.0, 1200.0)

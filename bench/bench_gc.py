@@ -3,15 +3,15 @@
 A fleet worker's loop stalls while Python's collector makes a full (generation-2) pass, and
 with 650 sessions those passes were the only loop stalls over 30 ms (29–57 ms each, every
 13–17 s; docs/design.md, "What stops the ramp at 650–700 now"). This reproduces the heap
-offline, in one process: N :class:`~gazeguard.pipeline.Pipeline` (a SQLite ledger in a
+offline, in one process: N :class:`~gazeguard.runtime.pipeline.Pipeline` (a SQLite ledger in a
 temporary directory, the default features and DCFPA) fed ``--seconds`` of simulated 120 Hz
-gaze in 1-s blocks through :func:`~gazeguard.pipeline.feed_many`, their chunks released with
-:func:`~gazeguard.pipeline.release_group`, after :func:`gazeguard.service.
+gaze in 1-s blocks through :func:`~gazeguard.runtime.pipeline.feed_many`, their chunks released with
+:func:`~gazeguard.runtime.pipeline.release_group`, after :func:`gazeguard.runtime.service.
 freeze_startup_objects` (as the worker does) and with the compiled passes on where numba is
 installed (as the worker runs). Then it times full collections by hand (``gc.collect()``,
 ``--collections`` of them) and counts what the collector walks: tracked objects and the
 references they hold, by type. The same for N bare
-:class:`~gazeguard.features.FeatureExtractor` (no pipeline around them), the part of a
+:class:`~gazeguard.signal.features.FeatureExtractor` (no pipeline around them), the part of a
 session the feature work needs, for comparison: the difference is what the pipeline's other
 objects cost each collection.
 
@@ -34,14 +34,14 @@ from typing import Any
 
 from _harness import load_now, machine, write_results
 
-from gazeguard.compiled import use_compiled
 from gazeguard.config import Settings
-from gazeguard.features import FeatureExtractor, push_many
-from gazeguard.pipeline import Pipeline, feed_many, release_group
+from gazeguard.core.samples import GazeSamples
 from gazeguard.plan import ReleasePlan
-from gazeguard.samples import GazeSamples
-from gazeguard.service import freeze_startup_objects, open_ledger
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.pipeline import Pipeline, feed_many, release_group
+from gazeguard.runtime.service import freeze_startup_objects, open_ledger
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.compiled import use_compiled
+from gazeguard.signal.features import FeatureExtractor, push_many
 
 RATE = 120.0
 DISTINCT = 20  # distinct simulated recordings, reused round-robin over the sessions

@@ -25,7 +25,8 @@ target: within 20 %). PostgreSQL rows need ``gazeguard[fleet]`` and the server b
 (``apt-get install -y postgresql``); the bench starts its own server on a free loopback port.
 
 Fleet pattern (``--fleet``): the CPU a fleet worker spends per chunk in
-:func:`gazeguard.pipeline.release_group` (mechanism, preview, message, group-committed charge),
+:func:`gazeguard.runtime.pipeline.release_group` (mechanism, preview, message, group-committed
+charge),
 with N sessions on one SQLite ledger (``synchronous=FULL``, the sidecar's default caps: 10 ε per
 hour of gaze and of wall-clock time), each with an hour of history (225 chunks of 16 s, written
 straight into the tables as the ledger writes them), chunks due in gaze order in groups of 1–8
@@ -211,7 +212,7 @@ BASE = 1.7e9  # Unix time of the first chunk's gaze end (history starts here)
 
 def _fleet_pipeline(ledger: Ledger, session: str) -> Any:
     from gazeguard.config import Settings  # noqa: PLC0415
-    from gazeguard.pipeline import Pipeline  # noqa: PLC0415
+    from gazeguard.runtime.pipeline import Pipeline  # noqa: PLC0415
 
     s = Settings()
     return Pipeline(
@@ -302,9 +303,9 @@ def fleet_worker(path: Path, sessions: int, history: int) -> None:
     import random  # noqa: PLC0415
 
     import gazeguard.ledger._ledger as ledger_module  # noqa: PLC0415
-    from gazeguard.chunking import Chunk  # noqa: PLC0415
     from gazeguard.config import Settings  # noqa: PLC0415
-    from gazeguard.pipeline import release_group  # noqa: PLC0415
+    from gazeguard.core.chunking import Chunk  # noqa: PLC0415
+    from gazeguard.runtime.pipeline import release_group  # noqa: PLC0415
 
     clock = _FleetClock()
     clock.now = _gaze_end(0, history, sessions)

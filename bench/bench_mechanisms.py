@@ -32,10 +32,10 @@ import numpy as np
 import numpy.typing as npt
 import scipy.fft
 
-from gazeguard.features import feature_bounds
-from gazeguard.mechanisms import Bounds, DiscreteLaplace, OsRandom, make_mechanism
-from gazeguard.mechanisms import sensitivity as tight
-from gazeguard.mechanisms.noise import DiscreteGaussian
+from gazeguard.privacy.mechanisms import Bounds, DiscreteLaplace, OsRandom, make_mechanism
+from gazeguard.privacy.mechanisms import sensitivity as tight
+from gazeguard.privacy.mechanisms.noise import DiscreteGaussian
+from gazeguard.signal.features import feature_bounds
 
 FloatArray = npt.NDArray[np.float64]
 F = 52

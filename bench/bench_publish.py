@@ -41,9 +41,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from gazeguard.config import BrokerSettings
 from gazeguard.ledger import Ledger, LedgerState
-from gazeguard.message import ChunkMessage, LedgerSnapshot, MechanismParams, chunk_topic
-from gazeguard.outbox import OutboxEntry
-from gazeguard.publish import Publisher
+from gazeguard.ledger.outbox import OutboxEntry
+from gazeguard.runtime.publish import Publisher
+from gazeguard.wire.message import ChunkMessage, LedgerSnapshot, MechanismParams, chunk_topic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "publish.json"
 N_FEATURES, N_STEPS = 52, 32

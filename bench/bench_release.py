@@ -26,11 +26,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import machine, write_results
 
-from gazeguard.dataset import FeatureTable
-from gazeguard.eval.datasets import open_dataset
-from gazeguard.release import RELEASE_MECHANISMS
-from gazeguard.release._common import ReleaseRandom, task_sequences
-from gazeguard.release.marginals import TaskModel, pd_test, to_bins
+from gazeguard.offline.eval.datasets import open_dataset
+from gazeguard.offline.release import RELEASE_MECHANISMS
+from gazeguard.offline.release._common import ReleaseRandom, task_sequences
+from gazeguard.offline.release.marginals import TaskModel, pd_test, to_bins
+from gazeguard.signal.dataset import FeatureTable
 
 
 def plain_ksame(table: FeatureTable, k: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -1,6 +1,7 @@
 """The sidecar's own numbers (issue 4): chunk-completion → PUBACK latency, CPU% and RSS.
 
-1. **Latency.** The real service (``gazeguard.service.serve``, on uvloop as ``gazeguard run``
+1. **Latency.** The real service (``gazeguard.runtime.service.serve``, on uvloop as ``gazeguard
+run``
    runs it) reads a simulated headset (``gazeguard simulate``: a real LSL outlet at 120 Hz in
    another process) and publishes to a local Mosquitto. For every chunk: from
    ``ReleasedChunk.completed_at`` (``perf_counter`` when its last feature vector existed) to the
@@ -58,14 +59,14 @@ from _harness import (
     write_results,
 )
 
-import gazeguard.service
+import gazeguard.runtime.service
 from gazeguard.config import FeatureSettings, LedgerSettings, Settings, load_settings
 from gazeguard.ledger import Ledger
-from gazeguard.outbox import OutboxEntry
-from gazeguard.pipeline import Pipeline, ReleasedChunk
+from gazeguard.ledger.outbox import OutboxEntry
 from gazeguard.plan import ReleasePlan
-from gazeguard.publish import Publisher
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
+from gazeguard.runtime.publish import Publisher
+from gazeguard.runtime.simulate import simulate_gaze
 
 TARGETS = {"p99_ms": 5.0, "cpu_pct": 2.0, "rss_max_mb": 120.0}
 FAST_FEATURES = {"window_s": 2.0, "step_s": 0.01}
@@ -82,7 +83,7 @@ def publisher_hook(on_acked: Callable[[OutboxEntry], None]) -> Iterator[None]:
     ``serve`` constructs ``Publisher(broker, ledger, name=...)`` itself; this swaps in the same
     class with the documented ``on_acked`` argument bound, for the duration of the block.
     """
-    namespace = vars(gazeguard.service)
+    namespace = vars(gazeguard.runtime.service)
     original = namespace["Publisher"]
     namespace["Publisher"] = functools.partial(Publisher, on_acked=on_acked)
     try:
@@ -153,7 +154,7 @@ def latency_run(
 
         wake.append(threadsafe_check)
         try:
-            await gazeguard.service.serve(settings, stop=stop, on_release=on_release)
+            await gazeguard.runtime.service.serve(settings, stop=stop, on_release=on_release)
         finally:
             wake.clear()
 
@@ -200,7 +201,7 @@ def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
     times: dict[str, list[float]] = {k: [] for k in ("release", "mechanism", "charge", "fsync")}
     with (
         # the service's ledger (its default hourly budget, to which the noise is calibrated)
-        gazeguard.service.open_ledger(
+        gazeguard.runtime.service.open_ledger(
             LedgerSettings(path=str(workdir / "breakdown.sqlite")),
             ReleasePlan.build(features=fast, budget=LedgerSettings().budget_per_hour, delta=1e-6),
         ) as ledger,

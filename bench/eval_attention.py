@@ -1,5 +1,5 @@
 """Attention heatmaps and AOI dwell shares of the cohort release: error per cohort size and
-budget, and the informed attacker's re-identification (:mod:`gazeguard.eval.attention`).
+budget, and the informed attacker's re-identification (:mod:`gazeguard.offline.eval.attention`).
 
 Writes one JSON result (default ``bench/results/attention/attention.json``)::
 
@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from gazeguard.eval.attention import BUDGETS, SIZES, evaluate_attention
+from gazeguard.offline.eval.attention import BUDGETS, SIZES, evaluate_attention
 
 
 def main() -> None:

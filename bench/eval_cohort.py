@@ -1,12 +1,14 @@
 """Cohort aggregates against averaging local releases, at 10, 100 and 1,000 sessions (issue 14.3).
 
-Every session is a simulated person (``gazeguard.simulate``, its own seed and one of the four
+Every session is a simulated person (``gazeguard.runtime.simulate``, its own seed and one of the
+four
 tasks) with 62 s of gaze: 64 clean feature vectors (30 s window, 0.5 s step) in one 60 s bucket.
 The consumer wants, per bucket, the mean of each ``activity``-profile feature and the share of
 each activity class (the shipped ``activity`` label model on the clean vectors) over the
 sessions. Three ways to give it at the same user-level budget per hour of gaze (δ = 1e-6):
 
-* **cohort** — :mod:`gazeguard.cohort`: a worker adds discrete Gaussian noise once to the sum of
+* **cohort** — :mod:`gazeguard.runtime.cohort`: a worker adds discrete Gaussian noise once to the
+sum of
   the clipped contributions (the cohort's whole budget here), charged to every session in a real
   SQLite ledger; error ∝ σ/N.
 * **local Gaussian** — each session releases its own contribution with the same Gaussian
@@ -14,7 +16,7 @@ sessions. Three ways to give it at the same user-level budget per hour of gaze (
   count is exact; error ∝ σ/√N. The best a per-session release of this vector can do.
 * **local stream** — what a consumer of today's per-session chunk streams can do: every
   session's DCFPA-32 release of its two profile features with noise calibrated to the hour, as
-  the sidecar does (``gazeguard.eval.harness.BudgetFactory``), averaged over sessions (no
+  the sidecar does (``gazeguard.offline.eval.harness.BudgetFactory``), averaged over sessions (no
   labels: a stream carries none).
 
 Errors are measured against the clean cohort values (the mean of the clipped, per-session
@@ -40,15 +42,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import machine, write_results
 
-from gazeguard.cohort import CohortAggregator, contribution, plan_cohort
-from gazeguard.eval.grid import parse_mechanism
-from gazeguard.eval.harness import BudgetFactory, FeatureBounds
-from gazeguard.features import FEATURES, FeatureExtractor, feature_bounds
-from gazeguard.labels import load_model
 from gazeguard.ledger import Ledger
-from gazeguard.mechanisms.noise import random_source
-from gazeguard.profiles import load_profile
-from gazeguard.simulate import TASKS, simulate_gaze
+from gazeguard.offline.eval.grid import parse_mechanism
+from gazeguard.offline.eval.harness import BudgetFactory, FeatureBounds
+from gazeguard.plan.cohort import plan_cohort
+from gazeguard.privacy.mechanisms.noise import random_source
+from gazeguard.runtime.cohort import CohortAggregator, contribution
+from gazeguard.runtime.simulate import TASKS, simulate_gaze
+from gazeguard.signal.features import FEATURES, FeatureExtractor, feature_bounds
+from gazeguard.signal.labels import load_model
+from gazeguard.signal.profiles import load_profile
 
 DELTA = 1e-6
 BUCKET_S = 60.0

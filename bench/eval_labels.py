@@ -9,7 +9,8 @@ For the ``activity`` release profile, on GazeGraph and on the simulated headset:
    — a decision averages the class probabilities of the ``decision_s / step_s`` consecutive
    windows of a block (non-overlapping blocks, incomplete tail dropped) and takes the argmax.
 2. **Released accuracy** after randomized response at ε ∈ {0.5, 1, 2, 3, 5} per decision
-   (``gazeguard.labels.RandomizedResponse``, exact sampler, OS CSPRNG), mean over repetitions,
+   (``gazeguard.signal.labels.RandomizedResponse``, exact sampler, OS CSPRNG), mean over
+   repetitions,
    next to the prediction ``p·acc + (1 − p)(1 − acc)/(C − 1)``.
 3. **Re-identification from label sequences** (nobody has measured it): the attacker sees the
    released labels of every recording. Each recording's decisions are cut in half; a half becomes
@@ -39,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from gazeguard import __version__
-from gazeguard.eval.datasets import Synthetic, open_dataset
-from gazeguard.eval.labels import BUDGETS, DELTA, evaluate
-from gazeguard.labels import load_model
+from gazeguard.offline.eval.datasets import Synthetic, open_dataset
+from gazeguard.offline.eval.labels import BUDGETS, DELTA, evaluate
+from gazeguard.signal.labels import load_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "labels"
 DECISIONS_S = {"gazegraph": (10.0, 30.0, 60.0, 120.0), "synthetic": (10.0, 30.0, 60.0, 300.0)}

@@ -2,7 +2,8 @@
 activity mapping, device augmentation and the feature table.
 
 Every recording goes through the real pipeline: raw gaze (degrees, seconds) →
-:func:`gazeguard.features.extract_features` at the recording's **declared** rate (30 s window,
+:func:`gazeguard.signal.features.extract_features` at the recording's **declared** rate (30 s
+window,
 0.5 s step). Augmented copies are re-extracted the same way from perturbed raw gaze, never made
 by editing feature vectors.
 
@@ -10,7 +11,7 @@ Sources (nothing here is committed; each is read from where it was fetched, see 
 
 ``gazegraph``
     GazeGraph DesktopActivity (Lan et al., SenSys 2020): Pupil Core, 30 Hz, desktop 34-inch
-    screen, 8 people × 6 activities × 5 min (read through :mod:`gazeguard.eval.datasets`).
+    screen, 8 people × 6 activities × 5 min (read through :mod:`gazeguard.offline.eval.datasets`).
 ``andersson2017``
     Andersson et al. 2017 (Behav. Res. Methods), SMI Hi-Speed 1250 at 500 Hz, 38 × 30 cm
     screen at 67 cm: free viewing of photographs (``images``, ~9 s per trial) and of video
@@ -39,8 +40,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.eval.datasets import Recording, code_version, open_dataset
-from gazeguard.samples import GazeSamples
+from gazeguard.core.samples import GazeSamples
+from gazeguard.offline.eval.datasets import Recording, code_version, open_dataset
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -301,7 +302,7 @@ class Table:
     """Feature rows of every (augmented) recording.
 
     Attributes:
-        X: (N, 48) features in :data:`gazeguard.features.FEATURES` order.
+        X: (N, 48) features in :data:`gazeguard.signal.features.FEATURES` order.
         activity: (N,) common activity (:data:`CLASSES`).
         dataset, person, task, recording: (N,) source labels.
         variant: (N,) ``"native"`` or the device key of an augmented copy.
@@ -336,7 +337,7 @@ class Table:
 
 
 def _features(rec: Recording) -> tuple[FloatArray, FloatArray]:
-    from gazeguard.features import extract_features  # noqa: PLC0415
+    from gazeguard.signal.features import extract_features  # noqa: PLC0415
 
     s = rec.samples
     X, t = extract_features(s.timestamps, s.x_deg, s.y_deg, rate_hz=rec.rate_hz)

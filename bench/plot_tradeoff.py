@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gazeguard.eval.report import read_json, tradeoff_figure, tradeoff_points
+from gazeguard.offline.eval.report import read_json, tradeoff_figure, tradeoff_points
 
 
 def main() -> int:

@@ -61,9 +61,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import label_data as ld
 
 from gazeguard import __version__
-from gazeguard.dataset import FeatureTable
-from gazeguard.features import NAMES
-from gazeguard.labels import LabelModel, SessionSpec, train_model
+from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import NAMES
+from gazeguard.signal.labels import LabelModel, SessionSpec, train_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "labels"
 
@@ -459,7 +459,7 @@ def model_card(res: dict[str, Any], md: str, alternatives: dict[str, dict[str, A
 A label model meant to survive a change of headset (issue 34, first half). It reads 40 clean
 features of the sidecar's extractor (30 s window, 0.5 s step) inside the trusted process and
 decides one of {len(acts)} common activities: **{", ".join(acts)}**. Only the label leaves the
-process (randomized response, `gazeguard.labels`). Use it with
+process (randomized response, `gazeguard.signal.labels`). Use it with
 `labels.model = "activity-portable"`; the shipped `activity` model (GazeGraph's six classes) is
 unchanged.
 
@@ -470,7 +470,7 @@ section holds the same provenance.
 
 ## What it computes, online
 
-1. **Features**: every feature of `gazeguard.features` except blinks, pupil and
+1. **Features**: every feature of `gazeguard.signal.features` except blinks, pupil and
    `valid_fraction` (they describe the tracker, not the activity; the 30 Hz and preprocessed
    datasets have none).
 2. **Transform**: `u = ln(x + 0.01)` for every feature with a unit or a count (rates,
@@ -483,7 +483,7 @@ section holds the same provenance.
 
 Per-session standardisation is implemented (`standardizer.session` in the format; online in
 `LabelModel.predict_proba(X, session=...)`, kept per stream by `LabelRelease`, see
-`gazeguard/labels.py`: each feature standardised by the running mean and SD of the session's
+`gazeguard/signal/labels.py`: each feature standardised by the running mean and SD of the session's
 windows so far, shrunk towards the population by `prior_windows`) and was evaluated. It is not
 used: on the tests below it did not beat population standardisation, and standardising by the
 session alone collapses when a session holds one activity (a 5-minute single-activity recording

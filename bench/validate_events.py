@@ -3,7 +3,7 @@
 Tracks two things, on the real recordings in ``../shared/data``:
 
 1. **Sample-level Cohen's kappa** of fixation and saccade labels versus each human coder, for
-   gazeguard's incremental I-VT (``gazeguard.events``, defaults: 30 deg/s, 5 ms velocity
+   gazeguard's incremental I-VT (``gazeguard.signal.events``, defaults: 30 deg/s, 5 ms velocity
    half-width, 40 ms minimum fixation, 10 ms minimum saccade) and, in the same run, for
    pymovements' I-VT (``pymovements.events.ivt`` on ``pos2vel(method="smooth")`` velocities,
    same 30 deg/s threshold and 40 ms minimum fixation). pymovements' I-VT returns fixations only;
@@ -23,7 +23,8 @@ Tracks two things, on the real recordings in ``../shared/data``:
 
 2. **Step-bound exceedance**: for each feature, the fraction of consecutive steps whose change
    exceeds the registry's ``max_step`` (W = 30 s, s = 0.5 s), on irf, GazeGraph (30 Hz, read
-   through ``gazeguard.eval.datasets``) and simulated people (``gazeguard.simulate``). Larger
+   through ``gazeguard.offline.eval.datasets``) and simulated people
+   (``gazeguard.runtime.simulate``). Larger
    changes are clipped in the difference domain by DCFPA; this shows how often that happens.
 
 Run: ``python bench/validate_events.py [--no-bounds]``; prints the tables and writes
@@ -45,14 +46,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.events import EventDetector, EventKind, detect_events
+from gazeguard.signal.events import EventDetector, EventKind, detect_events
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 RESULTS = Path(__file__).resolve().parent / "results" / "event_validation.json"
 THRESHOLD_DEG_S = 30.0
 MIN_FIXATION_S = 0.04
-IRF_RATE_HZ = 1000.0  # EyeLink 1000 Plus, declared (as gazeguard.eval.datasets.IRF_RATE_HZ)
-FIX, SAC = 1, 2  # label codes shared by both datasets and gazeguard.events.EventKind
+IRF_RATE_HZ = 1000.0  # EyeLink 1000 Plus, declared (as gazeguard.offline.eval.datasets.IRF_RATE_HZ)
+FIX, SAC = 1, 2  # label codes shared by both datasets and gazeguard.signal.events.EventKind
 assert int(EventKind.FIXATION) == FIX
 assert int(EventKind.SACCADE) == SAC
 
@@ -198,8 +199,8 @@ def shared_recordings(data: Path) -> list[Labelled]:
 
 def bound_exceedance(data: Path) -> list[dict[str, Any]]:
     """Per feature and dataset: fraction of consecutive steps changing by more than max_step."""
-    from gazeguard.eval.datasets import open_dataset  # noqa: PLC0415 - bench-only helper
-    from gazeguard.features import FEATURES, extract_features, feature_bounds  # noqa: PLC0415
+    from gazeguard.offline.eval.datasets import open_dataset  # noqa: PLC0415 - bench-only helper
+    from gazeguard.signal.features import FEATURES, extract_features, feature_bounds  # noqa: PLC0415
 
     _, _, max_step = feature_bounds()
     rows = []

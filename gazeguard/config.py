@@ -2,11 +2,13 @@
 variables and CLI flags (highest priority last: file < environment < flags).
 
 Nested sections map to environment variables with ``__``: ``GAZEGUARD_MECHANISM__EPSILON=0.5``.
-Every invalid value is refused at startup with a :class:`~gazeguard.errors.ConfigError` that names
+Every invalid value is refused at startup with a :class:`~gazeguard.core.errors.ConfigError` that
+names
 the field, the value and where it came from.
 
-:func:`load_settings` refuses the first invalid value; :func:`check_settings` collects every
-problem — the schema's and those of :func:`validate_settings`, which checks what only shows when
+:func:`load_settings` refuses the first invalid value; :func:`check_with` collects every
+problem — the schema's and those of a validator (:func:`gazeguard.runtime.preflight.
+validate_settings`), which checks what only shows when
 ``gazeguard run`` builds its stages (release-profile feature names, window and step, the
 mechanism's parameters, the preset's geometry, broker TLS and login, fleet mode, and the caps
 against the session already stored in the ledger) — each with a "did you mean" where one fits.
@@ -23,6 +25,7 @@ import os
 import re
 import socket
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
@@ -45,10 +48,15 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from gazeguard.accounting.loss import PrivacyLoss
-from gazeguard.errors import ConfigError
-from gazeguard.mechanisms.registry import NOISE, ONLINE_MECHANISMS, mechanism_kind, noise_kind
-from gazeguard.mqtt.topics import check_prefix, name_problem
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.accounting.loss import PrivacyLoss
+from gazeguard.privacy.mechanisms.registry import (
+    NOISE,
+    ONLINE_MECHANISMS,
+    mechanism_kind,
+    noise_kind,
+)
+from gazeguard.wire.topics import check_prefix, name_problem
 
 if TYPE_CHECKING:
     pass
@@ -63,7 +71,8 @@ HOUR_S = 3600.0
 
 
 def _epsilon(value: float) -> float:
-    """An ε setting, checked as :class:`~gazeguard.accounting.loss.PrivacyLoss` checks it."""
+    """An ε setting, checked as :class:`~gazeguard.privacy.accounting.loss.PrivacyLoss` checks
+    it."""
     try:
         PrivacyLoss.pure(value)
     except ConfigError:
@@ -82,12 +91,11 @@ class _Section(BaseModel):
 class IngestSettings(_Section):
     """Where the gaze comes from and how its channels are read."""
 
-    source: Literal["auto", "lsl", "simulated", "mqtt", "jetstream"] = Field(
+    source: Literal["auto", "lsl", "simulated", "jetstream"] = Field(
         "auto",
         description="'lsl': wait for a headset stream; 'simulated': built-in simulated headset; "
         "'jetstream': raw gaze from a NATS JetStream stream, partitions pinned to workers "
         "(fleet mode only, trusted network; the 'fleet' extra); "
-        "'mqtt': retired, refused at startup: use 'jetstream'; "
         "'auto': resolve an LSL stream and, if none appears and no stream name or source_id is "
         "configured, start the simulated headset (with a warning)",
     )
@@ -230,7 +238,7 @@ class MechanismSettings(_Section):
         ref = named if named is not None else data.get("profile")
         if not isinstance(ref, str):
             return data
-        from gazeguard.profiles import load_profile  # noqa: PLC0415 - avoid a cycle
+        from gazeguard.signal.profiles import load_profile  # noqa: PLC0415 - avoid a cycle
 
         try:
             profile = load_profile(ref)
@@ -329,7 +337,7 @@ class LedgerSettings(_Section):
 class LabelSettings(_Section):
     """Private labels: a classifier runs on the clean features inside the sidecar and only its
     randomized-response label is published, charged to the same ledger and budget as the
-    chunks (:mod:`gazeguard.label_stream`). ``release = "change"`` (default) releases a label
+    chunks (:mod:`gazeguard.runtime.labels`). ``release = "change"`` (default) releases a label
     when the activity changes — the sparse vector technique asks, every ``decision_s`` of gaze,
     whether another class now beats the held label — at most once per ``min_interval_s``;
     ``"clock"`` releases one every ``decision_s``."""
@@ -543,7 +551,8 @@ class FleetSettings(_Section):
 
 
 class CohortSettings(_Section):
-    """Fleet mode: DP aggregates over the sessions a worker serves (:mod:`gazeguard.cohort`),
+    """Fleet mode: DP aggregates over the sessions a worker serves
+    (:mod:`gazeguard.runtime.cohort`),
     published per bucket on ``{prefix}/cohort/{name}/aggregates``."""
 
     enabled: bool = Field(False, description="publish cohort aggregates (fleet mode only)")
@@ -583,7 +592,7 @@ class CohortSettings(_Section):
     attention_aois: str | None = Field(
         None,
         description="JSON file of named areas of interest (rectangles or polygons, degrees of "
-        "gaze angle; format in gazeguard/attention.py) whose dwell shares 'aois' releases",
+        "gaze angle; format in gazeguard/signal/attention.py) whose dwell shares 'aois' releases",
     )
 
     @field_validator("release")
@@ -620,7 +629,7 @@ class Settings(BaseSettings):
     def _topic_safe(cls, v: str | None) -> str | None:
         why = None if v is None else name_problem(v)
         if why is not None:
-            raise ValueError(f"{why}; the rule is in gazeguard/mqtt/topics.py (README: Messages)")
+            raise ValueError(f"{why}; the rule is in gazeguard/wire/topics.py (README: Messages)")
         return v
 
     @classmethod
@@ -639,22 +648,6 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
         return tuple(sources)
 
-
-#: What to do instead of the MQTT raw-gaze fleet path (``ingest.source = "mqtt"``).
-MQTT_RETIRED = (
-    "the MQTT raw-gaze fleet path was retired: raw gaze now goes over NATS "
-    "JetStream: set ingest.source = 'jetstream' (--source jetstream; pip install "
-    "'gazeguard[fleet]'), configure [fleet.nats] and send with `gazeguard forward`"
-)
-
-#: Settings of the retired MQTT raw-gaze fleet path: refused with this reason, not as a typo.
-RETIRED: dict[tuple[str | int, ...], str] = {
-    ("fleet", name): (
-        f"fleet.{name} belonged to the MQTT raw-gaze fleet path, which was retired: remove "
-        "it; raw gaze now goes over NATS JetStream (ingest.source = 'jetstream', [fleet.nats])"
-    )
-    for name in ("raw_broker", "raw_prefix", "share_group")
-}
 
 # The TOML file for the next Settings() construction; set only inside load_settings.
 _TOML_FILE: dict[str, Path | None] = {"path": None}
@@ -741,7 +734,9 @@ class ConfigProblem:
         }
 
 
-def _closest(word: object, choices: Any) -> str | None:
+def closest(word: object, choices: Any) -> str | None:
+    """The choice closest to ``word`` (difflib, cutoff 0.6), for a "did you mean"; ``None``
+    when none is close or ``word`` is not a string."""
     if not isinstance(word, str):
         return None
     found = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
@@ -770,12 +765,12 @@ def _suggestion(err: ErrorDetails) -> str | None:
     loc = tuple(err["loc"])
     if err["type"] == "extra_forbidden" and loc:
         model = _model_at(loc)
-        return None if model is None else _closest(loc[-1], model.model_fields)
+        return None if model is None else closest(loc[-1], model.model_fields)
     expected = (err.get("ctx") or {}).get("expected")
     if isinstance(expected, str):
-        return _closest(err.get("input"), re.findall(r"'([^']*)'", expected))
+        return closest(err.get("input"), re.findall(r"'([^']*)'", expected))
     if "must be one of" in err["msg"]:  # a validator naming its choices (the registry's)
-        return _closest(err.get("input"), re.findall(r"'([^']*)'", err["msg"]))
+        return closest(err.get("input"), re.findall(r"'([^']*)'", err["msg"]))
     return None
 
 
@@ -797,14 +792,13 @@ def _read(
         problems = []
         for err in exc.errors():
             loc = tuple(err["loc"])
-            retired = RETIRED.get(loc) if err["type"] == "extra_forbidden" else None
             problems.append(
                 ConfigProblem(
                     ".".join(str(p) for p in loc),
                     _mask(loc, err.get("input")),
-                    retired or err["msg"],
+                    err["msg"],
                     _source_of(loc, overrides, path),
-                    None if retired else _suggestion(err),
+                    _suggestion(err),
                 )
             )
         return None, problems, exc.errors()
@@ -817,7 +811,7 @@ def _read(
 @functools.cache
 def _lenient() -> type[Settings]:
     """:class:`Settings` that ignores unknown keys (each section too): the second pass of
-    :func:`check_settings` after the schema refused something."""
+    :func:`check_with` after the schema refused something."""
     namespace: dict[str, Any] = {
         "model_config": SettingsConfigDict(**{**Settings.model_config, "extra": "ignore"}),
         "__annotations__": {},
@@ -857,8 +851,9 @@ def _patched(overrides: dict[str, Any], locs: list[Loc]) -> dict[str, Any]:
 def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     """Load settings from ``path`` (TOML), the environment and ``overrides``.
 
-    Checks the schema only (types, ranges, choices); :func:`check_settings` also runs
-    :func:`validate_settings` and reports every problem.
+    Checks the schema only (types, ranges, choices);
+    :func:`gazeguard.runtime.preflight.check_settings` also runs the checks the schema cannot
+    make and reports every problem.
 
     Raises:
         ConfigError: naming the first invalid field, its value and its source.
@@ -869,27 +864,36 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     return settings
 
 
-def check_settings(
-    path: Path | str | None = None, **overrides: Any
+#: A check of loaded settings beyond the schema (:func:`gazeguard.runtime.preflight.
+#: validate_settings`): the problems, without their source.
+Validator = Callable[[Settings], list[ConfigProblem]]
+
+
+def check_with(
+    validate: Validator, path: Path | str | None = None, **overrides: Any
 ) -> tuple[Settings | None, list[ConfigProblem]]:
-    """Every problem of a configuration, each with its source, as ``gazeguard run`` would meet it.
+    """Every problem of a configuration, each with its source: the schema's and ``validate``'s.
+
+    The schema lives here; what only shows when the stages are built (the release plan, the
+    broker's TLS files, the ledger's stored caps) is ``validate``'s, which the runtime passes
+    (:func:`gazeguard.runtime.preflight.check_settings`), so configuration never imports what
+    it configures.
 
     Returns:
         ``(settings, problems)``: ``settings`` is ``None`` when the schema refused a value; then
-        ``problems`` lists every schema error and what :func:`validate_settings` finds in the
-        rest (unknown keys ignored, refused values at their defaults). Otherwise ``problems``
-        are those of :func:`validate_settings`, empty when the configuration is good. Nothing
-        is written.
+        ``problems`` lists every schema error and what ``validate`` finds in the rest (unknown
+        keys ignored, refused values at their defaults). Otherwise ``problems`` are those of
+        ``validate``, empty when the configuration is good. Nothing is written.
     """
     toml = Path(path) if path is not None else None
     settings, problems, errors = _read(toml, overrides)
     if settings is not None:
-        found = validate_settings(settings)
+        found = validate(settings)
         return settings, [
             replace(p, source=_source_of(tuple(p.field.split(".")), overrides, toml)) for p in found
         ]
     # Second pass, so that one typo does not hide the other problems: unknown keys ignored,
-    # refused values replaced by their defaults; report what validate_settings finds elsewhere.
+    # refused values replaced by their defaults; report what validate finds elsewhere.
     locs = [_field_loc(tuple(e["loc"])) for e in errors if e["type"] != "extra_forbidden"]
     if not errors or any(not loc for loc in locs):
         return None, problems
@@ -897,7 +901,7 @@ def check_settings(
     if partial is None:
         return None, problems
     refused = {".".join(str(p) for p in loc) for loc in locs}
-    for p in validate_settings(partial):
+    for p in validate(partial):
         if not any(p.field == f or p.field.startswith(f + ".") for f in refused):
             problems.append(
                 replace(p, source=_source_of(tuple(p.field.split(".")), overrides, toml))
@@ -911,229 +915,3 @@ def _field_loc(loc: Loc) -> Loc:
         if isinstance(part, int):
             return loc[:i]
     return loc
-
-
-def validate_settings(settings: Settings) -> list[ConfigProblem]:
-    """What the schema cannot see but ``gazeguard run`` would refuse, all at once.
-
-    Checks: release-profile and per-feature-ε names (with the closest known name), the window
-    and step, the mechanism's parameters (built exactly as the pipeline builds it: k against n
-    and the transform, ε), the preset's screen geometry, fleet mode against the source, broker
-    TLS files and login, the caps' range, and — when the SQLite ledger file exists and the
-    session id is known before the stream is (``session``, ``ingest.source_id``, or the
-    simulated headset) — the caps against those stored with that session, which a restart may
-    tighten but never loosen. The ledger is opened read-only. :func:`gazeguard.service.serve`
-    calls this at startup.
-
-    Returns:
-        The problems, without ``source`` (:func:`check_settings` fills it in); empty if none.
-    """
-    problems = _profile_problems(settings.mechanism)
-    f = settings.features
-    if f.step_s > f.window_s:
-        problems.append(
-            ConfigProblem("features.step_s", f.step_s, f"must be <= features.window_s={f.window_s}")
-        )
-    problems += _cohort_problems(settings)
-    window_s: float | None = None
-    if not problems:
-        window_s, found = _plan_problems(settings)
-        problems += found
-    problems += _ingest_problems(settings)
-    problems += _broker_problems(settings)
-    if window_s is not None:
-        problems += _ledger_problems(settings, window_s)
-    return problems
-
-
-def _cohort_problems(settings: Settings) -> list[ConfigProblem]:
-    c = settings.cohort
-    if not c.enabled:
-        return []
-    if not settings.fleet.enabled:
-        why = "cohort aggregates are made over a fleet worker's sessions; add --fleet"
-        return [ConfigProblem("cohort.enabled", True, why)]
-    if settings.ledger.budget_per_hour is None:
-        why = "cohort aggregates are calibrated to ledger.budget_per_hour; set one"
-        return [ConfigProblem("cohort.enabled", True, why)]
-    return []
-
-
-def _plan_problems(settings: Settings) -> tuple[float | None, list[ConfigProblem]]:
-    """What the release plan refuses: it is built exactly as ``gazeguard run`` builds it
-    (mechanism, label model and share, cohort share, the split of the budget); and the
-    ledger window it needs (``None`` when refused)."""
-    from gazeguard.plan import ReleasePlan  # noqa: PLC0415 - the plan reads the settings
-
-    try:
-        plan = ReleasePlan.from_settings(settings)
-    except ConfigError as exc:
-        # the mechanism's own parameters are named bare by the mechanisms (k, epsilon, …)
-        bare = exc.field in MechanismSettings.model_fields or exc.field in {"n", "epsilon"}
-        field = f"mechanism.{exc.field}" if bare and "." not in exc.field else exc.field
-        return None, [ConfigProblem(field, exc.value, exc.reason)]
-    return plan.window_s, []
-
-
-def _profile_problems(m: MechanismSettings) -> list[ConfigProblem]:
-    from gazeguard.features import NAMES  # noqa: PLC0415 - config is imported by the stages
-
-    problems = [
-        ConfigProblem(
-            "mechanism.features",
-            name,
-            "unknown feature name (`gazeguard config features` lists all of them)",
-            suggestion=_closest(name, NAMES),
-        )
-        for name in (m.features or [])
-        if name not in NAMES
-    ]
-    problems += [
-        ConfigProblem(
-            "mechanism.epsilon_per_feature",
-            name,
-            "unknown feature name",
-            suggestion=_closest(name, NAMES),
-        )
-        for name in m.epsilon_per_feature
-        if name not in NAMES
-    ]
-    if m.features is not None and not m.features:
-        problems.append(
-            ConfigProblem("mechanism.features", [], "the release profile is empty: name features")
-        )
-    return problems
-
-
-def _nats_installed() -> bool:
-    """Whether nats-py (the ``fleet`` extra) imports: :mod:`gazeguard.jetstream` needs it."""
-    try:
-        import nats  # noqa: F401, PLC0415
-    except ImportError:
-        return False
-    return True
-
-
-def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
-    ing = settings.ingest
-    problems = []
-    if ing.source == "mqtt":
-        problems.append(ConfigProblem("ingest.source", ing.source, MQTT_RETIRED))
-    elif settings.fleet.enabled and ing.source not in ("lsl", "jetstream"):
-        problems.append(
-            ConfigProblem(
-                "ingest.source",
-                ing.source,
-                "fleet mode serves real streams: set ingest.source to 'lsl' or 'jetstream'",
-            )
-        )
-    if ing.source == "jetstream":
-        if not _nats_installed():
-            problems.append(
-                ConfigProblem(
-                    "ingest.source",
-                    ing.source,
-                    "raw gaze over NATS JetStream needs nats-py, which is not installed: "
-                    "pip install 'gazeguard[fleet]'",
-                )
-            )
-        if not settings.fleet.enabled:
-            problems.append(
-                ConfigProblem(
-                    "ingest.source",
-                    ing.source,
-                    "raw gaze over NATS JetStream is read in fleet mode only: set fleet.enabled "
-                    "(--fleet)",
-                )
-            )
-        nats = settings.fleet.nats
-        if nats.max_age_s < settings.features.window_s:
-            problems.append(
-                ConfigProblem(
-                    "fleet.nats.max_age_s",
-                    nats.max_age_s,
-                    f"the stream must retain at least the feature window "
-                    f"({settings.features.window_s:g} s): a worker taking a partition over "
-                    "rebuilds each session's window from it",
-                )
-            )
-        if (nats.tls_cert_file is None) != (nats.tls_key_file is None):
-            problems.append(
-                ConfigProblem(
-                    "fleet.nats.tls_cert_file",
-                    None if nats.tls_cert_file is None else str(nats.tls_cert_file),
-                    "mutual TLS needs both fleet.nats.tls_cert_file and fleet.nats.tls_key_file",
-                )
-            )
-        if nats.creds_file is not None and nats.user is not None:
-            problems.append(
-                ConfigProblem(
-                    "fleet.nats.user",
-                    nats.user,
-                    "give either fleet.nats.creds_file or fleet.nats.user/password, not both",
-                )
-            )
-    if ing.source in ("lsl", "auto"):
-        if ing.preset == "tobii" and (ing.screen_size_mm is None or ing.screen_distance_mm is None):
-            problems.append(
-                ConfigProblem(
-                    "ingest.screen_size_mm",
-                    ing.screen_size_mm,
-                    "preset 'tobii' reports screen coordinates: set ingest.screen_size_mm "
-                    "(width, height, mm) and ingest.screen_distance_mm (eye to screen, mm)",
-                )
-            )
-        if ing.preset == "eyelink" and ing.screen_resolution_px is None:
-            problems.append(
-                ConfigProblem(
-                    "ingest.screen_resolution_px",
-                    None,
-                    "preset 'eyelink' reports screen pixels: set ingest.screen_resolution_px "
-                    "(width, height)",
-                )
-            )
-    return problems
-
-
-def _broker_problems(settings: Settings) -> list[ConfigProblem]:
-    from gazeguard.mqtt.client import credentials, tls_context  # noqa: PLC0415 - needs aiomqtt
-
-    problems: list[ConfigProblem] = []
-    broker = settings.broker
-    if broker.host is None:
-        return problems  # the embedded broker takes no TLS or login
-    for check in (credentials, tls_context):
-        try:
-            check(broker)
-        except ConfigError as exc:
-            problems.append(ConfigProblem(exc.field, exc.value, exc.reason))
-    return problems
-
-
-def _ledger_problems(settings: Settings, window_s: float) -> list[ConfigProblem]:
-    """Caps looser than those stored with the run's session (the ledger's own rule, read-only);
-    ``window_s``: the release plan's ledger window."""
-    from gazeguard.ledger import LedgerError, stored_caps  # noqa: PLC0415
-    from gazeguard.ledger.policy import Caps, loosened, looser_reason  # noqa: PLC0415
-    from gazeguard.service import expected_session  # noqa: PLC0415 - the run's session id
-
-    led = settings.ledger
-    try:
-        wanted = Caps(
-            led.session_cap, led.budget_per_hour, window_s, led.delta, led.composition,
-            led.wall_clock,
-        )  # fmt: skip
-        session = None if led.url is not None else expected_session(settings)
-        stored = None if session is None else stored_caps(led.path, session)
-    except ConfigError as exc:
-        return [ConfigProblem(exc.field, exc.value, exc.reason)]
-    except LedgerError as exc:
-        return [ConfigProblem("ledger.path", str(led.path), str(exc))]
-    if stored is None:
-        return []
-    why = looser_reason(stored, wanted, f"session {session!r} in {led.path}")
-    named = {"ledger.window_cap": "ledger.budget_per_hour"}  # the Ledger's name → the setting
-    return [
-        ConfigProblem(named.get(field, field), value, why)
-        for field, value in loosened(stored, wanted)
-    ]

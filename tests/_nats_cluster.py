@@ -1,6 +1,7 @@
 """NATS JetStream fleets on servers that die: real ``nats-server`` processes (one, or three
 clustered on loopback), ``gazeguard run --fleet --source jetstream`` worker processes, simulated
-devices (:class:`~gazeguard.jetstream.JetStreamSender`) sending in phases, and an audit of the
+devices (:class:`~gazeguard.runtime.jetstream.JetStreamSender`) sending in phases, and an audit of
+the
 ledger and the worker logs.
 
 Shared by ``tests/test_jetstream.py`` (one server), ``tests/test_jetstream_cluster.py`` (small
@@ -36,10 +37,10 @@ import nats
 import nats.errors
 
 from gazeguard.config import NatsSettings, Settings, load_settings
-from gazeguard.jetstream import JetStreamSender, consumer_name
+from gazeguard.core.samples import lsl_unix_offset
 from gazeguard.ledger import Ledger
-from gazeguard.samples import lsl_unix_offset
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.jetstream import JetStreamSender, consumer_name
+from gazeguard.runtime.simulate import simulate_gaze
 
 STREAM = "GAZE"
 PREFIX = "gaze.raw"

@@ -1,6 +1,6 @@
 """Frozen reference: event detection and per-step feature computation as they were before the
-incremental rewrite (``main`` at 0e3eb61: ``gazeguard/events.py`` EventDetector and
-``gazeguard/features.py`` FeatureExtractor, copied verbatim apart from the imports below).
+incremental rewrite (``main`` at 0e3eb61: ``gazeguard/signal/events.py`` EventDetector and
+``gazeguard/signal/features.py`` FeatureExtractor, copied verbatim apart from the imports below).
 
 The equivalence tests (``tests/properties/test_feature_equivalence.py``) and
 ``bench/bench_features_cpu.py`` compare the package's extractor against this copy: same vectors,
@@ -34,9 +34,10 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.errors import ConfigError, GazeguardError, StreamError
-from gazeguard.events import DetectorStats, EventKind, Events
-from gazeguard.features import (
+from gazeguard.core.errors import ConfigError, GazeguardError, StreamError
+from gazeguard.core.samples import FloatArray, GazeSamples
+from gazeguard.signal.events import DetectorStats, EventKind, Events
+from gazeguard.signal.features import (
     BLINK_DURATION_S,
     FEATURES,
     FIXATION_DISPERSION_MAX_DEG,
@@ -56,7 +57,6 @@ from gazeguard.features import (
     feature_bounds,
     feature_defaults,
 )
-from gazeguard.samples import FloatArray, GazeSamples
 
 IntArray = npt.NDArray[np.int64]
 _WORD_STATS = ("distinct", "max", "min", "range", "mean")

@@ -18,8 +18,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from hypothesis import settings
 
-from gazeguard.compiled import use_compiled
-from gazeguard.message import ChunkMessage, StatusMessage
+from gazeguard.signal.compiled import use_compiled
+from gazeguard.wire.message import ChunkMessage, StatusMessage
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -17,7 +17,8 @@ from dp_accounting import get_sigma_gaussian
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
-from gazeguard.accounting import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.accounting import (
     GaussianEvent,
     LaplaceEvent,
     Measure,
@@ -37,8 +38,7 @@ from gazeguard.accounting import (
     releases_within,
     rho_to_epsilon,
 )
-from gazeguard.errors import ConfigError
-from gazeguard.mechanisms.noise import ETA, SAMPLER_LOSS_PER_COORDINATE
+from gazeguard.privacy.mechanisms.noise import ETA, SAMPLER_LOSS_PER_COORDINATE
 
 DELTA = 1e-6
 
@@ -349,7 +349,7 @@ def test_rdp_fallback_when_the_pld_would_be_too_large(monkeypatch: pytest.Monkey
     counts = {LaplaceEvent(20.0): 2000}
     pld = compose(counts, DELTA)
     assert pld.method == "pld"
-    accountant = importlib.import_module("gazeguard.accounting.accountant")
+    accountant = importlib.import_module("gazeguard.privacy.accounting.accountant")
     monkeypatch.setattr(accountant, "PLD_TARGET_POINTS", 100)
     cache_clear()
     try:
@@ -545,7 +545,7 @@ def test_cached_squarings_give_the_composition_of_fresh_squaring() -> None:
     counts were composed before at the same discretisation."""
     import numpy as np  # noqa: PLC0415
 
-    from gazeguard.accounting import accountant  # noqa: PLC0415
+    from gazeguard.privacy.accounting import accountant  # noqa: PLC0415
 
     event = LaplaceEvent(40.0)
     interval = 1e-3

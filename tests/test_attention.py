@@ -1,4 +1,5 @@
-"""Attention in the cohort release (`gazeguard.attention`, issue 33): a session's dwell blocks
+"""Attention in the cohort release (`gazeguard.signal.attention`, issue 33): a session's dwell
+blocks
 are bounded whatever the gaze, the AOI file's mistakes are named, the consumer's choice of what
 the cohort releases sets Δ2 and σ as the plan says, a bucket's attention is charged to every
 contributor (real SQLite) before it is enqueued, and a real `gazeguard run --fleet --cohort`
@@ -20,8 +21,15 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from test_dashboard import Proc, wait_for
 
-from gazeguard.accounting import compose
-from gazeguard.attention import (
+from gazeguard.config import CohortSettings, load_settings
+from gazeguard.core.errors import ConfigError
+from gazeguard.ledger import Ledger
+from gazeguard.plan import ReleasePlan
+from gazeguard.plan.cohort import ATTENTION_STREAM, STREAM
+from gazeguard.privacy.accounting import compose
+from gazeguard.runtime.cohort import CohortAggregator
+from gazeguard.runtime.simulate import SimulatedHeadset, simulate_scene_gaze
+from gazeguard.signal.attention import (
     Aoi,
     AoiSet,
     AttentionGrid,
@@ -30,17 +38,11 @@ from gazeguard.attention import (
     parse_aois,
     shares,
 )
-from gazeguard.cohort import ATTENTION_STREAM, STREAM, CohortAggregator
-from gazeguard.cohort_message import (
+from gazeguard.wire.cohort import (
     AttentionMessage,
     attention_json_schema,
     attention_shipped_schema,
 )
-from gazeguard.config import CohortSettings, load_settings
-from gazeguard.errors import ConfigError
-from gazeguard.ledger import Ledger
-from gazeguard.plan import ReleasePlan
-from gazeguard.simulate import SimulatedHeadset, simulate_scene_gaze
 
 DEMO = Path(__file__).resolve().parent.parent / "gazeguard/data/attention/demo_aois.json"
 SQUARE = Aoi("a", ((0.0, 0.0), (4.0, 0.0), (4.0, 4.0), (0.0, 4.0)))
@@ -275,7 +277,7 @@ def test_shares_project_onto_the_simplex_of_the_noisy_total() -> None:
 def test_schema_file_is_current() -> None:
     assert attention_shipped_schema() == json.loads(
         json.dumps(attention_json_schema(), sort_keys=True)
-    ), "attention.schema.json is stale: python -m gazeguard.cohort_message --write-schema"
+    ), "attention.schema.json is stale: gazeguard schemas --write"
 
 
 def _gaze(agg: CohortAggregator, n: int, t0: float, task: str = "watching") -> None:

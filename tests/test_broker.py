@@ -13,11 +13,11 @@ import pytest
 from conftest import MosquittoBroker
 
 from gazeguard.config import BrokerSettings
-from gazeguard.errors import PublishError
+from gazeguard.core.errors import PublishError
 from gazeguard.ledger import Ledger
-from gazeguard.message import StatusMessage, status_topic
-from gazeguard.mqtt.broker import EmbeddedBroker
-from gazeguard.publish import Publisher
+from gazeguard.runtime.mqtt.broker import EmbeddedBroker
+from gazeguard.runtime.publish import Publisher
+from gazeguard.wire.message import StatusMessage, status_topic
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
@@ -157,7 +157,7 @@ def test_with_no_broker_configured_a_running_one_is_used_and_a_squatter_avoided(
 ) -> None:
     """Issue 16.4: port 1883 taken by a Mosquitto (use it) or by something else (embedded broker
     on a free port, said in one line, no foreign traceback)."""
-    from gazeguard.service import _broker  # noqa: PLC0415 - the run's broker choice
+    from gazeguard.runtime.service import _broker  # noqa: PLC0415 - the run's broker choice
 
     async def chosen(port: int) -> tuple[str | None, int]:
         async with _broker(BrokerSettings(port=port)) as s:

@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gazeguard.budget import rank_mechanisms
 from gazeguard.cli.mechanisms import main
 from gazeguard.config import FeatureSettings, MechanismSettings
-from gazeguard.features import feature_bounds
 from gazeguard.ledger import Ledger
-from gazeguard.mechanisms import Bounds, make_mechanism
-from gazeguard.pipeline import Pipeline
 from gazeguard.plan import ReleasePlan, chunk_counter, chunks_per_hour
+from gazeguard.plan.chunks import rank_mechanisms
+from gazeguard.privacy.mechanisms import Bounds, make_mechanism
+from gazeguard.runtime.pipeline import Pipeline
+from gazeguard.signal.features import feature_bounds
 
 NAMES = ["fixation_rate", "saccade_rate", "pupil_mean"]
 #: The chunks an hour of gaze can change, for chunks of at most 64 steps (the plan's count).
@@ -76,7 +76,7 @@ def test_auto_takes_the_best_ranked_configuration(tmp_path: Path) -> None:
 
 
 def test_auto_without_a_budget_is_refused(tmp_path: Path) -> None:
-    from gazeguard.errors import ConfigError  # noqa: PLC0415
+    from gazeguard.core.errors import ConfigError  # noqa: PLC0415
 
     with Ledger(tmp_path / "l.sqlite") as ledger, pytest.raises(ConfigError, match="auto"):
         Pipeline(
@@ -108,9 +108,9 @@ def test_noise_per_value_is_what_the_released_values_carry(name: str) -> None:
 def test_eval_budget_factory_spends_at_most_the_hour_and_orders_the_noise() -> None:
     """`gazeguard eval --per-hour`: each mechanism's noise is what the sidecar calibrates, so an
     hour of its chunks composes to at most the budget; a larger budget, less noise."""
-    from gazeguard.accounting import compose  # noqa: PLC0415
-    from gazeguard.eval.grid import MechanismSpec  # noqa: PLC0415
-    from gazeguard.eval.harness import FeatureBounds, budget_factory  # noqa: PLC0415
+    from gazeguard.offline.eval.grid import MechanismSpec  # noqa: PLC0415
+    from gazeguard.offline.eval.harness import FeatureBounds, budget_factory  # noqa: PLC0415
+    from gazeguard.privacy.accounting import compose  # noqa: PLC0415
 
     b = bounds()
     factory = budget_factory(FeatureBounds(b.lo, b.hi, b.max_step), "auto", 0.5)

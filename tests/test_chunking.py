@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gazeguard.chunking import Chunker
+from gazeguard.core.chunking import Chunker
 
 
 def test_chunk_is_features_by_steps_and_owned_by_caller() -> None:

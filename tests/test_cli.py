@@ -25,8 +25,8 @@ from conftest import free_port
 
 from gazeguard.cli import COMMANDS, ExitCode, build_parser, main
 from gazeguard.cli._common import find_command
-from gazeguard.dataset import FeatureTable
 from gazeguard.ledger import Ledger
+from gazeguard.signal.dataset import FeatureTable
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["--source", "simulated", "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
@@ -77,43 +77,51 @@ def test_the_command_is_found_after_common_flags_with_values() -> None:
     assert find_command(["-q"]) is None
 
 
-def test_domain_modules_no_longer_carry_command_line_code() -> None:
-    for module in ("service", "config", "message", "simulate", "forward", "demo"):
-        text = (REPO / "gazeguard" / f"{module}.py").read_text()
-        assert "import argparse" not in text, module
-        assert "def configure_" not in text, module
-    assert not (REPO / "gazeguard" / "cli.py").exists()
-    assert not (REPO / "gazeguard" / "ledger" / "_cli.py").exists()
-    import gazeguard.ledger  # noqa: PLC0415
+def test_only_the_cli_layer_parses_command_lines() -> None:
+    """Command-line code (argparse, ``configure`` functions, ``__main__`` blocks) lives in
+    gazeguard/cli only; the domain layers are called, never run as scripts."""
+    offenders = []
+    for path in sorted((REPO / "gazeguard").rglob("*.py")):
+        rel = path.relative_to(REPO / "gazeguard")
+        if rel.parts[0] == "cli" or rel.name == "__main__.py" and len(rel.parts) == 1:
+            continue
+        text = path.read_text()
+        if "import argparse" in text or 'if __name__ == "__main__"' in text:
+            offenders.append(str(rel))
+    assert offenders == []
+    assert not list((REPO / "gazeguard").rglob("*/__main__.py"))
 
-    assert not hasattr(gazeguard.ledger, "run_ledger")
-    assert not hasattr(gazeguard.ledger, "configure_ledger")
-    prior = (REPO / "gazeguard" / "mechanisms" / "prior.py").read_text()
-    assert "argparse" not in prior
 
-
-def test_module_entry_points_still_work(tmp_path: Path) -> None:
+def test_schemas_and_mechanisms_are_commands(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
     env["PYTHONPATH"] = str(REPO)
     shown = subprocess.run(
-        [sys.executable, "-m", "gazeguard.mechanisms", "show"],
+        [sys.executable, "-m", "gazeguard", "mechanisms", "show"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False, env=env,
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "dcfpa dct  128" in shown.stdout
     schemas = subprocess.run(
-        [sys.executable, "-m", "gazeguard.message", "--write-schemas", str(tmp_path)],
+        [sys.executable, "-m", "gazeguard", "schemas", "--write", str(tmp_path)],
         capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False, env=env,
     )  # fmt: skip
     assert schemas.returncode == 0, schemas.stderr
     assert sorted(p.name for p in tmp_path.glob("*.schema.json")) == [
+        "attention.schema.json",
         "chunk.schema.json",
+        "cohort.schema.json",
+        "label.schema.json",
         "status.schema.json",
     ]
+    check = subprocess.run(
+        [sys.executable, "-m", "gazeguard", "schemas", "--check"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr
 
 
 def test_prior_refitting_never_overwrites_the_installed_prior_by_default(tmp_path: Path) -> None:
-    from gazeguard.mechanisms.prior import DEFAULT_PATH  # noqa: PLC0415
+    from gazeguard.privacy.mechanisms.prior import DEFAULT_PATH  # noqa: PLC0415
 
     before = DEFAULT_PATH.read_bytes()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
@@ -121,7 +129,7 @@ def test_prior_refitting_never_overwrites_the_installed_prior_by_default(tmp_pat
 
     def mechanisms(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "gazeguard.mechanisms", *args],
+            [sys.executable, "-m", "gazeguard", "mechanisms", *args],
             capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False, env=env,
         )  # fmt: skip
 
@@ -419,7 +427,7 @@ def test_forward_waits_for_nats_in_one_line_and_stops_on_ctrl_c(
 ) -> None:
     """Issue 35.4: with no NATS server up, `forward` waited in silence and ignored Ctrl-C."""
     pytest.importorskip("nats", reason="nats-py is the 'fleet' extra")
-    from gazeguard.simulate import SimulatedHeadset  # noqa: PLC0415
+    from gazeguard.runtime.simulate import SimulatedHeadset  # noqa: PLC0415
 
     with SimulatedHeadset(120.0, source_id=f"{unique_id}-fwd"):
         fwd = Proc(

@@ -1,4 +1,5 @@
-"""Cohort aggregates (`gazeguard.cohort`): a person's contribution is bounded whatever the gaze,
+"""Cohort aggregates (`gazeguard.runtime.cohort`): a person's contribution is bounded whatever the
+gaze,
 an hour of buckets composes within the cohort's budget, the noise has the stated σ, and a bucket
 is charged to every contributing session's ledger entry (real SQLite) before its aggregate is
 enqueued."""
@@ -16,21 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gazeguard.accounting import compose
-from gazeguard.cohort import (
-    STREAM,
-    CohortAggregator,
-    contribution,
-    exact_sum,
-    plan_cohort,
-    privatize_sum,
-)
-from gazeguard.cohort_message import CohortMessage, json_schema, shipped_schema
 from gazeguard.config import FeatureSettings
-from gazeguard.errors import ConfigError
+from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger
-from gazeguard.mechanisms.noise import random_source
 from gazeguard.plan import releases_per_hour
+from gazeguard.plan.cohort import STREAM, plan_cohort
+from gazeguard.privacy.accounting import compose
+from gazeguard.privacy.mechanisms.noise import random_source
+from gazeguard.runtime.cohort import CohortAggregator, contribution, exact_sum, privatize_sum
+from gazeguard.wire.cohort import CohortMessage, json_schema, shipped_schema
 
 CLASSES = ("read", "watch", "browse")
 
@@ -111,7 +106,7 @@ def test_exact_sum_is_correctly_rounded() -> None:
 
 def test_schema_file_is_current() -> None:
     assert shipped_schema() == json.loads(json.dumps(json_schema(), sort_keys=True)), (
-        "cohort.schema.json is stale: python -m gazeguard.cohort_message --write-schema"
+        "cohort.schema.json is stale: gazeguard schemas --write gazeguard/data"
     )
 
 
@@ -208,7 +203,8 @@ def test_histogram_only_plans_and_late_vectors(tmp_path: Path) -> None:
 
 
 def test_cohort_settings_need_fleet_mode_and_a_budget_per_hour() -> None:
-    from gazeguard.config import load_settings, validate_settings  # noqa: PLC0415
+    from gazeguard.config import load_settings  # noqa: PLC0415
+    from gazeguard.runtime.preflight import validate_settings  # noqa: PLC0415
 
     alone = load_settings(None, cohort={"enabled": True})
     assert [p.field for p in validate_settings(alone)] == ["cohort.enabled"]

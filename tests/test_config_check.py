@@ -12,16 +12,15 @@ from pathlib import Path
 import pytest
 
 from gazeguard.cli import ExitCode, main
-from gazeguard.config import (
-    IngestSettings,
-    Settings,
+from gazeguard.config import IngestSettings, Settings, load_settings
+from gazeguard.core.errors import ConfigError
+from gazeguard.ledger import Ledger
+from gazeguard.runtime.preflight import (
     check_settings,
-    load_settings,
+    require_valid,
+    simulated_source_id,
     validate_settings,
 )
-from gazeguard.errors import ConfigError
-from gazeguard.ledger import Ledger
-from gazeguard.service import require_valid, simulated_source_id
 
 REPO = Path(__file__).resolve().parent.parent
 

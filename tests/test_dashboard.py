@@ -28,9 +28,9 @@ import paho.mqtt.client as mqtt
 import pytest
 from conftest import MosquittoBroker, Subscriber, free_port
 
-from gazeguard.cohort_message import CohortFeature, CohortMessage
-from gazeguard.dashboard import Board, attention_view
-from gazeguard.simulate import SimulatedHeadset
+from gazeguard.runtime.dashboard import Board, attention_view
+from gazeguard.runtime.simulate import SimulatedHeadset
+from gazeguard.wire.cohort import CohortFeature, CohortMessage
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")

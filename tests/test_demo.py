@@ -15,7 +15,7 @@ from test_cli import Proc
 
 from gazeguard.cli import ExitCode
 from gazeguard.config import Settings
-from gazeguard.demo import DEMO_DEFAULTS, Trace, caption, demo_changes, plot
+from gazeguard.offline.demo import DEMO_DEFAULTS, Trace, caption, demo_changes, plot
 
 
 @pytest.mark.network

@@ -41,11 +41,11 @@ from pydantic import SecretStr
 from gazeguard.cli import ExitCode
 from gazeguard.cli import main as gazeguard_main
 from gazeguard.config import BrokerSettings, load_settings
-from gazeguard.errors import PublishError
+from gazeguard.core.errors import PublishError
 from gazeguard.ledger import Ledger
-from gazeguard.message import ChunkMessage, StatusMessage
-from gazeguard.presets import PRESETS, ChannelDesc, StreamMeta, build_layout
-from gazeguard.publish import Publisher
+from gazeguard.runtime.presets import PRESETS, ChannelDesc, StreamMeta, build_layout
+from gazeguard.runtime.publish import Publisher
+from gazeguard.wire.message import ChunkMessage, StatusMessage
 
 DEPLOY = REPO / "deploy"
 CONFIGS = sorted((DEPLOY / "config").glob("*.toml"))
@@ -600,8 +600,8 @@ def test_fleet_chunks_go_under_the_headsets_device_which_reads_its_own_and_no_ot
     from _nats_cluster import WorkerProc, single_node, stop_all, worker_env  # noqa: PLC0415
 
     from gazeguard.config import NatsSettings  # noqa: PLC0415
-    from gazeguard.jetstream import JetStreamSender  # noqa: PLC0415
-    from gazeguard.simulate import simulate_gaze  # noqa: PLC0415
+    from gazeguard.runtime.jetstream import JetStreamSender  # noqa: PLC0415
+    from gazeguard.runtime.simulate import simulate_gaze  # noqa: PLC0415
 
     readers = {
         name: connect(clients, example_broker, name) for name in (DEVICE, OTHER_DEVICE, OBSERVER)
@@ -745,7 +745,9 @@ def test_example_config_is_valid(path: Path, capsys: pytest.CaptureFixture[str])
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze not installed: cannot verify deploy/systemd/gazeguard.service")
+        pytest.skip(
+            "systemd-analyze not installed: cannot verify deploy/systemd/gazeguard.service"
+        )
     exe = shutil.which("gazeguard") or pytest.fail("the gazeguard console script is not on PATH")
     unit = (DEPLOY / "systemd" / "gazeguard.service").read_text()
     assert "ExecStart=/opt/gazeguard/bin/gazeguard run" in unit

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gazeguard.errors import DatasetError
-from gazeguard.eval.datasets import (
+from gazeguard.core.errors import DatasetError
+from gazeguard.offline.eval.datasets import (
     PUBLIC_DATASETS,
     CsvGaze,
     DataNotFoundError,
@@ -26,7 +26,7 @@ from gazeguard.eval.datasets import (
     open_dataset,
     screen_to_degrees,
 )
-from gazeguard.recordings import ReadOptions
+from gazeguard.offline.recordings import ReadOptions
 
 DATA = Path(__file__).resolve().parent / "data" / "recordings"
 

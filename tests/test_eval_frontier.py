@@ -13,12 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gazeguard.accounting import RandomizedResponseEvent, compose
 from gazeguard.cli import main
-from gazeguard.cohort import CohortPlan, plan_cohort
 from gazeguard.config import FeatureSettings
-from gazeguard.eval.cohort import dominant_activity, reidentification
-from gazeguard.eval.frontier import (
+from gazeguard.offline.eval.cohort import dominant_activity, reidentification
+from gazeguard.offline.eval.frontier import (
     ReleasePoint,
     best_near_chance,
     cohort_points,
@@ -26,9 +24,11 @@ from gazeguard.eval.frontier import (
     pareto,
     stream_points,
 )
-from gazeguard.eval.labels import attack, epsilon_per_decision, sequence_features
-from gazeguard.labels import released_accuracy, survival_probability
+from gazeguard.offline.eval.labels import attack, epsilon_per_decision, sequence_features
 from gazeguard.plan import releases_per_hour
+from gazeguard.plan.cohort import CohortPlan, plan_cohort
+from gazeguard.privacy.accounting import RandomizedResponseEvent, compose
+from gazeguard.signal.labels import released_accuracy, survival_probability
 
 unit = st.floats(0.0, 1.0, allow_nan=False)
 points = st.lists(

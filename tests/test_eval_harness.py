@@ -11,20 +11,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gazeguard.accounting import compose
 from gazeguard.cli import main
-from gazeguard.dataset import FeatureTable
-from gazeguard.eval.datasets import Synthetic
-from gazeguard.eval.grid import MechanismSpec, parse_mechanism
-from gazeguard.eval.harness import (
+from gazeguard.offline.eval.datasets import Synthetic
+from gazeguard.offline.eval.grid import MechanismSpec, parse_mechanism
+from gazeguard.offline.eval.harness import (
     EvalSettings,
     FeatureBounds,
     Releaser,
     evaluate_configuration,
     gazeguard_factory,
 )
-from gazeguard.eval.runner import best_configuration, public_bounds, select_features
-from gazeguard.mechanisms import Bounds, make_mechanism
+from gazeguard.offline.eval.runner import best_configuration, public_bounds, select_features
+from gazeguard.privacy.accounting import compose
+from gazeguard.privacy.mechanisms import Bounds, make_mechanism
+from gazeguard.signal.dataset import FeatureTable
 
 PEOPLE = 6
 # 30 s window + 256 steps of 0.5 s: every recording fills exactly 8 chunks of 32 steps.

@@ -7,19 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from gazeguard.errors import ConfigError
-from gazeguard.eval.grid import MechanismSpec, parse_mechanism
-from gazeguard.eval.metrics import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.eval.grid import MechanismSpec, parse_mechanism
+from gazeguard.offline.eval.metrics import (
     accuracy,
     half_split,
     lopo_splits,
     majority_vote_accuracy,
     nmse,
     split_point,
-    subsample,
     user_level_epsilon,
     utility,
 )
+from gazeguard.signal.dataset import subsample
 
 
 def test_nmse_matches_paper_equation_by_hand() -> None:

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gazeguard.cli import main
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.eval.grid import MechanismSpec
-from gazeguard.eval.harness import FeatureBounds
-from gazeguard.eval.paper import OracleK, paper_factory, paper_sensitivity
-from gazeguard.mechanisms import Bounds, make_mechanism
-from gazeguard.mechanisms.bounds import chunk_sensitivity
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.eval.grid import MechanismSpec
+from gazeguard.offline.eval.harness import FeatureBounds
+from gazeguard.offline.eval.paper import OracleK, paper_factory, paper_sensitivity
+from gazeguard.privacy.mechanisms import Bounds, make_mechanism
+from gazeguard.privacy.mechanisms.bounds import chunk_sensitivity
+from gazeguard.signal.dataset import FeatureTable
 
 
 def _table() -> FeatureTable:

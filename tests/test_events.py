@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gazeguard.errors import ConfigError, GazeguardError, StreamError
-from gazeguard.events import (
+from gazeguard.core.errors import ConfigError, GazeguardError, StreamError
+from gazeguard.core.samples import GazeSamples
+from gazeguard.signal.events import (
     RATE_RANGE_HZ,
     EventDetector,
     EventKind,
@@ -18,7 +19,6 @@ from gazeguard.events import (
     detect_events,
     sample_labels,
 )
-from gazeguard.samples import GazeSamples
 
 EXCERPT = Path(__file__).with_name("data") / "irf_lookAtPoint_EL_excerpt.npz"
 

@@ -8,17 +8,17 @@ import math
 import numpy as np
 import pytest
 
-from gazeguard.errors import ConfigError, StreamError
-from gazeguard.events import EventDetector, EventKind, detect_events
-from gazeguard.features import (
+from gazeguard.core.errors import ConfigError, StreamError
+from gazeguard.core.samples import FloatArray, GazeSamples
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.events import EventDetector, EventKind, detect_events
+from gazeguard.signal.features import (
     FEATURES,
     FeatureExtractor,
     extract_features,
     feature_bounds,
     feature_defaults,
 )
-from gazeguard.samples import FloatArray, GazeSamples
-from gazeguard.simulate import simulate_gaze
 
 NAMES = [f.name for f in FEATURES]
 IDX = {n: i for i, n in enumerate(NAMES)}

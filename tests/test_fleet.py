@@ -1,6 +1,5 @@
 """Fleet mode: LSL discovery against real parts (worker processes, a real Mosquitto, real LSL
-outlets), and the refusal of the retired MQTT raw-gaze path. Raw gaze from devices on other hosts
-(NATS JetStream) is tested in test_jetstream.py."""
+outlets). Raw gaze from devices on other hosts (NATS JetStream) is tested in test_jetstream.py."""
 
 from __future__ import annotations
 
@@ -13,10 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import MosquittoBroker
 
-from gazeguard.config import check_settings, load_settings, validate_settings
-from gazeguard.errors import ConfigError
 from gazeguard.ledger import Ledger
-from gazeguard.simulate import SimulatedHeadset
+from gazeguard.runtime.simulate import SimulatedHeadset
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--epsilon", "0.5",
@@ -91,65 +88,3 @@ def gazeguard(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "gazeguard", *args],
         capture_output=True, text=True, cwd=cwd, timeout=90, check=False, env=env,
     )  # fmt: skip
-
-
-def test_the_retired_mqtt_source_is_refused_at_startup_in_one_line(tmp_path: Path) -> None:
-    """Issue 17, step 2: `--source mqtt` (the MQTT claim protocol) is gone; a fleet configured
-    for it fails at once, in one line that says what to use instead, without a traceback."""
-    out = gazeguard(
-        "run", "--fleet", "--source", "mqtt", "--broker", "127.0.0.1:1", "--ledger", "l.sqlite",
-        "--duration", "3", *FAST, cwd=tmp_path,
-    )  # fmt: skip
-    assert out.returncode == 1, out.stderr
-    assert "Traceback" not in out.stderr
-    (line,) = [ln for ln in out.stderr.splitlines() if "ingest.source" in ln]
-    assert "MQTT raw-gaze fleet path was retired" in line
-    assert "ingest.source = 'jetstream'" in line
-    assert "pip install 'gazeguard[fleet]'" in line
-    assert not (tmp_path / "l.sqlite").exists(), "refused before anything was opened"
-    # in a file too, fleet mode or not: one problem, the same advice
-    (tmp_path / "old.toml").write_text('[ingest]\nsource = "mqtt"\n[fleet]\nenabled = true\n')
-    _, problems = check_settings(tmp_path / "old.toml")
-    assert [(p.field, "retired" in p.reason) for p in problems] == [("ingest.source", True)]
-    alone = load_settings(None, ingest={"source": "mqtt"})
-    assert [p.field for p in validate_settings(alone)] == ["ingest.source"]
-
-
-def test_settings_of_the_retired_mqtt_path_are_refused_with_what_to_do(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """fleet.raw_broker, fleet.raw_prefix and fleet.share_group are gone: refused, from a file
-    or the environment, as retired (not as a typo with a "did you mean")."""
-    for key in list(os.environ):
-        if key.startswith("GAZEGUARD_"):
-            monkeypatch.delenv(key)
-    (tmp_path / "old.toml").write_text(
-        '[fleet]\nraw_prefix = "gazeguard/raw/v1"\nshare_group = "g"\n'
-        '[fleet.raw_broker]\nhost = "raw.lab"\n'
-    )
-    settings, problems = check_settings(tmp_path / "old.toml")
-    assert settings is None
-    assert sorted(p.field for p in problems) == [
-        "fleet.raw_broker", "fleet.raw_prefix", "fleet.share_group",
-    ]  # fmt: skip
-    for p in problems:
-        assert "which was retired" in p.reason, p
-        assert "ingest.source = 'jetstream'" in p.reason, p
-        assert p.suggestion is None
-    monkeypatch.setenv("GAZEGUARD_FLEET__RAW_PREFIX", "gazeguard/raw/v1")
-    with pytest.raises(ConfigError, match="which was retired") as info:
-        load_settings(None)
-    assert info.value.field == "fleet.raw_prefix"
-    assert info.value.source == "environment variable GAZEGUARD_FLEET__RAW_PREFIX"
-
-
-def test_forward_refuses_the_retired_mqtt_flags_with_advice(tmp_path: Path) -> None:
-    """`gazeguard forward` sends to NATS JetStream only; `--to mqtt` or `--broker` (old scripts)
-    fail in one line that says so, before any stream is resolved."""
-    for args in (["--to", "mqtt"], ["--broker", "fleet-broker.lab:1883"]):
-        out = gazeguard("forward", *args, "--device", "hmd", "--duration", "1", cwd=tmp_path)
-        assert out.returncode == 1, out.stderr
-        lines = out.stderr.strip().splitlines()
-        assert len(lines) == 1, out.stderr
-        assert "sends raw gaze to NATS JetStream only" in lines[0]
-        assert "--nats URL" in lines[0]

@@ -18,15 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_jetstream import blocks_of, nats_server, send_blocks  # noqa: F401
 
-from gazeguard.errors import StreamError
-from gazeguard.fleet import Fleet, _Session
-from gazeguard.jetstream import consumer_name
-from gazeguard.jetstream.wire import ensure_consumers, ensure_stream
+from gazeguard.core.errors import StreamError
+from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
-from gazeguard.rawgaze import decode_gaze, decode_many, encode_gaze
-from gazeguard.samples import GazeSamples
-from gazeguard.service import serve_fleet
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.fleet import Fleet, _Session
+from gazeguard.runtime.jetstream import consumer_name
+from gazeguard.runtime.jetstream.wire import ensure_consumers, ensure_stream
+from gazeguard.runtime.service import serve_fleet
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.rawgaze import decode_gaze, decode_many, encode_gaze
 
 
 @pytest.mark.network

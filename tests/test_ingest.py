@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from gazeguard.config import IngestSettings
-from gazeguard.errors import ConfigError, StreamError
-from gazeguard.features import FeatureExtractor, extract_features
-from gazeguard.ingest import GazeStream, declared_rate
-from gazeguard.presets import (
+from gazeguard.core.errors import ConfigError, StreamError
+from gazeguard.core.samples import GazeSamples
+from gazeguard.runtime.ingest import GazeStream, declared_rate
+from gazeguard.runtime.presets import (
     GAZEGUARD_CHANNELS,
     EyeChannels,
     IngestStats,
@@ -33,8 +33,8 @@ from gazeguard.presets import (
     normalized_to_deg,
     screen_to_deg,
 )
-from gazeguard.samples import GazeSamples
-from gazeguard.simulate import SimulatedHeadset, simulate_gaze
+from gazeguard.runtime.simulate import SimulatedHeadset, simulate_gaze
+from gazeguard.signal.features import FeatureExtractor, extract_features
 
 pytestmark = pytest.mark.network
 
@@ -336,7 +336,7 @@ def test_nan_storm_is_survived_and_counted(
     _, meta, _ = enc_gazeguard()
     meta["srate"] = 500.0
     outlets.start(unique_id, data, meta)
-    caplog.set_level(logging.WARNING, "gazeguard.ingest")
+    caplog.set_level(logging.WARNING, "gazeguard.runtime.ingest")
     # end_after_s: after the last sample the outlet lingers silently; iteration then ends.
     s, stats, _ = collect(
         IngestSettings(source_id=unique_id), lambda s: False, stall_after_s=0.3, end_after_s=0.8

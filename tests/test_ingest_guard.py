@@ -6,8 +6,8 @@ sample index or timestamp (inf, NaN, 1e15, +1e6 s) costs at most that sample; a 
 the sender's clock is followed after ``ingest.resync_after_s``; 30 % NaN/inf in any channel, the
 index included, still releases chunks; a 100 k-sample burst stamped up to 408 s ahead is
 refused and counted; the retained status turns ``stream_lost`` and back to ``running`` (through
-``gazeguard.service.serve`` and a real Mosquitto). Without LSL: Hypothesis properties of
-:class:`gazeguard.ordering.SampleOrder`.
+``gazeguard.runtime.service.serve`` and a real Mosquitto). Without LSL: Hypothesis properties of
+:class:`gazeguard.core.ordering.SampleOrder`.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gazeguard.config import FeatureSettings, IngestSettings, MechanismSettings, load_settings
-from gazeguard.errors import StreamError
-from gazeguard.ingest import GazeStream
+from gazeguard.core.errors import StreamError
+from gazeguard.core.ordering import JITTER_EARLY_TOL, MAX_SAMPLE_AGE_S, SampleOrder
+from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
-from gazeguard.ordering import JITTER_EARLY_TOL, MAX_SAMPLE_AGE_S, SampleOrder
-from gazeguard.pipeline import Pipeline
-from gazeguard.presets import IngestStats, gazeguard_stream_info
-from gazeguard.samples import GazeSamples
-from gazeguard.service import serve
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.ingest import GazeStream
+from gazeguard.runtime.pipeline import Pipeline
+from gazeguard.runtime.presets import IngestStats, gazeguard_stream_info
+from gazeguard.runtime.service import serve
+from gazeguard.runtime.simulate import simulate_gaze
 
 RATE = 250.0
 TOL = IngestSettings().future_tolerance_s

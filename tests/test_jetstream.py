@@ -39,10 +39,12 @@ from _nats_cluster import drained as acknowledged
 from conftest import MosquittoBroker, Subscriber, until
 from nats.aio.msg import Msg
 
-from gazeguard.config import NatsSettings, Settings, validate_settings
-from gazeguard.errors import PublishError, StreamError
-from gazeguard.fleet import Fleet
-from gazeguard.jetstream import (
+from gazeguard.config import NatsSettings, Settings
+from gazeguard.core.errors import PublishError, StreamError
+from gazeguard.core.samples import GazeSamples
+from gazeguard.ledger import Ledger
+from gazeguard.runtime.fleet import Fleet
+from gazeguard.runtime.jetstream import (
     JetStreamSender,
     assign_partitions,
     cancel_connect,
@@ -51,11 +53,10 @@ from gazeguard.jetstream import (
     gaze_subject,
     stream_config,
 )
-from gazeguard.ledger import Ledger
-from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
-from gazeguard.samples import GazeSamples
-from gazeguard.service import serve_fleet
-from gazeguard.simulate import SimulatedHeadset, simulate_gaze
+from gazeguard.runtime.pipeline import Chunk, Pipeline, ReleasedChunk
+from gazeguard.runtime.preflight import validate_settings
+from gazeguard.runtime.service import serve_fleet
+from gazeguard.runtime.simulate import SimulatedHeadset, simulate_gaze
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -687,7 +688,7 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
     windows.)"""
     import jsonschema  # noqa: PLC0415
 
-    from gazeguard.cohort_message import CohortMessage, shipped_schema  # noqa: PLC0415
+    from gazeguard.wire.cohort import CohortMessage, shipped_schema  # noqa: PLC0415
 
     env = worker_env([nats_server.url], 2)
     env.update(GAZEGUARD_COHORT__GRACE_S="1", GAZEGUARD_FLEET__IDLE_TIMEOUT_S="2")

@@ -48,12 +48,12 @@ from _nats_cluster import (
 from conftest import MosquittoBroker
 
 from gazeguard.config import NatsSettings
-from gazeguard.fleet import Fleet
-from gazeguard.jetstream import JetStreamSender
 from gazeguard.ledger import Ledger
-from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
-from gazeguard.service import serve_fleet
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.fleet import Fleet
+from gazeguard.runtime.jetstream import JetStreamSender
+from gazeguard.runtime.pipeline import Chunk, Pipeline, ReleasedChunk
+from gazeguard.runtime.service import serve_fleet
+from gazeguard.runtime.simulate import simulate_gaze
 
 #: Fast balance: heartbeats every 0.5 s (a worker is dropped after 1.5 s unheard: a loaded
 #: 2-core machine delays heartbeats by more than 3 × 0.3 s at times), a pin moves after 2 s

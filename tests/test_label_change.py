@@ -22,13 +22,13 @@ from scipy import stats
 from test_label_stream import MODEL_FEATURES, fast_model
 
 from gazeguard.config import FeatureSettings, LabelSettings, MechanismSettings
-from gazeguard.label_message import LabelMessage
-from gazeguard.label_stream import LabelStream
 from gazeguard.ledger import Ledger
-from gazeguard.mechanisms.exact import bernoulli_exp, discrete_laplace
-from gazeguard.mechanisms.noise import InsecureSeededRandom, OsRandom
-from gazeguard.mechanisms.svt import AboveThreshold
 from gazeguard.plan import ReleasePlan
+from gazeguard.privacy.mechanisms.exact import bernoulli_exp, discrete_laplace
+from gazeguard.privacy.mechanisms.noise import InsecureSeededRandom, OsRandom
+from gazeguard.privacy.mechanisms.svt import AboveThreshold
+from gazeguard.runtime.labels import LabelStream
+from gazeguard.wire.label import LabelMessage
 
 FAST = FeatureSettings(window_s=2.0, step_s=0.05)
 

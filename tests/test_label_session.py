@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.features import NAMES, extract_features
-from gazeguard.labels import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.mechanisms.noise import InsecureSeededRandom
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import NAMES, extract_features
+from gazeguard.signal.labels import (
     LabelModel,
     LabelRelease,
     SessionSpec,
@@ -24,8 +26,6 @@ from gazeguard.labels import (
     shipped_models,
     train_model,
 )
-from gazeguard.mechanisms.noise import InsecureSeededRandom
-from gazeguard.simulate import simulate_gaze
 
 FEATS = ("fixation_rate", "saccade_amplitude_mean", "saccade_right_ratio")
 

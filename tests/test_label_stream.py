@@ -14,23 +14,18 @@ import jsonschema
 import pytest
 from conftest import MosquittoBroker, Subscriber
 
-from gazeguard.accounting import compose
-from gazeguard.config import (
-    FeatureSettings,
-    LabelSettings,
-    MechanismSettings,
-    check_settings,
-    load_settings,
-)
-from gazeguard.errors import ConfigError
-from gazeguard.label_message import LabelMessage, shipped_schema
-from gazeguard.label_stream import STREAM
-from gazeguard.labels import MODEL_FORMAT, load_model
+from gazeguard.config import FeatureSettings, LabelSettings, MechanismSettings, load_settings
+from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger
-from gazeguard.message import ChunkMessage
-from gazeguard.pipeline import Pipeline
 from gazeguard.plan import ReleasePlan
-from gazeguard.simulate import simulate_gaze
+from gazeguard.privacy.accounting import compose
+from gazeguard.runtime.labels import STREAM
+from gazeguard.runtime.pipeline import Pipeline
+from gazeguard.runtime.preflight import check_settings
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.labels import MODEL_FORMAT, load_model
+from gazeguard.wire.label import LabelMessage, shipped_schema
+from gazeguard.wire.message import ChunkMessage
 
 FAST = FeatureSettings(window_s=2.0, step_s=0.05)
 MODEL_FEATURES = ["fixation_rate", "saccade_rate", "saccade_amplitude_mean"]

@@ -20,17 +20,11 @@ from hypothesis import strategies as st
 from scipy import stats
 from sklearn.linear_model import LogisticRegression
 
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.features import NAMES
-from gazeguard.label_message import (
-    LABEL_SCHEMA,
-    LabelMessage,
-    json_schema,
-    label_topic,
-    shipped_schema,
-)
-from gazeguard.labels import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.mechanisms.noise import InsecureSeededRandom, OsRandom
+from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import NAMES
+from gazeguard.signal.labels import (
     MODEL_FORMAT,
     LabelModel,
     LabelRelease,
@@ -44,8 +38,14 @@ from gazeguard.labels import (
     train_model,
     uniform_below,
 )
-from gazeguard.mechanisms.noise import InsecureSeededRandom, OsRandom
-from gazeguard.profiles import load_profile
+from gazeguard.signal.profiles import load_profile
+from gazeguard.wire.label import (
+    LABEL_SCHEMA,
+    LabelMessage,
+    json_schema,
+    label_topic,
+    shipped_schema,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -453,7 +453,7 @@ def test_label_message_round_trip_and_schema(model: LabelModel) -> None:
     assert LabelMessage.from_payload(payload) == msg
     schema = shipped_schema()
     assert schema == json.loads(json.dumps(json_schema())), (
-        "label.schema.json is stale: python -m gazeguard.label_message --write-schema"
+        "label.schema.json is stale: gazeguard schemas --write"
     )
     jsonschema.validate(data, schema)
     for bad in ({**data, "label": "dance"}, {**data, "extra": 1}, {**data, "epsilon": -1}):

@@ -19,7 +19,7 @@ from _postgres import pg_server, pg_url  # noqa: F401 - fixtures of the parametr
 
 from gazeguard.cli import main
 from gazeguard.config import LedgerSettings, MechanismSettings
-from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import (
     DuplicateChargeError,
     Ledger,
@@ -28,7 +28,7 @@ from gazeguard.ledger import (
     stored_caps,
 )
 from gazeguard.plan import ReleasePlan
-from gazeguard.service import open_ledger
+from gazeguard.runtime.service import open_ledger
 
 FIXED = MechanismSettings(epsilon=1.0)  # a fixed ε per chunk: a plan without a budget
 
@@ -451,7 +451,7 @@ def test_threads_sharing_and_not_sharing_a_ledger_never_overspend(tmp_path: Path
 
 WORKER = """
 import json, sys
-from gazeguard.errors import BudgetExhaustedError
+from gazeguard.core.errors import BudgetExhaustedError
 from gazeguard.ledger import Ledger
 location, session, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 accepted = []

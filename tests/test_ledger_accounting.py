@@ -15,7 +15,13 @@ from _postgres import pg_server, pg_url  # noqa: F401 - fixtures
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gazeguard.accounting import (
+from gazeguard.config import FeatureSettings, MechanismSettings
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError
+from gazeguard.ledger import Ledger, LedgerError, event_key
+from gazeguard.ledger._compose import report_count
+from gazeguard.plan import ReleasePlan, chunks_per_hour
+from gazeguard.plan.chunks import noise_multiplier_for
+from gazeguard.privacy.accounting import (
     GaussianEvent,
     LaplaceEvent,
     PrivacyLoss,
@@ -23,14 +29,8 @@ from gazeguard.accounting import (
     capacity,
     compose,
 )
-from gazeguard.budget import noise_multiplier_for
-from gazeguard.config import FeatureSettings, MechanismSettings
-from gazeguard.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import Ledger, LedgerError, event_key
-from gazeguard.ledger._compose import report_count
-from gazeguard.pipeline import Pipeline
-from gazeguard.plan import ReleasePlan, chunks_per_hour
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.pipeline import Pipeline
+from gazeguard.runtime.simulate import simulate_gaze
 
 DELTA = 1e-6
 T0 = 1.75e9
@@ -197,7 +197,7 @@ def test_the_next_release_finds_its_composition_and_capacity_prefetched(
     import functools  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
-    from gazeguard.accounting import accountant  # noqa: PLC0415
+    from gazeguard.privacy.accounting import accountant  # noqa: PLC0415
 
     ratio = noise_multiplier_for(
         "laplace", features=48, chunks=225, budget=10.0, delta=DELTA, max_m=0
@@ -277,7 +277,7 @@ def test_a_process_that_exits_while_the_ledger_prefetches_exits_cleanly(
     import sys  # noqa: PLC0415
 
     script = f"""
-from gazeguard.accounting import LaplaceEvent
+from gazeguard.privacy.accounting import LaplaceEvent
 from gazeguard.ledger import Ledger, event_key
 events = {{event_key(LaplaceEvent(40.0)): 48}}
 eps = {{f"f{{i}}": 1 / 40.0 for i in range(48)}}

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import (
     Charge,
     ChargeRequest,
@@ -164,8 +164,8 @@ def test_pipelines_release_group_equals_release_one_by_one(tmp_path: Path) -> No
     hit in the middle) charges and withholds exactly what ``Pipeline.release`` one by one
     does, with the same values and ledger figures (seeded noise)."""
     from gazeguard.config import MechanismSettings  # noqa: PLC0415
-    from gazeguard.pipeline import Pipeline, release_group  # noqa: PLC0415
-    from gazeguard.simulate import simulate_gaze  # noqa: PLC0415
+    from gazeguard.runtime.pipeline import Pipeline, release_group  # noqa: PLC0415
+    from gazeguard.runtime.simulate import simulate_gaze  # noqa: PLC0415
 
     mech = MechanismSettings(epsilon=0.02, insecure_seed=7)  # 0.96 pure per chunk
     outcomes = []

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from _postgres import pg_server, pg_url  # noqa: F401 - fixtures
 
-from gazeguard.errors import BudgetExhaustedError
+from gazeguard.core.errors import BudgetExhaustedError
 from gazeguard.ledger import Ledger
 from gazeguard.ledger._store import Store
 
@@ -38,7 +38,7 @@ GAZE_CAPS = {**CAPS, "window_cap": 2.0, "wall_clock": False}
 CHARGER = """
 import json, logging, sys, time
 logging.disable(logging.WARNING)  # (the refused items)
-from gazeguard.errors import BudgetExhaustedError
+from gazeguard.core.errors import BudgetExhaustedError
 from gazeguard.ledger import Ledger, _store
 location, start, stop_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 caps = json.loads(sys.argv[4])

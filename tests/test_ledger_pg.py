@@ -21,7 +21,7 @@ from conftest import free_port
 from test_ledger import V1_SCHEMA
 
 from gazeguard.cli import main
-from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import (
     Charge,
     ChargeRequest,

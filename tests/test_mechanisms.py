@@ -13,11 +13,10 @@ import numpy.typing as npt
 import pytest
 import scipy.fft
 
-import gazeguard.mechanisms as mechanisms_package
+import gazeguard.privacy.mechanisms as mechanisms_package
 from gazeguard.cli.mechanisms import main as prior_main
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.mechanisms import (
+from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.privacy.mechanisms import (
     Bounds,
     PriorSpectrum,
     choose_k,
@@ -31,9 +30,10 @@ from gazeguard.mechanisms import (
     raw_sensitivity_l2,
     save_wisdom,
 )
-from gazeguard.mechanisms import transforms as tr_mod
-from gazeguard.mechanisms.noise import SAMPLER_LOSS_PER_COORDINATE
-from gazeguard.mechanisms.prior import DEFAULT_PATH
+from gazeguard.privacy.mechanisms import transforms as tr_mod
+from gazeguard.privacy.mechanisms.noise import SAMPLER_LOSS_PER_COORDINATE
+from gazeguard.privacy.mechanisms.prior import DEFAULT_PATH
+from gazeguard.signal.dataset import FeatureTable
 
 FloatArray = npt.NDArray[np.float64]
 LO, HI, STEP = -1.0, 3.0, 0.3

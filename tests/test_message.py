@@ -15,9 +15,9 @@ from hypothesis.extra.numpy import arrays
 from pydantic import ValidationError
 
 from gazeguard.cli.schemas import main
-from gazeguard.errors import ConfigError
+from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger
-from gazeguard.message import (
+from gazeguard.wire.message import (
     SCHEMA_FILES,
     ChunkMessage,
     LedgerSnapshot,
@@ -28,7 +28,7 @@ from gazeguard.message import (
     shipped_schema,
     status_topic,
 )
-from gazeguard.mqtt.topics import name_problem, session_id_for
+from gazeguard.wire.topics import name_problem, session_id_for
 
 F, N = 4, 16
 
@@ -112,10 +112,10 @@ def test_any_finite_chunk_round_trips_bit_exactly(values: np.ndarray) -> None:
 def test_shipped_schema_files_match_the_models(tmp_path: Path) -> None:
     for filename, model in SCHEMA_FILES.items():
         assert shipped_schema(filename) == json_schema(model), (
-            f"gazeguard/data/{filename} is stale: run python -m gazeguard.message --write-schemas"
+            f"gazeguard/data/{filename} is stale: run gazeguard schemas --write"
         )
         jsonschema.Draft202012Validator.check_schema(shipped_schema(filename))
-    assert main(["--write-schemas", str(tmp_path)]) == 0
+    assert main(["--write", str(tmp_path)]) == 0
     for filename in SCHEMA_FILES:
         assert json.loads((tmp_path / filename).read_text()) == shipped_schema(filename)
 

@@ -22,7 +22,7 @@ import pytest
 import uvloop
 from conftest import MosquittoBroker
 
-from gazeguard.mqtt.client import MqttClient
+from gazeguard.runtime.mqtt.client import MqttClient
 
 pytestmark = pytest.mark.network
 
@@ -145,7 +145,7 @@ def test_mqtt_client_is_watched_on_such_a_number_and_says_so(mosquitto: Mosquitt
         raise AssertionError(f"no socket landed on a poisoned number in {TRIES} tries")
 
     said = Said()
-    logger = logging.getLogger("gazeguard.mqtt.client")
+    logger = logging.getLogger("gazeguard.runtime.mqtt.client")
     logger.addHandler(said)
     try:
         assert uvloop.run(main()) == b"ping"

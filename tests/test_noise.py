@@ -10,10 +10,15 @@ import numpy.typing as npt
 import pytest
 from scipy import stats
 
-from gazeguard.accounting import discrete_laplace_slack
-from gazeguard.errors import ConfigError
-from gazeguard.mechanisms import DiscreteLaplace, InsecureSeededRandom, OsRandom, random_source
-from gazeguard.mechanisms.noise import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.accounting import discrete_laplace_slack
+from gazeguard.privacy.mechanisms import (
+    DiscreteLaplace,
+    InsecureSeededRandom,
+    OsRandom,
+    random_source,
+)
+from gazeguard.privacy.mechanisms.noise import (
     ETA,
     SAMPLER_LOSS_PER_COORDINATE,
     T_MAX,

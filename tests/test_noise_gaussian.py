@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import special, stats
 
-from gazeguard.errors import ConfigError
-from gazeguard.mechanisms.noise import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.mechanisms.noise import (
     GAUSS_ETA,
     GAUSS_KAPPA_MAX,
     GAUSS_SAMPLER_LOSS_PER_COORDINATE,

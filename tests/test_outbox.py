@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gazeguard.ledger import Ledger
-from gazeguard.outbox import DELIVERED, Delivery, Drain, SinkUnavailableError
+from gazeguard.ledger.outbox import DELIVERED, Delivery, Drain, SinkUnavailableError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -115,7 +115,7 @@ def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connectio
             assert drain.connected
         return drain
 
-    with caplog.at_level(logging.WARNING, logger="gazeguard.outbox"):
+    with caplog.at_level(logging.WARNING, logger="gazeguard.ledger.outbox"):
         drain = asyncio.run(scenario())
     threads = set(ledger.threads)  # (the checks below read the ledger on this thread)
     assert [(t, p) for t, p, _ in sink.received] == [

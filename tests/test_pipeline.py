@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gazeguard.chunking import Chunk
 from gazeguard.config import FeatureSettings, MechanismSettings
-from gazeguard.errors import ConfigError, StreamError
+from gazeguard.core.chunking import Chunk
+from gazeguard.core.errors import ConfigError, StreamError
+from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
-from gazeguard.message import ChunkMessage
-from gazeguard.pipeline import Pipeline, ReleasedChunk, feed_many
-from gazeguard.samples import GazeSamples
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk, feed_many
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.wire.message import ChunkMessage
 
 NAMES = ["fixation_rate", "saccade_rate", "pupil_mean"]
 FAST = FeatureSettings(window_s=2.0, step_s=0.05)

@@ -29,14 +29,6 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gazeguard.accounting import (
-    Event,
-    GaussianEvent,
-    LaplaceEvent,
-    PureEvent,
-    RandomizedResponseEvent,
-    compose,
-)
 from gazeguard.cli import main
 from gazeguard.config import (
     CohortSettings,
@@ -44,17 +36,25 @@ from gazeguard.config import (
     LabelSettings,
     MechanismSettings,
     Settings,
-    validate_settings,
 )
-from gazeguard.errors import ConfigError
-from gazeguard.eval.grid import parse_mechanism
-from gazeguard.eval.harness import BudgetFactory, FeatureBounds
-from gazeguard.features import feature_bounds
+from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger, event_key
-from gazeguard.pipeline import Pipeline, ReleasedChunk
+from gazeguard.offline.eval.grid import parse_mechanism
+from gazeguard.offline.eval.harness import BudgetFactory, FeatureBounds
+from gazeguard.offline.profiles import chunks_per_hour as profile_chunks
 from gazeguard.plan import ReleasePlan, chunk_counter, chunks_per_hour
-from gazeguard.profiles import chunks_per_hour as profile_chunks
-from gazeguard.simulate import simulate_gaze
+from gazeguard.privacy.accounting import (
+    Event,
+    GaussianEvent,
+    LaplaceEvent,
+    PureEvent,
+    RandomizedResponseEvent,
+    compose,
+)
+from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
+from gazeguard.runtime.preflight import validate_settings
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.features import feature_bounds
 
 DELTA = 1e-6
 
@@ -72,7 +72,7 @@ def test_the_default_plan() -> None:
 
 def _independent(events: Mapping[Event, int], delta: float) -> float:
     """ε at ``delta`` of ``events`` by dp-accounting's pessimistic PLDs, slack added as
-    :mod:`gazeguard.accounting.loss` proves: ε_real(δ) ≤ ε_ideal(δ·e^{−S}) + S."""
+    :mod:`gazeguard.privacy.accounting.loss` proves: ε_real(δ) ≤ ε_ideal(δ·e^{−S}) + S."""
     total, slack = None, 0.0
     logging.disable(logging.WARNING)
     try:

@@ -12,19 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gazeguard.accounting import LaplaceEvent, compose
 from gazeguard.cli import main
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.features import NAMES
-from gazeguard.labels import load_model
-from gazeguard.profiles import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.profiles import rank_features, variance_components
+from gazeguard.privacy.accounting import LaplaceEvent, compose
+from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import NAMES
+from gazeguard.signal.labels import load_model
+from gazeguard.signal.profiles import (
     PROFILE_SCHEMA,
     load_profile,
     profile_from_dict,
-    rank_features,
     shipped_profiles,
-    variance_components,
 )
 
 

@@ -35,9 +35,10 @@ from cryptography.x509.oid import NameOID
 from pydantic import SecretStr
 
 from gazeguard.config import BrokerSettings
-from gazeguard.errors import ConfigError, PublishError
+from gazeguard.core.errors import ConfigError, PublishError
 from gazeguard.ledger import Charge, Ledger
-from gazeguard.message import (
+from gazeguard.runtime.publish import Publisher
+from gazeguard.wire.message import (
     ChunkMessage,
     LedgerSnapshot,
     MechanismParams,
@@ -46,7 +47,6 @@ from gazeguard.message import (
     shipped_schema,
     status_topic,
 )
-from gazeguard.publish import Publisher
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
@@ -299,10 +299,10 @@ def test_broker_restart_loses_nothing_duplicates_nothing(
             assert pub.connections == 2
         assert chunk_indexes(sub.payloads) == list(range(10))
 
-    with caplog.at_level(logging.WARNING, logger="gazeguard.publish"):
+    with caplog.at_level(logging.WARNING, logger="gazeguard.runtime.publish"):
         asyncio.run(scenario())
     broker.stop()
-    lines = [r.getMessage() for r in caplog.records if r.name == "gazeguard.publish"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "gazeguard.runtime.publish"]
     assert any(
         f"127.0.0.1:{broker.port}" in line and "next retry in" in line and "unreachable" in line
         for line in lines
@@ -316,7 +316,7 @@ _CHILD = textwrap.dedent(
     import asyncio, sys, time
     from gazeguard.config import BrokerSettings
     from gazeguard.ledger import Ledger
-    from gazeguard.publish import Publisher
+    from gazeguard.runtime.publish import Publisher
 
     class SlowDisk:
         # The real ledger, with a slow commit after each PUBACK (as on a busy SD card).

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gazeguard.errors import StreamError
-from gazeguard.rawgaze import decode_gaze, encode_gaze
-from gazeguard.samples import GazeSamples
+from gazeguard.core.errors import StreamError
+from gazeguard.core.samples import GazeSamples
+from gazeguard.signal.rawgaze import decode_gaze, encode_gaze
 
 
 def test_raw_block_codec_round_trip_and_rejects_garbage() -> None:

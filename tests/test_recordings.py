@@ -1,4 +1,4 @@
-"""gazeguard.recordings: the one CSV format and the vendor exports, read from real files.
+"""gazeguard.offline.recordings: the one CSV format and the vendor exports, read from real files.
 
 The vendor examples in ``tests/data/recordings`` follow the documented layouts (see the README
 there) and carry their expected result in ``truth.npz``; the shared recordings
@@ -19,9 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.presets import normalized_to_deg
-from gazeguard.recordings import (
+from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.offline.recordings import (
     ReadOptions,
     RecordingError,
     detect_format,
@@ -29,6 +28,7 @@ from gazeguard.recordings import (
     read_recording,
     read_recordings,
 )
+from gazeguard.runtime.presets import normalized_to_deg
 
 DATA = Path(__file__).resolve().parent / "data" / "recordings"
 TRUTH = np.load(DATA / "truth.npz")

@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from gazeguard.config import MechanismSettings, load_settings
-from gazeguard.errors import ConfigError
+from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger
-from gazeguard.mechanisms import (
+from gazeguard.privacy.mechanisms import (
     MECHANISMS,
     NOISE,
     ONLINE_MECHANISMS,
@@ -19,9 +19,9 @@ from gazeguard.mechanisms import (
     make_mechanism,
     mechanism_kind,
 )
-from gazeguard.message import MechanismParams, shipped_schema
-from gazeguard.pipeline import Pipeline
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.pipeline import Pipeline
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.wire.message import MechanismParams, shipped_schema
 from tests.test_pipeline import FAST, NAMES
 
 

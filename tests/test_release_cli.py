@@ -14,9 +14,9 @@ import pytest
 
 from gazeguard import __version__
 from gazeguard.cli import main
-from gazeguard.dataset import FeatureTable, file_sha256
-from gazeguard.release.manifest import REQUIRED_KEYS, manifest_path_for
-from gazeguard.release.output import private_path_for
+from gazeguard.offline.release.manifest import REQUIRED_KEYS, manifest_path_for
+from gazeguard.offline.release.output import private_path_for
+from gazeguard.signal.dataset import FeatureTable, file_sha256
 
 
 def _write_csv(path: Path, people: int = 4, tasks: int = 2, steps: int = 12) -> FeatureTable:

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.features import NAMES, feature_bounds
-from gazeguard.release import RELEASE_MECHANISMS
-from gazeguard.release._common import ReleaseRandom
-from gazeguard.release.expdp import expdp_lambda, expdp_noise
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.release import RELEASE_MECHANISMS
+from gazeguard.offline.release._common import ReleaseRandom
+from gazeguard.offline.release.expdp import expdp_lambda, expdp_noise
+from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import NAMES, feature_bounds
 
 
 def formula_cdf(r: np.ndarray, epsilon: float, t_max: int, delta: float) -> np.ndarray:

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from gazeguard.cli import main
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.release import RELEASE_MECHANISMS
-from gazeguard.release._common import padded, task_sequences
-from gazeguard.release.manifest import manifest_path_for
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.release import RELEASE_MECHANISMS
+from gazeguard.offline.release._common import padded, task_sequences
+from gazeguard.offline.release.manifest import manifest_path_for
+from gazeguard.signal.dataset import FeatureTable
 
 
 def make_table(

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.release import RELEASE_MECHANISMS
-from gazeguard.release._common import ReleaseRandom
-from gazeguard.release.marginals import TaskModel, pd_test, to_bins
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.release import RELEASE_MECHANISMS
+from gazeguard.offline.release._common import ReleaseRandom
+from gazeguard.offline.release.marginals import TaskModel, pd_test, to_bins
+from gazeguard.signal.dataset import FeatureTable
 
 
 def brute_force_prob(model: TaskModel, y: np.ndarray, seed: int) -> float:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gazeguard.accounting import LaplaceEvent, compose
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.features import NAMES, feature_bounds
-from gazeguard.release import RELEASE_MECHANISMS
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.release import RELEASE_MECHANISMS
+from gazeguard.privacy.accounting import LaplaceEvent, compose
+from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import NAMES, feature_bounds
 
 FEATS = tuple(NAMES[:4])
 LO, HI, STEP = feature_bounds(FEATS)

@@ -15,8 +15,8 @@ import pytest
 
 from gazeguard.cli import build_parser
 from gazeguard.config import IngestSettings
-from gazeguard.ingest import GazeStream
-from gazeguard.samples import GazeSamples
+from gazeguard.core.samples import GazeSamples
+from gazeguard.runtime.ingest import GazeStream
 
 DATA = Path(__file__).resolve().parent / "data" / "recordings"
 TRUTH = np.load(DATA / "truth.npz")

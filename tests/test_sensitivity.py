@@ -10,18 +10,18 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from gazeguard.errors import ConfigError
-from gazeguard.features import feature_bounds
-from gazeguard.mechanisms import Bounds, forward
-from gazeguard.mechanisms import sensitivity as sens
-from gazeguard.mechanisms.bounds import difference_sensitivity_l2, raw_sensitivity_l2
-from gazeguard.mechanisms.registry import kept_coefficients, max_k
-from gazeguard.mechanisms.sensitivity import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.mechanisms import Bounds, forward
+from gazeguard.privacy.mechanisms import sensitivity as sens
+from gazeguard.privacy.mechanisms.bounds import difference_sensitivity_l2, raw_sensitivity_l2
+from gazeguard.privacy.mechanisms.registry import kept_coefficients, max_k
+from gazeguard.privacy.mechanisms.sensitivity import (
     coefficient_basis,
     kept_coefficient_sensitivity,
     lpa_l1_sensitivity,
 )
-from gazeguard.mechanisms.transforms import OrthonormalTransform
+from gazeguard.privacy.mechanisms.transforms import OrthonormalTransform
+from gazeguard.signal.features import feature_bounds
 
 FloatArray = npt.NDArray[np.float64]
 

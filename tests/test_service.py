@@ -23,9 +23,8 @@ from conftest import MosquittoBroker, Subscriber, free_port
 from gazeguard.cli import ExitCode
 from gazeguard.config import BrokerSettings, load_settings
 from gazeguard.ledger import Ledger
-from gazeguard.message import ChunkMessage, StatusMessage, json_schema
-from gazeguard.pipeline import Chunk, Pipeline, ReleasedChunk
-from gazeguard.service import (
+from gazeguard.runtime.pipeline import Chunk, Pipeline, ReleasedChunk
+from gazeguard.runtime.service import (
     LIVE_STATUS_S,
     RunSummary,
     SessionInUseError,
@@ -33,7 +32,8 @@ from gazeguard.service import (
     freeze_startup_objects,
     serve,
 )
-from gazeguard.simulate import SimulatedHeadset
+from gazeguard.runtime.simulate import SimulatedHeadset
+from gazeguard.wire.message import ChunkMessage, StatusMessage, json_schema
 
 pytestmark = pytest.mark.network
 

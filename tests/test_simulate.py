@@ -1,7 +1,7 @@
 """The simulated person, the simulated headset (a real LSL outlet) and replay of recorded files.
 
 Plausibility is checked with a deliberately simple velocity-threshold segmentation written here
-(not gazeguard.events), so the simulator is not validated by the code it feeds.
+(not gazeguard.signal.events), so the simulator is not validated by the code it feeds.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from gazeguard.config import IngestSettings
-from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.ingest import GazeStream
-from gazeguard.replay import Replay, load_csv, load_xdf
-from gazeguard.samples import GazeSamples
-from gazeguard.simulate import GazeGenerator, Person, simulate_gaze
+from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.core.samples import GazeSamples
+from gazeguard.offline.replay import Replay, load_csv, load_xdf
+from gazeguard.runtime.ingest import GazeStream
+from gazeguard.runtime.simulate import GazeGenerator, Person, simulate_gaze
 
 FIELDS = ("timestamps", "x_deg", "y_deg", "pupil_mm", "valid")
 

@@ -1,4 +1,5 @@
-"""gazeguard._threads: a charge running in a worker thread outlives its caller's cancellation."""
+"""gazeguard.core.threads: a charge running in a worker thread outlives its caller's
+cancellation."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from gazeguard._threads import to_thread_to_the_end
+from gazeguard.core.threads import to_thread_to_the_end
 
 
 def test_a_cancelled_caller_waits_for_the_thread_and_then_is_cancelled() -> None:
@@ -47,7 +48,7 @@ def test_a_failure_after_the_caller_was_cancelled_is_logged(
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    with caplog.at_level(logging.ERROR, logger="gazeguard._threads"):
+    with caplog.at_level(logging.ERROR, logger="gazeguard.core.threads"):
         asyncio.run(main())
     assert any("ledger closed" in r.getMessage() for r in caplog.records)
 

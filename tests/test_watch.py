@@ -17,7 +17,7 @@ from test_cli import Proc
 
 from gazeguard.cli import ExitCode, main
 from gazeguard.cli.watch import describe, sparkline
-from gazeguard.message import StatusMessage
+from gazeguard.wire.message import StatusMessage
 
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
 FEATURES = "fixation_rate,saccade_rate,pupil_mean"

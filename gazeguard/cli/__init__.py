@@ -5,8 +5,9 @@
 executes — and the modules are imported only when their subcommand is used, so ``gazeguard
 --help`` stays instant and a command's optional dependencies are needed only by that command.
 One module per command lives in this package (``gazeguard.cli.run``, ``.demo``, …); they parse,
-print and choose the exit status, and call the domain's functions (:func:`gazeguard.service.serve`,
-:func:`gazeguard.config.check_settings`, :func:`gazeguard.release.output.write_release`, …).
+print and choose the exit status, and call the domain's functions
+(:func:`gazeguard.runtime.service.serve`, :func:`gazeguard.runtime.preflight.check_settings`,
+:func:`gazeguard.offline.release.output.write_release`, …).
 
 Flags every command accepts before or after its name: ``-v/--verbose``, ``-q/--quiet``,
 ``--log-format text|json``, ``--log-level LEVEL``. Exit statuses: :class:`ExitCode`.
@@ -36,7 +37,7 @@ from gazeguard.cli._common import (
     require,
     set_console,
 )
-from gazeguard.errors import ConfigError, GazeguardError
+from gazeguard.core.errors import ConfigError, GazeguardError
 
 __all__ = ["COMMANDS", "Command", "ExitCode", "build_parser", "main"]
 
@@ -104,6 +105,16 @@ COMMANDS: dict[str, Command] = {
         "the release plan of a configuration: every privacy figure (per release, sample, hour)",
         "gazeguard.cli.plan:configure",
         "gazeguard.cli.plan:run",
+    ),
+    "schemas": Command(
+        "the JSON Schemas of every published payload (list, --write, --check)",
+        "gazeguard.cli.schemas:configure",
+        "gazeguard.cli.schemas:run",
+    ),
+    "mechanisms": Command(
+        "the public prior and the k auto picks; --budget-per-hour ranks the mechanisms",
+        "gazeguard.cli.mechanisms:configure",
+        "gazeguard.cli.mechanisms:run",
     ),
     "config": Command(
         "check a configuration: every problem `run` would refuse, with a suggestion",

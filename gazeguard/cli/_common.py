@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from gazeguard.recordings import ReadOptions
+    from gazeguard.offline.recordings import ReadOptions
 
 _T = TypeVar("_T")
 
@@ -387,7 +387,7 @@ class PairAction(argparse.Action):
         values: str | Sequence[object] | None,
         option_string: str | None = None,
     ) -> None:
-        from gazeguard.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
+        from gazeguard.offline.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
 
         tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
         take = (1 if "," in tokens[0] else 2) if self.keep_rest else len(tokens)
@@ -415,7 +415,7 @@ class PairHelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def add_geometry_arguments(group: argparse._ArgumentGroup, fov: type[PairAction], one: str) -> None:
     """``--fov``, ``--screen``, ``--distance``, ``--resolution``, ``--min-confidence`` and
-    ``--pupil-scale``: what :mod:`gazeguard.recordings` needs where a recording does not say
+    ``--pupil-scale``: what :mod:`gazeguard.offline.recordings` needs where a recording does not say
     (``fov``: the command's pair action; ``one``: "the file" or "a file", for the help)."""
     group.add_argument(
         "--fov",
@@ -458,9 +458,9 @@ def add_geometry_arguments(group: argparse._ArgumentGroup, fov: type[PairAction]
 
 
 def read_options(args: argparse.Namespace, **more: Any) -> ReadOptions:
-    """The :class:`~gazeguard.recordings.ReadOptions` of ``--format``, ``--units``,
+    """The :class:`~gazeguard.offline.recordings.ReadOptions` of ``--format``, ``--units``,
     ``--time-unit`` and :func:`add_geometry_arguments`' options (``more``: other fields)."""
-    from gazeguard.recordings import ReadOptions  # noqa: PLC0415 - keep the CLI's import light
+    from gazeguard.offline.recordings import ReadOptions  # noqa: PLC0415 - keep the CLI's import light
 
     return ReadOptions(
         format=args.format,
@@ -492,8 +492,8 @@ def epsilon_list(example: str) -> Callable[[str], list[float]]:
 
 
 def pair(text: str) -> tuple[float, float]:
-    """``W,H`` as an argparse type (:func:`gazeguard.recordings.parse_pair`)."""
-    from gazeguard.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
+    """``W,H`` as an argparse type (:func:`gazeguard.offline.recordings.parse_pair`)."""
+    from gazeguard.offline.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
 
     try:
         return parse_pair(text)

@@ -1,12 +1,12 @@
 """``gazeguard config``: check a configuration; list the features a release profile can name.
 
-``gazeguard config check FILE`` runs :func:`gazeguard.config.check_settings` on the file plus the
-``GAZEGUARD_*`` environment — the configuration ``gazeguard run --config FILE`` would start with —
-and reports **every** problem (field, value, where it came from, "did you mean"), exiting 1 if
-there is any. stdout carries JSON only: the effective settings when the configuration is good,
-or with ``--json`` a report ``{"file", "valid", "problems": [...], "settings", "plan"}`` either
-way (``plan``: the release plan's figures, :mod:`gazeguard.plan`);
-human lines go to stderr. The ledger, when the file exists, is only read.
+``gazeguard config check FILE`` runs :func:`gazeguard.runtime.preflight.check_settings` on the file
+plus the ``GAZEGUARD_*`` environment — the configuration ``gazeguard run --config FILE`` would start
+with — and reports **every** problem (field, value, where it came from, "did you mean"), exiting 1
+if there is any. stdout carries JSON only: the effective settings when the configuration is good, or
+with ``--json`` a report ``{"file", "valid", "problems": [...], "settings", "plan"}`` either way
+(``plan``: the release plan's figures, :mod:`gazeguard.plan`); human lines go to stderr. The ledger,
+when the file exists, is only read.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import json
 from pathlib import Path
 
 from gazeguard.cli._common import ExitCode, get_console, stdout
-from gazeguard.config import FeatureSettings, check_settings
+from gazeguard.config import FeatureSettings
 from gazeguard.plan import ReleasePlan
+from gazeguard.runtime.preflight import check_settings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _features(window_s: float, step_s: float, *, as_json: bool) -> int:
-    from gazeguard.features import FEATURES  # noqa: PLC0415
+    from gazeguard.signal.features import FEATURES  # noqa: PLC0415
 
     rows = [(f, *f.bounds(window_s, step_s)) for f in FEATURES]
     if as_json:

@@ -1,5 +1,5 @@
 """``gazeguard dashboard``: serve a live page of the cohort aggregates a fleet publishes
-(:mod:`gazeguard.dashboard`).
+(:mod:`gazeguard.runtime.dashboard`).
 
 Prints one line naming the URL to open; says in one line when the broker cannot be reached (and
 keeps retrying) and when it is subscribed; Ctrl-C stops it with one line (exit 130), SIGTERM
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gazeguard.cli._common import ExitCode, get_console, run_loop
 from gazeguard.config import BrokerSettings, broker_address, load_settings
-from gazeguard.dashboard import DEFAULT_PORT, serve_dashboard
+from gazeguard.runtime.dashboard import DEFAULT_PORT, serve_dashboard
 
 #: Most buckets ``--history`` keeps per cohort and worker (memory and the page's snapshot).
 MAX_HISTORY = 1000

@@ -1,7 +1,8 @@
-"""``gazeguard demo``: :func:`gazeguard.demo.demo` with a live terminal view and a PNG.
+"""``gazeguard demo``: :func:`gazeguard.offline.demo.demo` with a live terminal view and a PNG.
 
 The view (stdout) is the demo's output: a banner saying exactly what the demo changes from
-``gazeguard run``'s defaults and why (:func:`gazeguard.demo.demo_changes`), one line per chunk
+``gazeguard run``'s defaults and why (:func:`gazeguard.offline.demo.demo_changes`), one line per
+chunk
 as it arrives over MQTT (sparklines on each feature's public scale), the statuses, and a summary.
 The PNG carries the same changes as its caption. Without matplotlib (the ``eval`` extra) the
 live view still runs and the PNG is skipped with a note.
@@ -27,8 +28,7 @@ from gazeguard.cli._common import (
     stop_on_signals,
 )
 from gazeguard.cli.run import add_settings_arguments, settings_overrides
-from gazeguard.config import check_settings
-from gazeguard.demo import (
+from gazeguard.offline.demo import (
     DEMO_DEFAULTS,
     SHOWN,
     Trace,
@@ -38,7 +38,8 @@ from gazeguard.demo import (
     plot,
     sparkline,
 )
-from gazeguard.message import ChunkMessage, StatusMessage
+from gazeguard.runtime.preflight import check_settings
+from gazeguard.wire.message import ChunkMessage, StatusMessage
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,5 @@
-"""``gazeguard eval``: the privacy–utility evaluation (:mod:`gazeguard.eval`) from the command line.
+"""``gazeguard eval``: the privacy–utility evaluation (:mod:`gazeguard.offline.eval`) from the
+command line.
 
 Needs the ``eval`` extra (scikit-learn, scipy, matplotlib): ``pip install 'gazeguard[eval]'``;
 without it the command says so in one line.
@@ -25,16 +26,21 @@ from gazeguard.cli._common import (
     read_options,
     stdout,
 )
-from gazeguard.errors import ConfigError
-from gazeguard.eval.attacks import CLASSIFIERS
-from gazeguard.eval.datasets import PUBLIC_DATASETS, DataNotFoundError, Dataset, open_dataset
-from gazeguard.eval.frontier import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.eval.attacks import CLASSIFIERS
+from gazeguard.offline.eval.datasets import (
+    PUBLIC_DATASETS,
+    DataNotFoundError,
+    Dataset,
+    open_dataset,
+)
+from gazeguard.offline.eval.frontier import (
     ReleasePoint,
     evaluate_frontier,
     frontier_figure,
     frontier_table,
 )
-from gazeguard.eval.grid import (
+from gazeguard.offline.eval.grid import (
     FULL_MECHANISMS,
     PAPER_EPSILONS,
     QUICK_EPSILONS,
@@ -42,11 +48,17 @@ from gazeguard.eval.grid import (
     MechanismSpec,
     parse_mechanism,
 )
-from gazeguard.eval.harness import EvalSettings
-from gazeguard.eval.paper import NOT_PRIVATE
-from gazeguard.eval.report import markdown, read_json, write_json, write_markdown, write_plots
-from gazeguard.eval.runner import GridConfig, evaluate_dataset
-from gazeguard.recordings import (
+from gazeguard.offline.eval.harness import EvalSettings
+from gazeguard.offline.eval.paper import NOT_PRIVATE
+from gazeguard.offline.eval.report import (
+    markdown,
+    read_json,
+    write_json,
+    write_markdown,
+    write_plots,
+)
+from gazeguard.offline.eval.runner import GridConfig, evaluate_dataset
+from gazeguard.offline.recordings import (
     FORMAT_HELP,
     FORMATS,
     GAZE_UNITS,
@@ -361,7 +373,7 @@ def _profile_features(name: str | None) -> tuple[tuple[str, ...] | None, str | N
     """The features to release and the profile's name (``None, None``: all features)."""
     if name is None:
         return None, None
-    from gazeguard.profiles import load_profile  # noqa: PLC0415
+    from gazeguard.signal.profiles import load_profile  # noqa: PLC0415
 
     profile = load_profile(name)
     return tuple(profile.features), profile.name

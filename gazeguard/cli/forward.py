@@ -1,4 +1,4 @@
-"""``gazeguard forward``: :func:`gazeguard.forward.forward` from the command line."""
+"""``gazeguard forward``: :func:`gazeguard.runtime.forward.forward` from the command line."""
 
 from __future__ import annotations
 
@@ -15,16 +15,9 @@ from gazeguard.cli._common import (
     stop_on_signals,
 )
 from gazeguard.config import Settings, load_settings
-from gazeguard.errors import ConfigError
-from gazeguard.forward import ForwardSummary, forward
-from gazeguard.ingest import GazeStreamInfo
-from gazeguard.message import chunk_topic
-
-#: Why ``--to mqtt`` and ``--broker`` are refused.
-RETIRED = (
-    "gazeguard forward sends raw gaze to NATS JetStream only: the MQTT raw-gaze fleet path was "
-    "retired; pass --nats URL (workers run `gazeguard run --fleet --source jetstream`)"
-)
+from gazeguard.runtime.forward import ForwardSummary, forward
+from gazeguard.runtime.ingest import GazeStreamInfo
+from gazeguard.wire.message import chunk_topic
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -60,21 +53,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seconds of gaze per raw block (default fleet.nats.block_s, 1 s): larger blocks "
         "cost the workers less per session, each sample waits up to this long here",
     )
-    # Retired with the MQTT raw-gaze path: refused with advice rather than "unrecognized".
-    g.add_argument("--to", choices=["jetstream", "mqtt"], help=argparse.SUPPRESS)
-    g.add_argument("--broker", help=argparse.SUPPRESS)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """``--config``, the environment, then the flags given; the stream is always real LSL.
 
     Raises:
-        ConfigError: ``--to mqtt`` or ``--broker`` (the retired MQTT path), or a bad setting.
+        ConfigError: a bad setting.
     """
-    if args.to == "mqtt":
-        raise ConfigError("--to", "mqtt", RETIRED, "command-line argument")
-    if args.broker is not None:
-        raise ConfigError("--broker", args.broker, RETIRED, "command-line argument")
     o: dict[str, Any] = {"ingest": {"source": "lsl"}}
     for key in ("device", "session"):
         if getattr(args, key) is not None:

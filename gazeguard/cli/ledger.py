@@ -11,7 +11,7 @@ from typing import Any
 
 from gazeguard.cli._common import ExitCode, stdout
 from gazeguard.config import load_settings
-from gazeguard.errors import ConfigError
+from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger
 from gazeguard.ledger._ledger import is_url
 

@@ -1,5 +1,6 @@
-"""``python -m gazeguard.mechanisms {show,model,estimate}``: inspect or regenerate the public prior
-that ``k="auto"`` optimises against (:mod:`gazeguard.mechanisms.prior`)."""
+"""``gazeguard mechanisms {show,model,estimate}``: inspect or regenerate the
+public prior
+that ``k="auto"`` optimises against (:mod:`gazeguard.privacy.mechanisms.prior`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from gazeguard.cli._common import ExitCode, stdout
-from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.mechanisms.auto_k import choose_k
-from gazeguard.mechanisms.bounds import Bounds
-from gazeguard.mechanisms.prior import (
+from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.privacy.mechanisms.auto_k import choose_k
+from gazeguard.privacy.mechanisms.bounds import Bounds
+from gazeguard.privacy.mechanisms.prior import (
     DEFAULT_PATH,
     TABLE_SIZES,
     FloatArray,
@@ -23,7 +24,7 @@ from gazeguard.mechanisms.prior import (
     estimate_prior,
     model_prior,
 )
-from gazeguard.mechanisms.registry import MECHANISMS, TRANSFORMS
+from gazeguard.privacy.mechanisms.registry import MECHANISMS, TRANSFORMS
 
 OUT_HELP = (
     f"where to write the prior (default ./{DEFAULT_PATH.name}: never the installed one, which "
@@ -73,10 +74,10 @@ def show(prior: PriorSpectrum) -> None:
 def show_budget(args: argparse.Namespace) -> None:
     """Rank every mechanism for a budget per hour and a release profile (``mechanism = "auto"``
     takes the first row)."""
-    from gazeguard.budget import rank_mechanisms  # noqa: PLC0415 - the accountant
     from gazeguard.config import FeatureSettings, MechanismSettings  # noqa: PLC0415
-    from gazeguard.features import NAMES, feature_bounds  # noqa: PLC0415
     from gazeguard.plan import chunk_counter  # noqa: PLC0415
+    from gazeguard.plan.chunks import rank_mechanisms  # noqa: PLC0415 - the accountant
+    from gazeguard.signal.features import NAMES, feature_bounds  # noqa: PLC0415
 
     names = [f.strip() for f in args.features.split(",")] if args.features else list(NAMES)
     lo, hi, max_step = feature_bounds(names, args.window_s, args.step_s)
@@ -98,9 +99,9 @@ def show_budget(args: argparse.Namespace) -> None:
         stdout(f"{'auto →' if i == 0 else '':>6} {c.describe()}")
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The parser of ``python -m gazeguard.mechanisms``."""
-    parser = argparse.ArgumentParser(prog=prog, description="Inspect or regenerate the prior.")
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``gazeguard mechanisms``."""
+    parser.description = "Inspect or regenerate the public prior; rank mechanisms for a budget."
     sub = parser.add_subparsers(dest="action", required=True)
     show_p = sub.add_parser("show", help="summarise a prior and the k that auto picks")
     show_p.add_argument("--prior", type=Path, default=DEFAULT_PATH)
@@ -127,12 +128,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     est.add_argument("--max-lag", type=int, default=2048)
     est.add_argument("--out", type=Path, default=Path(DEFAULT_PATH.name), help=OUT_HELP)
     est.add_argument("--replace-installed", action="store_true", help=REPLACE_HELP)
-    return parser
 
 
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """``python -m gazeguard.mechanisms {show,model,estimate}``: inspect or regenerate the prior."""
-    args = build_parser(prog).parse_args(argv)
+def main(argv: Sequence[str] | None = None) -> int:
+    """``gazeguard mechanisms`` with its own parser (tests and scripts)."""
+    parser = argparse.ArgumentParser(prog="gazeguard mechanisms")
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """``gazeguard mechanisms {show,model,estimate}``: inspect or regenerate the prior."""
     if args.action == "show":
         if args.budget_per_hour is not None:
             show_budget(args)
@@ -142,7 +148,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     if args.action == "model":
         prior = model_prior()
     else:
-        from gazeguard.dataset import FeatureTable  # noqa: PLC0415 - only needed here
+        from gazeguard.signal.dataset import FeatureTable  # noqa: PLC0415 - only needed here
 
         recs: list[FloatArray] = []
         lo = hi = np.zeros(0)
@@ -162,5 +168,5 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         )
     stdout(f"wrote {prior.save(out)}: {prior.source}")
     if out != DEFAULT_PATH:
-        stdout(f"use it with: python -m gazeguard.mechanisms show --prior {out}")
+        stdout(f"use it with: gazeguard mechanisms show --prior {out}")
     return ExitCode.OK

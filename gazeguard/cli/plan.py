@@ -14,7 +14,7 @@ import json
 
 from gazeguard.cli._common import ExitCode, get_console, stdout
 from gazeguard.cli.run import add_settings_arguments, settings_from_args
-from gazeguard.errors import ConfigError
+from gazeguard.core.errors import ConfigError
 from gazeguard.plan import ReleasePlan
 
 

@@ -7,13 +7,13 @@ Subcommands:
 
 ``build``
     Select a release profile for a task from labelled public recordings
-    (:func:`gazeguard.profiles.build_profile`) and write it as JSON.
+    (:func:`gazeguard.offline.profiles.build_profile`) and write it as JSON.
 ``show``
     Validate a profile (shipped name or path) and print it.
 ``train-model``
     Train the label model of a profile on labelled public recordings (scikit-learn), report its
     leave-one-person-out accuracy and write it in the JSON model format
-    (:mod:`gazeguard.labels`).
+    (:mod:`gazeguard.signal.labels`).
 ``labels-budget``
     Print the private-label budget arithmetic (what the sidecar prints at startup).
 """
@@ -30,7 +30,7 @@ import numpy as np
 
 from gazeguard.cli._common import epsilon_list
 from gazeguard.config import LabelSettings
-from gazeguard.errors import ConfigError
+from gazeguard.core.errors import ConfigError
 
 DESCRIPTION = """\
 Release profiles and private labels.
@@ -268,7 +268,7 @@ def _labels_budget_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def _open_table(args: argparse.Namespace, progress: Any) -> tuple[Any, Any]:
-    from gazeguard.eval.datasets import open_dataset  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.datasets import open_dataset  # noqa: PLC0415 - heavy import
 
     ds = open_dataset(
         args.dataset,
@@ -304,8 +304,8 @@ def _data_command(args: argparse.Namespace) -> list[str]:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from gazeguard.eval.grid import parse_mechanism  # noqa: PLC0415 - heavy import
-    from gazeguard.profiles import build_profile, check_stream_mechanism  # noqa: PLC0415
+    from gazeguard.offline.eval.grid import parse_mechanism  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.profiles import build_profile, check_stream_mechanism  # noqa: PLC0415
 
     classifiers = _checked_classifiers(args.classifiers)
     _check_fractions(args)
@@ -341,7 +341,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _checked_classifiers(text: str) -> tuple[str, ...]:
     """The classifiers of ``--classifiers`` (comma-separated), each one the evaluation knows."""
-    from gazeguard.eval.attacks import CLASSIFIERS  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.attacks import CLASSIFIERS  # noqa: PLC0415 - heavy import
 
     classifiers = tuple(c.strip() for c in text.split(",") if c.strip())
     if not classifiers or any(c not in CLASSIFIERS for c in classifiers):
@@ -358,8 +358,9 @@ def _check_fractions(args: argparse.Namespace) -> None:
 
 
 def _build_settings(args: argparse.Namespace, classifiers: tuple[str, ...]) -> Any:
-    """The selection settings of ``profile build`` (:class:`gazeguard.profiles.BuildSettings`)."""
-    from gazeguard.profiles import BuildSettings  # noqa: PLC0415 - heavy import
+    """The selection settings of ``profile build``
+    (:class:`gazeguard.offline.profiles.BuildSettings`)."""
+    from gazeguard.offline.profiles import BuildSettings  # noqa: PLC0415 - heavy import
 
     return BuildSettings(
         criterion=args.criterion,
@@ -441,7 +442,7 @@ def _print_profile(profile: Any) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from gazeguard.profiles import load_profile  # noqa: PLC0415
+    from gazeguard.signal.profiles import load_profile  # noqa: PLC0415
 
     profile = load_profile(args.profile)
     if args.json:
@@ -453,8 +454,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from gazeguard.labels import train_model  # noqa: PLC0415 - heavy import
-    from gazeguard.profiles import load_profile  # noqa: PLC0415
+    from gazeguard.signal.labels import train_model  # noqa: PLC0415 - heavy import
+    from gazeguard.signal.profiles import load_profile  # noqa: PLC0415
 
     profile = load_profile(args.profile)
     if not args.regularization > 0:
@@ -503,7 +504,7 @@ def _model_features(chosen: str, profile: Any, table: Any) -> list[str]:
     """What the model reads (``--features``): the profile's released features (``profile``), or
     every feature that varies in the build data (``usable``)."""
     if chosen == "usable":
-        from gazeguard.profiles import candidate_columns  # noqa: PLC0415
+        from gazeguard.offline.profiles import candidate_columns  # noqa: PLC0415
 
         cols, _excluded = candidate_columns(table)
         return [table.feature_names[i] for i in cols]
@@ -515,7 +516,7 @@ def _lopo_accuracy(
 ) -> tuple[float, dict[str, float]]:
     """Leave-one-person-out accuracy of the model: per window, and per decision length of
     ``--decision-s`` (keyed ``"{s:g}"``, rounded to 4 places; lengths under one step left out)."""
-    from gazeguard.labels import lopo_probabilities  # noqa: PLC0415 - heavy import
+    from gazeguard.signal.labels import lopo_probabilities  # noqa: PLC0415 - heavy import
 
     probs = lopo_probabilities(
         table, features, regularization=args.regularization, every=args.every
@@ -563,8 +564,8 @@ def _labels_budget(args: argparse.Namespace) -> int:
     """The sidecar's label plan for these settings (the release plan's own figures), or the
     cadence a target survival allows."""
     from gazeguard.config import FeatureSettings  # noqa: PLC0415
-    from gazeguard.labels import epsilon_for_survival, load_model  # noqa: PLC0415
     from gazeguard.plan import ReleasePlan, label_cadence  # noqa: PLC0415
+    from gazeguard.signal.labels import epsilon_for_survival, load_model  # noqa: PLC0415
 
     if args.decision_s is not None:
         labels = LabelSettings(

@@ -10,7 +10,7 @@ The released table has the input's format (by the output suffix: .csv, .npz or .
 needs the ``parquet`` extra) and a manifest JSON next to it (``released.manifest.json`` unless
 ``--manifest`` says otherwise); k-same also writes ``released.group-mapping.PRIVATE.json``, the
 mapping from group ids back to real people, which stays local (a warning says so). The files are
-written by :func:`gazeguard.release.output.write_release`.
+written by :func:`gazeguard.offline.release.output.write_release`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from gazeguard.cli._common import ExitCode, get_console, require, stdout
-from gazeguard.dataset import FeatureTable, file_sha256
-from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.release import RELEASE_MECHANISMS
-from gazeguard.release.output import check_output, write_release
+from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.offline.release import RELEASE_MECHANISMS
+from gazeguard.offline.release.output import check_output, write_release
+from gazeguard.signal.dataset import FeatureTable, file_sha256
 
 #: CLI option dest → mechanism parameter name; only options given on the command line are passed.
 _PARAM_OPTIONS = (
@@ -146,9 +146,11 @@ def _load_input(
         path = Path(args.input)
         table = FeatureTable.load(path)
         return table, str(path), {"sha256": file_sha256(path)}
-    require("gazeguard release --dataset", "sklearn")  # gazeguard.eval needs the 'eval' extra
-    from gazeguard.eval.datasets import open_dataset  # noqa: PLC0415 - heavy, only for --dataset
-    from gazeguard.recordings import ReadOptions  # noqa: PLC0415 - only for --dataset
+    require(
+        "gazeguard release --dataset", "sklearn"
+    )  # gazeguard.offline.eval needs the 'eval' extra
+    from gazeguard.offline.eval.datasets import open_dataset  # noqa: PLC0415 - heavy, only for --dataset
+    from gazeguard.offline.recordings import ReadOptions  # noqa: PLC0415 - only for --dataset
 
     dataset = open_dataset(args.dataset, args.data_dir, read_options=ReadOptions(rate_hz=args.rate))
     table = dataset.features(

@@ -1,5 +1,5 @@
 """``gazeguard replay FILE``: stream a recorded gaze file once as a real LSL outlet at its own
-timing (:class:`gazeguard.replay.Replay`), then exit."""
+timing (:class:`gazeguard.offline.replay.Replay`), then exit."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from gazeguard.cli._common import (
     add_geometry_arguments,
     read_options,
 )
-from gazeguard.errors import ConfigError, DatasetError
-from gazeguard.recordings import (
+from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.core.samples import GazeSamples
+from gazeguard.offline.recordings import (
     FORMAT_HELP,
     FORMATS,
     GAZE_UNITS,
@@ -23,8 +24,7 @@ from gazeguard.recordings import (
     ReadOptions,
     read_recording,
 )
-from gazeguard.replay import Replay, XdfStream, load_xdf
-from gazeguard.samples import GazeSamples
+from gazeguard.offline.replay import Replay, XdfStream, load_xdf
 
 REPLAY_EPILOG = f"""\
 {FORMAT_HELP}

@@ -1,10 +1,10 @@
-"""``gazeguard run``: the sidecar from the command line (:func:`gazeguard.service.serve`).
+"""``gazeguard run``: the sidecar from the command line (:func:`gazeguard.runtime.service.serve`).
 
-Reads the configuration (file < ``GAZEGUARD_*`` environment < flags), refuses it with every
-problem listed when :func:`gazeguard.config.check_settings` finds any, serves on uvloop until
+Reads the configuration (file < ``GAZEGUARD_*`` environment < flags), refuses it with every problem
+listed when :func:`gazeguard.runtime.preflight.check_settings` finds any, serves on uvloop until
 Ctrl-C / SIGTERM / ``--duration``, prints a banner, one line per charged chunk (not with
 ``--quiet``) and a summary on stderr, and exits with the :class:`~gazeguard.cli.ExitCode` its
-:class:`~gazeguard.service.RunSummary` calls for (:func:`exit_code`).
+:class:`~gazeguard.runtime.service.RunSummary` calls for (:func:`exit_code`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from typing import Any
 
 from gazeguard.cli._common import ExitCode, Signals, get_console, run_loop, stop_on_signals
 from gazeguard.cli.watch import watch_hint
-from gazeguard.config import Settings, broker_address, check_settings
-from gazeguard.fleet import Fleet, SessionEvent
-from gazeguard.label_stream import LabelPlan
+from gazeguard.config import Settings, broker_address
 from gazeguard.ledger import is_url
-from gazeguard.mechanisms.registry import ONLINE_MECHANISMS
-from gazeguard.pipeline import Pipeline, ReleasedChunk
-from gazeguard.service import RunSummary, serve, serve_fleet
+from gazeguard.plan.labels import LabelPlan
+from gazeguard.privacy.mechanisms.registry import ONLINE_MECHANISMS
+from gazeguard.runtime.fleet import Fleet, SessionEvent
+from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
+from gazeguard.runtime.preflight import check_settings
+from gazeguard.runtime.service import RunSummary, serve, serve_fleet
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--session", help="session id (default: derived from the stream source_id)")
     g.add_argument(
         "--source",
-        choices=["auto", "lsl", "simulated", "jetstream", "mqtt"],  # mqtt: refused, with advice
+        choices=["auto", "lsl", "simulated", "jetstream"],
         metavar="{auto,lsl,simulated,jetstream}",
         help="gaze source (default auto: an LSL stream, else the simulated headset; "
         "jetstream: raw gaze over NATS JetStream in fleet mode, trusted networks only)",

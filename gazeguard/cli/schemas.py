@@ -1,79 +1,78 @@
-"""Write the shipped payload JSON Schemas (default: ``gazeguard/data`` next to the modules):
+"""``gazeguard schemas``: the JSON Schemas of every payload gazeguard publishes.
 
-* ``python -m gazeguard.message --write-schemas [DIR]``: chunk and status
-  (:func:`gazeguard.message.write_schemas`);
-* ``python -m gazeguard.label_message --write-schema [DIR]``: the private label;
-* ``python -m gazeguard.cohort_message --write-schema [DIR]``: the cohort aggregate and the
-  cohort attention message.
+``gazeguard schemas`` lists them; ``--write [DIR]`` writes them (default: ``gazeguard/data``, the
+files the package ships and the tests compare the models with); ``--check`` exits 1 when a
+shipped file differs from its model (a stale schema after a model change).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 
-from gazeguard import message
-from gazeguard.cli._common import ExitCode, stdout
+from gazeguard.cli._common import ExitCode, get_console, stdout
+from gazeguard.wire import message
+from gazeguard.wire.cohort import (
+    ATTENTION_SCHEMA_FILE,
+    AttentionMessage,
+    CohortMessage,
+)
+from gazeguard.wire.cohort import SCHEMA_FILE as COHORT_FILE
+from gazeguard.wire.label import SCHEMA_FILE as LABEL_FILE
+from gazeguard.wire.label import LabelMessage
 
-DATA = Path(message.__file__).resolve().parent / "data"
+DATA = Path(str(resources.files("gazeguard"))) / "data"
+
+#: Every shipped payload schema: file name → model.
+SCHEMAS: Mapping[str, type[message._Model]] = {
+    **message.SCHEMA_FILES,
+    LABEL_FILE: LabelMessage,
+    COHORT_FILE: CohortMessage,
+    ATTENTION_SCHEMA_FILE: AttentionMessage,
+}
 
 
-def _write(
-    module: str,
-    flag: str,
-    what: str,
-    write: Callable[[Path], list[Path]],
-    argv: Sequence[str] | None,
-) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=__doc__)
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``gazeguard schemas``."""
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
-        flag,
+        "--write",
         nargs="?",
         const=DATA,
         type=Path,
         metavar="DIR",
-        help=f"write {what} (default: gazeguard/data in the source tree)",
-        dest="directory",
+        help="write every schema into DIR (default: gazeguard/data in the source tree)",
     )
-    args = parser.parse_args(argv)
-    if args.directory is None:
-        parser.print_help()
-        return ExitCode.USAGE
-    for path in write(args.directory):
-        stdout(f"wrote {path}")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a shipped schema differs from its model"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``gazeguard schemas [--write [DIR]] [--check]``."""
+    if args.write is not None:
+        for path in message.write_schemas(args.write, SCHEMAS):
+            stdout(f"wrote {path}")
+        return ExitCode.OK
+    stale = [
+        name
+        for name, model in SCHEMAS.items()
+        if json.loads((DATA / name).read_text(encoding="utf-8")) != message.json_schema(model)
+    ]
+    for name, model in SCHEMAS.items():
+        stdout(f"{name}: {model.__name__} ({DATA / name})")
+    if args.check and stale:
+        get_console().fail(f"stale: {', '.join(stale)}: run gazeguard schemas --write", stale=stale)
+        return ExitCode.ERROR
     return ExitCode.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gazeguard.message --write-schemas [DIR]``."""
-    what = "the payload JSON Schemas"
-    return _write("gazeguard.message", "--write-schemas", what, message.write_schemas, argv)
-
-
-def label_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gazeguard.label_message --write-schema [DIR]``."""
-    from gazeguard.label_message import write_schema  # noqa: PLC0415 - imports gazeguard.message
-
-    def write(directory: Path) -> list[Path]:
-        return [write_schema(directory)]
-
-    return _write("gazeguard.label_message", "--write-schema", "label.schema.json", write, argv)
-
-
-def cohort_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gazeguard.cohort_message --write-schema [DIR]``."""
-    from gazeguard.cohort_message import (  # noqa: PLC0415
-        ATTENTION_SCHEMA_FILE,
-        SCHEMA_FILE,
-        AttentionMessage,
-        CohortMessage,
-    )
-
-    def write(directory: Path) -> list[Path]:
-        return message.write_schemas(
-            directory, {SCHEMA_FILE: CohortMessage, ATTENTION_SCHEMA_FILE: AttentionMessage}
-        )
-
-    what = f"{SCHEMA_FILE} and {ATTENTION_SCHEMA_FILE}"
-    return _write("gazeguard.cohort_message", "--write-schema", what, write, argv)
+    """``gazeguard schemas`` with its own parser (tests and scripts)."""
+    parser = argparse.ArgumentParser(prog="gazeguard schemas")
+    configure(parser)
+    return run(parser.parse_args(argv))

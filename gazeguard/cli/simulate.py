@@ -1,5 +1,5 @@
 """``gazeguard simulate``: stream a simulated person as a real LSL outlet
-(:class:`gazeguard.simulate.SimulatedHeadset`) until ``--duration`` or Ctrl-C."""
+(:class:`gazeguard.runtime.simulate.SimulatedHeadset`) until ``--duration`` or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import signal
 
 from gazeguard.cli._common import ExitCode, interrupted_line, stdout
-from gazeguard.simulate import TASKS, SimulatedHeadset
+from gazeguard.runtime.simulate import TASKS, SimulatedHeadset
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -21,11 +21,11 @@ from pydantic import ValidationError
 
 from gazeguard.cli._common import ExitCode, get_console, run_loop, stdout, stop_on_signals
 from gazeguard.config import broker_address, load_settings
-from gazeguard.errors import GazeguardError
-from gazeguard.label_message import LabelMessage
-from gazeguard.message import ChunkMessage, StatusMessage
-from gazeguard.mqtt.client import ClientFactory
-from gazeguard.mqtt.sink import explain_failure
+from gazeguard.core.errors import GazeguardError
+from gazeguard.runtime.mqtt.client import ClientFactory
+from gazeguard.runtime.mqtt.sink import explain_failure
+from gazeguard.wire.label import LabelMessage
+from gazeguard.wire.message import ChunkMessage, StatusMessage
 
 #: Sparkline blocks, lowest to highest.
 BARS = "▁▂▃▄▅▆▇█"

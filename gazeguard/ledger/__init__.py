@@ -1,7 +1,8 @@
 """The durable privacy ledger and its outbox: every release is paid for before it can be published.
 
 A release (a privatized chunk, a private label, a cohort contribution) costs a multiset of
-*accounting events* (:mod:`gazeguard.accounting`): for example 48 features × one Laplace release
+*accounting events* (:mod:`gazeguard.privacy.accounting`): for example 48 features × one Laplace
+release
 of noise multiplier r. :meth:`Ledger.charge` checks the caps, records the charge with its events
 and its gaze time, and enqueues the privatized payload in the outbox **in one transaction**: a
 crash can never leave a charged release without its payload, nor a payload without its charge.
@@ -22,7 +23,8 @@ Accounting per session (:mod:`gazeguard.ledger.policy`):
   user-level guarantee.
 * a session cap and a window cap over any ``window_s`` seconds of gaze time, both ε at ``delta``.
   A release that would exceed a cap is refused with
-  :class:`~gazeguard.errors.BudgetExhaustedError` and nothing is written; :meth:`Ledger.withhold`
+  :class:`~gazeguard.core.errors.BudgetExhaustedError` and nothing is written;
+  :meth:`Ledger.withhold`
   then records it for status.
 
 No callback: the payload quotes the post-charge state, so a writer first calls
@@ -32,7 +34,7 @@ payload from it, and charges with that version; if another writer charged the se
 
 Cap policy on restart. The caps a session was first seen with are stored with it. A stricter
 configuration is adopted; a looser one (a higher cap, a removed cap, a shorter window, a larger
-δ) would refill the budget and is refused with a :class:`~gazeguard.errors.ConfigError` by
+δ) would refill the budget and is refused with a :class:`~gazeguard.core.errors.ConfigError` by
 :meth:`Ledger.open_session` (call it at session start) or at the session's next charge, unless
 the ledger was opened with ``allow_cap_increase=True``. Spent ε never resets.
 

@@ -6,10 +6,10 @@ PostgreSQL alike. This module turns those counts into numbers:
 
 * **Pure sequential ε** is summed exactly in integer micro-ε (each event's pure ε rounded up),
   so no sequence of tiny releases can creep past a cap through floating-point rounding.
-* **ε at δ** comes from the accountant (:func:`gazeguard.accounting.compose`: PLD, the exact
+* **ε at δ** comes from the accountant (:func:`gazeguard.privacy.accounting.compose`: PLD, the exact
   Gaussian closed form, RDP beyond the PLD's reach), never above the pure sum.
 * **Whether a release fits** a cap is decided on exact counts: first the exact pure sum (if that
-  is within the cap, so is every tighter bound), else :func:`gazeguard.accounting.capacity`,
+  is within the cap, so is every tighter bound), else :func:`gazeguard.privacy.accounting.capacity`,
   whose cache makes the same chunk cost charged again cost a dictionary lookup.
 
 Reported figures (:meth:`LedgerComposer.epsilon`) round each count *up* to a grid with at most
@@ -26,9 +26,9 @@ import threading
 from collections.abc import Mapping
 from typing import TypeVar
 
-from gazeguard.accounting import Event, PrivacyLoss, capacity, compose, event_from_dict
-from gazeguard.errors import ConfigError
+from gazeguard.core.errors import ConfigError
 from gazeguard.ledger._model import UNITS_PER_EPSILON, LedgerError, to_units_down, to_units_up
+from gazeguard.privacy.accounting import Event, PrivacyLoss, capacity, compose, event_from_dict
 
 Counts = Mapping[str, int]
 T = TypeVar("T")
@@ -147,7 +147,7 @@ class LedgerComposer:
     def warm(self, before: Counts, cost: Counts, cap: float, delta: float) -> None:
         """Run (and cache) the capacity search :meth:`fits` will need for ``cost`` after
         ``before`` once the exact pure sum no longer decides; a cache lookup after the first
-        time for a release shape and cap (see :func:`gazeguard.accounting.capacity`)."""
+        time for a release shape and cap (see :func:`gazeguard.privacy.accounting.capacity`)."""
         step = self.events(cost)
         if step:
             capacity(step, PrivacyLoss.approx(cap, delta), self.events(before))

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
-from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import policy
 from gazeguard.ledger._compose import LedgerComposer
 from gazeguard.ledger._model import (
@@ -193,7 +193,8 @@ class Ledger:
         """True for an SQLite file: no call waits on a network round trip (a transaction is a
         few hundred µs of CPU and one fsync), so a busy event loop may make the calls itself
         rather than hand them to a worker thread, which would wait for the GIL after each of its
-        SQLite calls while the loop computes (see :meth:`gazeguard.fleet.Fleet._process_many`)."""
+        SQLite calls while the loop computes (see
+        :meth:`gazeguard.runtime.fleet.Fleet._process_many`)."""
         return self._backend.kind == "sqlite"
 
     @property
@@ -290,7 +291,8 @@ class Ledger:
                 pure guarantee); recorded, and summed for the sequential view.
             topic: where the payload is to be published.
             payload: the bytes, exactly as they will be published.
-            events: the release's accounting events (key → count, :mod:`gazeguard.accounting`);
+            events: the release's accounting events (key → count,
+            :mod:`gazeguard.privacy.accounting`);
                 default: one pure-ε event per feature of ``epsilon``.
             gaze: Unix times of the release's first and last gaze, s (default: now, now); the
                 window cap counts in this time.

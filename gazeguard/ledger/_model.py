@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Literal, Protocol
 
-from gazeguard.accounting import Event, PureEvent
-from gazeguard.errors import ConfigError, GazeguardError
+from gazeguard.core.errors import ConfigError, GazeguardError
+from gazeguard.privacy.accounting import Event, PureEvent
 
 UNITS_PER_EPSILON = 1_000_000
 """Integer units per ε (micro-ε): the ledger's exact unit of account."""
@@ -299,7 +299,7 @@ def schema_mismatch(location: str, found: str) -> str:
 def event_key(event: Event) -> str:
     """The ledger's key of an accounting event: the canonical JSON of ``event.to_dict()``
     (e.g. ``{"kind": "laplace", "ratio": 56.05, "slack": 3.1e-14}``), which
-    :func:`gazeguard.accounting.event_from_dict` reads back after a restart."""
+    :func:`gazeguard.privacy.accounting.event_from_dict` reads back after a restart."""
     return json.dumps(event.to_dict(), sort_keys=True)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from gazeguard.errors import ConfigError, GazeguardError
+from gazeguard.core.errors import ConfigError, GazeguardError
 from gazeguard.ledger._model import LedgerError, Sql, Synchronous, check_schema
 from gazeguard.ledger._store import add_counters, ensure_indexes
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gazeguard.errors import ConfigError, GazeguardError
+from gazeguard.core.errors import ConfigError, GazeguardError
 from gazeguard.ledger._model import (
     SCHEMA_VERSION,
     LedgerError,

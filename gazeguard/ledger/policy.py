@@ -1,7 +1,7 @@
 """Accounting policy: caps, composition and windows over gaze time — plain code, no storage.
 
 What a session has spent is a multiset of *accounting events* (an event key → how many releases
-of it were charged; see :mod:`gazeguard.accounting`). The policy turns those counts into the
+of it were charged; see :mod:`gazeguard.privacy.accounting`). The policy turns those counts into the
 user-level figures a person cares about and decides whether one more release fits:
 
 * ``epsilon`` — the session's ε at the ledger's δ: the best valid bound among the accountant's
@@ -15,7 +15,7 @@ user-level figures a person cares about and decides whether one more release fit
 Caps (all ε at the ledger's δ): a session cap over everything, and a window cap over *any*
 ``window_s`` seconds of gaze time (the w-event idea of Kellaris et al. 2014, counted in gaze time
 rather than in chunk indexes, because one gaze sample reaches several chunks). A release that
-would exceed a cap is refused with :class:`~gazeguard.errors.BudgetExhaustedError`.
+would exceed a cap is refused with :class:`~gazeguard.core.errors.BudgetExhaustedError`.
 
 Which window must be checked: a release whose gaze ends at ``t`` belongs to every window
 ``(a, a + W]`` with ``a < t ≤ a + W``. When releases are charged in gaze order (the normal case:
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from gazeguard.errors import BudgetExhaustedError, ConfigError
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger._model import to_units_down
 
 Counts = Mapping[str, int]

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy import integrate
 
-from gazeguard.accounting import (
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.accounting import (
     Event,
     GaussianEvent,
     LaplaceEvent,
@@ -33,7 +34,6 @@ from gazeguard.accounting import (
     releases_within,
     rho_to_epsilon,
 )
-from gazeguard.errors import ConfigError
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -72,7 +72,8 @@ def split_delta_quadrature(eps: float, s1: float, s2: float) -> float:
 
 
 def split_delta_formula(eps: float, s1: float, s2: float) -> float:
-    """The closed form derived in gazeguard.accounting.loss: 1 − e^{−w}(1 + min(w, a, s−w)/2)."""
+    """The closed form derived in gazeguard.privacy.accounting.loss: 1 − e^{−w}(1 + min(w, a,
+    s−w)/2)."""
     s, a = s1 + s2, min(s1, s2)
     w = (s - eps) / 2
     if w <= 0:

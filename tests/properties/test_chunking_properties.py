@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gazeguard.chunking import Chunker
+from gazeguard.core.chunking import Chunker
 
 
 @given(

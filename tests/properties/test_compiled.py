@@ -1,4 +1,4 @@
-"""The compiled passes (:mod:`gazeguard.compiled`, numba) against the numpy reference: the
+"""The compiled passes (:mod:`gazeguard.signal.compiled`, numba) against the numpy reference: the
 same event rows bit for bit (``tobytes``), the same counters and the same ``finish`` events,
 for random recordings (blinks, dropouts, noise, 30-500 Hz, jitter; long fixations, invalid runs
 and sweeps cut at the grid), random block splits and several detector settings (the stream's
@@ -25,13 +25,13 @@ from test_feature_properties import (
     recordings,
 )
 
-from gazeguard import compiled, events, features, rawgaze
-from gazeguard.compiled import use_compiled
-from gazeguard.events import EventDetector, Row
-from gazeguard.features import NAMES, FeatureExtractor, push_many
-from gazeguard.rawgaze import decode_many, encode_gaze
-from gazeguard.samples import GazeSamples
-from gazeguard.simulate import simulate_gaze
+from gazeguard.core.samples import GazeSamples
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal import compiled, events, features, rawgaze
+from gazeguard.signal.compiled import use_compiled
+from gazeguard.signal.events import EventDetector, Row
+from gazeguard.signal.features import NAMES, FeatureExtractor, push_many
+from gazeguard.signal.rawgaze import decode_many, encode_gaze
 
 pytest.importorskip("numba")
 
@@ -141,7 +141,7 @@ def test_compiled_passes_give_the_numpy_vectors_bit_for_bit(
 
 def test_compiled_push_many_gives_the_same_vectors() -> None:
     """A fleet worker's path: 40 s of 120 Hz gaze in 1-s blocks for 6 sessions, decoded from
-    the wire one at a time (read-only arrays, as :func:`~gazeguard.rawgaze.decode_many` gives
+    the wire one at a time (read-only arrays, as :func:`~gazeguard.signal.rawgaze.decode_many` gives
     a lone block) and
     through ``push_many``, compiled against numpy: the same vectors and counters, bit for bit
     (and the sessions do have fixations, saccades and blinks)."""
@@ -293,7 +293,7 @@ def test_compiled_pass_can_be_turned_off_by_the_environment(
 
 @st.composite
 def payloads(draw: st.DrawFn) -> list[bytes]:
-    """Raw gaze blocks (:mod:`gazeguard.rawgaze`), some of one size (numpy decodes those
+    """Raw gaze blocks (:mod:`gazeguard.signal.rawgaze`), some of one size (numpy decodes those
     together), with NaN, inf and any NaN bit pattern in any column, timestamps that may fall
     back or stop being finite, and some malformed (short, wrong magic, wrong length)."""
     sizes = draw(st.lists(st.sampled_from([0, 1, 2, 7, 120]), min_size=1, max_size=6))
@@ -320,7 +320,7 @@ def payloads(draw: st.DrawFn) -> list[bytes]:
 @settings(max_examples=200, deadline=None)
 @given(batch=payloads())
 def test_compiled_decode_gives_the_numpy_blocks_bit_for_bit(batch: list[bytes]) -> None:
-    """:func:`~gazeguard.rawgaze.decode_many` with the compiled decode against numpy: the
+    """:func:`~gazeguard.signal.rawgaze.decode_many` with the compiled decode against numpy: the
     same arrays (bit for bit, NaN patterns included), the same errors, first and last
     timestamps and increasing flags."""
     got = {}

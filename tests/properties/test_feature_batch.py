@@ -24,11 +24,11 @@ from test_feature_properties import (
     recordings,
 )
 
-from gazeguard.errors import StreamError
-from gazeguard.events import EventDetector, EventKind
-from gazeguard.features import FeatureExtractor, push_many
-from gazeguard.samples import GazeSamples
-from gazeguard.simulate import simulate_gaze
+from gazeguard.core.errors import StreamError
+from gazeguard.core.samples import GazeSamples
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.events import EventDetector, EventKind
+from gazeguard.signal.features import FeatureExtractor, push_many
 
 # Detector settings; without "rate_hz" the stream's declared rate (200 Hz: a 20 ms gap threshold).
 DETECTORS = st.sampled_from([{}, {"rate_hz": 200.0}, {"velocity_threshold_deg_s": 80.0}])

@@ -35,12 +35,12 @@ from test_feature_properties import (
     recordings,
 )
 
-from gazeguard import events
-from gazeguard.errors import ConfigError, StreamError
-from gazeguard.events import EventDetector, Events, check_timestamps
-from gazeguard.features import FeatureExtractor
-from gazeguard.samples import GazeSamples
-from gazeguard.simulate import simulate_gaze
+from gazeguard.core.errors import ConfigError, StreamError
+from gazeguard.core.samples import GazeSamples
+from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal import events
+from gazeguard.signal.events import EventDetector, Events, check_timestamps
+from gazeguard.signal.features import FeatureExtractor
 
 # Detector settings; without "rate_hz" the stream's declared rate. 120 Hz: another rate than
 # the samples' (mostly); 200 Hz: a 20 ms gap threshold.

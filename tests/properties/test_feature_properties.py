@@ -16,9 +16,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gazeguard.events import SPLIT_GRID_S, EventDetector, EventKind, Events
-from gazeguard.features import FEATURES, FeatureExtractor, extract_features, feature_bounds
-from gazeguard.samples import GazeSamples
+from gazeguard.core.samples import GazeSamples
+from gazeguard.signal.events import SPLIT_GRID_S, EventDetector, EventKind, Events
+from gazeguard.signal.features import FEATURES, FeatureExtractor, extract_features, feature_bounds
 
 SEGMENT = st.tuples(
     st.sampled_from(["fix", "fix", "fix", "sac", "blink", "gap", "noise", "sweep"]),

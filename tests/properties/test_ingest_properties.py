@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gazeguard.presets import EyeChannels, Layout, Normalizer
-from gazeguard.simulate import GazeGenerator, simulate_gaze
+from gazeguard.runtime.presets import EyeChannels, Layout, Normalizer
+from gazeguard.runtime.simulate import GazeGenerator, simulate_gaze
 
 GG = Layout("gazeguard", 5, (EyeChannels(1, 2, 3),), "deg", y_up=True, validity=4, index=0)
 BINOCULAR = Layout("b", 6, (EyeChannels(0, 1, 2), EyeChannels(3, 4, 5)), "deg", y_up=True)

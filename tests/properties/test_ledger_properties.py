@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from gazeguard.errors import BudgetExhaustedError
+from gazeguard.core.errors import BudgetExhaustedError
 from gazeguard.ledger import (
     UNITS_PER_EPSILON,
     Charge,

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gazeguard.mechanisms import Bounds, forward, inverse, make_mechanism
+from gazeguard.privacy.mechanisms import Bounds, forward, inverse, make_mechanism
 
 FloatArray = npt.NDArray[np.float64]
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

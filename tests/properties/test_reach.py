@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gazeguard.config import FeatureSettings, MechanismSettings
-from gazeguard.events import EVENT_REACH_S, LOOKBEHIND_S, RATE_RANGE_HZ, reach_s
-from gazeguard.features import extract_features
+from gazeguard.core.samples import GazeSamples
 from gazeguard.plan import ReleasePlan
-from gazeguard.samples import GazeSamples
+from gazeguard.signal.events import EVENT_REACH_S, LOOKBEHIND_S, RATE_RANGE_HZ, reach_s
+from gazeguard.signal.features import extract_features
 
 WINDOW_S, STEP_S, N = 10.0, 0.5, 8  # small, so that the reach spans several chunks quickly
 FEATURES = FeatureSettings(window_s=WINDOW_S, step_s=STEP_S)

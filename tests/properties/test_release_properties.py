@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gazeguard.dataset import FeatureTable
-from gazeguard.errors import ConfigError
-from gazeguard.release import RELEASE_MECHANISMS
-from gazeguard.release._common import ReleaseRandom, padded, task_sequences
-from gazeguard.release.marginals import TaskModel
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.release import RELEASE_MECHANISMS
+from gazeguard.offline.release._common import ReleaseRandom, padded, task_sequences
+from gazeguard.offline.release.marginals import TaskModel
+from gazeguard.signal.dataset import FeatureTable
 
 FAST = settings(max_examples=40, deadline=None)
 

@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gazeguard.mechanisms import Bounds
-from gazeguard.mechanisms import sensitivity as sens
-from gazeguard.mechanisms.registry import kept_coefficients, max_k
-from gazeguard.mechanisms.sensitivity import coefficient_basis, kept_coefficient_sensitivity
-from gazeguard.mechanisms.transforms import OrthonormalTransform
+from gazeguard.privacy.mechanisms import Bounds
+from gazeguard.privacy.mechanisms import sensitivity as sens
+from gazeguard.privacy.mechanisms.registry import kept_coefficients, max_k
+from gazeguard.privacy.mechanisms.sensitivity import coefficient_basis, kept_coefficient_sensitivity
+from gazeguard.privacy.mechanisms.transforms import OrthonormalTransform
 
 FloatArray = npt.NDArray[np.float64]
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

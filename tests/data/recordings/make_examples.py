@@ -3,7 +3,8 @@
     PYTHONPATH=. python tests/data/recordings/make_examples.py
 
 Each file follows its vendor's documented layout (see README.md here) and holds a simulated
-person (``gazeguard.simulate.simulate_gaze``) projected into the vendor's coordinates with the
+person (``gazeguard.runtime.simulate.simulate_gaze``) projected into the vendor's coordinates with
+the
 geometry written in ``GEOMETRY``; ``truth.npz`` keeps, per file, what a correct reader must
 return: ``<name>__t`` (s), ``__x``/``__y`` (degrees, x right, y up; NaN where the sample is
 invalid) and ``__pupil`` (mm; NaN where none). The files are committed, so the tests do not
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gazeguard.simulate import simulate_gaze
+from gazeguard.runtime.simulate import simulate_gaze
 
 HERE = Path(__file__).resolve().parent
 GEOMETRY = {

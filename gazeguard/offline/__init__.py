@@ -1,0 +1,1 @@
+"""Layer 9, offline: evaluation, dataset releases, recordings, replay and the demo."""

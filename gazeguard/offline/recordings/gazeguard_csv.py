@@ -1,0 +1,349 @@
+"""gazeguard's own CSV recording format (``csv``): the one documented layout, see ``FORMAT_HELP``.
+
+A header line names the columns (case-insensitive, unknown ones ignored); a unit may be part of
+the name (``time_ms``, ``x_deg``, ``x [px]``) or given by option. Rows may interleave several
+recordings, told apart by the ``person``/``task``/``recording`` columns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+
+from gazeguard.core.samples import BoolArray, FloatArray
+from gazeguard.offline.recordings._common import (
+    GAZE_UNITS,
+    TIME_SCALE_S,
+    TIME_UNITS,
+    GazeRecording,
+    ReadOptions,
+    RecordingError,
+    Table,
+    build_samples,
+    check_time,
+    did_you_mean,
+    median_step,
+    open_text,
+    read_table,
+    sniff_delimiter,
+    split_unit,
+    to_degrees,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Accepted column names per role (after a unit suffix such as ``_ms`` or `` [px]`` is removed).
+TIME_NAMES = ("t", "time", "timestamp", "time_stamp", "ts")
+#: Gaze column pairs in order of preference; a pair stated in degrees wins over the others.
+XY_NAMES = (
+    ("x", "y"),
+    ("gaze_x", "gaze_y"),
+    ("gaze x", "gaze y"),
+    ("gaze_point_x", "gaze_point_y"),
+    ("gaze point x", "gaze point y"),
+    ("gazex", "gazey"),
+    ("azimuth", "elevation"),
+    ("norm_pos_x", "norm_pos_y"),  # Pupil Labs: normalised, origin bottom-left
+)
+_Y_UP_PAIRS = {"norm_pos_x": "norm", "azimuth": "deg"}
+PUPIL_NAMES = ("pupil", "pupil_diameter", "pupil diameter", "pupil_size", "diameter")
+VALID_NAMES = ("valid", "validity", "is_valid")
+CONFIDENCE_NAMES = ("confidence", "conf")
+LABEL_NAMES: dict[str, tuple[str, ...]] = {
+    "person": ("person", "participant", "subject", "participant_id", "participant name"),
+    "task": ("task", "label", "activity", "stimulus", "condition"),
+    "recording": ("recording", "recording_id", "recording name", "recording_name", "session"),
+}
+_TRUE = frozenset({"1", "1.0", "true", "t", "yes", "y", "valid"})
+_FALSE = frozenset({"0", "0.0", "false", "f", "no", "n", "invalid"})
+
+
+def _find(bases: dict[str, int], names: tuple[str, ...]) -> int | None:
+    return next((bases[n] for n in names if n in bases), None)
+
+
+def read_csv(path: Path, opts: ReadOptions) -> list[GazeRecording]:
+    """Read a gazeguard CSV recording (see ``FORMAT_HELP``); one recording per label group.
+
+    Raises:
+        RecordingError: naming file, line and column, and what to do.
+    """
+    header: tuple[str, ...] | None = opts.columns
+    lines = open_text(path)
+    first = next(((n, t) for n, t in lines if t.strip() and not t.lstrip().startswith("#")), None)
+    if first is None:
+        raise RecordingError(path, "the file is empty (no header line, no samples)")
+    if header is None:
+        fields = [f.strip() for f in first[1].split(sniff_delimiter(first[1]))]
+        if all(_is_number(f) for f in fields):
+            raise RecordingError(
+                path,
+                "no header line; name the columns in a first line such as t,x,y (or pass "
+                "--columns t,x,y for a file without one)",
+                first[0],
+            )
+    table = read_table(path, header=header, first=first, lines=lines)
+    return _recordings(table, opts)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:  # noqa: PLR0912, PLR0915 - format parser, one branch per column convention
+    path, header = table.path, table.header
+    parsed = [split_unit(h) for h in header]
+    bases: dict[str, int] = {}
+    for i, (base, _) in enumerate(parsed):
+        bases.setdefault(base, i)
+    notes: list[str] = []
+
+    # -- gaze columns and unit
+    pairs = [(bases[a], bases[b], a) for a, b in XY_NAMES if a in bases and b in bases]
+    if not pairs:
+        expected = " / ".join(f"{a},{b}" for a, b in (("x_deg", "y_deg"), *XY_NAMES))
+        raise RecordingError(
+            path,
+            f"no gaze columns: expected one of {expected} (a unit may follow: x_deg, x_px, "
+            f"x [norm]); found {','.join(header)}"
+            + did_you_mean(["x", "gaze_x", "x_deg", "y", "gaze_y"], header),
+            table.header_line or None,
+        )
+    ix, iy, first_name = next((p for p in pairs if parsed[p[0]][1] == "deg"), pairs[0])
+    stated = {u for u in (parsed[ix][1], parsed[iy][1]) if u is not None}
+    implied = _Y_UP_PAIRS.get(first_name)
+    y_up = implied is not None
+    if implied == "norm":
+        stated.add("norm")
+    if len(stated) > 1:
+        raise RecordingError(
+            path,
+            f"columns {header[ix]!r} and {header[iy]!r} state different units "
+            f"({' and '.join(sorted(stated))}); x and y must share one",
+            table.header_line or None,
+            header[iy],
+        )
+    unit = stated.pop() if stated else None
+    if unit is not None and unit not in GAZE_UNITS:
+        raise RecordingError(
+            path,
+            f"column {header[ix]!r}: gaze unit {unit!r} is not supported; use deg, norm or px",
+            table.header_line or None,
+            header[ix],
+        )
+    if unit is not None and opts.units is not None and unit != opts.units:
+        raise RecordingError(
+            path,
+            f"column {header[ix]!r} states the unit {unit} but --units {opts.units} was given; "
+            "drop one of them",
+            table.header_line or None,
+            header[ix],
+        )
+    gaze_unit = unit or opts.units or "deg"
+    y_up = y_up or gaze_unit == "deg"
+
+    # -- time column and unit
+    it = _find(bases, TIME_NAMES)
+    time_unit: str | None = None
+    if it is not None:
+        time_unit = parsed[it][1]
+        if time_unit is not None and time_unit not in TIME_UNITS:
+            raise RecordingError(
+                path,
+                f"column {header[it]!r}: time unit {time_unit!r} is not supported; use s, ms, us "
+                "or ns",
+                table.header_line or None,
+                header[it],
+            )
+        if time_unit is not None and opts.time_unit is not None and time_unit != opts.time_unit:
+            raise RecordingError(
+                path,
+                f"column {header[it]!r} states the unit {time_unit} but --time-unit "
+                f"{opts.time_unit} was given; drop one of them",
+                table.header_line or None,
+                header[it],
+            )
+    elif opts.rate_hz is None:
+        raise RecordingError(
+            path,
+            f"no time column ({', '.join(TIME_NAMES)}; a unit may follow: time_ms) and no rate "
+            "given (--rate HZ for a regularly sampled file)"
+            + did_you_mean(["t", "time", "timestamp"], header),
+            table.header_line or None,
+        )
+
+    if len(table) == 0:
+        raise RecordingError(
+            path,
+            "a header line but no samples: the file holds no data rows; check that the export "
+            "finished and that this is the right file",
+            table.header_line or None,
+        )
+
+    x = table.numbers(header[ix])
+    y = table.numbers(header[iy])
+    n = len(table)
+    valid = np.ones(n, bool)
+    iv = _find(bases, VALID_NAMES)
+    if iv is not None:
+        valid &= _flags(table, header[iv])
+    ic = _find(bases, CONFIDENCE_NAMES)
+    if ic is not None:
+        conf = table.numbers(header[ic])
+        with np.errstate(invalid="ignore"):
+            valid &= conf >= opts.min_confidence
+    pupil: FloatArray | None = None
+    ip = _find(bases, PUPIL_NAMES)
+    if ip is not None:
+        punit = parsed[ip][1]
+        if punit in (None, "mm"):
+            pupil = table.numbers(header[ip])
+        else:
+            notes.append(f"column {header[ip]!r} is not in mm ({punit}); pupil size left out")
+    labels = {
+        role: _labels(table, header[k])
+        for role, names in LABEL_NAMES.items()
+        if (k := _find(bases, names)) is not None
+    }
+
+    # -- one recording per label group, in order of first appearance
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    if labels:
+        cols = [labels.get(r, [""] * n) for r in ("person", "task", "recording")]
+        for i, key in enumerate(zip(*cols, strict=True)):
+            groups.setdefault(key, []).append(i)
+    else:
+        groups[("", "", "")] = list(range(n))
+
+    if gaze_unit == "deg" and unit is None and opts.units is None:
+        _check_degrees(
+            x,
+            y,
+            valid,
+            xname=header[ix],
+            yname=header[iy],
+            path=path,
+            header_line=table.header_line,
+            notes=notes,
+        )
+    xd, yd = to_degrees(x, y, gaze_unit, opts, path, y_up=y_up)
+    t_all = table.numbers(header[it], required=True) if it is not None else None
+    out: list[GazeRecording] = []
+    for (person, task, rec), rows in groups.items():
+        idx = np.asarray(rows)
+        if t_all is None:
+            assert opts.rate_hz is not None
+            t = np.arange(idx.size, dtype=np.float64) / opts.rate_hz
+        else:
+            unit_t = time_unit or opts.time_unit
+            t = t_all[idx] * TIME_SCALE_S[unit_t or "s"]
+            if unit_t is None:
+                _check_seconds(t_all[idx], header[it], path, table.header_line)  # type: ignore[index]
+            check_time(t, path, [table.lines[i] for i in rows], header[it])  # type: ignore[index]
+        samples = build_samples(
+            t, xd[idx], yd[idx], None if pupil is None else pupil[idx], valid[idx]
+        )
+        rid = rec or (f"{person}_{task}" if person and task else person or task or path.stem)
+        out.append(
+            GazeRecording(
+                samples,
+                path,
+                "csv",
+                rid,
+                person or None,
+                task or None,
+                notes=tuple(notes),
+                rate_hz=opts.rate_hz,
+            )
+        )
+    return out
+
+
+def _flags(table: Table, name: str) -> BoolArray:
+    out = np.empty(len(table), bool)
+    for i, cell in enumerate(table.cells[name]):
+        s = cell.lower()
+        if s in _TRUE:
+            out[i] = True
+        elif s in _FALSE or s in ("", "nan"):
+            out[i] = False
+        else:
+            raise RecordingError(
+                table.path,
+                f"column {name!r}: {cell!r} is not a validity flag; write 1 (valid) or 0 "
+                "(invalid), or true/false",
+                table.lines[i],
+                name,
+            )
+    return out
+
+
+def _labels(table: Table, name: str) -> list[str]:
+    cells = table.cells[name]
+    for i, cell in enumerate(cells):
+        if not cell:
+            raise RecordingError(
+                table.path,
+                f"empty {name!r} cell: every row needs a label in this column (or drop the column)",
+                table.lines[i],
+                name,
+            )
+    return cells
+
+
+def _check_seconds(t: FloatArray, column: str, path: Path, header_line: int) -> None:
+    """Time without a stated unit is taken as seconds; refuse steps no tracker makes in s."""
+    dt = median_step(t)
+    if math.isfinite(dt) and dt >= 0.5:
+        guess = "ms" if dt < 200 else "us" if dt < 2e5 else "ns"
+        raise RecordingError(
+            path,
+            f"time steps of {dt:g} (median) in column {column!r} are too long for seconds (a "
+            f"tracker samples faster than 2 Hz); it looks like {guess}: state the unit in the "
+            f"header ({column}_{guess}) or with --time-unit {guess}",
+            header_line or None,
+            column,
+        )
+
+
+def _check_degrees(
+    x: FloatArray,
+    y: FloatArray,
+    valid: BoolArray,
+    *,
+    xname: str,
+    yname: str,
+    path: Path,
+    header_line: int,
+    notes: list[str],
+) -> None:
+    """Gaze without a stated unit is taken as degrees; refuse values no eye can turn to."""
+    ok = valid & np.isfinite(x) & np.isfinite(y)
+    if not ok.any():
+        return
+    big = (np.abs(x[ok]) > 90) | (np.abs(y[ok]) > 90)
+    if np.mean(big) > 0.5:
+        top = float(np.max(np.abs(np.concatenate([x[ok], y[ok]]))))
+        raise RecordingError(
+            path,
+            f"gaze values up to {top:g} in columns {xname!r}/{yname!r} cannot be degrees: state "
+            f"the unit in the header ({xname}_px, {xname}_norm) or with --units px|norm, with "
+            "the geometry that turns it into degrees",
+            header_line or None,
+            xname,
+        )
+    inside = (x[ok] >= 0) & (x[ok] <= 1) & (y[ok] >= 0) & (y[ok] <= 1)
+    if ok.sum() > 10 and inside.all():
+        msg = (
+            f"all gaze values in {xname!r}/{yname!r} lie in 0..1, read as degrees; if they are "
+            "normalised, say so (x_norm or --units norm)"
+        )
+        logger.warning("%s: %s", path, msg)
+        notes.append(msg)

@@ -1,0 +1,306 @@
+"""The cohort aggregate's plan: what one bucket releases, its parts, their calibrated Gaussian
+noise and the event each charges a person (:func:`plan_cohort`).
+
+The mechanism itself (contributions, the exact sum, the noise draw, the ledger charges) is
+:mod:`gazeguard.runtime.cohort`, whose docstring states the whole release; this module is the
+part the release plan (:mod:`gazeguard.plan`) reads, so that a plan never imports the runtime.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.accounting import Event, GaussianEvent, PrivacyLoss, calibrate, compose
+from gazeguard.privacy.mechanisms.calibration import NoiseCalibration, calibrate_noise
+from gazeguard.signal.attention import AttentionLayout
+
+FloatArray = npt.NDArray[np.float64]
+
+__all__ = [
+    "ATTENTION_STREAM",
+    "MAX_SESSIONS",
+    "STREAM",
+    "SUM_ERROR",
+    "CohortPart",
+    "CohortPlan",
+    "plan_cohort",
+]
+
+#: The ledger stream of cohort charges (index: the bucket number).
+STREAM = "cohort"
+#: The ledger stream of attention charges (index: the bucket number).
+ATTENTION_STREAM = "attention"
+#: Most sessions one bucket may sum (the bound below holds up to it).
+MAX_SESSIONS = 2**20
+#: Public bound on the float error of the sum: each coordinate is summed with ``math.fsum``
+#: (correctly rounded), so its error is at most half an ulp of a value ≤ 2^20: 2^-33.
+SUM_ERROR = 2.0**-33
+
+
+@dataclass(frozen=True)
+class CohortPart:
+    """One published part of a cohort bucket: its own sum, noise draw, ledger charge and message.
+
+    A bucket has up to two parts, ``aggregates`` (feature means and label shares, on
+    ``…/aggregates``, ledger stream ``cohort``) and ``attention`` (heatmap and AOI dwell, on
+    ``…/attention``, stream ``attention``). Both are Gaussian mechanisms of the same ratio
+    ``r = σ_p/Δ2_p`` (the cohort's budget split evenly), so both charge the same event and a
+    person in both pays two of them (the plan counts both).
+
+    Attributes:
+        name: ``aggregates`` or ``attention``.
+        stream: its ledger stream (index: the bucket).
+        blocks: its blocks of L2 norm ≤ 1 (Δ2 of the part = √blocks).
+        dimension: its noised coordinates.
+        noise: its calibrated discrete Gaussian (one feature of ``dimension`` coordinates).
+        event: the accounting event of one bucket of this part, per person.
+    """
+
+    name: str
+    stream: str
+    blocks: int
+    dimension: int
+    noise: NoiseCalibration
+    event: GaussianEvent
+
+    @property
+    def sensitivity_l2(self) -> float:
+        """``√blocks``: how far one person moves this part's sum, L2, contribution units."""
+        return math.sqrt(self.blocks)
+
+    @property
+    def sigma(self) -> float:
+        """σ per coordinate, contribution units (grid inflation included)."""
+        return float(self.noise.scale[0])
+
+
+@dataclass(frozen=True)
+class CohortPlan:
+    """The Gaussian mechanism of one bucket, calibrated to the cohort's share of the budget.
+
+    Attributes:
+        features: the profile features aggregated (F may be 0: ``means`` not released).
+        lo, hi: (F,) their public bounds, feature units.
+        units: (F,) their units.
+        classes: the label model's classes (C may be 0).
+        bucket_s: bucket length, s of gaze time.
+        budget: user-level ε per hour reserved for the cohort, at ``delta``.
+        delta: δ of ``budget``.
+        buckets_per_hour: the buckets one hour of gaze can change (the release plan's count).
+        sensitivity_l2: ``Δ2 = √blocks`` of the whole contribution (every part).
+        parts: the published parts (:class:`CohortPart`), ``aggregates`` first.
+        attention: the attention geometry (grid and AOIs), or ``None``.
+    """
+
+    features: tuple[str, ...]
+    lo: FloatArray
+    hi: FloatArray
+    units: tuple[str, ...]
+    classes: tuple[str, ...]
+    bucket_s: float
+    budget: float
+    delta: float
+    buckets_per_hour: int
+    sensitivity_l2: float
+    parts: tuple[CohortPart, ...]
+    attention: AttentionLayout | None = None
+
+    def part(self, name: str) -> CohortPart | None:
+        """The part ``name`` (``aggregates`` or ``attention``), or ``None``."""
+        return next((p for p in self.parts if p.name == name), None)
+
+    @property
+    def noise(self) -> NoiseCalibration:
+        """The first part's noise (the aggregates', when released)."""
+        return self.parts[0].noise
+
+    @property
+    def event(self) -> GaussianEvent:
+        """The first part's event (a plan of one part: the event of a bucket)."""
+        return self.parts[0].event
+
+    @property
+    def events(self) -> dict[Event, int]:
+        """What one bucket charges a person who contributes to every part (event → count)."""
+        out: dict[Event, int] = {}
+        for p in self.parts:
+            out[p.event] = out.get(p.event, 0) + 1
+        return out
+
+    @property
+    def blocks(self) -> int:
+        """Blocks of L2 norm ≤ 1 in the whole contribution."""
+        return sum(p.blocks for p in self.parts)
+
+    @property
+    def has_count(self) -> bool:
+        """Whether the aggregates' last coordinate is the count (plans with features)."""
+        return len(self.features) > 0
+
+    @property
+    def aggregate_dimension(self) -> int:
+        """``F + C + [F > 0]``: the aggregates part's coordinates."""
+        return len(self.features) + len(self.classes) + self.has_count
+
+    @property
+    def dimension(self) -> int:
+        """Noised coordinates per bucket, every part: ``F + C + [F > 0]`` plus the attention's
+        ``R·C + (A + 1)`` (of what is released)."""
+        return sum(p.dimension for p in self.parts)
+
+    @property
+    def sigma(self) -> float:
+        """σ per coordinate of the first part (the aggregates', when released), contribution
+        units (grid inflation included); each part's is ``r·√blocks_p``."""
+        return float(self.noise.scale[0])
+
+    @property
+    def epsilon_per_hour(self) -> float:
+        """User-level ε at δ of a full hour of buckets, every part (≤ ``budget``; the
+        accountant's figure)."""
+        hour = {e: c * self.buckets_per_hour for e, c in self.events.items()}
+        return compose(hour, self.delta).epsilon
+
+    def mean_sd(self, sessions: int) -> FloatArray:
+        """(F,) the noise sd of each feature mean at ``sessions`` contributors, feature units."""
+        f = max(len(self.features), 1)
+        return (self.hi - self.lo) * math.sqrt(f) * self.sigma / max(sessions, 1)
+
+    def text(self) -> str:
+        """The plan in one line, for the log."""
+        what = [
+            f"{len(self.features)} feature means" if self.features else "",
+            f"{len(self.classes)} class shares" if self.classes else "",
+        ]
+        if self.attention is not None and self.attention.grid is not None:
+            g = self.attention.grid
+            what.append(f"a {g.rows}×{g.cols} dwell heatmap over {g.width_deg:g}×{g.height_deg:g}°")
+        if self.attention is not None and self.attention.aois is not None:
+            what.append(f"dwell shares of {len(self.attention.aois.aois)} AOIs")
+        line = (
+            f"cohort: {', '.join(w for w in what if w)} per {self.bucket_s:g} s bucket "
+            f"({self.dimension} coordinates, {self.blocks} blocks); Gaussian "
+            + ", ".join(
+                f"{p.name} σ = {p.sigma:.3g} (Δ2 = {p.sensitivity_l2:.3g})" for p in self.parts
+            )
+            + f" per coordinate for ε {self.budget:g} per hour at δ {self.delta:g}"
+        )
+        if self.features:
+            line += (
+                f": over 100 sessions a feature mean's noise sd is "
+                f"{math.sqrt(len(self.features)) * self.sigma / 100:.2g} of its range"
+            )
+        return line
+
+
+def plan_cohort(
+    features: Sequence[str],
+    lo: npt.ArrayLike,
+    hi: npt.ArrayLike,
+    units: Sequence[str],
+    classes: Sequence[str],
+    *,
+    bucket_s: float,
+    per_hour: int,
+    budget: float,
+    delta: float,
+    attention: AttentionLayout | None = None,
+) -> CohortPlan:
+    """Calibrate the bucket mechanism so an hour of buckets costs at most ``(budget, delta)``.
+
+    The budget is split evenly between the parts: each part's noise is ``σ_p = r·√blocks_p``
+    for one ratio ``r``, so each charges the same event ``G(r)`` and a bucket of a plan with
+    both parts costs two of them (the release plan counts them; the ledger's accountant then
+    composes one Gaussian event kind, as before attention existed).
+
+    Args:
+        features: profile feature names whose means are released (F ≥ 0).
+        lo, hi: (F,) public bounds, feature units, ``lo < hi``.
+        units: (F,) units.
+        classes: label classes whose shares are released (C ≥ 0; C = 1 is refused: a
+            histogram needs two classes).
+        bucket_s: bucket length, s (> 0).
+        per_hour: the buckets one hour of gaze can change (the release plan's count).
+        budget: ε per hour for the cohort (> 0), at ``delta``.
+        delta: δ in (0, 1).
+        attention: the attention geometry to release (grid and/or AOIs), or ``None``.
+
+    Raises:
+        ConfigError: bad bounds, classes, bucket length or budget, or nothing to release.
+    """
+    lo_a = np.asarray(lo, dtype=np.float64).reshape(-1)
+    hi_a = np.asarray(hi, dtype=np.float64).reshape(-1)
+    if lo_a.shape != (len(features),) or hi_a.shape != lo_a.shape or len(units) != len(features):
+        raise ConfigError("cohort.features", list(features), "one bound and unit per feature")
+    if not (np.all(np.isfinite(lo_a)) and np.all(np.isfinite(hi_a)) and np.all(hi_a > lo_a)):
+        raise ConfigError(
+            "cohort.features", list(features), "public bounds must be finite, lo < hi"
+        )
+    if len(classes) == 1:
+        raise ConfigError("cohort.classes", list(classes), "a label histogram needs >= 2 classes")
+    if not features and not classes and attention is None:
+        raise ConfigError(
+            "cohort.release", None,
+            "aggregate at least one feature, a label model or attention",
+        )  # fmt: skip
+    if not (math.isfinite(bucket_s) and bucket_s > 0):
+        raise ConfigError("cohort.bucket_s", bucket_s, "must be finite and > 0")
+    spec: list[tuple[str, str, int, int]] = []
+    if features or classes:
+        blocks = 2 * (len(features) > 0) + (len(classes) > 0)
+        spec.append(
+            ("aggregates", STREAM, blocks, len(features) + len(classes) + (len(features) > 0))
+        )
+    if attention is not None:
+        spec.append(("attention", ATTENTION_STREAM, attention.blocks, attention.dimension))
+    total_blocks = sum(b for _, _, b, _ in spec)
+    limit = PrivacyLoss.approx(budget, delta, field="cohort budget per hour")
+    n_parts = len(spec)
+
+    def noise_for(ratio: float) -> list[NoiseCalibration]:
+        # every part at the same ratio σ_p/Δ2_p: its σ_p = ratio·√blocks_p
+        return [
+            calibrate_noise(
+                "gaussian",
+                sensitivity_l1=np.array([math.sqrt(b) * math.sqrt(d)]),
+                sensitivity_l2=np.array([math.sqrt(b)]),
+                m=d,
+                input_error=np.array([SUM_ERROR]),
+                ratio=np.array([ratio]),
+            )
+            for _, _, b, d in spec
+        ]
+
+    def event_of(cals: list[NoiseCalibration]) -> GaussianEvent:
+        # one event for every part: the least ratio (the grid rounding inflates each a little
+        # differently) and the largest slack dominate each part's own
+        return GaussianEvent(
+            min(float(c.ratio[0]) for c in cals), max(float(c.slack[0]) for c in cals)
+        )
+
+    # The sampler's slack depends on σ, σ on the slack: two rounds settle it (the slack is
+    # ~1e-6 per coordinate; the second calibration covers the first's).
+    slack = 0.0
+    for _ in range(2):
+        ratio = calibrate("gaussian", n_parts * per_hour, limit, slack)
+        cals = noise_for(ratio)
+        slack = event_of(cals).slack
+    event = event_of(cals)
+    if compose({event: n_parts * per_hour}, delta).epsilon > budget * (1 + 1e-9):
+        ratio = calibrate("gaussian", n_parts * per_hour, limit, slack * 1.01)
+        cals = noise_for(ratio)
+        event = event_of(cals)
+    parts = tuple(
+        CohortPart(name, stream, b, d, c, event)
+        for (name, stream, b, d), c in zip(spec, cals, strict=True)
+    )
+    return CohortPlan(
+        tuple(features), lo_a, hi_a, tuple(units), tuple(classes), float(bucket_s),
+        float(budget), float(delta), per_hour, math.sqrt(total_blocks), parts, attention,
+    )  # fmt: skip

@@ -1,0 +1,2 @@
+"""Layer 2, privacy: the accountant and the mechanisms (noise, transforms, sensitivities, exact
+samplers). Imports core only."""

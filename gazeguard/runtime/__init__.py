@@ -1,0 +1,2 @@
+"""Layer 8, runtime: the sidecar and the fleet — pipeline, label stream, cohort aggregator, ingest,
+MQTT, JetStream, service, dashboard."""

@@ -1,0 +1,549 @@
+"""Cohort aggregates: per time bucket, the differentially private mean of each profile feature,
+the private label histogram and the private attention (dwell heatmap, AOI dwell shares) over
+the sessions one trusted worker serves.
+
+Why. Local releases (a chunk stream or a label per session) must each hide their person, so a
+consumer averaging ``N`` of them sees noise that shrinks only as ``σ/√N``. A worker already sees
+every session's clean features (it computes them); adding noise once to the *sum* over sessions
+hides each person as well and leaves an error ``σ/N`` on the mean — the difference between
+unusable and usable at 100–1,000 sessions (``bench/eval_cohort.py``).
+
+The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
+
+1. **Contribution.** A session with at least one feature vector whose window ends in the bucket
+   contributes ``v = [u/√F, h, 1]``: ``u`` the mean over its vectors of the profile features,
+   each clipped to its public bounds ``[lo, hi]`` and mapped to ``[0, 1]``
+   (``‖u/√F‖₂ ≤ 1``); ``h`` the mean of the label model's class probabilities over the same
+   vectors (a probability vector, ``‖h‖₂ ≤ 1``); and ``1`` for the count when there are
+   features (their means need it; a histogram-only plan needs no count coordinate: every ``h``
+   sums to 1, so the histogram's total is the count). So ``‖v‖₂ ≤ √blocks =: Δ2``
+   (blocks = 2·[F > 0] + [C > 0]) whatever the gaze — the bound comes from the clipping, never
+   from the data. A histogram-only plan thus has Δ2 = 1, not √2: σ is √2 smaller for the same
+   budget.
+2. **Mechanism.** ``S = Σ_sessions v`` plus discrete Gaussian noise of ``σ = r·Δ2`` on every
+   coordinate, on a power-of-two grid from the OS CSPRNG (:func:`gazeguard.privacy.mechanisms.
+   calibration.calibrate_noise`: the grid's rounding is paid by inflating σ; the sampler's
+   slack is charged). Adding or removing one person's session moves ``S`` by at most ``Δ2`` in
+   L2: one :class:`~gazeguard.privacy.accounting.GaussianEvent` ``(r, slack)`` per bucket per
+   person.
+3. **Budget.** The cohort gets its share ``(R, δ_c)`` of the per-hour budget ``B``
+   (``ledger.budget_per_hour``, :mod:`gazeguard.plan`); ``r`` is calibrated so that the buckets
+   one hour of gaze can change (the plan's count: every bucket holding a feature vector whose
+   window that hour reaches) compose to ``(R, δ_c)`` (exact Gaussian composition,
+   :func:`gazeguard.privacy.accounting.calibrate`). The other release kinds get the rest; basic
+   composition keeps them within ``(B, δ)`` and the ledger's accountant checks every charge.
+4. **Ledger.** Sessions whose ledger would refuse the charge (a cap) are left out *before*
+   the sum (their state depends on past releases only). Every contributing session is charged
+   in the ``cohort`` stream at index ``b`` with the bucket's gaze span; all but one get a
+   receipt on ``{prefix}/{device}/{session}/cohort`` (the ε they paid, nothing else), and the
+   last charge carries the aggregate itself, so the aggregate is enqueued only once every
+   person in it has paid: a crash in between leaves people charged and nothing published
+   (conservative), never the reverse; a charged aggregate is delivered after a restart by the
+   ledger's outbox.
+5. **Post-processing.** ``count = max(1, round(noisy count))``; feature means
+   ``lo + (hi − lo)·√F·S_f/count`` clipped to the bounds; class shares the normalised positive
+   part of the histogram. The message states σ and each mean's noise sd.
+
+**What is released** (``cohort.release``, through the release plan): any of ``means`` (the
+feature means and the count: two blocks), ``shares`` (the label histogram: one block),
+``attention`` (the dwell grid: one block) and ``aois`` (the AOI dwell: one block); unset, means
+and (with a label model) shares, as before attention existed. Δ2 = √blocks counts only what is
+released: a heatmap-only plan has Δ2 = 1, and the budget is spent on what the consumer asked for.
+
+**Attention** (:mod:`gazeguard.signal.attention`). A session that had valid gaze samples in the
+bucket
+contributes its dwell distribution over the grid and/or the AOIs (each block a probability
+vector, L2 ≤ 1), tallied by the worker from the samples the pipeline hands it
+(:attr:`gazeguard.runtime.pipeline.Pipeline.on_samples`). The means and shares (the ``aggregates``
+part,
+stream ``cohort``, topic ``…/aggregates``) and the attention (the ``attention`` part, stream
+``attention``, topic ``…/attention``) are each summed, noised, charged and carried as in steps
+2–4, over their own contributors. The cohort's budget is split **evenly** between the parts it
+releases: each part's noise is ``σ_p = r·√blocks_p`` for one ratio ``r``, calibrated so that
+``2 × buckets per hour`` releases of ``G(r)`` compose to the cohort's share; a person in both
+pays two identical events (exact Gaussian composition; one event kind keeps the ledger's
+accountant as fast as before — three distinct kinds took it seconds per charge). So every
+message is enqueued only once each person in its sum has paid for it.
+
+Unit of privacy. One person = one session (a person on two headsets counts twice, as
+everywhere in gazeguard). The aggregate hides each person's *values*; that a session was active
+is visible from its own status topic, as for every release.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError
+from gazeguard.ledger import DuplicateChargeError, Ledger
+from gazeguard.ledger._model import event_key
+from gazeguard.plan.cohort import (
+    MAX_SESSIONS,
+    CohortPart,
+    CohortPlan,
+)
+from gazeguard.privacy.mechanisms.noise import RandomSource, random_source
+from gazeguard.signal.attention import shares as attention_shares
+from gazeguard.wire.cohort import (
+    AoiShare,
+    AttentionMessage,
+    CohortFeature,
+    CohortMessage,
+    attention_topic,
+    cohort_topic,
+)
+
+log = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+#: Contributions are shrunk by this factor so that float rounding cannot push a block's L2
+#: norm past 1.
+_SHRINK = 1.0 - 2.0**-40
+
+
+def contribution(
+    plan: CohortPlan, X: npt.ArrayLike, probabilities: npt.ArrayLike | None
+) -> FloatArray:
+    """One session's bucket contribution ``[u/√F, h, 1]`` (no count without features), (D,),
+    L2 norm ≤ ``Δ2``.
+
+    Args:
+        plan: the cohort plan.
+        X: (T, F) the session's clean profile-feature vectors in the bucket, feature units
+            (T ≥ 1; non-finite values count as the bound they exceed, NaN as ``lo``).
+        probabilities: (T, C) the label model's class probabilities for the same vectors, or
+            ``None`` when the plan has no classes.
+    """
+    f, c = len(plan.features), len(plan.classes)
+    x = np.asarray(X, dtype=np.float64).reshape(-1, f) if f else np.zeros((1, 0))
+    if x.shape[0] == 0:
+        raise ValueError("a contribution needs at least one feature vector")
+    x = np.nan_to_num(x, nan=-np.inf)  # NaN → lo after the clip
+    u = (np.clip(x, plan.lo, plan.hi) - plan.lo) / (plan.hi - plan.lo)
+    mean_u = np.clip(u.mean(axis=0), 0.0, 1.0) * (_SHRINK / math.sqrt(max(f, 1)))
+    if c:
+        if probabilities is None:
+            raise ValueError("the plan has classes: pass the class probabilities")
+        p = np.asarray(probabilities, dtype=np.float64).reshape(-1, c)
+        p = np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0)
+        h = p.mean(axis=0)
+        total = h.sum()
+        h = (h / total if total > 1.0 else h) * _SHRINK  # ‖h‖₂ ≤ ‖h‖₁ ≤ 1
+    else:
+        h = np.zeros(0)
+    return np.concatenate([mean_u, h, [1.0] if plan.has_count else []])
+
+
+def exact_sum(parts: npt.ArrayLike) -> FloatArray:
+    """(N, D) contributions → (D,) column sums, each correctly rounded (``math.fsum``)."""
+    a = np.asarray(parts, dtype=np.float64)
+    return np.array([math.fsum(col) for col in a.T], dtype=np.float64)
+
+
+def privatize_sum(
+    plan: CohortPlan | CohortPart, total: npt.ArrayLike, source: RandomSource
+) -> FloatArray:
+    """``S`` (D,) + discrete Gaussian noise on the grid of ``plan`` (its first part) or of one
+    part: every output a multiple of γ."""
+    noise = plan.noise
+    s = np.asarray(total, dtype=np.float64).reshape(1, -1)
+    grid = float(noise.grid[0])
+    v = np.rint(s / grid)
+    v += noise.sample(source)
+    v *= grid
+    out: FloatArray = v.reshape(-1)
+    return out
+
+
+def build_message(
+    plan: CohortPlan,
+    noisy: FloatArray,
+    *,
+    cohort: str,
+    worker: str,
+    bucket: int,
+    profile: str,
+    model: str | None,
+    insecure: bool,
+) -> CohortMessage:
+    """Post-process one noisy sum into the published :class:`CohortMessage`."""
+    f, c = len(plan.features), len(plan.classes)
+    part = plan.part("aggregates")
+    assert part is not None, "the plan releases no means or shares"
+    # a histogram-only plan's count is the histogram's total (every session's h sums to 1)
+    noisy_count = float(noisy[-1]) if plan.has_count else float(noisy[f : f + c].sum()) / _SHRINK
+    count = max(1, round(noisy_count))
+    root_f = math.sqrt(max(f, 1))
+    means = np.clip(plan.lo + (plan.hi - plan.lo) * root_f * noisy[:f] / count, plan.lo, plan.hi)
+    sd = plan.mean_sd(count)
+    hist = noisy[f : f + c]
+    pos = np.maximum(hist, 0.0)
+    shares = pos / pos.sum() if pos.sum() > 0 else pos
+    return CohortMessage(
+        cohort=cohort,
+        worker=worker,
+        bucket=bucket,
+        bucket_start=bucket * plan.bucket_s,
+        bucket_end=(bucket + 1) * plan.bucket_s,
+        noisy_count=noisy_count,
+        count=count,
+        features=[
+            CohortFeature(
+                name=n, unit=u, noisy_sum=float(noisy[i]), mean=float(means[i]), sd=float(sd[i])
+            )
+            for i, (n, u) in enumerate(zip(plan.features, plan.units, strict=True))
+        ],
+        classes=list(plan.classes),
+        noisy_histogram=[float(v) for v in hist],
+        shares=[float(v) for v in shares],
+        sigma=part.sigma,
+        sensitivity_l2=part.sensitivity_l2,
+        epsilon_per_hour=plan.epsilon_per_hour,
+        delta=plan.delta,
+        profile=profile,
+        model=model,
+        noise="INSECURE-seeded" if insecure else "os-csprng",
+    )
+
+
+def attention_contribution(plan: CohortPlan, tally: npt.ArrayLike) -> FloatArray:
+    """One session's attention blocks from its bucket tally (:meth:`gazeguard.signal.attention.
+    AttentionLayout.tally`), ``(R·C + A + 1,)`` of what is released, L2 norm ≤ √blocks."""
+    assert plan.attention is not None, "the plan releases no attention"
+    return plan.attention.contribution(tally)
+
+
+def build_attention_message(
+    plan: CohortPlan,
+    noisy: FloatArray,
+    *,
+    cohort: str,
+    worker: str,
+    bucket: int,
+    insecure: bool,
+) -> AttentionMessage:
+    """Post-process one noisy attention sum into the published :class:`AttentionMessage`."""
+    layout, part = plan.attention, plan.part("attention")
+    assert layout is not None, "the plan releases no attention"
+    assert part is not None
+    grid = heat = None
+    rows = cols = None
+    fov = None
+    noisy_count = 0.0
+    at = 0
+    if layout.grid is not None:
+        g = layout.grid
+        rows, cols, fov = g.rows, g.cols, [g.width_deg, g.height_deg]
+        cells = noisy[: g.cells]
+        noisy_count = float(cells.sum()) / _SHRINK
+        grid = cells.reshape(g.rows, g.cols).tolist()
+        heat = attention_shares(cells).reshape(g.rows, g.cols).tolist()
+        at = g.cells
+    aois = None
+    if layout.aois is not None:
+        dwell = noisy[at : at + layout.aoi_slots]
+        if layout.grid is None:
+            noisy_count = float(dwell.sum()) / _SHRINK
+        names = [*layout.aois.names, "elsewhere"]
+        aois = [
+            AoiShare(name=n, noisy_dwell=float(d), share=float(sh))
+            for n, d, sh in zip(names, dwell, attention_shares(dwell), strict=True)
+        ]
+    return AttentionMessage(
+        cohort=cohort, worker=worker, bucket=bucket, bucket_start=bucket * plan.bucket_s,
+        bucket_end=(bucket + 1) * plan.bucket_s, rows=rows, cols=cols, fov_deg=fov, grid=grid,
+        heatmap=heat, noisy_count=noisy_count, aois=aois,
+        aoi_file=layout.aois.source if layout.aois is not None else None, sigma=part.sigma,
+        sensitivity_l2=part.sensitivity_l2, epsilon_per_hour=plan.epsilon_per_hour,
+        delta=plan.delta, noise="INSECURE-seeded" if insecure else "os-csprng",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CohortRelease:
+    """One released part of a bucket: its message (the aggregate or the attention), the
+    sessions charged, those left out (no budget)."""
+
+    message: CohortMessage | AttentionMessage
+    sessions: tuple[str, ...]
+    left_out: tuple[str, ...]
+
+
+@dataclass
+class _Bucket:
+    rows: dict[tuple[str, str], list[FloatArray]] = field(default_factory=dict)
+    probs: dict[tuple[str, str], list[FloatArray]] = field(default_factory=dict)
+    tallies: dict[tuple[str, str], npt.NDArray[np.int64]] = field(default_factory=dict)
+
+
+class CohortAggregator:
+    """Collects clean profile features and gaze tallies per session and bucket; releases a
+    bucket once closed.
+
+    Feed it from the trusted worker: :meth:`add` with a session's feature vectors (means and
+    shares) and :meth:`add_gaze` with its gaze samples (attention); call :meth:`release_due`
+    with the current Unix time to release every bucket that ended ``grace_s`` before it. Both
+    feeds and the releases may run in different threads (a lock guards the buckets); vectors or
+    samples that arrive for a bucket already released are dropped and counted in
+    :attr:`late_vectors` and :attr:`late_samples`.
+
+    Each part of the plan (:class:`CohortPart`) is released on its own: its contributors are
+    the sessions with data for it in the bucket (feature vectors; valid gaze samples), each is
+    charged the part's event in its stream, and its message is carried by the last charge.
+
+    Args:
+        plan: the calibrated bucket mechanism.
+        ledger: the ledger every contributing session is charged in (streams ``cohort`` and
+            ``attention``).
+        cohort: the cohort name (topic level).
+        worker: this worker's id.
+        topic_prefix: the publishing prefix (``gazeguard/v1``).
+        profile: the release profile's name.
+        model: the label model's name, or ``None``.
+        grace_s: how long after a bucket's end late vectors are still accepted, s.
+        insecure_seed: reproducible noise for tests (NOT private against the seed's holder).
+    """
+
+    def __init__(
+        self,
+        plan: CohortPlan,
+        ledger: Ledger,
+        *,
+        cohort: str,
+        worker: str,
+        topic_prefix: str = "gazeguard/v1",
+        profile: str = "custom",
+        model: str | None = None,
+        grace_s: float = 5.0,
+        insecure_seed: int | None = None,
+    ) -> None:
+        self.plan, self.ledger = plan, ledger
+        self.cohort, self.worker, self.prefix = cohort, worker, topic_prefix
+        self.topic = cohort_topic(topic_prefix, cohort)
+        self.attention_topic = attention_topic(topic_prefix, cohort)
+        self.profile, self.model, self.grace_s = profile, model, grace_s
+        self._insecure = insecure_seed is not None
+        self._source = random_source(insecure_seed)
+        self._buckets: dict[int, _Bucket] = {}
+        self._lock = threading.Lock()  # add() on the event loop, release() in a worker thread
+        self._closed_through = -1  # buckets up to this one were released: later rows are late
+        #: Vectors dropped because their bucket had already been released.
+        self.late_vectors = 0
+        #: Gaze samples dropped because their bucket had already been released.
+        self.late_samples = 0
+        self._events = {p.name: {event_key(p.event): 1} for p in plan.parts}
+
+    @property
+    def open_buckets(self) -> list[int]:
+        """Buckets with contributions not yet released."""
+        with self._lock:
+            return sorted(self._buckets)
+
+    def _bucket_of(
+        self, t_unix: npt.ArrayLike
+    ) -> tuple[FloatArray, npt.NDArray[np.bool_], IntArray]:
+        t = np.asarray(t_unix, dtype=np.float64).reshape(-1)
+        ok = np.isfinite(t) & (t >= 0)
+        return t, ok, np.floor(np.where(ok, t, 0.0) / self.plan.bucket_s).astype(np.int64)
+
+    def add(
+        self,
+        device: str,
+        session: str,
+        X: npt.ArrayLike,
+        t_unix: npt.ArrayLike,
+        probabilities: npt.ArrayLike | None = None,
+    ) -> None:
+        """Record clean vectors of one session: ``session`` is its ledger session (receipts go
+        to ``{prefix}/{device}/{session}/cohort``); ``X`` (T, F) profile features, feature
+        units; ``t_unix`` (T,) each window's end, Unix s (non-finite or negative: ignored);
+        ``probabilities`` (T, C) or ``None``. A plan without means or shares ignores them."""
+        if self.plan.part("aggregates") is None:
+            return
+        t, ok, buckets = self._bucket_of(t_unix)
+        f = len(self.plan.features)
+        x = np.asarray(X, dtype=np.float64).reshape(-1, f) if f else np.zeros((t.size, 0))
+        if x.shape[0] != t.shape[0]:
+            raise ValueError(f"{x.shape[0]} vectors but {t.shape[0]} times")
+        p = None
+        if self.plan.classes:
+            if probabilities is None:
+                raise ValueError("the plan has classes: pass the class probabilities")
+            p = np.asarray(probabilities, dtype=np.float64).reshape(-1, len(self.plan.classes))
+        key = (device, session)
+        with self._lock:
+            late = ok & (buckets <= self._closed_through)
+            self.late_vectors += int(late.sum())
+            ok &= ~late
+            for b in np.unique(buckets[ok]):
+                sel = ok & (buckets == b)
+                bucket = self._buckets.setdefault(int(b), _Bucket())
+                bucket.rows.setdefault(key, []).append(x[sel])
+                if p is not None:
+                    bucket.probs.setdefault(key, []).append(p[sel])
+
+    def add_gaze(
+        self,
+        device: str,
+        session: str,
+        *,
+        t_unix: npt.ArrayLike,
+        x_deg: npt.ArrayLike,
+        y_deg: npt.ArrayLike,
+        valid: npt.ArrayLike,
+    ) -> None:
+        """Tally gaze samples of one session per bucket (attention): ``t_unix`` (N,) sample
+        times, Unix s (non-finite or negative: ignored); ``x_deg``, ``y_deg`` (N,) gaze angles,
+        deg; ``valid`` (N,) bool. Only counts per cell and AOI are kept, never the samples. A
+        plan without attention ignores them."""
+        layout = self.plan.attention
+        if layout is None:
+            return
+        _, ok, buckets = self._bucket_of(t_unix)
+        x = np.asarray(x_deg, dtype=np.float64).reshape(-1)
+        y = np.asarray(y_deg, dtype=np.float64).reshape(-1)
+        v = np.asarray(valid, dtype=bool).reshape(-1)
+        if not (x.shape == y.shape == v.shape == ok.shape):
+            raise ValueError("t_unix, x_deg, y_deg and valid need one value per sample")
+        ok &= v
+        if not ok.any():
+            return
+        key = (device, session)
+        with self._lock:
+            late = ok & (buckets <= self._closed_through)
+            self.late_samples += int(late.sum())
+            ok &= ~late
+            for b in np.unique(buckets[ok]):
+                sel = ok & (buckets == b)
+                tally = layout.tally(x[sel], y[sel], v[sel])
+                bucket = self._buckets.setdefault(int(b), _Bucket())
+                held = bucket.tallies.get(key)
+                bucket.tallies[key] = tally if held is None else held + tally
+
+    def release_due(self, now_unix: float) -> list[CohortRelease]:
+        """Release every bucket that ended at least ``grace_s`` before ``now_unix``."""
+        end = self.plan.bucket_s
+        due = [b for b in self.open_buckets if (b + 1) * end + self.grace_s <= now_unix]
+        return [r for b in due for r in self.release(b)]
+
+    def release(self, bucket: int) -> list[CohortRelease]:
+        """Release ``bucket`` now (dropping its collected data): one release per part that some
+        session can pay for (none: an empty list). Blocks on the ledger's durable commits."""
+        with self._lock:
+            data = self._buckets.pop(bucket, None)
+            self._closed_through = max(self._closed_through, bucket)
+        if data is None:
+            return []
+        out = []
+        for part in self.plan.parts:
+            if part.name == "aggregates":
+                keys = sorted(data.rows)
+            else:
+                keys = sorted(k for k, t in data.tallies.items() if t.sum() > 0)
+            if keys:
+                released = self._release_part(part, bucket, data, keys)
+                if released is not None:
+                    out.append(released)
+        return out
+
+    def _contributions(
+        self, part: CohortPart, data: _Bucket, keys: Sequence[tuple[str, str]]
+    ) -> FloatArray:
+        plan = self.plan
+        if part.name == "attention":
+            return np.stack([attention_contribution(plan, data.tallies[k]) for k in keys])
+        return np.stack(
+            [
+                contribution(
+                    plan,
+                    np.concatenate(data.rows[k]),
+                    np.concatenate(data.probs[k]) if plan.classes else None,
+                )
+                for k in keys
+            ]
+        )
+
+    def _release_part(
+        self, part: CohortPart, bucket: int, data: _Bucket, keys: Sequence[tuple[str, str]]
+    ) -> CohortRelease | None:
+        plan = self.plan
+        events = self._events[part.name]
+        span = (bucket * plan.bucket_s, (bucket + 1) * plan.bucket_s)
+        admitted: list[tuple[str, str]] = []
+        left_out: list[str] = []
+        for key in keys:
+            try:
+                self.ledger.preview(key[1], {part.stream: math.inf}, events=events, gaze=span)
+            except BudgetExhaustedError:
+                left_out.append(key[1])
+                continue
+            admitted.append(key)
+        if not admitted:
+            log.info(
+                "cohort bucket %d (%s): every session's budget is spent; nothing released",
+                bucket, part.name,
+            )  # fmt: skip
+            return None
+        if len(admitted) > MAX_SESSIONS:
+            raise ConfigError("fleet.max_sessions", len(admitted), f"at most {MAX_SESSIONS}")
+        total = exact_sum(self._contributions(part, data, admitted))
+        noisy = privatize_sum(part, total, self._source)
+        message: CohortMessage | AttentionMessage
+        if part.name == "attention":
+            message = build_attention_message(
+                plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
+                insecure=self._insecure,
+            )  # fmt: skip
+            carrier = self.attention_topic
+        else:
+            message = build_message(
+                plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
+                profile=self.profile, model=self.model, insecure=self._insecure,
+            )  # fmt: skip
+            carrier = self.topic
+        payload = message.to_payload()
+        charged: list[str] = []
+        for i, (device, session) in enumerate(admitted):
+            last = i == len(admitted) - 1
+            topic = carrier if last else f"{self.prefix}/{device}/{session}/cohort"
+            body = payload if last else self._receipt(session, bucket, part)
+            try:
+                self.ledger.charge(
+                    session, bucket, {part.stream: math.inf}, topic, body,
+                    events=events, gaze=span, stream=part.stream,
+                )  # fmt: skip
+            except (BudgetExhaustedError, DuplicateChargeError) as exc:
+                # Its values are in the sum: the message must not go out. Those charged stay
+                # charged (conservative).
+                log.warning(
+                    "cohort bucket %d (%s) not released: session %s was refused after the sum "
+                    "(%s)", bucket, part.name, session, exc,
+                )  # fmt: skip
+                return None
+            charged.append(session)
+        return CohortRelease(message, tuple(charged), tuple(left_out))
+
+    def _receipt(self, session: str, bucket: int, part: CohortPart) -> bytes:
+        """What a contributing session's own topic learns: that it paid, and how much."""
+        body: Mapping[str, object] = {
+            "schema": "gazeguard.cohort-receipt/1",
+            "session": session,
+            "cohort": self.cohort,
+            "worker": self.worker,
+            "bucket": bucket,
+            "release": part.name,
+            "mechanism": "gaussian",
+            "noise_multiplier": part.event.ratio,
+            "epsilon_per_hour": self.plan.epsilon_per_hour,
+            "delta": self.plan.delta,
+        }
+        return json.dumps(body, sort_keys=True).encode()

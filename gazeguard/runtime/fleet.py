@@ -1,0 +1,342 @@
+"""Fleet mode: one process serving many sessions, many processes sharing one ledger.
+
+Two ways in:
+
+* **LSL** (``ingest.source = "lsl"``, :class:`gazeguard.runtime.ingest.LslFleetIngest`): every
+  ``fleet.discover_every_s`` the worker resolves all streams of ``ingest.stream_type`` (whose
+  name starts with ``ingest.stream_name``, if set); each new ``source_id`` becomes a session
+  with its own :class:`~gazeguard.runtime.ingest.GazeStream` and
+  :class:`~gazeguard.runtime.pipeline.Pipeline`.
+  A stream silent for ``fleet.idle_timeout_s`` ends its session.
+* **NATS JetStream** (``ingest.source = "jetstream"``, :mod:`gazeguard.runtime.jetstream`; needs the
+  ``fleet`` extra): devices publish raw gaze blocks (:mod:`gazeguard.signal.rawgaze`) to one stream
+  whose sessions the server hashes into partitions; the server pins each partition on one
+  worker and moves the pin when that worker stops pulling. Raw gaze is on that wire: TLS and
+  one NATS credential per device and per worker (README: Fleets, trust boundary).
+
+Either way the ledger is the arbiter: a chunk index is charged once, so should two workers ever
+serve one session, nothing is released twice or overspent. For fleets, point ``ledger.url`` at
+PostgreSQL so that every worker charges one ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from gazeguard.config import Settings
+from gazeguard.core.samples import GazeSamples
+from gazeguard.core.threads import to_thread_to_the_end
+from gazeguard.ledger import Ledger, LedgerState
+from gazeguard.plan import ReleasePlan
+from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk, feed_many, release_group
+from gazeguard.runtime.publish import Publisher
+
+if TYPE_CHECKING:
+    from gazeguard.core.chunking import Chunk
+    from gazeguard.runtime.cohort import CohortAggregator
+    from gazeguard.signal.labels import LabelModel
+    from gazeguard.wire.message import StatusMessage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Session:
+    pipeline: Pipeline
+    last_t: float = -np.inf
+    last_seen: float = field(default_factory=time.monotonic)
+    samples: int = 0  # accepted (timestamps increasing)
+    future_samples: int = 0  # stamped ahead of the clock: dropped, never adopted as "last"
+    dropped_samples: int = 0
+    bad_blocks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEvent:
+    """A session a worker opened or closed (:attr:`Fleet.on_session`).
+
+    Attributes:
+        event: ``"opened"`` or ``"closed"``.
+        device: the headset's device id (its chunks and status are published under it).
+        session: the session id (the ledger's account).
+        topic: where its privatized chunks go.
+        samples: gaze samples this worker accepted for it (0 when opened).
+        released: chunks this worker released for it (0 when opened).
+    """
+
+    event: Literal["opened", "closed"]
+    device: str
+    session: str
+    topic: str
+    samples: int = 0
+    released: int = 0
+
+
+@dataclass
+class CohortWiring:
+    """A worker's cohort aggregator and what feeds it from each session's clean features and
+    gaze samples."""
+
+    aggregator: CohortAggregator
+    columns: np.ndarray  # the profile's columns among the 48 registry features
+    model: LabelModel | None
+    model_columns: np.ndarray | None
+
+    @classmethod
+    def build(
+        cls, settings: Settings, plan: ReleasePlan, ledger: Ledger, worker: str, prefix: str
+    ) -> CohortWiring:
+        """The aggregator of the plan's cohort release (its calibration is the plan's)."""
+        from gazeguard.runtime.cohort import CohortAggregator  # noqa: PLC0415
+        from gazeguard.signal.features import FEATURES  # noqa: PLC0415
+        from gazeguard.signal.labels import load_model  # noqa: PLC0415
+
+        c = settings.cohort
+        cohort = plan.cohort_plan
+        assert cohort is not None, "the plan has no cohort release (fleet mode, cohort.enabled)"
+        all_names = [x.name for x in FEATURES]
+        model = load_model(c.model) if c.model is not None else None
+        log.info("worker %s: %s", worker, cohort.text())
+        agg = CohortAggregator(
+            cohort, ledger, cohort=c.name, worker=worker, topic_prefix=prefix,
+            profile=settings.mechanism.profile or "custom",
+            model=model.name if model else None, grace_s=c.grace_s,
+            insecure_seed=settings.mechanism.insecure_seed,
+        )  # fmt: skip
+        cols = np.array([all_names.index(n) for n in plan.names], dtype=np.intp)
+        mcols = (
+            None
+            if model is None
+            else np.array([all_names.index(n) for n in model.features], dtype=np.intp)
+        )
+        return cls(agg, cols, model, mcols)
+
+    def attach(self, device: str, session: str, pipeline: Pipeline) -> None:
+        """Feed the aggregator from ``pipeline``: its clean features when the plan releases
+        means or shares (:meth:`observer`), its gaze samples when it releases attention
+        (:meth:`gaze_observer`)."""
+        plan = self.aggregator.plan
+        if plan.part("aggregates") is not None:
+            pipeline.on_features = self.observer(device, session, pipeline)
+        if plan.part("attention") is not None:
+            pipeline.on_samples = self.gaze_observer(device, session, pipeline)
+
+    def gaze_observer(
+        self, device: str, session: str, pipeline: Pipeline
+    ) -> Callable[[GazeSamples], None]:
+        """The :attr:`Pipeline.on_samples` hook of one session: its samples' dwell tallied per
+        bucket (sample times → Unix with the pipeline's clock offset)."""
+
+        def observe(block: GazeSamples) -> None:
+            self.aggregator.add_gaze(
+                device, session, t_unix=block.timestamps + pipeline.clock_offset_s,
+                x_deg=block.x_deg, y_deg=block.y_deg, valid=block.valid,
+            )  # fmt: skip
+
+        return observe
+
+    def observer(
+        self, device: str, session: str, pipeline: Pipeline
+    ) -> Callable[[np.ndarray, np.ndarray], None]:
+        """The :attr:`Pipeline.on_features` hook of one session (sample times → Unix with the
+        pipeline's clock offset: the device's when its blocks state one, else this host's).
+        A per-session label model keeps this session's running statistics here."""
+        state = self.model.new_session() if self.model is not None else None
+
+        def observe(X: np.ndarray, t: np.ndarray) -> None:
+            ok = np.all(np.isfinite(X[:, self.columns]), axis=1)
+            if not ok.any():
+                return
+            rows = X[ok]
+            probs = None
+            if self.model is not None and self.model_columns is not None:
+                probs = self.model.predict_proba(
+                    np.nan_to_num(rows[:, self.model_columns]), session=state
+                )
+            t_unix = t[ok] + pipeline.clock_offset_s
+            self.aggregator.add(device, session, rows[:, self.columns], t_unix, probs)
+
+        return observe
+
+
+def _release(
+    jobs: list[tuple[Pipeline, Chunk]],
+) -> tuple[list[ReleasedChunk | None], list[StatusMessage]]:
+    """:func:`release_group` of ``jobs``, and the status of every session they belong to (from
+    its last charge's state, else read from the ledger)."""
+    released = release_group(jobs)
+    states: dict[Pipeline, LedgerState | None] = {}
+    for (pipe, _), out in zip(jobs, released, strict=True):
+        states[pipe] = out.state if out is not None else None
+    return released, [pipe.status(ledger_state=state) for pipe, state in states.items()]
+
+
+def ledger_calls_on_loop(settings: Settings, ledger: Ledger) -> bool:
+    """A worker makes its chunks' ledger calls (their charges, the outbox) on its event loop
+    (``fleet.ledger_calls``; ``auto``: for a local SQLite ledger, :attr:`Ledger.local`), else in
+    worker threads. A cohort bucket (:meth:`Fleet.run_cohort`) is charged in a thread either way."""
+    mode = settings.fleet.ledger_calls
+    return mode == "loop" or (mode == "auto" and ledger.local)
+
+
+class Fleet:
+    """Many sessions in one process, all charging one ledger and draining one publisher.
+
+    Args:
+        settings: the service settings (``fleet`` section, ``ingest.source`` "lsl" or
+            "jetstream").
+        plan: the release plan every session follows (and the cohort's, when enabled).
+        ledger: shared ledger (PostgreSQL for several processes), with the plan's caps.
+        publisher: shared publisher of privatized chunks.
+    """
+
+    def __init__(
+        self, settings: Settings, plan: ReleasePlan, ledger: Ledger, publisher: Publisher
+    ) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.ledger = ledger
+        self.publisher = publisher
+        self._on_loop = ledger_calls_on_loop(settings, ledger)
+        self.worker_id = settings.fleet.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.sessions: dict[str, _Session] = {}
+        self.refused = 0
+        self.closed: list[str] = []
+        self.on_session: Callable[[SessionEvent], None] | None = None
+        """Called on the event loop with each session opened and closed (``gazeguard run
+        --fleet`` prints one line each)."""
+        self.cohort: CohortWiring | None = (
+            CohortWiring.build(
+                settings, plan, ledger, self.worker_id, publisher.settings.topic_prefix
+            )
+            if plan.cohort_plan is not None
+            else None
+        )
+
+    def _open_session(
+        self, session: str, rate_hz: float, device: str | None = None
+    ) -> _Session | None:
+        """The session's entry, opened now if new with its stream's declared ``rate_hz``
+        (``None`` when refused: ``fleet.max_sessions``): its chunks and status are published
+        under ``device`` (the headset's id, as the deployment's broker ACL expects: device =
+        username; ``None``: this worker's ``device`` setting, e.g. for LSL streams)."""
+        if session in self.sessions:
+            return self.sessions[session]
+        if len(self.sessions) >= self.settings.fleet.max_sessions:
+            self.refused += 1
+            log.warning(
+                "worker %s: refusing session %r: fleet.max_sessions=%d reached",
+                self.worker_id,
+                session,
+                self.settings.fleet.max_sessions,
+            )
+            return None
+        device = device or self.settings.device
+        pipeline = Pipeline(
+            self.ledger,
+            session=session,
+            device=device,
+            rate_hz=rate_hz,
+            plan=self.plan,
+            topic_prefix=self.publisher.settings.topic_prefix,
+        )
+        if self.cohort is not None:
+            self.cohort.attach(device, session, pipeline)
+        self.sessions[session] = _Session(pipeline)
+        self.publisher.publish_status(pipeline.status("starting"))
+        log.info("worker %s: session %r opened (device %r)", self.worker_id, session, device)
+        if self.on_session is not None:
+            self.on_session(SessionEvent("opened", device, session, pipeline.topic))
+        return self.sessions[session]
+
+    def _close_session(self, session: str) -> None:
+        entry = self.sessions.pop(session, None)
+        if entry is None:
+            return
+        entry.pipeline.close()
+        self.publisher.publish_status(entry.pipeline.status("stopped"))
+        self.closed.append(session)
+        log.info(
+            "worker %s: session %r closed (%d samples, %d dropped as not newer, %d as ahead of "
+            "the clock, %d bad blocks; %d chunks released)",
+            self.worker_id,
+            session,
+            entry.samples,
+            entry.dropped_samples,
+            entry.future_samples,
+            entry.bad_blocks,
+            entry.pipeline.stats.released,
+        )
+        if self.on_session is not None:
+            pipe = entry.pipeline
+            self.on_session(
+                SessionEvent(
+                    "closed", pipe.device, session, pipe.topic, entry.samples, pipe.stats.released
+                )
+            )
+
+    async def _process(self, entry: _Session, block: GazeSamples) -> None:
+        """One session's new samples: :meth:`_process_many` of one."""
+        await self._process_many([(entry, block)])
+
+    async def _process_many(self, items: Sequence[tuple[_Session, GazeSamples]]) -> None:
+        """Events and features inline for every ``(session, new samples)`` (each session once),
+        in one step over all their samples (:func:`~gazeguard.runtime.pipeline.feed_many`); the
+        chunks
+        that fell due privatized and charged in ONE call (group commit,
+        :func:`~gazeguard.runtime.pipeline.release_group`), then one publisher wake-up. A block the
+        feature extractor refuses is dropped and counted (its session's ``bad_blocks``).
+
+        The release call runs on the event loop for a local SQLite ledger (:attr:`Ledger.local`)
+        and in a worker thread otherwise (PostgreSQL: network round trips; any ledger with
+        ``fleet.ledger_calls = "thread"``, e.g. on a disk whose fsync can stall). In a thread,
+        each of its ~20 SQLite calls gives the GIL up and then waits up to the switch interval
+        (5 ms) to get it back from a loop busy with other sessions' features. bench_fleet,
+        500 sessions, one same-run pair (11-27, ``bench/results/fleet-ledgercalls-ab.json``):
+        on the loop p50 6.4 / p99 32.6 ms, sustained; in threads 12.8 / 66.9 ms, not (an
+        earlier comparison quoted here was an A/A run, see ``docs/design.md``). The outbox
+        calls are on the loop too (:class:`~gazeguard.ledger.outbox.Drain` ``inline``)."""
+        jobs, refused = feed_many([(entry.pipeline, block) for entry, block in items])
+        for pipe, exc in refused:
+            entry = self.sessions.get(pipe.session)
+            if entry is not None:
+                entry.bad_blocks += 1
+            log.warning("session %r: gaze block dropped: %s", pipe.session, exc)
+        if not jobs:
+            return
+        if self._on_loop:  # not cancellable midway either: charged chunks reach the outbox
+            released, statuses = _release(jobs)
+        else:
+            released, statuses = await to_thread_to_the_end(_release, jobs)
+        self.publisher.notify([out for out in released if out is not None])
+        for status in statuses:
+            self.publisher.publish_status(status)
+
+    async def run_cohort(self, stop: asyncio.Event) -> None:
+        """Release every closed cohort bucket (ledger commits in a worker thread), once a second,
+        until ``stop``; the bucket in progress at the stop is not released."""
+        if self.cohort is None:
+            return
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+            released = await to_thread_to_the_end(self.cohort.aggregator.release_due, time.time())
+            for r in released:
+                log.info(
+                    "worker %s: cohort %r bucket %d %s released over %d sessions (%d left out)",
+                    self.worker_id, r.message.cohort, r.message.bucket,
+                    "attention" if r.message.schema_ == "gazeguard.attention/1" else "aggregate",
+                    len(r.sessions), len(r.left_out),
+                )  # fmt: skip
+            if released:
+                self.publisher.notify()

@@ -1,0 +1,307 @@
+"""The private-label stream of a session: decisions on clean features, charged, then published.
+
+:class:`LabelStream` sits next to the chunk path inside
+:class:`gazeguard.runtime.pipeline.Pipeline`: it
+receives the same clean feature vectors (all registry features, one every ``step_s``), buffers
+``n = decision_s / step_s`` consecutive vectors — one *block*, exactly like a chunk of ``n``
+steps — and runs the label model (:class:`gazeguard.signal.labels.LabelModel`) on each full block
+inside
+the trusted process: the block's mean class probabilities never leave it.
+
+``labels.release = "clock"``: every block is a decision — the argmax, privatized by exact k-ary
+randomized response at ``ε`` (:class:`~gazeguard.signal.labels.RandomizedResponse`, OS CSPRNG).
+
+``labels.release = "change"`` (default): a label is released when the activity changes.
+
+1. The first block's decision is released at once (the first label, one block after the first
+   feature vector).
+2. Then, once ``min_interval_s`` of gaze has passed since the last label, each block asks the
+   sparse vector technique (:class:`~gazeguard.privacy.mechanisms.svt.AboveThreshold`) whether
+   another
+   class's mean probability beats the held label's by ``threshold``: ``q = max_{c≠ℓ} p_c −
+   p_ℓ`` (ℓ the *released* label, public), in ``[−1, 1]``, sensitivity 2 whatever the gaze. The
+   first "above" ends the round and releases the block's decision by randomized response; a
+   new round starts. Between labels the consumer holds the last one (the message says from
+   when).
+3. Each released label is charged ``RandomizedResponseEvent(ε_rr, C)`` for itself and
+   ``PureEvent(ε_svt)`` for the detection round that starts after it (paid before any of its
+   queries is asked; a round is ε_svt-DP however many "no change" answers it gives). Labels
+   are at least ``min_interval_s`` apart, which bounds what an hour can spend.
+
+Either way, each label is charged to the ledger (stream ``"labels"``) with its block's gaze span
+and its :class:`~gazeguard.wire.label.LabelMessage` payload enqueued in the same transaction
+(the outbox the chunks use), then handed on for publishing — or, when a cap would be exceeded,
+withheld (recorded in the ledger, nothing published).
+
+The label plan (ε per decision, the labels an hour can change) is :mod:`gazeguard.plan.labels`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError
+from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
+from gazeguard.plan.labels import LabelPlan
+from gazeguard.privacy.mechanisms.noise import RandomSource, random_source
+from gazeguard.privacy.mechanisms.svt import AboveThreshold
+from gazeguard.signal.labels import LabelRelease
+from gazeguard.wire.label import LabelMessage, label_topic
+
+log = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float64]
+
+#: The ledger stream (index space) of labels.
+STREAM = "labels"
+_STALE_RETRIES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedLabel:
+    """A label whose charge is committed and whose payload waits in the ledger outbox (the
+    outbox-entry view :class:`gazeguard.ledger.outbox.OutboxEntry`: hand it to
+    ``Publisher.notify``).
+
+    Attributes:
+        message: the label message as published.
+        payload: the exact bytes enqueued.
+        topic: ``{prefix}/{device}/{session}/labels``.
+        id: position in the ledger outbox.
+        state: the session's ledger state right after the charge.
+    """
+
+    message: LabelMessage
+    payload: bytes
+    topic: str
+    id: int
+    state: LedgerState
+
+    @property
+    def session(self) -> str:
+        """Session id."""
+        return self.message.session
+
+    @property
+    def chunk_index(self) -> int:
+        """The decision index (the index in the ledger's ``labels`` stream)."""
+        return self.message.decision_index
+
+
+@dataclass(slots=True)
+class LabelStats:
+    """Counters of one session's label stream."""
+
+    released: int = 0
+    checks: int = 0  # change detection queries asked (release = "change")
+    withheld: int = 0
+    dropped: int = 0
+    last_reason: str | None = None
+
+
+class LabelStream:
+    """Decision blocks → private labels → ledger, for one session (synchronous; see the module
+    docstring).
+
+    Args:
+        ledger: where every label is charged before it is handed on.
+        plan: :func:`plan_labels`.
+        session, device: the ledger account and the topic's device.
+        input_features: names of the columns of the vectors :meth:`add` receives (the
+            extractor's: :data:`gazeguard.signal.features.NAMES`).
+        topic_prefix: the MQTT topic prefix.
+        profile: the release profile named in each message (default: the model's, else its
+            name).
+        insecure_seed: seed a reproducible generator (tests only; messages say
+            ``INSECURE-seeded``).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        plan: LabelPlan,
+        *,
+        session: str,
+        device: str,
+        input_features: Sequence[str],
+        topic_prefix: str = "gazeguard/v1",
+        profile: str | None = None,
+        insecure_seed: int | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.plan = plan
+        self.session = session
+        self.device = device
+        self.topic = label_topic(topic_prefix, device, session)
+        self.profile = profile or plan.model.spec.profile or plan.model.name
+        source: RandomSource = random_source(insecure_seed)
+        self.release_ = LabelRelease(
+            plan.model, plan.epsilon, input_features=list(plan.model.features), source=source
+        )
+        names = list(input_features)
+        missing = [f for f in plan.model.features if f not in names]
+        if missing:
+            raise ConfigError(
+                "labels.model",
+                plan.model.source,
+                f"model {plan.model.name!r} reads features {missing} the sidecar does not compute",
+            )
+        self._cols = np.array([names.index(f) for f in plan.model.features], dtype=np.intp)
+        self._buf = np.empty((plan.steps, self._cols.size), dtype=np.float64)
+        self._times = np.empty(plan.steps, dtype=np.float64)
+        self._fill = 0
+        self.next_index = ledger.next_index(session, STREAM)
+        self._events = {event_key(e): c for e, c in plan.events.items()}
+        self._eps_map = {"label": plan.epsilon}
+        # change: the held (released, so public) label, when it was released, and the
+        # detection round (paid by the last released label; started at its first query)
+        self._change = plan.release == "change"
+        if self._change:
+            self._eps_map["change"] = plan.epsilon_svt
+        self._svt = (
+            AboveThreshold(plan.epsilon_svt, 2.0, plan.threshold, source) if self._change else None
+        )
+        self._held: int | None = None
+        self._held_until = -math.inf  # gaze time (LSL clock) before which nothing is asked
+        self._paid = False  # a detection round is paid for (the last label was charged)
+        self.stats = LabelStats()
+
+    @property
+    def pending_steps(self) -> int:
+        """Feature vectors buffered towards the next decision (dropped if the session ends)."""
+        return self._fill
+
+    def restart(self) -> None:
+        """Drop the incomplete decision block (a pause ended its segment: a label decides on
+        one stretch of gaze, not on both sides of a pause)."""
+        self._fill = 0
+
+    def add(self, X: FloatArray, t: FloatArray) -> list[tuple[FloatArray, FloatArray]]:
+        """Append clean feature vectors; return the decision blocks they complete (cheap, no
+        I/O). The blocks are raw: hand them to :meth:`release` and nowhere else.
+
+        Args:
+            X: (k, F_in) clean feature vectors, columns ``input_features``.
+            t: (k,) their times, s (LSL clock).
+
+        Returns:
+            ``(vectors (n, F_model), times (n,))`` per completed block.
+        """
+        out: list[tuple[FloatArray, FloatArray]] = []
+        k, n, i = len(t), self.plan.steps, 0
+        while i < k:
+            take = min(n - self._fill, k - i)
+            self._buf[self._fill : self._fill + take] = X[i : i + take][:, self._cols]
+            self._times[self._fill : self._fill + take] = t[i : i + take]
+            self._fill += take
+            i += take
+            if self._fill == n:
+                self._fill = 0
+                out.append((self._buf.copy(), self._times.copy()))
+        return out
+
+    def release(self, block: FloatArray, times: FloatArray, offset: float) -> ReleasedLabel | None:
+        """One block: decide, privatize, charge and enqueue its label (``clock``), or — with
+        ``change`` — release one only for the first block and when the sparse vector technique
+        says the activity changed; ``None`` when no label was released, a cap withheld it or
+        an error dropped it (the last two recorded in the ledger and :attr:`stats`). Blocks on
+        the ledger's durable commit.
+
+        Args:
+            block: (n, F_model) clean feature vectors of one block.
+            times: (n,) their times, s (LSL clock).
+            offset: Unix time minus ``times``, s.
+        """
+        if not self._change:
+            return self._decide(block, times, offset)
+        assert self._svt is not None
+        finite = block[np.isfinite(block).all(axis=1)]
+        end = float(times[-1])
+        if finite.shape[0] == 0 or end < self._held_until:
+            return None
+        p = self.release_.probabilities(finite)  # once: it feeds a per-session model's stats
+        if self._held is not None and self._paid:
+            others = np.delete(p, self._held)
+            if not self._svt.active:
+                self._svt.start()
+            self.stats.checks += 1
+            if not self._svt.query(float(others.max() - p[self._held])):
+                return None
+        # the first label, a change, or a label a cap withheld before: release this block's
+        self._paid = False  # the round that said "changed" is over
+        out = self._decide(block, times, offset, int(np.argmax(p)))
+        if out is not None:
+            self._held = out.message.classes.index(out.message.label)
+            self._held_until = end + self.plan.min_interval_s
+            self._paid = True  # its charge paid for the next round
+        return out
+
+    def _decide(
+        self, block: FloatArray, times: FloatArray, offset: float, true: int | None = None
+    ) -> ReleasedLabel | None:
+        """Privatize, charge and enqueue one block's label: randomized response on its clean
+        decision (``true``, when the caller has it already)."""
+        index = self.next_index
+        self.next_index += 1
+        gaze = (float(times[0]) + offset, float(times[-1]) + offset)
+        try:
+            finite = block[np.isfinite(block).all(axis=1)]
+            if finite.shape[0] == 0:
+                msg = "no finite feature vector in the decision block"
+                raise FloatingPointError(msg)
+            decision = (
+                self.release_.release(finite)
+                if true is None
+                else self.release_.release_class(true, vectors=finite.shape[0])
+            )
+            message = LabelMessage.build(
+                decision,
+                session=self.session,
+                device=self.device,
+                decision_index=index,
+                window_start=float(times[0]),
+                window_end=float(times[-1]),
+                model_name=self.plan.model.name,
+                model_version=self.plan.model.version,
+                profile=self.profile,
+                release="change" if self._change else "clock",
+                epsilon_change=self.plan.epsilon_svt if self._change else None,
+            )
+            body = message.to_payload()
+            for attempt in range(_STALE_RETRIES):
+                try:
+                    charge = self.ledger.charge(
+                        self.session, index, self._eps_map, self.topic, body,
+                        events=self._events, gaze=gaze, stream=STREAM,
+                    )  # fmt: skip
+                    break
+                except StaleStateError:
+                    if attempt == _STALE_RETRIES - 1:
+                        raise
+        except BudgetExhaustedError as exc:
+            self.ledger.withhold(self.session, index, self._eps_map, str(exc), stream=STREAM)
+            self.stats.withheld += 1
+            self.stats.last_reason = str(exc)
+            log.warning("session %r: label %d withheld: %s", self.session, index, exc)
+            return None
+        except Exception as exc:  # fail closed: nothing about the decision is published
+            reason = f"label {index} dropped: {type(exc).__name__} (see the sidecar log)"
+            log.exception("session %r: label %d dropped", self.session, index)
+            self.stats.dropped += 1
+            self.stats.last_reason = reason
+            try:
+                self.ledger.withhold(self.session, index, self._eps_map, reason, stream=STREAM)
+            except Exception:
+                log.exception("session %r: could not record the dropped label", self.session)
+            return None
+        self.stats.released += 1
+        return ReleasedLabel(message, body, self.topic, charge.outbox_id, charge.state)
+
+
+__all__ = ["STREAM", "LabelStats", "LabelStream", "ReleasedLabel"]

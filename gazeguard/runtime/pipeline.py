@@ -1,0 +1,696 @@
+"""One session's privacy pipeline, in-process: gaze samples in, charged privatized chunks out.
+
+``events → features → chunks → mechanism → ledger``: the synchronous core that ``gazeguard run``
+drives from LSL and drains to MQTT, and that a headset vendor can embed directly (no LSL, no
+MQTT)::
+
+    from gazeguard.ledger import Ledger
+    from gazeguard.runtime.pipeline import Pipeline
+    from gazeguard.core.samples import GazeSamples, lsl_unix_offset
+
+    with Ledger("ledger.sqlite") as ledger:
+        pipe = Pipeline(ledger, session="s1", device="hmd-7", rate_hz=120.0, on_release=print)
+        for t, x, y, pupil in my_sample_blocks():   # arrays of shape (N,): s, deg, deg, mm
+            pipe.push(GazeSamples.from_arrays(t, x, y, pupil))
+        pipe.close()
+
+Every released chunk is charged to the ledger *before* anyone sees it: :meth:`Pipeline.push`
+returns (and hands ``on_release``) only chunks whose charge is committed, each with the exact
+payload bytes that sit in the ledger's outbox. A chunk that would exceed a cap is withheld (and
+recorded); a chunk that fails anywhere between the feature buffer and the charge is dropped (and
+recorded). Nothing raw or half-noised is ever returned, on any path.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gazeguard.config import FeatureSettings, MechanismSettings
+from gazeguard.core.chunking import Chunk, Chunker
+from gazeguard.core.errors import BudgetExhaustedError, ConfigError, GazeguardError
+from gazeguard.core.samples import GazeSamples, lsl_unix_offset
+from gazeguard.ledger import (
+    Charge,
+    ChargeRequest,
+    Ledger,
+    LedgerState,
+    StaleStateError,
+    event_key,
+)
+from gazeguard.plan import ReleasePlan
+from gazeguard.signal.events import EventDetector, check_rate
+from gazeguard.signal.features import FEATURES, FeatureExtractor, push_many
+from gazeguard.wire.message import (
+    ChunkMessage,
+    IngestCounters,
+    LedgerSnapshot,
+    MechanismParams,
+    SessionState,
+    StatusMessage,
+    chunk_topic,
+)
+
+if TYPE_CHECKING:
+    from gazeguard.config import LabelSettings
+    from gazeguard.plan.labels import LabelPlan
+    from gazeguard.runtime.labels import LabelStream, ReleasedLabel
+
+log = logging.getLogger(__name__)
+
+#: Previews a release may be rebuilt for when other writers keep charging the same session.
+_STALE_RETRIES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedChunk:
+    """A chunk whose charge is committed and whose payload waits in the ledger outbox.
+
+    Attributes:
+        message: the privatized chunk as published (values ``[F][n]``, mechanism, ledger).
+        payload: the exact bytes enqueued (UTF-8 JSON).
+        topic: where the publisher sends them.
+        outbox_id: position in the ledger outbox.
+        state: the session's ledger state right after the charge.
+        completed_at: ``time.perf_counter()`` when the chunk's last feature vector existed, s.
+        charged_at: ``time.perf_counter()`` when its charge had committed, s.
+    """
+
+    message: ChunkMessage
+    payload: bytes
+    topic: str
+    outbox_id: int
+    state: LedgerState
+    completed_at: float
+    charged_at: float
+
+    # The outbox-entry view (``gazeguard.ledger.outbox.OutboxEntry``): hand it to Publisher.notify.
+    @property
+    def id(self) -> int:
+        """Position in the ledger outbox (same as :attr:`outbox_id`)."""
+        return self.outbox_id
+
+    @property
+    def session(self) -> str:
+        """Session id."""
+        return self.message.session
+
+    @property
+    def chunk_index(self) -> int:
+        """Chunk number within the session."""
+        return self.message.chunk_index
+
+
+@dataclass(slots=True)
+class PipelineStats:
+    """Counters of one session (chunks and steps)."""
+
+    steps: int = 0
+    released: int = 0
+    withheld: int = 0
+    dropped: int = 0
+    tail_steps_dropped: int = 0
+    pauses: int = 0  # gaps long enough to start a new segment (see Pipeline.feed)
+    pause_steps_dropped: int = 0  # steps of incomplete chunks a pause ended
+    last_reason: str | None = None
+    state: SessionState = "starting"
+    withheld_indices: list[int] = field(default_factory=list)
+
+
+class Pipeline:
+    """events → features → chunks → mechanism → ledger for one session (synchronous).
+
+    Args:
+        ledger: where every release is charged before it is handed on.
+        session: session id (the ledger account; topics use it).
+        device: device id (topics use it).
+        rate_hz: the gaze stream's declared (nominal) sampling rate, Hz, e.g. the LSL stream's
+            ``nominal_srate``: the event detector's parameters come from it, never from the
+            samples' timestamps.
+        plan: the release plan (:class:`gazeguard.plan.ReleasePlan`: the mechanism, labels and
+            every figure); ``None``: built from ``features``, ``mechanism`` and ``labels`` for
+            the ledger's caps (its hourly cap is the budget). The ledger's window must hold
+            every release one hour of gaze can change (``plan.window_s``): open it with
+            ``Ledger(path, **plan.ledger_caps())``.
+        features, mechanism, labels: the settings a plan is built from when ``plan`` is
+            ``None`` (labels: private labels when ``labels.enabled``, :mod:`gazeguard.
+            label_stream`, charged to the same ledger and collected by :meth:`take_labels`).
+        topic_prefix: MQTT topic prefix written into the outbox rows.
+        on_release: called with each :class:`ReleasedChunk`, after its charge committed.
+        tap: called with ``(raw chunk, released chunk)`` for in-process diagnostics only
+            (``gazeguard demo`` plots raw against privatized); never wired to any network path.
+        clock_offset_s: Unix time minus sample time, s; ``None`` (default): samples are on the
+            LSL clock of this host (``time.time() − pylsl.local_clock()``, read once). The
+            ledger counts its per-hour window in this gaze time.
+
+    Raises:
+        ConfigError: an unknown feature name in the release profile or in
+            ``epsilon_per_feature``, invalid mechanism parameters, or a ledger whose window
+            is shorter than the plan's.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        session: str,
+        device: str,
+        rate_hz: float,
+        plan: ReleasePlan | None = None,
+        features: FeatureSettings | None = None,
+        mechanism: MechanismSettings | None = None,
+        labels: LabelSettings | None = None,
+        topic_prefix: str = "gazeguard/v1",
+        on_release: Callable[[ReleasedChunk], None] | None = None,
+        tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
+        clock_offset_s: float | None = None,
+    ) -> None:
+        self.rate_hz = check_rate(rate_hz, "rate_hz")
+        self.ledger = ledger
+        self.session = session
+        self.device = device
+        self.topic = chunk_topic(topic_prefix, device, session)
+        self.on_release = on_release
+        self.tap = tap
+        # Fixed for the session: chunk ends stay a chunk apart in the ledger's Unix gaze time.
+        self.clock_offset_s = clock_offset_s if clock_offset_s is not None else lsl_unix_offset()
+        self.stats = PipelineStats()
+        # Caps recorded with the session bind; a looser configuration is refused here.
+        self.opened = ledger.open_session(session)
+        if plan is None:
+            plan = ReleasePlan.build(
+                features=features, mechanism=mechanism, budget=self.opened.window_cap,
+                delta=self.opened.delta, session_cap=self.opened.session_cap,
+                labels=labels if labels is not None and labels.enabled else None,
+            )  # fmt: skip
+        if self.opened.window_cap is not None and self.opened.window_s < plan.window_s:
+            raise ConfigError(
+                "ledger.window_s",
+                self.opened.window_s,
+                f"the ledger's window must hold every release one hour of gaze can change: "
+                f"{plan.window_s:g} s of release ends for this plan; open the ledger with the "
+                "plan's caps, Ledger(path, **plan.ledger_caps())",
+                None,
+            )
+        self.plan = plan
+        features = plan.features
+        all_names = [f.name for f in FEATURES]
+        names = plan.names
+        self.feature_names = names
+        self._index = np.array([all_names.index(n) for n in names], dtype=np.intp)
+        self.units = plan.units
+        #: Called with every batch of clean feature vectors ``(X (T, 48), t (T,) sample time)``
+        #: by :meth:`feed`; the trusted cohort aggregator of a fleet worker, nothing else.
+        self.on_features: Callable[[np.ndarray, np.ndarray], None] | None = None
+        #: Called with every block of gaze samples the extractor took (:class:`GazeSamples`,
+        #: sample time; those at or before :attr:`resume_after` left out), each sample once, in
+        #: order, by :meth:`feed`; the trusted cohort aggregator's attention tally of a fleet
+        #: worker, nothing else. The block is borrowed: copy what is kept.
+        self.on_samples: Callable[[GazeSamples], None] | None = None
+        self.mechanism = plan.mechanism
+        self._params = MechanismParams.from_mechanism(self.mechanism)
+        self._carries = self.mechanism.carries()
+        # What the ledger charges: the chunk's accounting events (one per feature), keyed as
+        # stored, and each feature's pure ε (inf for Gaussian noise) for the record.
+        self._events = {event_key(e): c for e, c in plan.chunks.events.items()}
+        self.epsilon = self.mechanism.epsilon
+        self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
+        self._per_sample = plan.per_sample
+        hold = features.window_s if features.hold_limit_s is None else features.hold_limit_s
+        self._features = features
+        self.extractor = self._new_extractor()
+        self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
+        # A pause longer than this starts a new segment (see feed): every window inside it would
+        # carry only defaults, and it is at least a chunk long, so the chunks of two segments
+        # never fall closer together in gaze time than one grid's (the hourly calibration).
+        self.pause_s = max(features.window_s + hold, self.mechanism.n * features.step_s)
+        self._last_t = -math.inf  # newest sample time fed
+        #: Sample time, s: feature vectors stamped at or before it rebuild the window but are
+        #: not chunked, counted or observed (a fleet worker taking a session over replays the
+        #: retained gaze whose chunks the ledger charged already). ``-inf``: every vector counts.
+        self.resume_after = -math.inf
+        self.profile = plan.profile
+        self.label_plan: LabelPlan | None = plan.label_plan
+        self.labels: LabelStream | None = None
+        self._label_blocks: list[tuple[np.ndarray, np.ndarray]] = []
+        self._labels_ready: list[ReleasedLabel] = []
+        if self.label_plan is not None:
+            from gazeguard.runtime.labels import LabelStream  # noqa: PLC0415 - optional stage
+
+            self.labels = LabelStream(
+                ledger, self.label_plan, session=session, device=device,
+                input_features=all_names, topic_prefix=topic_prefix,
+                profile=plan.profile, insecure_seed=plan.insecure_seed,
+            )  # fmt: skip
+        self._completed_at = 0.0
+        if plan.insecure_seed is not None:
+            log.warning(
+                "session %r: INSECURE seeded noise (mechanism.insecure_seed=%d): releases are "
+                "reproducible and NOT differentially private against anyone who knows the seed",
+                session,
+                plan.insecure_seed,
+            )
+
+    @property
+    def carries(self) -> str:
+        """What each chunk carries per feature, in words (as the message says)."""
+        return self._carries
+
+    @property
+    def chunk_epsilon(self) -> float:
+        """Pure ε one chunk costs (sum over released features; ``inf`` for Gaussian noise).
+        The user-level figures are in :attr:`cost`."""
+        return self.plan.chunk_pure
+
+    def push(self, block: GazeSamples) -> list[ReleasedChunk]:
+        """Feed a block of samples; return the chunks it completed that were charged (the labels
+        it completed are charged too and wait in :meth:`take_labels`)."""
+        released = (self.release(chunk) for chunk in self.feed(block))
+        chunks = [out for out in released if out is not None]
+        self.release_labels()
+        return chunks
+
+    def release_labels(self) -> list[ReleasedLabel]:
+        """Decide, charge and enqueue the label of every decision block :meth:`feed` completed
+        (withheld or dropped ones are recorded); returns the charged ones, which also wait in
+        :meth:`take_labels`. Blocks on the ledger's durable commit."""
+        if self.labels is None or not self._label_blocks:
+            return []
+        offset = self.clock_offset_s
+        blocks, self._label_blocks = self._label_blocks, []
+        done = [self.labels.release(b, t, offset) for b, t in blocks]
+        out = [d for d in done if d is not None]
+        self._labels_ready.extend(out)
+        return out
+
+    def take_labels(self) -> list[ReleasedLabel]:
+        """The labels charged since the last call (outbox entries: hand them to
+        ``Publisher.notify``)."""
+        out, self._labels_ready = self._labels_ready, []
+        return out
+
+    def _new_extractor(self) -> FeatureExtractor:
+        f = self._features
+        return FeatureExtractor(
+            window_s=f.window_s,
+            step_s=f.step_s,
+            min_valid_fraction=f.min_valid_fraction,
+            hold_limit_s=f.hold_limit_s,
+            detector=EventDetector(
+                rate_hz=self.rate_hz, velocity_threshold_deg_s=f.saccade_threshold_deg_s
+            ),
+        )
+
+    def feed(self, block: GazeSamples) -> list[Chunk]:
+        """Events, features and chunking only: the (raw) chunks this block completed.
+
+        Cheap and CPU-only; :meth:`release` does the privatizing and the durable charge. The
+        chunks returned are raw: hand them to :meth:`release` and nowhere else.
+
+        A pause in the gaze longer than :attr:`pause_s` (``max(W + hold limit, n·s)``: 60 s at
+        the defaults) ends a segment: the incomplete chunk is dropped (not padded, counted in
+        ``stats.pause_steps_dropped``), and the next sample starts a new feature window (its
+        first vector W later) while the chunk numbering continues. Walking the pause step by
+        step instead would release chunks of nothing but default values — an hour's pause, an
+        hour's budget, spent in one burst that the wall-clock cap then makes the next real hour
+        pay for — and a pause of days would take the process minutes.
+        """
+        ts = block.timestamps
+        if not self._pauses(ts):  # the usual block: no gap longer than a pause
+            return self._feed(block)
+        prev = np.concatenate(([self._last_t], ts[:-1]))
+        cuts = np.flatnonzero((ts - prev > self.pause_s) & np.isfinite(prev)).tolist()
+        if not cuts:  # (non-finite times: the extractor says what is wrong with them)
+            return self._feed(block)
+        chunks: list[Chunk] = []
+        starts = cuts if cuts[0] == 0 else [0, *cuts]
+        for a, b in zip(starts, [*starts[1:], len(block)], strict=True):
+            if a in cuts:
+                self._new_segment(float(ts[a] - prev[a]))
+            chunks += self._feed(block.slice(a, b))
+        return chunks
+
+    def _pauses(self, ts: np.ndarray) -> bool:
+        """Whether ``ts`` (s, shape ``(N,)``) starts more than :attr:`pause_s` after the newest
+        sample fed, or holds such a gap (a cheap test for :meth:`feed`'s usual case)."""
+        if not len(ts):
+            return False
+        first, last = float(ts[0]), float(ts[-1])
+        if math.isfinite(self._last_t) and first - self._last_t > self.pause_s:
+            return True
+        # Increasing times have no gap longer than their span (other times: the extractor
+        # refuses them anyway).
+        return last - first > self.pause_s and float((ts[1:] - ts[:-1]).max()) > self.pause_s
+
+    def _new_segment(self, pause: float) -> None:
+        dropped = self.chunker.restart()
+        if self.labels is not None:
+            self.labels.restart()
+        stats = self.extractor.stats
+        self.extractor = self._new_extractor()
+        self.extractor.stats = stats  # one set of counters per session
+        self.stats.pauses += 1
+        self.stats.pause_steps_dropped += dropped
+        log.info(
+            "session %r: gaze paused %.0f s (> %.0f s): a new feature window starts (first "
+            "vector %g s later); %d steps of an incomplete chunk dropped (not padded)",
+            self.session,
+            pause,
+            self.pause_s,
+            self._features.window_s,
+            dropped,
+        )
+
+    def _feed(self, block: GazeSamples) -> list[Chunk]:
+        X, t = self.extractor.push(block)
+        return self._fed(block, X, t)
+
+    def _fed(self, block: GazeSamples, X: np.ndarray, t: np.ndarray) -> list[Chunk]:
+        """After the extractor took ``block``: its vectors ``X`` (T, 48) at ``t`` (T,) counted,
+        observed and chunked; the chunks they completed."""
+        if len(block):
+            self._last_t = float(block.timestamps[-1])
+            if self.on_samples is not None:
+                self._observe_samples(block)
+        if len(t) and t[0] <= self.resume_after:
+            keep = t > self.resume_after
+            X, t = X[keep], t[keep]
+        self.stats.steps += len(t)
+        if self.labels is not None and len(t):
+            self._label_blocks += self.labels.add(X, t)
+        if self.on_features is not None and len(t):
+            self.on_features(X, t)
+        chunks = self.chunker.add(X, t)
+        if chunks:
+            self._completed_at = time.perf_counter()
+        return chunks
+
+    def _observe_samples(self, block: GazeSamples) -> None:
+        """Hand ``block`` (less the samples at or before :attr:`resume_after`) to
+        :attr:`on_samples`."""
+        assert self.on_samples is not None
+        ts = block.timestamps
+        if ts[0] <= self.resume_after:
+            first = int(np.searchsorted(ts, self.resume_after, side="right"))
+            if first == len(block):
+                return
+            block = block.slice(first, len(block))
+        self.on_samples(block)
+
+    def close(self) -> int:
+        """End the session: the incomplete tail is dropped (not padded). Returns its steps."""
+        dropped = self.chunker.pending_steps
+        self.stats.tail_steps_dropped = dropped
+        self.stats.state = "stopped"
+        if dropped:
+            log.info(
+                "session %r ended: %d steps of an incomplete chunk dropped (not padded)",
+                self.session,
+                dropped,
+            )
+        return dropped
+
+    def release(self, chunk: Chunk) -> ReleasedChunk | None:
+        """Privatize ``chunk``, charge it with its payload, hand it on; or withhold or drop it.
+
+        Returns the released chunk, or ``None`` when a cap withheld it or an error dropped it
+        (both recorded in the ledger and the counters). Blocks on the ledger's durable commit.
+        (:func:`release_group` does the same for the chunks of many sessions in one commit.)
+        """
+        completed_at = self._completed_at
+        try:
+            values, offset, gaze = self._privatize(chunk)
+            for attempt in range(_STALE_RETRIES):
+                version, message, body = self._build(chunk, values, offset, gaze)
+                try:
+                    charge = self.ledger.charge(
+                        self.session, chunk.index, self._eps_map, self.topic, body,
+                        events=self._events, gaze=gaze, version=version,
+                    )  # fmt: skip
+                    break
+                except StaleStateError:  # another writer charged this session meanwhile
+                    if attempt == _STALE_RETRIES - 1:
+                        raise
+        except Exception as exc:  # withheld by a cap, or dropped (fail closed)
+            self._refused(chunk, exc)
+            return None
+        return self._released(chunk, message, body, charge, completed_at)
+
+    def _privatize(self, chunk: Chunk) -> tuple[np.ndarray, float, tuple[float, float]]:
+        """The mechanism's values ``(F, n)`` of ``chunk``, the clock offset (Unix − sample time,
+        s) and the chunk's gaze span (Unix s). Raises on non-finite values."""
+        values = self.mechanism.release(chunk.values[self._index])
+        if not np.all(np.isfinite(values)):
+            msg = "mechanism produced non-finite values"
+            raise FloatingPointError(msg)  # one fail-closed path for all errors
+        offset = self.clock_offset_s
+        gaze = (float(chunk.timestamps[0]) + offset, float(chunk.timestamps[-1]) + offset)
+        return values, offset, gaze
+
+    def _build(
+        self, chunk: Chunk, values: np.ndarray, offset: float, gaze: tuple[float, float]
+    ) -> tuple[int, ChunkMessage, bytes]:
+        """Preview the charge (BudgetExhaustedError: a cap refuses it) and build the message
+        quoting the state it leaves: ``(preview version, message, payload bytes)``."""
+        preview = self.ledger.preview(self.session, self._eps_map, events=self._events, gaze=gaze)
+        message = ChunkMessage.build(
+            session=self.session,
+            device=self.device,
+            chunk_index=chunk.index,
+            timestamps=chunk.timestamps,
+            features=self.feature_names,
+            units=self.units,
+            values=values,
+            mechanism=self._params,
+            ledger=LedgerSnapshot.from_state(
+                self.plan.chunk_pure,
+                preview.state,
+                raw_event_epsilon=self._per_sample,
+                chunks_reached=self.plan.chunks.per_sample,
+            ),
+            unix_offset=offset,
+            carries=self._carries,
+            profile=self.profile,
+        )
+        return preview.version, message, message.to_payload()
+
+    def _refused(self, chunk: Chunk, exc: Exception) -> None:
+        """Record ``chunk`` withheld (a cap refused it) or dropped (any other error)."""
+        if isinstance(exc, BudgetExhaustedError):
+            self.ledger.withhold(self.session, chunk.index, self._eps_map, str(exc))
+            self.stats.withheld += 1
+            self.stats.withheld_indices.append(chunk.index)
+            self.stats.last_reason = str(exc)
+            self.stats.state = "budget_exhausted"
+            log.warning("%s", exc)
+            return
+        # The published reason names only the error type: an exception's message may quote
+        # raw values, which must not reach the status topic. The full error stays local.
+        reason = f"chunk {chunk.index} dropped: {type(exc).__name__} (see the sidecar log)"
+        log.error(
+            "session %r: chunk %d dropped", self.session, chunk.index,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )  # fmt: skip
+        self.stats.dropped += 1
+        self.stats.last_reason = reason
+        try:
+            self.ledger.withhold(self.session, chunk.index, self._eps_map, reason)
+        except Exception:
+            log.exception("session %r: could not record the dropped chunk", self.session)
+
+    def _released(
+        self, chunk: Chunk, message: ChunkMessage, body: bytes, charge: Charge, completed_at: float
+    ) -> ReleasedChunk:
+        """The chunk's charge committed: count it, tap it, hand it on."""
+        out = ReleasedChunk(
+            message,
+            body,
+            self.topic,
+            charge.outbox_id,
+            charge.state,
+            completed_at,
+            time.perf_counter(),
+        )
+        self.stats.released += 1
+        self.stats.state = "running"
+        if self.tap is not None:
+            self.tap(chunk, out)
+        if self.on_release is not None:
+            self.on_release(out)
+        return out
+
+    def status(
+        self,
+        state: SessionState | None = None,
+        reason: str | None = None,
+        ingest: IngestCounters | None = None,
+        ledger_state: LedgerState | None = None,
+    ) -> StatusMessage:
+        """The retained status message for this session, from the ledger and the counters
+        (``ingest``: the gaze ingest's counters, where the caller has them; ``ledger_state``:
+        the session's state, when the caller just read it, else it is read now)."""
+        led = self.ledger.state(self.session) if ledger_state is None else ledger_state
+        return StatusMessage.model_validate(
+            {
+                "session": self.session,
+                "device": self.device,
+                "state": state or self.stats.state,
+                "time": time.time(),
+                "epsilon": led.epsilon,
+                "delta": led.delta,
+                "epsilon_window": led.epsilon_window,
+                "window_s": led.window_s,
+                "window_cap": led.window_cap,
+                "spent": led.spent if math.isfinite(led.spent) else None,
+                "remaining": led.remaining,
+                "session_cap": led.session_cap,
+                "chunks_charged": led.chunks,
+                "chunks_delivered": max(0, led.chunks - led.pending - led.refused),
+                "chunks_refused": led.refused,
+                "chunks_withheld": self.stats.withheld,
+                "chunks_dropped": self.stats.dropped,
+                "reason": reason or self.stats.last_reason,
+                "ingest": ingest,
+            }
+        )
+
+
+def feed_many(
+    items: Sequence[tuple[Pipeline, GazeSamples]],
+) -> tuple[list[tuple[Pipeline, Chunk]], list[tuple[Pipeline, GazeguardError]]]:
+    """:meth:`Pipeline.feed` of many sessions (each once), with their events and features in one
+    step over all their new samples (:func:`~gazeguard.signal.features.push_many`); a block with a
+    pause in it goes through its session's own :meth:`Pipeline.feed`.
+
+    Returns:
+        The chunks the blocks completed, as ``(pipeline, chunk)`` in the order of ``items``
+        (hand them to :func:`release_group`), and ``(pipeline, error)`` of each session whose
+        block its extractor refused (that session's block is not taken; the others are).
+
+    Raises:
+        ValueError: a pipeline appears twice (nothing is fed).
+    """
+    if len({id(pipe) for pipe, _ in items}) != len(items):
+        msg = "feed_many: each pipeline may appear once"
+        raise ValueError(msg)
+    jobs: list[tuple[Pipeline, Chunk]] = []
+    errors: list[tuple[Pipeline, GazeguardError]] = []
+    usual = [i for i, (pipe, block) in enumerate(items) if not pipe._pauses(block.timestamps)]
+    pushed = dict(
+        zip(usual, push_many([(items[i][0].extractor, items[i][1]) for i in usual]), strict=True)
+    )
+    for i, (pipe, block) in enumerate(items):
+        out = pushed.get(i)
+        try:
+            if out is None:  # a pause: a new segment (see Pipeline.feed)
+                chunks = pipe.feed(block)
+            elif isinstance(out, GazeguardError):
+                raise out
+            else:
+                chunks = pipe._fed(block, *out)
+        except GazeguardError as exc:
+            errors.append((pipe, exc))
+            continue
+        jobs.extend((pipe, c) for c in chunks)
+    return jobs, errors
+
+
+def release_group(jobs: Sequence[tuple[Pipeline, Chunk]]) -> list[ReleasedChunk | None]:
+    """:meth:`Pipeline.release` of many sessions' chunks with one ledger commit per round.
+
+    ``jobs``: ``(pipeline, chunk)`` pairs, every pipeline on one ledger, each pipeline's chunks
+    in order. Each chunk is privatized, previewed and built exactly as :meth:`Pipeline.release`
+    does; the charges of one round — the first chunk still to charge of every session — go in
+    one :meth:`Ledger.charge_many` transaction (group commit), so a session's chunks are charged
+    in order, each at most once. A chunk a cap refuses is withheld, one that fails is dropped,
+    a stale one is built and charged again in the next round (at most as often as
+    :meth:`Pipeline.release` would), without touching the others. A group of one is
+    :meth:`Pipeline.release`. Blocks on the commits.
+
+    Returns:
+        Per job, in order: the released chunk, or ``None`` (withheld or dropped, recorded).
+    """
+    if len(jobs) == 1:  # a group of one: the one-chunk path
+        pipe, chunk = jobs[0]
+        return [pipe.release(chunk)]
+    out: list[ReleasedChunk | None] = [None] * len(jobs)
+    if not jobs:
+        return out
+    ledger = jobs[0][0].ledger
+    completed = [pipe._completed_at for pipe, _ in jobs]
+    todo: dict[int, collections.deque[int]] = {}  # per pipeline: its jobs still to charge
+    made: dict[int, tuple[np.ndarray, float, tuple[float, float]]] = {}
+    for k, (pipe, chunk) in enumerate(jobs):
+        if pipe.ledger is not ledger:
+            msg = "release_group: every pipeline must charge the same ledger"
+            raise ValueError(msg)
+        try:
+            made[k] = pipe._privatize(chunk)
+        except Exception as exc:
+            pipe._refused(chunk, exc)
+            continue
+        todo.setdefault(id(pipe), collections.deque()).append(k)
+    stale = collections.Counter[int]()
+    while todo:
+        built, requests = _build_round(jobs, todo, made)
+        if not requests:
+            continue
+        results: Sequence[Charge | Exception]
+        try:
+            results = ledger.charge_many(requests)
+        except Exception as exc:  # the transaction failed: none of them was charged
+            results = [exc] * len(requests)
+        for (k, message, body), result in zip(built, results, strict=True):
+            pipe, chunk = jobs[k]
+            if isinstance(result, StaleStateError) and stale[k] < _STALE_RETRIES - 1:
+                stale[k] += 1  # another writer charged the session meanwhile: again
+                continue
+            _done(todo, id(pipe))
+            if isinstance(result, Exception):
+                pipe._refused(chunk, result)
+            else:
+                out[k] = pipe._released(chunk, message, body, result, completed[k])
+    return out
+
+
+def _build_round(
+    jobs: Sequence[tuple[Pipeline, Chunk]],
+    todo: dict[int, collections.deque[int]],
+    made: dict[int, tuple[np.ndarray, float, tuple[float, float]]],
+) -> tuple[list[tuple[int, ChunkMessage, bytes]], list[ChargeRequest]]:
+    """Preview and build the first job still to charge of every pipeline: ``(job, message,
+    payload)`` and its charge request each; a job a cap or an error refuses is settled."""
+    built: list[tuple[int, ChunkMessage, bytes]] = []
+    requests: list[ChargeRequest] = []
+    for key, queue in list(todo.items()):
+        k = queue[0]
+        pipe, chunk = jobs[k]
+        values, offset, gaze = made[k]
+        try:
+            version, message, body = pipe._build(chunk, values, offset, gaze)
+        except Exception as exc:  # a cap refuses it already, or it failed
+            pipe._refused(chunk, exc)
+            _done(todo, key)
+            continue
+        built.append((k, message, body))
+        request = ChargeRequest(
+            pipe.session, chunk.index, pipe._eps_map, pipe.topic, body,
+            events=pipe._events, gaze=gaze, version=version,
+        )  # fmt: skip
+        requests.append(request)
+    return built, requests
+
+
+def _done(todo: dict[int, collections.deque[int]], key: int) -> None:
+    """The first job of pipeline ``key`` is settled."""
+    queue = todo[key]
+    queue.popleft()
+    if not queue:
+        del todo[key]

@@ -1,0 +1,247 @@
+"""The cohort-aggregate payload (``gazeguard.cohort/1``), the attention payload
+(``gazeguard.attention/1``) and their topics.
+
+One :class:`CohortMessage` per time bucket on ``{prefix}/cohort/{cohort}/aggregates`` (QoS 1,
+not retained), published by a fleet worker over the sessions it served in that bucket
+(:mod:`gazeguard.runtime.cohort`): the noisy number of contributing sessions, the noisy sum and the
+derived mean of each profile feature, the noisy label histogram and its shares, the Gaussian
+noise's standard deviation, and the user-level ε each contributing person was charged. Every
+figure is a post-processing of one Gaussian-mechanism release; nothing per session can be
+expressed. The JSON Schema ships as ``gazeguard/data/cohort.schema.json``
+(``gazeguard schemas --write``).
+
+When the cohort releases attention (``cohort.release`` with ``attention`` or ``aois``), one
+:class:`AttentionMessage` per bucket goes to ``{prefix}/cohort/{cohort}/attention``: the noisy
+dwell grid (``grid``, ``rows`` × ``cols``), its post-processed heatmap, the AOI dwell shares
+and the same noise and budget figures (:mod:`gazeguard.signal.attention`); its JSON Schema ships as
+``gazeguard/data/attention.schema.json`` (written by the same command).
+
+Delivery is at least once; consumers deduplicate by ``(cohort, worker, bucket)``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, Self
+
+from pydantic import Field, model_validator
+
+from gazeguard.wire import message
+from gazeguard.wire.message import FiniteFloat, Name, NoiseSource, Positive, _check_prefix, _Model
+
+COHORT_SCHEMA: Final = "gazeguard.cohort/1"
+SCHEMA_FILE: Final = "cohort.schema.json"
+ATTENTION_SCHEMA: Final = "gazeguard.attention/1"
+ATTENTION_SCHEMA_FILE: Final = "attention.schema.json"
+
+NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+class CohortFeature(_Model):
+    """One profile feature's aggregate.
+
+    Attributes:
+        name: the feature (registry name).
+        unit: its unit.
+        noisy_sum: noisy Σ over sessions of the session's clipped, normalised bucket mean
+            scaled by ``1/√F`` (contribution units; what the Gaussian noise was added to).
+        mean: the cohort mean in feature units: ``lo + (hi − lo)·√F·noisy_sum / count``, clipped
+            to the public bounds (post-processing).
+        sd: the standard deviation of ``mean`` from the noise alone, feature units
+            (``(hi − lo)·√F·σ / count``), for the consumer's error bars.
+    """
+
+    name: Name
+    unit: str
+    noisy_sum: FiniteFloat
+    mean: FiniteFloat
+    sd: NonNegative
+
+
+class CohortMessage(_Model):
+    """The aggregate of one time bucket over the sessions of one worker (``gazeguard.cohort/1``).
+
+    Attributes:
+        cohort: the cohort name (a topic level).
+        worker: the fleet worker that aggregated.
+        bucket: ``⌊t/bucket_s⌋`` of the bucket's gaze time (Unix s).
+        bucket_start, bucket_end: the bucket, Unix s.
+        noisy_count: the noisy number of contributing sessions (sum of 1s + Gaussian noise; for a
+            plan without features, the noisy histogram's total).
+        count: ``max(1, round(noisy_count))``, the denominator of every mean (post-processing).
+        features: per profile feature, see :class:`CohortFeature`.
+        classes: the label model's classes (empty without a label model).
+        noisy_histogram: noisy Σ over sessions of the session's mean class probability.
+        shares: the histogram's non-negative part, normalised (sums to 1, or all 0).
+        sigma: the Gaussian noise's standard deviation per coordinate, contribution units.
+        sensitivity_l2: a person's contribution to this message's sum, L2 norm bound
+            (``√blocks`` of the means and shares).
+        epsilon_per_hour: the user-level ε at ``delta`` that an hour of cohort buckets costs
+            each contributing person (the cohort's share of the budget, every part of the
+            cohort release: with attention, its heatmap too).
+        delta: the δ of that figure.
+        profile: the release profile whose features are aggregated.
+        model: the label model (name) or ``None``.
+        noise: ``os-csprng`` in production; ``INSECURE-seeded`` for reproducible tests.
+    """
+
+    schema_: Literal["gazeguard.cohort/1"] = Field(COHORT_SCHEMA, alias="schema")
+    cohort: Name
+    worker: Name
+    bucket: int = Field(ge=0)
+    bucket_start: FiniteFloat
+    bucket_end: FiniteFloat
+    noisy_count: FiniteFloat
+    count: int = Field(ge=1)
+    features: list[CohortFeature]
+    classes: list[Name] = Field(max_length=256)
+    noisy_histogram: list[FiniteFloat]
+    shares: list[NonNegative]
+    sigma: Positive
+    sensitivity_l2: Positive
+    epsilon_per_hour: Positive
+    delta: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
+    mechanism: Literal["gaussian"] = "gaussian"
+    profile: Name
+    model: Name | None
+    noise: NoiseSource
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if not self.bucket_end > self.bucket_start:
+            msg = f"bucket_end={self.bucket_end} must be after bucket_start={self.bucket_start}"
+            raise ValueError(msg)
+        if len(self.noisy_histogram) != len(self.classes) or len(self.shares) != len(self.classes):
+            msg = "noisy_histogram and shares need one value per class"
+            raise ValueError(msg)
+        if not self.features and not self.classes:
+            msg = "an aggregate carries features, classes or both"
+            raise ValueError(msg)
+        return self
+
+    def to_payload(self) -> bytes:
+        """UTF-8 JSON bytes, as published."""
+        return self.model_dump_json(by_alias=True).encode()
+
+
+class AoiShare(_Model):
+    """One area of interest's dwell (``elsewhere``: valid gaze in no AOI).
+
+    Attributes:
+        name: the AOI's name from the AOI file, or ``elsewhere``.
+        noisy_dwell: noisy Σ over sessions of the session's share of valid samples in it.
+        share: the noisy dwells' non-negative part, normalised (post-processing).
+    """
+
+    name: Name
+    noisy_dwell: FiniteFloat
+    share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class AttentionMessage(_Model):
+    """A bucket's dwell-time distribution over the sessions of one worker
+    (``gazeguard.attention/1``).
+
+    Attributes:
+        cohort, worker, bucket, bucket_start, bucket_end: as in :class:`CohortMessage`.
+        rows, cols: the heatmap grid's shape (``None`` when only AOIs are released).
+        fov_deg: the field the grid covers, ``[width, height]``, degrees of gaze angle, centred
+            on straight ahead; row 0 is the top row, column 0 the left one.
+        grid: ``rows × cols`` noisy sums over sessions of each session's share of its valid
+            in-field samples per cell (contribution units; what the noise was added to).
+        heatmap: the cohort's share of dwell per cell (post-processing): the noisy grid's
+            non-negative part, normalised to sum to 1 (all 0 if no cell is positive).
+        noisy_count: the noisy grid's total, the noisy number of sessions whose gaze fell on the
+            field (with AOIs only: the AOI dwells' total, sessions with valid gaze).
+        aois: per AOI in file order, then ``elsewhere``: its noisy dwell and share (``None``
+            without AOIs).
+        aoi_file: the AOI file the names come from (``None`` without AOIs).
+        dwell: how dwell is measured: valid samples, time-weighted at the declared rate.
+        sigma: the Gaussian noise's standard deviation per coordinate, contribution units.
+        sensitivity_l2: a person's contribution to this message's sums, L2 norm bound
+            (``√blocks``: 1 for the grid or the AOIs, √2 for both).
+        epsilon_per_hour: the user-level ε at ``delta`` that an hour of cohort buckets costs
+            each contributing person (every part of the cohort release).
+        delta: the δ of that figure.
+        noise: ``os-csprng`` in production; ``INSECURE-seeded`` for reproducible tests.
+    """
+
+    schema_: Literal["gazeguard.attention/1"] = Field(ATTENTION_SCHEMA, alias="schema")
+    cohort: Name
+    worker: Name
+    bucket: int = Field(ge=0)
+    bucket_start: FiniteFloat
+    bucket_end: FiniteFloat
+    rows: int | None = Field(ge=1)
+    cols: int | None = Field(ge=1)
+    fov_deg: list[Positive] | None = Field(min_length=2, max_length=2)
+    grid: list[list[FiniteFloat]] | None
+    heatmap: list[list[NonNegative]] | None
+    noisy_count: FiniteFloat
+    aois: list[AoiShare] | None = Field(max_length=65)
+    aoi_file: str | None
+    dwell: Literal["valid-samples"] = "valid-samples"
+    sigma: Positive
+    sensitivity_l2: Positive
+    epsilon_per_hour: Positive
+    delta: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
+    mechanism: Literal["gaussian"] = "gaussian"
+    noise: NoiseSource
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if not self.bucket_end > self.bucket_start:
+            msg = f"bucket_end={self.bucket_end} must be after bucket_start={self.bucket_start}"
+            raise ValueError(msg)
+        shaped = (self.rows, self.cols, self.fov_deg, self.grid, self.heatmap)
+        if any(v is None for v in shaped) and any(v is not None for v in shaped):
+            msg = "rows, cols, fov_deg, grid and heatmap come together (or none of them)"
+            raise ValueError(msg)
+        for name, g in (("grid", self.grid), ("heatmap", self.heatmap)):
+            if g is not None and (len(g) != self.rows or any(len(r) != self.cols for r in g)):
+                msg = f"{name} must be rows × cols = {self.rows} × {self.cols}"
+                raise ValueError(msg)
+        if self.grid is None and self.aois is None:
+            msg = "an attention message carries a grid, AOI shares or both"
+            raise ValueError(msg)
+        if (self.aois is None) != (self.aoi_file is None):
+            msg = "aois and aoi_file come together"
+            raise ValueError(msg)
+        return self
+
+    def to_payload(self) -> bytes:
+        """UTF-8 JSON bytes, as published."""
+        return self.model_dump_json(by_alias=True).encode()
+
+
+def attention_topic(prefix: str, cohort: str) -> str:
+    """``{prefix}/cohort/{cohort}/attention``."""
+    return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/attention"
+
+
+def cohort_topic(prefix: str, cohort: str) -> str:
+    """``{prefix}/cohort/{cohort}/aggregates``."""
+    _check_prefix(prefix)
+    if not cohort or any(c in cohort for c in "/+#"):
+        msg = f"cohort name {cohort!r} must be one topic level (no '/', '+' or '#')"
+        raise ValueError(msg)
+    return f"{prefix}/cohort/{cohort}/aggregates"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of :class:`CohortMessage`, as shipped."""
+    return message.json_schema(CohortMessage)
+
+
+def shipped_schema() -> dict[str, Any]:
+    """``gazeguard/data/cohort.schema.json`` as shipped."""
+    return message.shipped_schema(SCHEMA_FILE)
+
+
+def attention_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of :class:`AttentionMessage`, as shipped."""
+    return message.json_schema(AttentionMessage)
+
+
+def attention_shipped_schema() -> dict[str, Any]:
+    """``gazeguard/data/attention.schema.json`` as shipped."""
+    return message.shipped_schema(ATTENTION_SCHEMA_FILE)

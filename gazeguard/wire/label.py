@@ -1,0 +1,203 @@
+"""The private-label payload (``gazeguard.label/1``) and its topic; to be merged into
+:mod:`gazeguard.wire.message`.
+
+One :class:`LabelMessage` per decision on ``{prefix}/{device}/{session}/labels`` (QoS 1, not
+retained): the label released by randomized response (:mod:`gazeguard.signal.labels`), the classes
+it
+was drawn from, its ε, the probability that it is the true one, the decision window, and the
+model and profile that produced it. Nothing else about the decision — not the clean label, not
+the class probabilities, not the features — can be expressed. Every float must be finite and
+the survival probability must be the one randomized response has at this ε over these classes,
+so an inconsistent message cannot be built. The JSON Schema ships as
+``gazeguard/data/label.schema.json`` (``gazeguard schemas --write``).
+
+Delivery is at least once; consumers deduplicate by ``(session, decision_index)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
+
+from pydantic import Field, model_validator
+
+from gazeguard.wire.message import (
+    FiniteFloat,
+    Name,
+    NoiseSource,
+    Positive,
+    _check_prefix,
+    _check_segment,
+    _Model,
+)
+
+if TYPE_CHECKING:
+    from gazeguard.signal.labels import LabelDecision
+
+LABEL_SCHEMA: Final = "gazeguard.label/1"
+SCHEMA_FILE: Final = "label.schema.json"
+#: Largest difference tolerated between the stated survival probability and
+#: ``e^ε/(e^ε + C − 1)``: the exact sampler's realized value is within 2^-62 of it.
+SURVIVAL_TOLERANCE: Final = 1e-9
+
+
+class LabelModelRef(_Model):
+    """The model that made the clean decision (its file's ``name`` and ``version``)."""
+
+    name: Name
+    version: Name
+
+
+class LabelMessage(_Model):
+    """One privatized label of one session (``gazeguard.label/1``).
+
+    Attributes:
+        session, device: as in the topic.
+        decision_index: 0-based decision number within the session; with ``session`` the dedup key.
+        window_start, window_end: the decision window, s (LSL clock): the label summarises the
+            feature vectors whose windows end in ``(window_start, window_end]``.
+        label: the released label, one of ``classes`` (randomized response: it is the true
+            class with probability ``survival_probability``).
+        classes: the C labels randomized response draws from (C ≥ 2).
+        epsilon: ε charged for this decision (pure ε-DP for the decision window's features).
+        mechanism: ``randomized_response``.
+        survival_probability: ``e^ε/(e^ε + C − 1)``, the probability that ``label`` is the
+            classifier's clean decision; every other label had ``(1 − p)/(C − 1)``.
+        model: the label model's name and version.
+        profile: the release profile whose features the model reads.
+        noise: ``os-csprng`` in production; ``INSECURE-seeded`` for reproducible tests.
+        release: ``change`` — released because the activity changed (the first label, or a
+            change the sparse vector technique detected); it holds from ``window_end`` until
+            the next label — or ``clock`` — one label per decision window.
+        epsilon_change: ``change``: ε of the change-detection round this label pays for,
+            charged with it (``epsilon`` is its randomized response's).
+    """
+
+    schema_: Literal["gazeguard.label/1"] = Field(LABEL_SCHEMA, alias="schema")
+    session: Name
+    device: Name
+    decision_index: int = Field(ge=0)
+    window_start: FiniteFloat
+    window_end: FiniteFloat
+    label: Name
+    classes: list[Name] = Field(min_length=2, max_length=256)
+    epsilon: Positive
+    mechanism: Literal["randomized_response"] = "randomized_response"
+    survival_probability: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
+    model: LabelModelRef
+    profile: Name
+    noise: NoiseSource
+    release: Literal["change", "clock"] = "clock"
+    epsilon_change: Positive | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if not self.window_end > self.window_start:
+            msg = f"window_end={self.window_end} must be after window_start={self.window_start}"
+            raise ValueError(msg)
+        if len(set(self.classes)) != len(self.classes):
+            msg = f"classes must be unique, got {self.classes}"
+            raise ValueError(msg)
+        if self.label not in self.classes:
+            msg = f"label {self.label!r} is not one of the classes {self.classes}"
+            raise ValueError(msg)
+        if (self.release == "change") != (self.epsilon_change is not None):
+            msg = f"epsilon_change={self.epsilon_change} goes with release='change' only"
+            raise ValueError(msg)
+        c = len(self.classes)
+        want = 1.0 / (1.0 + (c - 1) * math.exp(-self.epsilon))
+        if abs(self.survival_probability - want) > SURVIVAL_TOLERANCE:
+            msg = (
+                f"survival_probability={self.survival_probability} but randomized response at "
+                f"ε={self.epsilon} over {c} classes keeps the true label with {want:.12g}"
+            )
+            raise ValueError(msg)
+        return self
+
+    @classmethod
+    def build(
+        cls,
+        decision: LabelDecision,
+        *,
+        session: str,
+        device: str,
+        decision_index: int,
+        window_start: float,
+        window_end: float,
+        model_name: str,
+        model_version: str,
+        profile: str,
+        release: Literal["change", "clock"] = "clock",
+        epsilon_change: float | None = None,
+    ) -> LabelMessage:
+        """The message for one released :class:`~gazeguard.signal.labels.LabelDecision`.
+
+        Raises:
+            pydantic.ValidationError: an inconsistent or non-finite field.
+        """
+        return cls(
+            session=session,
+            device=device,
+            decision_index=decision_index,
+            window_start=window_start,
+            window_end=window_end,
+            label=decision.label,
+            classes=list(decision.classes),
+            epsilon=decision.epsilon,
+            mechanism=decision.mechanism,
+            survival_probability=decision.survival,
+            model=LabelModelRef(name=model_name, version=model_version),
+            profile=profile,
+            release=release,
+            epsilon_change=epsilon_change,
+            noise=decision.noise,
+        )
+
+    def to_payload(self) -> bytes:
+        """UTF-8 JSON bytes, as published."""
+        return self.model_dump_json(by_alias=True).encode()
+
+    @classmethod
+    def from_payload(cls, payload: bytes | str) -> LabelMessage:
+        """Parse and validate a received payload."""
+        return cls.model_validate_json(payload)
+
+
+def label_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/labels``: one private label per message, QoS 1.
+
+    Raises:
+        ConfigError: a part is empty or contains MQTT wildcards or separators.
+    """
+    _check_prefix(prefix)
+    _check_segment("device", device)
+    _check_segment("session", session)
+    return f"{prefix}/{device}/{session}/labels"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of :class:`LabelMessage`, as shipped."""
+    schema = LabelMessage.model_json_schema(by_alias=True, mode="serialization")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://gazeguard.invalid/schemas/label/1",
+        **schema,
+    }
+
+
+def shipped_schema() -> dict[str, Any]:
+    """``gazeguard/data/label.schema.json`` as shipped."""
+    text = resources.files("gazeguard").joinpath("data", SCHEMA_FILE).read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def write_schema(directory: Path) -> Path:
+    """Write ``label.schema.json`` into ``directory``; returns its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / SCHEMA_FILE
+    path.write_text(json.dumps(json_schema(), indent=2) + "\n", encoding="utf-8")
+    return path
