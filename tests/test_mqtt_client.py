@@ -201,3 +201,38 @@ def test_a_socket_the_loop_stopped_watching_still_notices_its_broker_go(
         assert noticed_after_s < 2.5
     else:
         assert noticed_after_s is None, "the hazard this guards against is gone: drop the guard?"
+
+
+#: What MqttClient overrides or reads of aiomqtt's and paho's private surface, with the
+#: parameters it relies on (pyproject.toml pins the versions it was written against).
+PRIVATE_METHODS = {
+    aiomqtt.Client: {
+        "_on_publish": ["self", "client", "userdata", "mid", "reason_code", "properties"],
+        "_misc_loop": ["self"],
+        "_on_socket_open": ["self", "client", "userdata", "sock"],
+        "_on_socket_close": ["self", "client", "userdata", "sock"],
+        "_on_socket_register_write": ["self", "client", "userdata", "sock"],
+        "_on_socket_unregister_write": ["self", "client", "userdata", "sock"],
+    },
+}
+PRIVATE_ATTRIBUTES = ("_client", "_loop", "_disconnected", "_misc_task")
+
+
+def test_the_private_names_mqtt_client_patches_still_exist() -> None:
+    """MqttClient overrides six private aiomqtt methods and calls paho's ``_sock_close``: an
+    upgrade that renames one would silently bypass the guard. This fails first."""
+    import inspect  # noqa: PLC0415
+
+    import paho.mqtt.client as paho  # noqa: PLC0415
+
+    for cls, methods in PRIVATE_METHODS.items():
+        for name, params in methods.items():
+            assert hasattr(cls, name), f"aiomqtt.Client.{name} is gone"
+            assert list(inspect.signature(getattr(cls, name)).parameters) == params, name
+    assert callable(getattr(paho.Client, "_sock_close", None)), "paho Client._sock_close is gone"
+
+    async def attributes() -> list[str]:
+        client = aiomqtt.Client("127.0.0.1", port=1)
+        return [a for a in PRIVATE_ATTRIBUTES if not hasattr(client, a)]
+
+    assert asyncio.run(attributes()) == []
