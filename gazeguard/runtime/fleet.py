@@ -301,11 +301,10 @@ class Fleet:
         and in a worker thread otherwise (PostgreSQL: network round trips; any ledger with
         ``fleet.ledger_calls = "thread"``, e.g. on a disk whose fsync can stall). In a thread,
         each of its ~20 SQLite calls gives the GIL up and then waits up to the switch interval
-        (5 ms) to get it back from a loop busy with other sessions' features. bench_fleet,
-        500 sessions, one same-run pair (11-27, ``bench/results/fleet-ledgercalls-ab.json``):
-        on the loop p50 6.4 / p99 32.6 ms, sustained; in threads 12.8 / 66.9 ms, not (an
-        earlier comparison quoted here was an A/A run, see ``docs/design.md``). The outbox
-        calls are on the loop too (:class:`~gazeguard.ledger.outbox.Drain` ``inline``)."""
+        (5 ms) to get it back from a loop busy with other sessions' features: at 500 sessions
+        (bench_fleet, one same-run pair) the loop sustained p50 6.4 / p99 32.6 ms and threads
+        did not (12.8 / 66.9 ms). The outbox calls are on the loop too
+        (:class:`~gazeguard.ledger.outbox.Drain` ``inline``)."""
         jobs, refused = feed_many([(entry.pipeline, block) for entry, block in items])
         for pipe, exc in refused:
             entry = self.sessions.get(pipe.session)

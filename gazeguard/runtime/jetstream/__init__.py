@@ -32,7 +32,7 @@ first at the default 5 s), not at the disconnect: the timeout is the failover ti
 against spurious moves when a worker stalls (harmless, if costly: a replay). nats-py (2.16) has
 no API for priority groups, so the consumers are created with ``$JS.API.CONSUMER.CREATE`` and
 pulled with ``$JS.API.CONSUMER.MSG.NEXT`` requests carrying ``group`` and, once pinned, the
-``Nats-Pin-Id`` the server handed out as ``id`` (as ``bench/spike_jetstream_pinned.py``).
+``Nats-Pin-Id`` the server handed out as ``id``.
 
 **Worker.** For each block of a partition it is pinned on, the worker opens the session
 ``{device}.{session}`` (a :class:`~gazeguard.runtime.pipeline.Pipeline` of its
