@@ -182,6 +182,7 @@ def _plan(release: list[str] | None, budget: float = 10.0, **more: object) -> Re
     return ReleasePlan.build(budget=budget, delta=1e-6, cohort=cohort)
 
 
+@pytest.mark.slow
 def test_the_consumer_choice_sets_delta2_and_sigma_as_the_plan_says() -> None:
     """Δ2 = √blocks of what is released; the cohort's budget split evenly between the parts
     (one ratio σ_p/Δ2_p, one event each); an hour of buckets composes to the cohort's share;
@@ -347,6 +348,7 @@ def test_a_bucket_charges_every_session_then_enqueues_the_attention(tmp_path: Pa
     assert hot[1] >= 8, hot
 
 
+@pytest.mark.slow
 def test_a_fleet_worker_publishes_schema_valid_attention(tmp_path: Path, unique_id: str) -> None:
     """A real `gazeguard run --fleet --cohort` over simulated LSL headsets and a real Mosquitto
     publishes, per 2-s bucket, a heatmap with AOI shares on …/attention that the shipped schema

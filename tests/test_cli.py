@@ -83,7 +83,7 @@ def test_only_the_cli_layer_parses_command_lines() -> None:
     offenders = []
     for path in sorted((REPO / "gazeguard").rglob("*.py")):
         rel = path.relative_to(REPO / "gazeguard")
-        if rel.parts[0] == "cli" or rel.name == "__main__.py" and len(rel.parts) == 1:
+        if rel.parts[0] == "cli" or (rel.name == "__main__.py" and len(rel.parts) == 1):
             continue
         text = path.read_text()
         if "import argparse" in text or 'if __name__ == "__main__"' in text:
@@ -92,6 +92,7 @@ def test_only_the_cli_layer_parses_command_lines() -> None:
     assert not list((REPO / "gazeguard").rglob("*/__main__.py"))
 
 
+@pytest.mark.slow
 def test_schemas_and_mechanisms_are_commands(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
     env["PYTHONPATH"] = str(REPO)
@@ -182,6 +183,7 @@ def test_common_flags_after_the_command_and_json_errors(tmp_path: Path) -> None:
     assert all(d["level"] == "ERROR" for d in errors.values())
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_budget_run_exits_3_with_json_logs_and_verbose_after_the_command(
     tmp_path: Path, unique_id: str
@@ -205,6 +207,7 @@ def test_budget_run_exits_3_with_json_logs_and_verbose_after_the_command(
     assert summary["exit_status"] == ExitCode.BUDGET
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_unreachable_broker_exits_4(tmp_path: Path, unique_id: str) -> None:
     dead = f"127.0.0.1:{free_port()}"
@@ -240,6 +243,7 @@ def test_core_dependencies_are_what_a_headset_needs() -> None:
     assert project["authors"] == [{"name": "gazeguard developers"}]
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_run_works_without_the_eval_and_parquet_extras(tmp_path: Path, unique_id: str) -> None:
     """Every import on `gazeguard run`'s path is a core dependency."""
@@ -316,6 +320,7 @@ def _refused_in_one_line(tmp_path: Path, field: str, *args: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_looser_cap_on_restart_is_refused_at_startup_in_one_line(tmp_path: Path) -> None:
     """Issue 15.3: restarting a session with --session-cap 480 after it was opened with 240 used
     to print "session cap 480" and log a traceback per chunk with exit status 0."""
@@ -397,6 +402,7 @@ class Proc:
         return code, self.text
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_ctrl_c_exits_130_in_one_line_and_sigterm_is_a_normal_stop(
     tmp_path: Path, unique_id: str
@@ -421,6 +427,7 @@ def test_ctrl_c_exits_130_in_one_line_and_sigterm_is_a_normal_stop(
     assert "Traceback" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_forward_waits_for_nats_in_one_line_and_stops_on_ctrl_c(
     tmp_path: Path, unique_id: str
@@ -442,6 +449,7 @@ def test_forward_waits_for_nats_in_one_line_and_stops_on_ctrl_c(
     assert "Traceback" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_run_takes_a_postgresql_url_as_its_ledger(
     tmp_path: Path,
@@ -477,6 +485,7 @@ def as_this_user() -> list[str]:
     return [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--"]
 
 
+@pytest.mark.slow
 def test_a_read_only_ledger_names_the_cause_and_ledger_show_reads_it(tmp_path: Path) -> None:
     """Issue 35.7: a ledger in a directory the user may not write said "unable to open database
     file"; `ledger show` called a valid ledger there "not a usable gazeguard ledger"."""

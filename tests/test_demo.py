@@ -18,6 +18,7 @@ from gazeguard.config import Settings
 from gazeguard.offline.demo import DEMO_DEFAULTS, Trace, caption, demo_changes, plot
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_demo_shows_chunks_arriving_and_writes_the_plot(tmp_path: Path) -> None:
     png = tmp_path / "demo.png"
@@ -51,6 +52,7 @@ def test_demo_shows_chunks_arriving_and_writes_the_plot(tmp_path: Path) -> None:
     assert re.search(r"ingest\.source +simulated \(run: auto\)", out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_ctrl_c_in_the_demo_still_writes_the_plot(tmp_path: Path) -> None:
     """Issue 35.4: Ctrl-C in `demo` ended in a traceback and wrote no PNG. Now: one line, the

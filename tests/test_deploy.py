@@ -345,6 +345,7 @@ class Sidecar:
             self.proc.stderr.close()
 
 
+@pytest.mark.slow
 def test_sidecar_publishes_with_its_credentials_and_consumer_reads_over_tls(
     example_broker: ExampleBroker, clients: list[Client], tmp_path: Path, unique_id: str
 ) -> None:
@@ -394,6 +395,7 @@ def test_sidecar_publishes_with_its_credentials_and_consumer_reads_over_tls(
     assert state.chunks == final.chunks_charged >= len(received)
 
 
+@pytest.mark.slow
 def test_sidecar_with_another_devices_login_is_refused_and_its_chunks_moved_aside(
     example_broker: ExampleBroker, clients: list[Client], tmp_path: Path, unique_id: str
 ) -> None:
@@ -745,9 +747,7 @@ def test_example_config_is_valid(path: Path, capsys: pytest.CaptureFixture[str])
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip(
-            "systemd-analyze not installed: cannot verify deploy/systemd/gazeguard.service"
-        )
+        pytest.skip("systemd-analyze not installed: cannot verify deploy/systemd/gazeguard.service")
     exe = shutil.which("gazeguard") or pytest.fail("the gazeguard console script is not on PATH")
     unit = (DEPLOY / "systemd" / "gazeguard.service").read_text()
     assert "ExecStart=/opt/gazeguard/bin/gazeguard run" in unit

@@ -223,6 +223,7 @@ def test_cohort_points_are_one_kind_per_size() -> None:
     assert all(p.kept == pytest.approx((p.task - 1 / 6) / (0.9 - 1 / 6)) for p in pts)
 
 
+@pytest.mark.slow
 def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     args = [

@@ -171,6 +171,7 @@ def test_best_configuration_picks_the_best_task_at_chance() -> None:
     assert best_configuration(rows[:1] + rows[2:3], 8, 0.02) is None
 
 
+@pytest.mark.slow
 def test_cli_writes_json_markdown_and_plots(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

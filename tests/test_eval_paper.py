@@ -89,6 +89,7 @@ def test_oracle_k_reconstructs_at_negligible_noise_and_picks_k_1_for_a_constant(
     np.testing.assert_array_equal(oracle(1.0).choose(flat), [1] * f)
 
 
+@pytest.mark.slow
 def test_cli_paper_mode_says_it_is_not_private_everywhere(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -56,6 +56,7 @@ def stop_worker(proc: subprocess.Popen[str]) -> str:
     return stop_workers(proc)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_lsl_fleet_serves_every_discovered_stream(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str

@@ -413,6 +413,7 @@ def test_duplicated_and_reordered_sample_indices_are_dropped(
     assert (stats.duplicates, stats.out_of_order, stats.lost) == (1, 1, 1)
 
 
+@pytest.mark.slow
 def test_outlet_killed_and_restarted_resumes_without_duplicates(
     outlets: Outlets, unique_id: str
 ) -> None:
@@ -457,6 +458,7 @@ def test_outlet_killed_and_restarted_resumes_without_duplicates(
     assert stats.duplicates == stats.out_of_order == 0
 
 
+@pytest.mark.slow
 def test_live_lsl_and_offline_extract_features_agree(unique_id: str) -> None:
     """The same recording through a real LSL outlet (blocks as they arrive, FeatureExtractor.push)
     and offline through extract_features gives the same feature vectors."""

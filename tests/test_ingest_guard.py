@@ -180,6 +180,7 @@ BAD_SAMPLES: dict[str, tuple[Corrupt, int | None, str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.parametrize("case", list(BAD_SAMPLES))
 def test_one_bad_index_or_timestamp_costs_at_most_that_sample(case: str, unique_id: str) -> None:
@@ -205,6 +206,7 @@ def test_one_bad_index_or_timestamp_costs_at_most_that_sample(case: str, unique_
 
 
 # -- a sustained jump of the sender's clock is followed -------------------------------------
+@pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.parametrize("jump_s", [1e6, -1000.0])
 def test_a_sustained_clock_jump_is_followed_after_resync_after_s(
@@ -236,6 +238,7 @@ def test_a_sustained_clock_jump_is_followed_after_resync_after_s(
 
 
 # -- 30 % NaN/inf in any channel still starts and releases -------------------------------------
+@pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.parametrize("channel", [0, 1, 2, 3, 4], ids=["index", "x", "y", "pupil", "validity"])
 def test_30_percent_nonfinite_in_any_channel_still_releases_chunks(
@@ -275,6 +278,7 @@ def test_30_percent_nonfinite_in_any_channel_still_releases_chunks(
 
 
 # -- a burst into the future is refused and counted ---------------------------------------------
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_burst_stamped_408_s_ahead_is_refused_and_counted(unique_id: str, tmp_path: Path) -> None:
     """Issue 15 point 5: one push_chunk of 100 k samples stamped ``now .. now + 408 s``
@@ -314,6 +318,7 @@ def test_a_burst_stamped_408_s_ahead_is_refused_and_counted(unique_id: str, tmp_
 
 
 # -- the retained status: stream_lost and back ------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.network
 def test_status_turns_stream_lost_and_back_to_running(
     mosquitto: MosquittoBroker, unique_id: str, tmp_path: Path

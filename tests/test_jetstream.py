@@ -146,6 +146,7 @@ def test_one_worker_reads_every_sample_once_and_charges_each_chunk_once(
     assert len(pinned) >= 2, f"5 sessions in 4 partitions use more than one: {pinned}"
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_twice(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
@@ -213,6 +214,7 @@ def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_
     assert re.search(r"pinned on partition 0; replayed [1-9]\d* retained blocks", text), text
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_forward_to_jetstream_feeds_a_jetstream_worker(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker, unique_id: str
@@ -433,6 +435,7 @@ def assert_every_sample_read_once(
             assert all(dropped == 0 for _, dropped in counts), (s, counts)
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_two_workers_share_the_partitions_each_session_read_by_one_and_charged_once(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
@@ -474,6 +477,7 @@ def test_two_workers_share_the_partitions_each_session_read_by_one_and_charged_o
         assert charge_indices(ledger_path, f"hmd.{s}") == list(range(CHUNKS_30S)), (s, logs())
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_two_workers_started_together_each_get_half_of_the_partitions(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
@@ -523,6 +527,7 @@ def test_two_workers_started_together_each_get_half_of_the_partitions(
     assert_each_chunk_charged_once_without_a_gap(ledger_path, sessions)
 
 
+@pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.parametrize(("before", "spread"), [(1, [2, 2]), (2, [1, 1, 2])])
 def test_a_worker_joining_later_gets_its_share_without_losing_or_double_charging(
@@ -677,6 +682,7 @@ def test_a_device_whose_unix_clock_runs_ahead_keeps_its_fresh_gaze(
     assert charge_indices(tmp_path / "ledger.sqlite", "hmd.skewed") == list(range(6)), text
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker, unique_id: str
@@ -747,6 +753,7 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
     assert {t.split("/")[3] for t in receipts} <= sessions
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_worker_behind_on_its_charges_keeps_sessions_whose_blocks_wait(
     tmp_path: Path,
@@ -796,6 +803,7 @@ def test_a_worker_behind_on_its_charges_keeps_sessions_whose_blocks_wait(
         assert [c.chunk_index for c in ledger.charges("hmd.behind")] == [0, 1, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
@@ -871,6 +879,7 @@ def device_permissions(device: str) -> str:
     return readme_permissions()["hmd-07"].replace("hmd-07", device)
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_gaze(
     tmp_path: Path, mosquitto: MosquittoBroker

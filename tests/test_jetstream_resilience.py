@@ -80,6 +80,7 @@ def assert_clean(report: dict[str, object]) -> None:
 
 
 # ------------------------------------------------------------------ a worker that cannot pull
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_worker_that_heartbeats_but_cannot_pull_loses_its_partitions_to_the_others(
     tmp_path: Path, mosquitto: MosquittoBroker
@@ -164,6 +165,7 @@ def test_a_worker_that_heartbeats_but_cannot_pull_loses_its_partitions_to_the_ot
 
 
 # ------------------------------------------------------------------ started before the server
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_worker_started_before_the_servers_waits_for_jetstream_then_serves(
     tmp_path: Path, mosquitto: MosquittoBroker
@@ -208,6 +210,7 @@ def test_a_worker_started_before_the_servers_waits_for_jetstream_then_serves(
 
 
 # ------------------------------------------------------------------ a session that resumes
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_session_idle_closed_then_resuming_keeps_its_feature_window(
     tmp_path: Path, mosquitto: MosquittoBroker
@@ -247,6 +250,7 @@ def test_a_session_idle_closed_then_resuming_keeps_its_feature_window(
 
 
 # ------------------------------------------------------------------ sustained overload
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_worker_always_behind_still_closes_a_dead_session_in_stream_time(
     tmp_path: Path,
@@ -330,6 +334,7 @@ def test_a_worker_always_behind_still_closes_a_dead_session_in_stream_time(
 
 
 # ------------------------------------------------------------------ an outage
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_server_outage_longer_than_three_heartbeats_moves_no_partition(
     tmp_path: Path, mosquitto: MosquittoBroker
@@ -388,6 +393,7 @@ def test_a_server_outage_longer_than_three_heartbeats_moves_no_partition(
 
 
 # ------------------------------------------------------------------ joining without waiting
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_joining_worker_pulls_once_the_live_workers_have_answered_its_hello(
     tmp_path: Path, mosquitto: MosquittoBroker

@@ -104,6 +104,7 @@ def _stream(
     return plan, ledger, stream
 
 
+@pytest.mark.slow
 def test_flapping_activity_never_spends_more_than_the_plan(tmp_path: Path) -> None:
     plan, ledger, stream = _stream(tmp_path, fast_model(tmp_path / "m.json"))
     assert plan.labels is not None

@@ -268,6 +268,7 @@ def test_labels_are_withheld_once_the_window_budget_is_spent(tmp_path: Path) -> 
 
 
 # ------------------------------------------------------------------ `gazeguard run` end to end
+@pytest.mark.slow
 @pytest.mark.network
 def test_run_publishes_schema_valid_labels_and_charges_them(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str

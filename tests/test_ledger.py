@@ -516,6 +516,7 @@ for _ in range(int(sys.argv[2])):
 """
 
 
+@pytest.mark.slow
 def test_processes_opening_one_new_file_together_all_get_the_ledger(tmp_path: Path) -> None:
     """Workers of a fleet start together on one new file: the switch to WAL answers 'database
     is locked' at once to all but one (SQLite calls no busy handler for it); each open retries

@@ -233,6 +233,7 @@ def test_the_next_release_finds_its_composition_and_capacity_prefetched(
             assert got.state == want.state
 
 
+@pytest.mark.slow
 def test_one_prefetch_thread_serves_a_stream_of_charges_and_ends_when_idle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,6 +267,7 @@ def test_one_prefetch_thread_serves_a_stream_of_charges_and_ends_when_idle(
     assert not [t for t in threading.enumerate() if t.name == "gazeguard-ledger-prefetch"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("closed", [True, False])
 def test_a_process_that_exits_while_the_ledger_prefetches_exits_cleanly(
     tmp_path: Path, closed: bool

@@ -105,6 +105,7 @@ def _next(ledger: Ledger) -> int:
     return max((ledger.next_index(s) for s in ledger.sessions()), default=0)
 
 
+@pytest.mark.slow
 def test_sigkill_inside_a_charge_leaves_counters_equal_to_a_recount(location: str) -> None:
     """Killed after the charge wrote its rows and its counters, before COMMIT: none of it is
     there, and the counters are a recount of what is; then at random moments of the loop."""

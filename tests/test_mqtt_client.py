@@ -171,6 +171,7 @@ def test_mqtt_client_round_trips_and_reconnects_on_either_loop(
     assert runner(main()) == [b"ping", b"ping"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client_class", [aiomqtt.Client, MqttClient], ids=["aiomqtt", "ours"])
 def test_a_socket_the_loop_stopped_watching_still_notices_its_broker_go(
     mosquitto: MosquittoBroker, client_class: type[aiomqtt.Client]

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", re.findall(r"```python\n(.*?)```", README, re.S))
 def test_python_examples_run(code: str, tmp_path: Path) -> None:
     out = subprocess.run(

@@ -96,6 +96,7 @@ def ledger_indices(tmp_path: Path, session: str = "s1") -> list[int]:
         return [c.chunk_index for c in ledger.charges(session)]
 
 
+@pytest.mark.slow
 def test_end_to_end_chunks_are_schema_valid_and_match_the_ledger(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
@@ -133,6 +134,7 @@ def test_end_to_end_chunks_are_schema_valid_and_match_the_ledger(
         sub.close()
 
 
+@pytest.mark.slow
 def test_broker_outage_loses_and_duplicates_nothing(
     tmp_path: Path, persistent_broker: MosquittoBroker, unique_id: str
 ) -> None:
@@ -159,6 +161,7 @@ def test_broker_outage_loses_and_duplicates_nothing(
         sub.close()
 
 
+@pytest.mark.slow
 def test_a_chunk_being_charged_when_the_run_stops_is_delivered_before_the_summary(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -211,6 +214,7 @@ def test_a_chunk_being_charged_when_the_run_stops_is_delivered_before_the_summar
     assert summary.spent == pytest.approx(spent)
 
 
+@pytest.mark.slow
 def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
@@ -265,6 +269,7 @@ def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
         sub.close()
 
 
+@pytest.mark.slow
 def test_budget_exhaustion_withholds_and_nothing_raw_is_published(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
@@ -295,6 +300,7 @@ def test_budget_exhaustion_withholds_and_nothing_raw_is_published(
         sub.close()
 
 
+@pytest.mark.slow
 def test_bad_config_is_refused_with_field_and_value(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "gazeguard", "run", "--chunk-steps", "48"],
@@ -348,6 +354,7 @@ def _retain_status(broker: MosquittoBroker, session: str, state: str, age_s: flo
         client.disconnect()
 
 
+@pytest.mark.slow
 def test_a_session_whose_retained_status_is_live_elsewhere_is_refused(
     mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
@@ -371,6 +378,7 @@ def test_a_session_whose_retained_status_is_live_elsewhere_is_refused(
     check(f"{unique_id}-dead")
 
 
+@pytest.mark.slow
 def test_two_simulated_runs_on_one_host_are_two_sessions_and_a_third_on_a_live_one_is_refused(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
@@ -424,6 +432,7 @@ def test_two_simulated_runs_on_one_host_are_two_sessions_and_a_third_on_a_live_o
     assert all("being served" not in err for err in errs)
 
 
+@pytest.mark.slow
 def test_auto_says_whose_stream_and_broker_it_uses(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:

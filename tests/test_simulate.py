@@ -173,6 +173,7 @@ def read_blocks(settings: IngestSettings, n: int, timeout: float = 20.0) -> Gaze
     return asyncio.run(run())
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_gazeguard_simulate_command_streams_the_offline_person(unique_id: str) -> None:
     """`gazeguard simulate` in its own process: what arrives over LSL is simulate_gaze's data."""

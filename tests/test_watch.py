@@ -23,6 +23,7 @@ FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
 FEATURES = "fixation_rate,saccade_rate,pupil_mean"
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_watch_shows_validated_chunks_of_a_real_run(
     mosquitto: MosquittoBroker, tmp_path: Path, unique_id: str, capsys: pytest.CaptureFixture[str]
@@ -88,6 +89,7 @@ def _retain(broker: MosquittoBroker, session: str, state: str) -> None:
         client.disconnect()
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_watch_waits_for_the_broker_rides_out_its_end_and_stops_on_ctrl_c(
     tmp_path: Path, unique_id: str

@@ -317,6 +317,7 @@ def payloads(draw: st.DrawFn) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(batch=payloads())
 def test_compiled_decode_gives_the_numpy_blocks_bit_for_bit(batch: list[bytes]) -> None:

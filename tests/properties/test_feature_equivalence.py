@@ -83,6 +83,7 @@ def assert_same_run(
     mvf=st.sampled_from([0.0, 0.5, 0.9]),
     coalesce=st.booleans(),
 )
+@pytest.mark.slow
 def test_vectors_equal_the_reference_bit_for_bit(
     rec: Recorded,
     ws: Windows,

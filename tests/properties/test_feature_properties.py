@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,6 +134,7 @@ def test_features_do_not_depend_on_block_boundaries(
     assert whole.stats == split.stats
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(rec=recordings(), ws=WINDOWS, sizes=SIZES)
 def test_coalescing_never_delays_a_vector(rec: Recorded, ws: Windows, sizes: list[int]) -> None:

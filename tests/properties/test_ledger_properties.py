@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -149,6 +150,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
 LedgerMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
 test_ledger_never_exceeds_its_budget = LedgerMachine.TestCase
+test_ledger_never_exceeds_its_budget.pytestmark = [pytest.mark.slow]  # ~6 s of stateful runs
 
 
 @given(st.floats(min_value=1e-12, max_value=1e4, allow_nan=False, allow_infinity=False))

@@ -8,6 +8,7 @@ import itertools
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -84,6 +85,7 @@ def configs(draw: st.DrawFn) -> tuple[str, str, int, int, Bounds]:
     return name, transform, n, k, Bounds(lo, lo + width, ratio * width)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(config=configs())
 def test_sensitivity_equals_brute_force_for_random_bounds(
