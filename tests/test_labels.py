@@ -366,11 +366,11 @@ def test_shipped_activity_model_matches_the_shipped_profile() -> None:
     assert 0.0 < m.spec.trained["lopo_window_accuracy"] <= 1.0
 
 
-def test_readme_model_format_example_loads(tmp_path: Path) -> None:
-    readme = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+def test_docs_model_format_example_loads(tmp_path: Path) -> None:
+    docs = (REPO / "docs" / "releases.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", docs, re.S)
     examples = [b for b in blocks if '"gazeguard.label-model/1"' in b]
-    assert examples, "the README documents the model format with a JSON example"
+    assert examples, "docs/releases.md documents the model format with a JSON example"
     path = tmp_path / "consumer.json"
     path.write_text(examples[0])
     m = load_model(path)

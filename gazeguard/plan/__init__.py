@@ -4,7 +4,7 @@ Every privacy figure gazeguard prints, publishes or enforces comes from one
 :class:`ReleasePlan`, built from the settings (never from the user's data): the sidecar and the
 fleet build their mechanisms and open their ledger from it, ``config check`` refuses exactly
 what it refuses, and the banner, ``watch``, ``ledger show``, the messages, ``gazeguard plan``,
-``eval`` and the README's tables print its figures.
+``eval`` and the docs' tables print its figures.
 
 **Reach** (:class:`Reach`). A change of the gaze at time τ — one sample changed, added or
 removed, or any change over ``[τ, τ + d)`` — changes only the feature vectors stamped in
