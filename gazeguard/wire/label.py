@@ -65,7 +65,8 @@ class LabelMessage(_Model):
         epsilon: ε charged for this decision (pure ε-DP for the decision window's features).
         mechanism: ``randomized_response``.
         survival_probability: ``e^ε/(e^ε + C − 1)``, the probability that ``label`` is the
-            classifier's clean decision; every other label had ``(1 − p)/(C − 1)``.
+            classifier's clean decision; every other label had ``(1 − p)/(C − 1)`` (1.0 when
+            it rounds to 1 as a float: ε ≳ 37).
         model: the label model's name and version.
         profile: the release profile whose features the model reads.
         noise: ``os-csprng`` in production; ``INSECURE-seeded`` for reproducible tests.
@@ -86,7 +87,7 @@ class LabelMessage(_Model):
     classes: list[Name] = Field(min_length=2, max_length=256)
     epsilon: Positive
     mechanism: Literal["randomized_response"] = "randomized_response"
-    survival_probability: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
+    survival_probability: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
     model: LabelModelRef
     profile: Name
     noise: NoiseSource
