@@ -706,6 +706,16 @@ def private_releases(
     return np.array(times), np.array(labels, dtype=np.intp), stream.stats
 
 
+def _session_se(accs: list[float], sessions: int) -> float | None:
+    """Standard error of the mean accuracy with each session as one sample (its mean over the
+    repetitions, ``accs`` in repetition-major order): repetitions of one session share its
+    activities and its clean errors, so they are not independent; ``None`` for one session)."""
+    if sessions < 2:
+        return None
+    per = np.asarray(accs).reshape(-1, sessions).mean(axis=0)
+    return round(float(np.std(per, ddof=1) / math.sqrt(sessions)), 4)
+
+
 def _mode_row(
     sessions: list[HeldOutSession],
     mode: Mode,
@@ -772,7 +782,7 @@ def _mode_row(
             "hour_epsilon_at_delta": round(plan.hour_epsilon, 4),
             "survival": round(plan.survival, 4),
             "accuracy": round(acc, 4),
-            "accuracy_se": round(float(np.std(accs) / math.sqrt(len(accs))), 4),
+            "accuracy_se": _session_se(accs, len(sessions)),
             "kept_above_chance": round((acc - chance) / room, 4) if room > 0 else None,
             "labels_per_session": round(float(np.mean(n_labels)), 2),
             "withheld": withheld,
