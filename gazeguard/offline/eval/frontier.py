@@ -425,8 +425,9 @@ def evaluate_frontier(
     response at the ε each budget allows per decision); on the synthetic dataset also cohort
     aggregates over ``cohort_sizes`` simulated headsets (default 10, 100 and 1,000; quick: 10
     and 100). Returns the JSON-ready result: ``points`` (:func:`points_json`), ``meta``
-    (chance, tolerance, budgets), the two stream results, the labels result, the labels' theory
-    limits per budget and the cohort result (``None`` on recorded datasets).
+    (chance, tolerance, budgets), the two stream results, the labels result, the held-label
+    sessions (``label_sessions``), the labels' theory limits per budget and the cohort result
+    (``None`` on recorded datasets).
     """
     if grid.per_hour_noise is None:
         msg = "the frontier needs per-hour budgets (GridConfig.per_hour_noise)"
