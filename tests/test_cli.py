@@ -260,7 +260,10 @@ def test_run_works_without_the_eval_and_parquet_extras(tmp_path: Path, unique_id
 def test_eval_without_its_extra_says_which_in_one_line(tmp_path: Path) -> None:
     out = gazeguard("eval", "--quick", cwd=tmp_path, env=without(tmp_path, "sklearn"))
     assert out.returncode == ExitCode.ERROR
-    assert out.stderr == "gazeguard eval needs the 'eval' extra: pip install 'gazeguard[eval]'\n"
+    assert (
+        out.stderr == "gazeguard eval needs the 'eval' extra: "
+        "pip install -e '.[eval]' (in the gazeguard checkout)\n"
+    )
     assert not (tmp_path / "gazeguard-eval").exists()
 
 
@@ -282,7 +285,7 @@ def test_parquet_without_its_extra_says_which_in_one_line(tmp_path: Path) -> Non
     assert out.returncode == ExitCode.ERROR
     assert out.stderr.strip().splitlines() == [
         "gazeguard release with Parquet files needs the 'parquet' extra: "
-        "pip install 'gazeguard[parquet]'"
+        "pip install -e '.[parquet]' (in the gazeguard checkout)"
     ]
     assert not (tmp_path / "out.parquet").exists()
 
@@ -300,12 +303,13 @@ def test_jetstream_without_the_fleet_extra_says_which_in_one_line(tmp_path: Path
     assert len(lines) == 1, out.stderr
     assert "'ingest.source'" in lines[0]
     assert "NATS JetStream needs nats-py" in lines[0]
-    assert "pip install 'gazeguard[fleet]'" in lines[0]
+    assert "pip install -e '.[fleet]' (in the gazeguard checkout)" in lines[0]
     assert not (tmp_path / "l.sqlite").exists()
     out = gazeguard("forward", "--device", "hmd", "--duration", "1", cwd=tmp_path, env=env)
     assert out.returncode == ExitCode.ERROR
     assert out.stderr == (
-        "gazeguard forward needs the 'fleet' extra: pip install 'gazeguard[fleet]'\n"
+        "gazeguard forward needs the 'fleet' extra: "
+        "pip install -e '.[fleet]' (in the gazeguard checkout)\n"
     )
 
 

@@ -519,19 +519,35 @@ def test_consumer_cannot_write(
         fresh.messages.get(timeout=0.5)
 
 
-def test_consumer_reads_only_chunks_and_status(
+def test_consumer_reads_only_the_privatized_releases_and_status(
     example_broker: ExampleBroker, clients: list[Client], unique_id: str
 ) -> None:
+    """A consumer reads chunks, status, labels, cohort aggregates and attention; not raw or debug
+    topics, nor a session's cohort receipts."""
     consumer = connect(clients, example_broker, CONSUMER, tls=True)
     consumer.subscribe(f"{PREFIX}/#", f"other/{unique_id}/#")
     device = connect(clients, example_broker, DEVICE)
     base = f"{PREFIX}/{DEVICE}/{unique_id}"
-    for topic in (f"{base}/raw", f"{base}/chunks/extra", f"{base}/debug"):
+    hidden = (f"{base}/raw", f"{base}/chunks/extra", f"{base}/debug", f"{base}/cohort")
+    for topic in hidden:
         assert not device.publish(topic, b"not for consumers").is_failure
     assert not device.publish(f"{base}/status", b"status", retain=True).is_failure
     assert not device.publish(f"{base}/chunks", b"chunk").is_failure
-    got = [(m.topic, m.payload) for m in (consumer.next_message(), consumer.next_message())]
-    assert got == [(f"{base}/status", b"status"), (f"{base}/chunks", b"chunk")]
+    assert not device.publish(f"{base}/labels", b"label").is_failure
+    worker = connect(clients, example_broker, WORKER)
+    cohort = f"{PREFIX}/cohort/{unique_id}"
+    assert not worker.publish(f"{cohort}/aggregates", b"aggregate").is_failure
+    assert not worker.publish(f"{cohort}/attention", b"attention").is_failure
+    got = sorted((m.topic, m.payload) for m in [consumer.next_message() for _ in range(5)])
+    assert got == sorted(
+        [
+            (f"{base}/status", b"status"),
+            (f"{base}/chunks", b"chunk"),
+            (f"{base}/labels", b"label"),
+            (f"{cohort}/aggregates", b"aggregate"),
+            (f"{cohort}/attention", b"attention"),
+        ]
+    )
     assert consumer.messages.empty()
 
 

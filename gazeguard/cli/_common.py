@@ -290,7 +290,10 @@ class MissingExtraError(Exception):
 
     def __init__(self, what: str, extra: str) -> None:
         self.extra = extra
-        super().__init__(f"{what} needs the '{extra}' extra: pip install 'gazeguard[{extra}]'")
+        super().__init__(
+            f"{what} needs the '{extra}' extra: "
+            f"pip install -e '.[{extra}]' (in the gazeguard checkout)"
+        )
 
 
 def extra_for(exc: ImportError) -> str | None:

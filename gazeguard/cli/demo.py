@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if not plotting:
             console.warn(
                 "gazeguard demo: no PNG at the end: plotting needs the 'eval' extra "
-                "(pip install 'gazeguard[eval]'); the live view runs as usual"
+                "(pip install -e '.[eval]' in the gazeguard checkout); the live view runs as usual"
             )
         trace = Trace()
 

@@ -1,8 +1,8 @@
 """``gazeguard eval``: the privacy–utility evaluation (:mod:`gazeguard.offline.eval`) from the
 command line.
 
-Needs the ``eval`` extra (scikit-learn, scipy, matplotlib): ``pip install 'gazeguard[eval]'``;
-without it the command says so in one line.
+Needs the ``eval`` extra (scikit-learn, scipy, matplotlib): ``pip install -e '.[eval]' (in the
+gazeguard checkout)``; without it the command says so in one line.
 """
 
 from __future__ import annotations

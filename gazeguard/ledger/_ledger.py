@@ -170,7 +170,7 @@ class Ledger:
                     "ledger.url",
                     "postgresql://…",
                     f"the PostgreSQL ledger needs psycopg 3 ({exc}): "
-                    "pip install 'gazeguard[fleet]'",
+                    "pip install -e '.[fleet]' (in the gazeguard checkout)",
                 ) from exc
             self._backend = PostgresBackend(str(location), synchronous, timeout_s=timeout_s)
         else:

@@ -1,8 +1,8 @@
 """PostgreSQL storage for the ε ledger, for fleets of workers that share sessions.
 
-Same tables and the same accounting as the SQLite ledger (:mod:`gazeguard.ledger` holds the
-logic once; this module only stores). Install with ``pip install 'gazeguard[fleet]'`` (psycopg 3)
-and open with ``Ledger("postgresql://user@host/db")``.
+Same tables and the same accounting as the SQLite ledger (:mod:`gazeguard.ledger` holds the logic
+once; this module only stores). Install with ``pip install -e '.[fleet]' (in the gazeguard
+checkout)`` (psycopg 3) and open with ``Ledger("postgresql://user@host/db")``.
 
 Atomic charges across workers: every write runs in one transaction that takes the session's row
 lock (``SELECT … FOR UPDATE``) before it reads the account, so concurrent charges of one session

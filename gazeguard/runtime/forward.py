@@ -23,7 +23,7 @@ own subjects only (docs/fleet.md, Trust boundary).
 
 The session id is ``--session``, else derived from the stream's source_id, exactly as
 ``gazeguard run`` derives it, so a restarted forwarder continues the same session (and budget).
-Needs nats-py (``pip install 'gazeguard[fleet]'``).
+Needs nats-py (``pip install -e '.[fleet]' (in the gazeguard checkout)``).
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ def _ingest_problems(settings: Settings) -> list[ConfigProblem]:
                     "ingest.source",
                     ing.source,
                     "raw gaze over NATS JetStream needs nats-py, which is not installed: "
-                    "pip install 'gazeguard[fleet]'",
+                    "pip install -e '.[fleet]' (in the gazeguard checkout)",
                 )
             )
         if not settings.fleet.enabled:
