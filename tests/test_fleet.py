@@ -61,8 +61,13 @@ def stop_worker(proc: subprocess.Popen[str]) -> str:
 def test_lsl_fleet_serves_every_discovered_stream(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
-    name = f"fleet-{unique_id}"
-    heads = [SimulatedHeadset(250, seed=i, name=name, source_id=f"{name}-{i}") for i in range(3)]
+    name = (
+        f"fleet-{unique_id}"  # --stream-name is a prefix: each headset's name only starts with it
+    )
+    heads = [
+        SimulatedHeadset(250, seed=i, name=f"{name}-hmd{i}", source_id=f"{name}-{i}")
+        for i in range(3)
+    ]
     for h in heads:
         h.start()
     try:

@@ -480,7 +480,8 @@ class LslFleetIngest:
                     if sid in tasks and not tasks[sid].done():
                         continue
                     tasks[sid] = tg.create_task(
-                        self.serve(sid, stop), name=f"gazeguard.runtime.fleet[{sid}]"
+                        self.serve(sid, stop, by_name=not info.source_id()),
+                        name=f"gazeguard.runtime.fleet[{sid}]",
                     )
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(every_s):
@@ -488,10 +489,19 @@ class LslFleetIngest:
             for task in tasks.values():
                 task.cancel()
 
-    async def serve(self, source_id: str, stop: asyncio.Event) -> None:
-        """One discovered stream as one session, until it is silent, lost or ``stop``."""
+    async def serve(self, source_id: str, stop: asyncio.Event, *, by_name: bool = False) -> None:
+        """One discovered stream as one session, until it is silent, lost or ``stop``.
+
+        ``source_id`` names the stream: its LSL source_id, or (``by_name``, a stream without
+        one) its full name. Either replaces the discovery prefix ``ingest.stream_name``, which
+        the stream's own name only starts with."""
         fleet = self.fleet
-        ingest = fleet.settings.ingest.model_copy(update={"source_id": source_id})
+        key = (
+            {"source_id": None, "stream_name": source_id}
+            if by_name
+            else {"source_id": source_id, "stream_name": None}
+        )
+        ingest = fleet.settings.ingest.model_copy(update=key)
         session = session_id_for(source_id, "")
         try:
             async with GazeStream(ingest, end_after_s=fleet.settings.fleet.idle_timeout_s) as s:
