@@ -216,7 +216,7 @@ def local_comparison(args: argparse.Namespace) -> dict[str, Any]:
 
 FEATURES_NAMES = tuple(f.name for f in FEATURES)
 CSV_RATE_HZ = 120.0
-CSV_TASKS = ("reading", "video", "search", "browse")
+CSV_TASKS = TASKS  # the simulator's: free, reading, search, watching
 
 
 # ------------------------------------------------------------------------------ part 1: recorded

@@ -366,6 +366,7 @@ class CohortAggregator:
         self.late_vectors = 0
         #: Gaze samples dropped because their bucket had already been released.
         self.late_samples = 0
+        self._late_reported = (0, 0)
         self._events = {p.name: {event_key(p.event): 1} for p in plan.parts}
 
     @property
@@ -456,9 +457,18 @@ class CohortAggregator:
                 bucket.tallies[key] = tally if held is None else held + tally
 
     def release_due(self, now_unix: float) -> list[CohortRelease]:
-        """Release every bucket that ended at least ``grace_s`` before ``now_unix``."""
+        """Release every bucket that ended at least ``grace_s`` before ``now_unix`` (and log
+        the late vectors and samples dropped since the last report, if any)."""
         end = self.plan.bucket_s
         due = [b for b in self.open_buckets if (b + 1) * end + self.grace_s <= now_unix]
+        late = (self.late_vectors, self.late_samples)
+        if late != self._late_reported:
+            self._late_reported = late
+            log.info(
+                "cohort %s: %d feature vectors and %d gaze samples arrived after their bucket "
+                "was released and were dropped (in all, worker %s)",
+                self.cohort, late[0], late[1], self.worker,
+            )  # fmt: skip
         return [r for b in due for r in self.release(b)]
 
     def release(self, bucket: int) -> list[CohortRelease]:
