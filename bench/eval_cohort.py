@@ -340,7 +340,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
                     f"{100 * row['repeated_units']:.0f} % | {b} | {cell['sigma']:.3g} | "
                     f"{cell['accuracy']:.3f} | {row['clean_accuracy']:.3f} | "
                     f"{'n/a' if kept_v is None else f'{100 * kept_v:.0f} %'} | "
-                    f"{main_cfg['reid'][b]:.3f} | {cell['reid_realistic']:.3f} |"
+                    f"{cell['reid_informed']:.3f} | {cell['reid_realistic']:.3f} |"
                 )
         lines += ["", f"Levers on {res['name']} at a cohort of {doc['lever_size']} (kept above "
                   "chance; informed re-identification; same ε per hour everywhere):", "",
@@ -353,8 +353,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
             for cell in row["released"]:
                 k = cell["kept_above_chance"]
                 cells.append(f"{'n/a' if k is None else f'{100 * k:.0f} %'}")
-                budget = f"{cell['budget_per_hour']:g}"
-                cells.append(f"{cfg['reid'][budget]:.3f}")
+                cells.append(f"{cell['reid_informed']:.3f}")
             lines.append(
                 f"| {'+'.join(cfg['release'])} | {cfg['bucket_s']:g} s | "
                 f"{cfg['buckets_per_hour']} | {cfg['sensitivity_l2']:.3g} | "

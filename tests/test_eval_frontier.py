@@ -252,6 +252,24 @@ def test_the_informed_attacker_finds_people_only_when_the_noise_lets_it() -> Non
     assert blind["accuracy"] < 0.35
 
 
+def test_releasing_only_the_dominant_activity_leaves_the_informed_attacker_little() -> None:
+    """Post-processing of the same mechanism: the argmax of the noisy shares. With σ small
+    enough that the full shares give everyone away, the argmax over 30 people still names the
+    group's activity and tells the attacker who knows the other 29 almost nothing."""
+    units = _units(8, 4, 5, seed=4)
+    (plan,) = _plans([3000.0], 4)  # σ ≈ 0.11 counts
+    kwargs = {"candidates": 8, "trials": 300, "others": 29}
+    full = reidentification(
+        units, plan, rng=np.random.default_rng(1), noise_seed=2, knows_others=True, **kwargs
+    )
+    assert full["accuracy"] > 0.6
+    argmax = reidentification(
+        units, plan, rng=np.random.default_rng(3), noise_seed=4, knows_others=True,
+        dominant_only=True, **kwargs,
+    )  # fmt: skip
+    assert argmax["accuracy"] < 0.3  # chance 0.125
+
+
 def test_cohort_plans_count_buckets_as_the_release_plan_and_spend_the_budget() -> None:
     for bucket_s, per_hour in ((60.0, 63), (300.0, 14), (600.0, 8)):
         (plan,) = cohort_plans(["a", "b", "c"], [10.0], bucket_s=bucket_s)

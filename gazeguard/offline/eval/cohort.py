@@ -66,6 +66,7 @@ level.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -93,8 +94,12 @@ IntArray = npt.NDArray[np.intp]
 SIZES = (10, 30, 100, 1000)
 #: Bucket lengths the levers compare, s.
 BUCKETS_S = (60.0, 300.0, 600.0)
-#: What a cohort may release for the group's activity: the shares alone, or means beside them.
-RELEASES: tuple[tuple[str, ...], ...] = (("shares",), ("means", "shares"))
+#: Only the argmax of the noisy shares (the group's activity): post-processing of ``shares``,
+#: measured as a lever; the runtime releases ``shares`` (``cohort.release``).
+DOMINANT = ("dominant",)
+#: What a cohort may release for the group's activity: the shares alone, means beside them,
+#: or only the dominant activity.
+RELEASES: tuple[tuple[str, ...], ...] = (("shares",), ("means", "shares"), DOMINANT)
 #: The frontier's default cohort configuration: what the lever measurement kept
 #: (``bench/results/eval_cohort.md``): the shares alone, 300 s buckets.
 DEFAULT_BUCKET_S = 300.0
@@ -263,6 +268,8 @@ def cohort_plans(
     """One cohort plan per budget (user-level ε per hour at ``delta``, all of it on the cohort):
     ``release`` ⊆ {means, shares}; the buckets an hour of gaze can change counted as the release
     plan counts them (:func:`gazeguard.plan.releases_per_hour`)."""
+    if tuple(release) == DOMINANT:  # the argmax of the shares: the shares' mechanism
+        release = ("shares",)
     unknown = set(release) - {"means", "shares"}
     if unknown or "shares" not in release:
         raise ConfigError("cohort.release", list(release), "the group's activity needs 'shares'")
@@ -446,14 +453,23 @@ def reidentification(
     noise_seed: int | None,
     others: int | None = None,
     dominance: float = 0.5,
+    knows_others: bool = False,
+    dominant_only: bool = False,
+    draws: int = 300,
 ) -> dict[str, float]:
     """Accuracy of a maximum-likelihood attacker: which of up to ``candidates`` people (those
     with a recording of the target's activity) contributed one recording's buckets.
 
     ``others=None``: the informed attacker (knows every other contribution: they cancel).
-    ``others=N − 1``: the realistic one — N − 1 others (drawn as in :class:`Members`, never
-    the target's person; activities around each bucket's dominant one) are in every bucket,
-    and it subtracts their expected sum ``(N − 1)·mean`` (the population's mean contribution).
+    ``others=N − 1``: N − 1 others (drawn as in :class:`Members`, never the target's person;
+    activities around each bucket's dominant one) are in every bucket; the realistic attacker
+    subtracts their expected sum ``(N − 1)·mean`` (the population's mean contribution), the
+    informed one (``knows_others``) their actual sum.
+
+    ``dominant_only``: the release is only the argmax of the noisy class shares (the group's
+    activity, post-processing of the same mechanism); the attacker's likelihood of each
+    candidate is that of the observed argmax per bucket, estimated from ``draws`` Gaussian
+    draws of the noise (σ of the plan) around the others' sum plus the candidate's shares.
 
     Returns ``{"accuracy", "chance", "candidates", "buckets"}`` (means over trials of the
     chance ``1/K`` and the buckets compared ``H``).
@@ -478,15 +494,24 @@ def reidentification(
         cand = np.stack([units.contribs[recs.units[r][:h]] for r in rec])  # (K, H, D)
         target = int(rng.integers(k))
         y = np.empty((h, cand.shape[2]))
+        base = np.zeros((h, cand.shape[2]))  # what the attacker takes the others' sum to be
         for b in range(h):
             signal = cand[target, b]
             if members is not None and others:
                 d = int(rng.integers(c))
                 who = members.draw(_tasks(rng, others, c, dominance, d), chosen[target])
-                signal = signal + units.contribs[who].sum(axis=0) - others * mean
+                rest = units.contribs[who].sum(axis=0)
+                signal = signal + rest
+                base[b] = rest if knows_others else others * mean
             y[b] = privatize_sum(plan, signal, src)
-        score = ((y[None, :, :] - cand) ** 2).sum(axis=(1, 2))
-        hits += int(np.argmin(score)) == target
+        if dominant_only:
+            score = _argmax_loglik(
+                y, base + cand, sigma=plan.sigma, at=units.shares_at, c=c, draws=draws, rng=rng
+            )
+        else:
+            score = -(((y - base)[None, :, :] - cand) ** 2).sum(axis=(1, 2))
+        best = np.flatnonzero(score == score.max())  # ties: a random one of them
+        hits += int(best[int(rng.integers(best.size))]) == target
         chance += 1.0 / k
         seen += h
     return {
@@ -495,6 +520,26 @@ def reidentification(
         "candidates": float(candidates),
         "buckets": seen / trials,
     }
+
+
+def _argmax_loglik(
+    y: FloatArray,
+    means: FloatArray,
+    *,
+    sigma: float,
+    at: int,
+    c: int,
+    draws: int,
+    rng: np.random.Generator,
+) -> FloatArray:
+    """(K,) log-likelihood of the observed argmax of each bucket's shares ``y`` (H, D) under
+    each candidate's expected noisy sum ``means`` (K, H, D), Gaussian noise of ``sigma``."""
+    seen = np.argmax(y[:, at : at + c], axis=1)  # (H,)
+    z = rng.normal(0.0, sigma, (draws, c))
+    won = np.argmax(means[:, :, None, at : at + c] + z, axis=3)  # (K, H, draws)
+    hits = (won == seen[None, :, None]).sum(axis=2)  # (K, H)
+    out: FloatArray = np.log((hits + 0.5) / (draws + 0.5 * c)).sum(axis=1)
+    return out
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -549,24 +594,41 @@ def evaluate_config(
     rows = group_activity(
         units, plans, sizes, buckets=buckets, dominance=dominance, rng=rng, noise_seed=seed
     )
+    dominant = tuple(release) == DOMINANT
     reid: dict[str, float] = {}
     chance_reid = h = 0.0
+    informed_trials = max(realistic_trials, trials // 4) if dominant else trials
     for plan in plans:
         found = reidentification(
-            units, plan, candidates=k, trials=trials, rng=rng,
-            noise_seed=None if seed is None else seed + 1,
+            units, plan, candidates=k, trials=informed_trials, rng=rng,
+            noise_seed=None if seed is None else seed + 1, dominant_only=dominant,
         )  # fmt: skip
         reid[f"{plan.budget:g}"] = found["accuracy"]
         chance_reid, h = found["chance"], found["buckets"]
     for row, n in zip(rows, sizes, strict=True):
         for cell, plan in zip(row["released"], plans, strict=True):
-            cell["reid_realistic"] = reidentification(
-                units, plan, candidates=k, trials=realistic_trials, rng=rng,
-                noise_seed=None if seed is None else seed + 2, others=n - 1, dominance=dominance,
-            )["accuracy"]  # fmt: skip
+            attack = functools.partial(
+                reidentification, units, plan, candidates=k, rng=rng, others=n - 1,
+                dominance=dominance, dominant_only=dominant,
+            )  # fmt: skip
+            realistic = attack(
+                trials=realistic_trials, noise_seed=None if seed is None else seed + 2
+            )
+            cell["reid_realistic"] = realistic["accuracy"]
+            # the informed attacker: the others cancel, unless only the argmax is released
+            cell["reid_informed"] = reid[f"{plan.budget:g}"]
+            if dominant:
+                informed = attack(
+                    trials=informed_trials, knows_others=True,
+                    noise_seed=None if seed is None else seed + 3,
+                )  # fmt: skip
+                cell["reid_informed"] = informed["accuracy"]
         row["reid_realistic"] = {
             f"{c['budget_per_hour']:g}": c["reid_realistic"] for c in row["released"]
         }
+    if dominant:  # the frontier's one figure per budget: the worst size
+        for j, plan in enumerate(plans):
+            reid[f"{plan.budget:g}"] = max(r["released"][j]["reid_informed"] for r in rows)
     result = {
         "dataset": data.name,
         "question": "the activity most of the cohort does in a bucket (argmax of the private "

@@ -148,7 +148,7 @@ def cohort_points(result: Mapping[str, Any]) -> list[ReleasePoint]:
                     cohort_kind(n),
                     f"{n} sessions, {result['bucket_s']:g} s buckets",
                     budget,
-                    float(result["reid"][f"{budget:g}"]),
+                    float(cell.get("reid_informed", result["reid"][f"{budget:g}"])),
                     float(cell["accuracy"]),
                     float(row["clean_accuracy"]),
                     float(result["chance_task"]),
