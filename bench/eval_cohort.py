@@ -361,6 +361,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
                 + " |"
             )
         lines.append("")
+    lines += goal_lines(doc)
     lines += ["## Running totals: binary tree vs summed bucket releases (user level, 10 ε/h)", "",
               "RMSE of the running total after t buckets, in counts (one class coordinate; "
               "measured over Gaussian draws, theory in brackets).", "",
@@ -384,6 +385,56 @@ def _committed(path: Path) -> str:
         capture_output=True, text=True, check=False, cwd=path.parent,
     )  # fmt: skip
     return f"commit {got.stdout.strip() or 'unknown'} (part 2 not re-run)"
+
+
+def goal_lines(doc: dict[str, Any]) -> list[str]:
+    """The goal (≥ 80 % of clean above chance at 10 ε/h with a cohort of 30, the informed
+    attacker within 2 points of chance) per dataset and configuration, and why."""
+    n, budget = doc["lever_size"], 10.0
+    if budget not in doc["budgets"]:
+        return []
+    j = doc["budgets"].index(budget)
+    lines = [f"## The goal: ≥ 80 % of clean above chance at {budget:g} ε/h with a cohort of {n}, "
+             "informed re-identification ≤ chance + 0.02", "",
+             "| dataset | release | bucket | σ | kept above chance | re-id informed | chance "
+             "| goal |", "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for res in doc["datasets"].values():
+        for cfg in res["configs"]:
+            row = next(r for r in cfg["rows"] if r["sessions"] == n)
+            cell = row["released"][j]
+            kept, reid = cell["kept_above_chance"], cell["reid_informed"]
+            met = kept is not None and kept >= 0.8 and reid <= cfg["chance_reid"] + 0.02
+            lines.append(
+                f"| {res['name']} | {'+'.join(cfg['release'])} | {cfg['bucket_s']:g} s | "
+                f"{cell['sigma']:.2f} | {_pct(kept)} | {reid:.3f} | {cfg['chance_reid']:.3f} | "
+                f"{'**met**' if met else '—'} |"
+            )
+    lines += ["", THEORY, ""]
+    return lines
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.0f} %"
+
+
+THEORY = """Why. *Release only what is asked:* the shares alone are one block (Δ2 = 1), means beside
+them three (Δ2 = √3): the same ε buys √3 less noise on the shares. *Longer buckets:* a person
+moves a bucket's sum by at most Δ2 however long the bucket is, and the plan composes the
+buckets one hour of gaze can change (63 of 60 s, 14 of 300 s, 8 of 600 s): σ grows like the
+square root of that count, while the signal — N members' mean class probabilities — does not
+shrink with the bucket (and averages more windows, so the label model errs less). Summing k
+60 s releases instead costs √k·σ₆₀, far above one k-times-longer bucket's σ. *The informed
+attacker* knows every other member and the target's exact contribution: its accuracy depends on
+the ε spent on the recording it sees and on how far apart people's contributions are, never on N;
+at 10 ε/h a 5-minute recording's shares carry a few points of identity whatever the bucket.
+Releasing *only the group's dominant activity* (the argmax of the same noisy shares:
+post-processing, the same ε and guarantee) answers the same question and leaves that attacker
+only whether the target tipped the argmax, which among 30 members it rarely does. *Continual
+release:* the binary mechanism wins at event level because one event is in one leaf; at user
+level a person is in every bucket, a level-k node moves by up to 2^k, and the running total
+after t buckets moves by t — no mechanism can release it with less noise than about t/μ, which
+the consumer already gets by summing the per-bucket releases (free post-processing). The tree
+pays more (below), so it is not implemented."""
 
 
 def main(argv: list[str] | None = None) -> int:
