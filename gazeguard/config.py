@@ -629,7 +629,7 @@ class Settings(BaseSettings):
     def _topic_safe(cls, v: str | None) -> str | None:
         why = None if v is None else name_problem(v)
         if why is not None:
-            raise ValueError(f"{why}; the rule is in gazeguard/wire/topics.py (README: Messages)")
+            raise ValueError(f"{why}; the rule is in gazeguard/wire/topics.py (docs/consumer.md)")
         return v
 
     @classmethod

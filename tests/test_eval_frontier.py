@@ -363,9 +363,16 @@ def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert kinds == {
         "stream: all features",
         "stream: activity profile",
-        "labels (activity model)",
+        "labels on a clock (activity model)",
+        "labels on change (activity model)",
+        "labels on a clock, held (activity model)",
         "cohort of 10: group's activity",
     }
+    held = res["label_sessions"]  # the same sessions both ways, the sidecar's LabelStream
+    assert [m["mode"] for m in held["modes"]] == ["change", "clock"]
+    assert held["sessions"] == 3
+    assert held["changes_per_session"] >= 5
+    assert all(c["withheld"] == 0 for m in held["modes"] for c in m["released"])
     cohort = res["cohort"]
     assert cohort["candidates"] == 3  # 1 / the dataset's re-identification chance
     assert [r["sessions"] for r in cohort["rows"]] == [10]
@@ -389,7 +396,9 @@ def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert sorted(prof["features_released"]) == ["saccade_right_ratio", "wordbook2_mean"]
     assert len(res["streams"]["all"]["meta"]["features_released"]) > 20
     assert (out / "synthetic-frontier.png").stat().st_size > 10_000
-    assert "| labels (activity model) |" in (out / "frontier.md").read_text()
+    md = (out / "frontier.md").read_text()
+    assert "| labels on a clock (activity model) |" in md
+    assert "| labels on change (activity model) |" in md
 
 
 def test_cohort_flags_that_cannot_apply_are_refused(

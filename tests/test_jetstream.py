@@ -859,24 +859,24 @@ def test_a_worker_frozen_longer_than_the_idle_timeout_keeps_its_session(
 
 # ------------------------------------------------------------------ trust boundary
 # Raw gaze is on the NATS wire: TLS, and one credential per device that may publish its own
-# gaze and read its own replies only. The permissions are read from the README's example
-# (Fleets: trust boundary), so that what it recommends is what is tested.
+# gaze and read its own replies only. The permissions are read from the example in
+# docs/fleet.md (Trust boundary), so that what it recommends is what is tested.
 
 
-def readme_permissions() -> dict[str, str]:
-    """User → the permissions of the README's nats-server ``authorization`` example."""
-    text = (REPO / "README.md").read_text()
+def docs_permissions() -> dict[str, str]:
+    """User → the permissions of docs/fleet.md's nats-server ``authorization`` example."""
+    text = (REPO / "docs" / "fleet.md").read_text()
     found = re.findall(r'\{ user: "([^"]+)",\s+password: "…", permissions: \{ (.*) \} \}', text)
     assert {u for u, _ in found} == {"worker-1", "hmd-07"}, found
     return dict(found)
 
 
 def worker_permissions() -> str:
-    return readme_permissions()["worker-1"]
+    return docs_permissions()["worker-1"]
 
 
 def device_permissions(device: str) -> str:
-    return readme_permissions()["hmd-07"].replace("hmd-07", device)
+    return docs_permissions()["hmd-07"].replace("hmd-07", device)
 
 
 @pytest.mark.slow

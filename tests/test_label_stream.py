@@ -231,6 +231,29 @@ def test_labels_are_charged_before_they_are_handed_on(tmp_path: Path) -> None:
         assert again.labels.next_index == len(labels)
 
 
+def test_a_label_at_the_largest_epsilon_is_published_not_dropped(tmp_path: Path) -> None:
+    """At ε ≳ 37 the survival probability e^ε/(e^ε + C − 1) is 1.0 as a float; the message
+    refused it, so every label of such a plan was dropped (fail closed) instead of published."""
+    model = fast_model(tmp_path / "m.json")
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        pipe = Pipeline(
+            ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
+            mechanism=MechanismSettings.model_validate(
+                {"features": MODEL_FEATURES, "epsilon": 0.5}
+            ),
+            labels=LabelSettings(
+                enabled=True, model=str(model), release="clock", decision_s=1.6, epsilon=50.0
+            ),
+        )  # fmt: skip
+        _, labels = _run(pipe, 12.0)
+    assert pipe.labels is not None
+    assert pipe.labels.stats.dropped == 0
+    assert len(labels) >= 5
+    msg = LabelMessage.from_payload(labels[0].payload)  # type: ignore[attr-defined]
+    assert msg.survival_probability == 1.0
+    jsonschema.validate(json.loads(msg.to_payload()), shipped_schema())
+
+
 def test_labels_are_withheld_once_the_window_budget_is_spent(tmp_path: Path) -> None:
     """Chunks and labels at a fixed ε overspend the ledger's hourly cap (6 here, far below what
     they would need): the labels that no longer fit are withheld (recorded, nothing enqueued)

@@ -366,11 +366,11 @@ def test_shipped_activity_model_matches_the_shipped_profile() -> None:
     assert 0.0 < m.spec.trained["lopo_window_accuracy"] <= 1.0
 
 
-def test_readme_model_format_example_loads(tmp_path: Path) -> None:
-    readme = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+def test_docs_model_format_example_loads(tmp_path: Path) -> None:
+    docs = (REPO / "docs" / "releases.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", docs, re.S)
     examples = [b for b in blocks if '"gazeguard.label-model/1"' in b]
-    assert examples, "the README documents the model format with a JSON example"
+    assert examples, "docs/releases.md documents the model format with a JSON example"
     path = tmp_path / "consumer.json"
     path.write_text(examples[0])
     m = load_model(path)
@@ -448,7 +448,7 @@ def test_label_message_round_trip_and_schema(model: LabelModel) -> None:
     assert set(data) == {
         "schema", "session", "device", "decision_index", "window_start", "window_end", "label",
         "classes", "epsilon", "mechanism", "survival_probability", "model", "profile", "noise",
-        "release", "epsilon_change",
+        "release", "epsilon_change", "clean_accuracy", "unix_end",
     }  # fmt: skip
     assert LabelMessage.from_payload(payload) == msg
     schema = shipped_schema()
@@ -461,6 +461,19 @@ def test_label_message_round_trip_and_schema(model: LabelModel) -> None:
             LabelMessage.model_validate(bad)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**data, "extra": 1}, schema)
+
+
+def test_a_label_states_its_probability_of_being_right_as_the_plan_does(
+    model: LabelModel,
+) -> None:
+    msg = _message(model, clean_accuracy=0.7, unix_end=1.7e9)
+    c = len(msg.classes)
+    assert msg.right_probability == pytest.approx(
+        released_accuracy(0.7, survival_probability(3.0, c), c), rel=1e-12
+    )
+    assert _message(model).right_probability is None  # a message that does not say
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        _message(model, clean_accuracy=1.2)
 
 
 @pytest.mark.parametrize(

@@ -1,23 +1,62 @@
-"""Every example in the README runs, every configuration block validates, and CI runs the
-README's own test command."""
+"""Every example in the README and the docs runs, every configuration block validates, every
+example message validates, every consumer reads a live run, every relative link resolves, and
+CI runs the README's own test command.
+
+The docs are ``README.md`` and ``docs/*.md`` except ``docs/design.md`` (the design's prose, not
+a guide: it carries no runnable examples)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import IO
 
+import jsonschema
 import pytest
+from conftest import MosquittoBroker
 
 from gazeguard.config import load_settings
+from gazeguard.wire.cohort import AttentionMessage, CohortMessage
+from gazeguard.wire.label import LabelMessage
+from gazeguard.wire.message import ChunkMessage, StatusMessage, shipped_schema
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
+DOCS = [
+    REPO / "README.md",
+    *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "design.md"),
+]
+
+
+def blocks(lang: str) -> list[tuple[str, str]]:
+    """``(file:line, code)`` of every fenced ``lang`` block of the docs."""
+    found = []
+    for doc in DOCS:
+        text = doc.read_text()
+        for m in re.finditer(rf"```{lang}\n(.*?)```", text, re.S):
+            line = text.count("\n", 0, m.start()) + 1
+            found.append((f"{doc.relative_to(REPO)}:{line}", m.group(1)))
+    return found
+
+
+def subscribes(code: str) -> bool:
+    """A consumer example: it subscribes to a broker and runs until stopped."""
+    return "aiomqtt.Client(" in code or "mqtt.Client(" in code
+
+
+PYTHON = blocks("python")
+EXAMPLES = [(where, code) for where, code in PYTHON if not subscribes(code)]
+CONSUMERS = [(where, code) for where, code in PYTHON if subscribes(code)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("code", re.findall(r"```python\n(.*?)```", README, re.S))
+@pytest.mark.parametrize("code", [c for _, c in EXAMPLES], ids=[w for w, _ in EXAMPLES])
 def test_python_examples_run(code: str, tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
@@ -26,11 +65,127 @@ def test_python_examples_run(code: str, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
 
 
-@pytest.mark.parametrize("toml", re.findall(r"```toml\n(.*?)```", README, re.S))
+TOML = blocks("toml")
+
+
+@pytest.mark.parametrize("toml", [c for _, c in TOML], ids=[w for w, _ in TOML])
 def test_toml_examples_validate(toml: str, tmp_path: Path) -> None:
     path = tmp_path / "gazeguard.toml"
     path.write_text(toml)
     load_settings(path)
+
+
+# Example messages (docs/consumer.md): what a consumer is told a field is called is what the
+# models and the shipped schemas call it.
+MODELS = {
+    "gazeguard.chunk/2": (ChunkMessage, "chunk.schema.json"),
+    "gazeguard.label/1": (LabelMessage, "label.schema.json"),
+    "gazeguard.cohort/1": (CohortMessage, "cohort.schema.json"),
+    "gazeguard.attention/1": (AttentionMessage, "attention.schema.json"),
+    "gazeguard.status/1": (StatusMessage, "status.schema.json"),
+}
+MESSAGES = [(w, c) for w, c in blocks("json") if re.search(r'"schema": "gazeguard\.', c)]
+
+
+def test_the_consumer_guide_shows_every_kind_of_message() -> None:
+    kinds = {json.loads(c)["schema"] for _, c in MESSAGES}
+    assert {"gazeguard.chunk/2", "gazeguard.label/1", "gazeguard.cohort/1"} <= kinds, kinds
+
+
+@pytest.mark.parametrize("example", [c for _, c in MESSAGES], ids=[w for w, _ in MESSAGES])
+def test_example_messages_validate(example: str) -> None:
+    data = json.loads(example)
+    model, schema_file = MODELS[data["schema"]]
+    model.model_validate_json(example)  # the model's own checks (shapes, ε consistency)
+    jsonschema.validate(data, shipped_schema(schema_file))
+
+
+OPEN: list[IO[str]] = []
+
+
+def _start(args: list[str], cwd: Path, env: dict[str, str], name: str) -> subprocess.Popen[str]:
+    """``args`` in ``cwd``, stdout and stderr into ``name.out`` and ``name.err``."""
+    out = (cwd / f"{name}.out").open("w")
+    err = (cwd / f"{name}.err").open("w")
+    OPEN.extend((out, err))
+    return subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
+
+
+def _read(cwd: Path, name: str) -> str:
+    return (cwd / name).read_text() if (cwd / name).exists() else ""
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_consumer_examples_read_a_live_run(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """Each consumer example, run as written against a real Mosquitto, prints the chunks,
+    labels and cohort aggregates it handles, from a live `gazeguard run --labels` and a live
+    `gazeguard run --fleet --cohort`: the field names it reads are the ones published."""
+    assert CONSUMERS, "the README shows a consumer"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "GAZEGUARD_BROKER__HOST": mosquitto.host,
+        "GAZEGUARD_BROKER__PORT": str(mosquitto.port),
+    }
+    gg = [sys.executable, "-m", "gazeguard"]
+    fast = ["--profile", "activity", "--chunk-steps", "8", "--duration", "150"]
+    procs = {
+        "solo": _start([*gg, "run", "--source", "simulated", "--source-id", f"{unique_id}-solo",
+                        "--labels", "--label-release", "clock", "--decision-s", "5",
+                        "--ledger", "solo.sqlite", *fast], tmp_path, env, "solo"),
+        "headset": _start([*gg, "simulate", "--name", unique_id, "--source-id",
+                           f"{unique_id}-sim", "--duration", "180"], tmp_path, env, "headset"),
+        "fleet": _start([*gg, "run", "--fleet", "--source", "lsl", "--stream-name", unique_id,
+                         "--cohort", "lab", "--cohort-model", "activity", "--bucket-s", "10",
+                         "--ledger", "fleet.sqlite", *fast], tmp_path, env, "fleet"),
+    }  # fmt: skip
+    wanted = {}
+    for i, (where, code) in enumerate(CONSUMERS):
+        (tmp_path / f"consumer{i}.py").write_text(code)
+        procs[f"consumer{i}"] = _start(
+            [sys.executable, f"consumer{i}.py"], tmp_path, env, f"consumer{i}"
+        )
+        handles = {k for k in ("chunk", "label", "cohort") if f'"gazeguard.{k}/' in code}
+        assert handles, where
+        wanted[f"consumer{i}"] = (where, handles)
+
+    def printed(name: str) -> set[str]:
+        return {line.split(" ", 1)[0] for line in _read(tmp_path, f"{name}.out").splitlines()}
+
+    try:
+        deadline = time.monotonic() + 170
+        while time.monotonic() < deadline:
+            if all(kinds <= printed(n) for n, (_, kinds) in wanted.items()):
+                break
+            if any(procs[n].poll() is not None for n in wanted):
+                break
+            time.sleep(1)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        while OPEN:
+            OPEN.pop().close()
+    logs = "\n".join(f"--- {n}.err\n{_read(tmp_path, f'{n}.err')[-3000:]}" for n in procs)
+    for name, (where, kinds) in wanted.items():
+        out, err = _read(tmp_path, f"{name}.out"), _read(tmp_path, f"{name}.err")
+        assert "Traceback" not in err, f"{where}\n{err}"
+        assert kinds <= printed(name), f"{where} printed {printed(name)}\n{out[-2000:]}\n{logs}"
+
+
+def test_the_readme_starts_with_its_two_commands_and_the_fast_loop() -> None:
+    assert README.index("```") == README.index("```bash\n"), "the first block is the commands"
+    first_section = README.split("\n## ", 1)[0]
+    assert 'python3 -m pytest -q -m "not slow"' in first_section
 
 
 def test_ci_runs_the_readme_test_command() -> None:
@@ -43,3 +198,28 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_command == "python3 -m pytest -q"
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     assert test_command in [line.strip() for line in ci]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces → '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_relative_links_resolve() -> None:
+    """Every relative link of the README and the docs names a file that exists and, for a
+    Markdown file, a heading it has."""
+    broken = []
+    for doc in DOCS:
+        text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.exists():
+                broken.append(f"{doc.name}: {target}")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", file.read_text(), re.M)
+                if anchor not in {slug(h) for h in headings}:
+                    broken.append(f"{doc.name}: {target} (no such heading)")
+    assert not broken, broken

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -14,9 +15,12 @@ import paho.mqtt.client as mqtt
 import pytest
 from conftest import MosquittoBroker
 from test_cli import Proc
+from test_label_stream import MODEL_FEATURES, fast_model
 
 from gazeguard.cli import ExitCode, main
-from gazeguard.cli.watch import describe, sparkline
+from gazeguard.cli.watch import clock, describe, span, sparkline
+from gazeguard.signal.labels import LabelDecision, RandomizedResponse
+from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import StatusMessage
 
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
@@ -121,3 +125,114 @@ def test_watch_waits_for_the_broker_rides_out_its_end_and_stops_on_ctrl_c(
     assert len(re.findall("no MQTT broker answers", text)) == 1, text
     assert len(re.findall("lost broker", text)) == 1, text
     assert "0 chunk and label messages, 0 invalid" in text
+
+
+# ------------------------------------------------------------------ labels, visible
+def _label(index: int, label: str, unix_end: float, **kw: object) -> bytes:
+    """A label message built as the sidecar's stream builds it (randomized response at ε 2
+    over 4 classes, its exact survival probability)."""
+    rr = RandomizedResponse(4, 2.0)
+    classes = ("browse", "read", "watch", "write")
+    decision = LabelDecision(
+        label, classes.index(label), classes, rr.epsilon, rr.survival, 60, "INSECURE-seeded"
+    )
+    msg = LabelMessage.build(
+        decision, session="s", device="hmd", decision_index=index, window_start=10.0 * index,
+        window_end=10.0 * index + 29.5, model_name="activity-portable", model_version="1.0",
+        profile="activity-portable", release="change", epsilon_change=0.5, unix_end=unix_end,
+        **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return msg.to_payload()
+
+
+def test_a_label_shows_its_probability_of_being_right_and_how_long_it_held() -> None:
+    holds: dict[tuple[str, str], LabelMessage] = {}
+    t0 = 1.7e9
+    kind, first, _ = describe(
+        "gazeguard/v1/hmd/s/labels", _label(0, "read", t0, clean_accuracy=0.63), 8, holds
+    )
+    assert kind == "labels"
+    # p = e²/(e² + 3) = 0.711; 0.711·0.63 + 0.289·0.37/3 = 0.484: what the plan states
+    assert f"'read' since {clock(t0)} (on change) — right with probability 0.48" in first[0]
+    assert "at ε 2 + 0.5 detection keeps the model's label with p = 0.71" in first[1]
+    assert "the model is right 0.63 of the time" in first[1]
+    status = StatusMessage(
+        session="s", device="hmd", state="running", time=t0 + 95.0, spent=1.0, remaining=None,
+        session_cap=None, chunks_charged=3, chunks_withheld=0, chunks_dropped=0,
+    )  # type: ignore[arg-type]  # fmt: skip
+    _, lines, _ = describe("gazeguard/v1/hmd/s/status", status.to_payload(), 8, holds)
+    assert f"holds label 'read' since {clock(t0)} (1 min 35 s)" in lines[0]
+    _, second, _ = describe(
+        "gazeguard/v1/hmd/s/labels", _label(1, "watch", t0 + 400.0, clean_accuracy=0.63), 8, holds
+    )
+    assert f"replaces 'read', held for 6 min 40 s (since {clock(t0)})" in second[-1]
+    # a message without the model's clean accuracy says what it can
+    _, bare, _ = describe("gazeguard/v1/hmd/t/labels", _label(0, "write", t0), 8, holds)
+    assert "the model's label with probability 0.71" in bare[0]
+    assert "states no clean accuracy" in bare[1]
+    assert (span(45), span(400), span(3720)) == ("45 s", "6 min 40 s", "1 h 02 min")
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_watch_run_and_ledger_show_count_labels_on_change(
+    mosquitto: MosquittoBroker, tmp_path: Path, unique_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real `gazeguard run` releasing labels on change (simulated headset, a consumer's model
+    whose file records a clean accuracy): `watch` shows each with its probability of being right
+    and since when it holds, the run's summary and `ledger show` count labels, changes and ε."""
+    model = fast_model(tmp_path / "m.json", window_s=2.0, step_s=0.02,
+                       trained={"lopo_window_accuracy": 0.8})  # fmt: skip
+    address = f"{mosquitto.host}:{mosquitto.port}"
+    ledger = tmp_path / "l.sqlite"
+    run = subprocess.Popen(
+        [
+            sys.executable, "-m", "gazeguard", "run", "--source", "simulated",
+            "--source-id", unique_id, "--session", unique_id, "--device", "hmd",
+            "--broker", address, "--ledger", str(ledger),
+            "--features", ",".join(MODEL_FEATURES), "--window-s", "2", "--step-s", "0.02",
+            "--chunk-steps", "32", "--epsilon", "0.5", "--budget-per-hour", "none",
+            "--labels", str(model), "--label-release", "change", "--decision-s", "0.64",
+            "--min-interval-s", "1.28", "--label-epsilon", "8", "--duration", "12",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "GAZEGUARD_LEDGER__COMPOSITION": "sequential"},
+    )  # fmt: skip
+    try:
+        code = main(["watch", "--broker", address, "--session", unique_id, "--duration", "14"])
+    finally:
+        _, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    assert code == 0
+    out = capsys.readouterr().out
+    shown = re.findall(r"^label \d+ hmd/\S+: '(\w+)' since (\d\d:\d\d:\d\d) \(on change\) — "
+                       r"right with probability (0\.\d\d)$", out, re.M)  # fmt: skip
+    assert len(shown) >= 3, out
+    # ε 6 on the label (ε 2 on detection): p = e⁶/(e⁶ + 2) = 0.995; 0.995·0.8 + 0.005·0.1
+    assert {p for _, _, p in shown} == {"0.80"}
+    assert "the model is right 0.80 of the time" in out
+    assert re.search(r"replaces '\w+', held for \d+ s \(since \d\d:\d\d:\d\d\)", out)
+    assert re.search(r"^status hmd/\S+: \w+.*; holds label '\w+' since", out, re.M)
+    summary = re.search(
+        r"(\d+) labels \((\d+) first, (\d+) on a detected change in (\d+) checks\), the label "
+        r"changed (\d+) times, 0 withheld, 0 dropped; the labels' ε ([\d.]+)",
+        err,
+    )
+    assert summary is not None, err
+    n, first, changes, checks, switches = (int(summary.group(i)) for i in range(1, 6))
+    assert n == first + changes >= len(shown)
+    assert first == 1
+    assert checks >= changes
+    assert switches <= changes
+    assert float(summary.group(6)) == pytest.approx(8.0 * n, rel=1e-3)  # pure: no δ to gain
+    assert main(["ledger", "show", "--path", str(ledger), "--session", unique_id]) == 0
+    text = capsys.readouterr().out
+    assert (
+        f"labels released      {n} on change (each run's first, then one per detected change)"
+        "   withheld 0"
+    ) in text
+    assert f"labels' ε            {8.0 * n:.4g} pure sum (6 + 2 detection per label" in text
+    assert main(["ledger", "show", "--path", str(ledger), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (lab,) = [s["labels"] for s in doc["sessions"] if s["session"] == unique_id]
+    assert (lab["released"], lab["on_change"], lab["withheld"]) == (n, n, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,49 @@ def _session_report(ledger: Ledger, session: str, *, chunks: bool) -> dict[str, 
     ]
     if chunks:
         doc["charges"] = [asdict(c) for c in history]
+    labels = ledger.charges(session, "labels")
+    on_change = [c for c in labels if "change" in c.epsilon]
+    doc["labels"] = {
+        "released": len(labels),
+        "on_change": len(on_change),
+        "on_clock": len(labels) - len(on_change),
+        "withheld": len(ledger.withheld(session, "labels")),
+        "epsilon_label": sorted({c.epsilon.get("label", 0.0) for c in labels}),
+        "epsilon_change": sorted({c.epsilon["change"] for c in on_change}),
+        "pure_epsilon": sum(c.total for c in labels),
+        "first_gaze": min((c.gaze_start for c in labels), default=None),
+        "last_gaze": max((c.gaze_end for c in labels), default=None),
+    }
     return doc
+
+
+def _label_lines(lab: dict[str, Any]) -> list[str]:
+    """The label lines of one session (none when it has no label charged or withheld)."""
+    if not lab["released"] and not lab["withheld"]:
+        return []
+    how = []
+    if lab["on_change"]:
+        how.append(f"{lab['on_change']} on change (each run's first, then one per detected change)")
+    if lab["on_clock"]:
+        how.append(f"{lab['on_clock']} on a clock")
+    each = "/".join(f"{e:.4g}" for e in lab["epsilon_label"]) or "-"
+    if lab["epsilon_change"]:
+        each += " + " + "/".join(f"{e:.4g}" for e in lab["epsilon_change"]) + " detection"
+    lines = [
+        f"  labels released      {', '.join(how) or '0'}   withheld {lab['withheld']}",
+        f"  labels' ε            {lab['pure_epsilon']:.4g} pure sum ({each} per label; the "
+        "user-level ε above composes them with every other release)",
+    ]
+    if lab["first_gaze"] is not None:
+        lines.append(
+            f"  labels' gaze         {_when(lab['first_gaze'])} – {_when(lab['last_gaze'])}"
+        )
+    return lines
+
+
+def _when(unix: float) -> str:
+    """A Unix time in local time, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
 
 
 def _format(where: str, report: list[dict[str, Any]], pending: list[dict[str, Any]]) -> str:
@@ -100,6 +143,7 @@ def _format(where: str, report: list[dict[str, Any]], pending: list[dict[str, An
             f"  per-chunk ε          {s['max_chunk_eps']:g} per chunk, {s['max_feature_eps']:g} "
             "per feature   (parallel-composition view: NOT a user-level guarantee)",
         ]
+        lines += _label_lines(s["labels"])
         if s["window_cap"] is not None:
             lines.append(
                 f"  window cap           {s['window_cap']:g} over any {s['window_s']:g} s of gaze: "

@@ -408,7 +408,9 @@ def run(args: argparse.Namespace) -> int:
         f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped"
         + (f", {s.pauses} pauses ({s.pause_steps_dropped} steps dropped)" if s.pauses else "")
         + f"; user-level ε {summary.spent:.4g} ({remaining}); {summary.pending} chunks still in "
-        f"the outbox; ledger {summary.ledger}{why} "
+        f"the outbox"
+        + _label_summary(summary)
+        + f"; ledger {summary.ledger}{why} "
         + (
             f"(exit status {int(ExitCode.INTERRUPTED)}: Ctrl-C"
             + ("" if code == ExitCode.OK else f"; {int(code)} otherwise")
@@ -427,8 +429,44 @@ def run(args: argparse.Namespace) -> int:
         broker_connections=summary.broker_connections,
         broker_refusals=summary.broker_refusals,
         exit_status=int(ExitCode.INTERRUPTED if signals.interrupted else code),
+        **_label_fields_of(summary),
     )
     return ExitCode.INTERRUPTED if signals.interrupted else code
+
+
+def _label_summary(summary: RunSummary) -> str:
+    """The labels of a run for the summary line (empty without labels): how many, how many
+    on a detected change, how often the label changed, and their ε."""
+    lab = summary.labels
+    if lab is None or summary.label_epsilon is None:
+        return ""
+    how = (
+        f" ({lab.released - lab.changes} first, {lab.changes} on a detected change in "
+        f"{lab.checks} checks)"
+        if summary.label_release == "change"
+        else " (on a clock)"
+    )
+    return (
+        f"; {lab.released} labels{how}, the label changed {lab.switches} times, "
+        f"{lab.withheld} withheld, {lab.dropped} dropped; the labels' ε "
+        f"{summary.label_epsilon:.4g} (within the user-level ε)"
+    )
+
+
+def _label_fields_of(summary: RunSummary) -> dict[str, Any]:
+    """The summary's label counters for its JSON form (empty without labels)."""
+    lab = summary.labels
+    if lab is None:
+        return {}
+    return {
+        "labels_released": lab.released,
+        "label_changes": lab.changes,
+        "label_switches": lab.switches,
+        "label_checks": lab.checks,
+        "labels_withheld": lab.withheld,
+        "labels_dropped": lab.dropped,
+        "labels_epsilon": summary.label_epsilon,
+    }
 
 
 def _fleet_banner(settings: Settings, fleet: Fleet) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -81,8 +82,71 @@ def describe_chunk(m: ChunkMessage, shown: int) -> list[str]:
     return lines
 
 
-def describe(topic: str, payload: bytes, shown: int) -> tuple[str, list[str], object | None]:
-    """``(kind, lines, model)`` for one message; kind ``invalid`` with the first error."""
+def span(seconds: float) -> str:
+    """A duration for people: ``45 s``, ``6 min 40 s``, ``1 h 02 min``."""
+    s = max(round(seconds), 0)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def clock(unix: float) -> str:
+    """A Unix time as local wall-clock time, ``HH:MM:SS``."""
+    return time.strftime("%H:%M:%S", time.localtime(unix))
+
+
+#: Per (device, session): the label a consumer holds now.
+Holds = dict[tuple[str, str], LabelMessage]
+
+
+def describe_label(m: LabelMessage, previous: LabelMessage | None = None) -> list[str]:
+    """A label for people: what it says, since when it holds, the probability that it is right
+    (as the plan states it: randomized response's survival with the model's clean accuracy)
+    and how long the label it replaces held."""
+    since = "" if m.unix_end is None else f" since {clock(m.unix_end)}"
+    how = "on change" if m.release == "change" else "on a clock"
+    right = m.right_probability
+    p, c = m.survival_probability, len(m.classes)
+    eps = f"ε {m.epsilon:.3g}" + (
+        "" if m.epsilon_change is None else f" + {m.epsilon_change:.3g} detection"
+    )
+    lines = [
+        f"label {m.decision_index} {m.device}/{m.session}: {m.label!r}{since} ({how}) — "
+        + (
+            f"right with probability {right:.2f}"
+            if right is not None
+            else f"the model's label with probability {p:.2f}"
+        )
+    ]
+    if right is not None and m.clean_accuracy is not None:
+        acc = m.clean_accuracy
+        lines.append(
+            f"  randomized response over {c} classes at {eps} keeps the model's label with p = "
+            f"{p:.2f}; the model is right {acc:.2f} of the time (its file, leave one person "
+            f"out): p·acc + (1−p)(1−acc)/(C−1) = {right:.2f} (chance {1 / c:.2f})"
+        )
+    else:
+        lines.append(
+            f"  randomized response over {c} classes at {eps}: the model's label with p = "
+            f"{p:.2f} (the message states no clean accuracy)"
+        )
+    if previous is not None:
+        held = (
+            f" for {span(m.unix_end - previous.unix_end)} (since {clock(previous.unix_end)})"
+            if m.unix_end is not None and previous.unix_end is not None
+            else ""
+        )
+        lines.append(f"  replaces {previous.label!r}, held{held}")
+    return lines
+
+
+def describe(
+    topic: str, payload: bytes, shown: int, holds: Holds | None = None
+) -> tuple[str, list[str], object | None]:
+    """``(kind, lines, model)`` for one message; kind ``invalid`` with the first error.
+    ``holds``: the labels held so far, updated by a label and shown with a status."""
     kind = topic.rsplit("/", 1)[-1]
     models: dict[str, type[ChunkMessage] | type[LabelMessage] | type[StatusMessage]] = {
         "chunks": ChunkMessage, "labels": LabelMessage, "status": StatusMessage,
@@ -98,17 +162,19 @@ def describe(topic: str, payload: bytes, shown: int) -> tuple[str, list[str], ob
     if isinstance(model, ChunkMessage):
         return "chunks", describe_chunk(model, shown), model
     if isinstance(model, LabelMessage):
-        return (
-            "labels",
-            [
-                f"label {model.decision_index} {model.device}/{model.session}: {model.label!r} "
-                f"(randomized response over {len(model.classes)} classes at ε {model.epsilon:.3g}:"
-                f" true with probability {model.survival_probability:.2f})"
-            ],
-            model,
-        )
+        key = (model.device, model.session)
+        previous = None if holds is None else holds.get(key)
+        if holds is not None:
+            holds[key] = model
+        return "labels", describe_label(model, previous), model
     assert isinstance(model, StatusMessage)
     eps = "" if model.epsilon is None else f", user-level ε {model.epsilon:.3g}"
+    held = None if holds is None else holds.get((model.device, model.session))
+    if held is not None:
+        since = held.unix_end
+        eps += f"; holds label {held.label!r}" + (
+            "" if since is None else f" since {clock(since)} ({span(model.time - since)})"
+        )
     return (
         "status",
         [
@@ -141,13 +207,16 @@ class _Watcher:
         prefix = args.prefix or settings.topic_prefix
         self.topic = f"{prefix}/{args.device}/{args.session}/+"
         self.seen = self.invalid = 0
+        self.holds: Holds = {}
 
     def show(self, message: aiomqtt.Message) -> bool:
         """Print one message; whether ``--count`` is reached."""
         payload = message.payload
         if not isinstance(payload, bytes | bytearray):
             return False
-        kind, lines, model = describe(str(message.topic), bytes(payload), self.args.features)
+        kind, lines, model = describe(
+            str(message.topic), bytes(payload), self.args.features, self.holds
+        )
         self.invalid += kind == "invalid"
         if self.args.json:
             doc = {"topic": str(message.topic), "kind": kind}

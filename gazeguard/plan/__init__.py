@@ -4,7 +4,7 @@ Every privacy figure gazeguard prints, publishes or enforces comes from one
 :class:`ReleasePlan`, built from the settings (never from the user's data): the sidecar and the
 fleet build their mechanisms and open their ledger from it, ``config check`` refuses exactly
 what it refuses, and the banner, ``watch``, ``ledger show``, the messages, ``gazeguard plan``,
-``eval`` and the README's tables print its figures.
+``eval`` and the docs' tables print its figures.
 
 **Reach** (:class:`Reach`). A change of the gaze at time τ — one sample changed, added or
 removed, or any change over ``[τ, τ + d)`` — changes only the feature vectors stamped in
@@ -74,6 +74,7 @@ __all__ = [
     "chunk_counter",
     "chunks_per_hour",
     "label_cadence",
+    "labels_alone",
     "profile_names",
     "releases_per_hour",
 ]
@@ -171,6 +172,38 @@ def label_cadence(
     while releases_per_hour(features, steps * step, (steps - 1) * step) > lo:
         steps += 1
     return lo, steps * step
+
+
+def labels_alone(
+    labels: LabelSettings,
+    features: FeatureSettings,
+    *,
+    share: float,
+    delta: float,
+    model: LabelModel | None = None,
+) -> tuple[LabelPlan, float]:
+    """The label plan of a sidecar whose labels alone take ``share`` ε per hour of gaze at
+    ``delta`` (the evaluation's axis, :mod:`gazeguard.offline.eval.labels`), counted as
+    :meth:`ReleasePlan.build` counts labels, and the ledger window of such a plan, s (every
+    label end one hour of gaze can change lies within it).
+
+    Args:
+        labels: the ``labels`` settings (``release``, ``decision_s``, ``min_interval_s``, …).
+        features: the feature window and step.
+        share: ε per hour of gaze for the labels (at ``delta``).
+        delta: δ of ``share``.
+        model: the label model (default: ``labels.model``, loaded and checked).
+    """
+    reach = Reach.of(features)
+    steps = steps_per_decision(labels, features)
+    summary = (steps - 1) * reach.step_s
+    window = HOUR_S + reach.span_s + summary
+    layout = _Layout(
+        features, reach, {"labels": summary}, window, delta, steps,
+        model if model is not None else load_label_model(labels, features),
+    )  # fmt: skip
+    plan, _ = layout.labels(labels, share, None)
+    return plan, float(window)
 
 
 @dataclass(frozen=True, slots=True)

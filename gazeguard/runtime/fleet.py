@@ -12,7 +12,7 @@ Two ways in:
   ``fleet`` extra): devices publish raw gaze blocks (:mod:`gazeguard.signal.rawgaze`) to one stream
   whose sessions the server hashes into partitions; the server pins each partition on one
   worker and moves the pin when that worker stops pulling. Raw gaze is on that wire: TLS and
-  one NATS credential per device and per worker (README: Fleets, trust boundary).
+  one NATS credential per device and per worker (docs/fleet.md, Trust boundary).
 
 Either way the ledger is the arbiter: a chunk index is charged once, so should two workers ever
 serve one session, nothing is released twice or overspent. For fleets, point ``ledger.url`` at

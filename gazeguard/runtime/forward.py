@@ -15,7 +15,7 @@ one copy). This command never privatizes anything and never
 publishes on the privatized topics.
 
 Raw gaze is on this wire: use TLS and one NATS credential per device, allowed to publish on its
-own subjects only (README: Fleets, trust boundary).
+own subjects only (docs/fleet.md, Trust boundary).
 
     gazeguard forward --nats tls://nats.lab:4222 --device hmd-07 --stream-name "Pupil Capture"
     # on the workers:

@@ -49,6 +49,7 @@ import numpy.typing as npt
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
 from gazeguard.plan.labels import LabelPlan
+from gazeguard.privacy.accounting import compose
 from gazeguard.privacy.mechanisms.noise import RandomSource, random_source
 from gazeguard.privacy.mechanisms.svt import AboveThreshold
 from gazeguard.signal.labels import LabelRelease
@@ -96,13 +97,29 @@ class ReleasedLabel:
 
 @dataclass(slots=True)
 class LabelStats:
-    """Counters of one session's label stream."""
+    """Counters of one session's label stream.
+
+    Attributes:
+        released: labels charged and handed on.
+        changes: of them, released because the sparse vector technique detected a change
+            (``release = "change"``; the others are a run's first label, or one a cap withheld
+            before).
+        switches: released labels that differ from the one before (what a consumer sees
+            change; randomized response can switch a label, or keep it across a change).
+        checks: change-detection queries asked (``release = "change"``).
+        withheld, dropped: labels a cap withheld, or an error dropped (recorded in the ledger).
+        last_reason: why the last one was withheld or dropped.
+        last_label: the last released label, or ``None``.
+    """
 
     released: int = 0
-    checks: int = 0  # change detection queries asked (release = "change")
+    changes: int = 0
+    switches: int = 0
+    checks: int = 0
     withheld: int = 0
     dropped: int = 0
     last_reason: str | None = None
+    last_label: str | None = None
 
 
 class LabelStream:
@@ -226,6 +243,7 @@ class LabelStream:
         if finite.shape[0] == 0 or end < self._held_until:
             return None
         p = self.release_.probabilities(finite)  # once: it feeds a per-session model's stats
+        detected = False
         if self._held is not None and self._paid:
             others = np.delete(p, self._held)
             if not self._svt.active:
@@ -233,10 +251,12 @@ class LabelStream:
             self.stats.checks += 1
             if not self._svt.query(float(others.max() - p[self._held])):
                 return None
+            detected = True
         # the first label, a change, or a label a cap withheld before: release this block's
         self._paid = False  # the round that said "changed" is over
         out = self._decide(block, times, offset, int(np.argmax(p)))
         if out is not None:
+            self.stats.changes += detected
             self._held = out.message.classes.index(out.message.label)
             self._held_until = end + self.plan.min_interval_s
             self._paid = True  # its charge paid for the next round
@@ -272,6 +292,8 @@ class LabelStream:
                 profile=self.profile,
                 release="change" if self._change else "clock",
                 epsilon_change=self.plan.epsilon_svt if self._change else None,
+                clean_accuracy=self.plan.clean_accuracy,
+                unix_end=gaze[1],
             )
             body = message.to_payload()
             for attempt in range(_STALE_RETRIES):
@@ -301,7 +323,19 @@ class LabelStream:
                 log.exception("session %r: could not record the dropped label", self.session)
             return None
         self.stats.released += 1
+        self.stats.switches += self.stats.last_label not in (None, message.label)
+        self.stats.last_label = message.label
         return ReleasedLabel(message, body, self.topic, charge.outbox_id, charge.state)
+
+    @property
+    def epsilon(self) -> float:
+        """ε at the plan's δ of the labels released so far: the accountant's composition of
+        their randomized responses and detection rounds (the labels alone; the ledger's
+        user-level figure composes them with every other release of the session)."""
+        n = self.stats.released
+        if n == 0:
+            return 0.0
+        return compose({e: c * n for e, c in self.plan.events.items()}, self.plan.delta).epsilon
 
 
 __all__ = ["STREAM", "LabelStats", "LabelStream", "ReleasedLabel"]

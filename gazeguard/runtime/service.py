@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gazeguard.config import BrokerSettings, IngestSettings, LedgerSettings, Settings
 from gazeguard.core.chunking import Chunk
@@ -62,6 +62,9 @@ from gazeguard.runtime.simulate import SimulatedHeadset
 from gazeguard.signal.compiled import use_compiled
 from gazeguard.wire.message import IngestCounters, SessionState, StatusMessage, status_topic
 from gazeguard.wire.topics import session_id_for
+
+if TYPE_CHECKING:
+    from gazeguard.runtime.labels import LabelStats
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,10 @@ class RunSummary:
         broker_error: the last connection or delivery problem, or ``None``.
         refused: charged chunks of the session the broker permanently refused (moved aside in
             the ledger; ``gazeguard ledger show`` lists them).
+        labels: the label stream's counters (``None``: labels not enabled).
+        label_release: ``change`` or ``clock`` (with labels).
+        label_epsilon: ε at δ of this run's labels alone (the accountant's composition of
+            their randomized responses and detection rounds; within :attr:`spent`).
     """
 
     session: str
@@ -115,6 +122,9 @@ class RunSummary:
     broker_refusals: int = 0
     broker_error: str | None = None
     refused: int = 0
+    labels: LabelStats | None = None
+    label_release: str | None = None
+    label_epsilon: float | None = None
 
 
 @contextlib.asynccontextmanager
@@ -405,6 +415,7 @@ def _summary(
     """What a finished sidecar run did, from the pipeline, the ledger and the publisher."""
     session = pipeline.session
     state = ledger.state(session)
+    labels = pipeline.labels
     return RunSummary(
         session,
         settings.device,
@@ -419,6 +430,9 @@ def _summary(
         broker_refusals=publisher.refusals,
         broker_error=publisher.last_error,
         refused=state.refused,
+        labels=None if labels is None else labels.stats,
+        label_release=None if labels is None else labels.plan.release,
+        label_epsilon=None if labels is None else labels.epsilon,
     )
 
 

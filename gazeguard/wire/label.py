@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
 
 from pydantic import Field, model_validator
 
+from gazeguard.signal.labels import released_accuracy
 from gazeguard.wire.message import (
     FiniteFloat,
     Name,
@@ -65,7 +66,8 @@ class LabelMessage(_Model):
         epsilon: ε charged for this decision (pure ε-DP for the decision window's features).
         mechanism: ``randomized_response``.
         survival_probability: ``e^ε/(e^ε + C − 1)``, the probability that ``label`` is the
-            classifier's clean decision; every other label had ``(1 − p)/(C − 1)``.
+            classifier's clean decision; every other label had ``(1 − p)/(C − 1)`` (1.0 when
+            it rounds to 1 as a float: ε ≳ 37).
         model: the label model's name and version.
         profile: the release profile whose features the model reads.
         noise: ``os-csprng`` in production; ``INSECURE-seeded`` for reproducible tests.
@@ -74,6 +76,11 @@ class LabelMessage(_Model):
             the next label — or ``clock`` — one label per decision window.
         epsilon_change: ``change``: ε of the change-detection round this label pays for,
             charged with it (``epsilon`` is its randomized response's).
+        clean_accuracy: the model's clean accuracy per decision as its file records it
+            (leave one person out; public, the same for every label of the model), or ``None``:
+            with ``survival_probability`` it gives :attr:`right_probability`.
+        unix_end: Unix time of the decision window's end, s: the label holds from then until
+            the next one (``None``: not stated).
     """
 
     schema_: Literal["gazeguard.label/1"] = Field(LABEL_SCHEMA, alias="schema")
@@ -86,12 +93,24 @@ class LabelMessage(_Model):
     classes: list[Name] = Field(min_length=2, max_length=256)
     epsilon: Positive
     mechanism: Literal["randomized_response"] = "randomized_response"
-    survival_probability: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
+    survival_probability: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
     model: LabelModelRef
     profile: Name
     noise: NoiseSource
     release: Literal["change", "clock"] = "clock"
     epsilon_change: Positive | None = None
+    clean_accuracy: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] | None = None
+    unix_end: FiniteFloat | None = None
+
+    @property
+    def right_probability(self) -> float | None:
+        """Probability that the label is the person's true activity, as the plan states it:
+        ``p·acc + (1 − p)(1 − acc)/(C − 1)`` (``p`` the survival probability, ``acc`` the
+        model's clean accuracy: a right decision survives, a wrong one becomes right only when
+        randomized response picks the true class); ``None`` without ``clean_accuracy``."""
+        if self.clean_accuracy is None:
+            return None
+        return released_accuracy(self.clean_accuracy, self.survival_probability, len(self.classes))
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -132,6 +151,8 @@ class LabelMessage(_Model):
         profile: str,
         release: Literal["change", "clock"] = "clock",
         epsilon_change: float | None = None,
+        clean_accuracy: float | None = None,
+        unix_end: float | None = None,
     ) -> LabelMessage:
         """The message for one released :class:`~gazeguard.signal.labels.LabelDecision`.
 
@@ -153,6 +174,8 @@ class LabelMessage(_Model):
             profile=profile,
             release=release,
             epsilon_change=epsilon_change,
+            clean_accuracy=clean_accuracy,
+            unix_end=unix_end,
             noise=decision.noise,
         )
 

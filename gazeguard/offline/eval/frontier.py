@@ -8,10 +8,12 @@ consumer keeps) against re-identification accuracy (what an attacker learns abou
   mechanism, noise calibrated to the hourly budget as ``gazeguard run`` does; task and
   re-identification are the strongest classifier's per-window accuracy on the release
   (:func:`gazeguard.offline.eval.report.tradeoff_points`);
-* **private labels** (:mod:`gazeguard.offline.eval.labels`): randomized response per decision at
-the ε
-  the hourly budget allows at that cadence; task accuracy is the released decisions' accuracy,
-  re-identification the strongest attack on the released label sequences;
+* **private labels** (:mod:`gazeguard.offline.eval.labels`): on a clock, randomized response per
+  decision at the ε the hourly budget allows at that cadence; task accuracy is the released
+  decisions' accuracy, re-identification the strongest attack on the released label sequences;
+  and held by the consumer over hour-long sessions whose activity changes every 5–10 min, on
+  change (the sidecar's sparse vector technique) and on a 30 s clock: task accuracy is per
+  feature window (:func:`gazeguard.offline.eval.labels.evaluate_sessions`);
 * **cohort aggregates** (:mod:`gazeguard.offline.eval.cohort`, on every dataset with two or
   more people and tasks: cohorts of the recorded people's buckets): the worker's private class
   shares per bucket over N people; its task is the *group's* dominant activity (the table says
@@ -50,6 +52,7 @@ from gazeguard.offline.eval.cohort import (
 )
 from gazeguard.offline.eval.datasets import Dataset
 from gazeguard.offline.eval.labels import evaluate as evaluate_labels
+from gazeguard.offline.eval.labels import frontier_sessions
 from gazeguard.offline.eval.report import clean_row, reid_and_task, tradeoff_points
 from gazeguard.offline.eval.runner import GridConfig, _print, evaluate_dataset
 from gazeguard.plan import label_cadence
@@ -132,6 +135,35 @@ def label_points(result: Mapping[str, Any], kind: str = "labels") -> list[Releas
                     float(result["chance"]["task"]),
                 )
             )
+    return points
+
+
+def session_points(result: Mapping[str, Any], model: str) -> list[ReleasePoint]:
+    """The attacked cells of one :func:`gazeguard.offline.eval.labels.evaluate_sessions` result
+    as points: per-window accuracy of the held label, on change and on a clock."""
+    points = []
+    for row in result["modes"]:
+        s = row["settings"]
+        change = s["release"] == "change"
+        kind = (
+            f"labels on change ({model} model)"
+            if change
+            else f"labels on a clock, held ({model} model)"
+        )
+        detail = (
+            f"hour sessions, {s['decision_s']:g} s blocks ≥ {s['min_interval_s']:g} s apart"
+            if change
+            else f"hour sessions, every {s['decision_s']:g} s"
+        )
+        for cell in row["released"]:
+            if cell.get("reid") is None:
+                continue
+            points.append(
+                ReleasePoint(
+                    kind, detail, float(cell["budget_per_hour"]), float(cell["reid"]["accuracy"]),
+                    float(cell["accuracy"]), float(row["clean"]), float(result["chance"]),
+                )
+            )  # fmt: skip
     return points
 
 
@@ -418,8 +450,8 @@ def evaluate_frontier(
     (default 10, 30, 100 and 1,000; quick: 10 and 30) where the dataset has two or more people
     and tasks (:mod:`gazeguard.offline.eval.cohort`). Returns the JSON-ready result: ``points``
     (:func:`points_json`), ``meta`` (chance, tolerance, budgets), the two stream results, the
-    labels result, the labels' theory limits per budget and the cohort result (``None`` where
-    the dataset cannot hold cohorts).
+    labels result, the held-label sessions (``label_sessions``), the labels' theory limits per
+    budget and the cohort result (``None`` where the dataset cannot hold cohorts).
 
     Raises:
         ConfigError: ``cohort_sizes`` given for a dataset that cannot hold cohorts (one task or
@@ -439,10 +471,22 @@ def evaluate_frontier(
     )
     meta = streams_all["meta"]
     labels_result: dict[str, Any] | None = None
+    sessions_result: dict[str, Any] | None = None
     limits: dict[str, dict[str, float] | None] = {}
     if prof.name in shipped_models():
         labels_result, limits = _frontier_labels(dataset, grid, prof.name, quick, progress)
-        points += label_points(labels_result, f"labels ({prof.name} model)")
+        points += label_points(labels_result, f"labels on a clock ({prof.name} model)")
+        sessions_result = frontier_sessions(
+            dataset,
+            dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress),
+            load_model(prof.name).features,
+            budgets=tuple(float(e) for e in grid.epsilons),
+            quick=quick,
+            seed=grid.settings.insecure_seed,
+            progress=lambda m: progress(f"held labels: {m}"),
+        )
+        if sessions_result is not None:
+            points += session_points(sessions_result, prof.name)
     else:
         progress(f"{dataset.name}: no shipped label model named {prof.name!r}: no label points")
     cohort_result: dict[str, Any] | None = None
@@ -479,6 +523,7 @@ def evaluate_frontier(
         "label_limits": limits,
         "streams": {"all": streams_all, prof.name: streams_prof},
         "labels": labels_result,
+        "label_sessions": sessions_result,
         "cohort": cohort_result,
     }
 

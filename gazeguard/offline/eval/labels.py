@@ -14,13 +14,21 @@ sequences (issue 14, point 2) — the label side of ``gazeguard eval --frontier`
    histogram (C) and its label-transition frequencies (C²). The attacker trains on first halves
    (label: person) and identifies the second halves (1-NN, RBF SVM and a 100-tree random forest,
    features standardised; the best is reported). Chance is 1/people.
+4. **Held labels, on change vs on a clock** (:func:`evaluate_sessions`): a held-out person's
+   gaze chained into hour-long sessions whose activity changes every 5–10 min, labels released
+   by the sidecar's own :class:`~gazeguard.runtime.labels.LabelStream` (sparse vector technique
+   and randomized response at the plan's ε, charged to a real ledger), the consumer holding the
+   last label; per-window accuracy against the same release without noise.
 """
 
 from __future__ import annotations
 
+import math
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,18 +39,25 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
-from gazeguard.config import FeatureSettings
+from gazeguard.config import FeatureSettings, LabelSettings
+from gazeguard.ledger import Ledger
+from gazeguard.offline.eval.datasets import Dataset, Synthetic
 from gazeguard.offline.eval.runner import select_features
-from gazeguard.plan import releases_per_hour
-from gazeguard.plan.labels import decision_epsilon
+from gazeguard.plan import labels_alone, releases_per_hour
+from gazeguard.plan.labels import LabelPlan, decision_epsilon
 from gazeguard.privacy.accounting import RandomizedResponseEvent, compose
 from gazeguard.privacy.mechanisms.noise import OsRandom, RandomSource, random_source
+from gazeguard.runtime.labels import LabelStats, LabelStream
 from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import NAMES as FEATURE_NAMES
+from gazeguard.signal.features import extract_features
 from gazeguard.signal.labels import (
+    LabelModel,
     RandomizedResponse,
     lopo_probabilities,
     released_accuracy,
     survival_probability,
+    train_model,
 )
 
 
@@ -356,3 +371,553 @@ def evaluate(
         )
     res["elapsed_s"] = round(time.perf_counter() - t0, 1)
     return res
+
+
+# ============================================================================ held labels
+# On change vs on a clock, over hour-long sessions in which the activity changes (issue
+# "Labels that hold on real, unseen data"): see :func:`evaluate_sessions`.
+
+#: One session, s of gaze.
+SESSION_S = 3600.0
+#: Each activity lasts between these many seconds (uniform) before the next one starts.
+SEGMENT_S = (300.0, 600.0)
+
+#: Dataset task → the portable model's common activity (``activity-portable``: browse, read,
+#: watch, write). GazeGraph as the model was trained (search is browsing, play is left out);
+#: the simulator's free viewing and visual search explore a static scene (browse, like
+#: Andersson's free viewing of photographs in the model's training data).
+COMMON_ACTIVITY: dict[str, dict[str, str]] = {
+    "gazegraph": {
+        "browse": "browse", "search": "browse", "read": "read", "watch": "watch",
+        "write": "write",
+    },
+    "synthetic": {"free": "browse", "search": "browse", "reading": "read", "watching": "watch"},
+}  # fmt: skip
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of releasing labels (the sidecar's ``labels`` settings that differ).
+
+    Attributes:
+        name: ``change``, ``clock`` or ``clock-<decision_s>``.
+        release: ``change`` or ``clock``.
+        decision_s: gaze per block, s.
+        min_interval_s: ``change``: the least gaze between two labels, s.
+        threshold: ``change``: the probability margin that counts as a change.
+        svt_fraction: ``change``: the share of a label's ε spent on detecting the change.
+    """
+
+    name: str
+    release: str
+    decision_s: float = 30.0
+    min_interval_s: float = 300.0
+    threshold: float = 0.1
+    svt_fraction: float = 0.25
+
+    def settings(self, model: str = "activity-portable") -> LabelSettings:
+        """The sidecar's ``labels`` settings for this mode."""
+        return LabelSettings(
+            enabled=True,
+            model=model,
+            release=self.release,
+            decision_s=self.decision_s,
+            min_interval_s=self.min_interval_s,
+            threshold=self.threshold,
+            svt_fraction=self.svt_fraction,
+        )
+
+
+#: The shipped defaults both ways, and a clock as slow as on change's fastest (one label per
+#: ``min_interval_s``): does detecting the change beat releasing at its rate blindly?
+MODES = (
+    Mode("change", "change"),
+    Mode("clock", "clock"),
+    Mode("clock-300", "clock", decision_s=300.0),
+)
+
+
+@dataclass(frozen=True)
+class HeldOutSession:
+    """One hour of a held-out person's gaze, activities chained, as feature vectors.
+
+    Attributes:
+        person: who (the model never saw them).
+        index: which session of that person.
+        X: (T, F) clean feature vectors, columns ``model.features``.
+        t: (T,) window end times, s from the session's first sample.
+        truth: (T,) index in ``model.classes`` of the activity at each window's end.
+        segments: ``(activity, start_s, end_s)`` in order.
+        model: a label model that was not trained on this person.
+    """
+
+    person: str
+    index: int
+    X: FloatArray
+    t: FloatArray
+    truth: IntArray
+    segments: tuple[tuple[str, float, float], ...]
+    model: LabelModel
+
+
+def plan_segments(
+    activities: list[str],
+    rng: np.random.Generator,
+    session_s: float = SESSION_S,
+    segment_s: tuple[float, float] = SEGMENT_S,
+) -> list[tuple[str, float]]:
+    """``(activity, duration_s)`` filling ``session_s``: activities drawn uniformly, never the
+    same twice in a row, each lasting uniform in ``segment_s`` (the last one cut at the end).
+    Public randomness: it never reads anyone's gaze."""
+    out: list[tuple[str, float]] = []
+    total = 0.0
+    while total < session_s:
+        choices = [a for a in activities if not out or a != out[-1][0]] or activities
+        act = choices[int(rng.integers(len(choices)))]
+        d = min(float(rng.uniform(*segment_s)), session_s - total)
+        out.append((act, d))
+        total += d
+    return out
+
+
+class GazeSource:
+    """Raw gaze of one person doing one task for a while (degrees; NaN: invalid).
+
+    Recorded datasets: the person's recording of the task, looped from a random offset (a
+    GazeGraph recording is 5 minutes: a longer segment repeats it). The synthetic dataset:
+    the simulator's person in that task, a fresh realisation per segment.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.synthetic = dataset if isinstance(dataset, Synthetic) else None
+        self.recorded: dict[tuple[str, str], list[tuple[FloatArray, FloatArray]]] = {}
+        rates: set[float] = set()
+        if self.synthetic is not None:
+            self.rate_hz = float(self.synthetic.rate_hz)
+            return
+        for rec in dataset.recordings():
+            s = rec.samples
+            x = np.where(s.valid, s.x_deg, np.nan)
+            y = np.where(s.valid, s.y_deg, np.nan)
+            self.recorded.setdefault((rec.person, rec.task), []).append((x, y))
+            rates.add(float(rec.rate_hz))
+        if len(rates) != 1:
+            msg = f"{dataset.name}: sessions need one sampling rate, got {sorted(rates)}"
+            raise ValueError(msg)
+        self.rate_hz = rates.pop()
+
+    def tasks(self, person: str) -> set[str]:
+        """The tasks recorded for ``person``."""
+        if self.synthetic is not None:
+            return set(self.synthetic.tasks)
+        return {task for who, task in self.recorded if who == person}
+
+    def gaze(
+        self, person: str, task: str, duration_s: float, segment: int, rng: np.random.Generator
+    ) -> tuple[FloatArray, FloatArray]:
+        """``(x, y)`` (n,) each, deg, ``n = round(duration_s · rate)``; ``segment`` numbers the
+        person's segments (the simulator's session: 0 is the dataset's own recording)."""
+        n = round(duration_s * self.rate_hz)
+        if self.synthetic is not None:
+            from gazeguard.runtime.simulate import simulate_gaze  # noqa: PLC0415 - heavy import
+
+            p = int(person.removeprefix("sim")) - 1
+            s = simulate_gaze(
+                n / self.rate_hz, self.rate_hz, self.synthetic.seed + p, task=task,
+                session=segment + 1,
+            )  # fmt: skip
+            x = np.where(s.valid, s.x_deg, np.nan)[:n]
+            y = np.where(s.valid, s.y_deg, np.nan)[:n]
+            return np.pad(x, (0, n - x.size), constant_values=np.nan), np.pad(
+                y, (0, n - y.size), constant_values=np.nan
+            )
+        pieces = self.recorded[(person, task)]
+        x, y = pieces[int(rng.integers(len(pieces)))]
+        at = (int(rng.integers(x.size)) + np.arange(n)) % x.size
+        return x[at], y[at]
+
+
+def build_session(
+    source: GazeSource,
+    person: str,
+    index: int,
+    *,
+    model: LabelModel,
+    activity: Mapping[str, str],
+    rng: np.random.Generator,
+    window_s: float = 30.0,
+    step_s: float = 0.5,
+) -> HeldOutSession:
+    """One hour of ``person``: :func:`plan_segments` over the model's classes the person has
+    tasks for (``activity``: task → class; tasks without a class are left out), their gaze
+    chained at the dataset's rate and its features extracted by the sidecar's
+    ``extract_features`` (windows straddling a change mix both activities, as in a real
+    session); each window's truth is the activity at its end."""
+    by_class: dict[str, list[str]] = {}
+    for task in sorted(source.tasks(person)):
+        cls = activity.get(task)
+        if cls is not None and cls in model.classes:
+            by_class.setdefault(cls, []).append(task)
+    if len(by_class) < 2:
+        msg = f"{person}: fewer than two of the model's activities recorded"
+        raise ValueError(msg)
+    xs, ys, segments = [], [], []
+    start = 0.0
+    for k, (cls, duration) in enumerate(plan_segments(sorted(by_class), rng)):
+        tasks = by_class[cls]
+        x, y = source.gaze(person, tasks[int(rng.integers(len(tasks)))], duration, k, rng)
+        xs.append(x)
+        ys.append(y)
+        end = start + x.size / source.rate_hz
+        segments.append((cls, start, end))
+        start = end
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    t = np.arange(x.size, dtype=np.float64) / source.rate_hz
+    X, tw = extract_features(t, x, y, None, window_s, step_s, rate_hz=source.rate_hz)
+    cols = [FEATURE_NAMES.index(f) for f in model.features]
+    ends = np.array([s[2] for s in segments])
+    seg = np.minimum(np.searchsorted(ends, tw, side="left"), len(segments) - 1)
+    truth = np.array([model.classes.index(segments[i][0]) for i in seg], dtype=np.intp)
+    return HeldOutSession(
+        person, index, np.ascontiguousarray(X[:, cols]), tw, truth, tuple(segments), model
+    )
+
+
+def lopo_models(
+    table: FeatureTable,
+    features: Sequence[str],
+    *,
+    activity: Mapping[str, str] | None = None,
+    log_features: Sequence[str] = (),
+    log_offset: float = 0.01,
+    regularization: float = 1.0,
+    balance: bool = False,
+    every: int = 2,
+    progress: Callable[[str], None] = _quiet,
+) -> dict[str, LabelModel]:
+    """Per person, a label model trained on everyone else (:func:`gazeguard.signal.labels.
+    train_model`, every ``every``-th window): ``activity`` maps tasks to classes (rows of
+    unmapped tasks are left out; None: the tasks are the classes); ``balance`` weighs every
+    class the same in total."""
+    task = table.task.astype(str)
+    y = task if activity is None else np.array([activity.get(v, "") for v in task])
+    keep = y != ""
+    out: dict[str, LabelModel] = {}
+    for who in sorted(set(table.person.tolist())):
+        rows = np.flatnonzero(keep & (table.person != who))
+        sub = FeatureTable(
+            table.X[rows], table.t[rows], table.person[rows], table.task[rows],
+            table.recording[rows], table.feature_names, table.feature_units,
+        )  # fmt: skip
+        weight = None
+        if balance:
+            _, inv, counts = np.unique(y[rows], return_inverse=True, return_counts=True)
+            weight = (rows.size / counts.size) / counts[inv]
+        out[who] = train_model(
+            sub, features, name=f"lopo-{who}", regularization=regularization, every=every,
+            labels=y[rows], log_features=log_features, log_offset=log_offset,
+            sample_weight=weight, provenance={"left_out": who},
+        )  # fmt: skip
+        progress(f"leave-one-person-out model without {who}")
+    return out
+
+
+def recipe_of(model: LabelModel) -> dict[str, Any]:
+    """The training recipe of a shipped model, for :func:`lopo_models`: its features, which
+    are read through the log, the log offset, ``C`` and class balancing."""
+    std = model.spec.standardizer
+    logs = [f for f, tr in zip(model.features, std.transform or (), strict=False) if tr == "log"]
+    c = model.spec.trained.get("regularization_C", 1.0)
+    return {
+        "features": list(model.features),
+        "log_features": logs,
+        "log_offset": float(std.log_offset),
+        "regularization": float(c) if isinstance(c, int | float) else 1.0,
+        "balance": "sample_weight" in model.spec.trained,
+    }
+
+
+def held_accuracy(
+    t: FloatArray, truth: IntArray, release_t: FloatArray, release_label: IntArray
+) -> float:
+    """The fraction of windows (times ``t``, true class ``truth``) at which the label the
+    consumer holds — the latest released at or before the window (released at its block's
+    last window time ``release_t``, in order) — is the true one; no label yet counts wrong."""
+    labels = np.asarray(release_label, dtype=np.intp)
+    if labels.size == 0:
+        return 0.0
+    idx = np.searchsorted(release_t, t, side="right") - 1
+    held = np.where(idx >= 0, labels[np.maximum(idx, 0)], -1)
+    return float(np.mean(held == truth))
+
+
+def block_probabilities(session: HeldOutSession, steps: int) -> tuple[FloatArray, FloatArray]:
+    """``(P, ends)``: (B, C) the model's mean class probabilities over each block of ``steps``
+    consecutive windows (as :class:`gazeguard.runtime.labels.LabelStream` cuts them, the
+    incomplete tail dropped) and (B,) each block's last window time, s."""
+    n = session.t.size // steps
+    p = session.model.predict_proba(session.X[: n * steps])
+    return p.reshape(n, steps, -1).mean(axis=1), session.t[steps - 1 : n * steps : steps]
+
+
+def clean_releases(
+    session: HeldOutSession, mode: Mode, step_s: float = 0.5
+) -> tuple[FloatArray, IntArray]:
+    """The labels ``mode`` releases without noise (randomized response and the sparse vector
+    technique at ε = ∞, same blocks, threshold and least interval): release times and class
+    indices."""
+    P, ends = block_probabilities(session, round(mode.decision_s / step_s))
+    best = np.argmax(P, axis=1)
+    if mode.release == "clock":
+        return ends, best.astype(np.intp)
+    times, labels = [], []
+    held, until = -1, -math.inf
+    for b in range(ends.size):
+        if ends[b] < until:
+            continue
+        if held >= 0 and float(np.delete(P[b], held).max() - P[b, held]) < mode.threshold:
+            continue
+        held, until = int(best[b]), float(ends[b]) + mode.min_interval_s
+        times.append(float(ends[b]))
+        labels.append(held)
+    return np.array(times), np.array(labels, dtype=np.intp)
+
+
+def private_releases(
+    session: HeldOutSession, plan: LabelPlan, ledger: Ledger, account: str, seed: int | None
+) -> tuple[FloatArray, IntArray, LabelStats]:
+    """The labels the sidecar's :class:`~gazeguard.runtime.labels.LabelStream` releases on this
+    session with ``plan`` (randomized response and, on change, the sparse vector technique,
+    each label charged to ``ledger`` under ``account``; ``seed``: INSECURE reproducible
+    noise, None: the OS CSPRNG): release times, class indices and the stream's counters."""
+    ledger.open_session(account)
+    stream = LabelStream(
+        ledger, plan, session=account, device="eval", input_features=plan.model.features,
+        insecure_seed=seed,
+    )  # fmt: skip
+    times, labels = [], []
+    for block, bt in stream.add(session.X, session.t):
+        out = stream.release(block, bt, offset=0.0)
+        if out is not None:
+            times.append(out.message.window_end)
+            labels.append(plan.model.classes.index(out.message.label))
+    return np.array(times), np.array(labels, dtype=np.intp), stream.stats
+
+
+def _session_se(accs: list[float], sessions: int) -> float | None:
+    """Standard error of the mean accuracy with each session as one sample (its mean over the
+    repetitions, ``accs`` in repetition-major order): repetitions of one session share its
+    activities and its clean errors, so they are not independent; ``None`` for one session)."""
+    if sessions < 2:
+        return None
+    per = np.asarray(accs).reshape(-1, sessions).mean(axis=0)
+    return round(float(np.std(per, ddof=1) / math.sqrt(sessions)), 4)
+
+
+def _mode_row(
+    sessions: list[HeldOutSession],
+    mode: Mode,
+    budgets: tuple[float, ...],
+    *,
+    reps: int,
+    attack_reps: int,
+    seed: int | None,
+    ledger_dir: Path,
+    features: FeatureSettings,
+) -> dict[str, Any]:
+    """One mode over every session: clean, then at each budget (JSON-ready)."""
+    C = len(sessions[0].model.classes)
+    cleans = [clean_releases(s, mode, features.step_s) for s in sessions]
+    clean = [held_accuracy(s.t, s.truth, *c) for s, c in zip(sessions, cleans, strict=True)]
+    clean_labels = [c[1].size for c in cleans]
+    row: dict[str, Any] = {
+        "mode": mode.name,
+        "settings": asdict(mode),
+        "clean": round(float(np.mean(clean)), 4),
+        "clean_labels_per_session": round(float(np.mean(clean_labels)), 2),
+        "released": [],
+    }
+    for b, budget in enumerate(budgets):
+        cell: dict[str, Any] = {"budget_per_hour": budget}
+        accs: list[float] = []
+        n_labels: list[int] = []
+        withheld = 0
+        runs: list[dict[str, float]] = []
+        plans: dict[int, LabelPlan] = {}
+        window = 0.0
+        for s in sessions:
+            if id(s.model) not in plans:
+                plans[id(s.model)], window = labels_alone(
+                    mode.settings(), features, share=budget, delta=DELTA, model=s.model
+                )
+        # the ledger caps every window of gaze at the budget: a label the plan did not count
+        # would be withheld (and counted)
+        path = ledger_dir / f"{mode.name}-{budget:g}.sqlite"
+        with Ledger(path, "NORMAL", window_cap=budget, window_s=window, delta=DELTA) as ledger:
+            for r in range(max(reps, attack_reps)):
+                seqs: Sequences = {}
+                for i, s in enumerate(sessions):
+                    plan = plans[id(s.model)]
+                    run_seed = None if seed is None else seed + 7919 * (b * 1000 + r) + i
+                    rt, rl, stats = private_releases(s, plan, ledger, f"{i}-{r}", run_seed)
+                    withheld += stats.withheld
+                    if r < reps:
+                        accs.append(held_accuracy(s.t, s.truth, rt, rl))
+                        n_labels.append(rl.size)
+                    seqs[f"{s.person}#{s.index}"] = (rl, s.person, "")
+                if r < attack_reps:
+                    a = attack(seqs, C, r if seed is None else seed + r)
+                    if a is not None:
+                        runs.append(a)
+        plan = next(iter(plans.values()))
+        acc = float(np.mean(accs))
+        chance = 1.0 / C
+        room = row["clean"] - chance
+        cell |= {
+            "epsilon_per_label": round(plan.epsilon, 5),
+            "epsilon_change": round(plan.epsilon_svt, 5),
+            "labels_in_an_hour": plan.per_window,
+            "hour_epsilon_at_delta": round(plan.hour_epsilon, 4),
+            "survival": round(plan.survival, 4),
+            "accuracy": round(acc, 4),
+            "accuracy_se": _session_se(accs, len(sessions)),
+            "kept_above_chance": round((acc - chance) / room, 4) if room > 0 else None,
+            "labels_per_session": round(float(np.mean(n_labels)), 2),
+            "withheld": withheld,
+            "reid": _mean_best(runs) if runs else None,
+        }
+        row["released"].append(cell)
+    return row
+
+
+def evaluate_sessions(
+    name: str,
+    dataset: Dataset,
+    models: Mapping[str, LabelModel] | LabelModel,
+    *,
+    activity: Mapping[str, str] | None = None,
+    sessions: int = 2,
+    reps: int = 10,
+    attack_reps: int = 0,
+    modes: Sequence[Mode] = MODES,
+    budgets: tuple[float, ...] = BUDGETS,
+    seed: int | None = None,
+    session_seed: int = 1,
+    people: Sequence[str] | None = None,
+    features: FeatureSettings | None = None,
+    progress: Callable[[str], None] = _quiet,
+) -> dict[str, Any]:
+    """Labels on change vs on a clock, held by the consumer, over hour-long sessions.
+
+    Per person (``people``, default: every person with a model), ``sessions`` hours of their
+    gaze with the activity changing every 5–10 min (:func:`build_session`; ``session_seed``
+    fixes the order and lengths — public randomness); the label model is ``models[person]``
+    (one that never saw them: leave one person out) or one ``LabelModel`` for everyone (a
+    model not trained on this dataset). Each mode runs the sidecar's own
+    :class:`~gazeguard.runtime.labels.LabelStream` with the plan's ε for labels alone at each
+    user-level budget per hour (:func:`gazeguard.plan.labels_alone`; a real SQLite ledger with
+    the plan's counts, ``reps`` noise repetitions per session); the consumer holds the last
+    label. Per-window accuracy: the fraction of windows whose held label is the activity at
+    the window's end; clean: the same mode without noise; kept: ``(acc − 1/C)/(clean − 1/C)``.
+    ``attack_reps`` repetitions also attack the released label sequences (re-identification,
+    first half of each session → second half). Returns the JSON-ready result.
+    """
+    feats = features or FeatureSettings()
+    t0 = time.perf_counter()
+    source = GazeSource(dataset)
+    mapping = activity or {}
+    rng = np.random.default_rng(session_seed)
+    who = list(people) if people is not None else (
+        sorted(models) if isinstance(models, Mapping) else sorted(
+            {p for p, _ in source.recorded} if source.synthetic is None
+            else {f"sim{p + 1:02d}" for p in range(source.synthetic.people)}
+        )
+    )  # fmt: skip
+    held: list[HeldOutSession] = []
+    for person in who:
+        model = models[person] if isinstance(models, Mapping) else models
+        act = mapping or {c: c for c in model.classes}
+        held += [
+            build_session(
+                source,
+                person,
+                k,
+                model=model,
+                activity=act,
+                rng=rng,
+                window_s=feats.window_s,
+                step_s=feats.step_s,
+            )
+            for k in range(sessions)
+        ]
+    classes = list(held[0].model.classes)
+    changes = [len(s.segments) - 1 for s in held]
+    progress(
+        f"{name}: {len(held)} sessions of {SESSION_S / 60:g} min ({len(who)} people), "
+        f"{np.mean(changes):.1f} activity changes each [{time.perf_counter() - t0:.0f} s]"
+    )
+    res: dict[str, Any] = {
+        "dataset": name,
+        "people": len(who),
+        "sessions": len(held),
+        "classes": classes,
+        "chance": 1.0 / len(classes),
+        "delta": DELTA,
+        "session_s": SESSION_S,
+        "segment_s": list(SEGMENT_S),
+        "changes_per_session": round(float(np.mean(changes)), 2),
+        "windows": int(sum(s.t.size for s in held)),
+        "reps": reps,
+        "attack_reps": attack_reps,
+        "noise": "os-csprng" if seed is None else "INSECURE-seeded",
+        "modes": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="gazeguard-labels-") as tmp:
+        for mode in modes:
+            row = _mode_row(
+                held, mode, budgets, reps=reps, attack_reps=attack_reps, seed=seed,
+                ledger_dir=Path(tmp), features=feats,
+            )  # fmt: skip
+            res["modes"].append(row)
+            progress(
+                f"{name}: {mode.name}: clean {row['clean']:.3f}; "
+                + ", ".join(
+                    f"{c['budget_per_hour']:g} ε/h → {c['accuracy']:.3f}" for c in row["released"]
+                )
+                + f" [{time.perf_counter() - t0:.0f} s]"
+            )
+    res["elapsed_s"] = round(time.perf_counter() - t0, 1)
+    return res
+
+
+def frontier_sessions(
+    dataset: Dataset,
+    table: FeatureTable,
+    features: Sequence[str],
+    *,
+    budgets: tuple[float, ...],
+    quick: bool,
+    seed: int | None,
+    progress: Callable[[str], None] = _quiet,
+) -> dict[str, Any] | None:
+    """The frontier's held labels (``gazeguard eval --frontier``): on change and on a 30 s
+    clock over hour-long sessions of each held-out person (:func:`evaluate_sessions`),
+    leave-one-person-out models on ``features`` (those the table has and that vary) with the
+    dataset's tasks as classes, the released label sequences attacked; ``None`` (and why, to
+    ``progress``) when the dataset cannot make such sessions (one task, mixed sampling rates)."""
+    tasks = sorted(set(table.task.tolist()))
+    if len(tasks) < 2 or len(set(table.person.tolist())) < 2:
+        progress(f"{dataset.name}: held labels need two people and two tasks: none")
+        return None
+    models = lopo_models(table, _usable_features(table, list(features)), every=2)
+    try:
+        return evaluate_sessions(
+            dataset.name, dataset, models, sessions=1 if quick else 2,
+            reps=3 if quick else 10, attack_reps=3 if quick else 10,
+            modes=MODES[:2], budgets=budgets, seed=seed, progress=progress,
+        )  # fmt: skip
+    except ValueError as exc:
+        progress(f"{dataset.name}: no held-label sessions: {exc}")
+        return None

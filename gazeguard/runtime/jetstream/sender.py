@@ -63,7 +63,7 @@ class JetStreamSender:
     Its replies (the stream's acknowledgements) come on ``_INBOX.{device}.…``, so a device's
     credential needs no more than: publish ``{prefix}.{device}.>``, subscribe
     ``_INBOX.{device}.>`` — not ``_INBOX.>``, through which it could read the gaze of every
-    session delivered to the workers (README: Fleets, trust boundary).
+    session delivered to the workers (docs/fleet.md, Trust boundary).
 
     Args:
         nats_settings: servers, login, TLS, stream and subject prefix (``fleet.nats``).
