@@ -214,3 +214,30 @@ def test_cohort_settings_need_fleet_mode_and_a_budget_per_hour() -> None:
     )
     found = validate_settings(unbounded)
     assert [p.field for p in found if "budget_per_hour" in p.reason] == ["cohort.enabled"]
+
+
+def test_a_session_another_worker_charged_for_the_bucket_is_left_out_before_the_sum(
+    tmp_path: Path,
+) -> None:
+    """A session that moved to this worker mid-bucket (its vectors replayed here) after the
+    other worker released the bucket with it: left out here, charged once, the rest released."""
+    plan = small_plan(budget=5.0)
+    rng = np.random.default_rng(5)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        first = CohortAggregator(plan, ledger, cohort="lab", worker="w1", insecure_seed=1)
+        second = CohortAggregator(plan, ledger, cohort="lab", worker="w2", insecure_seed=2)
+        _feed(first, 3, rng, 120.0)  # s0000 … s0002 in bucket 2 on w1
+        x = np.column_stack([rng.uniform(0, 5, 20), rng.uniform(2, 8, 20)])
+        p = rng.dirichlet(np.ones(3), 20)
+        t = 120.0 + np.linspace(1, 59, 20)
+        for s in ("s0002", "s0100", "s0101"):  # s0002 moved to w2, whose replay fed it too
+            second.add("hmd", s, x, t, p)
+        (one,) = first.release_due(1e9)
+        (two,) = second.release_due(1e9)
+        assert one.sessions == ("s0000", "s0001", "s0002")
+        assert two.sessions == ("s0100", "s0101"), "s0002 is in w1's sum: not summed again"
+        for s in ("s0000", "s0001", "s0002", "s0100", "s0101"):
+            assert [c.chunk_index for c in ledger.charges(s, STREAM)] == [2]
+        carried = [q for q in ledger.pending() if q.topic.endswith("/aggregates")]
+        assert len(carried) == 2  # both aggregates go out, each carried by its last charge
+        assert ledger.verify() == []

@@ -28,6 +28,7 @@ from gazeguard.cli._common import (
 )
 from gazeguard.core.errors import ConfigError
 from gazeguard.offline.eval.attacks import CLASSIFIERS
+from gazeguard.offline.eval.cohort import DEFAULT_BUCKET_S
 from gazeguard.offline.eval.datasets import (
     PUBLIC_DATASETS,
     DataNotFoundError,
@@ -215,8 +216,9 @@ def _what_to_evaluate(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every release kind on one privacy-utility plane per dataset: feature streams of "
         "all features and of --profile (default activity), and private labels from the "
-        "profile's label model at several decision cadences, and on synthetic cohort "
-        "aggregates over simulated headsets (--cohort-sessions), all at user-level ε per hour "
+        "profile's label model at several decision cadences, and cohort aggregates of the "
+        "dataset's recorded people's buckets (--cohort-sessions, --cohort-bucket-s; datasets "
+        "with 2+ people and tasks), all at user-level ε per hour "
         "(--per-hour, default laplace; --epsilons, default 1,10,100); writes frontier.md, "
         "frontier.json and DATASET-frontier.png",
     )
@@ -224,8 +226,17 @@ def _what_to_evaluate(parser: argparse.ArgumentParser) -> None:
         "--cohort-sessions",
         metavar="N,N,...",
         type=_int_list,
-        help="--frontier on synthetic: cohort sizes (simulated headsets) whose aggregates are "
-        "measured (default 10,100,1000; with --quick 10,100)",
+        help="--frontier: cohort sizes whose aggregates are measured, members drawn from the "
+        "dataset's (person, recording, bucket) units, distinct people first, repeated beyond "
+        "the head count (default 10,30,100,1000; with --quick 10,30); a dataset that cannot "
+        "hold cohorts (one task or one person) is refused",
+    )
+    g.add_argument(
+        "--cohort-bucket-s",
+        metavar="S",
+        type=float,
+        help="--frontier: cohort bucket length, s of gaze (default 300: fewer buckets per hour, "
+        "more ε each; bench/results/eval_cohort.md)",
     )
     g.add_argument(
         "--sensitivity",
@@ -387,6 +398,7 @@ def run_frontier(
     *,
     quick: bool,
     cohort_sizes: Sequence[int] | None = None,
+    cohort_bucket_s: float | None = None,
 ) -> int:
     """``gazeguard eval --frontier``: every release kind per dataset on one plane; writes
     ``frontier.json``, ``frontier.md`` and ``DATASET-frontier.png`` in ``out``."""
@@ -395,7 +407,10 @@ def run_frontier(
     done: list[dict[str, Any]] = []
     md: list[str] = ["# Privacy-utility frontier: every release kind at user-level ε per hour", ""]
     for ds in datasets:
-        res = evaluate_frontier(ds, grid, profile, quick=quick, cohort_sizes=cohort_sizes)
+        res = evaluate_frontier(
+            ds, grid, profile, quick=quick, cohort_sizes=cohort_sizes,
+            cohort_bucket_s=cohort_bucket_s or DEFAULT_BUCKET_S,
+        )  # fmt: skip
         done.append(res)
         pts = [
             ReleasePoint(**{k: v for k, v in p.items() if k != "kept_above_chance"})
@@ -439,6 +454,13 @@ def run(args: argparse.Namespace) -> int:
         return _render(args.render, args.out)
     quick = bool(args.quick)
     settings = _eval_settings(args, quick)  # before --frontier implies --per-hour laplace
+    if not args.frontier:
+        for flag in ("cohort_sessions", "cohort_bucket_s"):
+            if getattr(args, flag) is not None:
+                name = "--" + flag.replace("_", "-")
+                raise ConfigError(name, getattr(args, flag), "needs --frontier", "argument")
+    elif args.cohort_bucket_s is not None and not args.cohort_bucket_s > 0:
+        raise ConfigError("--cohort-bucket-s", args.cohort_bucket_s, "must be > 0", "argument")
     if args.frontier:
         if args.sensitivity != "public":
             raise ConfigError("frontier", "--sensitivity paper", "the frontier is honest-only")
@@ -460,6 +482,7 @@ def run(args: argparse.Namespace) -> int:
             args.out,
             quick=quick,
             cohort_sizes=args.cohort_sessions,
+            cohort_bucket_s=args.cohort_bucket_s,
         )
     t0 = time.perf_counter()
     results = []

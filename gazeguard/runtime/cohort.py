@@ -65,6 +65,32 @@ pays two identical events (exact Gaussian composition; one event kind keeps the 
 accountant as fast as before — three distinct kinds took it seconds per charge). So every
 message is enqueued only once each person in its sum has paid for it.
 
+**A worker crash in the middle of a bucket** (fleet on JetStream; ``tests/test_cohort_crash.py``
+kills a real worker with SIGKILL mid-bucket). A bucket's contributions live only in its worker's
+memory until the bucket is released (``grace_s`` after its end, by a loop that runs once a
+second), and nobody is charged before that: the killed worker has charged no one for the bucket
+in progress (nor for an ended bucket it had not released yet), and its partial sums die with
+it. Its sessions move to a surviving worker, which replays their retained gaze from the stream;
+only the vectors after each session's last charged *chunk* (``Pipeline.resume_after``) reach the
+survivor's aggregator again. So:
+
+* the bucket in progress is **released by the survivor, over its own sessions and the moved
+  ones, each charged once** — a moved session's contribution resting on its vectors after its
+  last charged chunk (the rest of the bucket, gaze after the crash included: a mean of fewer
+  windows, still within Δ2);
+* an ended bucket the killed worker had not released yet is released the same way if some
+  moved vectors fall in it after the last charged chunk, and otherwise **not released and
+  charged to no one** (observed when the worker's chunks lag: its vectors all precede the cut);
+* a moved session whose replayed vectors reach the survivor only after the survivor released
+  that bucket is late: left out, not charged.
+
+Never twice: the ledger charges a (session, bucket) at most once, and a session already charged
+for the bucket by another worker (the replay can feed buckets the killed worker released) is
+left out *before* the sum, so its values never go out in two aggregates. Only a crash *during*
+a release (between its charges) leaves sessions charged with no aggregate (the last charge
+carries it): over-charged, never under-charged; two workers releasing the same moved session in
+the same instant end the same way (the second's charge is refused and its message withheld).
+
 Unit of privacy. One person = one session (a person on two headsets counts twice, as
 everywhere in gazeguard). The aggregate hides each person's *values*; that a session was active
 is visible from its own status topic, as for every release.
@@ -340,6 +366,7 @@ class CohortAggregator:
         self.late_vectors = 0
         #: Gaze samples dropped because their bucket had already been released.
         self.late_samples = 0
+        self._late_reported = (0, 0)
         self._events = {p.name: {event_key(p.event): 1} for p in plan.parts}
 
     @property
@@ -430,9 +457,18 @@ class CohortAggregator:
                 bucket.tallies[key] = tally if held is None else held + tally
 
     def release_due(self, now_unix: float) -> list[CohortRelease]:
-        """Release every bucket that ended at least ``grace_s`` before ``now_unix``."""
+        """Release every bucket that ended at least ``grace_s`` before ``now_unix`` (and log
+        the late vectors and samples dropped since the last report, if any)."""
         end = self.plan.bucket_s
         due = [b for b in self.open_buckets if (b + 1) * end + self.grace_s <= now_unix]
+        late = (self.late_vectors, self.late_samples)
+        if late != self._late_reported:
+            self._late_reported = late
+            log.info(
+                "cohort %s: %d feature vectors and %d gaze samples arrived after their bucket "
+                "was released and were dropped (in all, worker %s)",
+                self.cohort, late[0], late[1], self.worker,
+            )  # fmt: skip
         return [r for b in due for r in self.release(b)]
 
     def release(self, bucket: int) -> list[CohortRelease]:
@@ -480,13 +516,23 @@ class CohortAggregator:
         span = (bucket * plan.bucket_s, (bucket + 1) * plan.bucket_s)
         admitted: list[tuple[str, str]] = []
         left_out: list[str] = []
+        taken: list[str] = []
         for key in keys:
+            if self._charged_elsewhere(key[1], part.stream, bucket):
+                taken.append(key[1])
+                continue
             try:
                 self.ledger.preview(key[1], {part.stream: math.inf}, events=events, gaze=span)
             except BudgetExhaustedError:
                 left_out.append(key[1])
                 continue
             admitted.append(key)
+        if taken:
+            log.info(
+                "cohort bucket %d (%s): %d session(s) left out, their bucket was charged (and "
+                "summed) by another worker before this one took them over: %s",
+                bucket, part.name, len(taken), ", ".join(taken[:5]),
+            )  # fmt: skip
         if not admitted:
             log.info(
                 "cohort bucket %d (%s): every session's budget is spent; nothing released",
@@ -531,6 +577,15 @@ class CohortAggregator:
                 return None
             charged.append(session)
         return CohortRelease(message, tuple(charged), tuple(left_out))
+
+    def _charged_elsewhere(self, session: str, stream: str, bucket: int) -> bool:
+        """Whether ``session`` is already charged for ``bucket`` in ``stream``: another worker
+        released it with this session in its sum (the session moved here mid-bucket and the
+        takeover's replay fed this worker its vectors again). One indexed read; the history is
+        read only when the session holds a charge at or past ``bucket``."""
+        if self.ledger.next_index(session, stream) <= bucket:
+            return False
+        return any(c.chunk_index == bucket for c in self.ledger.charges(session, stream))
 
     def _receipt(self, session: str, bucket: int, part: CohortPart) -> bytes:
         """What a contributing session's own topic learns: that it paid, and how much."""

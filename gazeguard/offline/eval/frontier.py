@@ -14,11 +14,11 @@ consumer keeps) against re-identification accuracy (what an attacker learns abou
   and held by the consumer over hour-long sessions whose activity changes every 5–10 min, on
   change (the sidecar's sparse vector technique) and on a 30 s clock: task accuracy is per
   feature window (:func:`gazeguard.offline.eval.labels.evaluate_sessions`);
-* **cohort aggregates** (:mod:`gazeguard.offline.eval.cohort`, synthetic only: it needs a
-population of
-  simulated headsets): the worker's private label histogram per bucket over N people; its task
-  is the *group's* dominant activity (the table says so), re-identification the informed
-  maximum-likelihood attacker on a recording's buckets.
+* **cohort aggregates** (:mod:`gazeguard.offline.eval.cohort`, on every dataset with two or
+  more people and tasks: cohorts of the recorded people's buckets): the worker's private class
+  shares per bucket over N people; its task is the *group's* dominant activity (the table says
+  so), re-identification the informed maximum-likelihood attacker on a recording's buckets
+  (the realistic one beside it in the text).
 
 The goal the product is measured against (issue 14): at re-identification within ``tolerance``
 of chance, task accuracy ≥ 80 % of clean at ε ≤ 10 per hour (δ 1e-6). Each kind's clean task
@@ -39,8 +39,18 @@ from pathlib import Path
 from typing import Any
 
 from gazeguard.config import FeatureSettings
-from gazeguard.offline.eval.cohort import SIZES, cohort_kind, evaluate_cohort
-from gazeguard.offline.eval.datasets import Dataset, Synthetic
+from gazeguard.core.errors import ConfigError
+from gazeguard.offline.eval.cohort import (
+    DEFAULT_BUCKET_S,
+    DEFAULT_RELEASE,
+    SIZES,
+    CohortData,
+    check_table,
+    cohort_kind,
+    evaluate_config,
+    prepare,
+)
+from gazeguard.offline.eval.datasets import Dataset
 from gazeguard.offline.eval.labels import evaluate as evaluate_labels
 from gazeguard.offline.eval.labels import frontier_sessions
 from gazeguard.offline.eval.report import clean_row, reid_and_task, tradeoff_points
@@ -158,9 +168,8 @@ def session_points(result: Mapping[str, Any], model: str) -> list[ReleasePoint]:
 
 
 def cohort_points(result: Mapping[str, Any]) -> list[ReleasePoint]:
-    """The cohort result of :func:`gazeguard.offline.eval.cohort.evaluate_cohort` as points, one
-    kind
-    per cohort size (re-identification does not depend on the size)."""
+    """The cohort result of :func:`gazeguard.offline.eval.cohort.evaluate_config` as points, one
+    kind per cohort size (the informed attacker's re-identification does not depend on it)."""
     points = []
     for row in result["rows"]:
         n = int(row["sessions"])
@@ -171,7 +180,7 @@ def cohort_points(result: Mapping[str, Any]) -> list[ReleasePoint]:
                     cohort_kind(n),
                     f"{n} sessions, {result['bucket_s']:g} s buckets",
                     budget,
-                    float(result["reid"][f"{budget:g}"]),
+                    float(cell.get("reid_informed", result["reid"][f"{budget:g}"])),
                     float(cell["accuracy"]),
                     float(row["clean_accuracy"]),
                     float(result["chance_task"]),
@@ -290,27 +299,7 @@ def frontier_table(
                 f"{100 * kept:.0f} % | {p.reid:.3f} | {'**met**' if met else '—'} |"
             )
     if cohort is not None:
-        lines += [
-            "",
-            "Cohort rows answer a question about the group, not a person: the activity most of "
-            f"N people do in a {cohort['bucket_s']:g} s bucket (each does the bucket's dominant "
-            f"activity with probability {cohort['dominance']:g}), from the worker's private label "
-            f"histogram (Δ2 = {cohort['sensitivity_l2']:.3g} with "
-            f"{len(cohort['profile_features'])} feature means beside it; σ per class "
-            + ", ".join(f"{v:.2g} at {b} ε/h" for b, v in cohort["sigma"].items())
-            + "); clean is the label model's own accuracy at that. Their re-identification "
-            f"is an informed attacker who knows everyone else's data and {cohort['candidates']} "
-            f"candidates' contributions in {cohort['buckets_per_recording']} buckets "
-            "(maximum likelihood: no attack on the aggregates does better). The attacker the "
-            "per-person rows face — the candidates' data and the population's mean, not the "
-            "other people's data — gets "
-            + "; ".join(
-                f"{row['sessions']} sessions: "
-                + ", ".join(f"{a:.3f} at {b} ε/h" for b, a in row["reid_uninformed"].items())
-                for row in cohort["rows"]
-            )
-            + ".",
-        ]
+        lines += ["", *cohort_text(cohort)]
     if limits:
         lines += ["", "Theory for labels (randomized response, PLD accountant): to keep "
                   f"{GOAL_FRACTION:.0%} of clean,"]  # fmt: skip
@@ -325,6 +314,39 @@ def frontier_table(
                     f"{lim['cadence_s'] / 60:.1f} min or slower."
                 )
     return lines
+
+
+def cohort_text(cohort: Mapping[str, Any]) -> list[str]:
+    """What the cohort rows of :func:`frontier_table` measure, how their cohorts were formed and
+    what the realistic attacker gets (one paragraph)."""
+    return [
+        "Cohort rows answer a question about the group, not a person: the activity most of N "
+        f"people do in a {cohort['bucket_s']:g} s bucket (each does the bucket's dominant "
+        f"activity with probability {cohort['dominance']:g}), from the worker's private class "
+        f"shares (release {'+'.join(cohort['release'])}: Δ2 = {cohort['sensitivity_l2']:.3g}, "
+        f"{cohort['buckets_per_hour']} buckets per hour of gaze; σ per class "
+        + ", ".join(f"{v:.2g} at {b} ε/h" for b, v in cohort["sigma"].items())
+        + "); clean is the label model's own accuracy (trained without the person) on the same "
+        f"cohorts. Cohorts are the recorded people's buckets ({cohort['people']} people, "
+        f"{cohort['units']} person-recording-buckets): {cohort['formation']}; per size "
+        + ", ".join(
+            f"{r['sessions']}: {r['distinct_people']:.1f} people, "
+            f"{100 * r['repeated_units']:.0f} % repeated units"
+            for r in cohort["rows"]
+        )
+        + ". Their re-identification is an informed attacker who knows everyone else's data "
+        f"and up to {cohort['candidates']} candidates' contributions in "
+        f"{cohort['buckets_per_recording']:.3g} buckets of a recording (maximum likelihood: no "
+        "attack on the aggregates does better; repeated others cancel for it). The realistic "
+        "attacker — the candidates' data and the population's mean, not the other people's "
+        "data — gets "
+        + "; ".join(
+            f"{row['sessions']} sessions: "
+            + ", ".join(f"{a:.3f} at {b} ε/h" for b, a in row["reid_realistic"].items())
+            for row in cohort["rows"]
+        )
+        + f" (chance {cohort['chance_reid']:.3f}).",
+    ]
 
 
 def frontier_figure(
@@ -415,6 +437,7 @@ def evaluate_frontier(
     *,
     quick: bool = False,
     cohort_sizes: Sequence[int] | None = None,
+    cohort_bucket_s: float = DEFAULT_BUCKET_S,
     progress: Callable[[str], None] = _print,
 ) -> dict[str, Any]:
     """Measure every release kind of one dataset at the grid's user-level budgets per hour.
@@ -422,17 +445,23 @@ def evaluate_frontier(
     Feature streams of all features and of ``profile``'s features (``grid`` with
     ``per_hour_noise`` set: the noise the sidecar calibrates), and private labels from the
     label model of the same name when one is shipped (its own feature list; randomized
-    response at the ε each budget allows per decision); on the synthetic dataset also cohort
-    aggregates over ``cohort_sizes`` simulated headsets (default 10, 100 and 1,000; quick: 10
-    and 100). Returns the JSON-ready result: ``points`` (:func:`points_json`), ``meta``
-    (chance, tolerance, budgets), the two stream results, the labels result, the held-label
-    sessions (``label_sessions``), the labels' theory limits per budget and the cohort result
-    (``None`` on recorded datasets).
+    response at the ε each budget allows per decision); and cohort aggregates of the dataset's
+    recorded people's buckets (``cohort_bucket_s`` long) over ``cohort_sizes`` members
+    (default 10, 30, 100 and 1,000; quick: 10 and 30) where the dataset has two or more people
+    and tasks (:mod:`gazeguard.offline.eval.cohort`). Returns the JSON-ready result: ``points``
+    (:func:`points_json`), ``meta`` (chance, tolerance, budgets), the two stream results, the
+    labels result, the held-label sessions (``label_sessions``), the labels' theory limits per
+    budget and the cohort result (``None`` where the dataset cannot hold cohorts).
+
+    Raises:
+        ConfigError: ``cohort_sizes`` given for a dataset that cannot hold cohorts (one task or
+            one person), or without a shipped label model named ``profile``.
     """
     if grid.per_hour_noise is None:
         msg = "the frontier needs per-hour budgets (GridConfig.per_hour_noise)"
         raise ValueError(msg)
     prof = load_profile(profile)
+    cohort_data = _frontier_cohort_data(dataset, grid, prof.name, cohort_sizes, progress)
     streams_all = evaluate_dataset(dataset, replace(grid, features=None, profile=None), progress)
     streams_prof = evaluate_dataset(
         dataset, replace(grid, features=tuple(prof.features), profile=prof.name), progress
@@ -461,25 +490,21 @@ def evaluate_frontier(
     else:
         progress(f"{dataset.name}: no shipped label model named {prof.name!r}: no label points")
     cohort_result: dict[str, Any] | None = None
-    if isinstance(dataset, Synthetic) and prof.name in shipped_models():
-        s = grid.settings
-        table = dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress)
-        cohort_result = evaluate_cohort(
-            table,
-            (),  # the group's activity needs the histogram only: Δ2 = 1, the least noise
-            load_model(prof.name).features,
+    if cohort_data is not None:
+        cohort_result = evaluate_config(
+            cohort_data,
             tuple(float(e) for e in grid.epsilons),
             sizes=tuple(cohort_sizes or (SIZES[:2] if quick else SIZES)),
-            rate_hz=dataset.rate_hz,
-            recording_s=dataset.duration_s,
-            candidates=round(1.0 / meta["chance_reid"]),
+            bucket_s=cohort_bucket_s,
+            release=DEFAULT_RELEASE,  # the group's activity needs the shares only: Δ2 = 1
             window_s=grid.window_s,
             step_s=grid.step_s,
-            # sampling error of an accuracy ≤ 0.5/√n: ≤ 0.016 for the task, ≤ 0.005 for the
-            # attack (its figure is compared with chance + tolerance)
-            buckets=1000 if quick else 4000,
-            trials=10_000 if quick else 40_000,
-            seed=s.insecure_seed,
+            # sampling error of an accuracy ≤ 0.5/√n: ≤ 0.011 for the task, ≤ 0.004 for the
+            # informed attack (its figure is compared with chance + tolerance)
+            buckets=500 if quick else 2000,
+            trials=4000 if quick else 20_000,
+            realistic_trials=300 if quick else 1000,
+            seed=grid.settings.insecure_seed,
             progress=lambda m: progress(f"cohort: {m}"),
         )
         points += cohort_points(cohort_result)
@@ -501,6 +526,36 @@ def evaluate_frontier(
         "label_sessions": sessions_result,
         "cohort": cohort_result,
     }
+
+
+def _frontier_cohort_data(
+    dataset: Dataset,
+    grid: GridConfig,
+    model_name: str,
+    cohort_sizes: Sequence[int] | None,
+    progress: Callable[[str], None],
+) -> CohortData | None:
+    """The dataset's cohort data (:func:`gazeguard.offline.eval.cohort.prepare`), or ``None``
+    with a note where it cannot hold cohorts; asked for by size (``cohort_sizes``), a dataset
+    that cannot is refused, not skipped."""
+    if model_name not in shipped_models():
+        if cohort_sizes:
+            raise ConfigError(
+                "cohort-sessions", list(cohort_sizes),
+                f"cohorts need the features of a shipped label model; none is named "
+                f"{model_name!r} (--profile)", "argument",
+            )  # fmt: skip
+        return None
+    table = dataset.features(grid.window_s, grid.step_s, grid.cache_dir, progress)
+    features = load_model(model_name).features
+    try:
+        check_table(dataset.name, table, features)
+    except ConfigError as exc:
+        if cohort_sizes:
+            raise
+        progress(f"{dataset.name}: no cohort points: {exc.reason}")
+        return None
+    return prepare(dataset.name, table, features, lambda m: progress(f"cohort: {m}"))
 
 
 def _frontier_labels(
