@@ -93,7 +93,7 @@ from pydantic import (
 from gazeguard import __version__
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.mechanisms.exact import uniform_below
-from gazeguard.privacy.mechanisms.noise import OsRandom, RandomSource
+from gazeguard.privacy.mechanisms.randomness import OsRandom, RandomSource
 from gazeguard.signal.dataset import FeatureTable, subsample
 from gazeguard.signal.files import check_feature_names, read_named_json, validation_error
 
@@ -260,7 +260,7 @@ class RandomizedResponse:
         Args:
             true_index: 0-based index of the clean decision.
             source: random bytes; None: the OS CSPRNG
-                (:class:`~gazeguard.privacy.mechanisms.noise.OsRandom`).
+                (:class:`~gazeguard.privacy.mechanisms.randomness.OsRandom`).
         """
         self._check_index(true_index)
         t = int(true_index)
@@ -884,7 +884,7 @@ class LabelRelease:
         input_features: names of the columns of the vectors passed to :meth:`release` (default:
             the model's features in its order; e.g. ``gazeguard.signal.features.NAMES`` for full
             48-feature vectors). Every model feature must be among them.
-        source: random bytes (None: :class:`~gazeguard.privacy.mechanisms.noise.OsRandom`).
+        source: random bytes (None: :class:`~gazeguard.privacy.mechanisms.randomness.OsRandom`).
     """
 
     def __init__(

@@ -45,7 +45,7 @@ import numpy.typing as npt
 from gazeguard.config import FeatureSettings
 from gazeguard.plan import releases_per_hour
 from gazeguard.plan.cohort import CohortPlan, plan_cohort
-from gazeguard.privacy.mechanisms.noise import random_source
+from gazeguard.privacy.mechanisms.randomness import random_source
 from gazeguard.runtime.cohort import contribution, exact_sum, privatize_sum
 from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.features import FEATURES, FeatureExtractor, feature_bounds

@@ -36,7 +36,7 @@ from gazeguard.offline.eval.runner import select_features
 from gazeguard.plan import releases_per_hour
 from gazeguard.plan.labels import decision_epsilon
 from gazeguard.privacy.accounting import RandomizedResponseEvent, compose
-from gazeguard.privacy.mechanisms.noise import OsRandom, RandomSource, random_source
+from gazeguard.privacy.mechanisms.randomness import OsRandom, RandomSource, random_source
 from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.labels import (
     RandomizedResponse,
