@@ -16,15 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import (
-    ExitCode,
+from gazeguard.cli._common import ExitCode, epsilon_list, get_console, stdout
+from gazeguard.cli._recordings import (
     PairAction,
     PairHelpFormatter,
     add_geometry_arguments,
-    epsilon_list,
-    get_console,
     read_options,
-    stdout,
 )
 from gazeguard.core.errors import ConfigError
 from gazeguard.offline.eval.attacks import CLASSIFIERS
