@@ -378,4 +378,3 @@ def epsilon_list(example: str) -> Callable[[str], list[float]]:
         return vals
 
     return epsilons
-

@@ -61,6 +61,7 @@ from gazeguard.offline.recordings import (
     GAZE_UNITS,
     TIME_UNITS,
 )
+from gazeguard.signal.profiles import load_profile
 
 DESCRIPTION = """\
 Privacy-utility evaluation of gazeguard's mechanisms on recorded and simulated gaze, following
@@ -370,7 +371,6 @@ def _profile_features(name: str | None) -> tuple[tuple[str, ...] | None, str | N
     """The features to release and the profile's name (``None, None``: all features)."""
     if name is None:
         return None, None
-    from gazeguard.signal.profiles import load_profile  # noqa: PLC0415
 
     profile = load_profile(name)
     return tuple(profile.features), profile.name

@@ -40,6 +40,7 @@ from gazeguard.privacy.mechanisms.registry import (
     mechanism_kind,
     noise_kind,
 )
+from gazeguard.signal.profiles import load_profile
 from gazeguard.wire.topics import check_prefix, name_problem
 
 Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic"]
@@ -221,7 +222,6 @@ class MechanismSettings(Section):
         ref = named if named is not None else data.get("profile")
         if not isinstance(ref, str):
             return data
-        from gazeguard.signal.profiles import load_profile  # noqa: PLC0415 - avoid a cycle
 
         try:
             profile = load_profile(ref)

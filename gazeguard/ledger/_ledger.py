@@ -150,7 +150,7 @@ class Ledger:
         self._backend: LedgerBackend
         if is_url(location):
             try:
-                from gazeguard.ledger._postgres import PostgresBackend  # noqa: PLC0415 - optional extra
+                from gazeguard.ledger._postgres import PostgresBackend  # noqa: PLC0415 - the fleet extra (psycopg)
             except ImportError as exc:
                 raise ConfigError(
                     "ledger.url",

@@ -708,7 +708,7 @@ def train_model(
             ``every`` thins the training rows).
         sample_weight: (N,) weight of each row in the fit (e.g. balancing datasets).
     """
-    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 - build time only
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 - the eval extra
 
     check_feature_names(features, "features", "train_model")
     check_feature_names(log_features, "log_features", "train_model")
@@ -740,7 +740,7 @@ def train_model(
         coef = np.vstack([-coef / 2, coef / 2])
         intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
     now = datetime.now(UTC)
-    import sklearn  # noqa: PLC0415 - build time only
+    import sklearn  # noqa: PLC0415 - the eval extra
 
     trained: dict[str, Any] = {
         "estimator": "sklearn.linear_model.LogisticRegression (multinomial, L2)",
