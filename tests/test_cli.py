@@ -83,7 +83,7 @@ def test_only_the_cli_layer_parses_command_lines() -> None:
     offenders = []
     for path in sorted((REPO / "gazeguard").rglob("*.py")):
         rel = path.relative_to(REPO / "gazeguard")
-        if rel.parts[0] == "cli" or rel.name == "__main__.py" and len(rel.parts) == 1:
+        if rel.parts[0] == "cli" or (rel.name == "__main__.py" and len(rel.parts) == 1):
             continue
         text = path.read_text()
         if "import argparse" in text or 'if __name__ == "__main__"' in text:

@@ -745,9 +745,7 @@ def test_example_config_is_valid(path: Path, capsys: pytest.CaptureFixture[str])
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip(
-            "systemd-analyze not installed: cannot verify deploy/systemd/gazeguard.service"
-        )
+        pytest.skip("systemd-analyze not installed: cannot verify deploy/systemd/gazeguard.service")
     exe = shutil.which("gazeguard") or pytest.fail("the gazeguard console script is not on PATH")
     unit = (DEPLOY / "systemd" / "gazeguard.service").read_text()
     assert "ExecStart=/opt/gazeguard/bin/gazeguard run" in unit
