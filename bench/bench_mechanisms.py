@@ -34,7 +34,7 @@ import scipy.fft
 
 from gazeguard.privacy.mechanisms import Bounds, DiscreteLaplace, OsRandom, make_mechanism
 from gazeguard.privacy.mechanisms import sensitivity as tight
-from gazeguard.privacy.mechanisms.noise import DiscreteGaussian
+from gazeguard.privacy.mechanisms.discrete_gaussian import DiscreteGaussian
 from gazeguard.signal.features import feature_bounds
 
 FloatArray = npt.NDArray[np.float64]

@@ -77,7 +77,7 @@ from gazeguard.offline.eval.harness import BudgetFactory, FeatureBounds
 from gazeguard.offline.recordings import ReadOptions
 from gazeguard.plan import releases_per_hour
 from gazeguard.plan.cohort import plan_cohort
-from gazeguard.privacy.mechanisms.noise import random_source
+from gazeguard.privacy.mechanisms.randomness import random_source
 from gazeguard.runtime.cohort import CohortAggregator, contribution
 from gazeguard.runtime.simulate import TASKS, simulate_gaze
 from gazeguard.signal.features import FEATURES, FeatureExtractor, feature_bounds

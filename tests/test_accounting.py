@@ -38,7 +38,7 @@ from gazeguard.privacy.accounting import (
     releases_within,
     rho_to_epsilon,
 )
-from gazeguard.privacy.mechanisms.noise import ETA, SAMPLER_LOSS_PER_COORDINATE
+from gazeguard.privacy.mechanisms.discrete_laplace import ETA, SAMPLER_LOSS_PER_COORDINATE
 
 DELTA = 1e-6
 

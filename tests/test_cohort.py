@@ -23,7 +23,7 @@ from gazeguard.ledger import Ledger
 from gazeguard.plan import releases_per_hour
 from gazeguard.plan.cohort import STREAM, plan_cohort
 from gazeguard.privacy.accounting import compose
-from gazeguard.privacy.mechanisms.noise import random_source
+from gazeguard.privacy.mechanisms.randomness import random_source
 from gazeguard.runtime.cohort import CohortAggregator, contribution, exact_sum, privatize_sum
 from gazeguard.wire.cohort import CohortMessage, json_schema, shipped_schema
 

@@ -25,7 +25,7 @@ from gazeguard.config import FeatureSettings, LabelSettings, MechanismSettings
 from gazeguard.ledger import Ledger
 from gazeguard.plan import ReleasePlan
 from gazeguard.privacy.mechanisms.exact import bernoulli_exp, discrete_laplace
-from gazeguard.privacy.mechanisms.noise import InsecureSeededRandom, OsRandom
+from gazeguard.privacy.mechanisms.randomness import InsecureSeededRandom, OsRandom
 from gazeguard.privacy.mechanisms.svt import AboveThreshold
 from gazeguard.runtime.labels import LabelStream
 from gazeguard.wire.label import LabelMessage

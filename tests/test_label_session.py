@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gazeguard.core.errors import ConfigError
-from gazeguard.privacy.mechanisms.noise import InsecureSeededRandom
+from gazeguard.privacy.mechanisms.randomness import InsecureSeededRandom
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.features import NAMES, extract_features

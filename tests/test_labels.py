@@ -21,7 +21,7 @@ from scipy import stats
 from sklearn.linear_model import LogisticRegression
 
 from gazeguard.core.errors import ConfigError
-from gazeguard.privacy.mechanisms.noise import InsecureSeededRandom, OsRandom
+from gazeguard.privacy.mechanisms.randomness import InsecureSeededRandom, OsRandom
 from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.features import NAMES
 from gazeguard.signal.labels import (

@@ -242,9 +242,9 @@ def test_one_prefetch_thread_serves_a_stream_of_charges_and_ends_when_idle(
     import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
 
-    from gazeguard.ledger._ledger import _Prefetch  # noqa: PLC0415
+    from gazeguard.ledger._prefetch import Prefetch  # noqa: PLC0415
 
-    monkeypatch.setattr(_Prefetch, "IDLE_S", 3.0)  # far above a charge, even on a busy machine
+    monkeypatch.setattr(Prefetch, "IDLE_S", 3.0)  # far above a charge, even on a busy machine
     events = chunk_events(40.0, 48)
     eps = {f"f{i}": 1 / 40.0 for i in range(48)}
     with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:

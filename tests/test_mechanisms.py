@@ -31,7 +31,7 @@ from gazeguard.privacy.mechanisms import (
     save_wisdom,
 )
 from gazeguard.privacy.mechanisms import transforms as tr_mod
-from gazeguard.privacy.mechanisms.noise import SAMPLER_LOSS_PER_COORDINATE
+from gazeguard.privacy.mechanisms.discrete_laplace import SAMPLER_LOSS_PER_COORDINATE
 from gazeguard.privacy.mechanisms.prior import DEFAULT_PATH
 from gazeguard.signal.dataset import FeatureTable
 
@@ -214,7 +214,7 @@ def test_lpa_scale_is_l1_sensitivity_over_epsilon() -> None:
     ideal = 10 * 2.0 / 0.5
     assert np.all(mech.noise_scale >= ideal)
     # λ = (Δ1 + 2·m·γ)/(ε − m·loss per coordinate): the grid, sampler and discrete-Laplace
-    # charges (noise.py); the slack each release is charged is exactly what ε leaves.
+    # charges (calibration.py); the slack each release is charged is exactly what ε leaves.
     budget = 0.5 - mech.sampler_slack
     np.testing.assert_allclose(mech.noise_scale, (20.0 + 2 * 10 * mech.grid) / budget, rtol=1e-12)
     assert np.all(mech.sampler_slack > 10 * SAMPLER_LOSS_PER_COORDINATE)

@@ -18,12 +18,8 @@ from gazeguard.privacy.mechanisms import (
     OsRandom,
     random_source,
 )
-from gazeguard.privacy.mechanisms.noise import (
-    ETA,
-    SAMPLER_LOSS_PER_COORDINATE,
-    T_MAX,
-    calibrate,
-)
+from gazeguard.privacy.mechanisms.calibration import calibrate
+from gazeguard.privacy.mechanisms.discrete_laplace import ETA, SAMPLER_LOSS_PER_COORDINATE, T_MAX
 
 IntArray = npt.NDArray[np.int64]
 

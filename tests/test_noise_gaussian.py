@@ -15,21 +15,22 @@ from hypothesis import strategies as st
 from scipy import special, stats
 
 from gazeguard.core.errors import ConfigError
-from gazeguard.privacy.mechanisms.noise import (
+from gazeguard.privacy.accounting import analytic_gaussian_sigma
+from gazeguard.privacy.mechanisms.calibration import (
+    calibrate_gaussian,
+    calibrate_gaussian_epsilon_delta,
+)
+from gazeguard.privacy.mechanisms.discrete_gaussian import (
     GAUSS_ETA,
     GAUSS_KAPPA_MAX,
     GAUSS_SAMPLER_LOSS_PER_COORDINATE,
     GAUSS_SIGMA_INT_MIN,
     GAUSS_SIGMA_MAX,
     DiscreteGaussian,
-    InsecureSeededRandom,
-    OsRandom,
-    analytic_gaussian_sigma,
-    calibrate_gaussian,
-    calibrate_gaussian_epsilon_delta,
     gaussian_kappa,
     gaussian_slack,
 )
+from gazeguard.privacy.mechanisms.randomness import InsecureSeededRandom, OsRandom
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -15,14 +15,15 @@ import enum
 import importlib
 import json
 import logging
+import signal
 import sys
 import textwrap
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-if TYPE_CHECKING:
-    from gazeguard.offline.recordings import ReadOptions
+if sys.platform != "win32":  # uvloop is a dependency everywhere but on Windows (pyproject.toml)
+    import uvloop
 
 _T = TypeVar("_T")
 
@@ -328,11 +329,8 @@ def available(*modules: str) -> bool:
 
 
 def run_loop(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` on uvloop (the plain asyncio loop where uvloop is unavailable)."""
-    try:
-        import uvloop  # noqa: PLC0415
-
-    except ImportError:  # pragma: no cover - Windows
+    """Run ``coro`` on uvloop (the plain asyncio loop on Windows, where uvloop does not exist)."""
+    if sys.platform == "win32":  # pragma: no cover - Windows
         return asyncio.run(coro)
     return uvloop.run(coro)
 
@@ -347,16 +345,12 @@ class Signals:
     def interrupted(self) -> bool:
         """Ctrl-C (SIGINT) arrived: the command exits with :attr:`ExitCode.INTERRUPTED`.
         SIGTERM (a service manager's stop) is a normal stop."""
-        import signal  # noqa: PLC0415
-
         return signal.SIGINT in self.received
 
 
 def stop_on_signals(stop: asyncio.Event) -> Signals:
     """SIGINT and SIGTERM set ``stop`` (call inside the running loop); the returned
     :class:`Signals` records which arrived."""
-    import signal  # noqa: PLC0415
-
     loop = asyncio.get_running_loop()
     seen = Signals()
 
@@ -374,111 +368,6 @@ def interrupted_line(command: str) -> None:
     console.say("interrupted", f"{command}: interrupted (Ctrl-C)")
 
 
-class PairAction(argparse.Action):
-    """``--fov H,V``, also the older ``--fov H V``: stores (H, V).
-
-    ``keep_rest`` (a subclass sets it): tokens after the pair that argparse handed over
-    (``--fov 90,70 rec.csv``) are kept in ``namespace.extra_files``; otherwise every token must
-    belong to the pair."""
-
-    keep_rest = False
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[object] | None,
-        option_string: str | None = None,
-    ) -> None:
-        from gazeguard.offline.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
-
-        tokens = [str(v) for v in (values if isinstance(values, list) else [values])]
-        take = (1 if "," in tokens[0] else 2) if self.keep_rest else len(tokens)
-        try:
-            pair = parse_pair(" ".join(tokens[:take]).replace(",", " "))
-        except ValueError as exc:
-            why = f"{' '.join(tokens)!r}: expected two numbers H,V like 90,60"
-            raise argparse.ArgumentError(self, f"{exc} (H,V)" if self.keep_rest else why) from None
-        setattr(namespace, self.dest, pair)
-        if self.keep_rest:
-            namespace.extra_files = [
-                *(getattr(namespace, "extra_files", None) or []),
-                *tokens[take:],
-            ]
-
-
-class PairHelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Shows ``--fov H,V`` (not ``H,V [H,V ...]``) for a :class:`PairAction`."""
-
-    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
-        if isinstance(action, PairAction):
-            return str(action.metavar)
-        return super()._format_args(action, default_metavar)
-
-
-def add_geometry_arguments(group: argparse._ArgumentGroup, fov: type[PairAction], one: str) -> None:
-    """``--fov``, ``--screen``, ``--distance``, ``--resolution``, ``--min-confidence`` and
-    ``--pupil-scale``: what :mod:`gazeguard.offline.recordings` needs where a recording does not say
-    (``fov``: the command's pair action; ``one``: "the file" or "a file", for the help)."""
-    group.add_argument(
-        "--fov",
-        action=fov,
-        nargs="+",
-        metavar="H,V",
-        help="field of view of the scene camera for normalised or pixel gaze, degrees "
-        "(H V also accepted)",
-    )
-    group.add_argument(
-        "--screen", type=pair, metavar="W,H", help="screen width, height for screen gaze, mm"
-    )
-    group.add_argument("--distance", type=float, metavar="MM", help="eye-to-screen distance, mm")
-    group.add_argument(
-        "--resolution",
-        type=pair,
-        metavar="W,H",
-        help=f"screen width, height in pixels (pixel gaze, where {one} does not say)",
-    )
-    group.add_argument(
-        "--min-confidence",
-        type=float,
-        default=0.6,
-        help="samples below this confidence are invalid (default 0.6)",
-    )
-    group.add_argument(
-        "--pupil-scale",
-        type=float,
-        metavar="MM",
-        help="EyeLink: mm per sqrt(area unit) (PUPIL AREA) or per unit (PUPIL DIAMETER)",
-    )
-    group.add_argument(
-        "--rate",
-        type=float,
-        metavar="HZ",
-        help="the tracker's nominal sampling rate: the time base of a CSV without a time "
-        "column, and the rate the event detector is built for where the file declares none "
-        "(only EyeLink ASC files do)",
-    )
-
-
-def read_options(args: argparse.Namespace, **more: Any) -> ReadOptions:
-    """The :class:`~gazeguard.offline.recordings.ReadOptions` of ``--format``, ``--units``,
-    ``--time-unit`` and :func:`add_geometry_arguments`' options (``more``: other fields)."""
-    from gazeguard.offline.recordings import ReadOptions  # noqa: PLC0415 - keep the CLI's import light
-
-    return ReadOptions(
-        format=args.format,
-        units=args.units,
-        time_unit=args.time_unit,
-        fov_deg=args.fov,
-        screen_mm=args.screen,
-        distance_mm=args.distance,
-        resolution_px=args.resolution,
-        min_confidence=args.min_confidence,
-        pupil_scale=args.pupil_scale,
-        **{"rate_hz": args.rate, **more},
-    )
-
-
 def epsilon_list(example: str) -> Callable[[str], list[float]]:
     """An argparse type: comma-separated ε, each finite and > 0 (``example`` for the message)."""
 
@@ -492,13 +381,3 @@ def epsilon_list(example: str) -> Callable[[str], list[float]]:
         return vals
 
     return epsilons
-
-
-def pair(text: str) -> tuple[float, float]:
-    """``W,H`` as an argparse type (:func:`gazeguard.offline.recordings.parse_pair`)."""
-    from gazeguard.offline.recordings import parse_pair  # noqa: PLC0415 - keep the CLI's import light
-
-    try:
-        return parse_pair(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None

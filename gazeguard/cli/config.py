@@ -19,6 +19,7 @@ from gazeguard.cli._common import ExitCode, get_console, stdout
 from gazeguard.config import FeatureSettings
 from gazeguard.plan import ReleasePlan
 from gazeguard.runtime.preflight import check_settings
+from gazeguard.signal.features import FEATURES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -78,8 +79,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _features(window_s: float, step_s: float, *, as_json: bool) -> int:
-    from gazeguard.signal.features import FEATURES  # noqa: PLC0415
-
     rows = [(f, *f.bounds(window_s, step_s)) for f in FEATURES]
     if as_json:
         doc = [

@@ -16,15 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import (
-    ExitCode,
+from gazeguard.cli._common import ExitCode, epsilon_list, get_console, stdout
+from gazeguard.cli._recordings import (
     PairAction,
     PairHelpFormatter,
     add_geometry_arguments,
-    epsilon_list,
-    get_console,
     read_options,
-    stdout,
 )
 from gazeguard.core.errors import ConfigError
 from gazeguard.offline.eval.attacks import CLASSIFIERS
@@ -65,6 +62,7 @@ from gazeguard.offline.recordings import (
     GAZE_UNITS,
     TIME_UNITS,
 )
+from gazeguard.signal.profiles import load_profile
 
 DESCRIPTION = """\
 Privacy-utility evaluation of gazeguard's mechanisms on recorded and simulated gaze, following
@@ -384,7 +382,6 @@ def _profile_features(name: str | None) -> tuple[tuple[str, ...] | None, str | N
     """The features to release and the profile's name (``None, None``: all features)."""
     if name is None:
         return None, None
-    from gazeguard.signal.profiles import load_profile  # noqa: PLC0415
 
     profile = load_profile(name)
     return tuple(profile.features), profile.name

@@ -13,7 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from gazeguard.cli._common import ExitCode, stdout
+from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.plan import chunk_counter
+from gazeguard.plan.chunks import rank_mechanisms
 from gazeguard.privacy.mechanisms.auto_k import choose_k
 from gazeguard.privacy.mechanisms.bounds import Bounds
 from gazeguard.privacy.mechanisms.prior import (
@@ -25,6 +28,8 @@ from gazeguard.privacy.mechanisms.prior import (
     model_prior,
 )
 from gazeguard.privacy.mechanisms.registry import MECHANISMS, TRANSFORMS
+from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import NAMES, feature_bounds
 
 OUT_HELP = (
     f"where to write the prior (default ./{DEFAULT_PATH.name}: never the installed one, which "
@@ -74,10 +79,6 @@ def show(prior: PriorSpectrum) -> None:
 def show_budget(args: argparse.Namespace) -> None:
     """Rank every mechanism for a budget per hour and a release profile (``mechanism = "auto"``
     takes the first row)."""
-    from gazeguard.config import FeatureSettings, MechanismSettings  # noqa: PLC0415
-    from gazeguard.plan import chunk_counter  # noqa: PLC0415
-    from gazeguard.plan.chunks import rank_mechanisms  # noqa: PLC0415 - the accountant
-    from gazeguard.signal.features import NAMES, feature_bounds  # noqa: PLC0415
 
     names = [f.strip() for f in args.features.split(",")] if args.features else list(NAMES)
     lo, hi, max_step = feature_bounds(names, args.window_s, args.step_s)
@@ -148,8 +149,6 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "model":
         prior = model_prior()
     else:
-        from gazeguard.signal.dataset import FeatureTable  # noqa: PLC0415 - only needed here
-
         recs: list[FloatArray] = []
         lo = hi = np.zeros(0)
         for path in args.tables:

@@ -16,6 +16,9 @@ Subcommands:
     (:mod:`gazeguard.signal.labels`).
 ``labels-budget``
     Print the private-label budget arithmetic (what the sidecar prints at startup).
+
+:mod:`gazeguard.offline.eval` is imported inside the functions that need it: that package imports
+scikit-learn (the ``eval`` extra), which ``show`` and ``labels-budget`` do not need.
 """
 
 from __future__ import annotations
@@ -29,8 +32,22 @@ from typing import Any
 import numpy as np
 
 from gazeguard.cli._common import epsilon_list
-from gazeguard.config import LabelSettings
+from gazeguard.config import FeatureSettings, LabelSettings
 from gazeguard.core.errors import ConfigError
+from gazeguard.offline.profiles import (
+    BuildSettings,
+    build_profile,
+    candidate_columns,
+    check_stream_mechanism,
+)
+from gazeguard.plan import ReleasePlan, label_cadence
+from gazeguard.signal.labels import (
+    epsilon_for_survival,
+    load_model,
+    lopo_probabilities,
+    train_model,
+)
+from gazeguard.signal.profiles import load_profile
 
 DESCRIPTION = """\
 Release profiles and private labels.
@@ -268,7 +285,7 @@ def _labels_budget_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def _open_table(args: argparse.Namespace, progress: Any) -> tuple[Any, Any]:
-    from gazeguard.offline.eval.datasets import open_dataset  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.datasets import open_dataset  # noqa: PLC0415 - the eval extra
 
     ds = open_dataset(
         args.dataset,
@@ -304,8 +321,7 @@ def _data_command(args: argparse.Namespace) -> list[str]:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from gazeguard.offline.eval.grid import parse_mechanism  # noqa: PLC0415 - heavy import
-    from gazeguard.offline.profiles import build_profile, check_stream_mechanism  # noqa: PLC0415
+    from gazeguard.offline.eval.grid import parse_mechanism  # noqa: PLC0415 - the eval extra
 
     classifiers = _checked_classifiers(args.classifiers)
     _check_fractions(args)
@@ -341,7 +357,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _checked_classifiers(text: str) -> tuple[str, ...]:
     """The classifiers of ``--classifiers`` (comma-separated), each one the evaluation knows."""
-    from gazeguard.offline.eval.attacks import CLASSIFIERS  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.attacks import CLASSIFIERS  # noqa: PLC0415 - the eval extra
 
     classifiers = tuple(c.strip() for c in text.split(",") if c.strip())
     if not classifiers or any(c not in CLASSIFIERS for c in classifiers):
@@ -360,7 +376,6 @@ def _check_fractions(args: argparse.Namespace) -> None:
 def _build_settings(args: argparse.Namespace, classifiers: tuple[str, ...]) -> Any:
     """The selection settings of ``profile build``
     (:class:`gazeguard.offline.profiles.BuildSettings`)."""
-    from gazeguard.offline.profiles import BuildSettings  # noqa: PLC0415 - heavy import
 
     return BuildSettings(
         criterion=args.criterion,
@@ -442,8 +457,6 @@ def _print_profile(profile: Any) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from gazeguard.signal.profiles import load_profile  # noqa: PLC0415
-
     profile = load_profile(args.profile)
     if args.json:
         print(profile.to_json(), end="")
@@ -454,9 +467,6 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from gazeguard.signal.labels import train_model  # noqa: PLC0415 - heavy import
-    from gazeguard.signal.profiles import load_profile  # noqa: PLC0415
-
     profile = load_profile(args.profile)
     if not args.regularization > 0:
         raise ConfigError("regularization", args.regularization, "must be > 0", "argument")
@@ -504,8 +514,6 @@ def _model_features(chosen: str, profile: Any, table: Any) -> list[str]:
     """What the model reads (``--features``): the profile's released features (``profile``), or
     every feature that varies in the build data (``usable``)."""
     if chosen == "usable":
-        from gazeguard.offline.profiles import candidate_columns  # noqa: PLC0415
-
         cols, _excluded = candidate_columns(table)
         return [table.feature_names[i] for i in cols]
     return list(profile.features)
@@ -516,7 +524,6 @@ def _lopo_accuracy(
 ) -> tuple[float, dict[str, float]]:
     """Leave-one-person-out accuracy of the model: per window, and per decision length of
     ``--decision-s`` (keyed ``"{s:g}"``, rounded to 4 places; lengths under one step left out)."""
-    from gazeguard.signal.labels import lopo_probabilities  # noqa: PLC0415 - heavy import
 
     probs = lopo_probabilities(
         table, features, regularization=args.regularization, every=args.every
@@ -563,9 +570,6 @@ def block_accuracy(probs: Any, table: Any, classes: list[str], steps: int) -> fl
 def _labels_budget(args: argparse.Namespace) -> int:
     """The sidecar's label plan for these settings (the release plan's own figures), or the
     cadence a target survival allows."""
-    from gazeguard.config import FeatureSettings  # noqa: PLC0415
-    from gazeguard.plan import ReleasePlan, label_cadence  # noqa: PLC0415
-    from gazeguard.signal.labels import epsilon_for_survival, load_model  # noqa: PLC0415
 
     if args.decision_s is not None:
         labels = LabelSettings(

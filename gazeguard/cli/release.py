@@ -22,6 +22,7 @@ from typing import Any
 
 from gazeguard.cli._common import ExitCode, get_console, require, stdout
 from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.offline.recordings import ReadOptions
 from gazeguard.offline.release import RELEASE_MECHANISMS
 from gazeguard.offline.release.output import check_output, write_release
 from gazeguard.signal.dataset import FeatureTable, file_sha256
@@ -149,8 +150,7 @@ def _load_input(
     require(
         "gazeguard release --dataset", "sklearn"
     )  # gazeguard.offline.eval needs the 'eval' extra
-    from gazeguard.offline.eval.datasets import open_dataset  # noqa: PLC0415 - heavy, only for --dataset
-    from gazeguard.offline.recordings import ReadOptions  # noqa: PLC0415 - only for --dataset
+    from gazeguard.offline.eval.datasets import open_dataset  # noqa: PLC0415 - the eval extra
 
     dataset = open_dataset(args.dataset, args.data_dir, read_options=ReadOptions(rate_hz=args.rate))
     table = dataset.features(

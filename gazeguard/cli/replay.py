@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from gazeguard.cli._common import (
+from gazeguard.cli._recordings import (
     PairAction,
     PairHelpFormatter,
     add_geometry_arguments,

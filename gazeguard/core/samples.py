@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+import pylsl
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -94,6 +95,5 @@ def lsl_unix_offset() -> float:
     """``time.time() − pylsl.local_clock()``, s: add it to an LSL timestamp of this host (samples
     are clock-synchronised to it on ingest) to get Unix time. Read afresh on every call (two clock
     reads, well under a microsecond apart), so it follows NTP corrections of the wall clock."""
-    import pylsl  # noqa: PLC0415 - the in-process API does not need LSL otherwise
 
     return time.time() - float(pylsl.local_clock())

@@ -80,14 +80,16 @@ ledger.
 
 Layout: ``policy`` (composition, caps, windows: plain code), ``_store`` (the SQL, once),
 ``_sqlite`` and ``_postgres`` (storage only), ``_compose`` (the accountant adapter),
-``_ledger`` (transactions). ``gazeguard ledger show`` (:mod:`gazeguard.cli.ledger`) prints the
-accounts.
+``_request`` (a release's arguments, checked before any transaction), ``_view`` (a session's
+window counts, from its counters or its rows), ``_prefetch`` (the next release's figures, composed
+in the background), ``_ledger`` (the transactions). ``gazeguard ledger show``
+(:mod:`gazeguard.cli.ledger`) prints the accounts.
 """
 
 from __future__ import annotations
 
 from gazeguard.ledger._compose import LedgerComposer
-from gazeguard.ledger._ledger import ChargeRequest, Ledger, LedgerRefusal, Preview, is_url
+from gazeguard.ledger._ledger import Ledger, LedgerRefusal, Preview, is_url
 from gazeguard.ledger._model import (
     UNITS_PER_EPSILON,
     Charge,
@@ -105,6 +107,7 @@ from gazeguard.ledger._model import (
     to_units_down,
     to_units_up,
 )
+from gazeguard.ledger._request import ChargeRequest
 from gazeguard.ledger._sqlite import SqliteBackend, stored_caps
 from gazeguard.ledger.policy import Caps
 

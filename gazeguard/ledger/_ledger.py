@@ -1,7 +1,11 @@
 """The ledger: one transaction per write, the policy decides, the store stores.
 
 Written once against the storage protocol (:class:`~gazeguard.ledger.LedgerBackend` +
-:class:`~gazeguard.ledger._store.Store`); the accounting is :mod:`gazeguard.ledger.policy`.
+:class:`~gazeguard.ledger._store.Store`); the accounting is :mod:`gazeguard.ledger.policy`. A
+release's arguments are checked before the transaction (:mod:`gazeguard.ledger._request`), its
+windows are read through :mod:`gazeguard.ledger._view`, and the next release's figures are
+composed off the release's path (:mod:`gazeguard.ledger._prefetch`). This module reads the wall
+clock (``time``) for every transaction.
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ import json
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,12 +34,21 @@ from gazeguard.ledger._model import (
     RefusedItem,
     StaleStateError,
     Synchronous,
-    pure_event_key,
     to_units_down,
     to_units_up,
 )
+from gazeguard.ledger._prefetch import Prefetch
+from gazeguard.ledger._request import (
+    ChargeRequest,
+    Release,
+    check_release,
+    checked_release,
+    gaze_span,
+    validated_request,
+)
 from gazeguard.ledger._sqlite import SqliteBackend
 from gazeguard.ledger._store import Counters, SessionRow, Store
+from gazeguard.ledger._view import EMPTY_COUNTERS, WindowView
 from gazeguard.ledger.policy import Caps, Composer, Counts
 
 log = logging.getLogger("gazeguard.ledger")
@@ -59,32 +71,6 @@ class Preview:
 
     state: LedgerState
     version: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Release:
-    """A release's cost, validated: pure ε per feature, its micro-ε total, its events, and the
-    ε per feature as stored (JSON)."""
-
-    epsilon: dict[str, float]
-    units: int | None
-    events: dict[str, int]
-    epsilon_json: str
-
-
-@dataclass(frozen=True, slots=True)
-class ChargeRequest:
-    """One release for :meth:`Ledger.charge_many` (the arguments of :meth:`Ledger.charge`)."""
-
-    session: str
-    chunk_index: int
-    epsilon: Mapping[str, float]
-    topic: str
-    payload: bytes
-    events: Counts | None = None
-    gaze: tuple[float, float] | None = None
-    stream: str = "chunks"
-    version: int | None = None
 
 
 #: Why :meth:`Ledger.charge_many` refused one request (nothing of it was written).
@@ -117,7 +103,7 @@ class Ledger:
             past cannot spend more than the cap per real hour. A session opened so refuses a
             later ``False`` as looser.
         prefetch: after each charge, compose the figures the session's next identical release
-            will report, in a background thread (:class:`_Prefetch`), so that its preview and
+            will report, in a background thread (:class:`Prefetch`), so that its preview and
             charge find them cached instead of composing on the release's path.
         counters: answer a charge's window checks, its trailing window's figure and its pending
             count from the session's stored counters (default). ``False`` recounts them with
@@ -159,12 +145,12 @@ class Ledger:
         self._caps_json = self._caps.to_json()
         self._accepted: set[str] = set()  # stored caps the configured ones may bind (JSON)
         self._composer: Composer = composer if composer is not None else LedgerComposer()
-        self._prefetch = _Prefetch(self._composer) if prefetch else None
+        self._prefetch = Prefetch(self._composer) if prefetch else None
         self._counted = bool(counters)
         self._backend: LedgerBackend
         if is_url(location):
             try:
-                from gazeguard.ledger._postgres import PostgresBackend  # noqa: PLC0415 - optional extra
+                from gazeguard.ledger._postgres import PostgresBackend  # noqa: PLC0415 - the fleet extra (psycopg)
             except ImportError as exc:
                 raise ConfigError(
                     "ledger.url",
@@ -227,7 +213,7 @@ class Ledger:
         Call it when a session starts, so that a configuration looser than the caps recorded
         with the session is refused (ConfigError naming both) before any work.
         """
-        _check_release(session, 0)
+        check_release(session, 0)
         with self._backend.write() as sql:
             store = Store(sql, self._backend.lock_clause)
             row, caps = self._lock(store, session, time.time())
@@ -249,9 +235,9 @@ class Ledger:
             BudgetExhaustedError: the release would exceed a cap.
             ConfigError: bad ε, or configured caps looser than the recorded ones.
         """
-        _check_release(session, 0)
-        release = _release(epsilon, events)
-        span = _span(gaze)
+        check_release(session, 0)
+        release = checked_release(epsilon, events)
+        span = gaze_span(gaze, time.time())
         with self._backend.read() as sql:
             now = time.time()
             store = Store(sql)
@@ -314,7 +300,7 @@ class Ledger:
             session, chunk_index, epsilon, topic, payload,
             events=events, gaze=gaze, stream=stream, version=version,
         )  # fmt: skip
-        release, span = _validated(request)
+        release, span = validated_request(request, time.time())
         with self._backend.write() as sql:
             return self._charge_in(Store(sql, self._backend.lock_clause), request, release, span)
 
@@ -338,10 +324,10 @@ class Ledger:
         Raises:
             LedgerError: the transaction failed (locked too long, …): nothing was written.
         """
-        checked: list[tuple[_Release, tuple[float, float]] | LedgerRefusal] = []
+        checked: list[tuple[Release, tuple[float, float]] | LedgerRefusal] = []
         for request in requests:
             try:
-                checked.append(_validated(request))
+                checked.append(validated_request(request, time.time()))
             except (ConfigError, TypeError) as exc:
                 checked.append(exc)
         if all(isinstance(c, Exception) for c in checked):
@@ -368,7 +354,7 @@ class Ledger:
         return out
 
     def _charge_in(
-        self, store: Store, request: ChargeRequest, release: _Release, span: tuple[float, float]
+        self, store: Store, request: ChargeRequest, release: Release, span: tuple[float, float]
     ) -> Charge:
         """:meth:`charge`'s writes inside the caller's write transaction: the checks, the charge
         with its outbox item, and the session's counters as the charge leaves them."""
@@ -427,7 +413,7 @@ class Ledger:
         Raises:
             DuplicateChargeError: the release was charged (it cannot also be withheld).
         """
-        _check_release(session, chunk_index)
+        check_release(session, chunk_index)
         asked = sum(requested.values()) if isinstance(requested, Mapping) else float(requested)
         units = (
             0
@@ -537,19 +523,19 @@ class Ledger:
 
     def _view(
         self, store: Store, session: str, row: SessionRow | None, *, write: bool = False
-    ) -> _View:
+    ) -> WindowView:
         """The session's window aggregates in this transaction (``row``: its row, ``None`` for
         an unknown session): from its stored counters, or recounted (``counters=False``).
         ``write``: a write transaction, which restores missing counters (a damaged ledger)."""
         if row is None:
-            return _View(store, session, _EMPTY if self._counted else None)
+            return WindowView(store, session, EMPTY_COUNTERS if self._counted else None)
         counters = store.counters(session)
         if counters is None:
             log.warning("ledger %s: session %r had no counters", self._backend.location, session)
             if write:
                 counters = store.recount(session, None, None)
                 store.write_counters(session, counters)
-        return _View(store, session, counters if self._counted else None)
+        return WindowView(store, session, counters if self._counted else None)
 
     def _binding(self, session: str, row: SessionRow) -> Caps:
         """The caps that bind the session (ConfigError: the configured ones are looser than
@@ -593,12 +579,12 @@ class Ledger:
 
     def _windows(
         self,
-        view: _View,
+        view: WindowView,
         *,
         caps: Caps,
         row: SessionRow,
         counts: Counts,
-        release: _Release,
+        release: Release,
         span: tuple[float, float],
         now: float,
     ) -> Counters:
@@ -661,269 +647,9 @@ class Ledger:
         )  # fmt: skip
 
 
-#: The counters of a session without charges.
-_EMPTY = Counters(None, None, {}, {}, 0)
-
-
-class _View:
-    """A session's window aggregates inside one transaction: from its stored counters (moved
-    up to the window asked about by taking off the charges that left it: those rows only), or,
-    for a window they do not hold or with ``counters`` ``None``, counted from the rows. The
-    answers are the same either way."""
-
-    __slots__ = ("counters", "session", "store")
-
-    def __init__(self, store: Store, session: str, counters: Counters | None) -> None:
-        self.store = store
-        self.session = session
-        self.counters = counters
-
-    def gaze_since(self, start: float) -> Counts:
-        """Event counts of the session's charges whose gaze ends after ``start`` (Unix s)."""
-        c = self.counters
-        if c is not None and (c.gaze_lo is None or start >= c.gaze_lo):
-            if start == c.gaze_lo:
-                return c.gaze
-            left = self.store.gaze_between(self.session, c.gaze_lo, start)
-            out = _without(c.gaze, left)
-            if out is not None:
-                return out
-            self._damaged("gaze", c.gaze, left)
-        return self.store.gaze_between(self.session, start, None)
-
-    def wall_since(self, since: float) -> Counts:
-        """Event counts of the session's charges made after ``since`` (Unix s, wall clock)."""
-        c = self.counters
-        if c is not None and (c.wall_lo is None or since >= c.wall_lo):
-            if since == c.wall_lo:
-                return c.wall
-            left = self.store.wall_between(self.session, c.wall_lo, since)
-            out = _without(c.wall, left)
-            if out is not None:
-                return out
-            self._damaged("wall", c.wall, left)
-        return self.store.wall_between(self.session, since, None)
-
-    def window(self, start: float, end: float) -> Counts:
-        """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s)."""
-        return self.store.gaze_between(self.session, start, end)
-
-    def gaze_ends(self, start: float, end: float) -> list[float]:
-        """Distinct gaze ends (Unix s) of the session's charges in ``[start, end)``."""
-        return self.store.gaze_ends(self.session, start, end)
-
-    def pending(self) -> int:
-        """The session's pending outbox items."""
-        c = self.counters
-        return self.store.pending_count(self.session) if c is None else c.pending
-
-    def _damaged(self, which: str, held: Counts, left: Counts) -> None:
-        log.error(
-            "session %r: its %s counters %s cannot lose the charges %s that left the window; "
-            "counting from the rows (Ledger.verify() reports the difference)",
-            self.session, which, dict(held), dict(left),
-        )  # fmt: skip
-
-
-def _without(held: Counts, left: Counts) -> dict[str, int] | None:
-    """``held`` minus ``left`` (zeros dropped), or ``None`` if ``left`` is not part of it."""
-    out = dict(held)
-    for key, n in left.items():
-        rest = out.get(key, 0) - n
-        if rest < 0:
-            return None
-        if rest:
-            out[key] = rest
-        else:
-            del out[key]
-    return out
-
-
-class _Prefetch:
-    """Composes, on one background thread, what a session's next release will need.
-
-    A release's preview and charge report the session's ε at δ after it (and that of its
-    trailing window): a privacy-loss composition that, for a new count, costs milliseconds to
-    tens of milliseconds of FFTs; and the first time a release shape no longer fits a cap by its
-    exact pure sum, admission runs a capacity search (a second or more, once per shape and cap).
-    Chunks of one session carry the same accounting events, so the next chunk's counts are this
-    one's plus the same events: composing them after this charge, off the release's path, leaves
-    the next release cache lookups (the accountant's caches are process-wide and thread-safe).
-    A guess that turns out wrong (another stream's release came first, the window moved) only
-    costs the CPU: the figures reported and the admission are always computed from the ledger's
-    counts. At most one job runs; a newer request while it runs replaces the one waiting.
-    """
-
-    #: How long, s, the thread waits for the next request before it ends (a steady stream of
-    #: charges keeps one thread instead of starting one per charge: ~0.1 ms each).
-    IDLE_S = 0.5
-
-    def __init__(self, composer: Composer) -> None:
-        self._composer = composer
-        self._cond = threading.Condition(threading.Lock())
-        self._waiting: tuple[Caps, Counts, Counts, Counts] | None = None
-        self._thread: threading.Thread | None = None
-        self._busy = False
-        self._closed = False
-
-    def submit(self, caps: Caps, session: Counts, window: Counts, cost: Counts) -> None:
-        """After a charge: the session's and its window's counts now, and the release's own."""
-        with self._cond:
-            if self._closed:
-                return
-            self._waiting = (caps, session, window, cost)
-            if self._thread is None:
-                # not a daemon: one killed at interpreter exit inside the FFT's C++ code
-                # aborts the process ("terminate called without an active exception")
-                self._thread = threading.Thread(target=self._run, name="gazeguard-ledger-prefetch")
-                self._thread.start()
-            else:
-                self._cond.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()  # (wait())
-                if self._waiting is None and not self._closed:
-                    self._cond.wait(self.IDLE_S)
-                job, self._waiting = self._waiting, None
-                if job is None or self._closed:
-                    self._thread = None
-                    self._cond.notify_all()
-                    return
-                self._busy = True
-            caps, session, window, cost = job
-            try:
-                self._prepare(caps, session, window, cost)
-            except Exception:  # a guess, never a figure: the release path computes it again
-                log.debug("prefetching the next release's figures failed", exc_info=True)
-
-    def _prepare(self, caps: Caps, session: Counts, window: Counts, cost: Counts) -> None:
-        composer = self._composer
-        if isinstance(composer, LedgerComposer):
-            for cap in (caps.session, caps.window):
-                if cap is not None:
-                    composer.warm(session, cost, cap, caps.delta)
-        policy.figures(composer, caps, policy.merged(session, cost), policy.merged(window, cost))
-
-    def wait(self, timeout_s: float) -> bool:
-        """Wait until no job runs or waits (``False``: still busy after ``timeout_s``)."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while self._thread is not None and (self._busy or self._waiting is not None):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-            return True
-
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Drop the waiting request and wait for the one running (a composition or a capacity
-        search: milliseconds to a few seconds), and for the thread to end."""
-        with self._cond:
-            self._closed, self._waiting = True, None
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout_s)
-            if thread.is_alive():
-                log.warning(
-                    "the ledger's prefetch thread is still composing after %.0f s", timeout_s
-                )
-
-
 def _cap(value: float | None, field: str) -> float | None:
     """A cap rounded down to whole micro-ε (a cap never allows more than configured)."""
     return None if value is None else to_units_down(value, field) / UNITS_PER_EPSILON
-
-
-def _check_release(session: str, index: int) -> None:
-    if not isinstance(session, str) or not session:
-        raise ConfigError("session", session, "must be a non-empty string")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ConfigError("chunk_index", index, "must be an integer >= 0")
-
-
-def _validated(request: ChargeRequest) -> tuple[_Release, tuple[float, float]]:
-    """A charge request's release and gaze span, checked (ConfigError, TypeError)."""
-    _check_release(request.session, request.chunk_index)
-    release = _release(request.epsilon, request.events)
-    span = _span(request.gaze)
-    if not isinstance(request.payload, bytes | bytearray | memoryview):
-        msg = f"payload must be bytes, got {type(request.payload).__name__}"
-        raise TypeError(msg)
-    return release, span
-
-
-#: Validated releases by their arguments (types included: ``True`` is no count): a fleet's
-#: pipelines charge the same few shapes again and again (48 ε converted to micro-ε each).
-_RELEASES: dict[tuple[object, object], _Release] = {}
-_RELEASES_MAX = 1024
-_releases_lock = threading.Lock()
-
-
-def _release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
-    """A release's cost, validated (ConfigError), remembered for the same arguments."""
-    memo: tuple[object, object] | None = None
-    hit = None
-    # Only plain str names and int counts are remembered: equal keys then mean equal releases
-    # (1, 1.0 and True are equal keys with different names; True is no count).
-    plain_events = events is None or (
-        set(map(type, events)) == {str} and set(map(type, events.values())) == {int}
-    )
-    if plain_events and set(map(type, epsilon)) == {str}:
-        try:
-            memo = (tuple(epsilon.items()), None if events is None else tuple(events.items()))
-            hit = _RELEASES.get(memo)
-        except TypeError:  # an unhashable value: validate it plainly
-            memo = None
-    if hit is not None:
-        return hit
-    out = _validated_release(epsilon, events)
-    if memo is not None:
-        with _releases_lock:
-            if len(_RELEASES) >= _RELEASES_MAX:
-                _RELEASES.clear()
-            _RELEASES[memo] = out
-    return out
-
-
-def _validated_release(epsilon: Mapping[str, float], events: Counts | None) -> _Release:
-    if not epsilon:
-        raise ConfigError("epsilon", dict(epsilon), "a release covers at least one feature")
-    eps: dict[str, float] = {}
-    units: int | None = 0
-    for name, value in epsilon.items():
-        v = float(value)
-        if v == math.inf:
-            units = None
-        else:
-            u = to_units_up(v, f"epsilon[{name!r}]")
-            units = None if units is None else units + u
-        eps[str(name)] = v
-    if events is None:
-        counted: dict[str, int] = {}
-        for v in eps.values():
-            if v == math.inf:
-                raise ConfigError("events", None, "a release without a pure ε must name its events")
-            key = pure_event_key(v)
-            counted[key] = counted.get(key, 0) + 1
-        events = counted
-    bad = [k for k, n in events.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1]
-    if not events or bad:
-        raise ConfigError("events", dict(events), "must map event keys to counts >= 1")
-    return _Release(eps, units, dict(events), json.dumps(eps))
-
-
-def _span(gaze: tuple[float, float] | None) -> tuple[float, float]:
-    if gaze is None:
-        now = time.time()
-        return now, now
-    start, end = float(gaze[0]), float(gaze[1])
-    if not (math.isfinite(start) and math.isfinite(end) and start <= end):
-        raise ConfigError("gaze", gaze, "must be finite Unix times (start, end) with start <= end")
-    return start, end
 
 
 def _empty_row(caps: Caps) -> SessionRow:
@@ -931,7 +657,7 @@ def _empty_row(caps: Caps) -> SessionRow:
 
 
 def _charged(
-    row: SessionRow, release: _Release, span: tuple[float, float], stream: str, index: int
+    row: SessionRow, release: Release, span: tuple[float, float], stream: str, index: int
 ) -> SessionRow:
     """The row as a charge of ``release`` would leave it (for previews)."""
     del stream, index

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+if sys.platform != "win32":  # the user database (POSIX only)
+    import pwd
 
 from gazeguard.core.errors import ConfigError, GazeguardError
 from gazeguard.ledger._model import (
@@ -296,12 +300,12 @@ def not_writable(path: Path, *, companions: bool = True) -> str | None:
 
 def _user() -> str:
     """The name of the user this process runs as (its uid if it has none)."""
+    if sys.platform == "win32":  # no pwd, no uid
+        return "this user"
     try:
-        import pwd  # noqa: PLC0415 - POSIX only
-
         return pwd.getpwuid(os.geteuid()).pw_name
-    except (ImportError, KeyError):
-        return f"uid {os.geteuid()}" if hasattr(os, "geteuid") else "this user"
+    except KeyError:
+        return f"uid {os.geteuid()}"
 
 
 def connect_read_only(path: Path, timeout_s: float = 30.0) -> sqlite3.Connection:

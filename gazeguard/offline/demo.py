@@ -282,10 +282,10 @@ def plot(trace: Trace, out: Path, note: str = "") -> Path:
 
     Needs matplotlib (the ``eval`` extra).
     """
-    import matplotlib as mpl  # noqa: PLC0415 - plotting only at the end
+    import matplotlib as mpl  # noqa: PLC0415 - the eval extra
 
     mpl.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - the eval extra
 
     t = np.concatenate(trace.t)
     raw = np.concatenate(trace.raw, axis=1)

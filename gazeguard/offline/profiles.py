@@ -47,6 +47,10 @@ How a profile is built (:func:`build_profile`)
        candidate is tried.
     5. **Suggested budget.** ``ε × k × chunks per hour`` (pure ε, sequential composition over
        features and chunks: the honest user-level figure per hour of gaze).
+
+:mod:`gazeguard.offline.eval` is imported inside the functions that score candidates: that
+package imports scikit-learn (the ``eval`` extra), which reading profiles and their budgets does
+not need.
 """
 
 from __future__ import annotations
@@ -62,7 +66,10 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard import __version__
+from gazeguard.config import FeatureSettings
 from gazeguard.core.errors import ConfigError
+from gazeguard.plan import chunks_per_hour as plan_chunks_per_hour
+from gazeguard.privacy.accounting import LaplaceEvent, compose
 from gazeguard.signal.profiles import Profile, SuggestedBudget
 
 if TYPE_CHECKING:
@@ -247,7 +254,7 @@ def check_stream_mechanism(spec: MechanismSpec) -> None:
 
 
 def _bounds(names: Sequence[str], window_s: float, step_s: float) -> Any:
-    from gazeguard.offline.eval.runner import public_bounds  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.runner import public_bounds  # noqa: PLC0415 - the eval extra
 
     return public_bounds(names, window_s, step_s)
 
@@ -266,7 +273,7 @@ def noise_variance(
     """Per-window release noise variance of each ``cols`` feature, (F,), feature unit²: the mean
     squared difference between one production release of the public table and its clean values
     (zeros for ``none``)."""
-    from gazeguard.offline.eval.harness import (  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.harness import (  # noqa: PLC0415 - the eval extra
         MechanismCache,
         gazeguard_factory,
         release_table,
@@ -302,11 +309,11 @@ def evaluate_point(
     """Release the ``cols`` features of every recording ``reps`` times with ``spec`` at
     ``epsilon`` and score task recognition (leave one person out) and re-identification (first
     half → second half, cut between chunks), as ``gazeguard eval`` does."""
-    from gazeguard.offline.eval.attacks import (  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.attacks import (  # noqa: PLC0415 - the eval extra
         reidentification,
         task_recognition,
     )
-    from gazeguard.offline.eval.harness import (  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.harness import (  # noqa: PLC0415 - the eval extra
         MechanismCache,
         gazeguard_factory,
         release_table,
@@ -374,7 +381,7 @@ def evaluate_point(
 
 def candidate_columns(table: FeatureTable) -> tuple[IntArray, dict[str, str]]:
     """Columns that can be ranked: finite and not constant (``gazeguard eval``'s rule)."""
-    from gazeguard.offline.eval.runner import select_features  # noqa: PLC0415 - heavy import
+    from gazeguard.offline.eval.runner import select_features  # noqa: PLC0415 - the eval extra
 
     return select_features(table)
 
@@ -382,10 +389,10 @@ def candidate_columns(table: FeatureTable) -> tuple[IntArray, dict[str, str]]:
 def chunks_per_hour(spec: MechanismSpec, step_s: float, window_s: float = 30.0) -> float:
     """Chunks one hour of gaze can change (:func:`gazeguard.plan.chunks_per_hour`, as the
     ledger's hourly budget counts them)."""
-    from gazeguard.config import FeatureSettings  # noqa: PLC0415
-    from gazeguard.plan import chunks_per_hour as count  # noqa: PLC0415
 
-    return float(count(FeatureSettings(window_s=window_s, step_s=step_s), int(spec.n or 1)))
+    return float(
+        plan_chunks_per_hour(FeatureSettings(window_s=window_s, step_s=step_s), int(spec.n or 1))
+    )
 
 
 def suggested_budget(
@@ -395,7 +402,6 @@ def suggested_budget(
     per hour of gaze, user-level at ``delta``: the PLD accountant's composition of
     ``size × chunks_per_hour`` Laplace releases of noise multiplier ``1/epsilon``
     (:func:`gazeguard.privacy.accounting.compose`), with the pure sequential sum beside it."""
-    from gazeguard.privacy.accounting import LaplaceEvent, compose  # noqa: PLC0415
 
     cph = chunks_per_hour(spec, step_s)
     releases = size * round(cph)

@@ -26,6 +26,7 @@ from types import TracebackType
 import numpy as np
 import numpy.typing as npt
 import pylsl
+import pyxdf
 
 from gazeguard.core.errors import DatasetError
 from gazeguard.core.samples import FloatArray, GazeSamples
@@ -84,7 +85,6 @@ class XdfStream:
 
 def load_xdf(path: str | Path, stream: str | None = None) -> XdfStream:
     """The gaze stream of an XDF file (by name, else the first of type Gaze/Eyetracker)."""
-    import pyxdf  # noqa: PLC0415 - only replay of XDF needs it
 
     path = Path(path)
     try:

@@ -43,7 +43,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gazeguard.config import (
     CohortSettings,
@@ -59,12 +59,10 @@ from gazeguard.plan.cohort import CohortPlan, plan_cohort
 from gazeguard.plan.labels import LabelPlan, load_label_model, plan_labels, steps_per_decision
 from gazeguard.privacy.accounting import Event, RandomizedResponseEvent, compose, releases_within
 from gazeguard.privacy.mechanisms import Bounds, Mechanism
+from gazeguard.signal.attention import AttentionGrid, AttentionLayout, load_aois
 from gazeguard.signal.events import EVENT_REACH_S, LOOKBEHIND_S
 from gazeguard.signal.features import FEATURES, feature_bounds
-
-if TYPE_CHECKING:
-    from gazeguard.signal.attention import AttentionLayout
-    from gazeguard.signal.labels import LabelModel
+from gazeguard.signal.labels import LabelModel, load_model
 
 __all__ = [
     "HOUR_S",
@@ -662,7 +660,6 @@ def attention_layout(cohort: CohortSettings) -> AttentionLayout | None:
     Raises:
         ConfigError: a bad grid, field or AOI file (naming the setting and what is wrong).
     """
-    from gazeguard.signal.attention import AttentionGrid, AttentionLayout, load_aois  # noqa: PLC0415
 
     release = cohort_release(cohort)
     if "attention" not in release and "aois" not in release:
@@ -718,7 +715,6 @@ def _cohort_model(cohort: CohortSettings, features: FeatureSettings) -> LabelMod
     feature window and step."""
     if cohort.model is None:
         return None
-    from gazeguard.signal.labels import load_model  # noqa: PLC0415
 
     model = load_model(cohort.model)
     if not (

@@ -24,10 +24,8 @@ from typing import TYPE_CHECKING, Any
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.accounting import Event, Family, PrivacyLoss, calibrate, compose
 from gazeguard.privacy.mechanisms import Bounds, Mechanism, make_mechanism
-from gazeguard.privacy.mechanisms.noise import (
-    GAUSS_SAMPLER_LOSS_PER_COORDINATE,
-    SAMPLER_LOSS_PER_COORDINATE,
-)
+from gazeguard.privacy.mechanisms.discrete_gaussian import GAUSS_SAMPLER_LOSS_PER_COORDINATE
+from gazeguard.privacy.mechanisms.discrete_laplace import SAMPLER_LOSS_PER_COORDINATE
 from gazeguard.privacy.mechanisms.registry import MECHANISMS, ONLINE_MECHANISMS
 
 if TYPE_CHECKING:

@@ -116,7 +116,7 @@ from gazeguard.plan.cohort import (
     CohortPart,
     CohortPlan,
 )
-from gazeguard.privacy.mechanisms.noise import RandomSource, random_source
+from gazeguard.privacy.mechanisms.randomness import RandomSource, random_source
 from gazeguard.signal.attention import shares as attention_shares
 from gazeguard.wire.cohort import (
     AoiShare,

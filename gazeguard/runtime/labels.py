@@ -50,7 +50,7 @@ from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
 from gazeguard.plan.labels import LabelPlan
 from gazeguard.privacy.accounting import compose
-from gazeguard.privacy.mechanisms.noise import RandomSource, random_source
+from gazeguard.privacy.mechanisms.randomness import RandomSource, random_source
 from gazeguard.privacy.mechanisms.svt import AboveThreshold
 from gazeguard.signal.labels import LabelRelease
 from gazeguard.wire.label import LabelMessage, label_topic

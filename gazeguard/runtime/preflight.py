@@ -190,7 +190,7 @@ def _nats_installed() -> bool:
     """Whether nats-py (the ``fleet`` extra) imports: :mod:`gazeguard.runtime.jetstream` needs
     it."""
     try:
-        import nats  # noqa: F401, PLC0415
+        import nats  # noqa: F401, PLC0415 - the fleet extra (nats-py)
     except ImportError:
         return False
     return True

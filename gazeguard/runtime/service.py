@@ -477,7 +477,7 @@ async def serve_fleet(
         if ready is not None:
             ready(fleet)
         if settings.ingest.source == "jetstream":
-            from gazeguard.runtime.jetstream import JetStreamIngest  # noqa: PLC0415 - needs nats-py
+            from gazeguard.runtime.jetstream import JetStreamIngest  # noqa: PLC0415 - the fleet extra (nats-py)
 
             ingest: JetStreamIngest | LslFleetIngest = JetStreamIngest(fleet)
         else:

@@ -239,8 +239,8 @@ def file_sha256(path: str | Path) -> str:
 
 def _pyarrow(path: Path) -> tuple[Any, Any]:  # pragma: no cover - optional dependency
     try:
-        import pyarrow as pa  # noqa: PLC0415
-        import pyarrow.parquet as pq  # noqa: PLC0415
+        import pyarrow as pa  # noqa: PLC0415 - the parquet extra
+        import pyarrow.parquet as pq  # noqa: PLC0415 - the parquet extra
     except ImportError as exc:
         raise DatasetError(path, "Parquet needs pyarrow: pip install pyarrow") from exc
     return pa, pq

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gazeguard.core.errors import ConfigError
+from gazeguard.signal.features import NAMES
 
 __all__ = ["check_feature_names", "read_named_json", "validation_error"]
 
@@ -26,7 +27,6 @@ def _did_you_mean(name: str, known: Sequence[str]) -> str:
 
 def check_feature_names(names: Sequence[str], field_name: str, source: str) -> None:
     """Refuse names the feature registry does not know (with a did-you-mean)."""
-    from gazeguard.signal.features import NAMES  # noqa: PLC0415 - heavy import
 
     for i, name in enumerate(names):
         if name not in NAMES:

@@ -93,7 +93,7 @@ from pydantic import (
 from gazeguard import __version__
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.mechanisms.exact import uniform_below
-from gazeguard.privacy.mechanisms.noise import OsRandom, RandomSource
+from gazeguard.privacy.mechanisms.randomness import OsRandom, RandomSource
 from gazeguard.signal.dataset import FeatureTable, subsample
 from gazeguard.signal.files import check_feature_names, read_named_json, validation_error
 
@@ -260,7 +260,7 @@ class RandomizedResponse:
         Args:
             true_index: 0-based index of the clean decision.
             source: random bytes; None: the OS CSPRNG
-                (:class:`~gazeguard.privacy.mechanisms.noise.OsRandom`).
+                (:class:`~gazeguard.privacy.mechanisms.randomness.OsRandom`).
         """
         self._check_index(true_index)
         t = int(true_index)
@@ -708,7 +708,7 @@ def train_model(
             ``every`` thins the training rows).
         sample_weight: (N,) weight of each row in the fit (e.g. balancing datasets).
     """
-    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 - build time only
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 - the eval extra
 
     check_feature_names(features, "features", "train_model")
     check_feature_names(log_features, "log_features", "train_model")
@@ -740,7 +740,7 @@ def train_model(
         coef = np.vstack([-coef / 2, coef / 2])
         intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
     now = datetime.now(UTC)
-    import sklearn  # noqa: PLC0415 - build time only
+    import sklearn  # noqa: PLC0415 - the eval extra
 
     trained: dict[str, Any] = {
         "estimator": "sklearn.linear_model.LogisticRegression (multinomial, L2)",
@@ -884,7 +884,7 @@ class LabelRelease:
         input_features: names of the columns of the vectors passed to :meth:`release` (default:
             the model's features in its order; e.g. ``gazeguard.signal.features.NAMES`` for full
             48-feature vectors). Every model feature must be among them.
-        source: random bytes (None: :class:`~gazeguard.privacy.mechanisms.noise.OsRandom`).
+        source: random bytes (None: :class:`~gazeguard.privacy.mechanisms.randomness.OsRandom`).
     """
 
     def __init__(

@@ -28,6 +28,7 @@ from gazeguard.ledger import (
 from gazeguard.ledger import _ledger as _ledger_module
 from gazeguard.ledger._model import to_units_down, to_units_up
 from gazeguard.ledger._store import Store
+from gazeguard.ledger._view import WindowView
 
 SESSIONS = ("a", "b")
 MILLI = UNITS_PER_EPSILON // 1000  # model ε in integer milli-ε: exact in decimal and in units
@@ -234,7 +235,7 @@ def _counters_agree_with_rows(ledger: Ledger, session: str, probes: list[float])
         stored = store.counters(session)
         assert stored is not None
         assert stored == store.recount(session, stored.gaze_lo, stored.wall_lo)
-        view = _ledger_module._View(store, session, stored)
+        view = WindowView(store, session, stored)
         for a in probes:
             assert view.gaze_since(a) == store.gaze_between(session, a, None)
             assert view.wall_since(a) == store.wall_between(session, a, None)

@@ -42,7 +42,7 @@ from scipy.stats import wasserstein_distance_nd
 from gazeguard.config import CohortSettings
 from gazeguard.plan import ReleasePlan
 from gazeguard.plan.cohort import CohortPart
-from gazeguard.privacy.mechanisms.noise import random_source
+from gazeguard.privacy.mechanisms.randomness import random_source
 from gazeguard.runtime.cohort import exact_sum, privatize_sum
 from gazeguard.runtime.simulate import TASKS, simulate_scene_gaze
 from gazeguard.signal.attention import AttentionGrid, AttentionLayout, load_aois, shares

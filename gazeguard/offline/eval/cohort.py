@@ -81,7 +81,7 @@ from gazeguard.core.errors import ConfigError
 from gazeguard.plan import releases_per_hour
 from gazeguard.plan.cohort import CohortPlan, plan_cohort
 from gazeguard.privacy.accounting import GaussianEvent, PrivacyLoss, calibrate, compose
-from gazeguard.privacy.mechanisms.noise import random_source
+from gazeguard.privacy.mechanisms.randomness import random_source
 from gazeguard.runtime.cohort import contribution, exact_sum, privatize_sum
 from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.features import FEATURES, feature_bounds

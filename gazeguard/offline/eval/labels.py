@@ -46,7 +46,7 @@ from gazeguard.offline.eval.runner import select_features
 from gazeguard.plan import labels_alone, releases_per_hour
 from gazeguard.plan.labels import LabelPlan, decision_epsilon
 from gazeguard.privacy.accounting import RandomizedResponseEvent, compose
-from gazeguard.privacy.mechanisms.noise import OsRandom, RandomSource, random_source
+from gazeguard.privacy.mechanisms.randomness import OsRandom, RandomSource, random_source
 from gazeguard.runtime.labels import LabelStats, LabelStream
 from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.features import NAMES as FEATURE_NAMES

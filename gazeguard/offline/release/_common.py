@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from gazeguard.core.errors import ConfigError
 from gazeguard.signal.dataset import FeatureTable
+from gazeguard.signal.features import feature_bounds
 
 FloatArray = npt.NDArray[np.float64]
 IndexArray = npt.NDArray[np.intp]
@@ -345,15 +346,6 @@ def require_finite(table: FeatureTable, params: Params) -> None:
 def _registry_bounds(
     names: tuple[str, ...], window_s: float, step_s: float, params: Params
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    try:
-        from gazeguard.signal.features import feature_bounds  # noqa: PLC0415 - optional stage
-    except ImportError as exc:
-        raise params.error(
-            "bounds",
-            None,
-            "no public feature registry is available (gazeguard.signal.features); pass bounds "
-            "({name: (lo, hi, max_step)}, CLI --bounds FILE.json) or range='data'",
-        ) from exc
     try:
         lo, hi, step = feature_bounds(list(names), window_s=window_s, step_s=step_s)
     except (KeyError, ValueError) as exc:

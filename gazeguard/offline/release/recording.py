@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -49,11 +49,9 @@ from gazeguard.offline.release._common import (
     seed_policy,
 )
 from gazeguard.privacy.accounting import Event, compose
+from gazeguard.privacy.mechanisms import Bounds, Mechanism, make_mechanism
 from gazeguard.privacy.mechanisms.registry import MECHANISMS, mechanism_kind
 from gazeguard.signal.dataset import FeatureTable
-
-if TYPE_CHECKING:
-    from gazeguard.privacy.mechanisms import Bounds, Mechanism
 
 DP_MECHANISMS = tuple(MECHANISMS)
 TAIL_POLICIES = ("drop", "pad")
@@ -123,7 +121,6 @@ class _Setup:
 
 def _setup(name: str, table: FeatureTable, params: Mapping[str, object]) -> _Setup:
     """Check ``params`` for mechanism ``name`` (see :func:`recording_release`)."""
-    from gazeguard.privacy.mechanisms import Bounds  # noqa: PLC0415
 
     kind = mechanism_kind(name, field="mechanism")
     whole = not kind.online  # FPA: one release per recording
@@ -159,8 +156,6 @@ class _Mechanisms:
         self.cache: dict[int, Mechanism] = {}
 
     def __call__(self, length: int) -> Mechanism:
-        from gazeguard.privacy.mechanisms import make_mechanism  # noqa: PLC0415
-
         s = self.setup
         if length not in self.cache:
             try:

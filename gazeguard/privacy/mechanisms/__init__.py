@@ -9,7 +9,9 @@
 ((3, 64), 15, (3,))
 
 Modules: ``bounds`` (public bounds, sensitivities), ``transforms`` (orthonormal DFT/DCT on pyFFTW
-plans), ``noise`` (discrete Laplace on a power-of-two grid from the OS CSPRNG), ``fpa`` (the
+plans), ``randomness`` (the OS CSPRNG, or an insecure seeded generator for tests),
+``discrete_laplace`` and ``discrete_gaussian`` (the integer noise samplers), ``calibration`` (the
+power-of-two grid and the noise scale per family, from ε or a noise multiplier), ``fpa`` (the
 mechanisms), ``prior`` and ``auto_k`` (choosing k from a public prior).
 """
 
@@ -19,19 +21,19 @@ from gazeguard.privacy.mechanisms.bounds import (
     difference_sensitivity_l2,
     raw_sensitivity_l2,
 )
+from gazeguard.privacy.mechanisms.discrete_laplace import DiscreteLaplace
 from gazeguard.privacy.mechanisms.fpa import Mechanism, make_mechanism
-from gazeguard.privacy.mechanisms.noise import (
-    DiscreteLaplace,
-    InsecureSeededRandom,
-    OsRandom,
-    RandomSource,
-    random_source,
-)
 from gazeguard.privacy.mechanisms.prior import (
     PriorSpectrum,
     default_prior,
     estimate_prior,
     model_prior,
+)
+from gazeguard.privacy.mechanisms.randomness import (
+    InsecureSeededRandom,
+    OsRandom,
+    RandomSource,
+    random_source,
 )
 from gazeguard.privacy.mechanisms.registry import (
     MECHANISMS,

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.mechanisms.bounds import Bounds
-from gazeguard.privacy.mechanisms.noise import calibrate
+from gazeguard.privacy.mechanisms.calibration import calibrate
 from gazeguard.privacy.mechanisms.prior import PriorSpectrum, cumsum_gain, default_prior
 from gazeguard.privacy.mechanisms.registry import MechanismKind, TransformName, mechanism_kind
 from gazeguard.privacy.mechanisms.sensitivity import sensitivity_of

@@ -15,34 +15,66 @@ separately so that an accountant adds it to ε (pure loss, composes by addition)
 Two ways in:
 
 * ``epsilon`` (Laplace): the classic per-release ε, ``λ = (Δ1 + 2mγ)/(ε − m·slack_coord)``
-  (:func:`gazeguard.privacy.mechanisms.noise.calibrate`), so the stated ε holds exactly.
+  (:func:`calibrate`), so the stated ε holds exactly.
 * ``ratio``: a noise multiplier chosen by the accountant for a budget per hour
   (:mod:`gazeguard.privacy.accounting`): ``scale = ratio·(Δ + 2mγ)``.
+
+The grid and its cost, charged honestly (:func:`calibrate`; the samplers are
+:mod:`~gazeguard.privacy.mechanisms.discrete_laplace` and
+:mod:`~gazeguard.privacy.mechanisms.discrete_gaussian`)
+    * Rounding moves each coordinate by at most ``γ/2``; the floating-point transform moves it by
+      at most ``δ`` (a public bound on FFT rounding error, see ``transforms.fft_error_bound``). We
+      require ``δ ≤ γ/2``, so between neighbours ``|u_i − u'_i| ≤ |c_i − c'_i|/γ + 2`` and
+      ``‖u − u'‖₁ ≤ Δ1/γ + 2m`` for ``m`` coefficients.
+    * Discrete Laplace with parameter ``t`` on integers is ``(‖u − u'‖₁/t)``-DP, so with
+      ``λ = t·γ`` the loss is ``(Δ1 + 2mγ)/λ``.
+    * Our sampler is exact up to floating-point error in ``log`` and in the 64-bit uniforms; we
+      bound the relative error of every integer's probability by ``ETA = 2^-21`` (derivation in
+      :class:`~gazeguard.privacy.mechanisms.discrete_laplace.DiscreteLaplace`), which adds at
+      most ``ln((1+ETA)/(1−ETA)) ≈ 9.5e-7`` per coordinate to the privacy loss.
+    * Hence ``λ = (Δ1 + 2mγ) / (ε − m·ln((1+ETA)/(1−ETA)))``: slightly larger than the ideal
+      ``Δ1/ε``; the stated ε is the true bound. ``γ`` is the largest power of two ``≤ λ·2^-20``
+      (so ``t ≈ 2^20``: the grid is a millionth of the noise scale, the inflation of λ is about
+      ``2m/(ε·2^20)``, e.g. 6e-5 for m = 15, ε = 0.48).
+    * Gaussian noise is gridded the same way, paid in L2 by inflating σ
+      (:func:`calibrate_gaussian`, :func:`calibrate_gaussian_epsilon_delta`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from gazeguard.core.errors import ConfigError
-from gazeguard.privacy.mechanisms.noise import (
-    GRID_LOG2_BELOW_SCALE,
+from gazeguard.privacy.accounting import analytic_gaussian_sigma
+from gazeguard.privacy.mechanisms.discrete_gaussian import (
+    GAUSS_ETA,
+    GAUSS_KAPPA_MAX,
+    GAUSS_SAMPLER_LOSS_PER_COORDINATE,
+    GAUSS_SIGMA_INT_MIN,
+    GAUSS_SIGMA_MAX,
+    DiscreteGaussian,
+    gaussian_kappa,
+)
+from gazeguard.privacy.mechanisms.discrete_laplace import (
     SAMPLER_LOSS_PER_COORDINATE,
     T_MAX,
-    T_MIN,
-    DiscreteGaussian,
     DiscreteLaplace,
-    RandomSource,
-    calibrate,
-    calibrate_gaussian,
-    calibrate_gaussian_epsilon_delta,
     laplace_slack,
 )
+from gazeguard.privacy.mechanisms.randomness import RandomSource
 
 FloatArray = npt.NDArray[np.float64]
+
+#: ``log2`` of the target ratio noise scale / grid (``t ≈ 2^20``).
+GRID_LOG2_BELOW_SCALE = 20
+#: Below this ``t`` the grid is too coarse for the noise to be Laplace-like; refused.
+T_MIN = 2.0**10
+#: ``log2`` of the target ratio σ / grid for Gaussian noise (``σ_int ≈ 2^20``).
+GAUSS_GRID_LOG2_BELOW_SCALE = 20
 
 
 @dataclass(frozen=True)
@@ -177,7 +209,7 @@ def _gaussian(
     ratio: FloatArray | None,
     delta: float | None,
 ) -> NoiseCalibration:
-    """Discrete Gaussian noise (:func:`gazeguard.privacy.mechanisms.noise.calibrate_gaussian`): its
+    """Discrete Gaussian noise (:func:`calibrate_gaussian`): its
     pure ε is infinite; the accountant composes its noise multiplier (Gaussian PLD) and adds the
     sampler's per-coordinate slack."""
     if epsilon is not None:
@@ -199,4 +231,277 @@ def _gaussian(
         m=m,
         sampler=DiscreteGaussian(np.repeat(cal.sigma_int[:, None], m, axis=1)),
         delta=0.0 if delta is None or epsilon is None else float(delta),
+    )
+
+
+# ---- the grid per family ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GridCalibration:
+    """Noise parameters per feature for ``m`` coefficients at privacy ``epsilon``.
+
+    Attributes:
+        epsilon: float64 (F,) the ε these parameters guarantee per feature.
+        scale: float64 (F,) λ, the Laplace scale of every noised coefficient (coefficient units);
+            its standard deviation is ``√2·λ`` up to ``γ²/12``.
+        grid: float64 (F,) γ, a power of two; every released coefficient is an integer times γ.
+        t: float64 (F,) ``λ/γ``, the discrete Laplace parameter in grid steps.
+        m: number of noised coefficients per feature.
+        slack: float64 (F,) privacy loss charged per coordinate beside the integers' own: the
+            sampler's inexactness and the discrete Laplace's distance from the continuous pair
+            (at a ``t`` no larger than the final one, so it covers it).
+    """
+
+    epsilon: FloatArray
+    scale: FloatArray
+    grid: FloatArray
+    t: FloatArray
+    m: int
+    slack: FloatArray
+
+
+def calibrate(
+    l1_sensitivity: FloatArray, m: int, epsilon: FloatArray, input_error: FloatArray
+) -> GridCalibration:
+    """Grid and scale per feature so that the released integers are ε-DP (derivation above).
+
+    Args:
+        l1_sensitivity: float64 (F,) ``Δ1``, L1 sensitivity of the exact coefficients.
+        m: coefficients noised per feature.
+        epsilon: float64 (F,) privacy parameter per feature, finite and > 0.
+        input_error: float64 (F,) public bound on the absolute floating-point error of each
+            computed coefficient (``δ``); the grid is never finer than ``2δ``.
+
+    Raises:
+        ConfigError: if ε is too small to pay for the sampler's inexactness over ``m``
+            coefficients, or so large that the grid would be coarser than ``λ·2^-10``.
+    """
+    budget = epsilon - m * SAMPLER_LOSS_PER_COORDINATE
+    if np.any(budget < epsilon / 2) or np.any(2.0 * m / budget >= T_MAX / 4):
+        i = int(np.argmin(budget / epsilon))
+        raise ConfigError(
+            "epsilon",
+            float(epsilon[i]),
+            f"too small for {m} noised coefficients per feature; use a smaller k "
+            "(fewer coefficients) or a larger epsilon",
+        )
+    lam0 = l1_sensitivity / budget
+    grid = np.exp2(np.floor(np.log2(lam0)) - GRID_LOG2_BELOW_SCALE)
+    grid = np.maximum(grid, np.exp2(np.ceil(np.log2(2.0 * input_error))))
+    # The discrete Laplace is within a factor of the continuous pair the accountant composes
+    # (gazeguard.privacy.accounting.discrete_laplace_slack): pay that slack too, for the parameter t
+    # the grid gives at this budget (paying it only makes t, and so the slack, larger).
+    t0 = (l1_sensitivity + 2.0 * m * grid) / budget / grid
+    slack = SAMPLER_LOSS_PER_COORDINATE + laplace_slack(np.maximum(t0, 1.0))
+    budget = epsilon - m * slack
+    if np.any(budget < epsilon / 2) or np.any(2.0 * m / budget >= T_MAX / 4):
+        i = int(np.argmin(budget / epsilon))
+        raise ConfigError(
+            "epsilon",
+            float(epsilon[i]),
+            f"too small for {m} noised coefficients per feature; use a smaller k "
+            "(fewer coefficients) or a larger epsilon",
+        )
+    scale = (l1_sensitivity + 2.0 * m * grid) / budget
+    while np.any(scale / grid >= T_MAX):  # only when 2m/budget is large: coarsen the grid
+        grid = np.where(scale / grid >= T_MAX, 2.0 * grid, grid)
+        scale = (l1_sensitivity + 2.0 * m * grid) / budget
+    t = scale / grid
+    if np.any(t < T_MIN):
+        i = int(np.argmin(t))
+        raise ConfigError(
+            "epsilon",
+            float(epsilon[i]),
+            "too large: the noise would be smaller than the transform's rounding error allows; "
+            "use a smaller epsilon",
+        )
+    return GridCalibration(epsilon=epsilon, scale=scale, grid=grid, t=t, m=m, slack=slack)
+
+
+@dataclass(frozen=True)
+class GaussianCalibration:
+    """Discrete Gaussian noise parameters per feature for ``m`` coefficients.
+
+    The released coefficients are ``γ·(u + Z)`` with ``u = rint(c/γ)`` and ``Z`` i.i.d. discrete
+    Gaussian of parameter ``σ_int`` (:class:`DiscreteGaussian`).
+
+    Attributes:
+        noise_multiplier: float64 (F,) ``r = σ_int / Δ_int``: the ratio the accountant composes
+            (ideal mechanism: ``ρ = 1/(2r²)``-zCDP per release, or the Gaussian PLD at ``r``).
+        sigma: float64 (F,) ``σ = γ·σ_int`` in coefficient units (≥ ``r·Δ2``; the inflation pays
+            for the grid). Each noised coefficient has standard deviation ``< σ``.
+        grid: float64 (F,) γ, a power of two; every released coefficient is an integer times γ.
+        sigma_int: float64 (F,) ``σ/γ``, the discrete Gaussian parameter in grid steps.
+        sensitivity_l2: float64 (F,) ``Δ2`` of the exact coefficients (as given).
+        integer_sensitivity: float64 (F,) ``Δ_int = Δ2/γ + 2√m``, the L2 sensitivity of the
+            integers ``u`` (grid steps).
+        rho: float64 (F,) ``1/(2r²)``, zCDP of the ideal discrete Gaussian per release.
+        m: noised coefficients per feature.
+        slack_epsilon_per_coordinate: float64 (F,) additive ε per noised coordinate for using the
+            *continuous* Gaussian's PLD / (ε, δ) / RDP at ``r`` for the real sampler:
+            ``ln((1+η)/(1−η)) + 2κ(σ_int)`` (see
+            :func:`~gazeguard.privacy.mechanisms.discrete_gaussian.gaussian_slack`).
+        epsilon: float64 (F,) the per-release ε this calibration guarantees with :attr:`delta`
+            when built by :func:`calibrate_gaussian_epsilon_delta` (slack included), else None.
+        delta: the per-release δ that goes with :attr:`epsilon`, else None.
+    """
+
+    noise_multiplier: FloatArray
+    sigma: FloatArray
+    grid: FloatArray
+    sigma_int: FloatArray
+    sensitivity_l2: FloatArray
+    integer_sensitivity: FloatArray
+    rho: FloatArray
+    m: int
+    slack_epsilon_per_coordinate: FloatArray
+    epsilon: FloatArray | None = None
+    delta: float | None = None
+
+
+def calibrate_gaussian(
+    l2_sensitivity: npt.ArrayLike,
+    m: int,
+    noise_multiplier: npt.ArrayLike,
+    input_error: npt.ArrayLike,
+) -> GaussianCalibration:
+    """Grid and discrete Gaussian parameter per feature for a requested noise multiplier.
+
+    The accountant asked for ``σ = r·Δ2`` (``r`` = ``noise_multiplier``). What the integers see
+    (the derivation of :func:`calibrate`, in L2): rounding moves each coordinate by at most
+    ``γ/2`` and the floating-point transform by at most ``δ ≤ γ/2`` (``input_error``), so
+    ``|u_i − u'_i| ≤ |c_i − c'_i|/γ + 2`` and, by the triangle inequality in ℝ^m,
+    ``‖u − u'‖₂ ≤ Δ2/γ + 2√m =: Δ_int``. We set ``σ_int = r·Δ_int`` — the integer mechanism
+    then has noise multiplier exactly ``r`` — and report ``σ = γ·σ_int = r·(Δ2 + 2√m·γ)``,
+    slightly above ``r·Δ2``: the grid's cost is charged by inflating σ, never by hiding it.
+    ``γ`` is the largest power of two ``≤ r·Δ2·2^-20`` (so ``σ_int ∈ [2^20, 2^21)`` up to the
+    inflation ``2√m·r``, relative ``2√m·r/σ_int``, e.g. 4e-4 at m = 15, r = 56), never finer
+    than ``2δ``, doubled while ``σ_int ≥ 2^21`` (the sampler's range).
+
+    Args:
+        l2_sensitivity: float64 (F,) ``Δ2``, L2 sensitivity of the exact coefficients
+            (coefficient units), finite and > 0.
+        m: coefficients noised per feature.
+        noise_multiplier: float64 (F,) or scalar ``r`` > 0.
+        input_error: float64 (F,) or scalar, public bound on the absolute floating-point error
+            of each computed coefficient (``transforms.fft_error_bound``).
+
+    Raises:
+        ConfigError: if ``r`` is so large that ``2√m·r`` alone would push ``σ_int`` past the
+            sampler's range, or so small that ``σ_int < 2^19`` (the grid would have to be finer
+            than the transform's rounding error).
+    """
+    delta2 = np.atleast_1d(np.asarray(l2_sensitivity, dtype=np.float64))
+    r = np.broadcast_to(np.asarray(noise_multiplier, dtype=np.float64), delta2.shape).copy()
+    err = np.broadcast_to(np.asarray(input_error, dtype=np.float64), delta2.shape)
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+        raise ConfigError("m", m, "the number of noised coefficients must be an integer >= 1")
+    for name, arr in (("sensitivity_l2", delta2), ("noise_multiplier", r)):
+        if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+            i = int(np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))[0])
+            raise ConfigError(name, float(arr[i]), f"must be finite and > 0 (feature index {i})")
+    root_m = math.sqrt(m)
+    if np.any(2.0 * root_m * r >= GAUSS_SIGMA_MAX / 4):
+        i = int(np.argmax(r))
+        raise ConfigError(
+            "noise_multiplier",
+            float(r[i]),
+            f"too large for {m} coefficients: the discrete Gaussian parameter would leave the "
+            "sampler's range; use a larger epsilon (budget) or fewer coefficients",
+        )
+    sigma0 = r * delta2
+    grid = np.exp2(np.floor(np.log2(sigma0)) - GAUSS_GRID_LOG2_BELOW_SCALE)
+    grid = np.maximum(grid, np.exp2(np.ceil(np.log2(2.0 * np.maximum(err, 2.0**-1074)))))
+    integer_sensitivity = delta2 / grid + 2.0 * root_m
+    sigma_int = r * integer_sensitivity
+    while np.any(sigma_int >= GAUSS_SIGMA_MAX):
+        grid = np.where(sigma_int >= GAUSS_SIGMA_MAX, 2.0 * grid, grid)
+        integer_sensitivity = delta2 / grid + 2.0 * root_m
+        sigma_int = r * integer_sensitivity
+    if np.any(sigma_int < GAUSS_SIGMA_INT_MIN):
+        i = int(np.argmin(sigma_int))
+        raise ConfigError(
+            "noise_multiplier",
+            float(r[i]),
+            "too small: the noise would be finer than the transform's rounding error allows "
+            f"(feature index {i}); use a larger noise multiplier (smaller epsilon)",
+        )
+    return GaussianCalibration(
+        noise_multiplier=r,
+        sigma=grid * sigma_int,
+        grid=grid,
+        sigma_int=sigma_int,
+        sensitivity_l2=delta2,
+        integer_sensitivity=integer_sensitivity,
+        rho=1.0 / (2.0 * r**2),
+        m=int(m),
+        slack_epsilon_per_coordinate=GAUSS_SAMPLER_LOSS_PER_COORDINATE
+        + 2.0 * gaussian_kappa(sigma_int),
+    )
+
+
+def calibrate_gaussian_epsilon_delta(
+    l2_sensitivity: npt.ArrayLike,
+    m: int,
+    epsilon: npt.ArrayLike,
+    delta: float,
+    input_error: npt.ArrayLike,
+) -> GaussianCalibration:
+    """Discrete Gaussian parameters per feature so that one release of ``m`` coefficients is
+    (ε, δ)-DP per feature, sampler and grid included.
+
+    The analytic Gaussian (:func:`analytic_gaussian_sigma`) is applied to the *integers* ``u``
+    (L2 sensitivity ``Δ_int``, see :func:`calibrate_gaussian`) at a reduced target
+    ``ε' = ε − m·(ln((1+η)/(1−η)) + 2κ_max)`` and ``δ' = (δ/((1+η)e^{κ_max})^m)·(1 − 2^-40)``
+    (the last factor swallows the ``m·e^{ε−2000}`` tail terms, as ε ≤ 1000);
+    :func:`~gazeguard.privacy.mechanisms.discrete_gaussian.gaussian_slack` with ``N = m`` then
+    gives back at most (ε, δ). ``κ_max`` =
+    :data:`GAUSS_KAPPA_MAX` holds because :func:`calibrate_gaussian` never returns
+    ``σ_int < 2^19``.
+
+    Args:
+        l2_sensitivity: float64 (F,) ``Δ2`` of the exact coefficients.
+        m: coefficients noised per feature.
+        epsilon: float64 (F,) or scalar per-release ε > 0.
+        delta: per-release δ in (0, 1).
+        input_error: float64 (F,) or scalar FFT error bound.
+
+    Raises:
+        ConfigError: if ε cannot pay for the sampler's slack over ``m`` coordinates, or as
+            :func:`calibrate_gaussian`.
+    """
+    delta2 = np.atleast_1d(np.asarray(l2_sensitivity, dtype=np.float64))
+    eps = np.broadcast_to(np.asarray(epsilon, dtype=np.float64), delta2.shape).copy()
+    if not 0.0 < delta < 1.0:
+        raise ConfigError("delta", delta, "must lie strictly between 0 and 1")
+    slack = m * (GAUSS_SAMPLER_LOSS_PER_COORDINATE + 2.0 * GAUSS_KAPPA_MAX)
+    budget = eps - slack
+    if not np.all(np.isfinite(eps)) or np.any(budget < eps / 2):
+        i = int(np.argmin(np.where(np.isfinite(eps), budget / eps, -np.inf)))
+        raise ConfigError(
+            "epsilon",
+            float(eps[i]),
+            f"too small for {m} noised coefficients per feature (the sampler alone costs "
+            f"{slack:.3g}); use a smaller k or a larger epsilon",
+        )
+    if np.any(eps > 1000.0):  # beyond, the e^ε·e^{−2000} tail terms would no longer vanish
+        raise ConfigError(
+            "epsilon", float(np.max(eps)), "per-release epsilon above 1000 is not supported"
+        )
+    reduced_delta = delta * math.exp(-m * (math.log1p(GAUSS_ETA) + GAUSS_KAPPA_MAX)) * (1 - 2**-40)
+    r = np.array([analytic_gaussian_sigma(float(b), reduced_delta, 1.0) for b in budget])
+    cal = calibrate_gaussian(delta2, m, r, input_error)
+    return GaussianCalibration(
+        noise_multiplier=cal.noise_multiplier,
+        sigma=cal.sigma,
+        grid=cal.grid,
+        sigma_int=cal.sigma_int,
+        sensitivity_l2=cal.sensitivity_l2,
+        integer_sensitivity=cal.integer_sensitivity,
+        rho=cal.rho,
+        m=cal.m,
+        slack_epsilon_per_coordinate=cal.slack_epsilon_per_coordinate,
+        epsilon=eps,
+        delta=float(delta),
     )

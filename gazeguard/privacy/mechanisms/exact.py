@@ -9,16 +9,18 @@
 
 Every probability these produce is exactly the ideal one given uniform random bytes, so a
 mechanism built on them charges no sampler slack (unlike the vectorised float samplers of
-:mod:`gazeguard.privacy.mechanisms.noise`, whose bounded inexactness is charged). They cost a few
-dozen random bytes and big-integer operations per draw: for mechanisms that draw rarely (the
-sparse vector technique of private labels draws once per check, every few seconds of gaze).
+:mod:`gazeguard.privacy.mechanisms.discrete_laplace` and
+:mod:`gazeguard.privacy.mechanisms.discrete_gaussian`, whose bounded inexactness is charged).
+They cost a few dozen random bytes and big-integer operations per draw: for mechanisms that draw
+rarely (the sparse vector technique of private labels draws once per check, every few seconds of
+gaze).
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-from gazeguard.privacy.mechanisms.noise import RandomSource
+from gazeguard.privacy.mechanisms.randomness import RandomSource
 
 __all__ = ["bernoulli", "bernoulli_exp", "discrete_laplace", "uniform_below"]
 

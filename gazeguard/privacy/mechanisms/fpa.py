@@ -51,8 +51,8 @@ from gazeguard.privacy.accounting.loss import Event
 from gazeguard.privacy.mechanisms.auto_k import choose_k_for, expected_mse_for, noise_gain
 from gazeguard.privacy.mechanisms.bounds import Bounds, check_finite_positive
 from gazeguard.privacy.mechanisms.calibration import NoiseCalibration, calibrate_noise
-from gazeguard.privacy.mechanisms.noise import random_source
 from gazeguard.privacy.mechanisms.prior import PriorSpectrum
+from gazeguard.privacy.mechanisms.randomness import random_source
 from gazeguard.privacy.mechanisms.registry import (
     MechanismKind,
     Sensitivity,

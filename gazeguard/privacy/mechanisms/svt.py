@@ -24,7 +24,7 @@ from fractions import Fraction
 
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.mechanisms.exact import discrete_laplace
-from gazeguard.privacy.mechanisms.noise import RandomSource
+from gazeguard.privacy.mechanisms.randomness import RandomSource
 
 __all__ = ["GRID_BITS", "AboveThreshold"]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from types import TracebackType
 from typing import Any, Self
 
@@ -151,7 +152,6 @@ def probe_mqtt(host: str, port: int, timeout_s: float = 1.0) -> str:
     accepts an anonymous MQTT 3.1.1 connection), ``"mqtt-refused"`` (an MQTT broker that
     refuses it, e.g. it needs a login) or ``"other"`` (something that does not speak MQTT).
     Blocking; at most about ``2·timeout_s``."""
-    import socket  # noqa: PLC0415 - only for the probe
 
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)

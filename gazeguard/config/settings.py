@@ -1,34 +1,20 @@
-"""Configuration: one pydantic-settings model, from a TOML file, ``GAZEGUARD_…`` environment
-variables and CLI flags (highest priority last: file < environment < flags).
+"""The settings schema: one pydantic-settings model (:class:`Settings`) and its sections, with the
+types, ranges, choices and defaults of every setting and a description of each.
 
-Nested sections map to environment variables with ``__``: ``GAZEGUARD_MECHANISM__EPSILON=0.5``.
-Every invalid value is refused at startup with a :class:`~gazeguard.core.errors.ConfigError` that
-names
-the field, the value and where it came from.
-
-:func:`load_settings` refuses the first invalid value; :func:`check_with` collects every
-problem — the schema's and those of a validator (:func:`gazeguard.runtime.preflight.
-validate_settings`), which checks what only shows when
-``gazeguard run`` builds its stages (release-profile feature names, window and step, the
-mechanism's parameters, the preset's geometry, broker TLS and login, fleet mode, and the caps
-against the session already stored in the ledger) — each with a "did you mean" where one fits.
-``gazeguard config check FILE`` prints them; ``gazeguard run`` refuses the same things at startup.
+Sources, highest priority last: a TOML file < ``GAZEGUARD_…`` environment variables < CLI flags
+(init arguments). Nested sections map to environment variables with ``__``:
+``GAZEGUARD_MECHANISM__EPSILON=0.5``. The TOML file is the ``toml_file`` of the model's
+configuration: :mod:`gazeguard.config.problems` reads a file through a subclass that names it, so
+this module holds no state. Reading the sources and reporting what they get wrong is
+:mod:`gazeguard.config.problems`'s.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
-import functools
 import math
-import os
-import re
 import socket
-import tomllib
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -36,11 +22,9 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -56,10 +40,8 @@ from gazeguard.privacy.mechanisms.registry import (
     mechanism_kind,
     noise_kind,
 )
+from gazeguard.signal.profiles import load_profile
 from gazeguard.wire.topics import check_prefix, name_problem
-
-if TYPE_CHECKING:
-    pass
 
 Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic"]
 Transform = Literal["dft", "dct"]
@@ -84,11 +66,13 @@ def _epsilon(value: float) -> float:
 Epsilon = Annotated[float, AfterValidator(_epsilon)]
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """A section of :class:`Settings`: unknown keys are refused, values are frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class IngestSettings(_Section):
+class IngestSettings(Section):
     """Where the gaze comes from and how its channels are read."""
 
     source: Literal["auto", "lsl", "simulated", "jetstream"] = Field(
@@ -163,7 +147,7 @@ class IngestSettings(_Section):
     )
 
 
-class FeatureSettings(_Section):
+class FeatureSettings(Section):
     """Sliding-window feature extraction."""
 
     window_s: float = Field(30.0, gt=0, description="window length W, s")
@@ -190,7 +174,7 @@ class FeatureSettings(_Section):
         return v
 
 
-class MechanismSettings(_Section):
+class MechanismSettings(Section):
     """How each chunk is privatized and what a consumer receives (the release profile)."""
 
     name: str = Field(
@@ -238,7 +222,6 @@ class MechanismSettings(_Section):
         ref = named if named is not None else data.get("profile")
         if not isinstance(ref, str):
             return data
-        from gazeguard.signal.profiles import load_profile  # noqa: PLC0415 - avoid a cycle
 
         try:
             profile = load_profile(ref)
@@ -278,7 +261,7 @@ class MechanismSettings(_Section):
         return v
 
 
-class LedgerSettings(_Section):
+class LedgerSettings(Section):
     """The durable per-session privacy ledger: caps in ε at ``delta``, windows in gaze time
     (and, with ``wall_clock``, in wall-clock time too)."""
 
@@ -334,7 +317,7 @@ class LedgerSettings(_Section):
             )
 
 
-class LabelSettings(_Section):
+class LabelSettings(Section):
     """Private labels: a classifier runs on the clean features inside the sidecar and only its
     randomized-response label is published, charged to the same ledger and budget as the
     chunks (:mod:`gazeguard.runtime.labels`). ``release = "change"`` (default) releases a label
@@ -399,7 +382,7 @@ class LabelSettings(_Section):
         return v
 
 
-class BrokerSettings(_Section):
+class BrokerSettings(Section):
     """The MQTT broker. With no ``host``, an embedded local broker is started."""
 
     host: str | None = Field(None, description="broker host; unset: start an embedded broker")
@@ -441,7 +424,7 @@ class BrokerSettings(_Section):
             raise ValueError(exc.reason) from exc
 
 
-class NatsSettings(_Section):
+class NatsSettings(Section):
     """NATS JetStream carrying raw gaze for ``ingest.source = 'jetstream'``.
 
     Raw gaze is on this wire: run it inside the fleet's trusted network, with TLS and one
@@ -516,7 +499,7 @@ class NatsSettings(_Section):
     tls_key_file: Path | None = Field(None, description="client key (mutual TLS)")
 
 
-class FleetSettings(_Section):
+class FleetSettings(Section):
     """One process serving many sessions; many processes sharing one (PostgreSQL) ledger."""
 
     enabled: bool = Field(False, description="serve every stream found, one session each")
@@ -550,7 +533,7 @@ class FleetSettings(_Section):
     )
 
 
-class CohortSettings(_Section):
+class CohortSettings(Section):
     """Fleet mode: DP aggregates over the sessions a worker serves
     (:mod:`gazeguard.runtime.cohort`),
     published per bucket on ``{prefix}/cohort/{name}/aggregates``."""
@@ -641,277 +624,17 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Priority: CLI/init arguments > environment > TOML file (``_toml_file``)."""
-        toml = _TOML_FILE.get("path")
+        """Priority: CLI/init arguments > environment > the TOML file that ``settings_cls``'s
+        configuration names (``toml_file``; none for :class:`Settings` itself: see
+        :func:`gazeguard.config.problems.load_settings`)."""
+        toml = settings_cls.model_config.get("toml_file")
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if toml is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
         return tuple(sources)
 
 
-# The TOML file for the next Settings() construction; set only inside load_settings.
-_TOML_FILE: dict[str, Path | None] = {"path": None}
-
-
-Loc = tuple[str | int, ...]
-
-
-def _in_file(loc: Loc, doc: dict[str, Any] | None) -> bool:
-    node: Any = doc
-    for part in loc:
-        in_dict = isinstance(node, dict) and part in node
-        in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
-        if not (in_dict or in_list):
-            return False
-        node = node[part]
-    return doc is not None
-
-
-def _source_of(loc: Loc, overrides: dict[str, Any], path: Path | None) -> str:
-    """Where the value at ``loc`` came from: flag, environment variable, file or defaults."""
-    if _in_file(loc, overrides):
-        return "command-line argument"
-    names = [str(p) for p in loc if not isinstance(p, int)]
-    for n in range(len(names), 0, -1):  # GAZEGUARD_MECHANISM__EPSILON, or a whole section
-        env = "GAZEGUARD_" + "__".join(names[:n]).upper()
-        if env in os.environ:
-            return f"environment variable {env}"
-    if path is not None:
-        try:
-            doc = tomllib.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            return f"file {path}"
-        if _in_file(loc, doc):
-            return f"file {path}"
-    return "defaults"
-
-
 def broker_address(text: str) -> dict[str, str]:
     """``HOST[:PORT]`` (a ``--broker`` flag) as ``broker`` settings overrides."""
     host, sep, port = text.rpartition(":")
     return {"host": host, "port": port} if sep else {"host": text}
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
-    """One invalid setting.
-
-    Attributes:
-        field: dotted name, e.g. ``"mechanism.features"``.
-        value: the rejected value (passwords are masked).
-        reason: what is wrong and what to do.
-        source: where the value came from (``"file gazeguard.toml"``, ``"environment variable
-            GAZEGUARD_…"``, ``"command-line argument"``, ``"defaults"``), when known.
-        suggestion: the closest valid name or value ("did you mean"), when one is close.
-    """
-
-    field: str
-    value: object
-    reason: str
-    source: str | None = None
-    suggestion: str | None = None
-
-    def error(self) -> ConfigError:
-        """The problem as the :class:`ConfigError` that refuses it."""
-        hint = f"; did you mean {self.suggestion!r}?" if self.suggestion else ""
-        return ConfigError(self.field, self.value, self.reason + hint, self.source)
-
-    def __str__(self) -> str:
-        return str(self.error())
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: field, value, reason, source, suggestion and the full message."""
-        value = self.value
-        if not isinstance(value, str | int | float | bool | type(None) | list | dict):
-            value = str(value)
-        return {
-            "field": self.field,
-            "value": value,
-            "reason": self.reason,
-            "source": self.source,
-            "suggestion": self.suggestion,
-            "message": str(self),
-        }
-
-
-def closest(word: object, choices: Any) -> str | None:
-    """The choice closest to ``word`` (difflib, cutoff 0.6), for a "did you mean"; ``None``
-    when none is close or ``word`` is not a string."""
-    if not isinstance(word, str):
-        return None
-    found = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
-    return found[0] if found else None
-
-
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    """The settings model (section) that holds the field at ``loc``."""
-    model: type[BaseModel] = Settings
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return None
-        candidates = [field.annotation, *getattr(field.annotation, "__args__", ())]
-        sub = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        if sub is None:
-            return None
-        model = sub
-    return model
-
-
-def _suggestion(err: ErrorDetails) -> str | None:
-    """A "did you mean" for a misspelt key or choice."""
-    loc = tuple(err["loc"])
-    if err["type"] == "extra_forbidden" and loc:
-        model = _model_at(loc)
-        return None if model is None else closest(loc[-1], model.model_fields)
-    expected = (err.get("ctx") or {}).get("expected")
-    if isinstance(expected, str):
-        return closest(err.get("input"), re.findall(r"'([^']*)'", expected))
-    if "must be one of" in err["msg"]:  # a validator naming its choices (the registry's)
-        return closest(err.get("input"), re.findall(r"'([^']*)'", err["msg"]))
-    return None
-
-
-def _mask(loc: Loc, value: object) -> object:
-    return "**********" if loc and loc[-1] == "password" and value is not None else value
-
-
-def _read(
-    path: Path | None, overrides: dict[str, Any], model: type[Settings] | None = None
-) -> tuple[Settings | None, list[ConfigProblem], list[ErrorDetails]]:
-    """Settings from ``path``, the environment and ``overrides``, or every schema problem (and
-    pydantic's errors)."""
-    if path is not None and not path.is_file():
-        return None, [ConfigProblem("config", str(path), "file not found")], []
-    _TOML_FILE["path"] = path
-    try:
-        return (model or Settings)(**overrides), [], []
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            problems.append(
-                ConfigProblem(
-                    ".".join(str(p) for p in loc),
-                    _mask(loc, err.get("input")),
-                    err["msg"],
-                    _source_of(loc, overrides, path),
-                    _suggestion(err),
-                )
-            )
-        return None, problems, exc.errors()
-    except ValueError as exc:  # TOML syntax errors
-        return None, [ConfigProblem("config", str(path), str(exc), f"file {path}")], []
-    finally:
-        _TOML_FILE["path"] = None
-
-
-@functools.cache
-def _lenient() -> type[Settings]:
-    """:class:`Settings` that ignores unknown keys (each section too): the second pass of
-    :func:`check_with` after the schema refused something."""
-    namespace: dict[str, Any] = {
-        "model_config": SettingsConfigDict(**{**Settings.model_config, "extra": "ignore"}),
-        "__annotations__": {},
-    }
-    for name, info in Settings.model_fields.items():
-        section = info.annotation
-        if isinstance(section, type) and issubclass(section, _Section):
-            config = ConfigDict(extra="ignore", frozen=True)
-            lenient = type(f"_Lenient{section.__name__}", (section,), {"model_config": config})
-            namespace["__annotations__"][name] = lenient
-            namespace[name] = lenient()
-    return type("_LenientSettings", (Settings,), namespace)
-
-
-def _field_default(loc: Loc) -> object:
-    model = _model_at(loc)
-    if model is None or str(loc[-1]) not in model.model_fields:
-        return {}
-    return model.model_fields[str(loc[-1])].get_default(call_default_factory=True)
-
-
-def _patched(overrides: dict[str, Any], locs: list[Loc]) -> dict[str, Any]:
-    """``overrides`` with each field at ``locs`` set to its default (overrides win over the
-    environment and the file)."""
-    out = copy.deepcopy(overrides)
-    for loc in locs:
-        node = out
-        for part in loc[:-1]:
-            child = node.get(str(part))
-            if not isinstance(child, dict):
-                child = node[str(part)] = {}
-            node = child
-        node[str(loc[-1])] = _field_default(loc)
-    return out
-
-
-def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
-    """Load settings from ``path`` (TOML), the environment and ``overrides``.
-
-    Checks the schema only (types, ranges, choices);
-    :func:`gazeguard.runtime.preflight.check_settings` also runs the checks the schema cannot
-    make and reports every problem.
-
-    Raises:
-        ConfigError: naming the first invalid field, its value and its source.
-    """
-    settings, problems, _ = _read(Path(path) if path is not None else None, overrides)
-    if settings is None:
-        raise problems[0].error()
-    return settings
-
-
-#: A check of loaded settings beyond the schema (:func:`gazeguard.runtime.preflight.
-#: validate_settings`): the problems, without their source.
-Validator = Callable[[Settings], list[ConfigProblem]]
-
-
-def check_with(
-    validate: Validator, path: Path | str | None = None, **overrides: Any
-) -> tuple[Settings | None, list[ConfigProblem]]:
-    """Every problem of a configuration, each with its source: the schema's and ``validate``'s.
-
-    The schema lives here; what only shows when the stages are built (the release plan, the
-    broker's TLS files, the ledger's stored caps) is ``validate``'s, which the runtime passes
-    (:func:`gazeguard.runtime.preflight.check_settings`), so configuration never imports what
-    it configures.
-
-    Returns:
-        ``(settings, problems)``: ``settings`` is ``None`` when the schema refused a value; then
-        ``problems`` lists every schema error and what ``validate`` finds in the rest (unknown
-        keys ignored, refused values at their defaults). Otherwise ``problems`` are those of
-        ``validate``, empty when the configuration is good. Nothing is written.
-    """
-    toml = Path(path) if path is not None else None
-    settings, problems, errors = _read(toml, overrides)
-    if settings is not None:
-        found = validate(settings)
-        return settings, [
-            replace(p, source=_source_of(tuple(p.field.split(".")), overrides, toml)) for p in found
-        ]
-    # Second pass, so that one typo does not hide the other problems: unknown keys ignored,
-    # refused values replaced by their defaults; report what validate finds elsewhere.
-    locs = [_field_loc(tuple(e["loc"])) for e in errors if e["type"] != "extra_forbidden"]
-    if not errors or any(not loc for loc in locs):
-        return None, problems
-    partial, _, _ = _read(toml, _patched(overrides, locs), _lenient())
-    if partial is None:
-        return None, problems
-    refused = {".".join(str(p) for p in loc) for loc in locs}
-    for p in validate(partial):
-        if not any(p.field == f or p.field.startswith(f + ".") for f in refused):
-            problems.append(
-                replace(p, source=_source_of(tuple(p.field.split(".")), overrides, toml))
-            )
-    return None, problems
-
-
-def _field_loc(loc: Loc) -> Loc:
-    """The settings field of an error location (list and dict items belong to their field)."""
-    for i, part in enumerate(loc):
-        if isinstance(part, int):
-            return loc[:i]
-    return loc
