@@ -8,6 +8,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -29,6 +30,11 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("GAZEGUARD_HYPOTHESIS", "repeatable"))
+
+# Each test process (and the processes its tests start, which inherit the variable) keeps its
+# composition cache in a directory of its own: no test reads what another run left on disk.
+_CACHE_DIR = tempfile.mkdtemp(prefix="gazeguard-test-cache-")
+os.environ["GAZEGUARD_CACHE_DIR"] = _CACHE_DIR
 
 
 def free_port() -> int:
@@ -219,3 +225,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         )
         report.longrepr = f"{type(excinfo.value).__name__} with {len(leaves)} leaves:\n{text}"
     return report
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this process's composition cache."""
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)

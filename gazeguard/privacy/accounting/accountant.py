@@ -65,8 +65,13 @@ Caching
     that calls it before every charge pays one PLD search per session configuration and then a
     dictionary lookup.
 
+    Each composed ε is also kept on disk (:mod:`~gazeguard.privacy.accounting.cache`): a
+    restart with the same settings reads it and imports neither dp-accounting nor SciPy (they
+    are imported only where a composition is computed). ``epsilon_at``/``delta_at`` of a
+    :class:`Composition` read from disk compute its curve when first asked.
+
 Thread safety: the caches are ``functools.lru_cache`` (safe under concurrent calls; a result may
-be computed twice). Nothing here does I/O.
+be computed twice). The only I/O is the composition cache's file.
 """
 
 from __future__ import annotations
@@ -77,16 +82,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
-from dp_accounting import dp_event  # type: ignore[import-untyped]
-from dp_accounting.pld import privacy_loss_distribution as pld_lib  # type: ignore[import-untyped]
-from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib  # type: ignore[import-untyped]
-from scipy import signal
 
 from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.accounting import cache as disk
 from gazeguard.privacy.accounting._gaussian import gaussian_delta, gaussian_epsilon
 from gazeguard.privacy.accounting.loss import (
     Event,
@@ -97,6 +99,10 @@ from gazeguard.privacy.accounting.loss import (
     PureEvent,
     RandomizedResponseEvent,
 )
+
+if TYPE_CHECKING:
+    from dp_accounting import dp_event  # type: ignore[import-untyped]
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib  # type: ignore[import-untyped]
 
 __all__ = [
     "PLD_TARGET_POINTS",
@@ -116,8 +122,22 @@ Counts: TypeAlias = Mapping[Event, int]
 Method: TypeAlias = Literal["none", "gaussian", "pld", "rdp"]
 #: The grid is coarsened (by powers of two) until the composed PLD needs at most this many points.
 PLD_TARGET_POINTS = 1 << 20
-#: RDP orders: dp-accounting's defaults plus large orders for nearly pure compositions.
-RDP_ORDERS = (*tuple(rdp_lib.DEFAULT_RDP_ORDERS), 2048.0, 4096.0, 8192.0, 16384.0, 65536.0)
+#: RDP orders: dp-accounting's defaults (``rdp_privacy_accountant.DEFAULT_RDP_ORDERS``, written
+#: out so that importing this module does not import dp-accounting) plus large orders for nearly
+#: pure compositions.
+RDP_ORDERS = (
+    *(i / 10.0 for i in range(11, 110)),
+    *(float(i) for i in range(11, 64)),
+    128.0,
+    256.0,
+    512.0,
+    1024.0,
+    2048.0,
+    4096.0,
+    8192.0,
+    16384.0,
+    65536.0,
+)
 #: Probability mass a PLD composition may truncate (moved to the infinite loss: pessimistic).
 TAIL_MASS = 1e-15
 #: Largest count :func:`capacity` searches up to.
@@ -232,6 +252,8 @@ class _Pmf:
         pessimistically: at most :data:`TAIL_MASS`/2 of the lowest losses is moved up onto the
         first kept point, at most :data:`TAIL_MASS`/2 of the highest to +∞."""
         assert self.interval == other.interval
+        from scipy import signal  # noqa: PLC0415 - heavy: only when a composition is computed
+
         probs = signal.fftconvolve(self.probs, other.probs)
         np.maximum(probs, 0.0, out=probs)  # FFT round-off below 0 (~1e-17)
         infinity = self.infinity + other.infinity - self.infinity * other.infinity
@@ -303,12 +325,27 @@ class _RdpCurve:
     def epsilon(self, delta: float) -> float:
         if delta <= 0.0:
             return math.inf
-        return float(rdp_lib.compute_epsilon(self.orders, self.rdp, delta)[0])
+        return float(_rdp_lib().compute_epsilon(self.orders, self.rdp, delta)[0])
 
     def delta(self, epsilon: float) -> float:
         if epsilon < 0.0:
             return 1.0
-        return float(rdp_lib.compute_delta(self.orders, self.rdp, epsilon)[0])
+        return float(_rdp_lib().compute_delta(self.orders, self.rdp, epsilon)[0])
+
+
+# dp-accounting (and SciPy under it) costs ~0.6 s and ~35 MB to import: imported only when a
+# composition is actually computed, which a restart with the composition cache (``cache``) never
+# does.
+def _rdp_lib() -> Any:
+    from dp_accounting.rdp import rdp_privacy_accountant  # type: ignore[import-untyped]  # noqa: PLC0415 - heavy, see above
+
+    return rdp_privacy_accountant
+
+
+def _pld_lib() -> Any:
+    from dp_accounting.pld import privacy_loss_distribution  # noqa: PLC0415 - heavy
+
+    return privacy_loss_distribution
 
 
 def _gaussian_mu(key: _Key) -> float:
@@ -397,11 +434,11 @@ def _base_pmf(event: Event, interval: float) -> _Pmf:
     if isinstance(event, PureEvent):  # the canonical ε-DP pair is binary randomized response
         return _rr_pmf(event.epsilon, 2, interval)
     if isinstance(event, LaplaceEvent):
-        pld = pld_lib.from_laplace_mechanism(
+        pld = _pld_lib().from_laplace_mechanism(
             event.ratio, sensitivity=1.0, value_discretization_interval=interval
         )
     else:
-        pld = pld_lib.from_gaussian_mechanism(
+        pld = _pld_lib().from_gaussian_mechanism(
             event.ratio, sensitivity=1.0, value_discretization_interval=interval
         )
     return _Pmf.of(pld)
@@ -461,6 +498,8 @@ def _pld_curve(key: _Key) -> _PldCurve | None:
 
 
 def _dp_event(event: Event) -> dp_event.DpEvent:
+    from dp_accounting import dp_event  # noqa: PLC0415 - heavy
+
     if isinstance(event, LaplaceEvent):
         return dp_event.LaplaceDpEvent(event.ratio)
     if isinstance(event, GaussianEvent):
@@ -471,6 +510,7 @@ def _dp_event(event: Event) -> dp_event.DpEvent:
 
 
 def _rdp_curve(key: _Key) -> _RdpCurve:
+    rdp_lib = _rdp_lib()
     acc = rdp_lib.RdpAccountant(
         list(RDP_ORDERS), neighboring_relation=rdp_lib.NeighborRel.REPLACE_ONE
     )
@@ -588,16 +628,23 @@ def _epsilon_at(curve: _Curve, delta: float, slack: float, pure: float) -> float
 
 @functools.lru_cache(maxsize=8192)
 def _compose(key: _Key, delta: float, method: MethodRequest) -> Composition:
-    curve, used, interval = _curve(key, method)
     pure, slack = _pure(key), _slack(key)
+    hit = disk.lookup(key, delta, method) if key else None
+    if hit is not None:
+        epsilon, used, interval = hit
+    else:
+        curve, used, interval = _curve(key, method)
+        epsilon = _epsilon_at(curve, delta, slack, pure)
+        if key:
+            disk.store(key, delta, method, epsilon=epsilon, used=used, interval=interval)
     return Composition(
         counts=key,
         delta=delta,
-        epsilon=_epsilon_at(curve, delta, slack, pure),
+        epsilon=epsilon,
         pure_epsilon=pure,
         rho=_rho(key),
         slack=slack,
-        method=used,
+        method=cast(Method, used),  # the cache holds only Method values (checked on load)
         interval=interval,
         _request=method,
     )
@@ -702,6 +749,8 @@ def capacity(
 
 
 def cache_clear() -> None:
-    """Empty every cache of this module (for cold-cache benchmarks and tests)."""
+    """Empty every cache of this module and the composition cache on disk (for cold-cache
+    benchmarks and tests)."""
     for f in (_compose, _curve, _capacity_from, _self_composed, _power, _base_pmf):
         f.cache_clear()
+    disk.clear()

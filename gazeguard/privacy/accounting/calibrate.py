@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Literal, TypeAlias
 
 from gazeguard.core.errors import ConfigError
+from gazeguard.privacy.accounting import cache as disk
 from gazeguard.privacy.accounting._gaussian import (
     _mu_for,
     analytic_gaussian_sigma,
@@ -120,7 +121,8 @@ def calibrate(
             "budget", budget, "must be a PrivacyLoss, e.g. PrivacyLoss.approx(10, 1e-6)"
         )
     if fixed:
-        return _joint(family, n, budget, s, fixed)
+        joint = lambda: _joint(family, n, budget, s, fixed)  # noqa: E731
+        return _kept(family, n, budget, s, fixed, search=joint)
     if family == "sequential" or (family == "laplace" and budget.measure is Measure.PURE):
         _need(budget, family, Measure.PURE, Measure.APPROX)
         return _sequential(n, budget, s)
@@ -129,8 +131,34 @@ def calibrate(
         return _gaussian(n, budget, s)
     if family == "laplace":
         _need(budget, family, Measure.APPROX)
-        return _laplace(n, budget, s)
+        return _kept(family, n, budget, s, {}, search=lambda: _laplace(n, budget, s))
     raise ConfigError("family", family, "must be 'laplace', 'gaussian' or 'sequential'")
+
+
+def _kept(
+    family: Family,
+    n: int,
+    budget: PrivacyLoss,
+    s: float,
+    fixed: Mapping[Event, int],
+    *,
+    search: Callable[[], float],
+) -> float:
+    """A searched ratio through the composition cache on disk: a kept ratio is returned only
+    if its composition (itself cached) is within the budget, so a restart neither searches nor
+    trusts the file blindly; otherwise ``search()`` runs and its result is kept."""
+    others = sorted((sorted(e.to_dict().items()), c) for e, c in fixed.items() if c)
+    key = disk.ratio_key(family, n, budget.to_dict(), s, others)
+    kept = disk.lookup_ratio(key)
+    if kept is not None and budget.delta is not None and budget.epsilon is not None:
+        events = dict(fixed)
+        e = (LaplaceEvent if family == "laplace" else GaussianEvent)(kept, s)
+        events[e] = events.get(e, 0) + n
+        if compose(events, budget.delta).epsilon <= budget.epsilon:
+            return kept
+    ratio = search()
+    disk.store_ratio(key, ratio)
+    return ratio
 
 
 def _spend(n: int, budget: PrivacyLoss, s: float) -> float:

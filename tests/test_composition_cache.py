@@ -1,0 +1,131 @@
+"""The composition cache on disk: a restart computes nothing and imports neither dp-accounting nor
+scipy.signal (pyFFTW imports scipy.fft and scipy.special itself); a kept ratio is checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gazeguard.privacy.accounting import LaplaceEvent, PrivacyLoss, cache_clear, calibrate, compose
+from gazeguard.privacy.accounting import cache as disk
+
+# The default plan, its banner text, and which heavy modules building it imported.
+PLAN = """
+import hashlib, json, sys
+from gazeguard.config import Settings
+from gazeguard.plan import ReleasePlan
+plan = ReleasePlan.from_settings(Settings())
+heavy = [m for m in ("dp_accounting", "scipy.signal") if m in sys.modules]
+print(json.dumps({"text": plan.text(), "heavy": heavy}))
+"""
+
+
+def build_plan(cache_dir: Path | str) -> dict[str, object]:
+    env = {**os.environ, disk.ENV: str(cache_dir)}
+    out = subprocess.run(
+        [sys.executable, "-c", PLAN],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+@pytest.mark.slow
+def test_a_restart_reads_the_plan_from_the_cache_and_imports_no_accountant(tmp_path: Path) -> None:
+    first = build_plan(tmp_path)
+    assert first["heavy"] == ["dp_accounting", "scipy.signal"]
+    assert len(list(tmp_path.glob("compositions-*.json"))) == 1
+    second = build_plan(tmp_path)
+    assert second["heavy"] == []
+    assert second["text"] == first["text"]  # the same plan, figure for figure
+    off = build_plan("off")  # no disk cache: computed again, the same figures
+    assert off["text"] == first["text"]
+    assert off["heavy"] == first["heavy"]
+
+
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv(disk.ENV, str(tmp_path))
+    cache_clear()
+    yield tmp_path
+    cache_clear()
+
+
+def test_a_kept_composition_is_the_computed_one(own_cache: Path) -> None:
+    counts = {LaplaceEvent(57.0): 11_040}
+    computed = compose(counts, 1e-6)
+    disk.flush()
+    (path,) = own_cache.glob("compositions-*.json")
+    # a new process's view: the in-memory caches empty, the file kept
+    import gazeguard.privacy.accounting.accountant as acc  # noqa: PLC0415 - the module's caches
+
+    acc._compose.cache_clear()
+    acc._curve.cache_clear()
+    disk._store.entries = None
+    kept = compose(counts, 1e-6)
+    assert kept is not computed
+    assert (kept.epsilon, kept.method, kept.interval) == (
+        computed.epsilon,
+        computed.method,
+        computed.interval,
+    )
+    assert kept.epsilon_at(1e-5) == computed.epsilon_at(1e-5)  # its curve, computed on demand
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_kept_ratio_is_used_only_if_it_fits_and_a_malformed_file_is_ignored(
+    own_cache: Path,
+) -> None:
+    """The file is trusted for compositions (like the ledger file, it lives with the service
+    user), but a kept noise ratio is checked against the budget before it is used."""
+    budget = PrivacyLoss.approx(10.0, 1e-6)
+    honest = calibrate("laplace", 11_040, budget)
+    disk.flush()
+    (path,) = own_cache.glob("compositions-*.json")
+    data = json.loads(path.read_text())
+    ratios = [k for k in data["entries"] if k.startswith("ratio:")]
+    assert len(ratios) == 1
+    data["entries"][ratios[0]][0] = honest / 2.0  # less noise than the budget allows
+    data["entries"]["[nonsense"] = [-1.0, "pld", None]  # ε < 0: dropped on load
+    path.write_text(json.dumps(data))
+    cache_clear_memory()
+    assert calibrate("laplace", 11_040, budget) == honest
+    path.write_text("{not json")
+    cache_clear_memory()
+    assert calibrate("laplace", 11_040, budget) == honest
+
+
+def cache_clear_memory() -> None:
+    """The in-memory caches of this process emptied, the file left as it is."""
+    import gazeguard.privacy.accounting.accountant as acc  # noqa: PLC0415
+
+    for f in (acc._compose, acc._curve, acc._capacity_from):
+        f.cache_clear()
+    disk._store.entries = None
+
+
+def test_an_unwritable_directory_only_means_nothing_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(disk.ENV, str(blocker / "cache"))  # a directory below a file: never made
+    cache_clear()
+    try:
+        eps = compose({LaplaceEvent(40.0): 500}, 1e-6).epsilon
+        disk.flush()
+        assert eps > 0
+        assert not (blocker / "cache").exists()
+    finally:
+        monkeypatch.delenv(disk.ENV)
+        cache_clear()
