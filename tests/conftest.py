@@ -20,6 +20,7 @@ import pytest
 from hypothesis import settings
 
 from gazeguard.signal.compiled import use_compiled
+from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import ChunkMessage, StatusMessage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,6 +146,14 @@ class Subscriber:
         with self.lock:
             return [
                 ChunkMessage.from_payload(p) for t, p, _ in self.messages if t.endswith("/chunks")
+            ]
+
+    def labels(self) -> list[LabelMessage]:
+        with self.lock:
+            return [
+                LabelMessage.model_validate_json(p)
+                for t, p, _ in self.messages
+                if t.endswith("/labels")
             ]
 
     def statuses(self) -> list[StatusMessage]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,11 +14,13 @@ import nats
 import numpy as np
 import pytest
 from _nats_cluster import NatsNode, fleet_settings
-from conftest import MosquittoBroker, until
+from conftest import MosquittoBroker, Subscriber, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_jetstream import blocks_of, nats_server, send_blocks  # noqa: F401
+from test_label_stream import fast_model
 
+from gazeguard.config import LabelSettings
 from gazeguard.core.errors import StreamError
 from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
@@ -142,3 +145,71 @@ def test_decode_many_equals_decode_gaze_block_by_block(
         else:
             assert np.isnan(decoded.first[i])
             assert np.isnan(decoded.last[i])
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_fleet_worker_releases_private_labels(
+    tmp_path: Path,
+    nats_server: NatsNode,  # noqa: F811 - the fixture
+    mosquitto: MosquittoBroker,
+) -> None:
+    """With labels enabled, a JetStream worker decides, charges and publishes each session's
+    labels as the sidecar does (before, the plan reserved their share and none was released):
+    every decision block of every session charged once in the ledger's label stream, in order,
+    and each one on the broker under the headset's device."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    base = fleet_settings(nats_server.url, 1, ledger_path, (mosquitto.host, mosquitto.port))
+    model = fast_model(tmp_path / "fast.json")
+    settings = base.model_copy(
+        update={
+            "labels": LabelSettings(
+                enabled=True, model=str(model), release="clock", decision_s=1.0, epsilon=1.0
+            ),
+            "ledger": base.ledger.model_copy(update={"budget_per_hour": 10_000.0}),
+            "mechanism": base.mechanism.model_copy(update={"epsilon": None}),
+        }
+    )
+    sessions = ["l0", "l1"]
+    gaze = {s: simulate_gaze(8.0, 120.0, seed=70 + i) for i, s in enumerate(sessions)}
+    sub = Subscriber(mosquitto, "fleet-labels-test")
+
+    async def main() -> Fleet:
+        nc = await nats.connect(nats_server.url)
+        try:
+            await ensure_stream(nc.jetstream(), settings.fleet.nats)
+            await ensure_consumers(nc, settings.fleet.nats)
+        finally:
+            await nc.close()
+        await asyncio.gather(
+            *(send_blocks(nats_server, s, blocks_of(gaze[s]), 0) for s in sessions)
+        )
+        stop = asyncio.Event()
+        fleets: list[Fleet] = []
+        worker = asyncio.create_task(serve_fleet(settings, stop=stop, ready=fleets.append))
+        try:
+            await until(
+                lambda: worker.done() or (bool(fleets) and len(fleets[0].closed) == len(sessions)),
+                60,
+            )
+        finally:
+            stop.set()
+        return await worker
+
+    try:
+        asyncio.run(main())
+        with Ledger(ledger_path, create=False) as ledger:
+            charged = {
+                s: [c.chunk_index for c in ledger.charges(f"hmd.{s}", "labels")] for s in sessions
+            }
+            assert ledger.verify() == []
+        for s in sessions:  # 8 s of gaze, a 2 s window: 1 s decisions from 2 s on
+            assert len(charged[s]) >= 4, charged
+            assert charged[s] == list(range(len(charged[s])))
+        deadline = time.monotonic() + 10  # the worker drained its outbox before it stopped
+        while len(sub.labels()) < sum(map(len, charged.values())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        got = {(m.device, m.session, m.decision_index) for m in sub.labels()}
+        assert got == {("hmd", f"hmd.{s}", i) for s in sessions for i in charged[s]}
+    finally:
+        sub.close()

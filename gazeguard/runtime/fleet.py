@@ -44,6 +44,7 @@ from gazeguard.runtime.publish import Publisher
 if TYPE_CHECKING:
     from gazeguard.core.chunking import Chunk
     from gazeguard.runtime.cohort import CohortAggregator
+    from gazeguard.runtime.labels import ReleasedLabel
     from gazeguard.signal.labels import LabelModel
     from gazeguard.wire.message import StatusMessage
 
@@ -167,6 +168,16 @@ class CohortWiring:
             self.aggregator.add(device, session, rows[:, self.columns], t_unix, probs)
 
         return observe
+
+
+def _release_labels(pipelines: Sequence[Pipeline]) -> list[ReleasedLabel]:
+    """The labels of every decision block the pipelines' features completed, each charged
+    (outbox entries for the publisher)."""
+    out: list[ReleasedLabel] = []
+    for pipe in pipelines:
+        pipe.release_labels()
+        out += pipe.take_labels()
+    return out
 
 
 def _release(
@@ -320,6 +331,13 @@ class Fleet:
         self.publisher.notify([out for out in released if out is not None])
         for status in statuses:
             self.publisher.publish_status(status)
+        labeled = [entry.pipeline for entry, _ in items if entry.pipeline.labels is not None]
+        if labeled:  # private labels (labels.enabled): decided, charged, then published
+            if self._on_loop:
+                labels = _release_labels(labeled)
+            else:
+                labels = await to_thread_to_the_end(_release_labels, labeled)
+            self.publisher.notify(labels)
 
     async def run_cohort(self, stop: asyncio.Event) -> None:
         """Release every closed cohort bucket (ledger commits in a worker thread), once a second,
