@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -92,6 +93,7 @@ def _version(dist: str) -> str:
         return "-"
 
 
+@functools.cache
 def _tag() -> str:
     parts = [str(FORMAT), *(f"{d}={_version(d)}" for d in ("dp-accounting", "scipy", "numpy"))]
     return hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
