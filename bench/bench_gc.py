@@ -2,7 +2,7 @@
 
 A fleet worker's loop stalls while Python's collector makes a full (generation-2) pass, and
 with 650 sessions those passes were the only loop stalls over 30 ms (29–57 ms each, every
-13–17 s; docs/design.md, "What stops the ramp at 650–700 now"). This reproduces the heap
+13–17 s; docs/design.md, "Fleet"; docs/benchmarks.md). This reproduces the heap
 offline, in one process: N :class:`~gazeguard.runtime.pipeline.Pipeline` (a SQLite ledger in a
 temporary directory, the default features and DCFPA) fed ``--seconds`` of simulated 120 Hz
 gaze in 1-s blocks through :func:`~gazeguard.runtime.pipeline.feed_many`, their chunks released with
