@@ -547,8 +547,8 @@ class CohortSettings(Section):
         0.5,
         gt=0.0,
         lt=1.0,
-        description="share of ledger.budget_per_hour the aggregates cost each person "
-        "(at δ/2; the chunks get the rest at δ/2)",
+        description="share of ledger.budget_per_hour the aggregates cost each person (ε at "
+        "ledger.delta; the chunks are calibrated last so that all releases fit the budget)",
     )
     model: str | None = Field(
         None,

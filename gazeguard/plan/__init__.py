@@ -26,11 +26,11 @@ s = 0.5 s, n = 32) one raw sample reaches 5 chunks, and an hour of gaze 230 — 
 end inside the hour.
 
 **Budget.** The user-level budget ``B`` per hour of gaze at ``δ`` (``ledger.budget_per_hour``)
-is split between the kinds: labels and cohort aggregates take ``budget_share × B`` each, chunks
-the rest, and ``δ`` is split evenly between the kinds released; each kind's noise is calibrated
-so that the releases an hour of gaze can change of that kind compose to its share (basic
-composition keeps the sum within ``(B, δ)``; the accountant's joint composition, which every
-figure here reports, is lower still).
+is shared between the kinds: labels and cohort aggregates are calibrated so that the releases
+of their kind an hour of gaze can change compose to ``budget_share × B`` at ``δ``; then the
+chunks are calibrated last, with those releases fixed beside them, so that everything an hour of
+gaze can change — every kind together, composed jointly by the accountant at the same ``δ`` —
+fits ``(B, δ)``. Every figure here is that joint composition.
 
 **The ledger's window.** The ledger caps every window of :attr:`ReleasePlan.window_s` seconds of
 release ends, ``3600 + A + E + W + H`` plus the longest summary: it holds every release one hour
