@@ -188,7 +188,7 @@ async def _outbound(
     ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
     left (what it cannot send stays in the outbox for the next start). A ``fleet`` worker on a
     local ledger drains on its event loop (see
-    :meth:`gazeguard.runtime.fleet.Fleet._process_many`)."""
+    :meth:`gazeguard.runtime.fleet.Fleet.process_many`)."""
     with open_ledger(settings.ledger, plan) as ledger:
         backlog = len(ledger.pending())  # before the publisher starts sending them
         if backlog:
