@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from gazeguard.core.chunking import Chunk
     from gazeguard.runtime.cohort import CohortAggregator
     from gazeguard.runtime.labels import ReleasedLabel
+    from gazeguard.signal.compiled import Kernels
     from gazeguard.signal.labels import LabelModel
     from gazeguard.wire.message import StatusMessage
 
@@ -99,6 +100,12 @@ class SessionHost(Protocol):
     @property
     def ledger(self) -> Ledger:
         """The ledger every session charges (a session taken over resumes after its charges)."""
+        ...
+
+    @property
+    def kernels(self) -> Kernels | None:
+        """The compiled passes the worker's sessions run, chosen once where it started (``None``:
+        numpy); the adapter decodes its blocks with them."""
         ...
 
     @property
@@ -272,12 +279,21 @@ class Fleet:
         plan: the release plan every session follows (and the cohort's, when enabled).
         ledger: shared ledger (PostgreSQL for several processes), with the plan's caps.
         publisher: shared publisher of privatized chunks.
+        kernels: the compiled passes every session runs
+            (:func:`gazeguard.signal.compiled.load_kernels`, ``fleet.compiled``), or ``None``:
+            numpy. The same chunks either way, bit for bit.
     """
 
     def __init__(
-        self, settings: Settings, plan: ReleasePlan, ledger: Ledger, publisher: Publisher
+        self,
+        settings: Settings,
+        plan: ReleasePlan,
+        ledger: Ledger,
+        publisher: Publisher,
+        kernels: Kernels | None = None,
     ) -> None:
         self.settings = settings
+        self.kernels = kernels
         self.plan = plan
         self.ledger = ledger
         self.publisher = publisher
@@ -323,6 +339,7 @@ class Fleet:
             rate_hz=rate_hz,
             plan=self.plan,
             topic_prefix=self.publisher.settings.topic_prefix,
+            kernels=self.kernels,
         )
         if self.cohort is not None:
             self.cohort.attach(device, session, pipeline)

@@ -589,7 +589,7 @@ class JetStreamIngest(Balancing):
         clock — is recognised from the decoder's first/last timestamps with no numpy call of
         its own; any other goes through :meth:`_new_samples`, sample by sample."""
         seen = time.monotonic()
-        decoded = decode_many([m.data for m in msgs])
+        decoded = decode_many([m.data for m in msgs], self.fleet.kernels)
         clock = _Clock(self.settings.ingest.future_tolerance_s)
         fresh: dict[str, tuple[FleetSession, list[GazeSamples]]] = {}
         for i, msg in enumerate(msgs):
