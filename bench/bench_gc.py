@@ -40,7 +40,7 @@ from gazeguard.plan import ReleasePlan
 from gazeguard.runtime.pipeline import Pipeline, feed_many, release_group
 from gazeguard.runtime.service import freeze_startup_objects, open_ledger
 from gazeguard.runtime.simulate import simulate_gaze
-from gazeguard.signal.compiled import use_compiled
+from gazeguard.signal.compiled import Kernels, load_kernels
 from gazeguard.signal.features import FeatureExtractor, push_many
 
 RATE = 120.0
@@ -77,8 +77,11 @@ def time_collections(n: int) -> list[float]:
     return out
 
 
-def run(kind: str, sessions: int, seconds: int, collections_n: int) -> dict[str, Any]:
-    """Build the heap of ``sessions`` (``kind``: "pipelines" or "extractors"), feed it, time."""
+def run(
+    kind: str, sessions: int, seconds: int, collections_n: int, kernels: Kernels | None
+) -> dict[str, Any]:
+    """Build the heap of ``sessions`` (``kind``: "pipelines" or "extractors") running
+    ``kernels``, feed it, time."""
     gazes = [simulate_gaze(seconds + 2.0, RATE, seed=i + 1) for i in range(DISTINCT)]
     blocks: list[list[GazeSamples]] = [
         [g.slice(int(RATE) * j, int(RATE) * (j + 1)) for j in range(seconds)] for g in gazes
@@ -100,7 +103,8 @@ def run(kind: str, sessions: int, seconds: int, collections_n: int) -> dict[str,
             if kind == "pipelines":
                 pipes = [
                     Pipeline(ledger, session=f"s{i}", device="bench", rate_hz=RATE,
-                             features=settings.features, mechanism=settings.mechanism)
+                             features=settings.features, mechanism=settings.mechanism,
+                             kernels=kernels)
                     for i in range(sessions)
                 ]  # fmt: skip
                 for j in range(seconds):
@@ -108,7 +112,10 @@ def run(kind: str, sessions: int, seconds: int, collections_n: int) -> dict[str,
                     if jobs:
                         release_group(jobs)
             else:
-                fxs = [FeatureExtractor(30.0, 0.5, rate_hz=RATE) for _ in range(sessions)]
+                fxs = [
+                    FeatureExtractor(30.0, 0.5, rate_hz=RATE, kernels=kernels)
+                    for _ in range(sessions)
+                ]
                 for j in range(seconds):
                     push_many([(fx, blocks[i % DISTINCT][j]) for i, fx in enumerate(fxs)])
         finally:
@@ -134,12 +141,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=60, help="seconds of gaze fed (default 60)")
     ap.add_argument("--collections", type=int, default=5, help="timed full collections")
     args = ap.parse_args()
-    compiled = use_compiled()
+    kernels = load_kernels()
     load = load_now()
     rows = []
     for kind in ("extractors", "pipelines"):
         print(f"{kind}: {args.sessions} sessions, {args.seconds} s of gaze ...", flush=True)
-        rows.append(run(kind, args.sessions, args.seconds, args.collections))
+        rows.append(run(kind, args.sessions, args.seconds, args.collections, kernels))
     print(f"\n{'heap':>11} {'tracked':>8} {'references':>10} {'full gc ms (median)':>20}")
     for r in rows:
         print(
@@ -152,7 +159,7 @@ def main() -> None:
             "benchmark": "bench_gc",
             "machine": machine(),
             "load_before": load,
-            "compiled": compiled,
+            "compiled": kernels is not None,
             "settings": vars(args),
             "rows": rows,
         },

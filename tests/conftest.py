@@ -19,7 +19,6 @@ import paho.mqtt.client as mqtt
 import pytest
 from hypothesis import settings
 
-from gazeguard.signal.compiled import use_compiled
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import ChunkMessage, StatusMessage
 
@@ -182,14 +181,6 @@ def mosquitto(tmp_path: Path) -> Iterator[MosquittoBroker]:
     broker.start()
     yield broker
     broker.stop()
-
-
-@pytest.fixture(autouse=True)
-def _numpy_passes_after_each_test() -> Iterator[None]:
-    """A fleet served in the test's process turns the compiled passes on for the process
-    (``fleet.compiled``); the next test starts on the numpy reference again."""
-    yield
-    use_compiled(False)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from gazeguard.config import LabelSettings
 from gazeguard.core.errors import StreamError
 from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
-from gazeguard.runtime.fleet import Fleet, _Session
+from gazeguard.runtime.fleet import Fleet, FleetSession
 from gazeguard.runtime.jetstream import consumer_name
 from gazeguard.runtime.jetstream.wire import ensure_consumers, ensure_stream
 from gazeguard.runtime.service import serve_fleet
@@ -49,13 +49,13 @@ def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
     sessions = [f"b{i}" for i in range(6)]
     gaze = {s: simulate_gaze(8.0, 120.0, seed=40 + i) for i, s in enumerate(sessions)}
     sizes: list[int] = []
-    process_many = Fleet._process_many
+    process_many = Fleet.process_many
 
-    async def observed(self: Fleet, items: Sequence[tuple[_Session, GazeSamples]]) -> None:
+    async def observed(self: Fleet, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
         sizes.append(len(items))  # the real step, observed
         await process_many(self, items)
 
-    monkeypatch.setattr(Fleet, "_process_many", observed)
+    monkeypatch.setattr(Fleet, "process_many", observed)
 
     async def main() -> Fleet:
         nc = await nats.connect(nats_server.url)  # the stream and consumers, as a worker makes them

@@ -13,8 +13,7 @@ from typing import Any
 from gazeguard.cli._common import ExitCode, stdout
 from gazeguard.config import load_settings
 from gazeguard.core.errors import ConfigError
-from gazeguard.ledger import Ledger
-from gazeguard.ledger._ledger import is_url
+from gazeguard.ledger import Ledger, is_url
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

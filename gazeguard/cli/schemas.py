@@ -27,7 +27,7 @@ from gazeguard.wire.label import LabelMessage
 DATA = Path(str(resources.files("gazeguard"))) / "data"
 
 #: Every shipped payload schema: file name → model.
-SCHEMAS: Mapping[str, type[message._Model]] = {
+SCHEMAS: Mapping[str, type[message.WireModel]] = {
     **message.SCHEMA_FILES,
     LABEL_FILE: LabelMessage,
     COHORT_FILE: CohortMessage,

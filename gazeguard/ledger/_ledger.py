@@ -180,7 +180,7 @@ class Ledger:
         few hundred µs of CPU and one fsync), so a busy event loop may make the calls itself
         rather than hand them to a worker thread, which would wait for the GIL after each of its
         SQLite calls while the loop computes (see
-        :meth:`gazeguard.runtime.fleet.Fleet._process_many`)."""
+        :meth:`gazeguard.runtime.fleet.Fleet.process_many`)."""
         return self._backend.kind == "sqlite"
 
     @property

@@ -35,7 +35,7 @@ from gazeguard.offline.recordings import (
     read_recording,
 )
 from gazeguard.runtime.presets import gazeguard_stream_info
-from gazeguard.runtime.simulate import _Pusher
+from gazeguard.runtime.simulate import Pusher
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class Replay:
             pusher.stop()
 
 
-class _ReplayPusher(_Pusher):
+class _ReplayPusher(Pusher):
     def __init__(self, replay: Replay, outlet: pylsl.StreamOutlet) -> None:
         super().__init__(outlet, f"gazeguard.offline.replay[{replay.name}]", 0.01)
         self.replay = replay

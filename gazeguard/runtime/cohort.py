@@ -109,8 +109,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import DuplicateChargeError, Ledger
-from gazeguard.ledger._model import event_key
+from gazeguard.ledger import DuplicateChargeError, Ledger, event_key
 from gazeguard.plan.cohort import (
     MAX_SESSIONS,
     CohortPart,

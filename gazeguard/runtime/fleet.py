@@ -27,9 +27,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from gazeguard.core.chunking import Chunk
     from gazeguard.runtime.cohort import CohortAggregator
     from gazeguard.runtime.labels import ReleasedLabel
+    from gazeguard.signal.compiled import Kernels
     from gazeguard.signal.labels import LabelModel
     from gazeguard.wire.message import StatusMessage
 
@@ -52,14 +53,82 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Session:
+class FleetSession:
+    """One session a worker serves (:meth:`SessionHost.open_session`): its pipeline, and what
+    the ingest adapter serving it keeps about its gaze.
+
+    Attributes:
+        pipeline: the session's events → features → chunks → ledger pipeline.
+        last_t: sample time of its newest accepted sample, s (``-inf``: none yet); the adapter
+            drops samples not after it.
+        last_seen: when its stream last delivered, s of ``time.monotonic()`` (idleness).
+        samples: gaze samples accepted (timestamps increasing).
+        future_samples: samples stamped ahead of the clock: dropped, never adopted as "last".
+        dropped_samples: samples dropped for not being newer than ``last_t``.
+        bad_blocks: blocks dropped whole (malformed on the wire, or refused by the feature
+            extractor).
+    """
+
     pipeline: Pipeline
     last_t: float = -np.inf
     last_seen: float = field(default_factory=time.monotonic)
-    samples: int = 0  # accepted (timestamps increasing)
-    future_samples: int = 0  # stamped ahead of the clock: dropped, never adopted as "last"
+    samples: int = 0
+    future_samples: int = 0
     dropped_samples: int = 0
     bad_blocks: int = 0
+
+
+class SessionHost(Protocol):
+    """What an ingest adapter (:class:`~gazeguard.runtime.ingest.LslFleetIngest`,
+    :class:`~gazeguard.runtime.jetstream.JetStreamIngest`) needs of the worker whose sessions it
+    feeds: open a session on its first gaze, hand it new samples, close it when its stream ends.
+    :class:`Fleet` is the implementation; the adapters type against this.
+
+    Everything is called on the worker's event loop.
+    """
+
+    @property
+    def settings(self) -> Settings:
+        """The worker's settings (``ingest``, ``fleet``, ``features``)."""
+        ...
+
+    @property
+    def worker_id(self) -> str:
+        """This worker's id (logs; the JetStream balance)."""
+        ...
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger every session charges (a session taken over resumes after its charges)."""
+        ...
+
+    @property
+    def kernels(self) -> Kernels | None:
+        """The compiled passes the worker's sessions run, chosen once where it started (``None``:
+        numpy); the adapter decodes its blocks with them."""
+        ...
+
+    @property
+    def sessions(self) -> Mapping[str, FleetSession]:
+        """The open sessions by session id (read-only: open and close them by the methods)."""
+        ...
+
+    def open_session(
+        self, session: str, rate_hz: float, device: str | None = None
+    ) -> FleetSession | None:
+        """The entry of ``session`` (gaze declared at ``rate_hz`` Hz), opened now if new, its
+        chunks published under ``device`` (``None``: the worker's ``device`` setting); ``None``
+        when refused (``fleet.max_sessions``)."""
+        ...
+
+    def close_session(self, session: str) -> None:
+        """End ``session`` (its incomplete chunk is dropped); nothing if it is not open."""
+        ...
+
+    async def process_many(self, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
+        """Feed every ``(session, new samples)`` (each session at most once; samples strictly
+        after its ``last_t``, shape (N,) per column) and release the chunks that fall due."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +270,8 @@ def ledger_calls_on_loop(settings: Settings, ledger: Ledger) -> bool:
 
 
 class Fleet:
-    """Many sessions in one process, all charging one ledger and draining one publisher.
+    """Many sessions in one process, all charging one ledger and draining one publisher: the
+    :class:`SessionHost` the worker's ingest adapter feeds.
 
     Args:
         settings: the service settings (``fleet`` section, ``ingest.source`` "lsl" or
@@ -209,18 +279,27 @@ class Fleet:
         plan: the release plan every session follows (and the cohort's, when enabled).
         ledger: shared ledger (PostgreSQL for several processes), with the plan's caps.
         publisher: shared publisher of privatized chunks.
+        kernels: the compiled passes every session runs
+            (:func:`gazeguard.signal.compiled.load_kernels`, ``fleet.compiled``), or ``None``:
+            numpy. The same chunks either way, bit for bit.
     """
 
     def __init__(
-        self, settings: Settings, plan: ReleasePlan, ledger: Ledger, publisher: Publisher
+        self,
+        settings: Settings,
+        plan: ReleasePlan,
+        ledger: Ledger,
+        publisher: Publisher,
+        kernels: Kernels | None = None,
     ) -> None:
         self.settings = settings
+        self.kernels = kernels
         self.plan = plan
         self.ledger = ledger
         self.publisher = publisher
         self._on_loop = ledger_calls_on_loop(settings, ledger)
         self.worker_id = settings.fleet.worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.sessions: dict[str, _Session] = {}
+        self.sessions: dict[str, FleetSession] = {}
         self.refused = 0
         self.closed: list[str] = []
         self.on_session: Callable[[SessionEvent], None] | None = None
@@ -234,9 +313,9 @@ class Fleet:
             else None
         )
 
-    def _open_session(
+    def open_session(
         self, session: str, rate_hz: float, device: str | None = None
-    ) -> _Session | None:
+    ) -> FleetSession | None:
         """The session's entry, opened now if new with its stream's declared ``rate_hz``
         (``None`` when refused: ``fleet.max_sessions``): its chunks and status are published
         under ``device`` (the headset's id, as the deployment's broker ACL expects: device =
@@ -260,17 +339,20 @@ class Fleet:
             rate_hz=rate_hz,
             plan=self.plan,
             topic_prefix=self.publisher.settings.topic_prefix,
+            kernels=self.kernels,
         )
         if self.cohort is not None:
             self.cohort.attach(device, session, pipeline)
-        self.sessions[session] = _Session(pipeline)
+        self.sessions[session] = FleetSession(pipeline)
         self.publisher.publish_status(pipeline.status("starting"))
         log.info("worker %s: session %r opened (device %r)", self.worker_id, session, device)
         if self.on_session is not None:
             self.on_session(SessionEvent("opened", device, session, pipeline.topic))
         return self.sessions[session]
 
-    def _close_session(self, session: str) -> None:
+    def close_session(self, session: str) -> None:
+        """End ``session``: its pipeline closed (the incomplete chunk dropped), its status
+        "stopped" published; nothing if it is not open."""
         entry = self.sessions.pop(session, None)
         if entry is None:
             return
@@ -296,11 +378,7 @@ class Fleet:
                 )
             )
 
-    async def _process(self, entry: _Session, block: GazeSamples) -> None:
-        """One session's new samples: :meth:`_process_many` of one."""
-        await self._process_many([(entry, block)])
-
-    async def _process_many(self, items: Sequence[tuple[_Session, GazeSamples]]) -> None:
+    async def process_many(self, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
         """Events and features inline for every ``(session, new samples)`` (each session once),
         in one step over all their samples (:func:`~gazeguard.runtime.pipeline.feed_many`); the
         chunks

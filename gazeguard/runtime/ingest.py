@@ -66,7 +66,7 @@ from gazeguard.signal.events import check_rate
 from gazeguard.wire.topics import session_id_for
 
 if TYPE_CHECKING:
-    from gazeguard.runtime.fleet import Fleet
+    from gazeguard.runtime.fleet import SessionHost
 
 logger = logging.getLogger(__name__)
 
@@ -447,16 +447,16 @@ class LslFleetIngest:
 
     Every ``fleet.discover_every_s`` it resolves all streams of ``ingest.stream_type`` (whose name
     starts with ``ingest.stream_name``, if set); each new ``source_id`` gets its own
-    :class:`GazeStream` and a session of ``fleet`` (:class:`~gazeguard.runtime.fleet.Fleet`), which
-    ends
-    when the stream is silent for ``fleet.idle_timeout_s``. The LSL counterpart of
+    :class:`GazeStream` and a session of ``fleet`` (a :class:`~gazeguard.runtime.fleet.SessionHost`,
+    the worker's :class:`~gazeguard.runtime.fleet.Fleet`), which ends when the stream is silent
+    for ``fleet.idle_timeout_s``. The LSL counterpart of
     :class:`gazeguard.runtime.jetstream.JetStreamIngest`.
 
     Args:
         fleet: the worker's sessions, ledger and publisher.
     """
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: SessionHost) -> None:
         self.fleet = fleet
 
     def predicate(self) -> str:
@@ -506,15 +506,15 @@ class LslFleetIngest:
         try:
             async with GazeStream(ingest, end_after_s=fleet.settings.fleet.idle_timeout_s) as s:
                 rate = declared_rate(ingest.rate_hz, s.info.nominal_srate, s.info.name)
-                entry = fleet._open_session(session, rate)
+                entry = fleet.open_session(session, rate)
                 if entry is None:
                     return
                 async for block in s:
                     entry.last_seen = time.monotonic()
-                    await fleet._process(entry, block)
+                    await fleet.process_many([(entry, block)])
                     if stop.is_set():
                         break
         except (StreamError, ConfigError) as exc:  # this stream only: the others go on
             logger.warning("worker %s: stream %r: %s", fleet.worker_id, source_id, exc)
         finally:
-            fleet._close_session(session)
+            fleet.close_session(session)

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from gazeguard.config import LabelSettings
     from gazeguard.plan.labels import LabelPlan
     from gazeguard.runtime.labels import LabelStream, ReleasedLabel
+    from gazeguard.signal.compiled import Kernels
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,9 @@ class Pipeline:
         clock_offset_s: Unix time minus sample time, s; ``None`` (default): samples are on the
             LSL clock of this host (``time.time() − pylsl.local_clock()``, read once). The
             ledger counts its per-hour window in this gaze time.
+        kernels: the compiled passes the session's detector and extractor run
+            (:func:`gazeguard.signal.compiled.load_kernels`: a fleet worker's choice, made once
+            where it starts); ``None``: numpy. The same chunks either way, bit for bit.
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -171,8 +175,10 @@ class Pipeline:
         on_release: Callable[[ReleasedChunk], None] | None = None,
         tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
         clock_offset_s: float | None = None,
+        kernels: Kernels | None = None,
     ) -> None:
         self.rate_hz = check_rate(rate_hz, "rate_hz")
+        self.kernels = kernels
         self.ledger = ledger
         self.session = session
         self.device = device
@@ -304,8 +310,11 @@ class Pipeline:
             min_valid_fraction=f.min_valid_fraction,
             hold_limit_s=f.hold_limit_s,
             detector=EventDetector(
-                rate_hz=self.rate_hz, velocity_threshold_deg_s=f.saccade_threshold_deg_s
+                rate_hz=self.rate_hz,
+                velocity_threshold_deg_s=f.saccade_threshold_deg_s,
+                kernels=self.kernels,
             ),
+            kernels=self.kernels,
         )
 
     def feed(self, block: GazeSamples) -> list[Chunk]:

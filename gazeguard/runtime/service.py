@@ -59,7 +59,7 @@ from gazeguard.runtime.preflight import (
 from gazeguard.runtime.presets import IngestStats
 from gazeguard.runtime.publish import Publisher
 from gazeguard.runtime.simulate import SimulatedHeadset
-from gazeguard.signal.compiled import use_compiled
+from gazeguard.signal.compiled import load_kernels
 from gazeguard.wire.message import IngestCounters, SessionState, StatusMessage, status_topic
 from gazeguard.wire.topics import session_id_for
 
@@ -188,7 +188,7 @@ async def _outbound(
     ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
     left (what it cannot send stays in the outbox for the next start). A ``fleet`` worker on a
     local ledger drains on its event loop (see
-    :meth:`gazeguard.runtime.fleet.Fleet._process_many`)."""
+    :meth:`gazeguard.runtime.fleet.Fleet.process_many`)."""
     with open_ledger(settings.ledger, plan) as ledger:
         backlog = len(ledger.pending())  # before the publisher starts sending them
         if backlog:
@@ -458,15 +458,17 @@ async def serve_fleet(
     stop = stop or asyncio.Event()
     async with _outbound(settings, plan, fleet=True) as out:
         ledger, publisher = out.ledger, out.publisher
-        fleet = Fleet(settings, plan, ledger, publisher)
+        # The one switch between the numpy passes and the compiled ones: chosen here, once, and
+        # handed to every session's detector and extractor and to the block decoder.
+        kernels = load_kernels(settings.fleet.compiled)
         if settings.fleet.compiled:
-            on = use_compiled()
             log.info(
                 "fleet worker: block decode, detector passes, sample bins and window statistics %s",
                 "compiled (numba)"
-                if on
+                if kernels is not None
                 else "by numpy (numba not installed, or GAZEGUARD_COMPILED=0)",
             )
+        fleet = Fleet(settings, plan, ledger, publisher, kernels)
         freeze_startup_objects()
         log.info(
             "fleet worker %s: %s sessions, publishing to %s",

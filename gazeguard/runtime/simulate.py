@@ -389,7 +389,7 @@ def simulate_scene_gaze(
 # ---------------------------------------------------------------------------------------------
 # Real-time LSL outlets
 # ---------------------------------------------------------------------------------------------
-class _Pusher(ABC):
+class Pusher(ABC):
     """Background thread that pushes rows into an outlet on a real-time schedule."""
 
     def __init__(self, outlet: pylsl.StreamOutlet, name: str, push_interval_s: float) -> None:
@@ -523,7 +523,7 @@ class SimulatedHeadset:
         self.stop()
 
 
-class _HeadsetPusher(_Pusher):
+class _HeadsetPusher(Pusher):
     def __init__(self, headset: SimulatedHeadset, outlet: pylsl.StreamOutlet) -> None:
         super().__init__(
             outlet, f"gazeguard.runtime.simulate[{headset.name}]", headset.push_interval_s

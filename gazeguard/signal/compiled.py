@@ -11,8 +11,11 @@ calls.
 
 Why: a fleet worker hands each session about a second of samples at a time, and for blocks
 that small the numpy calls' fixed cost, not the arithmetic, is most of a pass
-(``docs/design.md``). The numpy code stays the reference and the default: :func:`use_compiled`
-turns these on for the process (the fleet worker does, ``fleet.compiled``), and the tests check
+(``docs/design.md``). The numpy code stays the reference and the default: :func:`load_kernels`
+gives the passes, chosen once where a fleet worker starts (``fleet.compiled``) and handed to
+what runs them (``kernels=`` of :class:`~gazeguard.signal.events.EventDetector`,
+:class:`~gazeguard.signal.features.FeatureExtractor` and
+:func:`~gazeguard.signal.rawgaze.decode_many`), and the tests check
 that both give the same events, bins and vectors bit for bit (``tests/properties/
 test_compiled.py``). Both passes only use operations whose result does not depend on order
 (comparisons, min, max, integer sums) or the reference's own order (a velocity's sums over
@@ -43,8 +46,7 @@ __all__ = [
     "RUN_F",
     "RUN_I",
     "Kernels",
-    "active",
-    "use_compiled",
+    "load_kernels",
 ]
 
 #: Integer fields of the packed open run (``ri``): has_open, cls, start (global index),
@@ -81,60 +83,58 @@ _V_SAC_FIX_RATIO = 19
 _V_BLINK = (20, 21, 22)  # rate, duration mean, var
 _PW_BLOCK = 128  # numpy's PW_BLOCKSIZE: pairwise summation adds up to this many in one loop
 
-_loaded: Kernels | None = None
-#: The passes in use in this process (None: numpy), read by the detector and the extractor.
-active: Kernels | None = None
 
-
-def use_compiled(on: bool = True) -> bool:
-    """Run this process's detector passes and sample binning compiled (``on``; needs numba)
-    or by numpy: the same results bit for bit, less CPU per small block compiled. The first
-    call compiles the passes (or loads them from numba's cache next to this file).
+def load_kernels(on: bool = True) -> Kernels | None:
+    """The compiled passes (``on``; needs numba), to hand to the detectors, extractors and
+    decoder of a process that chose them: the same results as numpy bit for bit, less CPU per
+    small block. The first call compiles the passes (or loads them from numba's cache next to
+    this file); later calls return the same ones.
 
     Returns:
-        Whether the passes are now compiled: False for ``on=False``, where numba is not
-        installed, or where the environment sets ``GAZEGUARD_COMPILED=0``.
+        The passes, or ``None`` (run numpy) for ``on=False``, where numba is not installed, or
+        where the environment sets ``GAZEGUARD_COMPILED=0``.
     """
-    global _loaded, active  # noqa: PLW0603 - a process-wide choice of implementation
-    active = None
     if not on or os.environ.get("GAZEGUARD_COMPILED", "1") == "0":
-        return False
-    if _loaded is None:
-        try:
-            import numba  # noqa: PLC0415 - optional, heavy
-        except ImportError:
-            return False
-        # Explicit signatures: compiled (or loaded from the cache) here, at startup, not at a
-        # first call in the middle of serving (a stall of seconds). Arrays of any layout; the
-        # inputs may be read-only (blocks decoded from the wire are).
-        t = numba.types
-        i64, f64 = t.int64, t.float64
-        out = {dt: t.Array(dt, 1, "A") for dt in (i64, f64, t.boolean)}
-        inp = {dt: t.Array(dt, 1, "A", readonly=True) for dt in (i64, f64, t.boolean)}
-        ivt = t.Array(f64, 2, "A")(
-            inp[f64], t.Array(f64, 2, "A", readonly=True), inp[t.boolean],
-            i64, i64, i64, i64, f64, f64, i64, f64, f64, inp[f64], out[i64], out[f64], out[i64],
-        )  # fmt: skip
-        bins = i64(
-            inp[f64], inp[t.boolean], inp[f64], f64, f64, f64, i64, f64, f64, f64,
-            out[i64], out[i64], out[i64], out[i64], out[f64], out[f64],
-        )  # fmt: skip
-        ring = t.Array(f64, 2, "A")
-        stats = t.void(ring, i64, i64, ring, i64, i64, ring, i64, i64, f64, out[f64])
-        clip = i64(inp[f64], inp[f64], inp[f64], out[f64])
-        decode = i64(t.Array(f64, 2, "A", readonly=True), ring, out[t.boolean])
-        for helper in (_block_sum, _pairwise_sum, _mean_var, _maximum):  # _event_stats'
-            numba.extending.register_jitable(helper)
-        jit = functools.partial(numba.njit, cache=True)  # holding the GIL: see the docstring
-        _loaded = Kernels(
-            jit(ivt)(_ivt_pass),
-            jit(bins)(_bin_samples),
-            jit(stats)(_event_stats),
-            jit(clip)(_clip),
-            jit(decode)(_decode),
-        )
-    active = _loaded
-    return True
+        return None
+    return _compile()
+
+
+@functools.cache
+def _compile() -> Kernels | None:
+    """The passes compiled (once per process: numba's dispatchers), ``None`` without numba."""
+    try:
+        import numba  # noqa: PLC0415 - optional, heavy
+    except ImportError:
+        return None
+    # Explicit signatures: compiled (or loaded from the cache) here, at startup, not at a
+    # first call in the middle of serving (a stall of seconds). Arrays of any layout; the
+    # inputs may be read-only (blocks decoded from the wire are).
+    t = numba.types
+    i64, f64 = t.int64, t.float64
+    out = {dt: t.Array(dt, 1, "A") for dt in (i64, f64, t.boolean)}
+    inp = {dt: t.Array(dt, 1, "A", readonly=True) for dt in (i64, f64, t.boolean)}
+    ivt = t.Array(f64, 2, "A")(
+        inp[f64], t.Array(f64, 2, "A", readonly=True), inp[t.boolean],
+        i64, i64, i64, i64, f64, f64, i64, f64, f64, inp[f64], out[i64], out[f64], out[i64],
+    )  # fmt: skip
+    bins = i64(
+        inp[f64], inp[t.boolean], inp[f64], f64, f64, f64, i64, f64, f64, f64,
+        out[i64], out[i64], out[i64], out[i64], out[f64], out[f64],
+    )  # fmt: skip
+    ring = t.Array(f64, 2, "A")
+    stats = t.void(ring, i64, i64, ring, i64, i64, ring, i64, i64, f64, out[f64])
+    clip = i64(inp[f64], inp[f64], inp[f64], out[f64])
+    decode = i64(t.Array(f64, 2, "A", readonly=True), ring, out[t.boolean])
+    for helper in (_block_sum, _pairwise_sum, _mean_var, _maximum):  # _event_stats'
+        numba.extending.register_jitable(helper)
+    jit = functools.partial(numba.njit, cache=True)  # holding the GIL: see the docstring
+    return Kernels(
+        jit(ivt)(_ivt_pass),
+        jit(bins)(_bin_samples),
+        jit(stats)(_event_stats),
+        jit(clip)(_clip),
+        jit(decode)(_decode),
+    )
 
 
 def _bin_samples(  # noqa: PLR0917 - the bins' columns, as stored

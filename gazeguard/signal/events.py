@@ -372,6 +372,9 @@ class EventDetector:
             at most :data:`MAX_HALFWIDTH_S`).
         rate_hz: the stream's declared sampling rate, Hz (:data:`RATE_RANGE_HZ`): the nominal
             interval ``dt = 1/rate_hz``, ``h`` and the gap threshold ``4·dt`` come from it.
+        kernels: the compiled passes to classify with
+            (:func:`gazeguard.signal.compiled.load_kernels`; the same rows bit for bit, less CPU
+            per small block), or ``None``: numpy, the reference.
     """
 
     def __init__(
@@ -384,6 +387,7 @@ class EventDetector:
         min_blink_s: float = 0.05,
         max_blink_s: float = 0.5,
         velocity_halfwidth_s: float = 0.005,
+        kernels: compiled.Kernels | None = None,
     ) -> None:
         rate = check_rate(rate_hz)
         _check_positive("velocity_threshold_deg_s", velocity_threshold_deg_s)
@@ -409,6 +413,7 @@ class EventDetector:
         self.max_blink_s = float(max_blink_s)
         self.velocity_halfwidth_s = float(velocity_halfwidth_s)
         self.rate_hz = rate
+        self.kernels = kernels  # the compiled passes (None: numpy)
         self.dt = 1.0 / rate  # nominal sampling interval, s
         self.h = half_width(rate, velocity_halfwidth_s)  # velocity half-width, samples
         self.max_gap_s = GAP_INTERVALS * self.dt
@@ -519,8 +524,8 @@ class EventDetector:
         a = self._next
         if stop <= a:
             return []
-        if compiled.active is not None:
-            return self._classify_compiled(compiled.active.ivt_pass, stop, final)
+        if self.kernels is not None:
+            return self._classify_compiled(self.kernels.ivt_pass, stop, final)
         h, n, g = self.h, self._n, self.max_gap_s
         t, xy, ok = self._t, self._xy, self._ok
         # Context region [r0, r1) = [a - h, stop + h) within the buffer. "clean": no invalid
@@ -791,17 +796,16 @@ def classify_many(detectors: Sequence[EventDetector]) -> list[list[Row]]:
     reductions) is done once over all detectors in the common case: the same half-width ``h``
     and threshold as the first such detector, ``h + 1`` samples of lookback, no invalid sample
     and no gap in the velocity context (the same float operations on the same operands, split
-    per detector). The others are classified on their own. Cost per call: about 30 numpy calls
-    over all the new samples, plus Python per run (event) and per detector.
+    per detector). The others, and those with compiled passes (nothing left to share), are
+    classified on their own. Cost per call: about 30 numpy calls over all the new samples, plus
+    Python per run (event) and per detector.
     """
-    if compiled.active is not None:  # compiled passes: nothing left to share
-        return [det._classify(det._n - det.h) for det in detectors]
     out: list[list[Row] | None] = [None] * len(detectors)
     batch: list[int] = []
     h = thr = None
     for i, det in enumerate(detectors):
         a, stop = det._next, det._n - det.h
-        common = det.dt is not None and stop > a > det.h
+        common = det.kernels is None and det.dt is not None and stop > a > det.h
         if common and h is None:
             h, thr = det.h, det.velocity_threshold_deg_s
         if common and det.h == h and det.velocity_threshold_deg_s == thr:

@@ -585,8 +585,10 @@ class _Wordbook:
             self.hi = c - 1
 
 
-def _detector(rate_hz: float | None, detector: EventDetector | None) -> EventDetector:
-    """``detector``, or a default one at the declared ``rate_hz``.
+def _detector(
+    rate_hz: float | None, detector: EventDetector | None, kernels: compiled.Kernels | None
+) -> EventDetector:
+    """``detector``, or a default one at the declared ``rate_hz`` running ``kernels``.
 
     Raises:
         ConfigError: neither given, or a detector at another rate than ``rate_hz``.
@@ -601,7 +603,7 @@ def _detector(rate_hz: float | None, detector: EventDetector | None) -> EventDet
                 "stream's nominal_srate",
                 "argument",
             )
-        return EventDetector(rate_hz=rate_hz)
+        return EventDetector(rate_hz=rate_hz, kernels=kernels)
     if rate_hz is not None and float(rate_hz) != detector.rate_hz:
         raise ConfigError(
             "rate_hz", rate_hz, f"differs from the detector's rate {detector.rate_hz:g} Hz",
@@ -621,11 +623,14 @@ class FeatureExtractor:
             that, and before a feature's first defined value, its public default is released.
         rate_hz: the stream's declared sampling rate, Hz (for the default detector; never
             measured from the samples).
-        detector: the event detector to use (default: ``EventDetector(rate_hz=rate_hz)``),
-            owned afterwards.
+        detector: the event detector to use (default: ``EventDetector(rate_hz=rate_hz,
+            kernels=kernels)``), owned afterwards.
         coalesce: hold (copies of) blocks that cannot complete a step and process them with
             the next block that can, or that enters a new step interval: the same vectors,
             returned by the same :meth:`push` calls, for fewer detector passes (small blocks).
+        kernels: the compiled passes to bin samples and compute window statistics with (and
+            the default detector's; :func:`gazeguard.signal.compiled.load_kernels`): the same
+            vectors bit for bit, less CPU per small block; ``None``: numpy, the reference.
     """
 
     def __init__(
@@ -638,6 +643,7 @@ class FeatureExtractor:
         rate_hz: float | None = None,
         detector: EventDetector | None = None,
         coalesce: bool = True,
+        kernels: compiled.Kernels | None = None,
     ) -> None:
         if not (math.isfinite(window_s) and window_s > 0):
             raise ConfigError("features.window_s", window_s, "must be a finite number > 0")
@@ -653,7 +659,8 @@ class FeatureExtractor:
         self.window_s = float(window_s)
         self.step_s = float(step_s)
         self.min_valid_fraction = float(min_valid_fraction)
-        self.detector = _detector(rate_hz, detector)
+        self.detector = _detector(rate_hz, detector, kernels)
+        self.kernels = kernels  # the compiled passes (None: numpy)
         self.names = NAMES
         self.lo, self.hi, self.max_step = feature_bounds(None, self.window_s, self.step_s)
         self.default = feature_defaults(None, self.window_s, self.step_s)
@@ -833,8 +840,8 @@ class FeatureExtractor:
 
     def _bin_samples(self, piece: GazeSamples, all_valid: bool) -> None:
         """Add the samples of ``piece`` to their bins; ``all_valid``: every sample is valid."""
-        if compiled.active is not None:
-            self._bin_compiled(compiled.active.bin_samples, piece)
+        if self.kernels is not None:
+            self._bin_compiled(self.kernels.bin_samples, piece)
             return
         rows, cuts = self._bin_valid(piece, all_valid)
         p = piece.pupil_mm
@@ -1057,7 +1064,7 @@ class FeatureExtractor:
         self._sums_to = b1 + self._bin_base
         n_valid, n_pupil, s1_int, s2_int = sums
         valid_fraction = min(1.0, float(n_valid) * dt / w)
-        kernels = compiled.active
+        kernels = self.kernels
         v = self._event_values(w) if kernels is None else self._event_values_compiled(kernels, w)
         if n_pupil * dt >= PUPIL_MIN_COVERAGE * w:
             n = float(n_pupil)
@@ -1237,10 +1244,13 @@ def _in_range(lo: list[float], hi: list[float]) -> bool:
 def _bin_samples_many(items: list[tuple[FeatureExtractor, GazeSamples]]) -> None:
     """``fx._bin_samples(piece, ...)`` for every item, with the pupil reductions done once
     over all the pieces (a piece with pupil samples out of range or missing is binned on its
-    own: its values in the shared reductions are not used)."""
-    if compiled.active is not None:  # compiled: nothing left to share
-        for fx, piece in items:
+    own: its values in the shared reductions are not used; so is a piece of an extractor with
+    compiled passes: nothing left to share)."""
+    for fx, piece in items:
+        if fx.kernels is not None:
             fx._bin_samples(piece, False)
+    items = [(fx, piece) for fx, piece in items if fx.kernels is None]
+    if not items:
         return
     layouts = []
     offsets = [0]

@@ -81,13 +81,13 @@ class Decoded(NamedTuple):
     increasing: list[bool]
 
 
-def decode_many(payloads: Sequence[bytes]) -> Decoded:
+def decode_many(payloads: Sequence[bytes], kernels: compiled.Kernels | None = None) -> Decoded:
     """:func:`decode_gaze` of many blocks at once, with each block's first and last timestamp
     and whether its timestamps strictly increase (what the fleet worker checks per block,
     without a numpy call per block). Blocks of one size are decoded with one set of array
     operations (the fleet worker's batch of a partition), each returned as views of them;
-    with the compiled passes on (:mod:`gazeguard.signal.compiled`), each block in one compiled pass
-    instead (the same arrays)."""
+    with ``kernels``, the compiled passes (:func:`gazeguard.signal.compiled.load_kernels`), each
+    block in one compiled pass instead (the same arrays)."""
     nan = math.nan
     out = Decoded(
         [StreamError("not decoded")] * len(payloads),
@@ -95,9 +95,9 @@ def decode_many(payloads: Sequence[bytes]) -> Decoded:
         [nan] * len(payloads),
         [False] * len(payloads),
     )
-    if compiled.active is not None:
+    if kernels is not None:
         for i in range(len(payloads)):
-            _decode_compiled(compiled.active.decode, payloads, i, out)
+            _decode_compiled(kernels.decode, payloads, i, out)
         return out
     by_size: dict[int, list[int]] = {}
     for i, payload in enumerate(payloads):

@@ -26,7 +26,8 @@ from typing import Annotated, Any, Final, Literal, Self
 from pydantic import Field, model_validator
 
 from gazeguard.wire import message
-from gazeguard.wire.message import FiniteFloat, Name, NoiseSource, Positive, _check_prefix, _Model
+from gazeguard.wire.message import FiniteFloat, Name, NoiseSource, Positive, WireModel
+from gazeguard.wire.topics import check_prefix
 
 COHORT_SCHEMA: Final = "gazeguard.cohort/1"
 SCHEMA_FILE: Final = "cohort.schema.json"
@@ -36,7 +37,7 @@ ATTENTION_SCHEMA_FILE: Final = "attention.schema.json"
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
 
-class CohortFeature(_Model):
+class CohortFeature(WireModel):
     """One profile feature's aggregate.
 
     Attributes:
@@ -57,7 +58,7 @@ class CohortFeature(_Model):
     sd: NonNegative
 
 
-class CohortMessage(_Model):
+class CohortMessage(WireModel):
     """The aggregate of one time bucket over the sessions of one worker (``gazeguard.cohort/1``).
 
     Attributes:
@@ -123,7 +124,7 @@ class CohortMessage(_Model):
         return self.model_dump_json(by_alias=True).encode()
 
 
-class AoiShare(_Model):
+class AoiShare(WireModel):
     """One area of interest's dwell (``elsewhere``: valid gaze in no AOI).
 
     Attributes:
@@ -137,7 +138,7 @@ class AoiShare(_Model):
     share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
-class AttentionMessage(_Model):
+class AttentionMessage(WireModel):
     """A bucket's dwell-time distribution over the sessions of one worker
     (``gazeguard.attention/1``).
 
@@ -220,7 +221,7 @@ def attention_topic(prefix: str, cohort: str) -> str:
 
 def cohort_topic(prefix: str, cohort: str) -> str:
     """``{prefix}/cohort/{cohort}/aggregates``."""
-    _check_prefix(prefix)
+    check_prefix(prefix)
     if not cohort or any(c in cohort for c in "/+#"):
         msg = f"cohort name {cohort!r} must be one topic level (no '/', '+' or '#')"
         raise ValueError(msg)

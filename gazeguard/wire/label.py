@@ -30,10 +30,9 @@ from gazeguard.wire.message import (
     Name,
     NoiseSource,
     Positive,
-    _check_prefix,
-    _check_segment,
-    _Model,
+    WireModel,
 )
+from gazeguard.wire.topics import check_name, check_prefix
 
 if TYPE_CHECKING:
     from gazeguard.signal.labels import LabelDecision
@@ -45,14 +44,14 @@ SCHEMA_FILE: Final = "label.schema.json"
 SURVIVAL_TOLERANCE: Final = 1e-9
 
 
-class LabelModelRef(_Model):
+class LabelModelRef(WireModel):
     """The model that made the clean decision (its file's ``name`` and ``version``)."""
 
     name: Name
     version: Name
 
 
-class LabelMessage(_Model):
+class LabelMessage(WireModel):
     """One privatized label of one session (``gazeguard.label/1``).
 
     Attributes:
@@ -195,9 +194,9 @@ def label_topic(prefix: str, device: str, session: str) -> str:
     Raises:
         ConfigError: a part is empty or contains MQTT wildcards or separators.
     """
-    _check_prefix(prefix)
-    _check_segment("device", device)
-    _check_segment("session", session)
+    check_prefix(prefix)
+    check_name("device", device)
+    check_name("session", session)
     return f"{prefix}/{device}/{session}/labels"
 
 

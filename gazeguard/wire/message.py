@@ -60,7 +60,9 @@ _EPS_RTOL = 1e-9
 _EPS_UNIT = 1e-6
 
 
-class _Model(BaseModel):
+class WireModel(BaseModel):
+    """The base of every wire message: no extra fields, frozen, every field in the schema."""
+
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
@@ -70,7 +72,7 @@ class _Model(BaseModel):
     )
 
 
-class MechanismParams(_Model):
+class MechanismParams(WireModel):
     """How a chunk was privatized (docs/design.md "Mechanisms"); lists have one entry per feature.
 
     Attributes:
@@ -221,7 +223,7 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-class LedgerSnapshot(_Model):
+class LedgerSnapshot(WireModel):
     """The session's ledger right after this chunk was charged (ε is dimensionless).
 
     Attributes:
@@ -314,7 +316,7 @@ class LedgerSnapshot(_Model):
         )
 
 
-class ChunkMessage(_Model):
+class ChunkMessage(WireModel):
     """One privatized chunk of one session (``gazeguard.chunk/2``).
 
     Attributes:
@@ -443,7 +445,7 @@ class ChunkMessage(_Model):
 Count = Annotated[int, Field(ge=0)]
 
 
-class IngestCounters(_Model):
+class IngestCounters(WireModel):
     """What the gaze ingest did with the samples it received since the stream opened (counts of
     samples; each field's description says what it counts). ``dropped`` is the sum of
     ``duplicates``, ``out_of_order``, ``implausible``, ``nonfinite`` and ``overflow``."""
@@ -468,7 +470,7 @@ class IngestCounters(_Model):
     resyncs: Count = Field(description="times ingest followed a jump of the sender's clock")
 
 
-class StatusMessage(_Model):
+class StatusMessage(WireModel):
     """The retained state of one session (``gazeguard.status/1``); the latest one wins.
 
     Attributes:
@@ -540,23 +542,15 @@ class StatusMessage(_Model):
 # Topics
 
 
-def _check_segment(field: str, value: str) -> None:
-    check_name(field, value)
-
-
-def _check_prefix(prefix: str) -> None:
-    check_prefix(prefix)
-
-
 def chunk_topic(prefix: str, device: str, session: str) -> str:
     """``{prefix}/{device}/{session}/chunks``: one privatized chunk per message, QoS 1.
 
     Raises:
         ConfigError: a part is empty or contains MQTT wildcards or separators.
     """
-    _check_prefix(prefix)
-    _check_segment("device", device)
-    _check_segment("session", session)
+    check_prefix(prefix)
+    check_name("device", device)
+    check_name("session", session)
     return f"{prefix}/{device}/{session}/chunks"
 
 
@@ -566,16 +560,16 @@ def status_topic(prefix: str, device: str, session: str) -> str:
     Raises:
         ConfigError: a part is empty or contains MQTT wildcards or separators.
     """
-    _check_prefix(prefix)
-    _check_segment("device", device)
-    _check_segment("session", session)
+    check_prefix(prefix)
+    check_name("device", device)
+    check_name("session", session)
     return f"{prefix}/{device}/{session}/status"
 
 
 # ---------------------------------------------------------------------------------------------
 # JSON Schema export
 
-SCHEMA_FILES: dict[str, type[_Model]] = {
+SCHEMA_FILES: dict[str, type[WireModel]] = {
     "chunk.schema.json": ChunkMessage,
     "status.schema.json": StatusMessage,
 }
@@ -599,7 +593,9 @@ def shipped_schema(filename: str) -> dict[str, Any]:
     return loaded
 
 
-def write_schemas(directory: Path, files: Mapping[str, type[_Model]] | None = None) -> list[Path]:
+def write_schemas(
+    directory: Path, files: Mapping[str, type[WireModel]] | None = None
+) -> list[Path]:
     """Write payload schemas into ``directory``: ``files`` (file name → model), by default
     :data:`SCHEMA_FILES` (``chunk.schema.json`` and ``status.schema.json``)."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from test_feature_properties import (
 from gazeguard.core.samples import GazeSamples
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal import compiled, events, features, rawgaze
-from gazeguard.signal.compiled import use_compiled
+from gazeguard.signal.compiled import Kernels, load_kernels
 from gazeguard.signal.events import EventDetector, Row
 from gazeguard.signal.features import NAMES, FeatureExtractor, push_many
 from gazeguard.signal.rawgaze import decode_many, encode_gaze
@@ -48,16 +48,23 @@ DETECTORS = st.sampled_from(
 )
 
 
-def detector(rate: float, kw: dict[str, float]) -> EventDetector:
-    """A detector with settings ``kw`` for a stream declared at ``rate`` Hz."""
-    return EventDetector(**{"rate_hz": rate, **kw})
+def passes(on: bool) -> Kernels | None:
+    """The compiled passes (``on``) or ``None`` (numpy), as a fleet worker chooses them."""
+    kernels = load_kernels(on)
+    assert (kernels is not None) is on
+    return kernels
+
+
+def detector(rate: float, kw: dict[str, float], kernels: Kernels | None) -> EventDetector:
+    """A detector with settings ``kw`` for a stream declared at ``rate`` Hz, running
+    ``kernels``."""
+    return EventDetector(**{"rate_hz": rate, **kw}, kernels=kernels)
 
 
 def detect(blocks: list[GazeSamples], rate: float, kw: dict[str, float], on: bool) -> tuple[
     list[Row], dict[str, object], events.Events
 ]:  # fmt: skip
-    assert use_compiled(on) is on
-    det = detector(rate, kw)
+    det = detector(rate, kw, passes(on))
     rows: list[Row] = []
     for block in blocks:
         rows += det._push_rows(block)
@@ -128,8 +135,7 @@ def test_compiled_passes_give_the_numpy_vectors_bit_for_bit(
     blocks = pieces(with_pupils(block, seed, share_out), sizes)
     out = {}
     for on in (False, True):
-        assert use_compiled(on) is on
-        fx = FeatureExtractor(ws[0], ws[1], hold_limit_s=ws[2], rate_hz=rate)
+        fx = FeatureExtractor(ws[0], ws[1], hold_limit_s=ws[2], rate_hz=rate, kernels=passes(on))
         got = [fx.push(b) for b in blocks]
         out[on] = (
             [(x.tobytes(), t.tobytes()) for x, t in got],
@@ -149,11 +155,11 @@ def test_compiled_push_many_gives_the_same_vectors() -> None:
     wire = [[encode_gaze(g.slice(120 * j, 120 * (j + 1))) for g in gazes] for j in range(40)]
     out = {}
     for on in (False, True):
-        assert use_compiled(on) is on
-        fxs = [FeatureExtractor(10.0, 0.5, rate_hz=120.0) for _ in gazes]
+        kernels = passes(on)
+        fxs = [FeatureExtractor(10.0, 0.5, rate_hz=120.0, kernels=kernels) for _ in gazes]
         xs: list[bytes] = []
         for payloads in wire:
-            blocks = [decode_many([p]).blocks[0] for p in payloads]  # as a worker gets one
+            blocks = [decode_many([p], kernels).blocks[0] for p in payloads]  # as a worker gets one
             assert not blocks[0].timestamps.flags.writeable  # type: ignore[union-attr]
             got = push_many(list(zip(fxs, blocks, strict=True)))  # type: ignore[arg-type]
             for res in got:
@@ -219,10 +225,9 @@ def test_compiled_window_statistics_are_numpys_bit_for_bit(
     for n, book in fx._ns_books:  # the window's n-grams, as _slide would hold them
         for code in rng.integers(0, 16**n, max(0, ns - n + 1)).tolist():
             book.add(code)
-    assert use_compiled(True)
-    assert compiled.active is not None
-    got = fx._event_values_compiled(compiled.active, w)
-    use_compiled(False)
+    kernels = passes(True)
+    assert kernels is not None
+    got = fx._event_values_compiled(kernels, w)
     ref = np.array(fx._event_values(w))
     assert got.tobytes() == ref.tobytes()
     assert np.isnan(ref).sum() >= 5  # the pupil and the valid fraction: the caller's
@@ -242,11 +247,11 @@ def test_compiled_clip_is_numpys(raw: list[float]) -> None:
     the extractor's public bounds: the same values and count of clipped ones; -1 if any is
     NaN."""
     fx = FeatureExtractor(30.0, 0.5, rate_hz=120.0)
-    assert use_compiled(True)
-    assert compiled.active is not None
+    kernels = passes(True)
+    assert kernels is not None
     x = np.array(raw)
     out = np.empty_like(x)
-    n = compiled.active.clip(x, fx.lo, fx.hi, out)
+    n = kernels.clip(x, fx.lo, fx.hi, out)
     if np.isnan(x).any():
         assert n == -1
         return
@@ -284,11 +289,9 @@ def test_compiled_pass_can_be_turned_off_by_the_environment(
     """``GAZEGUARD_COMPILED=0``: numpy passes even where numba is installed (a load that
     the environment declined is not remembered)."""
     monkeypatch.setenv("GAZEGUARD_COMPILED", "0")
-    assert use_compiled() is False
-    assert compiled.active is None
+    assert load_kernels() is None
     monkeypatch.delenv("GAZEGUARD_COMPILED")
-    assert use_compiled() is True
-    assert compiled.active is not None
+    assert load_kernels() is not None
 
 
 @st.composite
@@ -326,8 +329,7 @@ def test_compiled_decode_gives_the_numpy_blocks_bit_for_bit(batch: list[bytes]) 
     timestamps and increasing flags."""
     got = {}
     for on in (False, True):
-        assert use_compiled(on) is on
-        d = rawgaze.decode_many(batch)
+        d = rawgaze.decode_many(batch, passes(on))
         blocks = [
             str(b)
             if isinstance(b, Exception)

@@ -54,7 +54,7 @@ from gazeguard.offline.eval.datasets import Dataset
 from gazeguard.offline.eval.labels import evaluate as evaluate_labels
 from gazeguard.offline.eval.labels import frontier_sessions
 from gazeguard.offline.eval.report import clean_row, reid_and_task, tradeoff_points
-from gazeguard.offline.eval.runner import GridConfig, _print, evaluate_dataset
+from gazeguard.offline.eval.runner import GridConfig, evaluate_dataset, print_progress
 from gazeguard.plan import label_cadence
 from gazeguard.signal.labels import MAX_EPSILON, epsilon_for_survival, load_model, shipped_models
 from gazeguard.signal.profiles import load_profile
@@ -438,7 +438,7 @@ def evaluate_frontier(
     quick: bool = False,
     cohort_sizes: Sequence[int] | None = None,
     cohort_bucket_s: float = DEFAULT_BUCKET_S,
-    progress: Callable[[str], None] = _print,
+    progress: Callable[[str], None] = print_progress,
 ) -> dict[str, Any]:
     """Measure every release kind of one dataset at the grid's user-level budgets per hour.
 

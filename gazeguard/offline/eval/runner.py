@@ -41,7 +41,7 @@ IntArray = npt.NDArray[np.intp]
 Progress = Callable[[str], None]
 
 
-def _print(msg: str) -> None:
+def print_progress(msg: str) -> None:
     print(msg, flush=True)  # noqa: T201 - progress output of a CLI command
 
 
@@ -203,7 +203,7 @@ def run_jobs(
     bounds: FeatureBounds,
     grid: GridConfig,
     *,
-    progress: Progress = _print,
+    progress: Progress = print_progress,
     factory: MechanismFactory | None = None,
     label: str = "",
 ) -> list[dict[str, Any]]:
@@ -309,7 +309,7 @@ def best_configuration(
 def evaluate_dataset(
     dataset: Dataset,
     grid: GridConfig,
-    progress: Progress = _print,
+    progress: Progress = print_progress,
     factory: MechanismFactory | None = None,
     bounds: FeatureBounds | None = None,
 ) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
     return hi
 
 
-def _mu_for(epsilon: float, delta: float) -> float:
+def mu_for(epsilon: float, delta: float) -> float:
     """Largest ``μ`` with ``gaussian_delta(ε, μ) ≤ δ`` (δ increases with μ)."""
     lo, hi = 1e-3, 1.0
     while gaussian_delta(epsilon, lo) > delta:

@@ -19,11 +19,11 @@ from typing import Literal, TypeAlias
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.accounting import cache as disk
 from gazeguard.privacy.accounting._gaussian import (
-    _mu_for,
     analytic_gaussian_sigma,
     epsilon_to_rho,
     gaussian_delta,
     gaussian_epsilon,
+    mu_for,
     rho_to_epsilon,
 )
 from gazeguard.privacy.accounting.accountant import compose
@@ -205,7 +205,7 @@ def _gaussian(n: int, budget: PrivacyLoss, s: float) -> float:
     if budget.delta == 0.0:
         raise ConfigError("budget.delta", 0.0, "Gaussian noise needs δ > 0, e.g. 1e-6")
     total = _spend(n, budget, s)
-    mu = _mu_for(budget.epsilon - total, budget.delta * math.exp(-total))
+    mu = mu_for(budget.epsilon - total, budget.delta * math.exp(-total))
     r = math.sqrt(n) / mu
     while not _fits(GaussianEvent(r, s), n, budget):  # rounding of √n/μ
         r = math.nextafter(r, math.inf) * (1.0 + 1e-15)

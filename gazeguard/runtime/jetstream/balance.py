@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
     from gazeguard.config import NatsSettings
-    from gazeguard.runtime.fleet import Fleet
+    from gazeguard.runtime.fleet import SessionHost
 
 log = logging.getLogger("gazeguard.runtime.jetstream.worker")  # (one logger for the worker's lines)
 
@@ -125,7 +125,7 @@ class Balancing:
     live worker, say goodbye at a graceful stop."""
 
     # the worker's (see JetStreamIngest)
-    fleet: Fleet
+    fleet: SessionHost
     nats: NatsSettings
     partitions: list[Partition]
     handed_back: int

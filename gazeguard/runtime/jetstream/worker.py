@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
 
     from gazeguard.config import NatsSettings, Settings
-    from gazeguard.runtime.fleet import Fleet, _Session
+    from gazeguard.runtime.fleet import FleetSession, SessionHost
 
 
 log = logging.getLogger(__name__)
@@ -102,10 +102,11 @@ class JetStreamIngest(Balancing):
     """The worker side: serve every partition the server pins on this worker, until ``stop``.
 
     Args:
-        fleet: the worker's :class:`~gazeguard.runtime.fleet.Fleet` (sessions, ledger, publisher).
+        fleet: the worker's sessions and ledger (a :class:`~gazeguard.runtime.fleet.SessionHost`:
+            its :class:`~gazeguard.runtime.fleet.Fleet`).
     """
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: SessionHost) -> None:
         self.fleet = fleet
         self.settings: Settings = fleet.settings
         self.nats: NatsSettings = fleet.settings.fleet.nats
@@ -168,7 +169,7 @@ class JetStreamIngest(Balancing):
                     task.cancel()
         finally:
             for session in list(self.fleet.sessions):
-                self.fleet._close_session(session)
+                self.fleet.close_session(session)
             if self.nats.balance and nc.is_connected:
                 await self._leave()
             for part in self.partitions:
@@ -391,7 +392,7 @@ class JetStreamIngest(Balancing):
             self.fleet.worker_id, part.index, why, len(part.sessions),
         )  # fmt: skip
         for session in sorted(part.sessions):
-            self.fleet._close_session(session)
+            self.fleet.close_session(session)
             self._stamps.pop(session, None)
         part.sessions = set()
 
@@ -409,7 +410,7 @@ class JetStreamIngest(Balancing):
         acknowledged blocks it has not read yet will not come again from the durable consumer.
         """
         for session in sorted(part.sessions):  # stale state of an earlier pin
-            self.fleet._close_session(session)
+            self.fleet.close_session(session)
             self._stamps.pop(session, None)
         part.sessions = set()
         part.stamp = -math.inf  # stream time starts again with the replay (it reads in order)
@@ -460,7 +461,7 @@ class JetStreamIngest(Balancing):
         self._report()
 
     # ------------------------------------------------------------------ blocks
-    async def _session_of(self, part: Partition, msg: Msg) -> tuple[str, _Session | None]:
+    async def _session_of(self, part: Partition, msg: Msg) -> tuple[str, FleetSession | None]:
         """The session a stored block belongs to, opened (and resumed) on first sight.
 
         A session opened again mid-stream — closed for idleness earlier, or with chunks
@@ -481,7 +482,7 @@ class JetStreamIngest(Balancing):
                 self._no_rate.add(key)
                 log.warning("worker %s: session %r refused: %s", self.fleet.worker_id, key, exc)
             return key, None
-        entry = self.fleet._open_session(key, rate, device=tokens[-2])  # the headset's id: ACLs
+        entry = self.fleet.open_session(key, rate, device=tokens[-2])  # the headset's id: ACLs
         if entry is None:
             return key, None
         part.sessions.add(key)
@@ -581,15 +582,16 @@ class JetStreamIngest(Balancing):
 
     async def _on_blocks(self, part: Partition, msgs: list[Msg]) -> None:
         """Decode the blocks (at once), keep each session's new samples in order, and feed
-        every session its samples of the batch in one step (:meth:`Fleet._process_many`).
+        every session its samples of the batch in one step
+        (:meth:`~gazeguard.runtime.fleet.SessionHost.process_many`).
 
         The usual block — timestamps increasing, after the session's newest, none ahead of the
         clock — is recognised from the decoder's first/last timestamps with no numpy call of
         its own; any other goes through :meth:`_new_samples`, sample by sample."""
         seen = time.monotonic()
-        decoded = decode_many([m.data for m in msgs])
+        decoded = decode_many([m.data for m in msgs], self.fleet.kernels)
         clock = _Clock(self.settings.ingest.future_tolerance_s)
-        fresh: dict[str, tuple[_Session, list[GazeSamples]]] = {}
+        fresh: dict[str, tuple[FleetSession, list[GazeSamples]]] = {}
         for i, msg in enumerate(msgs):
             key, entry = await self._session_of(part, msg)
             if entry is None:
@@ -620,10 +622,10 @@ class JetStreamIngest(Balancing):
             for entry, blocks in fresh.values()
         ]
         if items:
-            await self.fleet._process_many(items)
+            await self.fleet.process_many(items)
 
     def _new_samples(
-        self, entry: _Session, key: str, block: GazeSamples, msg: Msg, clock: _Clock
+        self, entry: FleetSession, key: str, block: GazeSamples, msg: Msg, clock: _Clock
     ) -> GazeSamples | None:
         """The block's samples newer than the session's newest and not ahead of the clock
         (counted in the session), or ``None``: nothing new."""
@@ -644,7 +646,7 @@ class JetStreamIngest(Balancing):
 
     def _drop_future(
         self,
-        entry: _Session,
+        entry: FleetSession,
         key: str,
         block: GazeSamples,
         device_now: float | None,
@@ -712,7 +714,7 @@ class JetStreamIngest(Balancing):
             }
             for session, entry in list(self.fleet.sessions.items()):
                 if now - entry.last_seen > idle or session in silent:
-                    self.fleet._close_session(session)
+                    self.fleet.close_session(session)
                     self._stamps.pop(session, None)
                     self._idle_closed[session] = now
                     for part in self.partitions:

@@ -1,0 +1,90 @@
+"""The worker's seams (issue "A layered house"): the ingest adapters reach a fleet only through
+its public :class:`~gazeguard.runtime.fleet.SessionHost`, no module imports another module's
+private name, and the compiled passes are chosen once, where the worker starts, and reach every
+session's detector and extractor."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import gazeguard
+from gazeguard.config import Settings
+from gazeguard.plan import ReleasePlan
+from gazeguard.runtime.fleet import Fleet
+from gazeguard.runtime.service import open_ledger
+from gazeguard.signal.compiled import load_kernels
+
+PACKAGE = Path(gazeguard.__file__).parent
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """No ``from m import _name``; a private module (``_x``) is imported only from within the
+    package that holds it."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        here = _module_of(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found += [
+                    f"{here}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if _private(a.name)
+                ]
+                parts = node.module.split(".")
+                for i, part in enumerate(parts):
+                    owner = ".".join(parts[:i])
+                    if _private(part) and not (here + ".").startswith(owner + "."):
+                        found.append(f"{here}: from {node.module} (private to {owner})")
+    assert found == []
+
+
+class _Publisher:
+    """What :class:`Fleet` asks of its publisher when it opens and closes sessions."""
+
+    settings = SimpleNamespace(topic_prefix="gazeguard/v1")
+
+    def __init__(self) -> None:
+        self.statuses: list[Any] = []
+
+    def publish_status(self, status: Any) -> None:
+        self.statuses.append(status)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_workers_kernels_reach_every_sessions_detector_and_extractor(
+    tmp_path: Path, compiled: bool
+) -> None:
+    if compiled:
+        pytest.importorskip("numba")
+    settings = Settings.model_validate(
+        {"ledger": {"path": str(tmp_path / "l.sqlite")}, "fleet": {"compiled": compiled}}
+    )
+    plan = ReleasePlan.from_settings(settings)
+    kernels = load_kernels(settings.fleet.compiled)
+    assert (kernels is not None) is compiled
+    with open_ledger(settings.ledger, plan) as ledger:
+        fleet = Fleet(settings, plan, ledger, _Publisher(), kernels)  # type: ignore[arg-type]
+        entry = fleet.open_session("s1", 120.0, device="hmd-1")
+        assert entry is not None
+        assert fleet.open_session("s1", 120.0) is entry
+        fx = entry.pipeline.extractor
+        assert fx.kernels is kernels
+        assert fx.detector.kernels is kernels
+        fleet.close_session("s1")
+        fleet.close_session("s1")  # nothing: not open
+        assert fleet.closed == ["s1"]
+        assert fleet.sessions == {}
