@@ -66,12 +66,7 @@ def test_a_kept_composition_is_the_computed_one(own_cache: Path) -> None:
     computed = compose(counts, 1e-6)
     disk.flush()
     (path,) = own_cache.glob("compositions-*.json")
-    # a new process's view: the in-memory caches empty, the file kept
-    import gazeguard.privacy.accounting.accountant as acc  # noqa: PLC0415 - the module's caches
-
-    acc._compose.cache_clear()
-    acc._curve.cache_clear()
-    disk._store.entries = None
+    cache_clear(disk_too=False)  # a new process's view: the in-memory caches empty, the file kept
     kept = compose(counts, 1e-6)
     assert kept is not computed
     assert (kept.epsilon, kept.method, kept.interval) == (
@@ -98,20 +93,11 @@ def test_a_kept_ratio_is_used_only_if_it_fits_and_a_malformed_file_is_ignored(
     data["entries"][ratios[0]][0] = honest / 2.0  # less noise than the budget allows
     data["entries"]["[nonsense"] = [-1.0, "pld", None]  # ε < 0: dropped on load
     path.write_text(json.dumps(data))
-    cache_clear_memory()
+    cache_clear(disk_too=False)
     assert calibrate("laplace", 11_040, budget) == honest
     path.write_text("{not json")
-    cache_clear_memory()
+    cache_clear(disk_too=False)
     assert calibrate("laplace", 11_040, budget) == honest
-
-
-def cache_clear_memory() -> None:
-    """The in-memory caches of this process emptied, the file left as it is."""
-    import gazeguard.privacy.accounting.accountant as acc  # noqa: PLC0415
-
-    for f in (acc._compose, acc._curve, acc._capacity_from):
-        f.cache_clear()
-    disk._store.entries = None
 
 
 def test_an_unwritable_directory_only_means_nothing_is_kept(

@@ -748,9 +748,12 @@ def capacity(
     return max(0, _capacity_from(step_key, cap, base, method) - k)
 
 
-def cache_clear() -> None:
-    """Empty every cache of this module and the composition cache on disk (for cold-cache
-    benchmarks and tests)."""
+def cache_clear(*, disk_too: bool = True) -> None:
+    """Empty every cache of this module and (``disk_too``) the composition cache on disk (for
+    cold-cache benchmarks and tests; ``disk_too=False``: as a new process finds them)."""
     for f in (_compose, _curve, _capacity_from, _self_composed, _power, _base_pmf):
         f.cache_clear()
-    disk.clear()
+    if disk_too:
+        disk.clear()
+    else:
+        disk.forget()

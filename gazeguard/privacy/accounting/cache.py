@@ -52,6 +52,7 @@ __all__ = [
     "directory",
     "file",
     "flush",
+    "forget",
     "lookup",
     "lookup_ratio",
     "ratio_key",
@@ -274,6 +275,14 @@ def store_ratio(k: str, ratio: float) -> None:
 def flush() -> None:
     """Write pending entries now."""
     _store.flush()
+
+
+def forget() -> None:
+    """Forget what this process read (pending entries are written first): the next lookup reads
+    the file again, as a new process would."""
+    _store.flush()
+    with _store.lock:
+        _store.entries = None
 
 
 def clear() -> None:
