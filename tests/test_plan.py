@@ -41,7 +41,6 @@ from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger, event_key
 from gazeguard.offline.eval.grid import parse_mechanism
 from gazeguard.offline.eval.harness import BudgetFactory, FeatureBounds
-from gazeguard.offline.profiles import chunks_per_hour as profile_chunks
 from gazeguard.plan import ReleasePlan, chunk_counter, chunks_per_hour
 from gazeguard.privacy.accounting import (
     Event,
@@ -266,7 +265,6 @@ def test_every_tool_prints_the_plan_figures(
     assert chunks_per_hour(features, n) == plan.chunks.per_hour
     assert chunk_counter(features, n)(n) == plan.chunks.per_hour
     if hold is None:
-        assert profile_chunks(parse_mechanism(f"dcfpa-{n}"), step, window) == plan.chunks.per_hour
         lo, hi, ms = feature_bounds(plan.names, window, step)
         factory = BudgetFactory(FeatureBounds(lo, hi, ms), "auto", step, window_s=window)
         released = factory(parse_mechanism(f"dcfpa-{n}"), n, budget, None)

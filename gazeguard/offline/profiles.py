@@ -386,36 +386,28 @@ def candidate_columns(table: FeatureTable) -> tuple[IntArray, dict[str, str]]:
     return select_features(table)
 
 
-def chunks_per_hour(spec: MechanismSpec, step_s: float, window_s: float = 30.0) -> float:
-    """Chunks one hour of gaze can change (:func:`gazeguard.plan.chunks_per_hour`, as the
-    ledger's hourly budget counts them)."""
-
-    return float(
-        plan_chunks_per_hour(FeatureSettings(window_s=window_s, step_s=step_s), int(spec.n or 1))
-    )
-
-
 def suggested_budget(
     spec: MechanismSpec, size: int, epsilon: float, step_s: float, delta: float = 1e-6
 ) -> SuggestedBudget:
     """What releasing ``size`` features with ``spec`` at ``epsilon`` per feature per chunk costs
     per hour of gaze, user-level at ``delta``: the PLD accountant's composition of
-    ``size × chunks_per_hour`` Laplace releases of noise multiplier ``1/epsilon``
+    ``size ×`` :func:`gazeguard.plan.chunks_per_hour` (a 30 s window) Laplace releases of noise
+    multiplier ``1/epsilon``
     (:func:`gazeguard.privacy.accounting.compose`), with the pure sequential sum beside it."""
 
-    cph = chunks_per_hour(spec, step_s)
-    releases = size * round(cph)
+    cph = plan_chunks_per_hour(FeatureSettings(window_s=30.0, step_s=step_s), int(spec.n or 1))
+    releases = size * cph
     return SuggestedBudget(
         per_hour=compose({LaplaceEvent(1.0 / epsilon): releases}, delta).epsilon,
         epsilon_per_feature_per_chunk=epsilon,
         mechanism=spec.key,
         chunk_steps=int(spec.n or 1),
         step_s=step_s,
-        chunks_per_hour=cph,
+        chunks_per_hour=float(cph),
         delta=delta,
         pure_per_hour=epsilon * releases,
         composition=f"user-level ε at δ {delta:g} per hour of gaze (PLD accountant over "
-        f"{size} features × {round(cph)} chunks); pure sequential in pure_per_hour",
+        f"{size} features × {cph} chunks); pure sequential in pure_per_hour",
     )
 
 
