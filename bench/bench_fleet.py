@@ -303,7 +303,8 @@ def run_level(
             for w in pool:
                 if not w.ready.wait(60):
                     raise RuntimeError("fleet worker did not start:\n" + "\n".join(w.tail))
-            topics = ["gazeguard/v1/fleet/+/chunks", "$SYS/broker/publish/messages/dropped"]
+            # chunks are published under each headset's device id: every device's topic
+            topics = ["gazeguard/v1/+/+/chunks", "$SYS/broker/publish/messages/dropped"]
             sub = Subscriber(broker.host, broker.port, topics, on_message)
             time.sleep(1.5)  # a first $SYS sample
             dropped_before = dropped[-1] if dropped else 0.0

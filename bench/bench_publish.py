@@ -13,9 +13,11 @@ Tracks, over many chunks sent one at a time (as the service does: a chunk every 
   its network thread, ``publish(qos=1).wait_for_publish()``, same payload, same broker, same run.
 
 The payload is a real ``gazeguard.chunk/2`` message of 52 features × 32 steps (~40 kB of JSON).
-Mosquitto runs on a free loopback port, MQTT 5 for both clients. Each run has its own broker,
-ledger and an empty composition cache; runs alternate the default (ε, δ) accountant (``pld``)
-and pure sequential caps, ``--repeats`` times each, and the spread is reported. Run
+Mosquitto runs on a free loopback port, MQTT 5 for both clients. Each run has its own broker and
+ledger; runs alternate the default (ε, δ) accountant with an empty composition cache (a device's
+first session: each new count is composed inline, as charges come back to back here instead of
+16 s apart), the same with the cache that run left (every later session of the same settings),
+and pure sequential caps, ``--repeats`` times each; the spread is reported. Run
 ``python bench/bench_publish.py [--chunks N] [--repeats R]``; prints a table and writes
 ``bench/results/publish.json``.
 """
@@ -47,6 +49,7 @@ from gazeguard.config import BrokerSettings
 from gazeguard.ledger import Ledger, LedgerState
 from gazeguard.ledger.outbox import OutboxEntry
 from gazeguard.privacy.accounting import cache_clear
+from gazeguard.privacy.accounting.cache import flush
 from gazeguard.runtime.publish import Publisher
 from gazeguard.wire.message import ChunkMessage, LedgerSnapshot, MechanismParams, chunk_topic
 
@@ -58,6 +61,14 @@ PREFIX, DEVICE, SESSION = "gazeguard/v1", "bench", "bench-session"
 #: accountant's libraries, which the service has done at startup (or needs not, its plan's
 #: compositions on disk).
 WARMUP_CHUNKS = 3
+#: What each run measures: the ledger's composition and whether the composition cache holds an
+#: earlier session's counts.
+CONFIG_OF = {
+    "pld, cold cache": ("pld", False),
+    "pld, warm cache": ("pld", True),
+    "sequential": ("sequential", False),
+}
+CONFIGS = tuple(CONFIG_OF)
 
 
 def free_port() -> int:
@@ -217,12 +228,16 @@ def bench_paho(port: int, payload: bytes, chunks: int) -> list[float]:
         client.loop_stop()
 
 
-def one_run(composition: str, chunks: int, runner: Callable[[Any], Any]) -> dict[str, Any]:
-    """One measurement in a fresh directory: a new broker, ledger and an empty composition
-    cache (memory and disk), so every run composes what it charges from scratch."""
+def one_run(
+    composition: str, chunks: int, runner: Callable[[Any], Any], cache: Path, *, warm: bool
+) -> dict[str, Any]:
+    """One measurement in a fresh directory: a new broker and ledger; the composition cache on
+    disk in ``cache``: ``warm``, as an earlier session with the same releases left it (a
+    device's later sessions), else emptied, memory and disk (its first session: every new count
+    composed)."""
     with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as port:
-        os.environ["GAZEGUARD_CACHE_DIR"] = str(Path(tmp) / "cache")
-        cache_clear()
+        os.environ["GAZEGUARD_CACHE_DIR"] = str(cache)
+        cache_clear(disk_too=not warm)
         gg = runner(bench_gazeguard(port, Path(tmp), chunks, composition))
         with Ledger(Path(tmp) / "ledger.sqlite") as ledger:
             state = ledger.state(SESSION)
@@ -241,8 +256,10 @@ def one_run(composition: str, chunks: int, runner: Callable[[Any], Any]) -> dict
         "gazeguard charge→PUBACK": stats(gg["e2e"]),
     }
     base = rows["paho-mqtt publish→PUBACK (baseline)"]
+    flush()
     return {
         "composition": composition,
+        "cache": "warm" if warm else "cold",
         "payload_bytes": len(payload),
         "rows": rows,
         "backlog_drain_chunks_per_s": chunks / gg["drain_s"][0],
@@ -269,22 +286,27 @@ def main() -> None:
         loop_name, runner = "asyncio", asyncio.run
 
     runs: list[dict[str, Any]] = []
-    for r in range(args.repeats):  # interleaved: the default accountant, then sequential caps
-        for composition in ("pld", "sequential"):
-            run = one_run(composition, args.chunks, runner)
-            runs.append(run)
-            print(f"run {r + 1}, {composition} composition, {loop_name}")
-            print(f"  {'path':40s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p99 ×':>7s}")
-            for name, row in run["rows"].items():
-                print(
-                    f"  {name:40s} {row['p50_ms']:8.3f} {row['p99_ms']:8.3f} {row['max_ms']:8.2f} "
-                    f"{run['ratios_vs_paho'][name]['p99']:7.2f}",
-                    flush=True,
-                )
+    # interleaved: the default accountant with an empty composition cache (a device's first
+    # session), again with the cache that session left (every later one), then sequential caps
+    for r in range(args.repeats):
+        with tempfile.TemporaryDirectory() as kept:
+            for config in CONFIGS:
+                composition, warm = CONFIG_OF[config]
+                run = one_run(composition, args.chunks, runner, Path(kept), warm=warm)
+                run["config"] = config
+                runs.append(run)
+                print(f"run {r + 1}, {config}, {loop_name}")
+                print(f"  {'path':40s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p99 ×':>7s}")
+                for name, row in run["rows"].items():
+                    print(
+                        f"  {name:40s} {row['p50_ms']:8.3f} {row['p99_ms']:8.3f} "
+                        f"{row['max_ms']:8.2f} {run['ratios_vs_paho'][name]['p99']:7.2f}",
+                        flush=True,
+                    )
     spread: dict[str, dict[str, dict[str, float]]] = {}
-    for composition in ("pld", "sequential"):
-        mine = [run for run in runs if run["composition"] == composition]
-        spread[composition] = {
+    for config in CONFIGS:
+        mine = [run for run in runs if run["config"] == config]
+        spread[config] = {
             name: {
                 f"{q}_{k}": f([run["rows"][name][f"{q}_ms"] for run in mine])
                 for q in ("p50", "p99")
@@ -293,10 +315,10 @@ def main() -> None:
             for name in mine[0]["rows"]
         }
     e2e = "gazeguard charge→PUBACK"
-    for composition, rows in spread.items():
+    for config, rows in spread.items():
         s = rows[e2e]
         print(
-            f"{composition}: charge→PUBACK p99 median {s['p99_median']:.2f} ms "
+            f"{config}: charge→PUBACK p99 median {s['p99_median']:.2f} ms "
             f"(min {s['p99_min']:.2f}, max {s['p99_max']:.2f}) over {args.repeats} runs"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -312,6 +334,10 @@ def main() -> None:
                 "python": platform.python_version(),
                 "machine": platform.machine(),
                 "target": {"charge_to_puback_p99_ms": 5.0, "composition": "pld"},
+                "configs": {
+                    c: {"composition": v[0], "cache": "warm" if v[1] else "cold"}
+                    for c, v in CONFIG_OF.items()
+                },
                 "spread": spread,
                 "runs": runs,
             },
