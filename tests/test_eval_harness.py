@@ -188,6 +188,7 @@ def test_cli_writes_json_markdown_and_plots(
         "none,dcfpa-32-dct,ksame-2,expdp",
         "--epsilons",
         "2.4",
+        "--per-chunk",  # the paper's axis: ε per feature per chunk
         "--utility-reps",
         "2",
         "--clf-reps",

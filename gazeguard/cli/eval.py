@@ -193,15 +193,23 @@ def _what_to_evaluate(parser: argparse.ArgumentParser) -> None:
         "--epsilons",
         type=_floats,
         metavar="LIST",
-        help="epsilon per feature per chunk, comma-separated (default: "
+        help="the ε grid, comma-separated: user-level ε per hour of gaze (default 1,10,100,1000)"
+        ", or with --per-chunk ε per feature per chunk (default: "
         f"{','.join(f'{e:g}' for e in PAPER_EPSILONS)})",
     )
     g.add_argument(
         "--per-hour",
         choices=("laplace", "gaussian"),
-        help="the ε axis is user-level ε per hour of gaze at δ 1e-6 (default grid 1,10,100,1000)"
-        " and each mechanism's noise is calibrated to it by the accountant, with this noise "
-        "family, as `gazeguard run` does; rows report it and a recording's user-level ε",
+        help="the noise family calibrated to each user-level ε per hour of gaze at δ 1e-6 by "
+        "the accountant, as `gazeguard run` does (default laplace); rows report it and a "
+        "recording's user-level ε",
+    )
+    g.add_argument(
+        "--per-chunk",
+        action="store_true",
+        help="the paper's axis instead: ε per feature per chunk (Bozkir et al.'s tables). Not a "
+        "unit a person cares about: one raw sample reaches several chunks and an hour ~230 "
+        "(implied by --sensitivity paper)",
     )
     g.add_argument(
         "--profile",
@@ -445,12 +453,30 @@ def _render(source: Path, out: Path) -> int:
     return ExitCode.OK
 
 
+def _axis(args: argparse.Namespace) -> str | None:
+    """The noise family calibrated per hour of gaze (the honest axis, the default), or ``None``
+    for the paper's per-chunk axis (``--per-chunk``, or implied by ``--sensitivity paper``,
+    which is defined per chunk)."""
+    if args.per_chunk and args.per_hour:
+        raise ConfigError(
+            "--per-chunk", True, f"is the paper's axis; --per-hour {args.per_hour} is the "
+            "honest one: give one of them", "argument"
+        )  # fmt: skip
+    if args.frontier:
+        if args.sensitivity != "public":
+            raise ConfigError("frontier", "--sensitivity paper", "the frontier is honest-only")
+        if args.per_chunk:
+            raise ConfigError("--per-chunk", True, "the frontier is per hour only", "argument")
+    per_chunk = bool(args.per_chunk) or args.sensitivity == "paper"
+    return None if per_chunk else str(args.per_hour or "laplace")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; write JSON, Markdown and PNGs to ``--out``; return 0."""
     if args.render is not None:
         return _render(args.render, args.out)
     quick = bool(args.quick)
-    settings = _eval_settings(args, quick)  # before --frontier implies --per-hour laplace
+    settings = _eval_settings(args, quick)
     if not args.frontier:
         for flag in ("cohort_sessions", "cohort_bucket_s"):
             if getattr(args, flag) is not None:
@@ -458,10 +484,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(name, getattr(args, flag), "needs --frontier", "argument")
     elif args.cohort_bucket_s is not None and not args.cohort_bucket_s > 0:
         raise ConfigError("--cohort-bucket-s", args.cohort_bucket_s, "must be > 0", "argument")
-    if args.frontier:
-        if args.sensitivity != "public":
-            raise ConfigError("frontier", "--sensitivity paper", "the frontier is honest-only")
-        args.per_hour = args.per_hour or "laplace"
+    args.per_hour = _axis(args)
     grid = _grid(args, settings, quick)
     datasets = _datasets(args, quick)
     console = get_console()
@@ -521,7 +544,7 @@ def _eval_settings(args: argparse.Namespace, quick: bool) -> EvalSettings:
 
 
 def _grid(args: argparse.Namespace, settings: EvalSettings, quick: bool) -> GridConfig:
-    """The mechanisms × ε grid (ε per hour with ``--per-hour``/``--frontier``)."""
+    """The mechanisms × ε grid (ε per hour unless ``--per-chunk``)."""
     features, profile = (None, None) if args.frontier else _profile_features(args.profile)
     per_hour_grid = [1.0, 10.0, 100.0] if args.frontier else [1.0, 10.0, 100.0, 1000.0]
     default_grid = list(QUICK_EPSILONS if quick else PAPER_EPSILONS)
