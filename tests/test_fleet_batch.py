@@ -7,7 +7,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import nats
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from test_jetstream import blocks_of, nats_server, send_blocks  # noqa: F401
 from test_label_stream import fast_model
 
-from gazeguard.config import LabelSettings
+from gazeguard.config import LabelSettings, Settings
 from gazeguard.core.errors import StreamError
 from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
@@ -30,6 +30,36 @@ from gazeguard.runtime.jetstream.wire import ensure_consumers, ensure_stream
 from gazeguard.runtime.service import serve_fleet
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.rawgaze import decode_gaze, decode_many, encode_gaze
+
+
+async def serve_backlog(
+    nats_server: NatsNode,  # noqa: F811 - the fixture's value
+    settings: Settings,
+    gaze: dict[str, GazeSamples],
+    then: Callable[[], Awaitable[None]] | None = None,
+) -> Fleet:
+    """Each session's gaze waiting in JetStream (stream and consumers made as a worker makes
+    them) before an in-process worker starts; the worker runs until it closed every session (or
+    failed), then ``then()`` runs, then the worker stops; its Fleet."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        await ensure_stream(nc.jetstream(), settings.fleet.nats)
+        await ensure_consumers(nc, settings.fleet.nats)
+    finally:
+        await nc.close()
+    await asyncio.gather(*(send_blocks(nats_server, s, blocks_of(g), 0) for s, g in gaze.items()))
+    stop = asyncio.Event()
+    fleets: list[Fleet] = []
+    worker = asyncio.create_task(serve_fleet(settings, stop=stop, ready=fleets.append))
+    try:
+        await until(
+            lambda: worker.done() or (bool(fleets) and len(fleets[0].closed) == len(gaze)), 60
+        )
+        if then is not None and not worker.done():
+            await then()
+    finally:
+        stop.set()
+    return await worker
 
 
 @pytest.mark.network
@@ -58,29 +88,15 @@ def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
     monkeypatch.setattr(Fleet, "process_many", observed)
 
     async def main() -> Fleet:
-        nc = await nats.connect(nats_server.url)  # the stream and consumers, as a worker makes them
-        try:
-            await ensure_stream(nc.jetstream(), settings.fleet.nats)
-            await ensure_consumers(nc, settings.fleet.nats)
-        finally:
-            await nc.close()
-        await asyncio.gather(
-            *(send_blocks(nats_server, s, blocks_of(gaze[s]), 0) for s in sessions)
-        )
-        stop = asyncio.Event()
-        fleets: list[Fleet] = []
-        worker = asyncio.create_task(serve_fleet(settings, stop=stop, ready=fleets.append))
-        try:
-            await until(lambda: bool(fleets) and len(fleets[0].closed) == len(sessions), 60)
+        async def drained() -> None:
             nc = await nats.connect(nats_server.url)
             try:
                 info = await nc.jetstream().consumer_info("GAZE", consumer_name(0))
             finally:
                 await nc.close()
             assert (info.num_pending, info.num_ack_pending) == (0, 0)
-        finally:
-            stop.set()
-        return await worker
+
+        return await serve_backlog(nats_server, settings, gaze, then=drained)
 
     with caplog.at_level(logging.INFO):
         fleet = asyncio.run(main())
@@ -174,30 +190,8 @@ def test_a_fleet_worker_releases_private_labels(
     gaze = {s: simulate_gaze(8.0, 120.0, seed=70 + i) for i, s in enumerate(sessions)}
     sub = Subscriber(mosquitto, "fleet-labels-test")
 
-    async def main() -> Fleet:
-        nc = await nats.connect(nats_server.url)
-        try:
-            await ensure_stream(nc.jetstream(), settings.fleet.nats)
-            await ensure_consumers(nc, settings.fleet.nats)
-        finally:
-            await nc.close()
-        await asyncio.gather(
-            *(send_blocks(nats_server, s, blocks_of(gaze[s]), 0) for s in sessions)
-        )
-        stop = asyncio.Event()
-        fleets: list[Fleet] = []
-        worker = asyncio.create_task(serve_fleet(settings, stop=stop, ready=fleets.append))
-        try:
-            await until(
-                lambda: worker.done() or (bool(fleets) and len(fleets[0].closed) == len(sessions)),
-                60,
-            )
-        finally:
-            stop.set()
-        return await worker
-
     try:
-        asyncio.run(main())
+        asyncio.run(serve_backlog(nats_server, settings, gaze))
         with Ledger(ledger_path, create=False) as ledger:
             charged = {
                 s: [c.chunk_index for c in ledger.charges(f"hmd.{s}", "labels")] for s in sessions
