@@ -18,7 +18,7 @@ import pytest
 from _postgres import pg_server, pg_url  # noqa: F401 - fixtures
 
 from gazeguard.core.errors import BudgetExhaustedError
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, LedgerError
 from gazeguard.ledger._store import Store
 
 T0 = 1.7e9
@@ -141,37 +141,18 @@ def test_sigkill_inside_a_charge_leaves_counters_equal_to_a_recount(location: st
     assert start > inside + 5  # the loop got on between the kills
 
 
-def test_a_schema_2_ledger_gets_its_counters_counted_when_opened(tmp_path: Path) -> None:
-    """A ledger written by schema 2 (the same tables without ``session_counters``) opens as
-    version 3 with counters counted from its rows: the same states, and the same decisions
-    afterwards as a ledger that recounts every charge."""
-    path, twin = tmp_path / "v2.sqlite", tmp_path / "twin.sqlite"
-    requests = [("ab"[i % 2], i, T0 + 0.5 * i - (3.0 if i % 7 == 3 else 0.0)) for i in range(40)]
-
-    def charge(ledger: Ledger, session: str, i: int, end: float) -> object:
-        try:
-            return ledger.charge(session, i, {"f": 0.5}, "t", b"x", gaze=(end - 0.4, end)).state
-        except BudgetExhaustedError as exc:
-            return type(exc).__name__
-
-    with Ledger(path, **GAZE_CAPS) as ledger, Ledger(twin, counters=False, **GAZE_CAPS) as plain:
-        for session, i, end in requests[:30]:
-            assert charge(ledger, session, i, end) == charge(plain, session, i, end)
-        for ledger_ in (ledger, plain):
-            for item in ledger_.pending(7):
-                ledger_.mark_delivered(item.id)
-        before = {s: ledger.state(s) for s in "ab"}
+def test_a_ledger_of_another_schema_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    """Ledgers are not upgraded in place (no schema was ever released before this one): a
+    ledger stamped with schema 2 is refused with what to do, and is left as it was."""
+    path = tmp_path / "v2.sqlite"
+    with Ledger(path, **GAZE_CAPS) as ledger:
+        ledger.charge("a", 0, {"f": 0.5}, "t", b"x", gaze=(T0 - 0.4, T0))
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute("DROP TABLE session_counters")
         db.execute("UPDATE meta SET value = '2' WHERE key = 'schema'")
-    with Ledger(path, **GAZE_CAPS) as ledger, Ledger(twin, counters=False, **GAZE_CAPS) as plain:
-        assert {s: ledger.state(s) for s in "ab"} == before
-        assert _counters_are_a_recount(ledger) == 2
-        for session, i, end in requests[30:]:
-            assert charge(ledger, session, i, end) == charge(plain, session, i, end)
-        assert _counters_are_a_recount(ledger) == 2
+    with pytest.raises(LedgerError, match=r"schema version 2; this gazeguard reads version 3"):
+        Ledger(path, **GAZE_CAPS)
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
 
 
 def test_verify_reports_counters_that_disagree_with_the_rows(tmp_path: Path) -> None:

@@ -21,9 +21,6 @@ MAX_EPSILON = 1e4
 MAX_CAP = 1e9
 """Largest cap (or withheld request) accepted: 10¹⁵ units, far inside SQLite's 64-bit integers."""
 SCHEMA_VERSION = "3"
-#: The schema version whose ledgers are opened as version 3: the same tables and rows, without
-#: the ``session_counters`` (derived from the rows, so they are counted on open).
-UNCOUNTED_VERSION = "2"
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
 

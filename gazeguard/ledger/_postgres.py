@@ -26,7 +26,7 @@ import psycopg
 
 from gazeguard.core.errors import ConfigError, GazeguardError
 from gazeguard.ledger._model import LedgerError, Sql, Synchronous, check_schema
-from gazeguard.ledger._store import add_counters, ensure_indexes
+from gazeguard.ledger._store import ensure_indexes
 
 __all__ = ["PostgresBackend"]
 
@@ -135,7 +135,6 @@ class PostgresBackend:
                 sql.run("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK_KEY,))
                 has_meta = sql.one("SELECT to_regclass('meta')")
                 if has_meta is not None and has_meta[0] is not None:
-                    add_counters(sql, POSTGRES_SCHEMA)  # schema 2: the same, counted
                     check_schema(sql, self.location)  # before any DDL: another schema is refused
                 for statement in POSTGRES_SCHEMA.split(";"):
                     if statement.strip():

@@ -24,7 +24,7 @@ from gazeguard.ledger._model import (
     check_schema,
     schema_mismatch,
 )
-from gazeguard.ledger._store import add_counters, ensure_indexes
+from gazeguard.ledger._store import ensure_indexes
 from gazeguard.ledger.policy import Caps
 
 SQLITE_SCHEMA = """
@@ -224,7 +224,6 @@ class SqliteBackend:
             if not has_meta and not create:
                 raise LedgerError(f"{self.location!r} is an SQLite file but not a gazeguard ledger")
             if has_meta:
-                add_counters(sql, SQLITE_SCHEMA)  # schema 2: the same, counted
                 check_schema(sql, self.location)  # before any DDL: another schema is refused
             else:
                 for statement in SQLITE_SCHEMA.split(";"):

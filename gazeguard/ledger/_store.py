@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gazeguard.ledger._model import SCHEMA_VERSION, UNCOUNTED_VERSION, Sql
+from gazeguard.ledger._model import Sql
 
 
 @dataclass(slots=True)
@@ -547,21 +547,6 @@ INDEXES = (
     "CREATE INDEX IF NOT EXISTS outbox_session_pending ON outbox(session) WHERE state = 'pending'",
     "CREATE INDEX IF NOT EXISTS charges_created ON charges(session, created)",
 )
-
-
-def add_counters(sql: Sql, ddl: str) -> bool:
-    """If the open ledger has schema version 2 (the tables of version 3 without the counters),
-    create the counters (``ddl``: the backend's schema, every statement ``IF NOT EXISTS``),
-    count them from the rows and stamp version 3; ``True`` if it did. Nothing else changes."""
-    row = sql.one("SELECT value FROM meta WHERE key = 'schema'")
-    if row is None or str(row[0]) != UNCOUNTED_VERSION:
-        return False
-    for statement in ddl.split(";"):
-        if statement.strip():
-            sql.run(statement)
-    Store(sql).count_all()
-    sql.run("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
-    return True
 
 
 def ensure_indexes(sql: Sql) -> None:
