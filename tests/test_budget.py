@@ -94,7 +94,7 @@ def test_show_budget_prints_the_ranking(capsys: pytest.CaptureFixture[str]) -> N
 
 
 @pytest.mark.parametrize("name", ["lpa", "cfpa", "dcfpa"])
-def test_noise_per_value_is_what_the_released_values_carry(name: str) -> None:
+def test_value_noise_sd_is_what_the_released_values_carry(name: str) -> None:
     """Mid-range constant input and noise far inside the range (no clipping): the empirical
     spread of released values matches the analytic per-value noise."""
     b = Bounds(lo=np.zeros(1), hi=np.ones(1), max_step=np.full(1, 0.05))
@@ -102,7 +102,7 @@ def test_noise_per_value_is_what_the_released_values_carry(name: str) -> None:
     x = np.full((1, 16), 0.5)
     ys = np.array([mech.release(x)[0] for _ in range(4000)])
     rms = float(np.sqrt(((ys - ys.mean(axis=0)) ** 2).mean()))
-    assert rms == pytest.approx(float(mech.noise_per_value()[0]), rel=0.05)
+    assert rms == pytest.approx(float(mech.value_noise_sd()[0]), rel=0.05)
 
 
 def test_eval_budget_factory_spends_at_most_the_hour_and_orders_the_noise() -> None:

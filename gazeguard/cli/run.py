@@ -24,6 +24,7 @@ from gazeguard.runtime.fleet import Fleet, SessionEvent
 from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
 from gazeguard.runtime.preflight import check_settings
 from gazeguard.runtime.service import RunSummary, serve, serve_fleet
+from gazeguard.wire.message import VALUE_NOISE_LABEL, value_noise_text
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -283,9 +284,9 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         if opened.window_cap is not None:
             how += f", capped at ε {opened.window_cap:g} per hour of gaze"
     session_cap = "no session cap" if cap is None else f"session cap ε {cap:g}"
-    scale = mech.noise_per_value()
+    sd, frac = mech.value_noise_sd(), mech.value_noise_range()
     shown = [
-        f"{name} {scale[i]:.3g} {unit}"
+        f"{name} {value_noise_text(float(sd[i]), float(frac[i]), unit)}"
         for i, (name, unit) in enumerate(zip(pipeline.feature_names, pipeline.units, strict=True))
     ]
     more = f", … ({len(shown) - 6} more)" if len(shown) > 6 else ""
@@ -301,8 +302,9 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         f"  one chunk costs ε {chunk:.4g}{pure}; one raw gaze sample reaches "
         f"{plan.chunks.per_sample} chunks: ε {plan.per_sample:.4g} (every release kind); an "
         f"hour of gaze reaches {plan.chunks.per_hour} chunks: ε {plan.per_hour:.4g}.\n"
-        f"  noise per released value (standard deviation, before clipping to the public range; "
-        f"noise multiplier {float(mech.noise_multiplier.max()):.4g}): "
+        f"  {VALUE_NOISE_LABEL} per published value (value_noise_sd: standard deviation, in the "
+        f"feature's units and × its public range, before clipping to that range; noise "
+        f"multiplier {float(mech.noise_multiplier.max()):.4g}): "
         f"{', '.join(shown[:6])}{more}.\n"
         f"  each chunk carries {pipeline.carries}."
         + ("" if pipeline.label_plan is None else "\n  " + pipeline.label_plan.text())
@@ -326,7 +328,8 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         window_s=opened.window_s,
         delta=opened.delta,
         session_cap=cap,
-        noise_per_value=dict(zip(pipeline.feature_names, scale.tolist(), strict=True)),
+        value_noise_sd=dict(zip(pipeline.feature_names, sd.tolist(), strict=True)),
+        value_noise_range=dict(zip(pipeline.feature_names, frac.tolist(), strict=True)),
         profile=pipeline.profile,
         **({} if pipeline.label_plan is None else _label_fields(pipeline.label_plan)),
     )

@@ -26,10 +26,27 @@ from gazeguard.core.errors import GazeguardError
 from gazeguard.runtime.mqtt.client import ClientFactory
 from gazeguard.runtime.mqtt.sink import explain_failure
 from gazeguard.wire.label import LabelMessage
-from gazeguard.wire.message import ChunkMessage, StatusMessage
+from gazeguard.wire.message import (
+    VALUE_NOISE_LABEL,
+    ChunkMessage,
+    StatusMessage,
+    value_noise_text,
+)
 
 #: Sparkline blocks, lowest to highest.
 BARS = "▁▂▃▄▅▆▇█"
+
+#: Marks after a value that sits at its feature's public lower / upper bound.
+AT_LOWER, AT_UPPER = "⊥", "⊤"
+
+#: What the chunk lines mean, said once before the first message.
+LEGEND = (
+    f"each chunk line: feature, its values on the public range [lower, upper], their least and "
+    f"greatest ({AT_LOWER}/{AT_UPPER}: at the public lower/upper bound, where clipping put it), "
+    f"summary (mean and last value of the chunk) and {VALUE_NOISE_LABEL}: the standard "
+    "deviation of the noise on each published value, in the feature's units and as a multiple "
+    "of its public range (upper − lower)"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -59,8 +76,20 @@ def sparkline(values: Sequence[float], lo: float, hi: float) -> str:
     return "".join(out)
 
 
+def at_bound(value: float, lower: float | None, upper: float | None) -> str:
+    """``value`` to 3 significant digits, marked :data:`AT_LOWER` or :data:`AT_UPPER` when it
+    sits at the public bound (``None``: not stated by the sender)."""
+    mark = ""
+    if lower is not None and value <= lower:
+        mark = AT_LOWER
+    elif upper is not None and value >= upper:
+        mark = AT_UPPER
+    return f"{value:.3g}{mark}"
+
+
 def describe_chunk(m: ChunkMessage, shown: int) -> list[str]:
-    """A chunk for people: what it costs, what it carries, each feature beside its noise."""
+    """A chunk for people: what it costs, what it carries, each feature beside its noise
+    (``value_noise_sd``) and its values marked where they sit at a public bound."""
     led = m.ledger
     hour = "" if led.window_cap is None else f" of {led.window_cap:g}"
     lines = [
@@ -70,12 +99,29 @@ def describe_chunk(m: ChunkMessage, shown: int) -> list[str]:
         f"{led.epsilon_window:.3g}{hour}",
         f"  carries {m.carries}" if m.carries else "  carries: (not stated)",
     ]
+    mech = m.mechanism
     for i, name in enumerate(m.features[:shown]):
         vals = m.values[i]
         lo, hi = min(vals), max(vals)
+        lower = None if mech.lower is None else mech.lower[i]
+        upper = None if mech.upper is None else mech.upper[i]
+        if lower is not None and upper is not None:
+            spark = sparkline(vals, lower, upper)
+        else:
+            spark = sparkline(vals, lo, hi) if hi > lo else "─" * min(len(vals), 32)
+        if mech.value_noise_sd is None or mech.value_noise_range is None:
+            noise = f"{VALUE_NOISE_LABEL} not stated (an older sender)"
+        else:
+            sd, frac = mech.value_noise_sd[i], mech.value_noise_range[i]
+            noise = f"{VALUE_NOISE_LABEL} {value_noise_text(sd, frac, m.units[i])}"
+        summary = (
+            ""
+            if m.summary is None
+            else f"  mean {m.summary.mean[i]:.3g}, last {m.summary.last[i]:.3g}"
+        )
         lines.append(
-            f"  {name:<26} {sparkline(vals, lo, hi) if hi > lo else '─' * min(len(vals), 32)}"
-            f"  {lo:.3g}..{hi:.3g} {m.units[i]}  (noise scale {m.mechanism.noise_scale[i]:.3g})"
+            f"  {name:<26} {spark}  {at_bound(lo, lower, upper)}..{at_bound(hi, lower, upper)} "
+            f"{m.units[i]}{summary}  ({noise})"
         )
     if len(m.features) > shown:
         lines.append(f"  … {len(m.features) - shown} more features")
@@ -258,6 +304,7 @@ class _Watcher:
                             console.say("watch", f"gazeguard watch: broker {self.where} is back")
                     elif not self.args.json:
                         stdout(f"watching {self.topic} on {self.where} (Ctrl-C to stop)")
+                        stdout(LEGEND)
                     connected_once, outage = True, None
                     async for message in client.messages:
                         if self.show(message):

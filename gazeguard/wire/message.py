@@ -93,6 +93,15 @@ class MechanismParams(WireModel):
             Gaussian) of the noised coefficients, from the public bounds, (F,).
         noise_multiplier: ``noise_scale / effective sensitivity`` per feature (what the
             accountant composes), (F,).
+        value_noise_sd: per feature, the standard deviation of the noise on each published
+            value, in the feature's unit (root mean square over the chunk's n values, before
+            clipping to the bounds), from public settings only, (F,): THE noise figure a
+            consumer reads (``noise_scale`` is per coefficient, not per value). ``None`` from
+            older senders.
+        value_noise_range: ``value_noise_sd / (upper − lower)`` per feature: the noise as a
+            multiple of the feature's public range, dimensionless, (F,).
+        lower: each feature's public lower bound, in its unit (F,); values are clipped to it.
+        upper: each feature's public upper bound, in its unit (F,); ``upper > lower``.
         randomness: ``os-csprng`` in production; ``INSECURE-seeded`` when a reproducible seed
             was set.
     """
@@ -107,6 +116,10 @@ class MechanismParams(WireModel):
     noise_scale: list[Positive] = Field(min_length=1)
     sensitivity: list[Positive] = Field(min_length=1)
     noise_multiplier: list[Positive] = Field(min_length=1)
+    value_noise_sd: list[Positive] | None = None
+    value_noise_range: list[Positive] | None = None
+    lower: list[FiniteFloat] | None = None
+    upper: list[FiniteFloat] | None = None
     randomness: NoiseSource
 
     @model_validator(mode="after")
@@ -146,6 +159,7 @@ class MechanismParams(WireModel):
                 f"{len(self.sensitivity)}, {len(self.noise_multiplier)}"
             )
             raise ValueError(msg)
+        self._check_value_noise(len(self.epsilon))
         if self.noise not in NOISE:
             msg = f"noise {self.noise!r} is not one of {', '.join(NOISE)}"
             raise ValueError(msg)
@@ -157,6 +171,40 @@ class MechanismParams(WireModel):
             )
             raise ValueError(msg)
         return self
+
+    def _check_value_noise(self, f: int) -> None:
+        """The optional per-value figures: F entries each, ``lower < upper``, and
+        ``value_noise_range = value_noise_sd / (upper − lower)``."""
+        optional = {
+            "value_noise_sd": self.value_noise_sd,
+            "value_noise_range": self.value_noise_range,
+            "lower": self.lower,
+            "upper": self.upper,
+        }
+        for name, x in optional.items():
+            if x is not None and len(x) != f:
+                msg = f"{name} must have one entry per feature ({f}), got {len(x)}"
+                raise ValueError(msg)
+        if (self.lower is None) != (self.upper is None):
+            msg = "lower and upper come together"
+            raise ValueError(msg)
+        if (self.value_noise_sd is None) != (self.value_noise_range is None):
+            msg = "value_noise_sd and value_noise_range come together"
+            raise ValueError(msg)
+        if self.lower is None or self.upper is None:
+            return
+        if any(hi <= lo for lo, hi in zip(self.lower, self.upper, strict=True)):
+            msg = "every upper bound must exceed its lower bound"
+            raise ValueError(msg)
+        if self.value_noise_sd is None or self.value_noise_range is None:
+            return
+        for sd, frac, lo, hi in zip(
+            self.value_noise_sd, self.value_noise_range, self.lower, self.upper, strict=True
+        ):
+            if not math.isclose(frac, sd / (hi - lo), rel_tol=1e-9):
+                msg = f"value_noise_range={frac} but value_noise_sd / (upper − lower) = "
+                msg += f"{sd / (hi - lo)}"
+                raise ValueError(msg)
 
     @classmethod
     def from_mechanism(cls, mechanism: MechanismLike) -> MechanismParams:
@@ -175,6 +223,10 @@ class MechanismParams(WireModel):
                 "noise_scale": p["noise_scale"],
                 "sensitivity": p["sensitivity"],
                 "noise_multiplier": p["noise_multiplier"],
+                "value_noise_sd": p.get("value_noise_sd"),
+                "value_noise_range": p.get("value_noise_range"),
+                "lower": p.get("lower"),
+                "upper": p.get("upper"),
                 "randomness": "os-csprng" if p["secure"] else "INSECURE-seeded",
             }
         )
@@ -217,6 +269,21 @@ class LedgerStateLike(Protocol):
     def session_cap(self) -> float | None: ...
     @property
     def window_cap(self) -> float | None: ...
+
+
+#: How people read ``value_noise_sd`` (banner, ``gazeguard watch``, docs/consumer.md).
+VALUE_NOISE_LABEL: Final = "noise sd"
+
+
+def value_noise_text(sd: float, fraction: float, unit: str) -> str:
+    """One feature's ``value_noise_sd`` for people: ``512 1/s (1.7× range)``.
+
+    Args:
+        sd: the standard deviation of the noise on each published value, in ``unit``.
+        fraction: ``sd / (upper − lower)``, the noise as a multiple of the public range.
+        unit: the feature's unit.
+    """
+    return f"{sd:.3g} {unit} ({fraction:.3g}× range)"
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -316,6 +383,45 @@ class LedgerSnapshot(WireModel):
         )
 
 
+class ChunkSummary(WireModel):
+    """A chunk in a few numbers per feature, computed from its published ``values`` only
+    (post-processing: it costs no ε and says nothing the values do not).
+
+    With DCFPA at k = 1 (the default) a chunk carries one number per feature, its net change
+    from the public lower bound, drawn as a ramp of n values ending at ``lower + net change``
+    (clipped to the bounds): ``last − lower`` is that number. With CFPA at k = 1 the values are
+    flat and ``mean`` is the one number.
+
+    Attributes:
+        mean: per feature, the mean of the chunk's n published values, in its unit, (F,).
+        last: per feature, the chunk's last published value, in its unit, (F,).
+    """
+
+    mean: list[FiniteFloat] = Field(min_length=1)
+    last: list[FiniteFloat] = Field(min_length=1)
+
+    @classmethod
+    def of(cls, values: npt.ArrayLike) -> ChunkSummary:
+        """The summary of published values float64 (F, n), n ≥ 2."""
+        v = np.asarray(values, dtype=np.float64)
+        # The mean of values near ±1.8e308 would overflow: average them scaled to [−1, 1].
+        scale = np.max(np.abs(v), axis=1)
+        scale[scale == 0.0] = 1.0
+        unit_mean = np.clip((v / scale[:, None]).mean(axis=1), -1.0, 1.0)
+        mean = np.clip(unit_mean * scale, v.min(axis=1), v.max(axis=1))
+        return cls(mean=mean.tolist(), last=v[:, -1].tolist())
+
+    def agrees_with(self, values: npt.ArrayLike) -> bool:
+        """Whether this summary is the one of ``values`` (F, n), to float rounding."""
+        want = ChunkSummary.of(values)
+        v = np.abs(np.asarray(values, dtype=np.float64))
+        tol = 1e-9 * (1.0 + float(v.max(initial=0.0)))
+        if len(self.mean) != len(want.mean):
+            return False
+        close = bool(np.allclose(self.mean, want.mean, rtol=0.0, atol=tol))
+        return close and self.last == want.last
+
+
 class ChunkMessage(WireModel):
     """One privatized chunk of one session (``gazeguard.chunk/2``).
 
@@ -333,6 +439,9 @@ class ChunkMessage(WireModel):
         profile: the release profile that chose the features, or ``None``.
         mechanism: how the values were privatized.
         ledger: the ledger state after this chunk was charged.
+        summary: the chunk's values in a few numbers per feature (:class:`ChunkSummary`),
+            for transforms that keep k coefficients; computed from ``values`` only. ``None``
+            for ``lpa`` and from older senders.
     """
 
     schema_: Literal["gazeguard.chunk/2"] = Field(CHUNK_SCHEMA, alias="schema")
@@ -349,6 +458,7 @@ class ChunkMessage(WireModel):
     values: list[list[FiniteFloat]]
     mechanism: MechanismParams
     ledger: LedgerSnapshot
+    summary: ChunkSummary | None = None
 
     @model_validator(mode="after")
     def _shapes(self) -> Self:
@@ -370,6 +480,9 @@ class ChunkMessage(WireModel):
             raise ValueError(msg)
         if len(self.values) != F or any(len(row) != n for row in self.values):
             msg = f"values must be [F][n] = [{F}][{n}]"
+            raise ValueError(msg)
+        if self.summary is not None and not self.summary.agrees_with(self.values):
+            msg = "summary must be the mean and last of the published values"
             raise ValueError(msg)
         if self.unix_end < self.unix_start:
             msg = f"unix_end={self.unix_end} precedes unix_start={self.unix_start}"
@@ -412,6 +525,10 @@ class ChunkMessage(WireModel):
             pydantic.ValidationError: wrong shapes, non-finite values or inconsistent ε.
         """
         t = np.asarray(timestamps, dtype=np.float64)
+        v = np.asarray(values, dtype=np.float64)
+        # Non-finite or misshapen values get no summary: the values' own checks refuse them.
+        ok = mechanism.k is not None and v.ndim == 2 and v.shape[1] > 0 and np.isfinite(v).all()
+        summary = ChunkSummary.of(v) if ok else None
         return cls(
             session=session,
             device=device,
@@ -421,11 +538,12 @@ class ChunkMessage(WireModel):
             unix_end=float(t[-1]) + unix_offset if t.size else unix_offset,
             features=list(features),
             units=list(units),
-            values=np.asarray(values, dtype=np.float64).tolist(),
+            values=v.tolist(),
             carries=carries,
             profile=profile,
             mechanism=mechanism,
             ledger=ledger,
+            summary=summary,
         )
 
     def values_array(self) -> npt.NDArray[np.float64]:

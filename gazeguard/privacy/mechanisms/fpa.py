@@ -280,9 +280,14 @@ class Mechanism:
         """float64 (F,): additive privacy loss per release for the sampler's inexactness."""
         return self._reference.noise.slack.copy()
 
-    def noise_per_value(self) -> FloatArray:
-        """float64 (F,): standard deviation of the noise in each released value, in the
-        feature's units (before clipping to ``[lo, hi]``): what a consumer sees of the noise."""
+    def value_noise_sd(self) -> FloatArray:
+        """float64 (F,): ``value_noise_sd``, the standard deviation of the noise on each
+        published value, in the feature's units (root mean square over the chunk's n values,
+        before clipping to ``[lo, hi]``): what a consumer sees of the noise.
+
+        From public settings only (noise scale, n, k, transform), never from the data. The one
+        figure the banner, ``gazeguard watch`` and the chunk message show.
+        """
         scale = self._reference.noise.scale
         var = 2.0 * scale**2 if self.noise == "laplace" else scale**2
         if not self.kind.transformed:
@@ -291,6 +296,22 @@ class Mechanism:
         assert tr != "identity"
         gain = noise_gain(self.kind, self.n, tr, self.kept_coefficients)
         return np.asarray(np.sqrt(var * gain / self.n), dtype=np.float64)
+
+    def value_noise_range(self) -> FloatArray:
+        """float64 (F,): :meth:`value_noise_sd` as a multiple of each feature's public range
+        ``hi − lo`` (dimensionless)."""
+        b = self._reference.bounds
+        return np.asarray(self.value_noise_sd() / b.range, dtype=np.float64)
+
+    @property
+    def lower(self) -> FloatArray:
+        """float64 (F,): each feature's public lower bound ``lo``, in its units."""
+        return np.asarray(self._reference.bounds.lo, dtype=np.float64).copy()
+
+    @property
+    def upper(self) -> FloatArray:
+        """float64 (F,): each feature's public upper bound ``hi``, in its units."""
+        return np.asarray(self._reference.bounds.hi, dtype=np.float64).copy()
 
     def expected_error(self, prior: PriorSpectrum | None = None) -> FloatArray:
         """float64 (F,): expected root-mean-square error per released value as a fraction of
@@ -344,6 +365,10 @@ class Mechanism:
             "sensitivity": self.sensitivity.tolist(),
             "noise_multiplier": self.noise_multiplier.tolist(),
             "grid": self.grid.tolist(),
+            "value_noise_sd": self.value_noise_sd().tolist(),
+            "value_noise_range": self.value_noise_range().tolist(),
+            "lower": self.lower.tolist(),
+            "upper": self.upper.tolist(),
             "secure": self.secure,
         }
 
