@@ -109,8 +109,12 @@ def file() -> Path | None:
 def key(counts: Iterable[tuple[Event, int]], delta: float, method: str) -> str:
     """The entry key: the canonical multiset, δ and the requested method, as exact JSON
     (floats by ``repr``, which round-trips)."""
-    events = [[sorted(e.to_dict().items()), c] for e, c in counts]
-    return json.dumps([events, delta, method], separators=(",", ":"))
+    return json.dumps([events_form(counts), delta, method], separators=(",", ":"))
+
+
+def events_form(counts: Iterable[tuple[Event, int]]) -> list[list[Any]]:
+    """``(event, count)`` pairs as JSON-ready lists (each event's fields sorted), in order."""
+    return [[sorted(e.to_dict().items()), c] for e, c in counts]
 
 
 def _valid(k: str, value: Any) -> Entry | None:

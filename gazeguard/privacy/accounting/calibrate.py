@@ -147,7 +147,7 @@ def _kept(
     """A searched ratio through the composition cache on disk: a kept ratio is returned only
     if its composition (itself cached) is within the budget, so a restart neither searches nor
     trusts the file blindly; otherwise ``search()`` runs and its result is kept."""
-    others = sorted((sorted(e.to_dict().items()), c) for e, c in fixed.items() if c)
+    others = sorted(disk.events_form((e, c) for e, c in fixed.items() if c))
     key = disk.ratio_key(family, n, budget.to_dict(), s, others)
     kept = disk.lookup_ratio(key)
     if kept is not None and budget.delta is not None and budget.epsilon is not None:
