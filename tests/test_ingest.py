@@ -535,3 +535,14 @@ def test_order_state_carries_across_blocks() -> None:
     assert out is not None
     assert out.timestamps.tolist() == [4.0]
     assert (norm.stats.duplicates, norm.stats.out_of_order) == (2, 2)
+
+
+def test_pulls_come_at_most_every_half_of_the_lost_interval() -> None:
+    """A live stream looks idle for up to a pull interval between pulls: a pull interval over
+    half of ``stream_lost_after_s`` would report a live stream lost, so it is refused."""
+    assert IngestSettings().pull_every_s == 1.0
+    assert GazeStream(IngestSettings(pull_every_s=0.5)).poll_interval_s == 0.5
+    assert GazeStream(IngestSettings(), poll_interval_s=0.02).poll_interval_s == 0.02
+    IngestSettings(pull_every_s=2.5, stream_lost_after_s=5.0)
+    with pytest.raises(ValueError, match="at most half of stream_lost_after_s"):
+        IngestSettings(pull_every_s=3.0, stream_lost_after_s=5.0)

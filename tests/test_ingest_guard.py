@@ -349,6 +349,7 @@ def test_status_turns_stream_lost_and_back_to_running(
             "source": "lsl",
             "source_id": unique_id,
             "stream_lost_after_s": 1.0,
+            "pull_every_s": 0.25,  # at most half of stream_lost_after_s
             "resync_after_s": 60.0,  # the future-stamped phase must stay unusable
         },
         features={"window_s": 1.0, "step_s": 0.25},

@@ -145,6 +145,25 @@ class IngestSettings(Section):
         description="the status turns 'stream_lost' when no usable sample arrived for this "
         "long, and back when samples resume, s",
     )
+    pull_every_s: float = Field(
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="how often the LSL pull thread drains liblsl's buffer, s: each pull wakes "
+        "three threads, so on a headset fewer pulls cost less CPU; a chunk is released up to "
+        "this much later (at most half of stream_lost_after_s)",
+    )
+
+    @model_validator(mode="after")
+    def _pulls_see_a_lost_stream(self) -> Self:
+        if self.pull_every_s > self.stream_lost_after_s / 2:
+            msg = (
+                f"pull_every_s = {self.pull_every_s:g} must be at most half of "
+                f"stream_lost_after_s = {self.stream_lost_after_s:g}: a live stream looks idle "
+                "for up to a pull interval between pulls"
+            )
+            raise ValueError(msg)
+        return self
 
 
 class FeatureSettings(Section):

@@ -37,9 +37,11 @@ counted.
    and :attr:`GazeStream.idle_s` says how long no usable sample arrived (the service turns the
    status ``stream_lost`` after ``ingest.stream_lost_after_s``).
 
-Cost: one wake-up per ``poll_interval_s`` (default 250 ms) drains everything liblsl has buffered,
-so the per-sample Python cost is zero and the per-wake cost is a few dozen numpy calls (see
-``bench/bench_frontend.py`` for measured numbers).
+Cost: one wake-up per ``ingest.pull_every_s`` (default 1 s) drains everything liblsl has
+buffered, so the per-sample Python cost is zero and the per-wake cost is a few dozen numpy calls
+(see ``bench/bench_frontend.py``). On a headset the wake-ups, not the samples, are what costs:
+each one wakes the pull thread, the event loop and a worker thread (``bench/bench_service.py``
+measures the sidecar beside a bare pylsl inlet).
 """
 
 from __future__ import annotations
@@ -191,7 +193,8 @@ class GazeStream:
 
     Args:
         settings: ingest settings (resolve, preset, geometry, confidence threshold).
-        poll_interval_s: how often the pull thread drains liblsl's buffer, s.
+        poll_interval_s: how often the pull thread drains liblsl's buffer, s (default:
+            ``settings.pull_every_s``).
         queue_blocks: bound of the hand-off queue, blocks (one per poll at most).
         stall_after_s: silence after which a log line says the stream stopped, s.
         end_after_s: silence after which iteration ends (None: wait for the stream forever).
@@ -202,14 +205,16 @@ class GazeStream:
         self,
         settings: IngestSettings | None = None,
         *,
-        poll_interval_s: float = 0.25,
+        poll_interval_s: float | None = None,
         queue_blocks: int = 64,
         stall_after_s: float = 1.0,
         end_after_s: float | None = None,
         processing_flags: int = PROCESSING_FLAGS,
     ) -> None:
         self.settings = settings if settings is not None else IngestSettings()
-        self.poll_interval_s = poll_interval_s
+        self.poll_interval_s = (
+            self.settings.pull_every_s if poll_interval_s is None else poll_interval_s
+        )
         self.queue_blocks = queue_blocks
         self.stall_after_s = stall_after_s
         self.end_after_s = end_after_s
