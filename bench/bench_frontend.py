@@ -49,7 +49,7 @@ RATES = (120.0, 250.0, 1200.0)
 MODES = ("liblsl", "ingest", "gazeguard", "naive")
 CADENCES = {"chunked": 0.01, "per-sample": 0.0}  # outlet push interval, s (0: every sample)
 TARGET_PCT = {120.0: 1.0, 1200.0: 5.0}
-POLL_S = 0.25  # every mode drains its inlet at this interval (GazeStream's default)
+POLL_S = 0.25  # every mode drains its inlet at this interval (the default pull is 1 s)
 
 
 def peak_rss_mb() -> float:

@@ -7,12 +7,18 @@ run``
    ``ReleasedChunk.completed_at`` (``perf_counter`` when its last feature vector existed) to the
    broker's PUBACK (``Publisher(on_acked=...)``, called on the event loop right after the PUBACK),
    split at ``charged_at`` (mechanism + durable SQLite charge, synchronous=FULL) and the publish.
-   A short feature step (window 2 s, step 0.01 s, n = 32: a chunk every 0.32 s) gives many
+   A short feature step (window 2 s, step 0.01 s, n = 32: a chunk every 0.32 s; pulls every
+   0.1 s) gives many
    chunks; all 48 features are released. The first ``WARMUP_CHUNKS`` chunks are not counted.
 2. **Footprint.** ``gazeguard run`` with default settings (W = 30 s, s = 0.5 s, n = 32, all
    features, DCFPA dft) as a subprocess against a 120 Hz ``gazeguard simulate`` process and a
    local Mosquitto; psutil measures its CPU time (all threads) and RSS from its first chunk on,
-   for ``--seconds`` (≥ 60 s: four chunks at the default 16 s per chunk).
+   for ``--seconds`` (≥ 60 s: four chunks at the default 16 s per chunk). In the same run, in
+   alternating order: the sidecar pulling every 0.25 s (``ingest.pull_every_s`` before it became
+   1 s), and the floor any LSL consumer pays: a bare pylsl inlet on the same outlet (same
+   processing flags, a pull into a preallocated buffer every 1 s, nothing else). On a virtual
+   machine the CPU a wake-up costs varies with the host's load from hour to hour; the sidecar's
+   own share (sidecar − bare inlet, measured minutes apart) is the figure that carries over.
 
 3. **Where the latency goes** (context, offline, same process): the same ``Pipeline`` fed
    ``simulate_gaze`` with the fast settings; per chunk, ``Pipeline.release`` in total, the
@@ -71,7 +77,29 @@ from gazeguard.runtime.publish import Publisher
 from gazeguard.runtime.simulate import simulate_gaze
 
 TARGETS = {"p99_ms": 5.0, "cpu_pct": 1.0, "rss_max_mb": 120.0}
+#: The pull interval before ``ingest.pull_every_s`` became 1 s, s.
+BEFORE_PULL_EVERY_S = 0.25
+#: A bare pylsl consumer of the same outlet: what any LSL client pays, nothing of gazeguard.
+BARE_INLET = """
+import sys, time
+import numpy as np, pylsl
+sid, every = sys.argv[1], float(sys.argv[2])
+info = pylsl.resolve_byprop("source_id", sid, 1, 30.0)[0]
+inlet = pylsl.StreamInlet(info, max_buflen=360, processing_flags=pylsl.proc_clocksync)
+inlet.open_stream(30.0)
+buf = np.zeros((1024, info.channel_count()), dtype=inlet.np_dtype)
+said = False
+while True:
+    _, ts = inlet.pull_chunk(0.0, 1024, dest_obj=buf, as_numpy=True)
+    if ts.shape[0] and not said:
+        print("pulling", file=sys.stderr, flush=True)
+        said = True
+    time.sleep(every)
+"""
+
 FAST_FEATURES = {"window_s": 2.0, "step_s": 0.01}
+#: The latency runs' pull interval: well under their chunk period (32 × 0.01 s), s.
+FAST_PULL_EVERY_S = 0.1
 WARMUP_CHUNKS = 3
 LoopRunner = Callable[[Coroutine[Any, Any, Any]], Any]
 LOOPS: dict[str, LoopRunner] = {"asyncio": asyncio.run, "uvloop": uvloop.run}
@@ -95,11 +123,16 @@ def publisher_hook(on_acked: Callable[[OutboxEntry], None]) -> Iterator[None]:
 
 
 def fast_settings(sid: str, broker: Broker, ledger: Path, session: str) -> Settings:
-    """Service settings for the latency runs: the LSL outlet ``sid``, many chunks quickly."""
+    """Service settings for the latency runs: the LSL outlet ``sid``, many chunks quickly.
+
+    Pulls every :data:`FAST_PULL_EVERY_S`: at 50× a real stream's chunk rate a 1 s pull (the
+    default) hands the pipeline three chunks at once, and the figure would measure them queueing
+    behind each other; at the default cadence (a chunk per 16 s) no pull holds two chunks.
+    """
     return load_settings(
         session=session,
         device="bench",
-        ingest={"source": "lsl", "source_id": sid},
+        ingest={"source": "lsl", "source_id": sid, "pull_every_s": FAST_PULL_EVERY_S},
         features=FAST_FEATURES,
         broker={"host": broker.host, "port": broker.port},
         ledger={"path": ledger},
@@ -249,16 +282,26 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def bare_inlet_cmd(sid: str, every_s: float) -> list[str]:
+    """A bare pylsl inlet on LSL stream ``sid``, pulling every ``every_s`` (:data:`BARE_INLET`)."""
+    return [sys.executable, "-c", BARE_INLET, sid, f"{every_s:g}"]
+
+
 def measure_footprint(
-    cmd: Sequence[str], seconds: float, first_chunk_within_s: float, cache_dir: Path
+    cmd: Sequence[str],
+    seconds: float,
+    first_chunk_within_s: float,
+    cache_dir: Path,
+    env: dict[str, str] | None = None,
+    ready: str = "chunk ",
 ) -> dict[str, Any]:
-    """Start ``cmd`` (its composition cache in ``cache_dir``); from its first ``chunk …`` stderr
-    line on, measure CPU%/RSS for ``seconds``; and from its start to the same end (startup
-    included: CPU over the whole life, peak RSS).
+    """Start ``cmd`` (its composition cache in ``cache_dir``, ``env`` added to the environment);
+    from its first stderr line starting with ``ready`` on, measure CPU%/RSS for ``seconds``; and
+    from its start to the same end (startup included: CPU over the whole life, peak RSS).
 
     Returns the footprint row plus the chunks it reported during the measured interval.
     """
-    env = {**os.environ, "GAZEGUARD_CACHE_DIR": str(cache_dir)}
+    env = {**os.environ, "GAZEGUARD_CACHE_DIR": str(cache_dir), **(env or {})}
     started = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
@@ -270,7 +313,7 @@ def measure_footprint(
     def read() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
-            if line.startswith("chunk "):
+            if line.startswith(ready):
                 chunk_times.append(time.monotonic())
                 first.set()
             else:
@@ -282,7 +325,7 @@ def measure_footprint(
     try:
         if not first.wait(first_chunk_within_s):
             raise RuntimeError(
-                f"{cmd[2:4]} released no chunk within {first_chunk_within_s:g} s:\n"
+                f"{cmd[2:4]} printed no {ready.strip()!r} line within {first_chunk_within_s:g} s:\n"
                 + "\n".join(tail)
             )
         meter = ProcessMeter(proc.pid)
@@ -308,6 +351,41 @@ def measure_footprint(
     return {**fp.row(), **whole, "chunks_in_window": sum(t0 <= t <= t1 for t in chunk_times)}
 
 
+def footprint_run(
+    kind: str, r: int, sid: str, broker: Broker, work: Path, cache: Path, seconds: float
+) -> dict[str, Any]:
+    """One footprint run of ``kind``: ``gazeguard`` (defaults), ``before`` (pulls every
+    :data:`BEFORE_PULL_EVERY_S`) or ``bare`` (a bare pylsl inlet); printed and returned."""
+    if kind == "bare":
+        row = measure_footprint(
+            bare_inlet_cmd(sid, 1.0), seconds, 60, cache_dir=cache, ready="pulling"
+        )
+    else:
+        env = (
+            {"GAZEGUARD_INGEST__PULL_EVERY_S": f"{BEFORE_PULL_EVERY_S:g}"}
+            if kind == "before"
+            else {}
+        )
+        ledger = work / f"footprint-{kind}-{r}.sqlite"
+        cmd = gazeguard_run_cmd(sid, broker, ledger)
+        row = measure_footprint(cmd, seconds, 120, cache_dir=cache, env=env)
+    row["kind"] = kind
+    row["start"] = "cold" if r == 0 else "warm"
+    label = {
+        "gazeguard": f"gazeguard ({row['start']} cache)",
+        "before": f"gazeguard pulling every {BEFORE_PULL_EVERY_S:g} s",
+        "bare": "bare pylsl inlet",
+    }[kind]
+    print(
+        f"footprint run {r + 1}, {label}: {row['cpu_pct']:.2f}% of a core, RSS max "
+        f"{row['rss_max_mb']:.1f} MB in {row['wall_s']:.0f} s; startup included "
+        f"{row['with_startup_cpu_pct']:.2f}%, peak {row['with_startup_rss_peak_mb']:.1f} MB "
+        f"(load {load_now()})",
+        flush=True,
+    )
+    return row
+
+
 # ------------------------------------------------------------------------------ main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -325,6 +403,8 @@ def main() -> None:
     latency: list[dict[str, Any]] = []
     footprint: list[dict[str, Any]] = []
     cold: list[dict[str, Any]] = []
+    before: list[dict[str, Any]] = []
+    bare: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as broker:
         work = Path(tmp)
         with simulated_headset(120.0) as sid:
@@ -343,22 +423,14 @@ def main() -> None:
             # ever), the others with what it kept (every restart after)
             cache = work / "composition-cache"
             for r in range(args.repeats + 1):
-                ledger = work / f"footprint-{r}.sqlite"
-                row = measure_footprint(
-                    gazeguard_run_cmd(sid, broker, ledger),
-                    args.seconds,
-                    first_chunk_within_s=120,
-                    cache_dir=cache,
-                )
-                row["start"] = "cold" if r == 0 else "warm"
-                (footprint if r else cold).append(row)
-                print(
-                    f"footprint run {r + 1} ({row['start']} cache): {row['cpu_pct']:.2f}% of a "
-                    f"core, RSS max {row['rss_max_mb']:.1f} MB, {row['chunks_in_window']} chunks "
-                    f"in {row['wall_s']:.0f} s; startup included {row['with_startup_cpu_pct']:.2f}"
-                    f"%, peak {row['with_startup_rss_peak_mb']:.1f} MB (load {load_now()})",
-                    flush=True,
-                )
+                # r = 0: the sidecar alone, a device's first start; then the three in an order
+                # that alternates, so a drifting machine favours none of them
+                kinds = ["gazeguard"] if r == 0 else ["gazeguard", "before", "bare"]
+                for kind in kinds if r % 2 else kinds[::-1]:
+                    row = footprint_run(kind, r, sid, broker, work, cache, args.seconds)
+                    {"gazeguard": footprint if r else cold, "before": before, "bare": bare}[
+                        kind
+                    ].append(row)
     parts = ("completion_to_charged", "charged_to_puback", "completion_to_puback")
     lat_median = {
         p: median_of([r[p] for r in latency], ("p50_ms", "p99_ms", "max_ms")) for p in parts
@@ -371,6 +443,24 @@ def main() -> None:
         "with_startup_rss_peak_mb",
     )
     fp_median = median_of(footprint, fp_keys)
+    before_median = median_of(before, fp_keys)
+    bare_median = median_of(bare, ("cpu_pct", "rss_max_mb", "rss_mean_mb"))
+    # gazeguard's own share: each restart minus the bare inlet run of the same round
+    own = [g["cpu_pct"] - b["cpu_pct"] for g, b in zip(footprint, bare, strict=True)]
+    own_before = [g["cpu_pct"] - b["cpu_pct"] for g, b in zip(before, bare, strict=True)]
+    comparison = {
+        "bare_inlet_cpu_pct": [b["cpu_pct"] for b in bare],
+        "gazeguard_cpu_pct": [g["cpu_pct"] for g in footprint],
+        "before_cpu_pct": [g["cpu_pct"] for g in before],
+        "gazeguard_minus_bare_pct": own,
+        "before_minus_bare_pct": own_before,
+        "gazeguard_over_bare": [
+            g["cpu_pct"] / b["cpu_pct"] for g, b in zip(footprint, bare, strict=True)
+        ],
+        "before_over_bare": [
+            g["cpu_pct"] / b["cpu_pct"] for g, b in zip(before, bare, strict=True)
+        ],
+    }
     checks = {
         "p99_ms": lat_median["completion_to_puback"]["p99_ms"],
         "cpu_pct": fp_median["cpu_pct"],
@@ -397,6 +487,17 @@ def main() -> None:
         f"{cold[0]['rss_max_mb']:.1f} MB, startup included {cold[0]['with_startup_cpu_pct']:.2f}%,"
         f" peak {cold[0]['with_startup_rss_peak_mb']:.1f} MB"
     )
+    print(
+        f"\n{'CPU % of a core, per round':34s} "
+        + " ".join(f"{r + 2:>7d}" for r in range(len(bare)))
+    )
+    for name, vals in comparison.items():
+        print(f"{name:34s} " + " ".join(f"{v:7.2f}" for v in vals))
+    print(
+        f"pulling every {BEFORE_PULL_EVERY_S:g} s (before): {before_median['cpu_pct']:.2f}% "
+        f"(RSS {before_median['rss_max_mb']:.1f} MB); bare pylsl inlet: "
+        f"{bare_median['cpu_pct']:.2f}% (RSS {bare_median['rss_max_mb']:.1f} MB)"
+    )
     for k, t in targets.items():
         print(f"target {k} {t['target']}: {t['value']:.2f} → {'met' if t['met'] else 'MISSED'}")
     path = write_results(
@@ -410,12 +511,19 @@ def main() -> None:
                 "latency": {
                     "rate_hz": 120.0,
                     **FAST_FEATURES,
+                    "pull_every_s": FAST_PULL_EVERY_S,
                     "chunk_steps": 32,
                     "loop": "uvloop",
                     "chunks_per_run": args.chunks,
                     "warmup_chunks": WARMUP_CHUNKS,
                 },
-                "footprint": {"rate_hz": 120.0, "settings": "defaults", "seconds": args.seconds},
+                "footprint": {
+                    "rate_hz": 120.0,
+                    "settings": "defaults",
+                    "seconds": args.seconds,
+                    "before_pull_every_s": BEFORE_PULL_EVERY_S,
+                    "bare_inlet_pull_every_s": 1.0,
+                },
                 "repeats": args.repeats,
             },
             "latency_runs": latency,
@@ -424,6 +532,11 @@ def main() -> None:
             "footprint_cold_start": cold[0],
             "footprint_runs": footprint,
             "footprint_median": fp_median,
+            "footprint_before_runs": before,
+            "footprint_before_median": before_median,
+            "bare_inlet_runs": bare,
+            "bare_inlet_median": bare_median,
+            "footprint_comparison": comparison,
             "targets": targets,
         },
     )
