@@ -3,7 +3,8 @@
 Runs, in this order (each as ``python bench/<script>``, one after the other, a failure does not
 stop the rest): the mechanism, front-end, ledger and publish micro-benchmarks, the event
 validation, then the service, end-to-end and fleet benchmarks (``bench_e2e.py`` reads the
-mechanism results). Any other ``bench/bench_*.py`` runs last with its defaults. Each writes its
+mechanism results). Any other ``bench/bench_*.py`` runs last with its defaults, except
+``bench_compare.py`` (it compares two commits). Each writes its
 ``bench/results/*.json``; the console output of each goes to ``bench/results/logs/``. Then the
 headline numbers of every result file — with targets and pass/fail where the project set one —
 go into a Markdown table in ``bench/results/SUMMARY.md``, with the machine they were measured
@@ -45,13 +46,18 @@ KNOWN: dict[str, tuple[list[str], list[str]]] = {
     "bench_fleet.py": (["--profile"], ["--quick"]),
 }
 
+#: not benchmarks of this checkout alone: ``bench_compare.py`` measures two commits (~30 min)
+NOT_RUN = frozenset({"bench_compare.py"})
+
 Row = tuple[str, str, str, str, str]  # benchmark, metric, value, target, result
 
 
 def scripts() -> list[str]:
     """The known benchmarks present, in order, then any other ``bench_*.py``."""
     known = [s for s in KNOWN if (BENCH / s).is_file()]
-    extra = sorted(p.name for p in BENCH.glob("bench_*.py") if p.name not in KNOWN)
+    extra = sorted(
+        p.name for p in BENCH.glob("bench_*.py") if p.name not in KNOWN and p.name not in NOT_RUN
+    )
     return known + extra
 
 
