@@ -189,7 +189,9 @@ def test_budget_run_exits_3_with_json_logs_and_verbose_after_the_command(
     tmp_path: Path, unique_id: str
 ) -> None:
     out = gazeguard(
-        "run", *FAST, "--source-id", unique_id, "--duration", "7", "--ledger", "l.sqlite",
+        # chunks of 0.64 s (step 0.02 s): the third, refused by the cap, completes ~4 s in
+        "run", *FAST, "--step-s", "0.02", "--source-id", unique_id, "--duration", "7",
+        "--ledger", "l.sqlite",
         "--features", "fixation_rate,saccade_rate", "--epsilon", "1", "--session-cap", "4",
         "-v", "--log-format", "json",
         cwd=tmp_path, env={"GAZEGUARD_BROKER__PORT": "0"},

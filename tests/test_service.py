@@ -72,7 +72,13 @@ def gazeguard_run(
         "--features", FEATURES, *FAST, *extra,
     ]  # fmt: skip
     # Caps on pure sequential ε: the chunk counts below are exact sums (PLD caps: test_ledger).
-    env = {**os.environ, "GAZEGUARD_LEDGER__COMPOSITION": "sequential"}
+    # Chunks of 0.64 s of gaze (25x a real stream's rate): pulls every 0.25 s (the default is
+    # 1 s) keep a pull under one chunk, as in a real stream.
+    env = {
+        **os.environ,
+        "GAZEGUARD_LEDGER__COMPOSITION": "sequential",
+        "GAZEGUARD_INGEST__PULL_EVERY_S": "0.25",
+    }
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
     )
@@ -175,7 +181,9 @@ def test_a_chunk_being_charged_when_the_run_stops_is_delivered_before_the_summar
         None,
         device="hmd",
         session="s1",
-        ingest={"source": "simulated", "source_id": unique_id},
+        # a pull holds less than one chunk (0.64 s of gaze): the stop comes while the first
+        # chunk alone is being charged
+        ingest={"source": "simulated", "source_id": unique_id, "pull_every_s": 0.25},
         features={"window_s": 2.0, "step_s": 0.02},
         mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES.split(",")},
         ledger={"path": str(ledger_path), "budget_per_hour": None},
