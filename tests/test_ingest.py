@@ -543,6 +543,9 @@ def test_pulls_come_at_most_every_half_of_the_lost_interval() -> None:
     assert IngestSettings().pull_every_s == 1.0
     assert GazeStream(IngestSettings(pull_every_s=0.5)).poll_interval_s == 0.5
     assert GazeStream(IngestSettings(), poll_interval_s=0.02).poll_interval_s == 0.02
+    # one empty pull is not a stall
+    assert GazeStream(IngestSettings()).stall_after_s == 2.0
+    assert GazeStream(IngestSettings(pull_every_s=0.25)).stall_after_s == 1.0
     IngestSettings(pull_every_s=2.5, stream_lost_after_s=5.0)
     with pytest.raises(ValueError, match="at most half of stream_lost_after_s"):
         IngestSettings(pull_every_s=3.0, stream_lost_after_s=5.0)

@@ -196,7 +196,8 @@ class GazeStream:
         poll_interval_s: how often the pull thread drains liblsl's buffer, s (default:
             ``settings.pull_every_s``).
         queue_blocks: bound of the hand-off queue, blocks (one per poll at most).
-        stall_after_s: silence after which a log line says the stream stopped, s.
+        stall_after_s: silence after which a log line says the stream stopped, s (default: 1 s,
+            or two pull intervals if longer: one empty pull is not a stall).
         end_after_s: silence after which iteration ends (None: wait for the stream forever).
         processing_flags: liblsl post-processing (clock sync, dejitter, monotonize).
     """
@@ -207,7 +208,7 @@ class GazeStream:
         *,
         poll_interval_s: float | None = None,
         queue_blocks: int = 64,
-        stall_after_s: float = 1.0,
+        stall_after_s: float | None = None,
         end_after_s: float | None = None,
         processing_flags: int = PROCESSING_FLAGS,
     ) -> None:
@@ -216,7 +217,9 @@ class GazeStream:
             self.settings.pull_every_s if poll_interval_s is None else poll_interval_s
         )
         self.queue_blocks = queue_blocks
-        self.stall_after_s = stall_after_s
+        self.stall_after_s = (
+            max(1.0, 2 * self.poll_interval_s) if stall_after_s is None else stall_after_s
+        )
         self.end_after_s = end_after_s
         self.processing_flags = processing_flags
         self._stats = IngestStats()
