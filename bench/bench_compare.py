@@ -51,7 +51,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -61,6 +60,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+
+from _harness import machine
 
 ROOT = Path(__file__).resolve().parents[1]  # the "after" checkout by default
 RESULTS = ROOT / "bench" / "results" / "compare.json"
@@ -608,11 +609,7 @@ def main() -> None:
         "quick": args.quick,
         "started_utc": started.isoformat(timespec="seconds"),
         "wall_s": round(time.monotonic() - t_start, 1),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        "machine": machine(),
         "load_before": load_before,
         "load_after": os.getloadavg(),
         "base": {"ref": args.base, "commit": base_commit},
