@@ -164,6 +164,32 @@ def test_an_acknowledgement_lost_with_the_connection_means_the_item_comes_again(
     ledger.close()
 
 
+def test_an_item_the_table_delivered_before_its_notify_is_not_sent_again(tmp_path: Path) -> None:
+    """A push that charges two chunks commits the first, then the second, then returns and
+    notify() hands both over; a table read in between delivers them first. The late hand-over
+    sent the first again (CI: a subscriber got chunks 0, 1, 2, 3, 2). Each item arrives once."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    sink = ListSink()
+
+    async def scenario() -> Drain:
+        async with Drain(ledger, sink, connect_timeout=5, reconnect_max_s=0.05) as drain:
+            charge(ledger, 0)
+            charge(ledger, 1)
+            committed = ledger.pending()
+            await drain.flush(10)  # a table read delivers both
+            drain.notify(committed)  # the push returns now
+            charge(ledger, 2)
+            drain.notify([item for item in ledger.pending() if item.chunk_index == 2])
+            await drain.flush(10)
+        return drain
+
+    drain = asyncio.run(scenario())
+    assert [t for t, *_ in sink.received] == ["t/0", "t/1", "t/2"]
+    assert drain.delivered == 3
+    assert ledger.pending() == []
+    ledger.close()
+
+
 def test_latest_values_follow_the_outbox_and_are_sent_again_after_a_reconnect(
     tmp_path: Path,
 ) -> None:

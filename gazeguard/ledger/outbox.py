@@ -217,6 +217,10 @@ class Drain:
         self._refused = asyncio.Event()
         self._acked: set[int] = set()  # acknowledged, mark_delivered not yet committed
         self._handed: dict[int, OutboxEntry] = {}  # charged here, handed over by notify()
+        # Delivered lately (oldest first, at most 2 × batch): a table read can deliver an item
+        # between its charge's commit and the notify() that hands it over (a push that charges
+        # two chunks returns after both), and the late hand-over must not send it again.
+        self._done: dict[int, None] = {}
         self._read_table = True  # the next pass reads the outbox table
         self._table_read_at = -float("inf")  # time.monotonic() of the latest table read
         self._latest: dict[str, bytes] = {}
@@ -258,7 +262,8 @@ class Drain:
                 them and reads the table.
         """
         for item in charged:
-            self._handed[item.id] = item
+            if item.id not in self._done:
+                self._handed[item.id] = item
         if len(self._handed) > self._batch:
             self._handed.clear()
             self._read_table = True
@@ -464,6 +469,9 @@ class Drain:
         await self._call(self._outbox.mark_delivered, item.id)
         self._acked.discard(item.id)
         self._handed.pop(item.id, None)
+        self._done[item.id] = None
+        if len(self._done) > 2 * self._batch:
+            del self._done[next(iter(self._done))]
         self.delivered += 1
 
     async def _deliver_latest(self, connection: SinkConnection) -> None:
