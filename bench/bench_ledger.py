@@ -32,7 +32,8 @@ hour of gaze and of wall-clock time), each with an hour of history (225 chunks o
 straight into the tables as the ledger writes them), chunks due in gaze order in groups of 1–8
 from different sessions, the ledger's wall clock following the simulated fleet. Each
 configuration runs in its own process (``--before PATH``: the same rounds against the gazeguard
-at PATH, e.g. a checkout of the previous commit, interleaved round by round); the rounds after a
+at PATH, e.g. a checkout of the previous commit of the same ledger schema, interleaved round by
+round; the seed is written in this checkout's schema); the rounds after a
 warm-up (every session once) are timed with the worker thread's CPU time (``thread`` ms/chunk),
 the process's (``process``: with the prefetch thread) and wall time; medians of the
 rounds. ``python bench/bench_ledger.py --fleet --sessions 200,1000 [--before ../main]`` writes
@@ -257,11 +258,13 @@ def fleet_seed(path: Path, sessions: int, history: int) -> None:
         for i in range(sessions):
             name = f"s{i:04d}"
             ends = [_gaze_end(i, j, sessions) for j in range(history)]
-            db.execute(
+            counts = json.dumps({k: n * history for k, n in events.items()}, sort_keys=True)
+            db.execute(  # its counters count all its charges (no bounds yet)
                 "INSERT INTO sessions (session, caps, version, chunks, spent, pure_finite, "
-                "max_chunk, last_chunk, last_gaze_end, created) VALUES (?,?,?,?,?,1,?,?,?,?)",
+                "max_chunk, last_chunk, last_gaze_end, created, gaze_counts, wall_counts, "
+                "gaze_first, wall_first) VALUES (?,?,?,?,?,1,?,?,?,?,?,?,?,?)",
                 (name, caps_json, history, history, units * history, units, history - 1,
-                 ends[-1], ends[0]),
+                 ends[-1], ends[0], counts, counts, ends[0], ends[0]),
             )  # fmt: skip
             for key, n in events.items():
                 db.execute(
@@ -280,10 +283,6 @@ def fleet_seed(path: Path, sessions: int, history: int) -> None:
                 "state) VALUES (?, 'chunks', ?, 't', NULL, ?, ?, 'delivered')",
                 [(name, j, e, e + 0.1) for j, e in enumerate(ends)],
             )
-        # a schema-2 ledger (no counters): the "before" code reads it, the code under test
-        # counts its counters from these rows when it opens it
-        db.execute("DROP TABLE IF EXISTS session_counters")
-        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema'")
 
 
 class _FleetClock:

@@ -42,13 +42,14 @@ from gazeguard.core.errors import BudgetExhaustedError
 from gazeguard.ledger import Ledger, _store
 location, start, stop_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 caps = json.loads(sys.argv[4])
-put = _store.Store.put_counters
-def put_then_stall(self, session, counters, **kw):
-    put(self, session, counters, **kw)
+update = _store.Store.update_after_charge
+def update_then_stall(self, session, *args, **kw):
+    out = update(self, session, *args, **kw)
     if session == "a" and self._stalling is not None:
         print("inside", self._stalling, flush=True)
         time.sleep(60)  # the parent SIGKILLs us here, inside the open transaction
-_store.Store.put_counters = put_then_stall
+    return out
+_store.Store.update_after_charge = update_then_stall
 _store.Store._stalling = None
 with Ledger(location, **caps) as ledger:
     print("ready", flush=True)
@@ -143,16 +144,16 @@ def test_sigkill_inside_a_charge_leaves_counters_equal_to_a_recount(location: st
 
 def test_a_ledger_of_another_schema_is_refused_naming_both_versions(tmp_path: Path) -> None:
     """Ledgers are not upgraded in place (no schema was ever released before this one): a
-    ledger stamped with schema 2 is refused with what to do, and is left as it was."""
-    path = tmp_path / "v2.sqlite"
+    ledger stamped with schema 3 is refused with what to do, and is left as it was."""
+    path = tmp_path / "v3.sqlite"
     with Ledger(path, **GAZE_CAPS) as ledger:
         ledger.charge("a", 0, {"f": 0.5}, "t", b"x", gaze=(T0 - 0.4, T0))
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema'")
-    with pytest.raises(LedgerError, match=r"schema version 2; this gazeguard reads version 3"):
+        db.execute("UPDATE meta SET value = '3' WHERE key = 'schema'")
+    with pytest.raises(LedgerError, match=r"schema version 3; this gazeguard reads version 4"):
         Ledger(path, **GAZE_CAPS)
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
 
 
 def test_verify_reports_counters_that_disagree_with_the_rows(tmp_path: Path) -> None:
@@ -162,7 +163,7 @@ def test_verify_reports_counters_that_disagree_with_the_rows(tmp_path: Path) -> 
             ledger.charge("s", i, {"f": 0.25}, "t", b"x", gaze=(T0 + i, T0 + i + 0.5))
         assert ledger.verify() == []
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute("UPDATE session_counters SET pending = 3")
+        db.execute("UPDATE sessions SET pending = 3")
     with Ledger(path, **CAPS) as ledger:
         (problem,) = ledger.verify()
         assert "session 's': counters" in problem

@@ -54,19 +54,21 @@ Figures and admission are always computed from the ledger's counts; the prefetch
 the accountant's caches.
 
 Cost of a charge: the same at the first and the 600th chunk of an hour. A preview and its
-charge each read the session row, its event counts and its *counters* (``session_counters``),
-and check the windows the release falls in: the hourly window(s) of gaze time, the trailing
-hour of wall-clock time (``wall_clock``), and the trailing window's figure. The counters hold
-the event counts of the session's charges whose gaze ends after ``gaze_lo`` and of those made
-after ``wall_lo`` (the starts of its trailing windows, Unix s), and its pending outbox items.
-Each charge, in its own transaction, moves both starts up to its windows' and takes off the
-charges that left them (reading those rows only: each charge leaves once), adds itself and
-counts its outbox item; :meth:`Ledger.mark_delivered` and :meth:`Ledger.mark_refused` count
-theirs off in theirs. So a crash or a rollback (a refused release in a group commit) leaves
-counters that agree with the rows, which :meth:`Ledger.verify` checks. A release charged out of
-gaze order (an old backlog) checks each window it falls in with queries over those windows'
-rows, as does ``Ledger(counters=False)`` for every charge (the reference for tests and
-benchmarks; it keeps the counters up to date too).
+charge each read the session row with its *counters* and its event counts, and check the
+windows the release falls in: the hourly window(s) of gaze time, the trailing hour of
+wall-clock time (``wall_clock``), and the trailing window's figure. The counters hold the event
+counts of the session's charges whose gaze ends after ``gaze_lo`` and of those made after
+``wall_lo`` (the starts of its trailing windows, Unix s), the earliest gaze end and charge time
+among them, and its pending outbox items. Each charge, in its own transaction, moves both
+starts up to its windows' and takes off the charges that left them (reading those rows only,
+and only once the start has passed the earliest: each charge leaves once), adds itself and
+counts its outbox item, in the same statement that updates the session row;
+:meth:`Ledger.mark_delivered` and :meth:`Ledger.mark_refused` count theirs off in theirs. So a
+crash or a rollback (a refused release in a group commit) leaves counters that agree with the
+rows, which :meth:`Ledger.verify` checks. A release charged out of gaze order (an old backlog)
+checks each window it falls in with queries over those windows' rows, as does
+``Ledger(counters=False)`` for every charge (the reference for tests and benchmarks; it keeps
+the counters up to date too).
 
 Concurrency. Each write is one transaction that serialises all writers of a session: SQLite
 ``BEGIN IMMEDIATE`` (threads and processes on one file), PostgreSQL ``SELECT … FOR UPDATE`` on

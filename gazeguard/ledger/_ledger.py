@@ -369,7 +369,7 @@ class Ledger:
                 f"session {session!r} changed since the preview (version {request.version} → "
                 f"{row.version}); preview again"
             )
-        view = self._view(store, session, row, write=True)
+        view = self._view(store, session, row)
         counts = store.counts(session)
         after_counters = self._windows(
             view, caps=caps, row=row, counts=counts, release=release, span=span, now=now
@@ -378,14 +378,14 @@ class Ledger:
             session, stream, chunk_index, epsilon_json=release.epsilon_json, units=release.units,
             events=release.events, gaze=span, now=now,
         )  # fmt: skip
-        after = store.update_after_charge(
-            session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1]
-        )
         outbox_id = store.enqueue(
             session, stream, chunk_index, topic=request.topic, payload=bytes(request.payload),
             now=now,
         )  # fmt: skip
-        store.put_counters(session, after_counters, pending_added=1)
+        after = store.update_after_charge(
+            session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1],
+            counters=after_counters, pending_added=1,
+        )  # fmt: skip
         after_counts = policy.merged(counts, release.events)  # (as insert_charge added them)
         state = self._figures(
             session, row=after, caps=caps, counts=after_counts, window=after_counters.gaze,
@@ -521,21 +521,12 @@ class Ledger:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _view(
-        self, store: Store, session: str, row: SessionRow | None, *, write: bool = False
-    ) -> WindowView:
+    def _view(self, store: Store, session: str, row: SessionRow | None) -> WindowView:
         """The session's window aggregates in this transaction (``row``: its row, ``None`` for
-        an unknown session): from its stored counters, or recounted (``counters=False``).
-        ``write``: a write transaction, which restores missing counters (a damaged ledger)."""
+        an unknown session): from its stored counters, or recounted (``counters=False``)."""
         if row is None:
             return WindowView(store, session, EMPTY_COUNTERS if self._counted else None)
-        counters = store.counters(session)
-        if counters is None:
-            log.warning("ledger %s: session %r had no counters", self._backend.location, session)
-            if write:
-                counters = store.recount(session, None, None)
-                store.write_counters(session, counters)
-        return WindowView(store, session, counters if self._counted else None)
+        return WindowView(store, session, store.counters(session) if self._counted else None)
 
     def _binding(self, session: str, row: SessionRow) -> Caps:
         """The caps that bind the session (ConfigError: the configured ones are looser than
@@ -603,9 +594,8 @@ class Ledger:
         """
         end, last, w = span[1], row.last_gaze_end, caps.window_s
         gaze_lo = (end if last is None else max(last, end)) - w  # the trailing window after it
-        trailing = view.gaze_since(gaze_lo)
         wall_lo = now - w
-        wall = view.wall_since(wall_lo)
+        (trailing, gaze_first), (wall, wall_first) = view.since(gaze_lo, wall_lo)
         windows: list[Counts] = []
         if caps.window is not None:
             if view.counters is not None and (last is None or end >= last):
@@ -617,9 +607,12 @@ class Ledger:
             self._composer, caps, view.session, session=counts, windows=windows,
             cost=release.events, wall=wall,
         )  # fmt: skip
+        counted = end > gaze_lo  # (a release older than the trailing window is not in it)
         return Counters(
-            gaze_lo, wall_lo, policy.merged(trailing, release.events) if end > gaze_lo else
-            dict(trailing), policy.merged(wall, release.events), view.pending() + 1,
+            gaze_lo, wall_lo,
+            policy.merged(trailing, release.events) if counted else dict(trailing),
+            policy.merged(wall, release.events), view.pending() + 1,
+            _earliest(gaze_first, end) if counted else gaze_first, _earliest(wall_first, now),
         )  # fmt: skip
 
     def _figures(
@@ -645,6 +638,10 @@ class Ledger:
             window={} if last is None else view.gaze_since(last - caps.window_s),
             pending=view.pending(),
         )  # fmt: skip
+
+
+def _earliest(first: float | None, t: float) -> float:
+    return t if first is None else min(first, t)
 
 
 def _cap(value: float | None, field: str) -> float | None:

@@ -20,7 +20,7 @@ MAX_EPSILON = 1e4
 """Largest ε accepted for one feature of one chunk."""
 MAX_CAP = 1e9
 """Largest cap (or withheld request) accepted: 10¹⁵ units, far inside SQLite's 64-bit integers."""
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
 

@@ -38,7 +38,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     refused BIGINT NOT NULL DEFAULT 0,
     spent BIGINT NOT NULL DEFAULT 0, pure_finite BOOLEAN NOT NULL DEFAULT TRUE,
     max_chunk BIGINT NOT NULL DEFAULT 0, last_chunk BIGINT, last_gaze_end DOUBLE PRECISION,
-    created DOUBLE PRECISION NOT NULL);
+    created DOUBLE PRECISION NOT NULL,
+    gaze_lo DOUBLE PRECISION, wall_lo DOUBLE PRECISION,
+    gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',
+    pending BIGINT NOT NULL DEFAULT 0, gaze_first DOUBLE PRECISION, wall_first DOUBLE PRECISION);
 CREATE TABLE IF NOT EXISTS events (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS session_events (
@@ -67,11 +70,6 @@ CREATE TABLE IF NOT EXISTS outbox (
     state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
     FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
-CREATE TABLE IF NOT EXISTS session_counters (
-    session TEXT PRIMARY KEY REFERENCES sessions(session),
-    gaze_lo DOUBLE PRECISION, wall_lo DOUBLE PRECISION,
-    gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',
-    pending BIGINT NOT NULL DEFAULT 0);
 """
 # Serialises schema creation by concurrent workers (CREATE TABLE IF NOT EXISTS is not atomic).
 _SCHEMA_LOCK_KEY = 0x67617A65  # "gaze"

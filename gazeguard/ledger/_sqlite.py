@@ -35,7 +35,12 @@ CREATE TABLE IF NOT EXISTS sessions (
     refused INTEGER NOT NULL DEFAULT 0,
     spent INTEGER NOT NULL DEFAULT 0, pure_finite INTEGER NOT NULL DEFAULT 1,   -- micro-ε
     max_chunk INTEGER NOT NULL DEFAULT 0, last_chunk INTEGER, last_gaze_end REAL,
-    created REAL NOT NULL);
+    created REAL NOT NULL,
+    -- the counters (gazeguard.ledger._store.Counters), kept by every charge and outbox change
+    gaze_lo REAL, wall_lo REAL,                                 -- Unix s, NULL: no bound
+    gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',  -- JSON
+    pending INTEGER NOT NULL DEFAULT 0,
+    gaze_first REAL, wall_first REAL);                          -- Unix s, NULL: none counted
 CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS session_events (
     session TEXT NOT NULL REFERENCES sessions(session),
@@ -63,11 +68,6 @@ CREATE TABLE IF NOT EXISTS outbox (
     state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
     FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
-CREATE TABLE IF NOT EXISTS session_counters (
-    session TEXT PRIMARY KEY REFERENCES sessions(session),
-    gaze_lo REAL, wall_lo REAL,                                 -- Unix s, NULL: no bound
-    gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',  -- JSON
-    pending INTEGER NOT NULL DEFAULT 0);
 """
 
 

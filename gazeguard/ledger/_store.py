@@ -3,24 +3,25 @@
 Storage only: rows in, rows out. What the rows mean (composition, caps, windows) is
 :mod:`gazeguard.ledger.policy`; when to write them is :class:`gazeguard.ledger.Ledger`.
 
-Tables (schema version 3; DDL in the backends):
+Tables (schema version 4; DDL in the backends):
 
-* ``sessions`` — one row per session: its caps (JSON), counters, the sequential pure spend in
-  integer micro-ε, the last chunk index and the latest gaze time charged, and ``version``
+* ``sessions`` — one row per session: its caps (JSON), counts, the sequential pure spend in
+  integer micro-ε, the last chunk index and the latest gaze time charged, ``version``
   (incremented by every charge: a :meth:`~gazeguard.ledger.Ledger.preview` is valid while the
-  version is unchanged).
+  version is unchanged), and its *counters* (:class:`Counters`), kept in the transaction of
+  every charge (and of every outbox state change) so that a charge needs no query over the
+  window's rows: the event counts of the charges whose gaze ends after ``gaze_lo`` and of those
+  made after ``wall_lo`` (both Unix s, advanced to the start of the trailing window by each
+  charge), the earliest gaze end and charge time among those counted (while a window's start
+  stays before them, no charge leaves it and nothing is read), and the number of pending
+  outbox items. Derived data: :meth:`Store.recount` gives the same from the rows,
+  :meth:`Store.verify` compares them.
 * ``events`` — accounting-event keys (canonical JSON) → small integer ids.
 * ``session_events`` — per session, how many releases of each event were charged (the
   session's composition, recomputed exactly after any restart).
 * ``charges`` — one row per charged release (session, stream, index): pure ε per feature (JSON),
   its pure total in micro-ε (NULL when it has no pure bound), its gaze time span (Unix s).
 * ``charge_events`` — the events of each charge (for windows over gaze time).
-* ``session_counters`` — per session, counters maintained in the transaction of every charge
-  (and of every outbox state change) so that a charge needs no query over the window's rows
-  (:class:`Counters`): the event counts of the charges whose gaze ends after ``gaze_lo`` and of
-  those made after ``wall_lo`` (both Unix s, advanced to the start of the trailing window by
-  each charge), and the number of pending outbox items. Derived data: :meth:`Store.recount`
-  gives the same from the rows, :meth:`Store.verify` compares them.
 * ``withheld`` — releases refused by a cap or dropped on an error.
 * ``outbox`` — charged payloads waiting for the sink's acknowledgement; ``state`` is
   ``pending``, ``delivered`` (payload dropped) or ``refused`` (the broker permanently refused it:
@@ -31,11 +32,11 @@ Tables (schema version 3; DDL in the backends):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from gazeguard.ledger._model import Sql
+from gazeguard.ledger._model import LedgerError, Sql
 
 
 @dataclass(slots=True)
@@ -56,7 +57,7 @@ class SessionRow:
 
 @dataclass(frozen=True, slots=True)
 class Counters:
-    """A session's stored counters (the ``session_counters`` row).
+    """A session's stored counters (columns of its ``sessions`` row).
 
     Attributes:
         gaze_lo: the gaze counts are of the charges whose gaze ends after this (Unix s;
@@ -66,6 +67,9 @@ class Counters:
         gaze: accounting-event key → releases, over the charges after ``gaze_lo`` in gaze time.
         wall: the same over the charges made after ``wall_lo``.
         pending: the session's pending outbox items.
+        gaze_first: the earliest gaze end of the charges ``gaze`` counts (Unix s; ``None``:
+            it counts none). A window starting before it loses no charge.
+        wall_first: the earliest charge time of those ``wall`` counts (Unix s; ``None``: none).
     """
 
     gaze_lo: float | None
@@ -73,14 +77,37 @@ class Counters:
     gaze: dict[str, int]
     wall: dict[str, int]
     pending: int
+    gaze_first: float | None = None
+    wall_first: float | None = None
 
 
 def _counts_json(counts: Mapping[str, int]) -> str:
     return json.dumps({k: int(n) for k, n in counts.items() if n}, sort_keys=True)
 
 
+#: Which time a range of charges is selected by: their gaze end, or when they were made.
+Clock = Literal["gaze", "wall"]
+
+
 def _counts_of(text: str) -> dict[str, int]:
     return {str(k): int(n) for k, n in json.loads(text).items()}
+
+
+#: The ``sessions`` columns of its counters, in the order :func:`_counters_of` reads them.
+COUNTER_COLUMNS = ("gaze_lo", "wall_lo", "gaze_counts", "wall_counts", "pending", "gaze_first",
+                   "wall_first")  # fmt: skip
+
+
+def _float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _counters_of(row: Sequence[Any]) -> Counters:
+    """Counters from the :data:`COUNTER_COLUMNS` of a row."""
+    return Counters(
+        _float(row[0]), _float(row[1]), _counts_of(row[2]), _counts_of(row[3]), int(row[4]),
+        _float(row[5]), _float(row[6]),
+    )  # fmt: skip
 
 
 class Store:
@@ -95,18 +122,24 @@ class Store:
     def __init__(self, sql: Sql, lock_clause: str = "") -> None:
         self.sql = sql
         self.lock_clause = lock_clause
+        # counters read with a session's row (same statement), for the next counters() call
+        self._read_with_row: dict[str, Counters] = {}
 
     # ---- sessions -------------------------------------------------------------------------
     def session(self, session: str, *, lock: bool = False) -> SessionRow | None:
-        """The session's row (locked for this transaction with ``lock``), or ``None``."""
+        """The session's row (locked for this transaction with ``lock``), or ``None``.
+
+        The same statement reads the session's counters, which the next :meth:`counters` call
+        returns instead of reading them again (one round trip less per charge)."""
         row = self.sql.one(
-            "SELECT caps, version, chunks, withheld, refused, spent, pure_finite, max_chunk, "  # noqa: S608 - the lock clause is the backend's constant
-            "last_chunk, last_gaze_end FROM sessions WHERE session = ?"
-            + (self.lock_clause if lock else ""),
+            "SELECT caps, version, chunks, withheld, refused, spent, pure_finite, max_chunk, "  # noqa: S608 - fixed names; the lock clause is the backend's constant
+            f"last_chunk, last_gaze_end, {', '.join(COUNTER_COLUMNS)} FROM sessions "
+            "WHERE session = ?" + (self.lock_clause if lock else ""),
             (session,),
         )
         if row is None:
             return None
+        self._read_with_row[session] = _counters_of(row[10:])
         return SessionRow(
             str(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]),
             bool(row[6]), int(row[7]), None if row[8] is None else int(row[8]),
@@ -114,16 +147,12 @@ class Store:
         )  # fmt: skip
 
     def create_session(self, session: str, caps: str, now: float) -> None:
-        """Insert the session and its (empty) counters (a concurrent insert by another writer
-        is not an error)."""
+        """Insert the session, its counters empty (a concurrent insert by another writer is
+        not an error)."""
         self.sql.run(
             "INSERT INTO sessions (session, caps, created) VALUES (?, ?, ?) "
             "ON CONFLICT (session) DO NOTHING",
             (session, caps, now),
-        )
-        self.sql.run(
-            "INSERT INTO session_counters (session) VALUES (?) ON CONFLICT (session) DO NOTHING",
-            (session,),
         )
 
     def set_caps(self, session: str, caps: str) -> None:
@@ -163,35 +192,57 @@ class Store:
     def gaze_between(self, session: str, start: float | None, end: float | None) -> dict[str, int]:
         """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s;
         ``None``: unbounded on that side). Reads those charges only (index on gaze end)."""
-        return self._events_between("gaze_end", session, start, end)
+        return self.events_between(session, [("gaze", start, end)])[0][0]
 
     def wall_between(self, session: str, start: float | None, end: float | None) -> dict[str, int]:
         """Event counts of the session's charges made in ``(start, end]`` (Unix s, wall clock;
         ``None``: unbounded on that side). Reads those charges only (index on charge time)."""
-        return self._events_between("created", session, start, end)
+        return self.events_between(session, [("wall", start, end)])[0][0]
 
-    def _events_between(
-        self, column: str, session: str, start: float | None, end: float | None
-    ) -> dict[str, int]:
-        where = ["c.session = ?"]
-        params: list[object] = [session]
-        if start is not None:
-            where.append(f"c.{column} > ?")
-            params.append(start)
-        if end is not None:
-            where.append(f"c.{column} <= ?")
-            params.append(end)
-        # CROSS JOIN: SQLite then reads the range of ``charges`` first (its index on the
-        # column), not every ``charge_events`` row of the session (its guess without ANALYZE);
-        # PostgreSQL plans it as the inner join it is.
-        rows = self.sql.all(
-            "SELECT e.key, SUM(ce.count) FROM charges c "  # noqa: S608 - a fixed column name
-            "CROSS JOIN charge_events ce CROSS JOIN events e WHERE ce.session = c.session "
-            "AND ce.stream = c.stream AND ce.idx = c.idx AND e.id = ce.event_id "
-            f"AND {' AND '.join(where)} GROUP BY e.key",
-            params,
-        )
-        return {str(k): int(n) for k, n in rows}
+    def events_between(
+        self,
+        session: str,
+        ranges: Sequence[tuple[Clock, float | None, float | None]],
+        *,
+        firsts: bool = False,
+    ) -> list[tuple[dict[str, int], float | None]]:
+        """Per ``(clock, start, end)``: the event counts of the session's charges whose gaze
+        ends (``"gaze"``) or that were made (``"wall"``) in ``(start, end]`` (Unix s; ``None``:
+        unbounded on that side); and, with ``firsts``, the earliest such time of its charges
+        after ``end`` (those a window starting at ``end`` keeps), or in the range if ``end`` is
+        ``None`` (``None``: no such charge, and always without ``firsts``). One statement."""
+        parts: list[str] = []
+        params: list[object] = []
+        for n, (clock, start, end) in enumerate(ranges):
+            column = "gaze_end" if clock == "gaze" else "created"
+            after = "" if start is None else f" AND c.{column} > ?"
+            params += [session] + ([] if start is None else [start])
+            if end is not None:
+                params.append(end)
+            # CROSS JOIN: SQLite then reads the range of ``charges`` first (its index on the
+            # column), not every ``charge_events`` row of the session (its guess without
+            # ANALYZE); PostgreSQL plans it as the inner join it is.
+            parts.append(
+                f"SELECT {n}, e.key, SUM(ce.count), NULL FROM charges c "  # noqa: S608 - fixed names
+                "CROSS JOIN charge_events ce CROSS JOIN events e WHERE ce.session = c.session "
+                "AND ce.stream = c.stream AND ce.idx = c.idx AND e.id = ce.event_id "
+                f"AND c.session = ?{after}{'' if end is None else f' AND c.{column} <= ?'} "
+                "GROUP BY e.key"
+            )
+            if firsts:  # (an index on (session, column) answers it)
+                bound = start if end is None else end
+                parts.append(
+                    f"SELECT {n}, NULL, NULL, MIN(c.{column}) FROM charges c "  # noqa: S608
+                    f"WHERE c.session = ?{'' if bound is None else f' AND c.{column} > ?'}"
+                )
+                params += [session] + ([] if bound is None else [bound])
+        out: list[tuple[dict[str, int], float | None]] = [({}, None) for _ in ranges]
+        for n, key, count, first in self.sql.all(" UNION ALL ".join(parts), params):
+            if key is not None:
+                out[int(n)][0][str(key)] = int(count)
+            elif first is not None:
+                out[int(n)] = (out[int(n)][0], float(first))
+        return out
 
     def gaze_ends(self, session: str, start: float, end: float) -> list[float]:
         """Gaze end times of the session's charges in ``[start, end)``."""
@@ -205,12 +256,16 @@ class Store:
     # ---- charges --------------------------------------------------------------------------
     def charged_or_withheld(self, session: str, stream: str, idx: int) -> str | None:
         """``"charged"``, ``"withheld"`` or ``None`` for a release index."""
-        key = (session, stream, idx)
-        if self.sql.one("SELECT 1 FROM charges WHERE session = ? AND stream = ? AND idx = ?", key):
-            return "charged"
-        if self.sql.one("SELECT 1 FROM withheld WHERE session = ? AND stream = ? AND idx = ?", key):
-            return "withheld"
-        return None
+        found = {
+            str(r[0])
+            for r in self.sql.all(
+                "SELECT 'charged' FROM charges WHERE session = ? AND stream = ? AND idx = ? "
+                "UNION ALL SELECT 'withheld' FROM withheld WHERE session = ? AND stream = ? "
+                "AND idx = ?",
+                (session, stream, idx) * 2,
+            )
+        }
+        return "charged" if "charged" in found else "withheld" if found else None
 
     def insert_charge(
         self,
@@ -233,17 +288,25 @@ class Store:
             "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (session, stream, idx, units, epsilon_json, gaze[0], gaze[1], now),
         )
-        for key, event_id in self.event_ids(sorted(events)).items():
+        for key in sorted(events):
             n = int(events[key])
+            # the event's id is looked up inside each INSERT (two statements per known key);
+            # a key new to the ledger is inserted into ``events`` first
+            for attempt in range(2):
+                if self.sql.run(
+                    "INSERT INTO charge_events (session, stream, idx, event_id, count) "
+                    "SELECT ?, ?, ?, id, ? FROM events WHERE key = ?",
+                    (session, stream, idx, n, key),
+                ):
+                    break
+                if attempt:
+                    raise LedgerError(f"event {key!r} has no id after inserting it")
+                self.event_ids([key])
             self.sql.run(
-                "INSERT INTO charge_events (session, stream, idx, event_id, count) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (session, stream, idx, event_id, n),
-            )
-            self.sql.run(
-                "INSERT INTO session_events (session, event_id, count) VALUES (?, ?, ?) "
-                "ON CONFLICT (session, event_id) DO UPDATE SET count = session_events.count + ?",
-                (session, event_id, n, n),
+                "INSERT INTO session_events (session, event_id, count) SELECT ?, id, ? FROM events "
+                "WHERE key = ? ON CONFLICT (session, event_id) DO UPDATE "
+                "SET count = session_events.count + excluded.count",
+                (session, n, key),
             )
 
     def update_after_charge(
@@ -255,9 +318,14 @@ class Store:
         idx: int,
         stream: str,
         gaze_end: float,
+        counters: Counters,
+        pending_added: int,
     ) -> SessionRow:
-        """Counters, spend, last index and gaze time, version + 1; returns the row as written
-        (``row``: the session's row, locked by this transaction)."""
+        """Counts, spend, last index and gaze time, version + 1; the window counters and bounds
+        from ``counters``, and ``pending_added`` added to its pending count (relative: an outbox
+        item may be delivered by another connection meanwhile, which decrements the stored
+        count). One statement; returns the row as written (``row``: the session's row, locked
+        by this transaction)."""
         last = row.last_chunk
         if stream == "chunks":
             last = idx if last is None else max(last, idx)
@@ -273,12 +341,17 @@ class Store:
             last,
             gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
         )
+        self._read_with_row.pop(session, None)
         self.sql.run(
             "UPDATE sessions SET version = version + 1, chunks = chunks + ?, spent = ?, "
-            "pure_finite = ?, max_chunk = ?, last_chunk = ?, last_gaze_end = ? WHERE session = ?",
+            "pure_finite = ?, max_chunk = ?, last_chunk = ?, last_gaze_end = ?, gaze_lo = ?, "
+            "wall_lo = ?, gaze_counts = ?, wall_counts = ?, pending = pending + ?, "
+            "gaze_first = ?, wall_first = ? WHERE session = ?",
             (
                 after.chunks - row.chunks, after.spent_units, after.pure_finite, after.max_units,
-                after.last_chunk, after.last_gaze_end, session,
+                after.last_chunk, after.last_gaze_end, counters.gaze_lo, counters.wall_lo,
+                _counts_json(counters.gaze), _counts_json(counters.wall), pending_added,
+                counters.gaze_first, counters.wall_first, session,
             ),
         )  # fmt: skip
         return after
@@ -376,9 +449,8 @@ class Store:
         return True
 
     def _pending_done(self, session: str) -> None:
-        self.sql.run(
-            "UPDATE session_counters SET pending = pending - 1 WHERE session = ?", (session,)
-        )
+        self._read_with_row.pop(session, None)
+        self.sql.run("UPDATE sessions SET pending = pending - 1 WHERE session = ?", (session,))
 
     def mark_refused(self, outbox_id: int, reason: str, now: float) -> str | None:
         """Pending → refused (payload kept); returns the item's session, or ``None``."""
@@ -391,8 +463,11 @@ class Store:
             "UPDATE outbox SET state = 'refused', delivered = ?, reason = ? WHERE id = ?",
             (now, reason, outbox_id),
         )
-        self.sql.run("UPDATE sessions SET refused = refused + 1 WHERE session = ?", (row[0],))
-        self._pending_done(str(row[0]))
+        self._read_with_row.pop(str(row[0]), None)
+        self.sql.run(
+            "UPDATE sessions SET refused = refused + 1, pending = pending - 1 WHERE session = ?",
+            (row[0],),
+        )
         return str(row[0])
 
     def refused(self, session: str | None) -> list[tuple[Any, ...]]:
@@ -409,62 +484,25 @@ class Store:
 
     # ---- counters -------------------------------------------------------------------------
     def counters(self, session: str) -> Counters | None:
-        """The session's stored counters, or ``None`` (no row: an unknown session)."""
+        """The session's stored counters, or ``None`` (no row: an unknown session); those
+        :meth:`session` read with its row if nothing wrote them since."""
+        if session in self._read_with_row:
+            return self._read_with_row.pop(session)
         row = self.sql.one(
-            "SELECT gaze_lo, wall_lo, gaze_counts, wall_counts, pending FROM session_counters "
-            "WHERE session = ?",
+            f"SELECT {', '.join(COUNTER_COLUMNS)} FROM sessions WHERE session = ?",  # noqa: S608 - fixed names
             (session,),
         )
-        if row is None:
-            return None
-        return Counters(
-            None if row[0] is None else float(row[0]), None if row[1] is None else float(row[1]),
-            _counts_of(row[2]), _counts_of(row[3]), int(row[4]),
-        )  # fmt: skip
+        return None if row is None else _counters_of(row)
 
     def recount(self, session: str, gaze_lo: float | None, wall_lo: float | None) -> Counters:
         """What the session's counters with these bounds must hold, counted from its rows."""
+        (gaze, gaze_first), (wall, wall_first) = self.events_between(
+            session, [("gaze", gaze_lo, None), ("wall", wall_lo, None)], firsts=True
+        )
         return Counters(
-            gaze_lo, wall_lo, self.gaze_between(session, gaze_lo, None),
-            self.wall_between(session, wall_lo, None), self.pending_count(session),
-        )  # fmt: skip
+            gaze_lo, wall_lo, gaze, wall, self.pending_count(session), gaze_first, wall_first
+        )
 
-    def put_counters(self, session: str, counters: Counters, *, pending_added: int) -> None:
-        """Store the session's window counters and bounds from ``counters``, and add
-        ``pending_added`` to its pending count (relative: an outbox item may be delivered by
-        another connection meanwhile, which decrements the stored count)."""
-        self.sql.run(
-            "UPDATE session_counters SET gaze_lo = ?, wall_lo = ?, gaze_counts = ?, "
-            "wall_counts = ?, pending = pending + ? WHERE session = ?",
-            (
-                counters.gaze_lo, counters.wall_lo, _counts_json(counters.gaze),
-                _counts_json(counters.wall), pending_added, session,
-            ),
-        )  # fmt: skip
-
-    def write_counters(self, session: str, counters: Counters) -> None:
-        """Insert or overwrite the session's counters (all of them, ``pending`` included)."""
-        self.sql.run(
-            "INSERT INTO session_counters (session, gaze_lo, wall_lo, gaze_counts, wall_counts, "
-            "pending) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session) DO UPDATE SET "
-            "gaze_lo = excluded.gaze_lo, wall_lo = excluded.wall_lo, "
-            "gaze_counts = excluded.gaze_counts, wall_counts = excluded.wall_counts, "
-            "pending = excluded.pending",
-            (
-                session, counters.gaze_lo, counters.wall_lo, _counts_json(counters.gaze),
-                _counts_json(counters.wall), counters.pending,
-            ),
-        )  # fmt: skip
-
-    def count_all(self) -> int:
-        """Write every session's counters from its rows (bounds ``None``: all of its charges),
-        for a ledger written without them; returns the number of sessions."""
-        sessions = self.sessions()
-        for session in sessions:
-            self.write_counters(session, self.recount(session, None, None))
-        return len(sessions)
-
-    # ---- audit ----------------------------------------------------------------------------
     def verify(self) -> list[str]:
         """Consistency problems (see :meth:`gazeguard.ledger.Ledger.verify`)."""
         problems: list[str] = []
@@ -509,9 +547,8 @@ class Store:
                     f"session {s!r}: {counted[0]} releases counted but charges hold {summed[0]}"
                 )
             stored = self.counters(s)
-            if stored is None:
-                problems.append(f"session {s!r}: no counters")
-            elif stored != (recount := self.recount(s, stored.gaze_lo, stored.wall_lo)):
+            assert stored is not None
+            if stored != (recount := self.recount(s, stored.gaze_lo, stored.wall_lo)):
                 problems.append(f"session {s!r}: counters {stored} but rows give {recount}")
         problems += [
             f"charge without outbox item: session {s!r} {st} {i}"

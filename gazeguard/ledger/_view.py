@@ -1,17 +1,21 @@
 """A session's window aggregates inside one transaction (:class:`WindowView`): answered from its
-stored counters (``session_counters``) moved up to the window asked about, or counted from its
-charge rows; the answers are the same either way (:meth:`gazeguard.ledger.Ledger.verify` checks
-the counters against the rows).
+stored counters (columns of its ``sessions`` row) moved up to the window asked about, or
+counted from its charge rows; the answers are the same either way
+(:meth:`gazeguard.ledger.Ledger.verify` checks the counters against the rows).
 """
 
 from __future__ import annotations
 
 import logging
 
-from gazeguard.ledger._store import Counters, Store
+from gazeguard.ledger._store import Clock, Counters, Store
 from gazeguard.ledger.policy import Counts
 
 log = logging.getLogger("gazeguard.ledger")
+
+#: Event counts over a window, and the earliest gaze end (or charge time) among them (Unix s;
+#: ``None``: no charge).
+Window = tuple[Counts, float | None]
 
 #: The counters of a session without charges.
 EMPTY_COUNTERS = Counters(None, None, {}, {}, 0)
@@ -32,29 +36,54 @@ class WindowView:
 
     def gaze_since(self, start: float) -> Counts:
         """Event counts of the session's charges whose gaze ends after ``start`` (Unix s)."""
-        c = self.counters
-        if c is not None and (c.gaze_lo is None or start >= c.gaze_lo):
-            if start == c.gaze_lo:
-                return c.gaze
-            left = self.store.gaze_between(self.session, c.gaze_lo, start)
-            out = counts_without(c.gaze, left)
-            if out is not None:
-                return out
-            self._damaged("gaze", c.gaze, left)
-        return self.store.gaze_between(self.session, start, None)
+        return self.since(start, None)[0][0]
 
     def wall_since(self, since: float) -> Counts:
         """Event counts of the session's charges made after ``since`` (Unix s, wall clock)."""
+        return self.since(None, since)[1][0]
+
+    def since(self, gaze_start: float | None, wall_since: float | None) -> tuple[Window, Window]:
+        """:meth:`gaze_since` and :meth:`wall_since` together, each with the earliest gaze end
+        (charge time) among the charges it counts (``None``: none); ``None`` asks nothing and
+        gets ``({}, None)``. Counters whose earliest charge is after the asked start answer
+        without reading anything; otherwise whatever must be read is read in one statement."""
         c = self.counters
-        if c is not None and (c.wall_lo is None or since >= c.wall_lo):
-            if since == c.wall_lo:
-                return c.wall
-            left = self.store.wall_between(self.session, c.wall_lo, since)
-            out = counts_without(c.wall, left)
-            if out is not None:
-                return out
-            self._damaged("wall", c.wall, left)
-        return self.store.wall_between(self.session, since, None)
+        asked: list[tuple[int, Clock, float, float | None, Counts, float | None]] = []
+        if gaze_start is not None:
+            kept = (c.gaze_lo, c.gaze, c.gaze_first) if c else (None, {}, None)
+            asked.append((0, "gaze", gaze_start, *kept))
+        if wall_since is not None:
+            kept = (c.wall_lo, c.wall, c.wall_first) if c else (None, {}, None)
+            asked.append((1, "wall", wall_since, *kept))
+        out: list[Window] = [({}, None), ({}, None)]
+        ranges: list[tuple[Clock, float | None, float | None]] = []
+        held_of: list[tuple[int, Counts | None]] = []  # per range: asked index, counts it moves
+        for n, clock, start, lo, counts, first in asked:
+            if c is not None and (lo is None or start >= lo):
+                if first is None or first > start:  # no charge left the window
+                    out[n] = (counts, first)
+                    continue
+                ranges.append((clock, lo, start))  # the charges that left it
+                held_of.append((n, counts))
+            else:
+                ranges.append((clock, start, None))  # no counters for it: count the window
+                held_of.append((n, None))
+        read = self.store.events_between(self.session, ranges, firsts=True) if ranges else []
+        for (n, held), (clock, _, new_lo), (counted, first) in zip(
+            held_of, ranges, read, strict=True
+        ):
+            if held is None:
+                out[n] = (counted, first)
+                continue
+            rest = counts_without(held, counted)
+            if rest is None:
+                self._damaged(clock, held, counted)
+                out[n] = self.store.events_between(
+                    self.session, [(clock, new_lo, None)], firsts=True
+                )[0]
+            else:
+                out[n] = (rest, first)
+        return out[0], out[1]
 
     def window(self, start: float, end: float) -> Counts:
         """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s)."""
