@@ -82,10 +82,12 @@ class ThreadNotingLedger(Ledger):
         return super().mark_delivered(*args, **kwargs)
 
 
-def charge(ledger: Ledger, index: int) -> int:
-    """Charge item ``index`` of the session, published on topic ``t/{index}``; its outbox id."""
+def charge(ledger: Ledger, index: int, session: str = SESSION) -> int:
+    """Charge item ``index`` of ``session``, published on topic ``t/{index}`` (the default
+    session) or ``{session}/{index}``; its outbox id."""
     payload = f"payload {index}".encode()
-    return ledger.charge(SESSION, index, {"a": 0.1}, topic=f"t/{index}", payload=payload).outbox_id
+    topic = f"t/{index}" if session == SESSION else f"{session}/{index}"
+    return ledger.charge(session, index, {"a": 0.1}, topic=topic, payload=payload).outbox_id
 
 
 @pytest.mark.parametrize("inline", [False, True])
@@ -217,3 +219,35 @@ def test_latest_values_follow_the_outbox_and_are_sent_again_after_a_reconnect(
         ("status", b"new", True),
     ]
     ledger.close()
+
+
+def test_an_item_another_process_has_in_flight_is_left_to_it_then_taken_over(
+    tmp_path: Path,
+) -> None:
+    """Two workers share a ledger and both read its outbox table. An item the other one has
+    just charged (and is sending) is not sent by this drain as well (CI: a cohort bucket
+    published twice by two fleet workers), nor are that session's later items; once it is two
+    poll intervals old (its process died) this drain delivers them, in order. Its own items
+    and other sessions' go at once."""
+    path = tmp_path / "ledger.sqlite"
+    here, other = Ledger(path), Ledger(path)  # another process's connection to the same file
+    sink = ListSink()
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        async with Drain(here, sink, connect_timeout=5, poll_interval_s=1.0) as drain:
+            charge(other, 0, session="busy")
+            charge(other, 1, session="busy")
+            charge(here, 0)
+            drain.notify()
+            await drain.flush(10)
+            early = [t for t, *_ in sink.received]
+            await asyncio.sleep(2.2)  # two poll intervals: the other process is taken as gone
+            await drain.flush(10)  # (a table read)
+        return early, [t for t, *_ in sink.received]
+
+    early, late = asyncio.run(scenario())
+    assert early == ["t/0"]  # this ledger's own item; the other's wait for it
+    assert late == ["t/0", "busy/0", "busy/1"]  # taken over once old enough, in order
+    assert here.pending() == []
+    here.close()
+    other.close()

@@ -324,6 +324,8 @@ _CHILD = textwrap.dedent(
             self.ledger = ledger
         def pending(self, limit=None):
             return self.ledger.pending(limit)
+        def enqueued_here(self, outbox_id):
+            return self.ledger.enqueued_here(outbox_id)
         def mark_delivered(self, outbox_id):
             time.sleep(0.05)
             return self.ledger.mark_delivered(outbox_id)

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,11 @@ class Preview:
 LedgerRefusal = (
     BudgetExhaustedError | DuplicateChargeError | StaleStateError | ConfigError | TypeError
 )
+
+
+#: How many of its latest outbox ids a :class:`Ledger` remembers as its own
+#: (:meth:`Ledger.enqueued_here`).
+ENQUEUED_KEPT = 4096
 
 
 class Ledger:
@@ -144,6 +150,9 @@ class Ledger:
         self._allow_increase = allow_cap_increase
         self._caps_json = self._caps.to_json()
         self._accepted: set[str] = set()  # stored caps the configured ones may bind (JSON)
+        # outbox ids this object enqueued lately, oldest first (ENQUEUED_KEPT at most)
+        self._enqueued: dict[int, None] = {}
+        self._enqueued_lock = threading.Lock()
         self._composer: Composer = composer if composer is not None else LedgerComposer()
         self._prefetch = Prefetch(self._composer) if prefetch else None
         self._counted = bool(counters)
@@ -382,6 +391,10 @@ class Ledger:
             session, stream, chunk_index, topic=request.topic, payload=bytes(request.payload),
             now=now,
         )  # fmt: skip
+        with self._enqueued_lock:
+            self._enqueued[outbox_id] = None
+            if len(self._enqueued) > ENQUEUED_KEPT:
+                del self._enqueued[next(iter(self._enqueued))]
         after = store.update_after_charge(
             session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1],
             counters=after_counters, pending_added=1,
@@ -437,6 +450,11 @@ class Ledger:
         with self._backend.read() as sql:
             rows = Store(sql).pending(limit, session)
         return [OutboxItem(int(r[0]), r[1], int(r[3]), r[4], bytes(r[5]), r[6], r[2]) for r in rows]
+
+    def enqueued_here(self, outbox_id: int) -> bool:
+        """Whether this object enqueued the outbox item (among its last :data:`ENQUEUED_KEPT`
+        charges): an item it did not is another process's (or an earlier run's)."""
+        return outbox_id in self._enqueued
 
     def mark_delivered(self, outbox_id: int) -> bool:
         """Mark an outbox item delivered (after the broker's PUBACK) and drop its payload.

@@ -69,10 +69,18 @@ class OutboxEntry(Protocol):
     def payload(self) -> bytes: ...
 
 
+class PendingEntry(OutboxEntry, Protocol):
+    """An item read from the outbox table (``gazeguard.ledger.OutboxItem``)."""
+
+    @property
+    def created(self) -> float: ...
+
+
 class Outbox(Protocol):
     """The part of :class:`gazeguard.ledger.Ledger` the drain uses (thread-safe)."""
 
-    def pending(self, limit: int | None = None) -> Sequence[OutboxEntry]: ...
+    def pending(self, limit: int | None = None) -> Sequence[PendingEntry]: ...
+    def enqueued_here(self, outbox_id: int) -> bool: ...
     def mark_delivered(self, outbox_id: int) -> object: ...
     def mark_refused(self, outbox_id: int, reason: str) -> object: ...
 
@@ -417,10 +425,32 @@ class Drain:
             self._read_table = False
             self._table_read_at = time.monotonic()
             items = await self._call(self._outbox.pending, self._batch)
-            self._read_table = len(items) == self._batch
-            return items, self._read_table
+            kept = self._not_in_flight_elsewhere(items)
+            # a full batch: read again at once, unless all of it waits (then: the next poll)
+            self._read_table = len(items) == self._batch and bool(kept)
+            return kept, self._read_table
         ids = sorted(self._handed)[: self._batch]
         return [self._handed[i] for i in ids], len(ids) == self._batch
+
+    def _not_in_flight_elsewhere(self, items: Sequence[PendingEntry]) -> list[PendingEntry]:
+        """The table's items without those another live process may be sending right now:
+        enqueued by another ledger object (another process sharing the ledger) less than two
+        poll intervals ago, and the later items of their sessions (order within a session).
+        That process delivers them within milliseconds; were it to die, they are old enough
+        at a later read. Without this, two fleet workers polling one ledger could both send an
+        item one of them has in flight. Items of an earlier run are older and go at once."""
+        now = time.time()
+        held: set[str] = set()
+        out: list[PendingEntry] = []
+        for item in items:
+            if item.session in held:
+                continue
+            young = 0.0 <= now - item.created < 2 * self._poll_interval_s
+            if young and item.id not in self._handed and not self._outbox.enqueued_here(item.id):
+                held.add(item.session)
+                continue
+            out.append(item)
+        return out
 
     async def _drain(self, connection: SinkConnection) -> None:
         """Deliver outbox items oldest first, then the latest values; sleep until notified."""
