@@ -544,7 +544,7 @@ class Ledger:
         an unknown session): from its stored counters, or recounted (``counters=False``)."""
         if row is None:
             return WindowView(store, session, EMPTY_COUNTERS if self._counted else None)
-        return WindowView(store, session, store.counters(session) if self._counted else None)
+        return WindowView(store, session, row.counters if self._counted else None)
 
     def _binding(self, session: str, row: SessionRow) -> Caps:
         """The caps that bind the session (ConfigError: the configured ones are looser than

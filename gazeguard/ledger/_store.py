@@ -53,6 +53,7 @@ class SessionRow:
     max_units: int
     last_chunk: int | None
     last_gaze_end: float | None
+    counters: Counters | None = None  # read with the row (None: a row computed, not read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +123,13 @@ class Store:
     def __init__(self, sql: Sql, lock_clause: str = "") -> None:
         self.sql = sql
         self.lock_clause = lock_clause
-        # counters read with a session's row (same statement), for the next counters() call
-        self._read_with_row: dict[str, Counters] = {}
 
     # ---- sessions -------------------------------------------------------------------------
     def session(self, session: str, *, lock: bool = False) -> SessionRow | None:
         """The session's row (locked for this transaction with ``lock``), or ``None``.
 
-        The same statement reads the session's counters, which the next :meth:`counters` call
-        returns instead of reading them again (one round trip less per charge)."""
+        The row carries the session's counters, read by the same statement (one round trip
+        less per charge than a separate :meth:`counters`)."""
         row = self.sql.one(
             "SELECT caps, version, chunks, withheld, refused, spent, pure_finite, max_chunk, "  # noqa: S608 - fixed names; the lock clause is the backend's constant
             f"last_chunk, last_gaze_end, {', '.join(COUNTER_COLUMNS)} FROM sessions "
@@ -139,11 +138,10 @@ class Store:
         )
         if row is None:
             return None
-        self._read_with_row[session] = _counters_of(row[10:])
         return SessionRow(
             str(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]),
             bool(row[6]), int(row[7]), None if row[8] is None else int(row[8]),
-            None if row[9] is None else float(row[9]),
+            None if row[9] is None else float(row[9]), _counters_of(row[10:]),
         )  # fmt: skip
 
     def create_session(self, session: str, caps: str, now: float) -> None:
@@ -341,7 +339,6 @@ class Store:
             last,
             gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
         )
-        self._read_with_row.pop(session, None)
         self.sql.run(
             "UPDATE sessions SET version = version + 1, chunks = chunks + ?, spent = ?, "
             "pure_finite = ?, max_chunk = ?, last_chunk = ?, last_gaze_end = ?, gaze_lo = ?, "
@@ -449,7 +446,6 @@ class Store:
         return True
 
     def _pending_done(self, session: str) -> None:
-        self._read_with_row.pop(session, None)
         self.sql.run("UPDATE sessions SET pending = pending - 1 WHERE session = ?", (session,))
 
     def mark_refused(self, outbox_id: int, reason: str, now: float) -> str | None:
@@ -463,7 +459,6 @@ class Store:
             "UPDATE outbox SET state = 'refused', delivered = ?, reason = ? WHERE id = ?",
             (now, reason, outbox_id),
         )
-        self._read_with_row.pop(str(row[0]), None)
         self.sql.run(
             "UPDATE sessions SET refused = refused + 1, pending = pending - 1 WHERE session = ?",
             (row[0],),
@@ -484,10 +479,7 @@ class Store:
 
     # ---- counters -------------------------------------------------------------------------
     def counters(self, session: str) -> Counters | None:
-        """The session's stored counters, or ``None`` (no row: an unknown session); those
-        :meth:`session` read with its row if nothing wrote them since."""
-        if session in self._read_with_row:
-            return self._read_with_row.pop(session)
+        """The session's stored counters, or ``None`` (no row: an unknown session)."""
         row = self.sql.one(
             f"SELECT {', '.join(COUNTER_COLUMNS)} FROM sessions WHERE session = ?",  # noqa: S608 - fixed names
             (session,),
