@@ -80,7 +80,7 @@ def _vectors(model_classes: int, cls: int, n: int) -> np.ndarray:
 
 
 def _stream(
-    tmp_path: Path, model: Path, epsilon: float | None = None
+    tmp_path: Path, model: Path, epsilon: float | None = None, seed: int | None = None
 ) -> tuple[ReleasePlan, Ledger, LabelStream]:
     labels = LabelSettings(
         enabled=True, model=str(model), decision_s=1.0, min_interval_s=5.0, threshold=0.1,
@@ -99,8 +99,9 @@ def _stream(
     ledger = Ledger(tmp_path / "l.sqlite", **plan.ledger_caps())
     ledger.open_session("s")
     stream = LabelStream(
-        ledger, plan.label_plan, session="s", device="d", input_features=MODEL_FEATURES
-    )
+        ledger, plan.label_plan, session="s", device="d", input_features=MODEL_FEATURES,
+        insecure_seed=seed,
+    )  # fmt: skip
     return plan, ledger, stream
 
 
@@ -132,8 +133,12 @@ def test_flapping_activity_never_spends_more_than_the_plan(tmp_path: Path) -> No
 
 
 def test_a_steady_activity_releases_the_first_label_and_then_only_asks(tmp_path: Path) -> None:
-    # ε 60 per label, 30 per detection round: query noise of scale 4Δ/ε ≈ 0.27 (Δ = 2)
-    _plan, ledger, stream = _stream(tmp_path, fast_model(tmp_path / "m.json"), epsilon=60.0)
+    # ε 60 per label, 30 per detection round: query noise of scale 4Δ/ε ≈ 0.27 (Δ = 2). Seeded
+    # noise: with fresh noise 4 of 40 runs released 4 or more labels in these 120 checks (the
+    # bound below is not a rare event), so one fixed draw keeps the test from flaking.
+    _plan, ledger, stream = _stream(
+        tmp_path, fast_model(tmp_path / "m.json"), epsilon=60.0, seed=20261128
+    )
     steps = stream.plan.steps
     released = 0
     with ledger:
