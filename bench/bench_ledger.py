@@ -262,14 +262,11 @@ def fleet_seed(path: Path, sessions: int, history: int) -> None:
             db.execute(  # its counters count all its charges (no bounds yet)
                 "INSERT INTO sessions (session, caps, version, chunks, spent, pure_finite, "
                 "max_chunk, last_chunk, last_gaze_end, created, gaze_counts, wall_counts, "
-                "gaze_first, wall_first) VALUES (?,?,?,?,?,1,?,?,?,?,?,?,?,?)",
+                "gaze_first, wall_first, counts) VALUES (?,?,?,?,?,1,?,?,?,?,?,?,?,?,?)",
                 (name, caps_json, history, history, units * history, units, history - 1,
-                 ends[-1], ends[0], counts, counts, ends[0], ends[0]),
+                 ends[-1], ends[0], counts, counts, ends[0], ends[0], counts),
             )  # fmt: skip
             for key, n in events.items():
-                db.execute(
-                    "INSERT INTO session_events VALUES (?, ?, ?)", (name, ids[key], n * history)
-                )
                 db.executemany(
                     "INSERT INTO charge_events VALUES (?, 'chunks', ?, ?, ?)",
                     [(name, j, ids[key], n) for j in range(history)],

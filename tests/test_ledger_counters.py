@@ -144,16 +144,17 @@ def test_sigkill_inside_a_charge_leaves_counters_equal_to_a_recount(location: st
 
 def test_a_ledger_of_another_schema_is_refused_naming_both_versions(tmp_path: Path) -> None:
     """Ledgers are not upgraded in place (no schema was ever released before this one): a
-    ledger stamped with schema 3 is refused with what to do, and is left as it was."""
-    path = tmp_path / "v3.sqlite"
+    ledger stamped with schema 4 (the one before the session's event counts moved into its row)
+    is refused with what to do, and is left as it was."""
+    path = tmp_path / "v4.sqlite"
     with Ledger(path, **GAZE_CAPS) as ledger:
         ledger.charge("a", 0, {"f": 0.5}, "t", b"x", gaze=(T0 - 0.4, T0))
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute("UPDATE meta SET value = '3' WHERE key = 'schema'")
-    with pytest.raises(LedgerError, match=r"schema version 3; this gazeguard reads version 4"):
+        db.execute("UPDATE meta SET value = '4' WHERE key = 'schema'")
+    with pytest.raises(LedgerError, match=r"schema version 4; this gazeguard reads version 5"):
         Ledger(path, **GAZE_CAPS)
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("4",)
 
 
 def test_verify_reports_counters_that_disagree_with_the_rows(tmp_path: Path) -> None:

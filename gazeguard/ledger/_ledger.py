@@ -254,7 +254,7 @@ class Ledger:
             caps = self._caps if row is None else self._binding(session, row)
             view = self._view(store, session, row)
             row = row or _empty_row(caps)
-            counts = store.counts(session)
+            counts = row.counts
             after = self._windows(view, caps=caps, row=row, counts=counts, release=release,
                                   span=span, now=now)  # fmt: skip
             state = self._figures(
@@ -379,7 +379,7 @@ class Ledger:
                 f"{row.version}); preview again"
             )
         view = self._view(store, session, row)
-        counts = store.counts(session)
+        counts = row.counts
         after_counters = self._windows(
             view, caps=caps, row=row, counts=counts, release=release, span=span, now=now
         )  # the checks; and the counters after the charge, computed before its rows exist
@@ -395,11 +395,11 @@ class Ledger:
             self._enqueued[outbox_id] = None
             if len(self._enqueued) > ENQUEUED_KEPT:
                 del self._enqueued[next(iter(self._enqueued))]
+        after_counts = policy.merged(counts, release.events)
         after = store.update_after_charge(
             session, row, units=release.units, idx=chunk_index, stream=stream, gaze_end=span[1],
-            counters=after_counters, pending_added=1,
+            counts=after_counts, counters=after_counters, pending_added=1,
         )  # fmt: skip
-        after_counts = policy.merged(counts, release.events)  # (as insert_charge added them)
         state = self._figures(
             session, row=after, caps=caps, counts=after_counts, window=after_counters.gaze,
             pending=after_counters.pending,
@@ -652,7 +652,7 @@ class Ledger:
         row = row or _empty_row(caps)
         last = row.last_gaze_end
         return self._figures(
-            session, row=row, caps=caps, counts=store.counts(session),
+            session, row=row, caps=caps, counts=row.counts,
             window={} if last is None else view.gaze_since(last - caps.window_s),
             pending=view.pending(),
         )  # fmt: skip
@@ -687,6 +687,7 @@ def _charged(
         max(row.max_units, release.units or 0),
         row.last_chunk,
         span[1] if row.last_gaze_end is None else max(row.last_gaze_end, span[1]),
+        policy.merged(row.counts, release.events),
     )
 
 

@@ -20,7 +20,7 @@ MAX_EPSILON = 1e4
 """Largest ε accepted for one feature of one chunk."""
 MAX_CAP = 1e9
 """Largest cap (or withheld request) accepted: 10¹⁵ units, far inside SQLite's 64-bit integers."""
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
 
@@ -69,10 +69,6 @@ def _to_units(epsilon: float, field: str, rounding: str, limit: float) -> int:
         raise ConfigError(field, epsilon, f"must be a finite number in (0, {limit:g}]")
     scaled = Decimal(repr(value)) * UNITS_PER_EPSILON
     return int(scaled.to_integral_value(rounding=rounding))
-
-
-def eps_of(units: int | None) -> float | None:
-    return None if units is None else units / UNITS_PER_EPSILON
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,13 +41,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     created DOUBLE PRECISION NOT NULL,
     gaze_lo DOUBLE PRECISION, wall_lo DOUBLE PRECISION,
     gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',
-    pending BIGINT NOT NULL DEFAULT 0, gaze_first DOUBLE PRECISION, wall_first DOUBLE PRECISION);
+    pending BIGINT NOT NULL DEFAULT 0, gaze_first DOUBLE PRECISION, wall_first DOUBLE PRECISION,
+    counts TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS events (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS session_events (
-    session TEXT NOT NULL REFERENCES sessions(session),
-    event_id BIGINT NOT NULL REFERENCES events(id), count BIGINT NOT NULL,
-    PRIMARY KEY (session, event_id));
 CREATE TABLE IF NOT EXISTS charges (
     session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
     idx BIGINT NOT NULL, total BIGINT, epsilon TEXT NOT NULL,

@@ -40,12 +40,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     gaze_lo REAL, wall_lo REAL,                                 -- Unix s, NULL: no bound
     gaze_counts TEXT NOT NULL DEFAULT '{}', wall_counts TEXT NOT NULL DEFAULT '{}',  -- JSON
     pending INTEGER NOT NULL DEFAULT 0,
-    gaze_first REAL, wall_first REAL);                          -- Unix s, NULL: none counted
+    gaze_first REAL, wall_first REAL,                           -- Unix s, NULL: none counted
+    counts TEXT NOT NULL DEFAULT '{}');      -- JSON: event key -> releases charged (session)
 CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS session_events (
-    session TEXT NOT NULL REFERENCES sessions(session),
-    event_id INTEGER NOT NULL REFERENCES events(id), count INTEGER NOT NULL,
-    PRIMARY KEY (session, event_id));
 CREATE TABLE IF NOT EXISTS charges (
     session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
     idx INTEGER NOT NULL, total INTEGER, epsilon TEXT NOT NULL,

@@ -3,22 +3,22 @@
 Storage only: rows in, rows out. What the rows mean (composition, caps, windows) is
 :mod:`gazeguard.ledger.policy`; when to write them is :class:`gazeguard.ledger.Ledger`.
 
-Tables (schema version 4; DDL in the backends):
+Tables (schema version 5; DDL in the backends):
 
 * ``sessions`` — one row per session: its caps (JSON), counts, the sequential pure spend in
   integer micro-ε, the last chunk index and the latest gaze time charged, ``version``
   (incremented by every charge: a :meth:`~gazeguard.ledger.Ledger.preview` is valid while the
-  version is unchanged), and its *counters* (:class:`Counters`), kept in the transaction of
-  every charge (and of every outbox state change) so that a charge needs no query over the
-  window's rows: the event counts of the charges whose gaze ends after ``gaze_lo`` and of those
-  made after ``wall_lo`` (both Unix s, advanced to the start of the trailing window by each
-  charge), the earliest gaze end and charge time among those counted (while a window's start
-  stays before them, no charge leaves it and nothing is read), and the number of pending
-  outbox items. Derived data: :meth:`Store.recount` gives the same from the rows,
+  version is unchanged), its event counts (how many releases of each accounting event were
+  charged: the session's composition, recomputed exactly after any restart; JSON, written by
+  the charge's one ``UPDATE`` of the row), and its *counters* (:class:`Counters`), kept in the
+  transaction of every charge (and of every outbox state change) so that a charge needs no
+  query over the window's rows: the event counts of the charges whose gaze ends after
+  ``gaze_lo`` and of those made after ``wall_lo`` (both Unix s, advanced to the start of the
+  trailing window by each charge), the earliest gaze end and charge time among those counted
+  (while a window's start stays before them, no charge leaves it and nothing is read), and the
+  number of pending outbox items. Derived data: :meth:`Store.recount` gives the same from the rows,
   :meth:`Store.verify` compares them.
 * ``events`` — accounting-event keys (canonical JSON) → small integer ids.
-* ``session_events`` — per session, how many releases of each event were charged (the
-  session's composition, recomputed exactly after any restart).
 * ``charges`` — one row per charged release (session, stream, index): pure ε per feature (JSON),
   its pure total in micro-ε (NULL when it has no pure bound), its gaze time span (Unix s).
 * ``charge_events`` — the events of each charge (for windows over gaze time).
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gazeguard.ledger._model import LedgerError, Sql
@@ -53,6 +53,7 @@ class SessionRow:
     max_units: int
     last_chunk: int | None
     last_gaze_end: float | None
+    counts: dict[str, int] = field(default_factory=dict)  # event key -> releases charged
     counters: Counters | None = None  # read with the row (None: a row computed, not read)
 
 
@@ -128,11 +129,11 @@ class Store:
     def session(self, session: str, *, lock: bool = False) -> SessionRow | None:
         """The session's row (locked for this transaction with ``lock``), or ``None``.
 
-        The row carries the session's counters, read by the same statement (one round trip
-        less per charge than a separate :meth:`counters`)."""
+        The row carries the session's event counts and counters, read by the same statement
+        (no other read per charge)."""
         row = self.sql.one(
             "SELECT caps, version, chunks, withheld, refused, spent, pure_finite, max_chunk, "  # noqa: S608 - fixed names; the lock clause is the backend's constant
-            f"last_chunk, last_gaze_end, {', '.join(COUNTER_COLUMNS)} FROM sessions "
+            f"last_chunk, last_gaze_end, counts, {', '.join(COUNTER_COLUMNS)} FROM sessions "
             "WHERE session = ?" + (self.lock_clause if lock else ""),
             (session,),
         )
@@ -141,7 +142,8 @@ class Store:
         return SessionRow(
             str(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]),
             bool(row[6]), int(row[7]), None if row[8] is None else int(row[8]),
-            None if row[9] is None else float(row[9]), _counters_of(row[10:]),
+            None if row[9] is None else float(row[9]), _counts_of(row[10]),
+            _counters_of(row[11:]),
         )  # fmt: skip
 
     def create_session(self, session: str, caps: str, now: float) -> None:
@@ -177,15 +179,6 @@ class Store:
             assert row is not None
             out[key] = int(row[0])
         return out
-
-    def counts(self, session: str) -> dict[str, int]:
-        """The session's event counts."""
-        rows = self.sql.all(
-            "SELECT e.key, s.count FROM session_events s JOIN events e ON e.id = s.event_id "
-            "WHERE s.session = ?",
-            (session,),
-        )
-        return {str(k): int(n) for k, n in rows}
 
     def gaze_between(self, session: str, start: float | None, end: float | None) -> dict[str, int]:
         """Event counts of the session's charges whose gaze ends in ``(start, end]`` (Unix s;
@@ -277,7 +270,8 @@ class Store:
         gaze: tuple[float, float],
         now: float,
     ) -> None:
-        """One charge row with its events; the session's event counts grow by ``events``.
+        """One charge row with its events (the session's event counts are the row's,
+        written by :meth:`update_after_charge`).
 
         ``epsilon_json``: pure ε per feature, ``json.dumps`` of a dict; ``units`` its total in
         micro-ε; ``gaze`` (start, end) and ``now``: Unix s."""
@@ -288,8 +282,8 @@ class Store:
         )
         for key in sorted(events):
             n = int(events[key])
-            # the event's id is looked up inside each INSERT (two statements per known key);
-            # a key new to the ledger is inserted into ``events`` first
+            # the event's id is looked up inside the INSERT (one statement per known key); a
+            # key new to the ledger is inserted into ``events`` first
             for attempt in range(2):
                 if self.sql.run(
                     "INSERT INTO charge_events (session, stream, idx, event_id, count) "
@@ -300,12 +294,6 @@ class Store:
                 if attempt:
                     raise LedgerError(f"event {key!r} has no id after inserting it")
                 self.event_ids([key])
-            self.sql.run(
-                "INSERT INTO session_events (session, event_id, count) SELECT ?, id, ? FROM events "
-                "WHERE key = ? ON CONFLICT (session, event_id) DO UPDATE "
-                "SET count = session_events.count + excluded.count",
-                (session, n, key),
-            )
 
     def update_after_charge(
         self,
@@ -316,10 +304,12 @@ class Store:
         idx: int,
         stream: str,
         gaze_end: float,
+        counts: Mapping[str, int],
         counters: Counters,
         pending_added: int,
     ) -> SessionRow:
-        """Counts, spend, last index and gaze time, version + 1; the window counters and bounds
+        """Counts, spend, last index and gaze time, version + 1; the session's event counts
+        ``counts`` (its row's with this charge's events added), the window counters and bounds
         from ``counters``, and ``pending_added`` added to its pending count (relative: an outbox
         item may be delivered by another connection meanwhile, which decrements the stored
         count). One statement; returns the row as written (``row``: the session's row, locked
@@ -338,15 +328,17 @@ class Store:
             max(row.max_units, units or 0),
             last,
             gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
+            {k: int(n) for k, n in counts.items() if n},
         )
         self.sql.run(
             "UPDATE sessions SET version = version + 1, chunks = chunks + ?, spent = ?, "
-            "pure_finite = ?, max_chunk = ?, last_chunk = ?, last_gaze_end = ?, gaze_lo = ?, "
-            "wall_lo = ?, gaze_counts = ?, wall_counts = ?, pending = pending + ?, "
+            "pure_finite = ?, max_chunk = ?, last_chunk = ?, last_gaze_end = ?, counts = ?, "
+            "gaze_lo = ?, wall_lo = ?, gaze_counts = ?, wall_counts = ?, pending = pending + ?, "
             "gaze_first = ?, wall_first = ? WHERE session = ?",
             (
                 after.chunks - row.chunks, after.spent_units, after.pure_finite, after.max_units,
-                after.last_chunk, after.last_gaze_end, counters.gaze_lo, counters.wall_lo,
+                after.last_chunk, after.last_gaze_end, _counts_json(after.counts),
+                counters.gaze_lo, counters.wall_lo,
                 _counts_json(counters.gaze), _counts_json(counters.wall), pending_added,
                 counters.gaze_first, counters.wall_first, session,
             ),
@@ -526,17 +518,12 @@ class Store:
                     f"session {s!r}: totals (spent, chunks, withheld, refused) = {got} but rows "
                     f"give {want}"
                 )
-            counted = self.sql.one(
-                "SELECT COALESCE(SUM(count), 0) FROM session_events WHERE session = ?", (s,)
-            )
-            summed = self.sql.one(
-                "SELECT COALESCE(SUM(count), 0) FROM charge_events WHERE session = ?", (s,)
-            )
+            counted = self.session(s)
             assert counted is not None
-            assert summed is not None
-            if int(counted[0]) != int(summed[0]):
+            (summed, _), = self.events_between(s, [("gaze", None, None)])
+            if counted.counts != summed:
                 problems.append(
-                    f"session {s!r}: {counted[0]} releases counted but charges hold {summed[0]}"
+                    f"session {s!r}: event counts {counted.counts} but charges hold {summed}"
                 )
             stored = self.counters(s)
             assert stored is not None

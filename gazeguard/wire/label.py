@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
 
 from pydantic import Field, model_validator
@@ -216,10 +215,3 @@ def shipped_schema() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 
-
-def write_schema(directory: Path) -> Path:
-    """Write ``label.schema.json`` into ``directory``; returns its path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / SCHEMA_FILE
-    path.write_text(json.dumps(json_schema(), indent=2) + "\n", encoding="utf-8")
-    return path

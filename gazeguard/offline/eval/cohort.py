@@ -666,20 +666,6 @@ def evaluate_config(
     return result
 
 
-def evaluate_cohort(
-    name: str,
-    table: FeatureTable,
-    model_features: Sequence[str],
-    budgets: Sequence[float],
-    *,
-    progress: Callable[[str], None] = _quiet,
-    **kwargs: Any,
-) -> dict[str, Any]:
-    """:func:`prepare` then :func:`evaluate_config` (keyword arguments as there)."""
-    return evaluate_config(prepare(name, table, model_features, progress), budgets,
-                           progress=progress, **kwargs)  # fmt: skip
-
-
 def evaluate_levers(
     data: CohortData,
     budgets: Sequence[float],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -97,15 +98,34 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:  # noqa: PLR0912, PLR0915 - format parser, one branch per column convention
-    path, header = table.path, table.header
-    parsed = [split_unit(h) for h in header]
-    bases: dict[str, int] = {}
-    for i, (base, _) in enumerate(parsed):
-        bases.setdefault(base, i)
-    notes: list[str] = []
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """Where a table's columns are: header names split from their units, and the first column
+    of each base name."""
 
-    # -- gaze columns and unit
+    parsed: list[tuple[str, str | None]]
+    bases: dict[str, int]
+
+    @classmethod
+    def of(cls, header: tuple[str, ...]) -> _Columns:
+        parsed = [split_unit(h) for h in header]
+        bases: dict[str, int] = {}
+        for i, (base, _) in enumerate(parsed):
+            bases.setdefault(base, i)
+        return cls(parsed, bases)
+
+
+def _gaze_columns(
+    table: Table, cols: _Columns, opts: ReadOptions
+) -> tuple[int, int, str | None, str, bool]:
+    """The x and y columns, the unit their header states (``None``: none), the gaze unit (the
+    stated one, else ``opts.units``, else degrees) and whether y points up.
+
+    Raises:
+        RecordingError: no gaze columns, x and y in different units, an unknown unit, or a
+            unit stated both by the header and by an option.
+    """
+    path, header, parsed, bases = table.path, table.header, cols.parsed, cols.bases
     pairs = [(bases[a], bases[b], a) for a, b in XY_NAMES if a in bases and b in bases]
     if not pairs:
         expected = " / ".join(f"{a},{b}" for a, b in (("x_deg", "y_deg"), *XY_NAMES))
@@ -119,7 +139,6 @@ def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:  # noqa
     ix, iy, first_name = next((p for p in pairs if parsed[p[0]][1] == "deg"), pairs[0])
     stated = {u for u in (parsed[ix][1], parsed[iy][1]) if u is not None}
     implied = _Y_UP_PAIRS.get(first_name)
-    y_up = implied is not None
     if implied == "norm":
         stated.add("norm")
     if len(stated) > 1:
@@ -147,38 +166,99 @@ def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:  # noqa
             header[ix],
         )
     gaze_unit = unit or opts.units or "deg"
-    y_up = y_up or gaze_unit == "deg"
+    return ix, iy, unit, gaze_unit, implied is not None or gaze_unit == "deg"
 
-    # -- time column and unit
-    it = _find(bases, TIME_NAMES)
-    time_unit: str | None = None
-    if it is not None:
-        time_unit = parsed[it][1]
-        if time_unit is not None and time_unit not in TIME_UNITS:
+
+def _time_column(table: Table, cols: _Columns, opts: ReadOptions) -> tuple[int | None, str | None]:
+    """The time column (``None``: none, the rate is given) and the time unit its header states.
+
+    Raises:
+        RecordingError: an unknown time unit, one stated both by the header and by an option,
+            or neither a time column nor a rate.
+    """
+    path, header = table.path, table.header
+    it = _find(cols.bases, TIME_NAMES)
+    if it is None:
+        if opts.rate_hz is None:
             raise RecordingError(
                 path,
-                f"column {header[it]!r}: time unit {time_unit!r} is not supported; use s, ms, us "
-                "or ns",
+                f"no time column ({', '.join(TIME_NAMES)}; a unit may follow: time_ms) and no "
+                "rate given (--rate HZ for a regularly sampled file)"
+                + did_you_mean(["t", "time", "timestamp"], header),
                 table.header_line or None,
-                header[it],
             )
-        if time_unit is not None and opts.time_unit is not None and time_unit != opts.time_unit:
-            raise RecordingError(
-                path,
-                f"column {header[it]!r} states the unit {time_unit} but --time-unit "
-                f"{opts.time_unit} was given; drop one of them",
-                table.header_line or None,
-                header[it],
-            )
-    elif opts.rate_hz is None:
+        return None, None
+    time_unit = cols.parsed[it][1]
+    if time_unit is not None and time_unit not in TIME_UNITS:
         raise RecordingError(
             path,
-            f"no time column ({', '.join(TIME_NAMES)}; a unit may follow: time_ms) and no rate "
-            "given (--rate HZ for a regularly sampled file)"
-            + did_you_mean(["t", "time", "timestamp"], header),
+            f"column {header[it]!r}: time unit {time_unit!r} is not supported; use s, ms, us "
+            "or ns",
             table.header_line or None,
+            header[it],
         )
+    if time_unit is not None and opts.time_unit is not None and time_unit != opts.time_unit:
+        raise RecordingError(
+            path,
+            f"column {header[it]!r} states the unit {time_unit} but --time-unit "
+            f"{opts.time_unit} was given; drop one of them",
+            table.header_line or None,
+            header[it],
+        )
+    return it, time_unit
 
+
+def _validity(table: Table, cols: _Columns, opts: ReadOptions) -> BoolArray:
+    """Per row: valid by the validity column (if any) and at least ``opts.min_confidence`` by
+    the confidence column (if any)."""
+    valid = np.ones(len(table), bool)
+    iv = _find(cols.bases, VALID_NAMES)
+    if iv is not None:
+        valid &= _flags(table, table.header[iv])
+    ic = _find(cols.bases, CONFIDENCE_NAMES)
+    if ic is not None:
+        conf = table.numbers(table.header[ic])
+        with np.errstate(invalid="ignore"):
+            valid &= conf >= opts.min_confidence
+    return valid
+
+
+def _pupil(table: Table, cols: _Columns, notes: list[str]) -> FloatArray | None:
+    """Pupil size in mm per row, or ``None`` (no column, or not in mm: said in ``notes``)."""
+    ip = _find(cols.bases, PUPIL_NAMES)
+    if ip is None:
+        return None
+    punit = cols.parsed[ip][1]
+    if punit in (None, "mm"):
+        return table.numbers(table.header[ip])
+    notes.append(f"column {table.header[ip]!r} is not in mm ({punit}); pupil size left out")
+    return None
+
+
+def _groups(table: Table, cols: _Columns) -> dict[tuple[str, str, str], list[int]]:
+    """Rows per (person, task, recording) label, in order of first appearance (one group of
+    every row when the table has no label column)."""
+    n = len(table)
+    labels = {
+        role: _labels(table, table.header[k])
+        for role, names in LABEL_NAMES.items()
+        if (k := _find(cols.bases, names)) is not None
+    }
+    if not labels:
+        return {("", "", ""): list(range(n))}
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    columns = [labels.get(r, [""] * n) for r in ("person", "task", "recording")]
+    for i, key in enumerate(zip(*columns, strict=True)):
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:
+    path, header = table.path, table.header
+    cols = _Columns.of(header)
+    notes: list[str] = []
+    ix, iy, unit, gaze_unit, y_up = _gaze_columns(table, cols, opts)
+    it, time_unit = _time_column(table, cols, opts)
     if len(table) == 0:
         raise RecordingError(
             path,
@@ -186,53 +266,16 @@ def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:  # noqa
             "finished and that this is the right file",
             table.header_line or None,
         )
-
     x = table.numbers(header[ix])
     y = table.numbers(header[iy])
-    n = len(table)
-    valid = np.ones(n, bool)
-    iv = _find(bases, VALID_NAMES)
-    if iv is not None:
-        valid &= _flags(table, header[iv])
-    ic = _find(bases, CONFIDENCE_NAMES)
-    if ic is not None:
-        conf = table.numbers(header[ic])
-        with np.errstate(invalid="ignore"):
-            valid &= conf >= opts.min_confidence
-    pupil: FloatArray | None = None
-    ip = _find(bases, PUPIL_NAMES)
-    if ip is not None:
-        punit = parsed[ip][1]
-        if punit in (None, "mm"):
-            pupil = table.numbers(header[ip])
-        else:
-            notes.append(f"column {header[ip]!r} is not in mm ({punit}); pupil size left out")
-    labels = {
-        role: _labels(table, header[k])
-        for role, names in LABEL_NAMES.items()
-        if (k := _find(bases, names)) is not None
-    }
-
-    # -- one recording per label group, in order of first appearance
-    groups: dict[tuple[str, str, str], list[int]] = {}
-    if labels:
-        cols = [labels.get(r, [""] * n) for r in ("person", "task", "recording")]
-        for i, key in enumerate(zip(*cols, strict=True)):
-            groups.setdefault(key, []).append(i)
-    else:
-        groups[("", "", "")] = list(range(n))
-
+    valid = _validity(table, cols, opts)
+    pupil = _pupil(table, cols, notes)
+    groups = _groups(table, cols)
     if gaze_unit == "deg" and unit is None and opts.units is None:
         _check_degrees(
-            x,
-            y,
-            valid,
-            xname=header[ix],
-            yname=header[iy],
-            path=path,
-            header_line=table.header_line,
-            notes=notes,
-        )
+            x, y, valid, xname=header[ix], yname=header[iy], path=path,
+            header_line=table.header_line, notes=notes,
+        )  # fmt: skip
     xd, yd = to_degrees(x, y, gaze_unit, opts, path, y_up=y_up)
     t_all = table.numbers(header[it], required=True) if it is not None else None
     out: list[GazeRecording] = []
@@ -242,27 +285,21 @@ def _recordings(table: Table, opts: ReadOptions) -> list[GazeRecording]:  # noqa
             assert opts.rate_hz is not None
             t = np.arange(idx.size, dtype=np.float64) / opts.rate_hz
         else:
+            assert it is not None
             unit_t = time_unit or opts.time_unit
             t = t_all[idx] * TIME_SCALE_S[unit_t or "s"]
             if unit_t is None:
-                _check_seconds(t_all[idx], header[it], path, table.header_line)  # type: ignore[index]
-            check_time(t, path, [table.lines[i] for i in rows], header[it])  # type: ignore[index]
+                _check_seconds(t_all[idx], header[it], path, table.header_line)
+            check_time(t, path, [table.lines[i] for i in rows], header[it])
         samples = build_samples(
             t, xd[idx], yd[idx], None if pupil is None else pupil[idx], valid[idx]
         )
         rid = rec or (f"{person}_{task}" if person and task else person or task or path.stem)
-        out.append(
-            GazeRecording(
-                samples,
-                path,
-                "csv",
-                rid,
-                person or None,
-                task or None,
-                notes=tuple(notes),
-                rate_hz=opts.rate_hz,
-            )
-        )
+        recording = GazeRecording(
+            samples, path, "csv", rid, person or None, task or None, notes=tuple(notes),
+            rate_hz=opts.rate_hz,
+        )  # fmt: skip
+        out.append(recording)
     return out
 
 
