@@ -126,7 +126,9 @@ def test_an_unreadable_event_key_is_a_ledger_error(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
     with Ledger(path, session_cap=5.0) as ledger:
         ledger.charge("s", 0, {"f": 0.1}, "t", b"x", events={event_key(LaplaceEvent(10.0)): 1})
-    with closing(sqlite3.connect(path)) as db, db:
+    with closing(sqlite3.connect(path)) as db, db:  # where each copy of the key is read from
+        key = json.dumps({'{"kind": "quantum"}': 1})
+        db.execute("UPDATE sessions SET counts = ?, gaze_counts = ?, wall_counts = ?", (key,) * 3)
         db.execute('UPDATE events SET key = \'{"kind": "quantum"}\'')
     with Ledger(path, session_cap=5.0) as ledger, pytest.raises(LedgerError, match="quantum"):
         ledger.state("s")
