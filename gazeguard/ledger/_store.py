@@ -520,7 +520,7 @@ class Store:
                 )
             counted = self.session(s)
             assert counted is not None
-            (summed, _), = self.events_between(s, [("gaze", None, None)])
+            ((summed, _),) = self.events_between(s, [("gaze", None, None)])
             if counted.counts != summed:
                 problems.append(
                     f"session {s!r}: event counts {counted.counts} but charges hold {summed}"

@@ -214,4 +214,3 @@ def shipped_schema() -> dict[str, Any]:
     text = resources.files("gazeguard").joinpath("data", SCHEMA_FILE).read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
-

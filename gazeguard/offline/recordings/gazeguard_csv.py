@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,7 +108,7 @@ class _Columns:
     bases: dict[str, int]
 
     @classmethod
-    def of(cls, header: tuple[str, ...]) -> _Columns:
+    def of(cls, header: Sequence[str]) -> _Columns:
         parsed = [split_unit(h) for h in header]
         bases: dict[str, int] = {}
         for i, (base, _) in enumerate(parsed):
@@ -192,8 +193,7 @@ def _time_column(table: Table, cols: _Columns, opts: ReadOptions) -> tuple[int |
     if time_unit is not None and time_unit not in TIME_UNITS:
         raise RecordingError(
             path,
-            f"column {header[it]!r}: time unit {time_unit!r} is not supported; use s, ms, us "
-            "or ns",
+            f"column {header[it]!r}: time unit {time_unit!r} is not supported; use s, ms, us or ns",
             table.header_line or None,
             header[it],
         )
