@@ -288,6 +288,7 @@ def _gaze(agg: CohortAggregator, n: int, t0: float, task: str = "watching") -> N
                      x_deg=g.x_deg, y_deg=g.y_deg, valid=g.valid)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_bucket_charges_every_session_then_enqueues_the_attention(tmp_path: Path) -> None:
     """Means and attention: two parts, each charged in its own stream to its contributors, each
     message carried by its last charge; a session with gaze but no feature vector pays for the

@@ -26,6 +26,7 @@ def bounds(window_s: float = 30.0, step_s: float = 0.5) -> Bounds:
     return Bounds(lo=lo, hi=hi, max_step=max_step)
 
 
+@pytest.mark.slow
 def test_ranking_is_sorted_calibrated_and_respects_the_longest_chunk() -> None:
     ranked = rank_mechanisms(
         MechanismSettings(features=NAMES), NAMES, bounds(), 0.5,

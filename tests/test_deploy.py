@@ -605,6 +605,7 @@ def _received(client: Client, until: set[str] | None = None) -> list[mqtt.MQTTMe
             out.append(msg)
 
 
+@pytest.mark.slow
 def test_fleet_chunks_go_under_the_headsets_device_which_reads_its_own_and_no_other(
     example_broker: ExampleBroker, clients: list[Client], tmp_path: Path, unique_id: str
 ) -> None:

@@ -205,6 +205,7 @@ def test_eval_quick_without_data_falls_back_to_synthetic_with_a_note(tmp_path: P
     assert [d["dataset"] for d in results["datasets"]] == ["synthetic"]
 
 
+@pytest.mark.slow
 def test_a_dataset_asked_for_by_name_is_an_error_where_missing(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "GAZEGUARD_DATA"}
     out = subprocess.run(

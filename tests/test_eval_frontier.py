@@ -232,6 +232,7 @@ def test_the_cohorts_dominant_activity_survives_where_theory_says() -> None:
     )
 
 
+@pytest.mark.slow
 def test_the_informed_attacker_finds_people_only_when_the_noise_lets_it() -> None:
     units = _units(8, 4, 5, seed=4)
     weak, strong = _plans([1.0, 1e5], 4)

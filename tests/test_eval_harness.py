@@ -107,6 +107,7 @@ def test_noise_disabled_privatized_scores_coincide_with_clean(table: FeatureTabl
     assert max(_acc(clean, "reid", "release").values()) > 0.6
 
 
+@pytest.mark.slow
 def test_tiny_epsilon_pushes_reidentification_to_chance(table: FeatureTable) -> None:
     cols, bounds = _bounds(table)
     reps = 4

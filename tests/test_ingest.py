@@ -325,6 +325,7 @@ def test_absurd_values_become_invalid_and_are_counted(outlets: Outlets, unique_i
     assert stats.invalid == 5
 
 
+@pytest.mark.slow
 def test_nan_storm_is_survived_and_counted(
     outlets: Outlets, unique_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:

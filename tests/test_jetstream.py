@@ -116,6 +116,7 @@ async def send(server: NatsNode, session: str, seed: int, seconds: float, pause:
 CHUNKS_30S = 17
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_one_worker_reads_every_sample_once_and_charges_each_chunk_once(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker
@@ -587,6 +588,7 @@ def test_a_worker_joining_later_gets_its_share_without_losing_or_double_charging
     assert_each_chunk_charged_once_without_a_gap(ledger_path, sessions)
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_a_worker_dates_gaze_on_the_devices_clock(
     tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker

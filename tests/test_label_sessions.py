@@ -64,6 +64,7 @@ def test_held_accuracy_is_the_share_of_windows_holding_the_truth(
     assert held_accuracy(t, np.array(truth, dtype=np.intp), rt, rl) == pytest.approx(want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("release", "share"), [("change", 10.0), ("clock", 10.0), ("change", 1.0)])
 def test_labels_alone_is_the_release_plans_label_plan(release: str, share: float) -> None:
     labels = LabelSettings(enabled=True, model="activity-portable", release=release)  # type: ignore[arg-type]

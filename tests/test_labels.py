@@ -205,6 +205,7 @@ def test_os_csprng_draws_match_the_exact_pmf() -> None:
     assert _chi2_against(rr.pmf(0), draws) > 1e-7
 
 
+@pytest.mark.slow
 def test_matches_opendp_randomized_response() -> None:
     dp = pytest.importorskip("opendp.prelude")
     dp.enable_features("contrib")

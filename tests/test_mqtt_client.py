@@ -94,6 +94,7 @@ class Said(logging.Handler):
 TRIES = 5  # a socket an earlier test leaked can be collected meanwhile and free a lower number
 
 
+@pytest.mark.slow
 def test_aiomqtt_alone_hangs_on_a_descriptor_number_uvloop_holds_a_dead_handle_for(
     mosquitto: MosquittoBroker,
 ) -> None:

@@ -221,6 +221,7 @@ def test_latest_values_follow_the_outbox_and_are_sent_again_after_a_reconnect(
     ledger.close()
 
 
+@pytest.mark.slow
 def test_an_item_another_process_has_in_flight_is_left_to_it_then_taken_over(
     tmp_path: Path,
 ) -> None:

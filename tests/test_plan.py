@@ -121,6 +121,7 @@ def _hour(plan: ReleasePlan) -> dict[Event, int]:
     ],
     ids=["laplace", "gaussian", "profile", "labels", "labels+cohort"],
 )
+@pytest.mark.slow
 def test_the_densest_hour_composes_within_the_budget_by_dp_accounting(
     kw: dict[str, object],
 ) -> None:
@@ -136,6 +137,7 @@ def test_the_densest_hour_composes_within_the_budget_by_dp_accounting(
     assert plan.per_hour <= 10.0
 
 
+@pytest.mark.slow
 def test_a_ledger_with_the_plan_caps_takes_the_densest_hours_and_reports_the_budget(
     tmp_path: Path,
 ) -> None:
@@ -176,6 +178,7 @@ def _settings(**kw: object) -> Settings:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("labels_share", "cohort_share", "fleet"),
     [(0.6, 0.5, True), (0.5, 0.5, True), (0.3, 0.3, True), (0.99, 0.0, False), (0.5, 0.0, False)],
@@ -211,6 +214,7 @@ def _flat(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(
     window=st.sampled_from([10.0, 20.0, 30.0]),

@@ -199,6 +199,7 @@ def test_delivers_outbox_in_order_after_puback(
     ledger.close()
 
 
+@pytest.mark.slow
 def test_handed_over_items_and_other_writers_both_arrive_in_order(
     mosquitto: MosquittoBroker, tmp_path: Path, unique_id: str
 ) -> None:
@@ -247,6 +248,7 @@ def test_handed_over_items_and_other_writers_both_arrive_in_order(
     ledger.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [64, 2])  # 2: more handed-over items than it keeps in memory
 def test_broker_restart_loses_nothing_duplicates_nothing(
     tmp_path: Path, unique_id: str, caplog: pytest.LogCaptureFixture, batch: int
@@ -341,6 +343,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkilled_publisher_restarts_and_delivers_pending(
     mosquitto: MosquittoBroker, tmp_path: Path, unique_id: str
 ) -> None:
@@ -548,6 +551,7 @@ def test_tls_and_password_deliver(tls_broker: Any, tmp_path: Path, unique_id: st
     ledger.close()
 
 
+@pytest.mark.slow
 def test_client_certificate_delivers(tls_broker: Any, tmp_path: Path, unique_id: str) -> None:
     """Mutual TLS: the broker requires our certificate; without it there is no connection."""
     _, files = tls_broker

@@ -115,6 +115,7 @@ def test_output_must_not_overwrite_the_input(
     assert "must differ from the input" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_console_script_releases_raw_gaze_via_dataset(tmp_path: Path) -> None:
     """A real subprocess: raw gaze CSV → features → k-same release + manifest."""
     rng = np.random.default_rng(1)

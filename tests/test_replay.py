@@ -114,6 +114,7 @@ def pair(v: list[float]) -> str:
         ),
     ],
 )
+@pytest.mark.slow
 def test_replay_streams_each_format_in_degrees(
     file: str, args: list[str], name: str, unique_id: str
 ) -> None:

@@ -215,6 +215,7 @@ def write_csv(path: Path, s: GazeSamples, fov: tuple[float, float]) -> None:
     path.write_text("\n".join(lines).replace("nan", ""))
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_gazeguard_replay_csv_at_original_timing(tmp_path: Path, unique_id: str) -> None:
     truth = simulate_gaze(2, 120, 9)

@@ -11,6 +11,7 @@ import logging
 import math
 from fractions import Fraction
 
+import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -140,6 +141,7 @@ multisets = st.dictionaries(events, st.integers(1, 300), min_size=1, max_size=3)
 deltas = st.sampled_from([1e-9, 1e-6, 1e-3])
 
 
+@pytest.mark.slow
 @SLOW
 @given(counts=multisets, delta=deltas)
 def test_epsilon_at_most_pure_and_monotone_in_counts(
@@ -175,6 +177,7 @@ def test_gaussian_closed_form_and_pld_bound(ratios: dict[float, int]) -> None:
     assert exact.epsilon <= pld.epsilon <= exact.epsilon * 1.01 + 1e-6
 
 
+@pytest.mark.slow
 @SLOW
 @given(
     step=st.dictionaries(laplace_events, st.integers(1, 6), min_size=1, max_size=2),
@@ -293,6 +296,7 @@ def brute_force_chunks(
     return len({(k - chunk_phase) // n for k in changed | held})
 
 
+@pytest.mark.slow
 @SLOW
 @given(
     w=quarter,

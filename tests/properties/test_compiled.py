@@ -78,6 +78,7 @@ def same_events(a: events.Events, b: events.Events) -> None:
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes(), f.name
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(rec=recordings(), sizes=SIZES, kw=DETECTORS)
 def test_compiled_pass_gives_the_numpy_rows_bit_for_bit(
@@ -93,6 +94,7 @@ def test_compiled_pass_gives_the_numpy_rows_bit_for_bit(
     same_events(end, ref_end)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rate", [20.0, 30.0, 120.0, 300.0, 500.0, 1000.0])
 @pytest.mark.parametrize("t0", [100.0, 100.0137, 99.5])
 @pytest.mark.parametrize("sizes", [[1], [7, 1, 50], [100000]])

@@ -111,6 +111,7 @@ def assert_same_events(block: GazeSamples, sizes: list[int], det_kw: dict[str, f
     assert dataclasses.asdict(new.stats) == dataclasses.asdict(ref.stats)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(rec=recordings(), sizes=SIZES, det_kw=DETECTORS)
 def test_events_equal_the_reference_bit_for_bit(
@@ -120,6 +121,7 @@ def test_events_equal_the_reference_bit_for_bit(
     assert_same_events(block, sizes, {"rate_hz": rate, **det_kw})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rate", [20.0, 30.0, 120.0, 300.0, 500.0, 1000.0])
 @pytest.mark.parametrize("t0", [100.0, 100.0137, 99.5])
 @pytest.mark.parametrize("sizes", [[1], [7, 1, 50], [100000]])
