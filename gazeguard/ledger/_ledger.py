@@ -254,12 +254,11 @@ class Ledger:
             caps = self._caps if row is None else self._binding(session, row)
             view = self._view(store, session, row)
             row = row or _empty_row(caps)
-            counts = row.counts
-            after = self._windows(view, caps=caps, row=row, counts=counts, release=release,
+            after = self._windows(view, caps=caps, row=row, counts=row.counts, release=release,
                                   span=span, now=now)  # fmt: skip
+            charged = _charged(row, release, span, "chunks", 0)
             state = self._figures(
-                session, row=_charged(row, release, span, "chunks", 0), caps=caps,
-                counts=policy.merged(counts, release.events), window=after.gaze,
+                session, row=charged, caps=caps, counts=charged.counts, window=after.gaze,
                 pending=view.pending() + 1,
             )  # fmt: skip
             return Preview(state, row.version)

@@ -16,8 +16,8 @@ Tables (schema version 5; DDL in the backends):
   ``gaze_lo`` and of those made after ``wall_lo`` (both Unix s, advanced to the start of the
   trailing window by each charge), the earliest gaze end and charge time among those counted
   (while a window's start stays before them, no charge leaves it and nothing is read), and the
-  number of pending outbox items. Derived data: :meth:`Store.recount` gives the same from the rows,
-  :meth:`Store.verify` compares them.
+  number of pending outbox items. Derived data: :meth:`Store.recount` gives the same from the
+  rows, :meth:`Store.verify` compares them.
 * ``events`` — accounting-event keys (canonical JSON) → small integer ids.
 * ``charges`` — one row per charged release (session, stream, index): pure ε per feature (JSON),
   its pure total in micro-ε (NULL when it has no pure bound), its gaze time span (Unix s).
@@ -518,15 +518,15 @@ class Store:
                     f"session {s!r}: totals (spent, chunks, withheld, refused) = {got} but rows "
                     f"give {want}"
                 )
-            counted = self.session(s)
-            assert counted is not None
+            stored_row = self.session(s)
+            assert stored_row is not None
+            assert stored_row.counters is not None
             ((summed, _),) = self.events_between(s, [("gaze", None, None)])
-            if counted.counts != summed:
+            if stored_row.counts != summed:
                 problems.append(
-                    f"session {s!r}: event counts {counted.counts} but charges hold {summed}"
+                    f"session {s!r}: event counts {stored_row.counts} but charges hold {summed}"
                 )
-            stored = self.counters(s)
-            assert stored is not None
+            stored = stored_row.counters
             if stored != (recount := self.recount(s, stored.gaze_lo, stored.wall_lo)):
                 problems.append(f"session {s!r}: counters {stored} but rows give {recount}")
         problems += [
