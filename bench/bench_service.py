@@ -14,11 +14,10 @@ run``
    features, DCFPA dft) as a subprocess against a 120 Hz ``gazeguard simulate`` process and a
    local Mosquitto; psutil measures its CPU time (all threads) and RSS from its first chunk on,
    for ``--seconds`` (≥ 60 s: four chunks at the default 16 s per chunk). In the same run, in
-   alternating order: the sidecar with its releases in worker threads (``ledger.calls =
-   "thread"``, how it ran before e252142 moved them onto the event loop), and the floor any LSL
-   consumer pays: a bare pylsl inlet on the same outlet (same processing flags, a pull into a
-   preallocated buffer every 1 s, nothing else). On a virtual machine the CPU a wake-up costs
-   varies with the host's load from hour to hour; the sidecar's
+   alternating order: the sidecar pulling every 0.25 s (``ingest.pull_every_s`` before it became
+   1 s), and the floor any LSL consumer pays: a bare pylsl inlet on the same outlet (same
+   processing flags, a pull into a preallocated buffer every 1 s, nothing else). On a virtual
+   machine the CPU a wake-up costs varies with the host's load from hour to hour; the sidecar's
    own share (sidecar − bare inlet, measured minutes apart) is the figure that carries over.
 
 3. **Where the latency goes** (context, offline, same process): the same ``Pipeline`` fed
@@ -78,8 +77,8 @@ from gazeguard.runtime.publish import Publisher
 from gazeguard.runtime.simulate import simulate_gaze
 
 TARGETS = {"p99_ms": 5.0, "cpu_pct": 1.0, "rss_max_mb": 120.0}
-#: The sidecar before e252142: releases (features, noise, charge) and outbox calls in threads.
-BEFORE_ENV = {"GAZEGUARD_LEDGER__CALLS": "thread"}
+#: The pull interval before ``ingest.pull_every_s`` became 1 s, s.
+BEFORE_PULL_EVERY_S = 0.25
 #: A bare pylsl consumer of the same outlet: what any LSL client pays, nothing of gazeguard.
 BARE_INLET = """
 import sys, time
@@ -355,14 +354,18 @@ def measure_footprint(
 def footprint_run(
     kind: str, r: int, sid: str, broker: Broker, work: Path, cache: Path, seconds: float
 ) -> dict[str, Any]:
-    """One footprint run of ``kind``: ``gazeguard`` (defaults), ``before`` (:data:`BEFORE_ENV`:
-    releases in worker threads) or ``bare`` (a bare pylsl inlet); printed and returned."""
+    """One footprint run of ``kind``: ``gazeguard`` (defaults), ``before`` (pulls every
+    :data:`BEFORE_PULL_EVERY_S`) or ``bare`` (a bare pylsl inlet); printed and returned."""
     if kind == "bare":
         row = measure_footprint(
             bare_inlet_cmd(sid, 1.0), seconds, 60, cache_dir=cache, ready="pulling"
         )
     else:
-        env = BEFORE_ENV if kind == "before" else {}
+        env = (
+            {"GAZEGUARD_INGEST__PULL_EVERY_S": f"{BEFORE_PULL_EVERY_S:g}"}
+            if kind == "before"
+            else {}
+        )
         ledger = work / f"footprint-{kind}-{r}.sqlite"
         cmd = gazeguard_run_cmd(sid, broker, ledger)
         row = measure_footprint(cmd, seconds, 120, cache_dir=cache, env=env)
@@ -370,7 +373,7 @@ def footprint_run(
     row["start"] = "cold" if r == 0 else "warm"
     label = {
         "gazeguard": f"gazeguard ({row['start']} cache)",
-        "before": "gazeguard, releases in threads (before)",
+        "before": f"gazeguard pulling every {BEFORE_PULL_EVERY_S:g} s",
         "bare": "bare pylsl inlet",
     }[kind]
     print(
@@ -491,7 +494,7 @@ def main() -> None:
     for name, vals in comparison.items():
         print(f"{name:34s} " + " ".join(f"{v:7.2f}" for v in vals))
     print(
-        f"releases in threads (before): {before_median['cpu_pct']:.2f}% "
+        f"pulling every {BEFORE_PULL_EVERY_S:g} s (before): {before_median['cpu_pct']:.2f}% "
         f"(RSS {before_median['rss_max_mb']:.1f} MB); bare pylsl inlet: "
         f"{bare_median['cpu_pct']:.2f}% (RSS {bare_median['rss_max_mb']:.1f} MB)"
     )
@@ -518,7 +521,7 @@ def main() -> None:
                     "rate_hz": 120.0,
                     "settings": "defaults",
                     "seconds": args.seconds,
-                    "before_env": BEFORE_ENV,
+                    "before_pull_every_s": BEFORE_PULL_EVERY_S,
                     "bare_inlet_pull_every_s": 1.0,
                 },
                 "repeats": args.repeats,
