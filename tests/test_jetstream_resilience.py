@@ -270,7 +270,7 @@ def test_a_worker_always_behind_still_closes_a_dead_session_in_stream_time(
     # The charges in worker threads (the setting for such a disk): on the event loop, a charge
     # that waits for the devices (run on the same loop here) would never end.
     settings = settings.model_copy(
-        update={"ledger": settings.ledger.model_copy(update={"calls": "thread"})}
+        update={"fleet": settings.fleet.model_copy(update={"ledger_calls": "thread"})}
     )
     release = Pipeline.release
     slow = threading.Event()

@@ -61,11 +61,7 @@ def persistent_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
 
 
 def gazeguard_run(
-    tmp_path: Path,
-    broker: MosquittoBroker | str,
-    source_id: str,
-    *extra: str,
-    calls: str = "auto",
+    tmp_path: Path, broker: MosquittoBroker | str, source_id: str, *extra: str
 ) -> subprocess.Popen[str]:
     """Start `gazeguard run` on the simulated headset as a subprocess."""
     address = broker if isinstance(broker, str) else f"{broker.host}:{broker.port}"
@@ -82,7 +78,6 @@ def gazeguard_run(
         **os.environ,
         "GAZEGUARD_LEDGER__COMPOSITION": "sequential",
         "GAZEGUARD_INGEST__PULL_EVERY_S": "0.25",
-        "GAZEGUARD_LEDGER__CALLS": calls,
     }
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
@@ -108,15 +103,12 @@ def ledger_indices(tmp_path: Path, session: str = "s1") -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("calls", ["loop", "thread"])
 def test_end_to_end_chunks_are_schema_valid_and_match_the_ledger(
-    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str, calls: str
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
-    """The same story whether the releases run on the event loop (``ledger.calls``' default
-    for SQLite) or in worker threads."""
     sub = Subscriber(mosquitto, f"sub-{unique_id}")
     try:
-        finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--duration", "6", calls=calls))
+        finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--duration", "6"))
         indices = ledger_indices(tmp_path)
         assert len(indices) >= 3
         assert sub.wait_for(lambda: len(sub.chunks()) >= len(indices), 10)

@@ -312,15 +312,6 @@ class LedgerSettings(Section):
         "opened with it refuses a later false as looser",
     )
     synchronous: Literal["FULL", "EXTRA"] = Field("FULL", description="SQLite synchronous mode")
-    calls: Literal["auto", "loop", "thread"] = Field(
-        "auto",
-        description="where a process (the sidecar, a fleet worker) makes its chunks' ledger calls "
-        "(releases: features, noise, charge; the outbox; a fleet's cohort bucket is always "
-        "charged in a worker thread): 'loop' on its event loop (no thread hand-offs: fewer "
-        "wake-ups, no waits for the GIL behind the features; a release stops the loop for its "
-        "fsync), 'thread' in worker threads (for a disk whose fsync can stall for seconds), "
-        "'auto': 'loop' for a local SQLite ledger, 'thread' for PostgreSQL",
-    )
     window_cap: float | None = Field(None, description="RENAMED: ledger.budget_per_hour")
     window_s: float | None = Field(None, description="REMOVED: the budget's window is one hour")
     w_event: int | None = Field(
@@ -543,6 +534,14 @@ class FleetSettings(Section):
     idle_timeout_s: float = Field(10.0, gt=0, description="close a silent session after, s")
     max_sessions: int = Field(1000, ge=1, description="sessions one process accepts")
     discover_every_s: float = Field(2.0, gt=0, description="LSL stream discovery period, s")
+    ledger_calls: Literal["auto", "loop", "thread"] = Field(
+        "auto",
+        description="where a worker makes its chunks' ledger calls (charges, outbox; a cohort "
+        "bucket is always charged in a worker thread): 'loop' on its "
+        "event loop (no waits for the GIL behind the features; a release stops the loop for "
+        "its fsync), 'thread' in worker threads (for a disk whose fsync can stall for seconds), "
+        "'auto': 'loop' for a local SQLite ledger, 'thread' for PostgreSQL",
+    )
     compiled: bool = Field(
         True,
         description="run the raw blocks' decode, the event detector's passes, the sample "

@@ -38,13 +38,7 @@ from gazeguard.core.samples import GazeSamples
 from gazeguard.core.threads import to_thread_to_the_end
 from gazeguard.ledger import Ledger, LedgerState
 from gazeguard.plan import ReleasePlan
-from gazeguard.runtime.pipeline import (
-    Pipeline,
-    ReleasedChunk,
-    feed_many,
-    ledger_calls_on_loop,
-    release_group,
-)
+from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk, feed_many, release_group
 from gazeguard.runtime.publish import Publisher
 
 if TYPE_CHECKING:
@@ -267,6 +261,14 @@ def _release(
     return released, [pipe.status(ledger_state=state) for pipe, state in states.items()]
 
 
+def ledger_calls_on_loop(settings: Settings, ledger: Ledger) -> bool:
+    """A worker makes its chunks' ledger calls (their charges, the outbox) on its event loop
+    (``fleet.ledger_calls``; ``auto``: for a local SQLite ledger, :attr:`Ledger.local`), else in
+    worker threads. A cohort bucket (:meth:`Fleet.run_cohort`) is charged in a thread either way."""
+    mode = settings.fleet.ledger_calls
+    return mode == "loop" or (mode == "auto" and ledger.local)
+
+
 class Fleet:
     """Many sessions in one process, all charging one ledger and draining one publisher: the
     :class:`SessionHost` the worker's ingest adapter feeds.
@@ -295,7 +297,7 @@ class Fleet:
         self.plan = plan
         self.ledger = ledger
         self.publisher = publisher
-        self._on_loop = ledger_calls_on_loop(settings.ledger, ledger)
+        self._on_loop = ledger_calls_on_loop(settings, ledger)
         self.worker_id = settings.fleet.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.sessions: dict[str, FleetSession] = {}
         self.refused = 0
@@ -386,7 +388,7 @@ class Fleet:
 
         The release call runs on the event loop for a local SQLite ledger (:attr:`Ledger.local`)
         and in a worker thread otherwise (PostgreSQL: network round trips; any ledger with
-        ``ledger.calls = "thread"``, e.g. on a disk whose fsync can stall). In a thread,
+        ``fleet.ledger_calls = "thread"``, e.g. on a disk whose fsync can stall). In a thread,
         each of its ~20 SQLite calls gives the GIL up and then waits up to the switch interval
         (5 ms) to get it back from a loop busy with other sessions' features: at 500 sessions
         (bench_fleet, one same-run pair) the loop sustained p50 6.4 / p99 32.6 ms and threads

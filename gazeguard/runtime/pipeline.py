@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gazeguard.config import FeatureSettings, LedgerSettings, MechanismSettings
+from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.core.chunking import Chunk, Chunker
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError, GazeguardError
 from gazeguard.core.samples import GazeSamples, lsl_unix_offset
@@ -703,12 +703,3 @@ def _done(todo: dict[int, collections.deque[int]], key: int) -> None:
     queue.popleft()
     if not queue:
         del todo[key]
-
-
-def ledger_calls_on_loop(settings: LedgerSettings, ledger: Ledger) -> bool:
-    """Whether a process makes its chunks' ledger calls (releases and their charges, the outbox)
-    on its event loop (``ledger.calls``; ``auto``: for a local SQLite ledger,
-    :attr:`Ledger.local`) rather than in worker threads. On the loop a block costs no thread
-    hand-off: the sidecar wakes fewer threads per pull, and a fleet worker's charges do not wait
-    for the GIL behind other sessions' features."""
-    return settings.calls == "loop" or (settings.calls == "auto" and ledger.local)

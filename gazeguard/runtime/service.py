@@ -47,16 +47,11 @@ from gazeguard.core.errors import GazeguardError, PublishError, StreamNotFoundEr
 from gazeguard.core.threads import to_thread_to_the_end
 from gazeguard.ledger import Ledger
 from gazeguard.plan import ReleasePlan
-from gazeguard.runtime.fleet import Fleet
+from gazeguard.runtime.fleet import Fleet, ledger_calls_on_loop
 from gazeguard.runtime.ingest import GazeStream, GazeStreamInfo, LslFleetIngest, declared_rate
 from gazeguard.runtime.mqtt.broker import EmbeddedBroker, probe_mqtt
 from gazeguard.runtime.mqtt.retained import read_retained
-from gazeguard.runtime.pipeline import (
-    Pipeline,
-    PipelineStats,
-    ReleasedChunk,
-    ledger_calls_on_loop,
-)
+from gazeguard.runtime.pipeline import Pipeline, PipelineStats, ReleasedChunk
 from gazeguard.runtime.preflight import (
     require_valid,
     simulated_source_id,
@@ -172,8 +167,6 @@ async def _broker(settings: BrokerSettings) -> AsyncIterator[BrokerSettings]:
 class _Outbound:
     ledger: Ledger
     publisher: Publisher
-    #: The chunks' ledger calls run on the event loop (``ledger.calls``).
-    on_loop: bool
     flushed: bool = False
 
     async def flush(self) -> None:
@@ -188,12 +181,14 @@ class _Outbound:
 
 
 @contextlib.asynccontextmanager
-async def _outbound(settings: Settings, plan: ReleasePlan) -> AsyncIterator[_Outbound]:
+async def _outbound(
+    settings: Settings, plan: ReleasePlan, *, fleet: bool = False
+) -> AsyncIterator[_Outbound]:
     """The ledger, the broker (embedded if none is configured) and the publisher draining the
     ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
-    left (what it cannot send stays in the outbox for the next start). On a local ledger the
-    publisher makes its outbox calls on the event loop (``ledger.calls``, see
-    :func:`~gazeguard.runtime.pipeline.ledger_calls_on_loop`)."""
+    left (what it cannot send stays in the outbox for the next start). A ``fleet`` worker on a
+    local ledger drains on its event loop (see
+    :meth:`gazeguard.runtime.fleet.Fleet.process_many`)."""
     with open_ledger(settings.ledger, plan) as ledger:
         backlog = len(ledger.pending())  # before the publisher starts sending them
         if backlog:
@@ -202,12 +197,12 @@ async def _outbound(settings: Settings, plan: ReleasePlan) -> AsyncIterator[_Out
                 "outbox of ledger %s)",
                 backlog, "" if backlog == 1 else "s", ledger.backend.location,
             )  # fmt: skip
-        on_loop = ledger_calls_on_loop(settings.ledger, ledger)
+        inline = fleet and ledger_calls_on_loop(settings, ledger)
         async with (
             _broker(settings.broker) as broker,
-            Publisher(broker, ledger, inline=on_loop) as publisher,
+            Publisher(broker, ledger, name="gazeguard.runtime.publish", inline=inline) as publisher,
         ):
-            out = _Outbound(ledger, publisher, on_loop)
+            out = _Outbound(ledger, publisher)
             try:
                 yield out
             finally:
@@ -374,8 +369,7 @@ async def serve(
         try:
             async with asyncio.TaskGroup() as tg:
                 ingest = tg.create_task(
-                    _ingest(stream, pipeline, publisher, out.on_loop),
-                    name=f"gazeguard[{session}].ingest",
+                    _ingest(stream, pipeline, publisher), name=f"gazeguard[{session}].ingest"
                 )
                 waiter = tg.create_task(stop.wait(), name=f"gazeguard[{session}].stop")
                 await asyncio.wait(
@@ -462,7 +456,7 @@ async def serve_fleet(
     )
     plan = require_valid(settings)
     stop = stop or asyncio.Event()
-    async with _outbound(settings, plan) as out:
+    async with _outbound(settings, plan, fleet=True) as out:
         ledger, publisher = out.ledger, out.publisher
         # The one switch between the numpy passes and the compiled ones: chosen here, once, and
         # handed to every session's detector and extractor and to the block decoder.
@@ -520,13 +514,8 @@ def ingest_counters(stats: IngestStats) -> IngestCounters:
     )
 
 
-async def _ingest(
-    stream: GazeStream, pipeline: Pipeline, publisher: Publisher, on_loop: bool
-) -> None:
-    """Feed blocks through the pipeline and wake the publisher. The pipeline runs ``on_loop``
-    (:func:`~gazeguard.runtime.pipeline.ledger_calls_on_loop`: a local SQLite ledger) or in a
-    worker thread: on the loop a pull costs no hand-off to a pool thread and back (about a third
-    of the sidecar's own CPU at 120 Hz, ``bench/bench_service.py``).
+async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) -> None:
+    """Feed blocks through the pipeline (in a worker thread) and wake the publisher.
 
     Keeps the retained status current: ``stream_lost`` once no usable sample arrived for
     ``ingest.stream_lost_after_s`` (the stream is watched even while it sends nothing), back to
@@ -548,11 +537,7 @@ async def _ingest(
                 except StopAsyncIteration:
                     return
                 pending = asyncio.ensure_future(anext(blocks))
-                released = (
-                    pipeline.push(block)
-                    if on_loop
-                    else await to_thread_to_the_end(pipeline.push, block)
-                )
+                released = await to_thread_to_the_end(pipeline.push, block)
                 labels = pipeline.take_labels()
                 if released or labels:
                     publisher.notify([*released, *labels])
