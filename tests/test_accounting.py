@@ -12,9 +12,12 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import mpmath
+import numpy as np
 import pytest
 from dp_accounting import get_sigma_gaussian
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from gazeguard.core.errors import ConfigError
@@ -265,6 +268,71 @@ def test_laplace_single_release_matches_exact_curve(ratio: float) -> None:
         want = laplace_delta(eps, e0)  # scale-free: noise scale 1, shift 1/ratio
         got = c.delta_at(eps)
         assert want - 1e-12 <= got <= want + 0.01 * max(want, 1e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ratio=st.floats(0.05, 500.0),
+    points=st.sampled_from([32, 64, 128, 256, 512, 1024, 4096]),
+    shrink=st.floats(1.0, 1.9),
+)
+def test_laplace_pmf_is_dp_accountings_connect_the_dots(
+    ratio: float, points: int, shrink: float
+) -> None:
+    """The Laplace PMF built in NumPy (no dp-accounting import on a Laplace plan) is
+    dp-accounting's ``from_laplace_mechanism`` PMF: the same grid, probabilities within the
+    round-off of dp-accounting's CDF differences, and closer than it to the exact
+    connect-the-dots masses (mpmath, 40 digits)."""
+    from gazeguard.privacy.accounting import accountant  # noqa: PLC0415
+
+    interval = 1.0 / ratio / points * shrink  # aligned and unaligned grids
+    mine = accountant._laplace_pmf(ratio, interval)
+    ref = accountant._Pmf.of(
+        pld_lib.from_laplace_mechanism(ratio, 1.0, value_discretization_interval=interval)
+    )
+    assert (mine.interval, mine.lower, mine.size) == (ref.interval, ref.lower, ref.size)
+    assert mine.infinity == 0.0  # exact: δ(ε0) = 0 (dp-accounting's CDFs leave ≤ 1e-16)
+    assert ref.infinity <= 1e-15
+    assert float(np.max(np.abs(mine.probs - ref.probs))) <= 1e-9
+    assert math.fsum(mine.probs) == pytest.approx(1.0, abs=1e-12)
+
+    with mpmath.workdps(40):
+        e0, d = mpmath.mpf(1) / ratio, mpmath.mpf(interval)
+        ks = range(mine.lower, mine.lower + mine.size)
+        dl = [1 - mpmath.exp(min((k * d - e0) / 2, k * d)) if k * d < e0 else 0 for k in ks]
+        exact = [1 - dl[0] + (dl[1] - dl[0]) / mpmath.expm1(d)]
+        exact += [
+            ((dl[i + 1] - dl[i]) - mpmath.exp(d) * (dl[i] - dl[i - 1])) / mpmath.expm1(d)
+            for i in range(1, len(dl) - 1)
+        ]
+        exact.append((dl[-1] - dl[-2]) / mpmath.expm1(-d))
+        want = np.array([float(max(x, 0)) for x in exact])
+    err_mine = float(np.max(np.abs(mine.probs - want)))
+    err_ref = float(np.max(np.abs(ref.probs - want)))
+    assert err_mine <= max(2.0 * err_ref, 1e-13)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    a=st.integers(1, 3000),
+    b=st.integers(1, 3000),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_pmf_convolution_is_scipys_fftconvolve(a: int, b: int, seed: int) -> None:
+    """The composition's FFT convolution (NumPy) agrees with ``scipy.signal.fftconvolve`` to
+    round-off, on PMF-like inputs with masses over many decades."""
+    from scipy import signal  # noqa: PLC0415
+
+    from gazeguard.privacy.accounting import accountant  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    x = np.exp(-rng.uniform(0.0, 40.0, a))
+    y = np.exp(-rng.uniform(0.0, 40.0, b))
+    x /= x.sum()
+    y /= y.sum()
+    got = accountant._convolve(x, y)
+    assert got.shape == (a + b - 1,)
+    np.testing.assert_allclose(got, signal.fftconvolve(x, y), rtol=0.0, atol=1e-15)
 
 
 @pytest.mark.parametrize(("ratio", "count"), [(2.0, 50), (10.0, 100), (7.9, 225), (0.5, 3)])
@@ -543,8 +611,6 @@ def test_discrete_laplace_slack_against_high_precision_pmfs() -> None:
 def test_cached_squarings_give_the_composition_of_fresh_squaring() -> None:
     """The shared squarings (``_power``) change no bit of a count's composition, whatever
     counts were composed before at the same discretisation."""
-    import numpy as np  # noqa: PLC0415
-
     from gazeguard.privacy.accounting import accountant  # noqa: PLC0415
 
     event = LaplaceEvent(40.0)

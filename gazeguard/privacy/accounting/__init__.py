@@ -9,9 +9,9 @@ validated
   :class:`GaussianEvent`, :class:`RandomizedResponseEvent`, :class:`PureEvent` (frozen,
   hashable, JSON-serialisable). The module docstring proves that the 1-D Laplace pair with shift
   ``Δ1`` dominates multi-dimensional Laplace noise, and how sampler slack composes.
-* :mod:`~gazeguard.privacy.accounting.accountant` — :func:`compose` (PLD via Google's
-``dp-accounting``,
-  exact closed form for Gaussians, RDP fallback; pure sequential ε beside it) and
+* :mod:`~gazeguard.privacy.accounting.accountant` — :func:`compose` (PLD, connect-the-dots
+  PMFs — Laplace built in NumPy, Gaussian from Google's ``dp-accounting`` — exact closed form
+  for Gaussians alone, RDP fallback; pure sequential ε beside it) and
   :func:`capacity` (how many more releases fit under a cap: the ledger's integer comparison).
 * :mod:`~gazeguard.privacy.accounting.calibrate` — :func:`calibrate` (noise from a budget),
   the analytic Gaussian mechanism, the tight zCDP conversion, and :func:`releases_within` (how

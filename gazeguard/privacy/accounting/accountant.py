@@ -10,10 +10,10 @@ Methods (``Composition.method``)
       pair with ``μ = √(Σ count/ratio²)``
       (:func:`~gazeguard.privacy.accounting.calibrate.gaussian_delta`),
       no discretisation.
-    * ``"pld"`` — privacy loss distributions (Google's ``dp-accounting``, pessimistic estimates,
-      connect-the-dots for Laplace and Gaussian, Koskela et al. / Doroshenko et al. 2022): per
-      event ``self_compose(count)``, then composed across events; the Gaussian events are merged
-      into one exact Gaussian pair first.
+    * ``"pld"`` — privacy loss distributions (pessimistic estimates, connect-the-dots for Laplace
+      and Gaussian, Koskela et al. / Doroshenko et al. 2022): per event a ``count``-fold
+      self-composition, then composed across events; the Gaussian events are merged into one
+      exact Gaussian pair first.
     * ``"rdp"`` — Rényi DP (``dp_accounting.rdp``) with the improved conversion to (ε, δ)
       (Canonne–Kamath–Steinke 2020 / Asoodeh et al. 2021). Used when the PLD would be too large
       (a grid coarse enough for :data:`PLD_TARGET_POINTS` points would no longer resolve one
@@ -34,8 +34,12 @@ Discretisation (PLD)
     64 up to 4096, 32 beyond — so that a single release's δ(ε) is accurate and an hour of 48
     features (10800 releases) stays fast. If some non-Gaussian event's ε is not an exact
     multiple of ``d`` (incommensurate events), ``N`` is 4× larger. Laplace and Gaussian PMFs
-    are dp-accounting's connect-the-dots (exact at grid points, rounded outwards: pessimistic
-    wherever the loss range falls); randomized-response and pure PMFs are built here with every
+    are connect-the-dots (exact at grid points, rounded outwards: pessimistic wherever the loss
+    range falls): the Gaussian's is Google's ``dp-accounting``'s, the Laplace one is built here
+    in NumPy from its closed-form hockey-stick curve, the same grid and masses as dp-accounting's
+    ``from_laplace_mechanism`` (within its round-off, and closer to the exact masses; tested), so
+    that a plan of Laplace releases never imports dp-accounting or ``scipy.signal`` (~50 MB of
+    a headset's memory); randomized-response and pure PMFs are built here with every
     loss rounded up to the grid in exact rational arithmetic (dp-accounting rounds a loss of
     exactly ``k·d``, computed as a difference of logarithms a few ulps above it, to
     ``(k + 1)·d``, overstating ε by ``1/N``).
@@ -66,9 +70,10 @@ Caching
     dictionary lookup.
 
     Each composed ε is also kept on disk (:mod:`~gazeguard.privacy.accounting.cache`): a
-    restart with the same settings reads it and imports neither dp-accounting nor SciPy (they
-    are imported only where a composition is computed). ``epsilon_at``/``delta_at`` of a
-    :class:`Composition` read from disk compute its curve when first asked.
+    restart with the same settings reads it and computes nothing. dp-accounting (with SciPy's
+    signal and optimize modules under it) is imported only where a Gaussian enters a PLD or the
+    RDP fallback is used. ``epsilon_at``/``delta_at`` of a :class:`Composition` read from disk
+    compute its curve when first asked.
 
 Thread safety: the caches are ``functools.lru_cache`` (safe under concurrent calls; a result may
 be computed twice). The only I/O is the composition cache's file.
@@ -221,8 +226,8 @@ class _GaussianCurve:
 class _Pmf:
     """A pessimistic privacy-loss PMF on the grid ``interval·(lower + i)``, plus mass at +∞.
 
-    dp-accounting builds the per-event PMFs (connect-the-dots / privacy buckets, pessimistic);
-    composition and the (ε, δ) queries are done here, vectorised: dp-accounting's own
+    Per-event PMFs are connect-the-dots (module docstring); composition (FFT convolution) and
+    the (ε, δ) queries are done here, vectorised: dp-accounting's own
     composition truncates tails and inverts δ(ε) in Python loops over every grid point.
     """
 
@@ -252,9 +257,7 @@ class _Pmf:
         pessimistically: at most :data:`TAIL_MASS`/2 of the lowest losses is moved up onto the
         first kept point, at most :data:`TAIL_MASS`/2 of the highest to +∞."""
         assert self.interval == other.interval
-        from scipy import signal  # noqa: PLC0415 - heavy: only when a composition is computed
-
-        probs = signal.fftconvolve(self.probs, other.probs)
+        probs = _convolve(self.probs, other.probs)
         np.maximum(probs, 0.0, out=probs)  # FFT round-off below 0 (~1e-17)
         infinity = self.infinity + other.infinity - self.infinity * other.infinity
         left_mass = np.cumsum(probs)
@@ -333,9 +336,9 @@ class _RdpCurve:
         return float(_rdp_lib().compute_delta(self.orders, self.rdp, epsilon)[0])
 
 
-# dp-accounting (and SciPy under it) costs ~0.6 s and ~35 MB to import: imported only when a
-# composition is actually computed, which a restart with the composition cache (``cache``) never
-# does.
+# dp-accounting (and SciPy's signal and optimize modules under it) costs ~0.6 s and ~50 MB to
+# import: imported only for a Gaussian inside a PLD and for RDP, never for Laplace, randomized
+# response or pure events, and never on a restart that finds its compositions on disk (``cache``).
 def _rdp_lib() -> Any:
     from dp_accounting.rdp import rdp_privacy_accountant  # type: ignore[import-untyped]  # noqa: PLC0415 - heavy, see above
 
@@ -409,6 +412,60 @@ def _rr_pmf(epsilon: float, classes: int, interval: float) -> _Pmf:
     return _Pmf(interval, lower, probs, 0.0)
 
 
+def _laplace_pmf(ratio: float, interval: float) -> _Pmf:
+    """The Laplace mechanism's pessimistic connect-the-dots PMF (noise scale ``ratio`` ×
+    sensitivity), as dp-accounting's ``from_laplace_mechanism`` builds it (Doroshenko et al.
+    2022, Algorithm 1 on the contiguous grid ``k·interval``, ``k`` from ``⌊−ε0/interval⌋`` to
+    ``⌈ε0/interval⌉``, ``ε0 = 1/ratio``), from the closed-form hockey-stick curve
+
+        δ(ε) = 1 − e^{min((ε − ε0)/2, ε)}   for ε ≤ ε0, and 0 above
+
+    (the privacy loss is ε0 on x ≤ 0, −ε0 on x ≥ 1 and linear between, so for |ε| ≤ ε0 the
+    region L > ε is x < (1 − ε·ratio)/2). Built here, in NumPy, so that composing Laplace
+    releases imports neither dp-accounting nor SciPy's signal module (~50 MB); a test holds it
+    to dp-accounting's PMF.
+    """
+    e0 = 1.0 / ratio
+    lower, upper = math.floor(-e0 / interval), math.ceil(e0 / interval)
+    eps = np.arange(lower, upper + 1, dtype=np.float64) * interval
+    deltas = np.clip(-np.expm1(np.minimum((eps - e0) / 2.0, eps)), 0.0, 1.0)
+    deltas = np.minimum.accumulate(deltas)
+    steps = np.diff(deltas)
+    em1 = math.expm1(interval)
+    probs = np.empty_like(deltas)
+    probs[0] = 1.0 - deltas[0] + steps[0] / em1
+    probs[1:-1] = (steps[1:] - steps[:-1] * math.exp(interval)) / em1
+    probs[-1] = steps[-1] / math.expm1(-interval)
+    np.maximum(probs, 0.0, out=probs)
+    return _Pmf(interval, lower, probs, float(deltas[-1]) + 0.0)  # + 0.0: never −0.0
+
+
+def _fast_length(n: int) -> int:
+    """The smallest 5-smooth integer ≥ ``n`` (a length pocketfft transforms fast)."""
+    best = 1 << max(n - 1, 0).bit_length()
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            # the smallest power of two that lifts p35 to at least n
+            m = p35 << max(0, (-(-n // p35) - 1).bit_length())
+            best = min(best, m)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
+def _convolve(a: FloatArray, b: FloatArray) -> FloatArray:
+    """The full linear convolution of two PMFs by real FFTs (NumPy's pocketfft), length
+    ``a.size + b.size − 1``; round-off ~1e-17 absolute, as ``scipy.signal.fftconvolve``."""
+    n = a.size + b.size - 1
+    if min(a.size, b.size) <= 32:  # a short kernel: direct is exact and cheaper
+        return np.convolve(a, b)
+    size = _fast_length(n)
+    out = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)
+    return out[:n]
+
+
 def _pld_points(key: _Key, interval: float) -> float:
     """A generous estimate of the composed PLD's support size (points)."""
     pure = mean = var = 0.0
@@ -434,13 +491,10 @@ def _base_pmf(event: Event, interval: float) -> _Pmf:
     if isinstance(event, PureEvent):  # the canonical ε-DP pair is binary randomized response
         return _rr_pmf(event.epsilon, 2, interval)
     if isinstance(event, LaplaceEvent):
-        pld = _pld_lib().from_laplace_mechanism(
-            event.ratio, sensitivity=1.0, value_discretization_interval=interval
-        )
-    else:
-        pld = _pld_lib().from_gaussian_mechanism(
-            event.ratio, sensitivity=1.0, value_discretization_interval=interval
-        )
+        return _laplace_pmf(event.ratio, interval)
+    pld = _pld_lib().from_gaussian_mechanism(
+        event.ratio, sensitivity=1.0, value_discretization_interval=interval
+    )
     return _Pmf.of(pld)
 
 

@@ -2,11 +2,11 @@
 
 A composition's ε (and a noise ratio calibrated from compositions) is a function of public
 inputs only — the multiset of accounting events (noise
-ratios, counts), δ and the method — never of anyone's data. Computing one costs importing
-dp-accounting and SciPy (~0.6 s, ~35 MB) and up to a second of FFTs; a sidecar's plan needs a few
-dozen of them at startup and its ledger a few more per release shape. This module keeps each
-result in one JSON file so that a restart (or a second worker with the same settings) reads them
-instead: it then imports neither library.
+ratios, counts), δ and the method — never of anyone's data. Computing one costs up to a second
+of FFTs (and, with Gaussian noise in a PLD or the RDP fallback, importing dp-accounting: ~0.6 s,
+~50 MB); a sidecar's plan needs a few dozen of them at startup and its ledger a few more per
+release shape. This module keeps each result in one JSON file so that a restart (or a second
+worker with the same settings) reads them instead.
 
 Where: ``$GAZEGUARD_CACHE_DIR`` if set (``off`` or empty: no disk cache), else
 ``$XDG_CACHE_HOME/gazeguard``, else ``~/.cache/gazeguard``; the file is
@@ -64,8 +64,9 @@ log = logging.getLogger("gazeguard.privacy.accounting")
 
 #: Environment variable naming the cache directory (``off`` or empty: no disk cache).
 ENV = "GAZEGUARD_CACHE_DIR"
-#: Version of the file format and of the key's meaning: bump when either changes.
-FORMAT = 1
+#: Version of the file format, of the key's meaning and of how values are computed: bump when
+#: any changes (2: Laplace PMFs built in NumPy, ε moved by ~1e-12 relative).
+FORMAT = 2
 #: Most entries kept (oldest dropped first): a few hundred bytes each.
 MAX_ENTRIES = 50_000
 #: Seconds between two writes of the file (pending entries are written at exit).
