@@ -7,9 +7,9 @@ Shared by :mod:`~gazeguard.privacy.accounting.accountant` (closed-form compositi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
-from scipy import special
 
 from gazeguard.core.errors import ConfigError
 
@@ -20,6 +20,15 @@ __all__ = [
     "gaussian_epsilon",
     "rho_to_epsilon",
 ]
+
+
+def _special() -> Any:
+    """SciPy's ``special`` (``log_ndtr``, ``ndtri``), imported where a Gaussian's (ε, δ) is first
+    computed: ~25 MB that a sidecar releasing Laplace noise never loads (see ``accountant``)."""
+    from scipy import special  # noqa: PLC0415 - heavy: only for Gaussian noise or zCDP caps
+
+    return special
+
 
 _BISECT = 200  # bisection steps: far more than needed to reach adjacent doubles
 
@@ -59,8 +68,8 @@ def gaussian_delta(epsilon: float, mu: float) -> float:
         raise ConfigError("epsilon", epsilon, "must be a number")
     if eps == math.inf:
         return 0.0
-    la = float(special.log_ndtr(mu / 2.0 - eps / mu))
-    lb = float(special.log_ndtr(-mu / 2.0 - eps / mu))
+    la = float(_special().log_ndtr(mu / 2.0 - eps / mu))
+    lb = float(_special().log_ndtr(-mu / 2.0 - eps / mu))
     x = min(eps + lb - la, 0.0)  # ≤ 0 in exact arithmetic (δ ≥ 0)
     return max(math.exp(la) * -math.expm1(x), 0.0)
 
@@ -78,7 +87,7 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
     if gaussian_delta(0.0, mu) <= delta:
         return 0.0
     # δ(ε) ≤ Φ(μ/2 − ε/μ), so ε = μ²/2 + μ·z_{1−δ} is feasible.
-    hi = mu * mu / 2.0 + mu * float(-special.ndtri(delta))
+    hi = mu * mu / 2.0 + mu * float(-_special().ndtri(delta))
     while gaussian_delta(hi, mu) > delta:  # guard against rounding in the bound
         hi = hi * 1.0625 + 1e-12
     lo = 0.0
@@ -115,7 +124,7 @@ def mu_for(epsilon: float, delta: float) -> float:
 
 def _log_phi(x: float) -> float:
     """``ln Φ(x)`` (standard normal CDF), accurate in both tails (scipy's ``log_ndtr``)."""
-    return float(special.log_ndtr(x))
+    return float(_special().log_ndtr(x))
 
 
 def _analytic_delta_upper(s: float, epsilon: float) -> float:
