@@ -19,6 +19,9 @@ run``
    processing flags, a pull into a preallocated buffer every 1 s, nothing else). On a virtual
    machine the CPU a wake-up costs varies with the host's load from hour to hour; the sidecar's
    own share (sidecar − bare inlet, measured minutes apart) is the figure that carries over.
+   With ``--baseline PATH`` (a checkout of earlier code, e.g. a git worktree), that code runs as
+   a fourth kind in every round, and its own first start beside this code's, each with its own
+   empty composition cache (``PYTHONPATH=PATH``): the before and after of a change in one run.
 
 3. **Where the latency goes** (context, offline, same process): the same ``Pipeline`` fed
    ``simulate_gaze`` with the fast settings; per chunk, ``Pipeline.release`` in total, the
@@ -31,6 +34,7 @@ composition cache, a device's first start, then ``--repeats`` restarts that read
 runs ``--repeats`` times (the machine is shared: medians of the runs are the headline). Run::
 
     python bench/bench_service.py [--chunks 500] [--seconds 64] [--repeats 2] [--quick]
+                                  [--baseline ../before]
 
 prints a table and writes ``bench/results/service.json``.
 """
@@ -351,29 +355,47 @@ def measure_footprint(
     return {**fp.row(), **whole, "chunks_in_window": sum(t0 <= t <= t1 for t in chunk_times)}
 
 
+def git_commit(path: Path) -> str | None:
+    """The commit checked out at ``path`` (``None`` if it is not a git checkout)."""
+    out = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip() or None
+
+
 def footprint_run(
-    kind: str, r: int, sid: str, broker: Broker, work: Path, cache: Path, seconds: float
+    kind: str,
+    r: int,
+    sid: str,
+    broker: Broker,
+    work: Path,
+    cache: Path,
+    seconds: float,
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
     """One footprint run of ``kind``: ``gazeguard`` (defaults), ``before`` (pulls every
-    :data:`BEFORE_PULL_EVERY_S`) or ``bare`` (a bare pylsl inlet); printed and returned."""
+    :data:`BEFORE_PULL_EVERY_S`), ``baseline`` (the code at ``baseline``, defaults, its own
+    composition cache) or ``bare`` (a bare pylsl inlet); printed and returned."""
     if kind == "bare":
         row = measure_footprint(
             bare_inlet_cmd(sid, 1.0), seconds, 60, cache_dir=cache, ready="pulling"
         )
     else:
-        env = (
-            {"GAZEGUARD_INGEST__PULL_EVERY_S": f"{BEFORE_PULL_EVERY_S:g}"}
-            if kind == "before"
-            else {}
-        )
+        env = {
+            "gazeguard": {},
+            "before": {"GAZEGUARD_INGEST__PULL_EVERY_S": f"{BEFORE_PULL_EVERY_S:g}"},
+            "baseline": {"PYTHONPATH": str(baseline)},
+        }[kind]
         ledger = work / f"footprint-{kind}-{r}.sqlite"
         cmd = gazeguard_run_cmd(sid, broker, ledger)
-        row = measure_footprint(cmd, seconds, 120, cache_dir=cache, env=env)
+        own_cache = cache.with_name(cache.name + "-baseline") if kind == "baseline" else cache
+        row = measure_footprint(cmd, seconds, 120, cache_dir=own_cache, env=env)
     row["kind"] = kind
     row["start"] = "cold" if r == 0 else "warm"
     label = {
         "gazeguard": f"gazeguard ({row['start']} cache)",
         "before": f"gazeguard pulling every {BEFORE_PULL_EVERY_S:g} s",
+        "baseline": f"baseline {baseline} ({row['start']} cache)",
         "bare": "bare pylsl inlet",
     }[kind]
     print(
@@ -395,7 +417,17 @@ def main() -> None:
     )
     ap.add_argument("--repeats", type=int, default=2, help="runs of each part (medians reported)")
     ap.add_argument("--quick", action="store_true", help="100 chunks, 20 s, one run")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a checkout of earlier code (e.g. a git worktree) whose sidecar footprint is "
+        "measured in the same rounds (first start and restarts) as this code's",
+    )
     args = ap.parse_args()
+    baseline: Path | None = args.baseline.resolve() if args.baseline else None
+    if baseline is not None and not (baseline / "gazeguard" / "__init__.py").is_file():
+        ap.error(f"--baseline {args.baseline}: no gazeguard/ package there")
     if args.quick:
         args.chunks, args.seconds, args.repeats = 100, 20.0, 1
     load_before = load_now()
@@ -405,6 +437,8 @@ def main() -> None:
     cold: list[dict[str, Any]] = []
     before: list[dict[str, Any]] = []
     bare: list[dict[str, Any]] = []
+    base_runs: list[dict[str, Any]] = []
+    base_cold: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as broker:
         work = Path(tmp)
         with simulated_headset(120.0) as sid:
@@ -423,14 +457,19 @@ def main() -> None:
             # ever), the others with what it kept (every restart after)
             cache = work / "composition-cache"
             for r in range(args.repeats + 1):
-                # r = 0: the sidecar alone, a device's first start; then the three in an order
-                # that alternates, so a drifting machine favours none of them
+                # r = 0: a device's first start (and the baseline's); then every kind in an
+                # order that alternates, so a drifting machine favours none of them
                 kinds = ["gazeguard"] if r == 0 else ["gazeguard", "before", "bare"]
+                if baseline is not None:
+                    kinds.insert(1, "baseline")
                 for kind in kinds if r % 2 else kinds[::-1]:
-                    row = footprint_run(kind, r, sid, broker, work, cache, args.seconds)
-                    {"gazeguard": footprint if r else cold, "before": before, "bare": bare}[
-                        kind
-                    ].append(row)
+                    row = footprint_run(kind, r, sid, broker, work, cache, args.seconds, baseline)
+                    {
+                        "gazeguard": footprint if r else cold,
+                        "baseline": base_runs if r else base_cold,
+                        "before": before,
+                        "bare": bare,
+                    }[kind].append(row)
     parts = ("completion_to_charged", "charged_to_puback", "completion_to_puback")
     lat_median = {
         p: median_of([r[p] for r in latency], ("p50_ms", "p99_ms", "max_ms")) for p in parts
@@ -461,6 +500,12 @@ def main() -> None:
             g["cpu_pct"] / b["cpu_pct"] for g, b in zip(before, bare, strict=True)
         ],
     }
+    base_median = median_of(base_runs, fp_keys) if base_runs else None
+    if base_runs:
+        comparison["baseline_cpu_pct"] = [g["cpu_pct"] for g in base_runs]
+        comparison["gazeguard_over_baseline"] = [
+            g["cpu_pct"] / b["cpu_pct"] for g, b in zip(footprint, base_runs, strict=True)
+        ]
     checks = {
         "p99_ms": lat_median["completion_to_puback"]["p99_ms"],
         "cpu_pct": fp_median["cpu_pct"],
@@ -498,6 +543,13 @@ def main() -> None:
         f"(RSS {before_median['rss_max_mb']:.1f} MB); bare pylsl inlet: "
         f"{bare_median['cpu_pct']:.2f}% (RSS {bare_median['rss_max_mb']:.1f} MB)"
     )
+    if base_median is not None:
+        print(
+            f"baseline {baseline}: restarts {base_median['cpu_pct']:.2f}% (RSS "
+            f"{base_median['rss_max_mb']:.1f} MB); first start {base_cold[0]['cpu_pct']:.2f}%, "
+            f"RSS max {base_cold[0]['rss_max_mb']:.1f} MB, peak "
+            f"{base_cold[0]['with_startup_rss_peak_mb']:.1f} MB"
+        )
     for k, t in targets.items():
         print(f"target {k} {t['target']}: {t['value']:.2f} → {'met' if t['met'] else 'MISSED'}")
     path = write_results(
@@ -537,6 +589,15 @@ def main() -> None:
             "bare_inlet_runs": bare,
             "bare_inlet_median": bare_median,
             "footprint_comparison": comparison,
+            "baseline": None
+            if baseline is None
+            else {
+                "path": str(baseline),
+                "commit": git_commit(baseline),
+                "cold_start": base_cold[0],
+                "runs": base_runs,
+                "median": base_median,
+            },
             "targets": targets,
         },
     )
