@@ -307,8 +307,15 @@ def measure_footprint(
     """
     env = {**os.environ, "GAZEGUARD_CACHE_DIR": str(cache_dir), **(env or {})}
     started = time.monotonic()
+    # run outside any checkout: ``python -m`` puts the working directory first on sys.path,
+    # which would shadow a --baseline's PYTHONPATH when the bench is started from a checkout
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cache_dir.parent,
     )
     chunk_times: list[float] = []
     first = threading.Event()
