@@ -6,6 +6,7 @@ Shared by :mod:`~gazeguard.privacy.accounting.accountant` (closed-form compositi
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -22,9 +23,11 @@ __all__ = [
 ]
 
 
+@functools.cache
 def _special() -> Any:
     """SciPy's ``special`` (``log_ndtr``, ``ndtri``), imported where a Gaussian's (ε, δ) is first
-    computed: ~25 MB that a sidecar releasing Laplace noise never loads (see ``accountant``)."""
+    computed (Gaussian noise, zCDP caps, and the starting point of a Laplace calibration): ~25 MB
+    that a sidecar restarting with its compositions on disk never loads."""
     from scipy import special  # noqa: PLC0415 - heavy: only for Gaussian noise or zCDP caps
 
     return special

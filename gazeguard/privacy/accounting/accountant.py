@@ -459,7 +459,7 @@ def _convolve(a: FloatArray, b: FloatArray) -> FloatArray:
     """The full linear convolution of two PMFs by real FFTs (NumPy's pocketfft), length
     ``a.size + b.size − 1``; round-off ~1e-17 absolute, as ``scipy.signal.fftconvolve``."""
     n = a.size + b.size - 1
-    if min(a.size, b.size) <= 32:  # a short kernel: direct is exact and cheaper
+    if min(a.size, b.size) <= 32:  # a short kernel: the direct sum is cheaper and more accurate
         return np.convolve(a, b)
     size = _fast_length(n)
     out = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)
