@@ -37,7 +37,7 @@ Discretisation (PLD)
     are connect-the-dots (exact at grid points, rounded outwards: pessimistic wherever the loss
     range falls): the Gaussian's is Google's ``dp-accounting``'s, the Laplace one is built here
     in NumPy from its closed-form hockey-stick curve, the same grid and masses as dp-accounting's
-    ``from_laplace_mechanism`` (within its round-off, and closer to the exact masses; tested), so
+    ``from_laplace_mechanism`` (both within round-off of the exact masses; tested), so
     that a plan of Laplace releases never imports dp-accounting or ``scipy.signal`` (~50 MB of
     a headset's memory); randomized-response and pure PMFs are built here with every
     loss rounded up to the grid in exact rational arithmetic (dp-accounting rounds a loss of
