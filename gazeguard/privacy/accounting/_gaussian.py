@@ -28,7 +28,7 @@ def _special() -> Any:
     """SciPy's ``special`` (``log_ndtr``, ``ndtri``), imported where a Gaussian's (ε, δ) is first
     computed (Gaussian noise, zCDP caps, and the starting point of a Laplace calibration): ~25 MB
     that a sidecar restarting with its compositions on disk never loads."""
-    from scipy import special  # noqa: PLC0415 - heavy: only for Gaussian noise or zCDP caps
+    from scipy import special  # noqa: PLC0415 - heavy: only where Gaussian math runs (docstring)
 
     return special
 
