@@ -172,6 +172,34 @@ def test_the_summary_is_a_function_of_the_published_values_only(
         ChunkMessage.model_validate(doc)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    values=arrays(
+        np.float64, (F, N),
+        elements=st.floats(-1.7e308, 1.7e308, allow_nan=False, allow_infinity=False),
+    ),
+)  # fmt: skip
+def test_the_summary_holds_for_any_finite_values_up_to_the_largest_floats(
+    values: np.ndarray,
+) -> None:
+    # a row's sum can overflow: its mean is then taken scaled, never inf, within the row's range
+    s = ChunkSummary.of(values)
+    mean = np.asarray(s.mean)
+    assert np.isfinite(mean).all()
+    assert (values.min(axis=1) <= mean).all()
+    assert (mean <= values.max(axis=1)).all()
+    scale = np.abs(values).max(axis=1)
+    exact = [
+        float(np.mean([v / m for v in row]) * m) if m else 0.0
+        for row, m in zip(values, scale, strict=True)
+    ]
+    np.testing.assert_allclose(mean, exact, rtol=0, atol=1e-12 * max(1.0, float(scale.max())))
+    # a built message carries it, and a receiver validating the payload agrees
+    built = chunk(values)
+    assert built.summary == s
+    assert ChunkMessage.from_payload(built.to_payload()) == built
+
+
 def test_lpa_carries_no_summary() -> None:
     lpa = params(name="lpa", transform=None, k=None, m=N)
     assert chunk(np.ones((F, N)), lpa).summary is None
