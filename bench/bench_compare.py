@@ -27,6 +27,12 @@ What is measured, and in which units:
   fills the accountant's caches. p50 and p99 latency in ms over the other sessions, and the
   median of positions 1–25 and of the last 25 positions (the 1st vs the 600th chunk of an hour,
   as ``bench_ledger.py --position``).
+- **message**: building one chunk message and its payload, as a release does after its
+  charge preview (``ChunkMessage.build`` from a DCFPA release of the 48 × 32 chunk above, that
+  mechanism's ``MechanismParams``, a ``LedgerSnapshot``; then ``to_payload``): p50 and p99 in
+  µs per chunk, and the payload's bytes. Same signature in both trees. A fleet worker builds
+  the chunks that fall due in one batch one after another, so this is on every chunk's
+  block → chunk latency.
 - **fleet**: each tree's own ``bench/bench_fleet.py`` (the two differ only in import paths and
   one chunk topic pattern) at FIXED levels (``--levels``, default 400 and 600 simulated 120 Hz
   sessions; 1-s blocks), one worker, one run per child: the worker's CPU in % of one core
@@ -66,7 +72,7 @@ from _harness import machine
 ROOT = Path(__file__).resolve().parents[1]  # the "after" checkout by default
 RESULTS = ROOT / "bench" / "results" / "compare.json"
 DEFAULT_BASE = "3a735ec"
-AREAS = ("mechanism", "charge", "fleet")
+AREAS = ("mechanism", "charge", "message", "fleet")
 #: committed result files a child could in principle write (guarded, restored if changed)
 GUARDED = ("fleet.json", "ledger.json", "mechanisms.json")
 MECHANISMS = ("lpa", "fpa", "cfpa", "dcfpa")
@@ -129,6 +135,68 @@ def child_mechanism(opts: dict[str, Any]) -> dict[str, Any]:
             "cpu_mean_us": cpu[name] / len(values) * 1e6,
         }
     return out
+
+
+def child_message(opts: dict[str, Any]) -> dict[str, Any]:
+    """µs per chunk message built and serialised (see the module docstring)."""
+    import types  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    try:  # after the re-layering
+        from gazeguard.privacy.mechanisms import Bounds, make_mechanism  # noqa: PLC0415
+        from gazeguard.signal.features import FEATURES, feature_bounds  # noqa: PLC0415
+        from gazeguard.wire.message import (  # noqa: PLC0415
+            ChunkMessage,
+            LedgerSnapshot,
+            MechanismParams,
+        )
+    except ImportError:  # before: top-level modules
+        from gazeguard.features import FEATURES, feature_bounds  # type: ignore[import-not-found,no-redef]  # noqa: PLC0415
+        from gazeguard.mechanisms import Bounds, make_mechanism  # type: ignore[import-not-found,no-redef]  # noqa: PLC0415
+        from gazeguard.message import (  # type: ignore[import-not-found,no-redef]  # noqa: PLC0415
+            ChunkMessage,
+            LedgerSnapshot,
+            MechanismParams,
+        )
+
+    lo, hi, step = feature_bounds()
+    rng = np.random.default_rng(42)
+    x = rng.uniform(lo[:, None], hi[:, None], (len(lo), N_STEPS))
+    mech = make_mechanism("dcfpa", n=N_STEPS, k=K, epsilon=EPSILON, bounds=Bounds(lo, hi, step))
+    values = mech.release(x)
+    params = MechanismParams.from_mechanism(mech)
+    chunk_eps = params.pure_total
+    state = types.SimpleNamespace(
+        epsilon=3.0, delta=1e-6, epsilon_window=2.0, window_s=3700.0, spent=10 * chunk_eps,
+        remaining=None, max_chunk_eps=chunk_eps, session_cap=None, window_cap=10.0,
+    )  # fmt: skip
+    names, units = [f.name for f in FEATURES], [f.unit for f in FEATURES]
+    t = 100.0 + 0.5 * np.arange(N_STEPS)
+
+    def once(index: int) -> bytes:
+        msg = ChunkMessage.build(
+            session="s1", device="hmd-01", chunk_index=index, timestamps=t, features=names,
+            units=units, values=values, mechanism=params,
+            ledger=LedgerSnapshot.from_state(chunk_eps, state), unix_offset=1.7e9,
+        )  # fmt: skip
+        return bytes(msg.to_payload())
+
+    for i in range(opts["warmup"]):
+        once(i)
+    ns: list[int] = []
+    clock = time.perf_counter_ns
+    for i in range(opts["rounds"] * opts["batch"] // 10):
+        t0 = clock()
+        payload = once(i)
+        ns.append(clock() - t0)
+    us = np.asarray(ns) / 1e3
+    return {
+        "calls": len(ns),
+        "p50_us": float(np.percentile(us, 50)),
+        "p99_us": float(np.percentile(us, 99)),
+        "payload_bytes": len(payload),
+    }
 
 
 def _charge_payload() -> bytes:
@@ -214,7 +282,8 @@ def child_main(area: str, opts_json: str, out: Path) -> None:
     """``--child AREA``: measure in this process's tree and write the JSON to ``out``."""
     opts = json.loads(opts_json)
     doc: dict[str, Any] = {"gazeguard_file": _gazeguard_file(), "load_before": os.getloadavg()}
-    doc["metrics"] = child_mechanism(opts) if area == "mechanism" else child_charge(opts)
+    child = {"mechanism": child_mechanism, "charge": child_charge, "message": child_message}
+    doc["metrics"] = child[area](opts)
     doc["load_after"] = os.getloadavg()
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
@@ -385,6 +454,10 @@ def metric_list(areas: list[str], levels: list[int], postgres: bool) -> list[Met
             rows.append(("charge", f"{short} charge p99", "ms", (backend, "p99_ms")))
             rows.append(("charge", f"{short} first 25 of hour", "ms", (backend, "first_ms")))
             rows.append(("charge", f"{short} last 25 of hour", "ms", (backend, "last_ms")))
+    if "message" in areas:
+        rows.append(("message", "chunk message build + payload p50", "µs", ("p50_us",)))
+        rows.append(("message", "chunk message build + payload p99", "µs", ("p99_us",)))
+        rows.append(("message", "chunk payload", "bytes", ("payload_bytes",)))
     if "fleet" in areas:
         for n in levels:
             rows.append(("fleet", f"{n} sessions worker CPU", "% core", (str(n), "worker_cpu_pct")))
@@ -498,7 +571,9 @@ def parse_args() -> argparse.Namespace:
         help="measure this revision (e.g. HEAD) in a worktree at --after, not this checkout's "
         "working tree (which others may be editing)",
     )
-    ap.add_argument("--areas", default=",".join(AREAS), help="mechanism,charge,fleet (default all)")
+    ap.add_argument(
+        "--areas", default=",".join(AREAS), help="mechanism,charge,message,fleet (default all)"
+    )
     ap.add_argument("--repeats", type=int, help="before/after pairs per area (default 3; quick 1)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 repeat, short runs")
     ap.add_argument("--rounds", type=int, help="mechanism: rounds (default 40; quick 8)")
@@ -517,7 +592,7 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument("--block-samples", type=int, default=120, help="fleet: samples per block")
     ap.add_argument("--out", type=Path, default=RESULTS, help="default bench/results/compare.json")
-    ap.add_argument("--child", choices=("mechanism", "charge"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("mechanism", "charge", "message"), help=argparse.SUPPRESS)
     ap.add_argument("--child-opts", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -589,7 +664,7 @@ def main() -> None:
                             if area == "fleet":
                                 entry.update(run_fleet(tree, sessions, args, tmp))
                             else:
-                                opts = mech_opts if area == "mechanism" else charge_opts
+                                opts = charge_opts if area == "charge" else mech_opts
                                 entry.update(run_child(area, tree, opts, tmp))
                         except (RuntimeError, subprocess.TimeoutExpired, KeyError) as exc:
                             entry["error"] = f"{type(exc).__name__}: {exc}"
@@ -643,6 +718,8 @@ def progress(entry: dict[str, Any]) -> str:
     m, head = entry["metrics"], f"{entry['area']:9} {entry['tree']:6}"
     if entry["area"] == "mechanism":
         return f"{head} dcfpa p50 {m['dcfpa']['p50_us']:.1f} µs ({entry['seconds']:.0f} s)"
+    if entry["area"] == "message":
+        return f"{head} build + payload p50 {m['p50_us']:.1f} µs ({entry['seconds']:.0f} s)"
     if entry["area"] == "charge":
         parts = [
             f"{k.split()[0]} p50 {v['p50_ms']:.2f} ms" for k, v in m.items() if isinstance(v, dict)

@@ -32,7 +32,13 @@ from typing import Annotated, Any, Final, Literal, Protocol, Self
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.mechanisms.registry import (
@@ -122,7 +128,16 @@ class MechanismParams(WireModel):
     upper: list[FiniteFloat] | None = None
     randomness: NoiseSource
 
-    @model_validator(mode="after")
+    @model_validator(mode="wrap")
+    @classmethod
+    def _checked_once(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Self:
+        """A MechanismParams object is checked when it is made, not again each time a message
+        quotes it (frozen, so it cannot have changed; a pipeline quotes one per chunk)."""
+        if type(data) is cls:
+            return data
+        params: Self = handler(data)
+        return params._consistent()
+
     def _consistent(self) -> Self:
         if self.n & (self.n - 1):
             msg = f"n must be a power of two, got {self.n}"
