@@ -1,4 +1,4 @@
-"""Before/after the re-layering, same run: mechanism, charge and fleet cost of two checkouts.
+"""Before/after the re-layering, same run: mechanism, charge, message and fleet cost of two trees.
 
 "Before" is a git worktree of ``--base`` (default 3a735ec, the code before the package was
 re-layered), created with ``git worktree add --detach`` at ``--before`` (default ``../before``
