@@ -208,6 +208,22 @@ def test_inconsistent_mechanisms_are_refused(over: dict[str, Any], match: str) -
         mechanism(**over)
 
 
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [({"n": 12}, "power of two"), ({"k": 9}, "exceeds n/2"), ({"m": 3}, "keeps m=5")],
+)
+def test_a_received_chunk_with_inconsistent_mechanism_params_is_refused(
+    over: dict[str, Any], match: str
+) -> None:
+    # a sender checks its MechanismParams once, when made; a receiver checks every field
+    doc = json.loads(chunk().to_payload())
+    doc["mechanism"].update(over)
+    with pytest.raises(ValidationError, match=match):
+        ChunkMessage.from_payload(json.dumps(doc))
+    params = mechanism()
+    assert chunk(mechanism=params).mechanism is params  # quoted as it is: checked when made
+
+
 def test_ledger_snapshot_checks() -> None:
     with pytest.raises(ValidationError, match="exceeds session_spent"):
         snapshot(per_chunk_max=7.0)

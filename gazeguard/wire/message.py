@@ -132,7 +132,9 @@ class MechanismParams(WireModel):
     @classmethod
     def _checked_once(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Self:
         """A MechanismParams object is checked when it is made, not again each time a message
-        quotes it (frozen, so it cannot have changed; a pipeline quotes one per chunk)."""
+        quotes it (frozen, so it cannot have changed; a pipeline quotes one per chunk). Dicts and
+        JSON, e.g. a received message's, get every check. gazeguard never makes one with
+        ``model_construct`` or ``model_copy(update=...)``, which would skip them."""
         if type(data) is cls:
             return data
         params: Self = handler(data)
