@@ -19,6 +19,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from hypothesis import settings
 
+from gazeguard.privacy.accounting import cache
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import ChunkMessage, StatusMessage
 
@@ -228,5 +229,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove this process's composition cache."""
+    """Remove this process's composition cache. Pending entries are written first: the
+    cache's own exit-time flush runs after this hook and would create the directory again."""
+    cache.flush()
     shutil.rmtree(_CACHE_DIR, ignore_errors=True)
