@@ -63,7 +63,7 @@ import label_data as ld
 from gazeguard import __version__
 from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.features import NAMES
-from gazeguard.signal.labels import LabelModel, SessionSpec, train_model
+from gazeguard.signal.labels import LabelModel, SessionSpec, load_model, train_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "labels"
 
@@ -285,6 +285,27 @@ def evaluate_lodo(cfg: Config, tab: ld.Table, every: int) -> dict[str, Any]:
     return out
 
 
+#: The shipped ``activity`` model's GazeGraph classes → the common activities.
+ACTIVITY_MODEL_MAP = {"browse": "browse", "search": "browse", "play": "play", "read": "read",
+                      "watch": "watch", "write": "write"}  # fmt: skip
+
+
+def evaluate_activity_model(tab: ld.Table) -> dict[str, Any]:
+    """The shipped ``activity`` model (GazeGraph's six desktop classes, trained on every
+    GazeGraph person) on every *other* dataset's native recordings, its classes mapped onto the
+    common activities: what a headset it was not trained on gets without this model. Accuracy
+    over the activities both know."""
+    model = load_model("activity")
+    out: dict[str, Any] = {}
+    for d in sorted(set(tab.dataset.tolist()) - {"gazegraph"}):
+        nat = (tab.dataset == d) & (tab.variant == ld.NATIVE)
+        pred = predict(model, tab.X[nat], tab.session[nat])
+        mapped = np.array([ACTIVITY_MODEL_MAP[c] for c in pred.tolist()], dtype=str)
+        out[d] = accuracy(mapped, tab.activity[nat])
+        log(f"  shipped 'activity' model on {d}: {out[d]['accuracy']:.3f}")
+    return out
+
+
 def score(ev: dict[str, Any], sessions: bool) -> float:
     """The selection score: the mean, over the leave-one-person-out tests (native, augmented
     devices and the four headset changes) and the leave-one-dataset-out tests, of the
@@ -357,7 +378,23 @@ def markdown(res: dict[str, Any]) -> str:
                     f"| {d}{tag} | {', '.join(e['trained_on'])} | "
                     f"{', '.join(e['classes_known'])} | {a['accuracy']:.3f} | {per} | {pr} |"
                 )
+    if "activity_model" in res:
+        lines += ["", "## The shipped `activity` model on the other datasets", ""]
+        lines += [activity_model_table(res["activity_model"])]
     return "\n".join(lines) + "\n"
+
+
+def activity_model_table(rows: dict[str, Any]) -> str:
+    """Markdown: the ``activity`` model (GazeGraph's six classes, mapped) per other dataset."""
+    lines = ["| dataset (native) | accuracy | per activity | predicted |", "|---|---|---|---|"]
+    for d, a in rows.items():
+        per = ", ".join(f"{k} {v:.2f}" for k, v in a["per_activity"].items())
+        pr = "; ".join(
+            f"{k}→" + ",".join(f"{c}:{n}" for c, n in sorted(v.items()))
+            for k, v in a["predicted"].items()
+        )
+        lines.append(f"| {d} | {a['accuracy']:.3f} | {per} | {pr} |")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- model card
@@ -450,6 +487,7 @@ def model_card(res: dict[str, Any], md: str, alternatives: dict[str, dict[str, A
         else "No second dataset tests watch"
     )
     name = res.get("model_name", "activity-portable")
+    activity_table = activity_model_table(res.get("activity_model", {}))
     table_head = (
         "| dataset | device, rate | tasks (→ common activity) | windows (native + "
         f"{res['variants']} simulated devices each) | licence |"
@@ -459,9 +497,10 @@ def model_card(res: dict[str, Any], md: str, alternatives: dict[str, dict[str, A
 A label model meant to survive a change of headset (issue 34, first half). It reads 40 clean
 features of the sidecar's extractor (30 s window, 0.5 s step) inside the trusted process and
 decides one of {len(acts)} common activities: **{", ".join(acts)}**. Only the label leaves the
-process (randomized response, `gazeguard.signal.labels`). Use it with
-`labels.model = "activity-portable"`; the shipped `activity` model (GazeGraph's six classes) is
-unchanged.
+process (randomized response, `gazeguard.signal.labels`). It is the default label model
+(`--labels`, `labels.model`); the shipped `activity` model (GazeGraph's six classes, one
+setting) stays available as `--labels activity`: off GazeGraph it recognises reading and little
+else (the end of the evaluation).
 
 This card is written by `bench/train_label_model.py --card` from its evaluation
 (`bench/results/labels/{res.get("tag", "portable")}.md` and `.json`; gazeguard
@@ -544,6 +583,12 @@ and search are two recordings per person, half its windows).
 
 {lodo_table}
 
+**Against the shipped `activity` model** (GazeGraph's six classes trained on all of GazeGraph,
+search mapped to browse) on the other datasets' native recordings, which it never saw; compare
+the leave-one-dataset-out rows above:
+
+{activity_table}
+
 ## Where it fails
 
 - **{worst}** is the weakest activity on native recordings: {nat[worst]:.2f} of GazeGraph
@@ -562,6 +607,19 @@ and search are two recordings per person, half its windows).
 - The cross-dataset evidence is thin: besides GazeGraph, one lab dataset of short trials and one
   reader. Whether the model reaches 0.6 on another headset family is **not** shown here.
 """
+
+
+#: A card section whose first line after its title says this is written by another tool
+#: (``bench/eval_labels.py``) and kept when ``--card`` rewrites the card.
+NOT_OURS = "*This section is not written by `train_label_model.py --card`."
+
+
+def kept_sections(card: str) -> str:
+    """The ``## `` sections of an existing card that another tool wrote (marked
+    :data:`NOT_OURS`), to append after a rewrite: ``--card`` never drops them."""
+    parts = card.split("\n## ")[1:]
+    kept = [p for p in parts if p.split("\n\n", 1)[-1].startswith(NOT_OURS)]
+    return "".join(f"\n## {p.rstrip()}\n" for p in kept)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -599,7 +657,9 @@ def main(argv: list[str] | None = None) -> int:
             p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"{args.tag}-*.json"))
         }
         md = (RESULTS / f"{args.tag}.md").read_text()
-        args.card.write_text(model_card(res | {"tag": args.tag, "model_name": args.name}, md, alts))
+        card = model_card(res | {"tag": args.tag, "model_name": args.name}, md, alts)
+        old = args.card.read_text() if args.card.is_file() else ""
+        args.card.write_text(card + kept_sections(old))
         log(f"model card written to {args.card}")
         return 0
     t0 = time.time()
@@ -649,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         ev["score"] = score(ev, cfg.session is not None)
         res["candidates"][cfg.name] = ev
         log(f"{cfg.name}: score {ev['score']:.3f} ({time.time() - t0:.0f} s)")
+    res["activity_model"] = evaluate_activity_model(tab)
     chosen = max(picked, key=lambda c: res["candidates"][c.name]["score"])
     res["chosen"] = chosen.name
     RESULTS.mkdir(parents=True, exist_ok=True)

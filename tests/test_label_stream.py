@@ -60,7 +60,7 @@ def _plan(labels: LabelSettings, **kw: object) -> ReleasePlan:
 
 
 def test_the_labels_share_buys_the_most_epsilon_its_decisions_can_compose_to() -> None:
-    plan = _plan(LabelSettings(enabled=True, release="clock", decision_s=900.0))
+    plan = _plan(LabelSettings(enabled=True, model="activity", release="clock", decision_s=900.0))
     lp = plan.label_plan
     assert lp is not None
     assert plan.labels is not None

@@ -251,7 +251,7 @@ def test_every_tool_prints_the_plan_figures(
             "--chunk-steps", str(n), "--features", "fixation_rate,pupil_mean",
         ]  # fmt: skip
         if labels:
-            argv += ["--labels", "activity", "--decision-s", "150"]
+            argv += ["--labels", "--decision-s", "150"]  # the default model, as the plan above
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             assert main(argv) == 0

@@ -266,7 +266,9 @@ def _labels_budget_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
         "--budget", type=float, required=True, help="ε per hour of gaze (ledger.budget_per_hour)"
     )
     lb.add_argument(
-        "--model", default="activity", help="label model name or path (default: activity)"
+        "--model",
+        default=LabelSettings().model,
+        help="label model name or path (default: %(default)s)",
     )
     lb.add_argument(
         "--share",

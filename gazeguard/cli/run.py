@@ -16,7 +16,7 @@ from typing import Any
 
 from gazeguard.cli._common import ExitCode, Signals, get_console, run_loop, stop_on_signals
 from gazeguard.cli.watch import watch_hint
-from gazeguard.config import Settings, broker_address
+from gazeguard.config import LabelSettings, Settings, broker_address
 from gazeguard.ledger import is_url
 from gazeguard.plan.labels import LabelPlan
 from gazeguard.privacy.mechanisms.registry import ONLINE_MECHANISMS
@@ -73,10 +73,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     lab.add_argument(
         "--labels",
         nargs="?",
-        const="activity",
+        const=LabelSettings().model,
         metavar="MODEL",
         help="publish private labels from this label model (shipped name or .json path; "
-        "default 'activity') on {prefix}/{device}/{session}/labels",
+        "default %(const)s: 4 activities, trained for a change of headset) on "
+        "{prefix}/{device}/{session}/labels",
     )
     lab.add_argument(
         "--label-release",

@@ -346,9 +346,11 @@ class LabelSettings(Section):
 
     enabled: bool = Field(False, description="publish private labels on {prefix}/…/labels")
     model: str = Field(
-        "activity",
-        description="label model: a shipped name (gazeguard/data/models) or a .json path in the "
-        "gazeguard.label-model/1 format; its classes are the labels",
+        "activity-portable",
+        description="label model: a shipped name (gazeguard/data/models: 'activity-portable', "
+        "4 activities, trained for a change of headset; 'activity', GazeGraph's 6 desktop "
+        "activities) or a .json path in the gazeguard.label-model/1 format; its classes are the "
+        "labels",
     )
     release: Literal["change", "clock"] = Field(
         "change",
