@@ -85,7 +85,10 @@ def test_the_portable_recipe_is_read_from_the_model() -> None:
     assert len(r["features"]) == 40
     assert "saccade_rate" in r["log_features"]
     assert "saccade_left_ratio" not in r["log_features"]
-    assert (r["log_offset"], r["regularization"], r["balance"]) == (0.01, 1.0, True)
+    assert (r["log_offset"], r["balance"]) == (0.01, True)
+    model = load_model("activity-portable")
+    assert r["hidden_layers"] == [len(h.intercept) for h in model.spec.classifier.hidden]
+    assert r["regularization"] == model.spec.trained["regularization_C"]
 
 
 class _Recorded(Dataset):

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 from sklearn.linear_model import LogisticRegression
+from sklearn.neural_network import MLPClassifier
 
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.mechanisms.randomness import InsecureSeededRandom, OsRandom
@@ -296,6 +297,59 @@ def test_model_round_trip_and_numpy_inference_matches_sklearn(
     assert np.allclose(loaded.predict_proba(X), ref.predict_proba((X - mu) / sd), atol=1e-9)
     acc = np.mean(np.asarray(loaded.classes)[loaded.predict_proba(X).argmax(1)] == t.task)
     assert acc > 0.9
+
+
+@pytest.mark.parametrize("tasks", [("read", "search", "watch"), ("read", "watch")])
+def test_an_mlp_model_file_gives_scikit_learns_probabilities(
+    tasks: tuple[str, ...], tmp_path: Path
+) -> None:
+    train = _table()
+    keep = np.isin(train.task, tasks)
+    train = FeatureTable(
+        train.X[keep], train.t[keep], train.person[keep], train.task[keep],
+        train.recording[keep], NAMES,
+    )  # fmt: skip
+    mlp_model = train_model(train, FEATS, name="toy-mlp", hidden_layers=(6, 4), regularization=2.0)
+    data = json.loads(mlp_model.save(tmp_path / "m.json").read_text())
+    assert data["classifier"]["kind"] == "mlp-softmax"
+    assert [len(h["intercept"]) for h in data["classifier"]["hidden"]] == [6, 4]
+    loaded = load_model(tmp_path / "m.json")
+    # the same fit by scikit-learn (same rows, seed and settings): the file's numpy inference
+    # gives its probabilities, the binary case (one logistic output) included
+    Xtr = train.X[:, [NAMES.index(f) for f in FEATS]]
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    ref = MLPClassifier((6, 4), alpha=0.5, max_iter=300, early_stopping=True, random_state=0)
+    ref.fit((Xtr - mu) / sd, train.task)
+    assert list(ref.classes_) == list(loaded.classes) == sorted(tasks)
+    t = _table(seed=1)
+    X = t.X[:, [NAMES.index(f) for f in FEATS]]
+    assert np.allclose(loaded.predict_proba(X), ref.predict_proba((X - mu) / sd), atol=1e-9)
+    assert "MLPClassifier" in loaded.spec.trained["estimator"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "reason"),
+    [
+        (lambda c: c.pop("hidden"), "classifier", "at least one hidden layer"),
+        (lambda c: c.__setitem__("kind", "linear-softmax"), "classifier", "has none, got 1"),
+        (lambda c: c["hidden"][0]["coef"][0].pop(), "classifier.hidden.0.coef",
+         "must be [H][input] = [5][3]"),
+        (lambda c: c["coef"][1].append(0.0), "classifier.coef", "must be [C][H] = [3][5]"),
+        (lambda c: c["hidden"][0]["intercept"].__setitem__(2, float("inf")),
+         "classifier.hidden.0.intercept.2", "finite"),
+    ],
+)  # fmt: skip
+def test_malformed_mlp_models_are_refused_naming_the_field(
+    tmp_path: Path, edit: object, field: str, reason: str
+) -> None:
+    d = json.loads(train_model(_table(), FEATS, name="m", hidden_layers=(5,)).to_json())
+    edit(d["classifier"])  # type: ignore[operator]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ConfigError) as err:
+        load_model(path)
+    assert err.value.field.startswith(field), err.value
+    assert reason in str(err.value)
 
 
 def test_model_refuses_a_profile_with_other_features(model: LabelModel, tmp_path: Path) -> None:

@@ -316,12 +316,47 @@ class Standardizer(_Strict):
     session: SessionSpec | None = None
 
 
-class LinearSoftmax(_Strict):
-    """``P(class) = softmax(coef · z + intercept)``: multinomial logistic regression (or LDA)."""
+class HiddenLayer(_Strict):
+    """One hidden layer: ``h = max(0, coef · x + intercept)`` (ReLU).
 
-    kind: Literal["linear-softmax"] = "linear-softmax"
+    Attributes:
+        coef: (H, width of the layer's input).
+        intercept: (H,).
+    """
+
+    coef: list[list[FiniteFloat]] = Field(min_length=1)
+    intercept: list[FiniteFloat] = Field(min_length=1)
+
+
+class Classifier(_Strict):
+    """``P(class) = softmax(coef · h + intercept)``.
+
+    ``kind = "linear-softmax"`` (the default): ``h = z``, the standardised features
+    (multinomial logistic regression, or LDA). ``kind = "mlp-softmax"``: a multilayer
+    perceptron (e.g. scikit-learn's ``MLPClassifier``): ``h₀ = z``, ``hᵢ = max(0, Wᵢ·hᵢ₋₁ +
+    bᵢ)`` through ``hidden``, input side first.
+
+    Attributes:
+        kind: ``"linear-softmax"`` or ``"mlp-softmax"``.
+        hidden: the hidden layers (none for a linear softmax, at least one for an MLP).
+        coef: (C, width of ``h``); intercept: (C,).
+    """
+
+    kind: Literal["linear-softmax", "mlp-softmax"] = "linear-softmax"
+    hidden: list[HiddenLayer] = Field(default_factory=list)
     coef: list[list[FiniteFloat]]
     intercept: list[FiniteFloat]
+
+    @model_validator(mode="after")
+    def _layers(self) -> Classifier:
+        if (self.kind == "mlp-softmax") != bool(self.hidden):
+            msg = (
+                f"hidden: a {self.kind!r} classifier has "
+                + ("at least one hidden layer" if self.kind == "mlp-softmax" else "none")
+                + f", got {len(self.hidden)}"
+            )
+            raise ValueError(msg)
+        return self
 
 
 class ModelFile(_Strict):
@@ -337,8 +372,10 @@ class ModelFile(_Strict):
         window_s, step_s: feature window and step the model was trained with, s.
         standardizer: per-feature transform, mean and scale, (F,) each, and the optional
             per-session standardisation.
-        classifier: ``coef`` (C, F), or (C, 2F) with ``standardizer.session.combine ==
-            "append"``, and ``intercept`` (C,).
+        classifier: ``linear-softmax``: ``coef`` (C, F), or (C, 2F) with
+            ``standardizer.session.combine == "append"``, and ``intercept`` (C,);
+            ``mlp-softmax``: hidden layers (the first reads those F or 2F columns), then
+            ``coef`` (C, H) and ``intercept`` (C,).
         gazeguard_version: version of gazeguard that wrote the file.
         trained: free-form provenance (dataset, rows, date, cross-validated accuracy…).
     """
@@ -352,7 +389,7 @@ class ModelFile(_Strict):
     window_s: float = Field(30.0, gt=0.0, allow_inf_nan=False)
     step_s: float = Field(0.5, gt=0.0, allow_inf_nan=False)
     standardizer: Standardizer
-    classifier: LinearSoftmax
+    classifier: Classifier
     gazeguard_version: Name
     trained: dict[str, Any] = Field(default_factory=dict)
 
@@ -380,15 +417,26 @@ class ModelFile(_Strict):
             raise ValueError(msg)
         k = self.classifier
         width = 2 * F if s.session is not None and s.session.combine == "append" else F
-        if len(k.coef) != C or any(len(row) != width for row in k.coef):
-            shape = f"[{len(k.coef)}][{', '.join(str(len(r)) for r in k.coef[:3])}...]"
-            what = "[C][2F]" if width != F else "[C][F]"
-            msg = f"classifier.coef: must be {what} = [{C}][{width}], got {shape}"
-            raise ValueError(msg)
+        what = "[C][2F]" if width != F else "[C][F]"
+        for i, layer in enumerate(k.hidden):
+            _check_matrix(layer.coef, len(layer.intercept), width, f"classifier.hidden.{i}")
+            width = len(layer.intercept)
+            what = "[C][H]"
+        _check_matrix(k.coef, C, width, "classifier", what)
         if len(k.intercept) != C:
             msg = f"classifier.intercept: has {len(k.intercept)} entries, expected C = {C}"
             raise ValueError(msg)
         return self
+
+
+def _check_matrix(
+    coef: list[list[float]], rows: int, width: int, where: str, what: str = "[H][input]"
+) -> None:
+    """Refuse a ``coef`` that is not ``rows`` × ``width``."""
+    if len(coef) != rows or any(len(row) != width for row in coef):
+        shape = f"[{len(coef)}][{', '.join(str(len(r)) for r in coef[:3])}...]"
+        msg = f"{where}.coef: must be {what} = [{rows}][{width}], got {shape}"
+        raise ValueError(msg)
 
 
 class SessionStandardizer:
@@ -474,6 +522,7 @@ class LabelModel:
     _scale: FloatArray = field(init=False, repr=False)
     _coef: FloatArray = field(init=False, repr=False)
     _intercept: FloatArray = field(init=False, repr=False)
+    _hidden: tuple[tuple[FloatArray, FloatArray], ...] = field(init=False, repr=False)
     _log: npt.NDArray[np.bool_] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -485,6 +534,11 @@ class LabelModel:
         object.__setattr__(
             self, "_intercept", np.asarray(self.spec.classifier.intercept, np.float64)
         )
+        hidden = tuple(
+            (np.asarray(h.coef, np.float64), np.asarray(h.intercept, np.float64))
+            for h in self.spec.classifier.hidden
+        )
+        object.__setattr__(self, "_hidden", hidden)
 
     @property
     def name(self) -> str:
@@ -582,7 +636,10 @@ class LabelModel:
         Returns:
             (T, C) probabilities, rows summing to 1.
         """
-        logits = self.inputs(X, session) @ self._coef.T + self._intercept
+        h = self.inputs(X, session)
+        for w, b in self._hidden:
+            h = np.maximum(h @ w.T + b, 0.0)
+        logits = h @ self._coef.T + self._intercept
         logits -= logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
         p /= p.sum(axis=1, keepdims=True)
@@ -689,9 +746,11 @@ def train_model(
     session: SessionSpec | None = None,
     sessions: npt.ArrayLike | None = None,
     sample_weight: npt.ArrayLike | None = None,
+    hidden_layers: Sequence[int] = (),
+    seed: int = 0,
 ) -> LabelModel:
-    """Train standardiser + multinomial logistic regression (scikit-learn) on a labelled table and
-    export it as a :class:`LabelModel`.
+    """Train standardiser + multinomial logistic regression, or a multilayer perceptron
+    (scikit-learn), on a labelled table and export it as a :class:`LabelModel`.
 
     Args:
         table: labelled public recordings (never a user's data); ``table.task`` is the class.
@@ -707,8 +766,10 @@ def train_model(
             session's rows must be in time order, its statistics run over all of them (before
             ``every`` thins the training rows).
         sample_weight: (N,) weight of each row in the fit (e.g. balancing datasets).
+        hidden_layers: widths of ReLU hidden layers (empty: logistic regression); an MLP's L2
+            penalty is ``alpha = 1/regularization``, with early stopping on a held-out tenth.
+        seed: the MLP's initialisation and validation split.
     """
-    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 - the eval extra
 
     check_feature_names(features, "features", "train_model")
     check_feature_names(log_features, "log_features", "train_model")
@@ -731,19 +792,14 @@ def train_model(
         Z = S if session.combine == "replace" else np.hstack([Z, S])
     y = (table.task if labels is None else np.asarray(labels))[rows].astype(str)
     w = None if sample_weight is None else np.asarray(sample_weight, np.float64)[rows]
-    clf = LogisticRegression(C=regularization, max_iter=5000)
-    clf.fit(Z[rows], y, sample_weight=w)
-    classes = [str(c) for c in clf.classes_]
-    coef = np.asarray(clf.coef_, np.float64)
-    intercept = np.asarray(clf.intercept_, np.float64)
-    if coef.shape[0] == 1:  # binary: scikit-learn keeps one row; softmax form needs two
-        coef = np.vstack([-coef / 2, coef / 2])
-        intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
+    classes, classifier, estimator = _fit_classifier(
+        Z[rows], y, w, regularization=regularization, hidden_layers=tuple(hidden_layers), seed=seed
+    )
     now = datetime.now(UTC)
     import sklearn  # noqa: PLC0415 - the eval extra
 
     trained: dict[str, Any] = {
-        "estimator": "sklearn.linear_model.LogisticRegression (multinomial, L2)",
+        "estimator": estimator,
         "regularization_C": regularization,
         "rows": int(rows.size),
         "people": sorted(set(table.person.tolist())),
@@ -767,11 +823,67 @@ def train_model(
             log_offset=log_offset,
             session=session,
         ),
-        classifier=LinearSoftmax(coef=coef.tolist(), intercept=intercept.tolist()),
+        classifier=classifier,
         gazeguard_version=__version__,
         trained=trained,
     )
     return LabelModel(spec, f"trained {name!r}")
+
+
+def _fit_classifier(
+    Z: FloatArray,
+    y: npt.NDArray[np.str_],
+    w: FloatArray | None,
+    *,
+    regularization: float,
+    hidden_layers: tuple[int, ...],
+    seed: int,
+) -> tuple[list[str], Classifier, str]:
+    """Fit scikit-learn's classifier on standardised rows ``Z`` (N, width): the class names,
+    the exported :class:`Classifier` and a description of the estimator."""
+    if not hidden_layers:
+        from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 - the eval extra
+
+        lr = LogisticRegression(C=regularization, max_iter=5000)
+        lr.fit(Z, y, sample_weight=w)
+        coef = np.asarray(lr.coef_, np.float64)
+        intercept = np.asarray(lr.intercept_, np.float64)
+        if coef.shape[0] == 1:  # binary: scikit-learn keeps one row; softmax form needs two
+            coef = np.vstack([-coef / 2, coef / 2])
+            intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
+        return (
+            [str(c) for c in lr.classes_],
+            Classifier(coef=coef.tolist(), intercept=intercept.tolist()),
+            "sklearn.linear_model.LogisticRegression (multinomial, L2)",
+        )
+    from sklearn.neural_network import MLPClassifier  # noqa: PLC0415 - the eval extra
+
+    mlp = MLPClassifier(
+        hidden_layers,
+        alpha=1.0 / regularization,
+        max_iter=300,
+        early_stopping=True,
+        random_state=seed,
+    )
+    mlp.fit(Z, y, sample_weight=w)
+    ws = [np.asarray(c, np.float64).T for c in mlp.coefs_]  # (out, in) each
+    bs = [np.asarray(b, np.float64) for b in mlp.intercepts_]
+    out_w, out_b = ws[-1], bs[-1]
+    if out_w.shape[0] == 1:  # binary: one logistic output z; softmax([-z/2, z/2]) is the same
+        out_w = np.vstack([-out_w / 2, out_w / 2])
+        out_b = np.array([-out_b[0] / 2, out_b[0] / 2])
+    hidden = [
+        HiddenLayer(coef=a.tolist(), intercept=b.tolist())
+        for a, b in zip(ws[:-1], bs[:-1], strict=True)
+    ]
+    return (
+        [str(c) for c in mlp.classes_],
+        Classifier(
+            kind="mlp-softmax", hidden=hidden, coef=out_w.tolist(), intercept=out_b.tolist()
+        ),
+        f"sklearn.neural_network.MLPClassifier (ReLU {list(hidden_layers)}, softmax, "
+        f"alpha {1.0 / regularization:g}, early stopping, seed {seed})",
+    )
 
 
 def lopo_probabilities(

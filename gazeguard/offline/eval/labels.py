@@ -594,13 +594,15 @@ def lopo_models(
     log_offset: float = 0.01,
     regularization: float = 1.0,
     balance: bool = False,
+    hidden_layers: Sequence[int] = (),
     every: int = 2,
     progress: Callable[[str], None] = _quiet,
 ) -> dict[str, LabelModel]:
     """Per person, a label model trained on everyone else (:func:`gazeguard.signal.labels.
     train_model`, every ``every``-th window): ``activity`` maps tasks to classes (rows of
     unmapped tasks are left out; None: the tasks are the classes); ``balance`` weighs every
-    class the same in total."""
+    class the same in total; ``hidden_layers``: an MLP's hidden widths (empty: logistic
+    regression)."""
     task = table.task.astype(str)
     y = task if activity is None else np.array([activity.get(v, "") for v in task])
     keep = y != ""
@@ -618,7 +620,7 @@ def lopo_models(
         out[who] = train_model(
             sub, features, name=f"lopo-{who}", regularization=regularization, every=every,
             labels=y[rows], log_features=log_features, log_offset=log_offset,
-            sample_weight=weight, provenance={"left_out": who},
+            sample_weight=weight, hidden_layers=hidden_layers, provenance={"left_out": who},
         )  # fmt: skip
         progress(f"leave-one-person-out model without {who}")
     return out
@@ -626,7 +628,8 @@ def lopo_models(
 
 def recipe_of(model: LabelModel) -> dict[str, Any]:
     """The training recipe of a shipped model, for :func:`lopo_models`: its features, which
-    are read through the log, the log offset, ``C`` and class balancing."""
+    are read through the log, the log offset, ``C``, class balancing and the hidden layers'
+    widths (an MLP; none for logistic regression)."""
     std = model.spec.standardizer
     logs = [f for f, tr in zip(model.features, std.transform or (), strict=False) if tr == "log"]
     c = model.spec.trained.get("regularization_C", 1.0)
@@ -636,6 +639,7 @@ def recipe_of(model: LabelModel) -> dict[str, Any]:
         "log_offset": float(std.log_offset),
         "regularization": float(c) if isinstance(c, int | float) else 1.0,
         "balance": "sample_weight" in model.spec.trained,
+        "hidden_layers": [len(h.intercept) for h in model.spec.classifier.hidden],
     }
 
 
