@@ -31,7 +31,7 @@ from gazeguard.offline.eval.labels import (
 )
 from gazeguard.plan import ReleasePlan, labels_alone
 from gazeguard.runtime.simulate import simulate_gaze
-from gazeguard.signal.labels import load_model
+from gazeguard.signal.labels import load_model, model_from_dict
 
 
 @given(st.integers(2, 6), st.integers(0, 2**32 - 1))
@@ -85,10 +85,19 @@ def test_the_portable_recipe_is_read_from_the_model() -> None:
     assert len(r["features"]) == 40
     assert "saccade_rate" in r["log_features"]
     assert "saccade_left_ratio" not in r["log_features"]
-    assert (r["log_offset"], r["balance"]) == (0.01, True)
-    model = load_model("activity-portable")
-    assert r["hidden_layers"] == [len(h.intercept) for h in model.spec.classifier.hidden]
-    assert r["regularization"] == model.spec.trained["regularization_C"]
+    assert (r["log_offset"], r["regularization"], r["balance"]) == (0.01, 1.0, True)
+    assert r["hidden_layers"] == []  # logistic regression
+    # a perceptron's recipe carries its hidden widths and its C (alpha = 1/C)
+    mlp = load_model("activity-portable").spec.model_dump()
+    mlp["classifier"] = {
+        "kind": "mlp-softmax",
+        "hidden": [{"coef": [[0.0] * 40] * 3, "intercept": [0.0] * 3}],
+        "coef": [[0.0] * 3] * 4,
+        "intercept": [0.0] * 4,
+    }
+    mlp["trained"]["regularization_C"] = 2.5
+    r = recipe_of(model_from_dict(mlp))
+    assert (r["hidden_layers"], r["regularization"]) == ([3], 2.5)
 
 
 class _Recorded(Dataset):
