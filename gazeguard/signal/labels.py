@@ -770,7 +770,6 @@ def train_model(
             penalty is ``alpha = 1/regularization``, with early stopping on a held-out tenth.
         seed: the MLP's initialisation and validation split.
     """
-
     check_feature_names(features, "features", "train_model")
     check_feature_names(log_features, "log_features", "train_model")
     cols = np.array([table.feature_names.index(f) for f in features], dtype=np.intp)
