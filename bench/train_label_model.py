@@ -338,8 +338,8 @@ def score(ev: dict[str, Any], sessions: bool) -> float:
     dataset: the perceptrons below gain 0.07–0.09 on that mean and lose 0.04–0.05 here (and
     on simulated gaze, which no model was trained on, a 64-unit perceptron's clean held
     accuracy over an hour was 0.45 where logistic regression's is 0.63, measured by
-    ``bench/eval_labels.py`` with each as the shipped model: ``--candidates 7 --out mlp.json``,
-    then ``eval_labels.py --skip-decisions --session-model mlp.json --out DIR``)."""
+    ``bench/eval_labels.py`` with each as the shipped model: ``--candidates 7 --tag mlp --out
+    mlp.json``, then ``eval_labels.py --skip-decisions --session-model mlp.json --out DIR``)."""
     return float(np.mean([_worst(d, sessions) for d in ev["lodo"].values()]))
 
 
