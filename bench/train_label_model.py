@@ -292,11 +292,6 @@ def evaluate_lodo(cfg: Config, tab: ld.Table, every: int) -> dict[str, Any]:
     return out
 
 
-#: The shipped ``activity`` model's GazeGraph classes → the common activities.
-ACTIVITY_MODEL_MAP = {"browse": "browse", "search": "browse", "play": "play", "read": "read",
-                      "watch": "watch", "write": "write"}  # fmt: skip
-
-
 def evaluate_activity_model(tab: ld.Table) -> dict[str, Any]:
     """The shipped ``activity`` model (GazeGraph's six desktop classes, trained on every
     GazeGraph person) on every *other* dataset's native recordings, its classes mapped onto the
@@ -307,25 +302,19 @@ def evaluate_activity_model(tab: ld.Table) -> dict[str, Any]:
     for d in sorted(set(tab.dataset.tolist()) - {"gazegraph"}):
         nat = (tab.dataset == d) & (tab.variant == ld.NATIVE)
         pred = predict(model, tab.X[nat], tab.session[nat])
-        mapped = np.array([ACTIVITY_MODEL_MAP[c] for c in pred.tolist()], dtype=str)
+        mapped = np.array([ld.ACTIVITY[("gazegraph", c)] for c in pred.tolist()], dtype=str)
         out[d] = accuracy(mapped, tab.activity[nat])
         log(f"  shipped 'activity' model on {d}: {out[d]['accuracy']:.3f}")
     return out
 
 
-def _worst(d: dict[str, Any], sessions: bool) -> float:
-    """A test's accuracy; for per-session models the *worse* of the two session readings (one
-    person's activities as one session, or one recording per session): a deployment cannot
-    choose."""
-    if "multi" in d and isinstance(d["multi"], dict):  # a leave-one-dataset-out entry
-        return float(min(d[k]["accuracy"] for k in ("multi", "single") if k in d))
-    return float(min(d.values()) if sessions else d["multi"])
-
-
 def lopo_mean(ev: dict[str, Any], sessions: bool) -> float:
     """The mean accuracy over the leave-one-person-out tests (native, augmented devices and
-    the four headset changes)."""
-    return float(np.mean([_worst(d, sessions) for d in ev["lopo"]["mean"].values()]))
+    the four headset changes); for per-session models each test counts the *worse* of its two
+    session readings (one person's activities as one session, or one recording per session):
+    a deployment cannot choose."""
+    vals = [min(d.values()) if sessions else d["multi"] for d in ev["lopo"]["mean"].values()]
+    return float(np.mean(vals))
 
 
 def score(ev: dict[str, Any], sessions: bool) -> float:
@@ -340,7 +329,10 @@ def score(ev: dict[str, Any], sessions: bool) -> float:
     accuracy over an hour was 0.45 where logistic regression's is 0.63, measured by
     ``bench/eval_labels.py`` with each as the shipped model: ``--candidates 7 --tag mlp --out
     mlp.json``, then ``eval_labels.py --skip-decisions --session-model mlp.json --out DIR``)."""
-    return float(np.mean([_worst(d, sessions) for d in ev["lodo"].values()]))
+    worst = [
+        min(d[k]["accuracy"] for k in ("multi", "single") if k in d) for d in ev["lodo"].values()
+    ]
+    return float(np.mean(worst))
 
 
 # ----------------------------------------------------------------------------- report
@@ -393,11 +385,7 @@ def markdown(res: dict[str, Any]) -> str:
                 if mode not in e:
                     continue
                 a = e[mode]
-                per = ", ".join(f"{k} {v:.2f}" for k, v in a["per_activity"].items())
-                pr = "; ".join(
-                    f"{k}→" + ",".join(f"{c}:{n}" for c, n in sorted(v.items()))
-                    for k, v in a["predicted"].items()
-                )
+                per, pr = _cells(a)
                 tag = "" if mode == "multi" else " (one recording per session)"
                 lines.append(
                     f"| {d}{tag} | {', '.join(e['trained_on'])} | "
@@ -413,13 +401,19 @@ def activity_model_table(rows: dict[str, Any]) -> str:
     """Markdown: the ``activity`` model (GazeGraph's six classes, mapped) per other dataset."""
     lines = ["| dataset (native) | accuracy | per activity | predicted |", "|---|---|---|---|"]
     for d, a in rows.items():
-        per = ", ".join(f"{k} {v:.2f}" for k, v in a["per_activity"].items())
-        pr = "; ".join(
-            f"{k}→" + ",".join(f"{c}:{n}" for c, n in sorted(v.items()))
-            for k, v in a["predicted"].items()
-        )
+        per, pr = _cells(a)
         lines.append(f"| {d} | {a['accuracy']:.3f} | {per} | {pr} |")
     return "\n".join(lines)
+
+
+def _cells(a: dict[str, Any]) -> tuple[str, str]:
+    """An :func:`accuracy` result's "per activity" and "predicted" table cells."""
+    per = ", ".join(f"{k} {v:.2f}" for k, v in a["per_activity"].items())
+    pr = "; ".join(
+        f"{k}→" + ",".join(f"{c}:{n}" for c, n in sorted(v.items()))
+        for k, v in a["predicted"].items()
+    )
+    return per, pr
 
 
 # ----------------------------------------------------------------------------- model card
