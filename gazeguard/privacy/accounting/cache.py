@@ -17,10 +17,20 @@ only means nothing is kept. Writes go to a temporary file renamed over the old o
 see a partial file), merged with what other processes wrote meanwhile; at most once a second,
 and at exit.
 
-Trust: the file decides what the ledger believes was spent, like the ledger file itself, so it
-lives in the service user's own cache directory (created ``0700``). Every entry is checked on
-load (finite or infinite ε ≥ 0, a known method, a positive interval; a finite positive ratio),
-and a cached ratio is used only after its composition is checked against the budget
+Trust: the file decides what the plan calibrates and what the ledger believes was spent, so no
+entry is believed because it is well formed. Each entry carries an HMAC-SHA256, under a secret
+key, of the file's tag, the entry's key and its value; an entry whose code does not match
+(changed after it was written, moved to another key, copied from another file, another key's or
+another library version's) is refused with a warning naming the file and computed anew, as in
+an empty cache. The key (32 random bytes, hex) is made on first use in its own file,
+``$GAZEGUARD_CACHE_KEY`` if set, else ``$XDG_STATE_HOME/gazeguard/cache-key``, else
+``~/.local/state/gazeguard/cache-key`` — never in the cache directory, which is disposable and
+may be shared or mounted. It is used only as a regular file (not a symlink) of this process's
+user that no one else may read or write (``0600``); otherwise, or when it cannot be made, the
+disk cache is not used (a warning, or a note when the directory is unwritable) and everything
+is computed. So lowering a charge or the noise through the cache takes the key: the service
+user's own state, like the ledger, not write access to a cache directory. A kept ratio is
+also used only after its composition is checked against the budget
 (:func:`~gazeguard.privacy.accounting.calibrate.calibrate`).
 
 Thread-safe (one lock); no import of anything heavy.
@@ -32,11 +42,14 @@ import atexit
 import contextlib
 import functools
 import hashlib
+import hmac
 import importlib.metadata
 import json
 import logging
 import math
 import os
+import secrets
+import stat
 import tempfile
 import threading
 import time
@@ -48,11 +61,13 @@ from gazeguard.privacy.accounting.loss import Event
 
 __all__ = [
     "ENV",
+    "KEY_ENV",
     "clear",
     "directory",
     "file",
     "flush",
     "forget",
+    "key_file",
     "lookup",
     "lookup_ratio",
     "ratio_key",
@@ -64,13 +79,18 @@ log = logging.getLogger("gazeguard.privacy.accounting")
 
 #: Environment variable naming the cache directory (``off`` or empty: no disk cache).
 ENV = "GAZEGUARD_CACHE_DIR"
+#: Environment variable naming the key file that authenticates the entries.
+KEY_ENV = "GAZEGUARD_CACHE_KEY"
 #: Version of the file format, of the key's meaning and of how values are computed: bump when
-#: any changes (2: Laplace PMFs built in NumPy, ε moved by ~1e-12 relative).
-FORMAT = 2
+#: any changes (2: Laplace PMFs built in NumPy, ε moved by ~1e-12 relative; 3: each entry
+#: authenticated).
+FORMAT = 3
 #: Most entries kept (oldest dropped first): a few hundred bytes each.
 MAX_ENTRIES = 50_000
 #: Seconds between two writes of the file (pending entries are written at exit).
 FLUSH_EVERY_S = 1.0
+#: Bytes of the secret key.
+KEY_BYTES = 32
 _METHODS = frozenset({"none", "gaussian", "pld", "rdp"})
 _RATIO = "ratio:"
 
@@ -86,6 +106,17 @@ def directory() -> Path | None:
         return None if value in ("", "off") else Path(value)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "gazeguard"
+
+
+def key_file() -> Path:
+    """The file of the secret key that authenticates the entries (see the module docstring)."""
+    value = (os.environ.get(KEY_ENV) or "").strip()
+    if value:
+        return Path(value)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "gazeguard" / "cache-key"
 
 
 def _version(dist: str) -> str:
@@ -118,6 +149,99 @@ def events_form(counts: Iterable[tuple[Event, int]]) -> list[list[Any]]:
     return [[sorted(e.to_dict().items()), c] for e, c in counts]
 
 
+# ------------------------------------------------------------------------------------ the key
+def _private(fd: int) -> str | None:
+    """Why the open key file ``fd`` cannot be trusted, or ``None``."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to uid {st.st_uid}, not to this process's user ({os.geteuid()})"
+    if st.st_mode & 0o077:
+        return f"others may read or write it (mode {stat.S_IMODE(st.st_mode):04o}, not 0600)"
+    return None
+
+
+def _make_key(path: Path) -> None:
+    """Make the key file, whole or not at all (a racing process's key wins)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".cache-key-", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(KEY_BYTES) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _secret(path: Path) -> bytes | None:
+    """The secret key in ``path`` (made if there is none), or ``None`` (logged) when there is
+    none this process can make or trust."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for attempt in range(2):
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            if attempt:
+                break
+            try:
+                _make_key(path)
+            except OSError as exc:
+                log.info(
+                    "composition cache not used: no key file %s could be made (%s); "
+                    "compositions are computed anew", path, exc,
+                )  # fmt: skip
+                return None
+            continue
+        except OSError as exc:  # a symlink (ELOOP), a directory, no permission, …
+            log.warning(
+                "composition cache not used: its key file %s cannot be opened as a file (%s); "
+                "compositions are computed anew", path, exc,
+            )  # fmt: skip
+            return None
+        with os.fdopen(fd, "rb") as f:
+            why = _private(f.fileno())
+            text = f.read(4 * KEY_BYTES).strip()
+        if why is None:
+            try:
+                value = bytes.fromhex(text.decode("ascii"))
+            except ValueError:
+                value = b""
+            if len(value) != KEY_BYTES:
+                why = f"it does not hold {2 * KEY_BYTES} hex digits"
+            else:
+                return value
+        log.warning(
+            "composition cache not used: its key file %s cannot be trusted (%s); compositions "
+            "are computed anew (remove the file to have a new key made)", path, why,
+        )  # fmt: skip
+        return None
+    return None
+
+
+def _code(secret: bytes, k: str, value: list[Any]) -> str:
+    """The entry's authentication code: HMAC-SHA256 of the file's tag, its key and its value."""
+    message = json.dumps([_tag(), k, value], separators=(",", ":")).encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def _form(k: str, entry: Entry) -> list[Any]:
+    """An entry's value as stored (without its code)."""
+    return [entry[0]] if k.startswith(_RATIO) else list(entry)
+
+
+def _authentic(secret: bytes, k: str, entry: Entry, code: Any) -> bool:
+    """Whether ``code`` is the entry's authentication code under ``secret``."""
+    if not (isinstance(code, str) and code.isascii()):  # compare_digest takes ASCII str only
+        return False
+    return hmac.compare_digest(code, _code(secret, k, _form(k, entry)))
+
+
+# -------------------------------------------------------------------------------- the file
 def _valid(k: str, value: Any) -> Entry | None:
     if k.startswith(_RATIO):
         ok = (
@@ -145,45 +269,66 @@ def _valid(k: str, value: Any) -> Entry | None:
     return float(eps), str(method), None if interval is None else float(interval)
 
 
-def _read(path: Path) -> dict[str, Entry]:
+def _read(path: Path, secret: bytes, key_path: Path, *, quiet: bool = False) -> dict[str, Entry]:
+    """The entries of ``path`` that are well formed and authenticated under ``secret`` (read
+    from ``key_path``); ``quiet``: what is refused is not logged again (a merge before a
+    write)."""
+    say = log.debug if quiet else log.warning
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        log.warning("composition cache %s unreadable (%s): computing anew", path, exc)
+        say("composition cache %s unreadable (%s): computing anew", path, exc)
         return {}
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, dict) or data.get("format") != FORMAT:
-        log.warning("composition cache %s is not a format-%d cache: ignored", path, FORMAT)
+        say("composition cache %s is not a format-%d cache: ignored", path, FORMAT)
         return {}
     out: dict[str, Entry] = {}
+    malformed = refused = 0
     for k, v in entries.items():
-        entry = _valid(k, v) if isinstance(k, str) else None
-        if entry is not None:
+        stored = v[:-1] if isinstance(v, list) and v else None
+        entry = _valid(k, stored) if isinstance(k, str) else None
+        if entry is None:
+            malformed += 1
+        elif not _authentic(secret, k, entry, v[-1]):
+            refused += 1
+        else:
             out[k] = entry
-    if len(out) < len(entries):
-        bad = len(entries) - len(out)
-        log.warning("composition cache %s: %d invalid entries ignored", path, bad)
+    if refused:
+        say(
+            "composition cache %s: %d of %d entries REFUSED: their authentication code does not "
+            "match (changed after they were written, moved or copied in, or written under "
+            "another key than %s); each is computed anew when needed",
+            path, refused, len(entries), key_path,
+        )  # fmt: skip
+    if malformed:
+        say("composition cache %s: %d malformed entries ignored", path, malformed)
     return out
 
 
 class _Store:
-    """The process's view of the file: loaded on first use, written when new entries wait."""
+    """The process's view of the file: loaded on first use, written when new entries wait.
+    Without a trusted key (``secret`` is ``None``) nothing is read from or written to disk."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.path: Path | None = None
+        self.key_path: Path | None = None
+        self.secret: bytes | None = None
         self.entries: dict[str, Entry] | None = None
         self.pending: dict[str, Entry] = {}
         self.flushed_at = 0.0
 
     def _load(self) -> dict[str, Entry]:
         path = file()
-        if self.entries is None or path != self.path:
-            self.path, self.entries, self.pending = path, {}, {}
-            if path is not None:
-                self.entries = _read(path)
+        key_path = None if path is None else key_file()
+        if self.entries is None or path != self.path or key_path != self.key_path:
+            self.path, self.key_path, self.entries, self.pending = path, key_path, {}, {}
+            self.secret = None if key_path is None else _secret(key_path)
+            if path is not None and key_path is not None and self.secret is not None:
+                self.entries = _read(path, self.secret, key_path)
         assert self.entries is not None
         return self.entries
 
@@ -194,7 +339,7 @@ class _Store:
     def put(self, k: str, entry: Entry) -> None:
         with self.lock:
             self._load()[k] = entry
-            if self.path is None:
+            if self.path is None or self.secret is None:
                 return
             self.pending[k] = entry
             if time.monotonic() - self.flushed_at >= FLUSH_EVERY_S:
@@ -205,18 +350,21 @@ class _Store:
             self._write()
 
     def _write(self) -> None:
-        path, pending = self.path, self.pending
-        if path is None or not pending:
+        path, key_path, secret, pending = self.path, self.key_path, self.secret, self.pending
+        if path is None or key_path is None or secret is None or not pending:
             return
         self.flushed_at = time.monotonic()
         self.pending = {}
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            merged = _read(path)
+            merged = _read(path, secret, key_path, quiet=True)
             merged.update(pending)
             if len(merged) > MAX_ENTRIES:
                 merged = dict(list(merged.items())[-MAX_ENTRIES:])
-            out = {k: [v[0]] if k.startswith(_RATIO) else list(v) for k, v in merged.items()}
+            out = {}
+            for k, v in merged.items():
+                value = _form(k, v)
+                out[k] = [*value, _code(secret, k, value)]
             body = json.dumps({"format": FORMAT, "entries": out}, separators=(",", ":"))
             fd, tmp = tempfile.mkstemp(prefix=".compositions-", dir=path.parent)
             try:
@@ -233,7 +381,7 @@ class _Store:
     def clear(self) -> None:
         with self.lock:
             path = file()
-            self.path, self.entries, self.pending = path, {}, {}
+            self.entries, self.pending = None, {}  # the next use reads the key again
             if path is not None:
                 with contextlib.suppress(OSError):
                     path.unlink()
