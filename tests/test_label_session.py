@@ -1,6 +1,8 @@
-"""Per-session standardisation of label models (issue 34): the running statistics' math, online
-equals offline, the format's extension (log transform, session flag), the release carrying one
-session's state, and the shipped portable model."""
+"""Per-session standardisation of label models (issue 34): the running statistics' math and
+online equals offline, for offline model selection; the format's extension (log transform,
+session flag); and (issue 46, point 7) why the sidecar refuses per-session state — changing a few
+blocks of a stream changes decisions long after them — and that it does, for labels and cohorts
+alike, naming ``standardizer.session``; and the shipped portable model."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gazeguard.config import CohortSettings, LabelSettings
 from gazeguard.core.errors import ConfigError
+from gazeguard.plan import ReleasePlan
 from gazeguard.privacy.mechanisms.randomness import InsecureSeededRandom
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.dataset import FeatureTable
@@ -117,49 +121,76 @@ def session_model() -> LabelModel:
     )
 
 
-def test_session_model_round_trips_and_predicts_online_as_offline(
-    session_model: LabelModel, tmp_path: Path
-) -> None:
-    data = json.loads(session_model.save(tmp_path / "s.json").read_text())
+def test_session_model_predicts_online_as_offline(session_model: LabelModel) -> None:
+    """The offline selection path (bench/train_label_model.py): blocks fed in order give the
+    whole session's values, and the inputs are what the docstring says."""
+    data = json.loads(session_model.to_json())
     assert data["standardizer"]["transform"] == ["log", "log", "identity"]
     assert data["standardizer"]["session"] == {"prior_windows": 30.0, "combine": "append"}
     assert np.array(data["classifier"]["coef"]).shape == (2, 6)  # [population, session]
-    loaded = load_model(tmp_path / "s.json")
-    assert loaded.per_session
+    assert session_model.per_session
     t = _table(seed=5)
     X = t.X[np.ix_(np.flatnonzero(t.person == "p0"), [NAMES.index(f) for f in FEATS])]
-    whole = loaded.predict_proba(X)
-    state = loaded.new_session()
-    parts = [loaded.predict_proba(b, session=state) for b in np.array_split(X, 7)]
+    whole = session_model.predict_proba(X)
+    state = session_model.new_session()
+    parts = [session_model.predict_proba(b, session=state) for b in np.array_split(X, 7)]
     assert np.allclose(np.vstack(parts), whole, rtol=1e-12, atol=1e-12)
     # The inputs are what the docstring says: [g, s] with g population-, s session-standardised.
     u = np.log(X + 0.01) * [1, 1, 0] + X * [0, 0, 1]
     mean = np.array(data["standardizer"]["mean"])
     scale = np.array(data["standardizer"]["scale"])
     s = session_standardize(u, mean, scale, 30.0)
-    assert np.allclose(loaded.inputs(X), np.hstack([(u - mean) / scale, s]))
-    acc = np.mean(np.asarray(loaded.classes)[whole.argmax(1)] == t.task[t.person == "p0"])
+    assert np.allclose(session_model.inputs(X), np.hstack([(u - mean) / scale, s]))
+    acc = np.mean(np.asarray(session_model.classes)[whole.argmax(1)] == t.task[t.person == "p0"])
     assert acc > 0.9
 
 
-def test_release_carries_the_session_through_its_decisions(session_model: LabelModel) -> None:
-    t = _table(seed=6)
-    X = t.X[t.person == "p1"]  # all 48 features, the stream's columns
-    lr = LabelRelease(session_model, 3.0, input_features=NAMES, source=InsecureSeededRandom(1))
-    assert lr.session is not None
-    for block in np.array_split(X, 4):
-        lr.release(block)
-    assert lr.session.windows == len(X)
-    # The state after the stream is the state of the whole session at once.
-    cols = [NAMES.index(f) for f in FEATS]
-    fresh = session_model.new_session()
-    assert fresh is not None
-    session_model.predict_proba(X[:, cols], session=fresh)
-    probe = X[:3, cols]
-    assert np.allclose(
-        session_model.predict_proba(probe, session=lr.session),
-        session_model.predict_proba(probe, session=fresh),
+def _decisions(model: LabelModel, blocks: list[np.ndarray]) -> np.ndarray:
+    """One decision per block, the blocks fed in order through one session's state."""
+    state = model.new_session()
+    return np.array([model.decide(b, state) for b in blocks])
+
+
+def test_per_session_state_carries_a_change_far_beyond_its_blocks() -> None:
+    """Why the sidecar refuses it: scale 3 blocks of a stream (another headset for a minute) and
+    a per-session model's decisions change many blocks later; a population model's change only
+    inside those 3 blocks."""
+    train = _table()
+    spec = SessionSpec(prior_windows=30.0, combine="replace")
+    per_session = train_model(
+        train, FEATS, name="sess", log_features=FEATS[:2], session=spec, sessions=train.person
     )
+    population = train_model(train, FEATS, name="pop", log_features=FEATS[:2])
+    t = _table(seed=7)
+    cols = [NAMES.index(f) for f in FEATS]
+    stream = np.vstack([t.X[t.recording == r][:, cols] for r in ("p2_read", "p2_watch")] * 4)
+    blocks = np.array_split(stream, len(stream) // 20)  # 24 blocks of 20 windows
+    changed = [b * 0.05 if i < 3 else b for i, b in enumerate(blocks)]
+    a, b = _decisions(per_session, blocks), _decisions(per_session, changed)
+    assert np.flatnonzero(a != b).max() >= 15  # 12 or more blocks after the change
+    a, b = _decisions(population, blocks), _decisions(population, changed)
+    assert set(np.flatnonzero(a != b)) <= {0, 1, 2}
+
+
+def test_a_per_session_model_is_refused_for_labels_and_cohorts(
+    session_model: LabelModel, tmp_path: Path
+) -> None:
+    path = session_model.save(tmp_path / "s.json")
+    with pytest.raises(ConfigError) as err:
+        load_model(path)
+    assert err.value.field == "standardizer.session"
+    assert "per-session running statistics" in err.value.reason
+    assert "s.json" in str(err.value.source)
+    for kw in (
+        {"labels": LabelSettings(enabled=True, model=str(path))},
+        {"cohort": CohortSettings(enabled=True, model=str(path))},
+    ):
+        with pytest.raises(ConfigError, match=r"standardizer\.session"):
+            ReleasePlan.build(budget=10.0, delta=1e-6, **kw)  # type: ignore[arg-type]
+    # and a model built in memory cannot reach a label release either
+    with pytest.raises(ConfigError, match=r"standardizer\.session") as err:
+        LabelRelease(session_model, 1.0, source=InsecureSeededRandom(1))
+    assert err.value.field == "labels.model"
 
 
 def _spec(session_model: LabelModel) -> dict[str, object]:
@@ -183,9 +214,8 @@ def test_malformed_session_models_are_refused(session_model: LabelModel) -> None
     d["standardizer"]["transform"] = ["sqrt", "log", "identity"]  # type: ignore[index]
     with pytest.raises(ConfigError, match="transform"):
         model_from_dict(d)
-    m = model_from_dict(_spec(session_model))
     with pytest.raises(ValueError, match="at or below -log_offset"):
-        m.predict_proba(np.array([[-1.0, 1.0, 0.5]]))
+        session_model.predict_proba(np.array([[-1.0, 1.0, 0.5]]))
 
 
 def test_population_models_are_unchanged_by_the_extension() -> None:
@@ -210,6 +240,6 @@ def test_shipped_portable_model_loads_and_labels_simulated_gaze() -> None:
     s = simulate_gaze(45.0, 60.0, seed=3, task="reading")
     X, _ = extract_features(s.timestamps, s.x_deg, s.y_deg, rate_hz=60.0)
     cols = [NAMES.index(f) for f in m.features]
-    p = m.predict_proba(X[:, cols], session=m.new_session())
+    p = m.predict_proba(X[:, cols])
     assert p.shape == (X.shape[0], len(m.classes))
     assert np.allclose(p.sum(1), 1.0)

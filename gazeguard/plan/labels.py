@@ -8,6 +8,10 @@ that: ``ε`` per decision is the largest for which the accountant's composition 
 decisions is ``≤ R`` at ``δ_L``; or ``ε = labels.epsilon``, whose ``D``-fold composition must
 then fit below ``B``. One raw gaze sample reaches the plan's ``per_sample`` decisions. Nothing
 in the plan reads the user's data.
+
+That count holds because a decision reads its own block alone: a model that keeps per-session
+state (``standardizer.session``) would carry one sample into every later decision, so it is
+refused (:func:`gazeguard.signal.labels.check_stateless`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from gazeguard.signal.labels import (
     MAX_EPSILON,
     MIN_EPSILON,
     LabelModel,
+    check_stateless,
     load_model,
     released_accuracy,
     survival_probability,
@@ -261,8 +266,9 @@ def plan_labels(
 
     Raises:
         ConfigError: ``decision_s`` is not a whole multiple of the step; a fixed ε whose hour
-            leaves nothing for the rest; ε out of range.
+            leaves nothing for the rest; ε out of range; a model with per-session state.
     """
+    check_stateless(model, "labels.model")
     steps = _steps_per_decision(labels.decision_s, features.step_s)
     classes = len(model.classes)
     f = labels.svt_fraction if labels.release == "change" else 0.0

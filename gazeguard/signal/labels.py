@@ -61,10 +61,17 @@ Feature transform and per-session standardisation (optional, same format version
     ``s = (d_n − m_n)/√v_n``: the running mean and variance of the session's windows so far,
     shrunk towards the population as if ``n0`` population windows had come first (so the first
     windows are standardised by the population and a long session by itself). ``combine:
-    "replace"`` feeds ``s`` to the classifier, ``"append"`` feeds ``[g, s]`` (2F columns). The
-    statistics are the session's own clean features inside the trusted process; only the label
-    leaves it, so this costs no privacy. :class:`SessionStandardizer` keeps the state of one
-    session (:meth:`LabelModel.new_session`); :class:`LabelRelease` keeps one per stream.
+    "replace"`` feeds ``s`` to the classifier, ``"append"`` feeds ``[g, s]`` (2F columns).
+    :class:`SessionStandardizer` keeps the state of one session (:meth:`LabelModel.new_session`).
+
+    This is **not free**: the statistics stay inside the trusted process, but every label then
+    depends on every earlier window of the session, so one raw gaze sample reaches every later
+    label (changing 3 blocks of a stream changed decisions 13 blocks later), far beyond the
+    reach the release plan declares and charges. The sidecar therefore refuses such a model:
+    :func:`model_from_dict` (every model file, for ``labels.model`` and ``cohort.model`` alike)
+    and :class:`LabelRelease` raise :class:`~gazeguard.core.errors.ConfigError` naming
+    ``standardizer.session``. The format and :func:`train_model` keep it for offline model
+    selection only (``bench/train_label_model.py`` compares such candidates; none is shipped).
 """
 
 from __future__ import annotations
@@ -284,7 +291,8 @@ Transform = Literal["identity", "log"]
 
 
 class SessionSpec(_Strict):
-    """Per-session online standardisation (see the module docstring).
+    """Per-session online standardisation (see the module docstring): for offline model
+    selection only; a model file with it is refused (:func:`check_stateless`).
 
     Attributes:
         prior_windows: ``n0``, how many population windows the running statistics start from
@@ -306,7 +314,8 @@ class Standardizer(_Strict):
         transform: (F,) ``"identity"`` or ``"log"`` (``u = ln(x + log_offset)``); None: all
             identity (the original format).
         log_offset: the offset of the log transform, in the feature's own unit.
-        session: per-session standardisation, or None (population only).
+        session: per-session standardisation (offline only: the sidecar refuses it), or None
+            (population only).
     """
 
     mean: list[FiniteFloat]
@@ -562,7 +571,8 @@ class LabelModel:
 
     @property
     def per_session(self) -> bool:
-        """Whether the model standardises by each session's running statistics."""
+        """Whether the model standardises by each session's running statistics (offline
+        model selection only: :func:`check_stateless` refuses it for the sidecar)."""
         return self.spec.standardizer.session is not None
 
     def new_session(self) -> SessionStandardizer | None:
@@ -698,7 +708,33 @@ def model_from_dict(data: Any, source: str = "<memory>") -> LabelModel:
     except ValidationError as exc:
         raise validation_error(exc, source) from None
     check_feature_names(spec.features, "features", source)
-    return LabelModel(spec, source)
+    model = LabelModel(spec, source)
+    check_stateless(model, "standardizer.session")
+    return model
+
+
+def check_stateless(model: LabelModel, field_name: str = "labels.model") -> None:
+    """Refuse a model that keeps per-session state (``standardizer.session``): its labels would
+    depend on every earlier window of the session, a reach no release plan declares (module
+    docstring).
+
+    Raises:
+        ConfigError: on ``field_name``, naming ``standardizer.session``.
+    """
+    sess = model.spec.standardizer.session
+    if sess is None:
+        return
+    raise ConfigError(
+        field_name,
+        sess.model_dump(),
+        f"model {model.name!r} standardises by per-session running statistics "
+        "(standardizer.session): each label would depend on every earlier window of the "
+        "session, so one raw gaze sample would reach every later label, beyond the reach the "
+        "release plan declares and charges; gazeguard refuses such models for labels and "
+        "cohorts alike. Use a model standardised by its training population only "
+        "(standardizer.session null, as the shipped models are)",
+        model.source,
+    )
 
 
 def shipped_models() -> list[str]:
@@ -982,20 +1018,23 @@ class LabelRelease:
     """Turns the clean feature vectors of each decision window into one private label.
 
     Per decision: the model's class probabilities, averaged over the window's vectors (a
-    per-session model standardises them by the running statistics of every vector this object
-    has released on so far: one object per session); the
-    argmax is the clean decision (it never leaves this object); randomized response at
-    ``epsilon`` releases a label (:class:`RandomizedResponse`). The caller charges ``epsilon``
-    per decision to the ledger and publishes :class:`LabelDecision`.
+    function of that window alone: a model with per-session state is refused,
+    :func:`check_stateless`); the argmax is the clean decision (it never leaves this object);
+    randomized response at ``epsilon`` releases a label (:class:`RandomizedResponse`). The
+    caller charges ``epsilon`` per decision to the ledger and publishes :class:`LabelDecision`.
 
     Args:
         model: the label model (its features must match the configured profile: see
-            :func:`load_model`).
+            :func:`load_model`; no per-session state).
         epsilon: ε per decision.
         input_features: names of the columns of the vectors passed to :meth:`release` (default:
             the model's features in its order; e.g. ``gazeguard.signal.features.NAMES`` for full
             48-feature vectors). Every model feature must be among them.
         source: random bytes (None: :class:`~gazeguard.privacy.mechanisms.randomness.OsRandom`).
+
+    Raises:
+        ConfigError: a model with per-session state (``standardizer.session``), or input
+            vectors that lack one of its features.
     """
 
     def __init__(
@@ -1006,6 +1045,7 @@ class LabelRelease:
         input_features: Sequence[str] | None = None,
         source: RandomSource | None = None,
     ) -> None:
+        check_stateless(model)
         self.model = model
         self.rr = RandomizedResponse(len(model.classes), epsilon)
         names = list(model.features if input_features is None else input_features)
@@ -1019,9 +1059,6 @@ class LabelRelease:
         self._cols = np.array([names.index(f) for f in model.features], dtype=np.intp)
         self._width = len(names)
         self.source: RandomSource = source if source is not None else OsRandom()
-        #: The stream's running statistics (per-session models; None otherwise): every vector
-        #: passed to :meth:`release` enters them, in order.
-        self.session = model.new_session()
 
     @property
     def epsilon(self) -> float:
@@ -1049,8 +1086,7 @@ class LabelRelease:
         if x.ndim != 2 or x.shape[1] != self._width or x.shape[0] < 1:
             msg = f"a decision needs (T >= 1, {self._width}) feature vectors, got shape {x.shape}"
             raise ValueError(msg)
-        # per-session models: every vector passed here enters the stream's running statistics
-        p = self.model.predict_proba(x[:, self._cols], self.session)
+        p = self.model.predict_proba(x[:, self._cols])
         return np.asarray(p.mean(axis=0), np.float64)
 
     def release(self, X: npt.ArrayLike) -> LabelDecision:
