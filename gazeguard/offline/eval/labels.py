@@ -437,6 +437,63 @@ MODES = (
     Mode("clock", "clock"),
     Mode("clock-300", "clock", decision_s=300.0),
 )
+#: The paths compared to keep one (issue 46, point 8): the change trigger as shipped and
+#: clocks of 30 s to 3 min blocks (the consumer holds each label until the next).
+CANDIDATES = (
+    Mode("change", "change"),
+    Mode("clock", "clock"),
+    Mode("clock-60", "clock", decision_s=60.0),
+    Mode("clock-120", "clock", decision_s=120.0),
+    Mode("clock-180", "clock", decision_s=180.0),
+)
+
+
+def trigger_power(
+    epsilon: float,
+    *,
+    checks: int = 10,
+    threshold: float = 0.1,
+    trials: int = 20_000,
+    seed: int | None = 1,
+) -> dict[str, float]:
+    """How well the change trigger's detection round (the sparse vector technique,
+    :class:`~gazeguard.privacy.mechanisms.svt.AboveThreshold` at ``epsilon`` per round, query
+    range 2 as the label stream asks it) tells a change from none: the probability that a round
+    fires within ``checks`` checks when every query says "certainly changed" (``+1``: another
+    class has all the probability, the held label none) and when every query says "certainly
+    not" (``−1``). Every query the stream can ask lies in ``[−1, 1]`` and a round fires more
+    often the larger its queries, so no activity, model or query of that range separates the
+    two better than these extremes: this is the trigger's best case.
+
+    Args:
+        epsilon: ε of one detection round.
+        checks: checks per round (blocks asked before the round is cut off).
+        threshold: the margin that counts as a change.
+        trials: rounds per case.
+        seed: an INSECURE reproducible source (None: the OS CSPRNG).
+
+    Returns:
+        ``{"epsilon", "checks", "fire_if_change", "fire_if_none", "first_check_if_change",
+        "first_check_if_none", "se"}`` (``se``: the largest Monte Carlo standard error).
+    """
+    from gazeguard.privacy.mechanisms.svt import AboveThreshold  # noqa: PLC0415
+
+    source: RandomSource = OsRandom() if seed is None else random_source(seed)
+    out: dict[str, float] = {"epsilon": epsilon, "checks": checks}
+    for name, q in (("change", 1.0), ("none", -1.0)):
+        first = within = 0
+        for _ in range(trials):
+            svt = AboveThreshold(epsilon, 2.0, threshold, source)
+            svt.start()
+            for k in range(checks):
+                if svt.query(q):
+                    first += k == 0
+                    within += 1
+                    break
+        out[f"fire_if_{name}"] = within / trials
+        out[f"first_check_if_{name}"] = first / trials
+    out["se"] = 0.5 / math.sqrt(trials)
+    return out
 
 
 @dataclass(frozen=True)
