@@ -110,6 +110,7 @@ def test_schemas_and_mechanisms_are_commands(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.glob("*.schema.json")) == [
         "attention.schema.json",
         "chunk.schema.json",
+        "cohort-receipt.schema.json",
         "cohort.schema.json",
         "label.schema.json",
         "status.schema.json",

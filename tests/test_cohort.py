@@ -6,6 +6,7 @@ enqueued."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -241,3 +242,111 @@ def test_a_session_another_worker_charged_for_the_bucket_is_left_out_before_the_
         carried = [q for q in ledger.pending() if q.topic.endswith("/aggregates")]
         assert len(carried) == 2  # both aggregates go out, each carried by its last charge
         assert ledger.verify() == []
+
+
+# -- issue 46, finding 6: who is charged is public ---------------------------------------------
+def _open_sessions_run(tmp_path: Path, with_gaze: set[str]) -> dict[str, object]:
+    """Sessions ``s-a``, ``s-b`` and ``s-z`` open through bucket 2 of a means + attention plan;
+    those in ``with_gaze`` send valid gaze and feature vectors, the others only invalid samples
+    (NaN gaze, as a closed eye sends). What reaches the ledger and the outbox."""
+    from gazeguard.config import CohortSettings  # noqa: PLC0415
+    from gazeguard.plan import ReleasePlan  # noqa: PLC0415
+    from gazeguard.plan.cohort import ATTENTION_STREAM  # noqa: PLC0415
+    from gazeguard.runtime.simulate import simulate_scene_gaze  # noqa: PLC0415
+
+    cohort = CohortSettings(enabled=True, release=["means", "attention"])
+    plan = ReleasePlan.build(budget=10.0, delta=1e-6, cohort=cohort)
+    c = plan.cohort_plan
+    assert c is not None
+    bucket_s = c.bucket_s
+    t0 = 2 * bucket_s
+    sessions = ("s-a", "s-b", "s-z")
+    with Ledger(tmp_path / f"{'-'.join(sorted(with_gaze))}.sqlite", **plan.ledger_caps()) as led:
+        agg = CohortAggregator(c, led, cohort="lab", worker="w1", insecure_seed=3)
+        for s in sessions:
+            agg.open_session("hmd", s, t0 + 0.5)
+        for i, s in enumerate(sessions):
+            g = simulate_scene_gaze(20, 60, seed=i, task="reading")
+            t = t0 + 5 + g.timestamps
+            if s in with_gaze:
+                agg.add_gaze("hmd", s, t_unix=t, x_deg=g.x_deg, y_deg=g.y_deg, valid=g.valid)
+                x = np.random.default_rng(i).uniform(0, 1, (8, len(c.features)))
+                agg.add("hmd", s, x, t0 + 10 + np.arange(8))
+            else:
+                nan = np.full(len(t), np.nan)
+                agg.add_gaze("hmd", s, t_unix=t, x_deg=nan, y_deg=nan, valid=np.zeros(len(t)))
+        for s in sessions:
+            agg.close_session("hmd", s, t0 + bucket_s - 1)
+        released = agg.release_due(t0 + bucket_s + 30)
+        assert agg.release_due(t0 + 10 * bucket_s) == [], "closed: no later bucket"
+        charges = {
+            (s, stream): [(r.chunk_index, r.total, r.epsilon, r.gaze_start, r.gaze_end)
+                          for r in led.charges(s, stream)]
+            for s in sessions for stream in (STREAM, ATTENTION_STREAM)
+        }  # fmt: skip
+        states = {
+            s: {k: v for k, v in dataclasses.asdict(led.state(s)).items() if k != "session"}
+            for s in sessions
+        }
+        outbox = [(p.session, p.topic, p.payload) for p in led.pending()]
+    return {"released": released, "charges": charges, "states": states, "outbox": outbox}
+
+
+def test_every_open_session_is_charged_alike_valid_gaze_or_not(tmp_path: Path) -> None:
+    """Finding 6 of issue 46: a session without valid gaze in a bucket (its samples all invalid)
+    is charged and receipted exactly as one with valid gaze, so the ledger's ε that every chunk
+    and status quotes says nothing about whose gaze was valid; and everything published, the
+    aggregates' public fields included, is byte-identical whoever had valid gaze, but for the
+    fields the egress contract classifies released."""
+    from gazeguard.wire.egress import MASK, public_view  # noqa: PLC0415
+
+    one = _open_sessions_run(tmp_path, {"s-a", "s-z"})  # s-b: no valid gaze
+    released = one["released"]
+    assert isinstance(released, list)
+    assert [r.sessions for r in released] == [("s-a", "s-b", "s-z")] * 2  # means, attention
+    charges = one["charges"]
+    assert isinstance(charges, dict)
+    for stream in (STREAM, "attention"):
+        assert charges["s-a", stream] == charges["s-b", stream] != []
+    states = one["states"]
+    assert isinstance(states, dict)
+    assert states["s-a"] == states["s-b"] == states["s-z"]
+    outbox = one["outbox"]
+    assert isinstance(outbox, list)
+    receipts = {s: [p for who, t, p in outbox if who == s and t.endswith("/cohort")]
+                for s in ("s-a", "s-b")}  # fmt: skip
+    assert len(receipts["s-a"]) == 2  # one per part; s-z carries the messages
+    assert [p.replace(b'"s-a"', b'"s-b"') for p in receipts["s-a"]] == receipts["s-b"]
+
+    # the neighbour: s-a's gaze invalid too, s-b's valid instead
+    for other in ({"s-b", "s-z"}, {"s-z"}):
+        two = _open_sessions_run(tmp_path, other)
+        assert two["charges"] == charges
+        assert two["states"] == states
+        a = [(s, t, public_view(p)) for s, t, p in outbox]
+        b = [(s, t, public_view(p)) for s, t, p in two["outbox"]]  # type: ignore[union-attr]
+        assert a == b
+        assert any(MASK.encode() in p for _, _, p in a)  # the aggregates' released fields
+        assert [p for *_, p in outbox] != [p for *_, p in two["outbox"]]  # type: ignore[union-attr]
+
+
+def test_open_sessions_are_charged_for_buckets_without_any_data(tmp_path: Path) -> None:
+    """A bucket in which sessions are open is released on schedule, each charged, even when
+    none of them handed the aggregator anything; a closed session is charged no more."""
+    plan = small_plan(budget=5.0)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        agg = CohortAggregator(plan, ledger, cohort="lab", worker="w1", insecure_seed=4)
+        agg.open_session("hmd", "s1", 600.0)  # buckets 10 …
+        agg.open_session("hmd", "s2", 659.0)
+        agg.close_session("hmd", "s2", 700.0)  # … bucket 11 for s2
+        released = agg.release_due(60.0 * 13 + 5.0)  # buckets 10, 11, 12 are due
+        assert [(r.message.bucket, r.sessions) for r in released] == [
+            (10, ("s1", "s2")), (11, ("s1", "s2")), (12, ("s1",)),
+        ]  # fmt: skip
+        assert all(isinstance(r.message, CohortMessage) for r in released)
+        assert [c.chunk_index for c in ledger.charges("s2", STREAM)] == [10, 11]
+        assert [c.chunk_index for c in ledger.charges("s1", STREAM)] == [10, 11, 12]
+        assert agg.release_due(60.0 * 13 + 5.0) == []
+        agg.close_session("hmd", "s1", 60.0 * 13 + 6.0)
+        assert [r.message.bucket for r in agg.release_due(1e4)] == [13]
+        assert agg.release_due(1e5) == []

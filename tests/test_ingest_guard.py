@@ -5,15 +5,17 @@ sample number in the index channel and, as ``x = k / 1000`` degrees, in the gaze
 sample index or timestamp (inf, NaN, 1e15, +1e6 s) costs at most that sample; a sustained jump of
 the sender's clock is followed after ``ingest.resync_after_s``; 30 % NaN/inf in any channel, the
 index included, still releases chunks; a 100 k-sample burst stamped up to 408 s ahead is
-refused and counted; the retained status turns ``stream_lost`` and back to ``running`` (through
-``gazeguard.runtime.service.serve`` and a real Mosquitto). Without LSL: Hypothesis properties of
-:class:`gazeguard.core.ordering.SampleOrder`.
+refused and counted; a quiet stream is said in the local log and never in the retained status
+(through ``gazeguard.runtime.service.serve`` and a real Mosquitto). Without LSL: Hypothesis
+properties of :class:`gazeguard.core.ordering.SampleOrder`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -37,6 +39,7 @@ from gazeguard.runtime.pipeline import Pipeline
 from gazeguard.runtime.presets import IngestStats, gazeguard_stream_info
 from gazeguard.runtime.service import serve
 from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.wire.egress import STATUS
 
 RATE = 250.0
 TOL = IngestSettings().future_tolerance_s
@@ -317,15 +320,18 @@ def test_a_burst_stamped_408_s_ahead_is_refused_and_counted(unique_id: str, tmp_
     assert len(released) <= int(np.ceil(admitted_s / (steps * step))) + 1  # was ~1,000
 
 
-# -- the retained status: stream_lost and back ------------------------------------------------
+# -- a quiet stream: the local log says so, the retained status does not -----------------------
 @pytest.mark.slow
 @pytest.mark.network
-def test_status_turns_stream_lost_and_back_to_running(
-    mosquitto: MosquittoBroker, unique_id: str, tmp_path: Path
+def test_a_quiet_stream_is_logged_locally_and_never_in_the_status(
+    mosquitto: MosquittoBroker, unique_id: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Through ``serve`` and a real Mosquitto: the stream goes silent, then sends only samples
-    stamped 1e6 s ahead (unusable); each time the retained status turns ``stream_lost`` after
-    ``ingest.stream_lost_after_s`` and back to ``running`` when usable samples resume."""
+    stamped 1e6 s ahead (unusable). Each time the local log says so after
+    ``ingest.stream_lost_after_s`` and again when usable samples resume, with the ingest's
+    counters; the retained status never does, and carries no count of samples: whether gaze
+    arrives is the user's, not public (issue 46, finding 4)."""
+    caplog.set_level(logging.INFO, "gazeguard.runtime.service")
     phases = [(4.0, 0.0), (2.5, None), (3.5, 0.0), (2.5, 1e6), (3.5, 0.0)]  # (s, stamp offset)
     due_l, off_l = [], []
     t0 = 0.0
@@ -380,23 +386,23 @@ def test_status_turns_stream_lost_and_back_to_running(
         sub.close()
     states = [m.state for m in statuses]
     changes = [a for a, b in zip(states, [None, *states], strict=False) if a != b]
-    assert (changes[0], changes[-1]) == ("starting", "stopped")
-    first = changes.index("running")
+    assert changes == ["starting", "running", "stopped"]
+    assert all(set(m.model_dump(by_alias=True)) == set(STATUS.fields) for m in statuses)
+    assert all(m.reason is None for m in statuses)
+    said = [r.getMessage() for r in caplog.records if r.name == "gazeguard.runtime.service"]
+    quiet = [m for m in said if "no usable gaze sample" in m]
+    resumed = [m for m in said if "gaze samples resumed" in m]
+    assert all("ingest.stream_lost_after_s = 1" in m and "local log only" in m for m in quiet)
     # before the first sample arrives (the outlet waits for its consumer, then 0.2 s) a busy
-    # machine may already say stream_lost, and starting again when samples come
-    assert set(changes[:first]) <= {"starting", "stream_lost"}
-    core = changes[first:-1]
-    if core[-1:] == ["stream_lost"]:  # the outlet's end is silence too
-        core = core[:-1]
-    assert core == ["running", "stream_lost", "running", "stream_lost", "running"]
-    lost = [m for m in statuses if m.state == "stream_lost"]
-    assert all(m.reason and "ingest.stream_lost_after_s = 1" in m.reason for m in lost)
-    final = statuses[-1]
-    assert final.ingest is not None
-    assert final.ingest.future == final.ingest.implausible == final.ingest.dropped
-    assert final.ingest.future == pytest.approx(2.5 * RATE, abs=2)  # the whole unusable phase
-    assert final.ingest.samples == len(rows) - final.ingest.future
-    assert all(m.ingest is not None for m in statuses if m.state != "starting")
+    # machine may already find the stream quiet once; the outlet's end is silence too
+    assert len(resumed) in (2, 3), said
+    assert len(quiet) - len(resumed) in (0, 1), said
+    counts = [m for m in said if "gaze ingest (local only)" in m]
+    assert len(counts) == len(resumed) + 1  # at each resume and at the end
+    final = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", counts[-1].split(": ", 1)[1])}
+    assert final["future"] == final["implausible"] == final["dropped"]
+    assert final["future"] == pytest.approx(2.5 * RATE, abs=2)  # the whole unusable phase
+    assert final["samples"] == len(rows) - final["future"]
 
 
 # -- a stream lost for good ends iteration with a StreamError ---------------------------------

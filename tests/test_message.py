@@ -284,7 +284,25 @@ def test_status_needs_a_reason_when_something_is_wrong() -> None:
     ok = StatusMessage.model_validate(
         {**base, "state": "budget_exhausted", "reason": "session cap 1 reached"}
     )
-    assert json.loads(ok.to_payload())["schema"] == "gazeguard.status/1"
+    assert json.loads(ok.to_payload())["schema"] == "gazeguard.status/2"
+
+
+def test_the_status_carries_no_count_of_samples() -> None:
+    """Finding 4 of issue 46: the ingest's counters (``invalid`` is the blink signal) left the
+    status; a status that carries them, or a paused-stream state, is refused."""
+    base: dict[str, Any] = {
+        "session": "s1", "device": "d", "state": "running", "time": 1.7e9, "spent": 1.0,
+        "remaining": None, "session_cap": None, "chunks_charged": 1, "chunks_withheld": 0,
+        "chunks_dropped": 0,
+    }  # fmt: skip
+    StatusMessage.model_validate(base)
+    counters = {"samples": 8260, "invalid": 473, "dropped": 0, "lost": 0, "resyncs": 0}
+    for extra in ({"ingest": counters}, counters, {"tail_steps_dropped": 3}):
+        with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+            StatusMessage.model_validate({**base, **extra})
+    shipped = shipped_schema("status.schema.json")["properties"]
+    fields = set(StatusMessage.model_fields) | set(shipped)
+    assert not fields & {"ingest", *counters, "samples_invalid", "tail_steps_dropped"}
 
 
 @given(st.text(max_size=300), st.text(max_size=300))

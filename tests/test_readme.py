@@ -22,7 +22,7 @@ import pytest
 from conftest import MosquittoBroker
 
 from gazeguard.config import load_settings
-from gazeguard.wire.cohort import AttentionMessage, CohortMessage
+from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import ChunkMessage, StatusMessage, shipped_schema
 
@@ -82,7 +82,8 @@ MODELS = {
     "gazeguard.label/1": (LabelMessage, "label.schema.json"),
     "gazeguard.cohort/1": (CohortMessage, "cohort.schema.json"),
     "gazeguard.attention/1": (AttentionMessage, "attention.schema.json"),
-    "gazeguard.status/1": (StatusMessage, "status.schema.json"),
+    "gazeguard.status/2": (StatusMessage, "status.schema.json"),
+    "gazeguard.cohort-receipt/1": (CohortReceipt, "cohort-receipt.schema.json"),
 }
 MESSAGES = [(w, c) for w, c in blocks("json") if re.search(r'"schema": "gazeguard\.', c)]
 

@@ -33,6 +33,7 @@ from gazeguard.runtime.service import (
     serve,
 )
 from gazeguard.runtime.simulate import SimulatedHeadset
+from gazeguard.wire.egress import STATUS
 from gazeguard.wire.message import ChunkMessage, StatusMessage, json_schema
 
 pytestmark = pytest.mark.network
@@ -302,7 +303,10 @@ def test_budget_exhaustion_withholds_and_nothing_raw_is_published(
                 assert msg.ledger.session_spent <= 6.0
             else:
                 assert topic.endswith("/status"), f"unexpected topic {topic}"
-                StatusMessage.from_payload(payload)
+                status = StatusMessage.from_payload(payload)
+                # issue 46: public fields only (no sample counts), a state the ledger decides
+                assert set(json.loads(payload)) == set(STATUS.fields)
+                assert status.state in ("starting", "running", "budget_exhausted", "stopped")
         assert len(sub.chunks()) == 2
     finally:
         sub.close()

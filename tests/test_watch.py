@@ -20,6 +20,7 @@ from test_label_stream import MODEL_FEATURES, fast_model
 from gazeguard.cli import ExitCode, main
 from gazeguard.cli.watch import clock, describe, span, sparkline
 from gazeguard.signal.labels import LabelDecision, RandomizedResponse
+from gazeguard.wire.cohort import CohortReceipt
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import StatusMessage
 
@@ -68,6 +69,35 @@ def test_an_invalid_message_is_reported_not_fatal() -> None:
     kind, _, _ = describe("gazeguard/v1/d/s/status", b"\xff\xfe not json", 8)
     assert kind == "invalid"
     assert describe("elsewhere/x", b"{}", 8)[0] == "other"
+
+
+def test_a_status_and_a_cohort_receipt_are_shown_with_their_public_fields() -> None:
+    """The status line says the ledger's figures and the chunk counts, dropped included (the
+    status carries no count of samples since issue 46); a cohort receipt on the session's
+    ``…/cohort`` topic is validated and shown, not ignored."""
+    status = StatusMessage(
+        session="s", device="hmd", state="budget_exhausted", time=1.7e9, epsilon=0.5,
+        spent=1.0, remaining=0.0, session_cap=1.0, chunks_charged=3, chunks_withheld=2,
+        chunks_dropped=1, reason="session cap 1 reached",
+    )  # type: ignore[arg-type]  # fmt: skip
+    kind, lines, _ = describe("gazeguard/v1/hmd/s/status", status.to_payload(), 8)
+    assert kind == "status"
+    assert lines == [
+        "status hmd/s: budget_exhausted, user-level ε 0.5; chunks charged 3, delivered 0, "
+        "refused 0, withheld 2, dropped 1 — session cap 1 reached"
+    ]
+    receipt = CohortReceipt(
+        session="s", cohort="lab", worker="w1", bucket=7, release="attention",
+        noise_multiplier=26.6, epsilon_per_hour=5.0, delta=1e-6,
+    )  # fmt: skip
+    kind, lines, model = describe("gazeguard/v1/hmd/s/cohort", receipt.to_payload(), 8)
+    assert (kind, model) == ("receipts", receipt)
+    assert lines == [
+        "receipt s: charged for cohort 'lab' bucket 7 (attention, worker w1): 5 ε per hour of "
+        "buckets at δ 1e-06"
+    ]
+    old = json.loads(status.to_payload()) | {"schema": "gazeguard.status/1", "ingest": None}
+    assert describe("gazeguard/v1/hmd/s/status", json.dumps(old).encode(), 8)[0] == "invalid"
 
 
 def test_sparkline_spans_the_range() -> None:

@@ -1,6 +1,7 @@
-"""``gazeguard watch``: see what a gazeguard publishes — chunks, labels and status — as they
-arrive, each validated against the message schema (the pydantic models the shipped JSON Schemas
-are generated from), with each feature's values beside the noise they carry.
+"""``gazeguard watch``: see what a gazeguard publishes — chunks, labels, status and cohort
+receipts — as they arrive, each validated against the message schema (the pydantic models the
+shipped JSON Schemas are generated from), with each feature's values beside the noise they
+carry.
 
 Works against any gazeguard: the embedded broker of ``gazeguard run`` or a Mosquitto. A message
 that does not validate is reported (topic and the first error) and watching goes on.
@@ -25,6 +26,7 @@ from gazeguard.config import broker_address, load_settings
 from gazeguard.core.errors import GazeguardError
 from gazeguard.runtime.mqtt.client import ClientFactory
 from gazeguard.runtime.mqtt.sink import explain_failure
+from gazeguard.wire.cohort import CohortReceipt
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import (
     VALUE_NOISE_LABEL,
@@ -32,6 +34,9 @@ from gazeguard.wire.message import (
     StatusMessage,
     value_noise_text,
 )
+
+#: The messages ``watch`` validates and shows (by the last level of their topic).
+Watched = ChunkMessage | LabelMessage | StatusMessage | CohortReceipt
 
 #: Sparkline blocks, lowest to highest.
 BARS = "▁▂▃▄▅▆▇█"
@@ -194,14 +199,15 @@ def describe(
     """``(kind, lines, model)`` for one message; kind ``invalid`` with the first error.
     ``holds``: the labels held so far, updated by a label and shown with a status."""
     kind = topic.rsplit("/", 1)[-1]
-    models: dict[str, type[ChunkMessage] | type[LabelMessage] | type[StatusMessage]] = {
+    models: dict[str, type[Watched]] = {
         "chunks": ChunkMessage, "labels": LabelMessage, "status": StatusMessage,
+        "cohort": CohortReceipt,
     }  # fmt: skip
     parse = models.get(kind)
     if parse is None:
         return "other", [f"{topic}: not a gazeguard topic (ignored)"], None
     try:
-        model: ChunkMessage | LabelMessage | StatusMessage = parse.from_payload(payload)
+        model: Watched = parse.from_payload(payload)
     except (ValidationError, ValueError) as exc:
         first = str(exc).splitlines()[0:3]
         return "invalid", [f"INVALID message on {topic}: {' '.join(first)}"], None
@@ -213,6 +219,13 @@ def describe(
         if holds is not None:
             holds[key] = model
         return "labels", describe_label(model, previous), model
+    if isinstance(model, CohortReceipt):
+        line = (
+            f"receipt {model.session}: charged for cohort {model.cohort!r} bucket "
+            f"{model.bucket} ({model.release}, worker {model.worker}): "
+            f"{model.epsilon_per_hour:.3g} ε per hour of buckets at δ {model.delta:g}"
+        )
+        return "receipts", [line], model
     assert isinstance(model, StatusMessage)
     eps = "" if model.epsilon is None else f", user-level ε {model.epsilon:.3g}"
     held = None if holds is None else holds.get((model.device, model.session))
@@ -226,8 +239,8 @@ def describe(
         [
             f"status {model.device}/{model.session}: {model.state}{eps}; chunks charged "
             f"{model.chunks_charged}, delivered {model.chunks_delivered}, refused "
-            f"{model.chunks_refused}, withheld {model.chunks_withheld}"
-            + (f" — {model.reason}" if model.reason else "")
+            f"{model.chunks_refused}, withheld {model.chunks_withheld}, dropped "
+            f"{model.chunks_dropped}" + (f" — {model.reason}" if model.reason else "")
         ],
         model,
     )

@@ -142,8 +142,8 @@ class IngestSettings(Section):
         5.0,
         gt=0,
         allow_inf_nan=False,
-        description="the status turns 'stream_lost' when no usable sample arrived for this "
-        "long, and back when samples resume, s",
+        description="the local log says so when no usable sample arrived for this long, and "
+        "again when samples resume, s (never the status: whether gaze arrives is the user's)",
     )
     pull_every_s: float = Field(
         1.0,

@@ -10,16 +10,18 @@ unusable and usable at 100–1,000 sessions (``bench/eval_cohort.py``).
 
 The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
 
-1. **Contribution.** A session with at least one feature vector whose window ends in the bucket
-   contributes ``v = [u/√F, h, 1]``: ``u`` the mean over its vectors of the profile features,
-   each clipped to its public bounds ``[lo, hi]`` and mapped to ``[0, 1]``
-   (``‖u/√F‖₂ ≤ 1``); ``h`` the mean of the label model's class probabilities over the same
-   vectors (a probability vector, ``‖h‖₂ ≤ 1``); and ``1`` for the count when there are
+1. **Contribution.** Every session open in the bucket contributes (who is open is public: the
+   session's lifetime as its stream declares it). One with at least one feature vector whose
+   window ends in the bucket contributes ``v = [u/√F, h, 1]``: ``u`` the mean over its vectors
+   of the profile features, each clipped to its public bounds ``[lo, hi]`` and mapped to
+   ``[0, 1]`` (``‖u/√F‖₂ ≤ 1``); ``h`` the mean of the label model's class probabilities over
+   the same vectors (a probability vector, ``‖h‖₂ ≤ 1``); and ``1`` for the count when there are
    features (their means need it; a histogram-only plan needs no count coordinate: every ``h``
    sums to 1, so the histogram's total is the count). So ``‖v‖₂ ≤ √blocks =: Δ2``
    (blocks = 2·[F > 0] + [C > 0]) whatever the gaze — the bound comes from the clipping, never
    from the data. A histogram-only plan thus has Δ2 = 1, not √2: σ is √2 smaller for the same
-   budget.
+   budget. One without a feature vector (no valid gaze) contributes ``v = 0``, what its
+   absence would: the count and the sums are over the sessions with vectors.
 2. **Mechanism.** ``S = Σ_sessions v`` plus discrete Gaussian noise of ``σ = r·Δ2`` on every
    coordinate, on a power-of-two grid from the OS CSPRNG (:func:`gazeguard.privacy.mechanisms.
    calibration.calibrate_noise`: the grid's rounding is paid by inflating σ; the sampler's
@@ -33,10 +35,13 @@ The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
    :func:`gazeguard.privacy.accounting.calibrate`). The other release kinds get the rest; basic
    composition keeps them within ``(B, δ)`` and the ledger's accountant checks every charge.
 4. **Ledger.** Sessions whose ledger would refuse the charge (a cap) are left out *before*
-   the sum (their state depends on past releases only). Every contributing session is charged
-   in the ``cohort`` stream at index ``b`` with the bucket's gaze span; all but one get a
-   receipt on ``{prefix}/{device}/{session}/cohort`` (the ε they paid, nothing else), and the
-   last charge carries the aggregate itself, so the aggregate is enqueued only once every
+   the sum (their state depends on past releases only). Every session open in the bucket is
+   charged alike, valid gaze or not, in the ``cohort`` stream at index ``b`` with the bucket's
+   gaze span — were only the sessions with data charged, the ledger's ε (which every chunk and
+   status quotes) would say which sessions had valid gaze in which bucket; all but one get the
+   same receipt on ``{prefix}/{device}/{session}/cohort`` (:class:`~gazeguard.wire.cohort.
+   CohortReceipt`: the ε they paid, nothing else), and the last charge carries the aggregate
+   itself, so the aggregate is enqueued only once every
    person in it has paid: a crash in between leaves people charged and nothing published
    (conservative), never the reverse; a charged aggregate is delivered after a restart by the
    ledger's outbox.
@@ -51,14 +56,13 @@ and (with a label model) shares, as before attention existed. Δ2 = √blocks co
 released: a heatmap-only plan has Δ2 = 1, and the budget is spent on what the consumer asked for.
 
 **Attention** (:mod:`gazeguard.signal.attention`). A session that had valid gaze samples in the
-bucket
-contributes its dwell distribution over the grid and/or the AOIs (each block a probability
-vector, L2 ≤ 1), tallied by the worker from the samples the pipeline hands it
-(:attr:`gazeguard.runtime.pipeline.Pipeline.on_samples`). The means and shares (the ``aggregates``
-part,
-stream ``cohort``, topic ``…/aggregates``) and the attention (the ``attention`` part, stream
-``attention``, topic ``…/attention``) are each summed, noised, charged and carried as in steps
-2–4, over their own contributors. The cohort's budget is split **evenly** between the parts it
+bucket contributes its dwell distribution over the grid and/or the AOIs (each block a
+probability vector, L2 ≤ 1), tallied by the worker from the samples the pipeline hands it
+(:attr:`gazeguard.runtime.pipeline.Pipeline.on_samples`); one without contributes zero and is
+charged all the same. The means and shares (the ``aggregates`` part, stream ``cohort``, topic
+``…/aggregates``) and the attention (the ``attention`` part, stream ``attention``, topic
+``…/attention``) are each summed, noised, charged and carried as in steps 2–4, each charged to
+every session open in the bucket. The cohort's budget is split **evenly** between the parts it
 releases: each part's noise is ``σ_p = r·√blocks_p`` for one ratio ``r``, calibrated so that
 ``2 × buckets per hour`` releases of ``G(r)`` compose to the cohort's share; a person in both
 pays two identical events (exact Gaussian composition; one event kind keeps the ledger's
@@ -98,11 +102,10 @@ is visible from its own status topic, as for every release.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,8 +125,10 @@ from gazeguard.wire.cohort import (
     AttentionMessage,
     CohortFeature,
     CohortMessage,
+    CohortReceipt,
     attention_topic,
     cohort_topic,
+    receipt_topic,
 )
 
 log = logging.getLogger(__name__)
@@ -308,26 +313,48 @@ class _Bucket:
     rows: dict[tuple[str, str], list[FloatArray]] = field(default_factory=dict)
     probs: dict[tuple[str, str], list[FloatArray]] = field(default_factory=dict)
     tallies: dict[tuple[str, str], npt.NDArray[np.int64]] = field(default_factory=dict)
+    #: Sessions without a declared lifetime that handed anything for the bucket (vectors, or
+    #: gaze samples valid or not).
+    seen: set[tuple[str, str]] = field(default_factory=set)
+
+
+@dataclass
+class _Lifetime:
+    """One stretch a session was open, Unix s (``closed`` None: still open)."""
+
+    opened: float
+    closed: float | None = None
+
+    def overlaps(self, start: float, end: float) -> bool:
+        """Whether the session was open at some time in ``[start, end)``."""
+        return self.opened < end and (self.closed is None or self.closed >= start)
 
 
 class CohortAggregator:
     """Collects clean profile features and gaze tallies per session and bucket; releases a
     bucket once closed.
 
-    Feed it from the trusted worker: :meth:`add` with a session's feature vectors (means and
-    shares) and :meth:`add_gaze` with its gaze samples (attention); call :meth:`release_due`
-    with the current Unix time to release every bucket that ended ``grace_s`` before it. Both
-    feeds and the releases may run in different threads (a lock guards the buckets); vectors or
-    samples that arrive for a bucket already released are dropped and counted in
-    :attr:`late_vectors` and :attr:`late_samples`.
+    Feed it from the trusted worker: :meth:`open_session` and :meth:`close_session` with each
+    session's lifetime (public: when its stream appeared and ended), :meth:`add` with its
+    feature vectors (means and shares) and :meth:`add_gaze` with its gaze samples (attention);
+    call :meth:`release_due` with the current Unix time to release every bucket that ended
+    ``grace_s`` before it. The feeds and the releases may run in different threads (a lock
+    guards the buckets); vectors or samples that arrive for a bucket already released are
+    dropped and counted in :attr:`late_vectors` and :attr:`late_samples`.
 
-    Each part of the plan (:class:`CohortPart`) is released on its own: its contributors are
-    the sessions with data for it in the bucket (feature vectors; valid gaze samples), each is
-    charged the part's event in its stream, and its message is carried by the last charge.
+    **Who is charged is public.** Every session open at some time in a bucket is charged for
+    every part of the plan (:class:`CohortPart`) and gets the same receipt, whether or not its
+    gaze was valid in the bucket: one without feature vectors or valid samples contributes
+    zero to that part's sum (what its absence would), within the part's L2 bound. Charging
+    only the sessions with data would let the ledger's ε, which every chunk and status message
+    quotes, say which sessions had valid gaze in which bucket. A session that never declared a
+    lifetime (the Python API) counts as open in each bucket it handed anything for, valid or
+    not; so does a declared session for a bucket outside its lifetime it handed data for (a
+    fleet takeover's replay). Each part's message is carried by its last charge.
 
     Args:
         plan: the calibrated bucket mechanism.
-        ledger: the ledger every contributing session is charged in (streams ``cohort`` and
+        ledger: the ledger every open session is charged in (streams ``cohort`` and
             ``attention``).
         cohort: the cohort name (topic level).
         worker: this worker's id.
@@ -367,6 +394,56 @@ class CohortAggregator:
         self.late_samples = 0
         self._late_reported = (0, 0)
         self._events = {p.name: {event_key(p.event): 1} for p in plan.parts}
+        self._lifetimes: dict[tuple[str, str], list[_Lifetime]] = {}
+
+    def open_session(self, device: str, session: str, t_unix: float) -> None:
+        """``session`` (published under ``device``) opened at ``t_unix`` (Unix s, a public
+        time: when its stream appeared): from its bucket on, every bucket is charged to it and
+        released, with its data or without (zero contribution). Nothing if it is open already."""
+        with self._lock:
+            spans = self._lifetimes.setdefault((device, session), [])
+            if not spans or spans[-1].closed is not None:
+                spans.append(_Lifetime(float(t_unix)))
+
+    def close_session(self, device: str, session: str, t_unix: float) -> None:
+        """``session`` closed at ``t_unix`` (Unix s, public: when its stream ended); its
+        buckets through the one holding ``t_unix`` are still charged and released. Nothing if
+        it is not open."""
+        with self._lock:
+            spans = self._lifetimes.get((device, session))
+            if spans and spans[-1].closed is None:
+                spans[-1].closed = max(float(t_unix), spans[-1].opened)
+
+    def _open_in(self, bucket: int) -> set[tuple[str, str]]:
+        """The sessions whose declared lifetime overlaps ``bucket`` (hold the lock)."""
+        start, end = bucket * self.plan.bucket_s, (bucket + 1) * self.plan.bucket_s
+        return {
+            key
+            for key, spans in self._lifetimes.items()
+            if any(span.overlaps(start, end) for span in spans)
+        }
+
+    def _lifetime_buckets(self, last: int) -> set[int]:
+        """The buckets after the last released one, through ``last``, in which some declared
+        session is open (hold the lock)."""
+        out: set[int] = set()
+        width = self.plan.bucket_s
+        for spans in self._lifetimes.values():
+            for span in spans:
+                first = max(self._closed_through + 1, math.floor(span.opened / width))
+                end = last if span.closed is None else min(last, math.floor(span.closed / width))
+                out.update(range(first, end + 1))
+        return out
+
+    def _forget_closed(self) -> None:
+        """Drop the lifetimes that ended before every bucket still to release (hold the lock)."""
+        start = (self._closed_through + 1) * self.plan.bucket_s
+        for key in list(self._lifetimes):
+            spans = [s for s in self._lifetimes[key] if s.closed is None or s.closed >= start]
+            if spans:
+                self._lifetimes[key] = spans
+            else:
+                del self._lifetimes[key]
 
     @property
     def open_buckets(self) -> list[int]:
@@ -413,6 +490,7 @@ class CohortAggregator:
             for b in np.unique(buckets[ok]):
                 sel = ok & (buckets == b)
                 bucket = self._buckets.setdefault(int(b), _Bucket())
+                bucket.seen.add(key)
                 bucket.rows.setdefault(key, []).append(x[sel])
                 if p is not None:
                     bucket.probs.setdefault(key, []).append(p[sel])
@@ -429,8 +507,9 @@ class CohortAggregator:
     ) -> None:
         """Tally gaze samples of one session per bucket (attention): ``t_unix`` (N,) sample
         times, Unix s (non-finite or negative: ignored); ``x_deg``, ``y_deg`` (N,) gaze angles,
-        deg; ``valid`` (N,) bool. Only counts per cell and AOI are kept, never the samples. A
-        plan without attention ignores them."""
+        deg; ``valid`` (N,) bool. Only counts per cell and AOI are kept, never the samples; a
+        session without a declared lifetime counts as open in each bucket it sent samples for,
+        valid or not. A plan without attention ignores them."""
         layout = self.plan.attention
         if layout is None:
             return
@@ -440,26 +519,29 @@ class CohortAggregator:
         v = np.asarray(valid, dtype=bool).reshape(-1)
         if not (x.shape == y.shape == v.shape == ok.shape):
             raise ValueError("t_unix, x_deg, y_deg and valid need one value per sample")
-        ok &= v
         if not ok.any():
             return
         key = (device, session)
         with self._lock:
-            late = ok & (buckets <= self._closed_through)
-            self.late_samples += int(late.sum())
-            ok &= ~late
-            for b in np.unique(buckets[ok]):
-                sel = ok & (buckets == b)
-                tally = layout.tally(x[sel], y[sel], v[sel])
+            open_ = ok & (buckets > self._closed_through)
+            self.late_samples += int((ok & v & ~open_).sum())
+            for b in np.unique(buckets[open_]):
+                sel = open_ & (buckets == b)
                 bucket = self._buckets.setdefault(int(b), _Bucket())
+                bucket.seen.add(key)
+                if not (sel & v).any():
+                    continue
+                tally = layout.tally(x[sel & v], y[sel & v], v[sel & v])
                 held = bucket.tallies.get(key)
                 bucket.tallies[key] = tally if held is None else held + tally
 
     def release_due(self, now_unix: float) -> list[CohortRelease]:
         """Release every bucket that ended at least ``grace_s`` before ``now_unix`` (and log
         the late vectors and samples dropped since the last report, if any)."""
-        end = self.plan.bucket_s
-        due = [b for b in self.open_buckets if (b + 1) * end + self.grace_s <= now_unix]
+        last = math.floor((now_unix - self.grace_s) / self.plan.bucket_s) - 1
+        with self._lock:
+            held = {b for b in self._buckets if b <= last}
+            due = sorted(held | self._lifetime_buckets(last))
         late = (self.late_vectors, self.late_samples)
         if late != self._late_reported:
             self._late_reported = late
@@ -472,30 +554,32 @@ class CohortAggregator:
 
     def release(self, bucket: int) -> list[CohortRelease]:
         """Release ``bucket`` now (dropping its collected data): one release per part that some
-        session can pay for (none: an empty list). Blocks on the ledger's durable commits."""
+        session open in it can pay for (none: an empty list), each charged to every such
+        session alike. Blocks on the ledger's durable commits."""
         with self._lock:
-            data = self._buckets.pop(bucket, None)
+            data = self._buckets.pop(bucket, None) or _Bucket()
+            keys = sorted(self._open_in(bucket) | data.seen)
             self._closed_through = max(self._closed_through, bucket)
-        if data is None:
-            return []
+            self._forget_closed()
         out = []
-        for part in self.plan.parts:
-            if part.name == "aggregates":
-                keys = sorted(data.rows)
-            else:
-                keys = sorted(k for k, t in data.tallies.items() if t.sum() > 0)
-            if keys:
-                released = self._release_part(part, bucket, data, keys)
-                if released is not None:
-                    out.append(released)
+        for part in self.plan.parts if keys else ():
+            released = self._release_part(part, bucket, data, keys)
+            if released is not None:
+                out.append(released)
         return out
 
     def _contributions(
         self, part: CohortPart, data: _Bucket, keys: Sequence[tuple[str, str]]
     ) -> FloatArray:
+        """Each session's contribution to ``part``, (len(keys), D): zero for a session without
+        data for it in the bucket (what its absence would contribute)."""
         plan = self.plan
         if part.name == "attention":
-            return np.stack([attention_contribution(plan, data.tallies[k]) for k in keys])
+            layout = plan.attention
+            assert layout is not None
+            none = np.zeros(layout.tally_size, dtype=np.int64)
+            return np.stack([attention_contribution(plan, data.tallies.get(k, none)) for k in keys])
+        zero = np.zeros(plan.aggregate_dimension)
         return np.stack(
             [
                 contribution(
@@ -503,6 +587,8 @@ class CohortAggregator:
                     np.concatenate(data.rows[k]),
                     np.concatenate(data.probs[k]) if plan.classes else None,
                 )
+                if k in data.rows
+                else zero
                 for k in keys
             ]
         )
@@ -559,7 +645,7 @@ class CohortAggregator:
         charged: list[str] = []
         for i, (device, session) in enumerate(admitted):
             last = i == len(admitted) - 1
-            topic = carrier if last else f"{self.prefix}/{device}/{session}/cohort"
+            topic = carrier if last else receipt_topic(self.prefix, device, session)
             body = payload if last else self._receipt(session, bucket, part)
             try:
                 self.ledger.charge(
@@ -587,17 +673,16 @@ class CohortAggregator:
         return any(c.chunk_index == bucket for c in self.ledger.charges(session, stream))
 
     def _receipt(self, session: str, bucket: int, part: CohortPart) -> bytes:
-        """What a contributing session's own topic learns: that it paid, and how much."""
-        body: Mapping[str, object] = {
-            "schema": "gazeguard.cohort-receipt/1",
+        """What a charged session's own topic learns: that it paid, and how much (public
+        figures only: the same for every session of the bucket, data or not)."""
+        receipt = {
             "session": session,
             "cohort": self.cohort,
             "worker": self.worker,
             "bucket": bucket,
             "release": part.name,
-            "mechanism": "gaussian",
             "noise_multiplier": part.event.ratio,
             "epsilon_per_hour": self.plan.epsilon_per_hour,
             "delta": self.plan.delta,
         }
-        return json.dumps(body, sort_keys=True).encode()
+        return CohortReceipt.model_validate(receipt).to_payload()

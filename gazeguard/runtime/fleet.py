@@ -192,9 +192,11 @@ class CohortWiring:
         return cls(agg, cols, model, mcols)
 
     def attach(self, device: str, session: str, pipeline: Pipeline) -> None:
-        """Feed the aggregator from ``pipeline``: its clean features when the plan releases
-        means or shares (:meth:`observer`), its gaze samples when it releases attention
-        (:meth:`gaze_observer`)."""
+        """Feed the aggregator from ``pipeline``: the session open from now on (every bucket
+        of its lifetime is charged to it, valid gaze or not), its clean features when the plan
+        releases means or shares (:meth:`observer`), its gaze samples when it releases
+        attention (:meth:`gaze_observer`)."""
+        self.aggregator.open_session(device, session, time.time())
         plan = self.aggregator.plan
         if plan.part("aggregates") is not None:
             pipeline.on_features = self.observer(device, session, pipeline)
@@ -357,6 +359,8 @@ class Fleet:
         if entry is None:
             return
         entry.pipeline.close()
+        if self.cohort is not None:
+            self.cohort.aggregator.close_session(entry.pipeline.device, session, time.time())
         self.publisher.publish_status(entry.pipeline.status("stopped"))
         self.closed.append(session)
         log.info(

@@ -50,7 +50,6 @@ from gazeguard.signal.events import EventDetector, check_rate
 from gazeguard.signal.features import FEATURES, FeatureExtractor, push_many
 from gazeguard.wire.message import (
     ChunkMessage,
-    IngestCounters,
     LedgerSnapshot,
     MechanismParams,
     SessionState,
@@ -500,17 +499,19 @@ class Pipeline:
             self.stats.state = "budget_exhausted"
             log.warning("%s", exc)
             return
-        # The published reason names only the error type: an exception's message may quote
-        # raw values, which must not reach the status topic. The full error stays local.
-        reason = f"chunk {chunk.index} dropped: {type(exc).__name__} (see the sidecar log)"
+        # The status says fixed words: an exception's message or type may depend on the gaze,
+        # which must not reach the status topic. The error's type stays local (the ledger's
+        # record, ``gazeguard ledger show``), the full error in the log.
+        reason = f"chunk {chunk.index} dropped by an error in its release (see the sidecar log)"
         log.error(
             "session %r: chunk %d dropped", self.session, chunk.index,
             exc_info=(type(exc), exc, exc.__traceback__),
         )  # fmt: skip
         self.stats.dropped += 1
         self.stats.last_reason = reason
+        local = f"chunk {chunk.index} dropped: {type(exc).__name__} (see the sidecar log)"
         try:
-            self.ledger.withhold(self.session, chunk.index, self._eps_map, reason)
+            self.ledger.withhold(self.session, chunk.index, self._eps_map, local)
         except Exception:
             log.exception("session %r: could not record the dropped chunk", self.session)
 
@@ -539,12 +540,13 @@ class Pipeline:
         self,
         state: SessionState | None = None,
         reason: str | None = None,
-        ingest: IngestCounters | None = None,
         ledger_state: LedgerState | None = None,
     ) -> StatusMessage:
-        """The retained status message for this session, from the ledger and the counters
-        (``ingest``: the gaze ingest's counters, where the caller has them; ``ledger_state``:
-        the session's state, when the caller just read it, else it is read now)."""
+        """The retained status message for this session, from the ledger and the chunk
+        counters (``ledger_state``: the session's state, when the caller just read it, else it
+        is read now). Public figures only (:mod:`gazeguard.wire.egress`): ``state`` and
+        ``reason`` come from the ledger, the release schedule and the session's lifetime, never
+        from counts of samples."""
         led = self.ledger.state(self.session) if ledger_state is None else ledger_state
         return StatusMessage.model_validate(
             {
@@ -566,7 +568,6 @@ class Pipeline:
                 "chunks_withheld": self.stats.withheld,
                 "chunks_dropped": self.stats.dropped,
                 "reason": reason or self.stats.last_reason,
-                "ingest": ingest,
             }
         )
 

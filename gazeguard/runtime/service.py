@@ -60,7 +60,7 @@ from gazeguard.runtime.presets import IngestStats
 from gazeguard.runtime.publish import Publisher
 from gazeguard.runtime.simulate import SimulatedHeadset
 from gazeguard.signal.compiled import load_kernels
-from gazeguard.wire.message import IngestCounters, SessionState, StatusMessage, status_topic
+from gazeguard.wire.message import SessionState, StatusMessage, status_topic
 from gazeguard.wire.topics import session_id_for
 
 if TYPE_CHECKING:
@@ -382,14 +382,16 @@ async def serve(
         finally:
             pipeline.close()
             final: SessionState = "stream_lost" if failure is not None else "stopped"
-            # Only the error's type reaches the (retained, shared) status topic: an exception's
-            # text may quote values from the stream; the full error is in the local log.
+            # Fixed words on the (retained, shared) status topic: an exception's text or type
+            # may depend on the stream's values; the full error is in the local log, and so
+            # are the ingest's sample counters (never on the broker: they count the gaze).
             reason = (
                 None
                 if failure is None
-                else f"ingest failed: {type(failure).__name__} (see the sidecar log)"
+                else "the gaze stream ended with an error (see the sidecar log)"
             )
-            publisher.publish_status(pipeline.status(final, reason, ingest_counters(stream.stats)))
+            log_ingest_counters(session, stream.stats)
+            publisher.publish_status(pipeline.status(final, reason))
         if failure is not None:
             raise failure
         await out.flush()
@@ -507,25 +509,32 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def ingest_counters(stats: IngestStats) -> IngestCounters:
-    """The status message's view of a stream's ingest counters."""
-    return IngestCounters.model_validate(
-        {name: getattr(stats, name) for name in IngestCounters.model_fields}
-    )
+def log_ingest_counters(session: str, stats: IngestStats) -> None:
+    """The gaze ingest's sample counters (``IngestStats``: samples delivered, invalid, dropped
+    and why, lost, resyncs), in one line of the local log: a debugging view that stays on the
+    device. They count the gaze (``invalid`` is the blink signal), so they never go to the
+    broker (:mod:`gazeguard.wire.egress`)."""
+    names = (
+        "samples", "invalid", "dropped", "duplicates", "out_of_order", "implausible", "future",
+        "nonfinite", "overflow", "lost", "resyncs", "stalls", "reconnects",
+    )  # fmt: skip
+    counts = ", ".join(f"{n} {getattr(stats, n)}" for n in names)
+    log.info("session %r: gaze ingest (local only): %s", session, counts)
 
 
 async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) -> None:
     """Feed blocks through the pipeline (in a worker thread) and wake the publisher.
 
-    Keeps the retained status current: ``stream_lost`` once no usable sample arrived for
-    ``ingest.stream_lost_after_s`` (the stream is watched even while it sends nothing), back to
-    the pipeline's own state when samples resume, and republished with the ingest counters at
-    least every ``STATUS_EVERY_S``.
+    Keeps the retained status current: the pipeline's state (from the ledger and the release
+    schedule), republished at least every ``STATUS_EVERY_S``. Whether samples arrive is the
+    gaze's business: a stream with no usable sample for ``ingest.stream_lost_after_s`` (it is
+    watched even while it sends nothing) is said in the local log only, never in the status.
     """
     lost_after = stream.settings.stream_lost_after_s
     tick = min(1.0, lost_after / 4)
     last_status = time.monotonic()
     last_state: SessionState = pipeline.stats.state
+    quiet = False  # no usable sample for lost_after (local log only)
     blocks = aiter(stream)
     pending = asyncio.ensure_future(anext(blocks))
     try:
@@ -542,22 +551,22 @@ async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) 
                 if released or labels:
                     publisher.notify([*released, *labels])
             idle = stream.idle_s
-            lost = idle > lost_after
-            state: SessionState = "stream_lost" if lost else pipeline.stats.state
+            if (idle > lost_after) != quiet:
+                quiet = not quiet
+                if quiet:
+                    log.warning(
+                        "session %r: no usable gaze sample for %.0f s (ingest.stream_lost_after_s"
+                        " = %g); waiting for the stream (local log only)",
+                        pipeline.session, idle, lost_after,
+                    )  # fmt: skip
+                else:
+                    log.warning("session %r: gaze samples resumed", pipeline.session)
+                    log_ingest_counters(pipeline.session, stream.stats)
+            state = pipeline.stats.state
             now = time.monotonic()
             if state == last_state and now - last_status <= STATUS_EVERY_S:
                 continue
-            reason = None
-            if lost:
-                reason = (
-                    f"no usable gaze sample for {idle:.0f} s (ingest.stream_lost_after_s = "
-                    f"{lost_after:g}); waiting for the stream"
-                )
-                if last_state != "stream_lost":
-                    log.warning("session %r: %s", pipeline.session, reason)
-            elif last_state == "stream_lost":
-                log.warning("session %r: gaze samples resumed", pipeline.session)
-            publisher.publish_status(pipeline.status(state, reason, ingest_counters(stream.stats)))
+            publisher.publish_status(pipeline.status(state))
             last_status, last_state = now, state
     finally:
         pending.cancel()

@@ -1,2 +1,3 @@
-"""Layer 5, wire: the published payloads (chunk, status, label, cohort, attention), their schemas
-and topics."""
+"""Layer 5, wire: the published payloads (chunk, status, label, cohort, attention, cohort
+receipt), their schemas and topics, and the egress contract that classifies every published field
+public or released (:mod:`gazeguard.wire.egress`)."""

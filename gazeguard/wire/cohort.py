@@ -16,7 +16,12 @@ dwell grid (``grid``, ``rows`` × ``cols``), its post-processed heatmap, the AOI
 and the same noise and budget figures (:mod:`gazeguard.signal.attention`); its JSON Schema ships as
 ``gazeguard/data/attention.schema.json`` (written by the same command).
 
-Delivery is at least once; consumers deduplicate by ``(cohort, worker, bucket)``.
+Each session charged for a bucket but not carrying its message gets a :class:`CohortReceipt`
+(``gazeguard.cohort-receipt/1``) on ``{prefix}/{device}/{session}/cohort``: the ε it paid,
+nothing else; its JSON Schema ships as ``gazeguard/data/cohort-receipt.schema.json``.
+
+Delivery is at least once; consumers deduplicate by ``(cohort, worker, bucket)`` (receipts by
+``(session, bucket, release)``).
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ from pydantic import Field, model_validator
 
 from gazeguard.wire import message
 from gazeguard.wire.message import FiniteFloat, Name, NoiseSource, Positive, WireModel
-from gazeguard.wire.topics import check_prefix
+from gazeguard.wire.topics import check_name, check_prefix
 
 COHORT_SCHEMA: Final = "gazeguard.cohort/1"
 SCHEMA_FILE: Final = "cohort.schema.json"
 ATTENTION_SCHEMA: Final = "gazeguard.attention/1"
 ATTENTION_SCHEMA_FILE: Final = "attention.schema.json"
+RECEIPT_SCHEMA: Final = "gazeguard.cohort-receipt/1"
+RECEIPT_SCHEMA_FILE: Final = "cohort-receipt.schema.json"
 
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
@@ -66,8 +73,9 @@ class CohortMessage(WireModel):
         worker: the fleet worker that aggregated.
         bucket: ``⌊t/bucket_s⌋`` of the bucket's gaze time (Unix s).
         bucket_start, bucket_end: the bucket, Unix s.
-        noisy_count: the noisy number of contributing sessions (sum of 1s + Gaussian noise; for a
-            plan without features, the noisy histogram's total).
+        noisy_count: the noisy number of sessions with feature vectors in the bucket (sum of 1s
+            + Gaussian noise; for a plan without features, the noisy histogram's total). Every
+            session open in the bucket is charged; one without vectors adds zero.
         count: ``max(1, round(noisy_count))``, the denominator of every mean (post-processing).
         features: per profile feature, see :class:`CohortFeature`.
         classes: the label model's classes (empty without a label model).
@@ -77,8 +85,8 @@ class CohortMessage(WireModel):
         sensitivity_l2: a person's contribution to this message's sum, L2 norm bound
             (``√blocks`` of the means and shares).
         epsilon_per_hour: the user-level ε at ``delta`` that an hour of cohort buckets costs
-            each contributing person (the cohort's share of the budget, every part of the
-            cohort release: with attention, its heatmap too).
+            each person whose session is open (the cohort's share of the budget, every part of
+            the cohort release: with attention, its heatmap too).
         delta: the δ of that figure.
         profile: the release profile whose features are aggregated.
         model: the label model (name) or ``None``.
@@ -214,6 +222,58 @@ class AttentionMessage(WireModel):
         return self.model_dump_json(by_alias=True).encode()
 
 
+class CohortReceipt(WireModel):
+    """What a session's own topic learns of a cohort bucket it was charged for
+    (``gazeguard.cohort-receipt/1``, on ``{prefix}/{device}/{session}/cohort``): that it paid,
+    and how much. Every open session of the bucket gets the same receipt, whether or not its
+    gaze was valid in the bucket (one of them carries the aggregate instead): every field is
+    public (:mod:`gazeguard.wire.egress`).
+
+    Attributes:
+        session: the session charged (the ledger account).
+        cohort, worker, bucket: as in :class:`CohortMessage`.
+        release: the part of the cohort release charged: ``aggregates`` (means and shares) or
+            ``attention``.
+        mechanism: ``gaussian``.
+        noise_multiplier: the Gaussian noise's ratio ``σ/Δ2`` that the ledger composes.
+        epsilon_per_hour: the user-level ε at ``delta`` that an hour of cohort buckets costs
+            each session (every part of the cohort release).
+        delta: the δ of that figure.
+    """
+
+    schema_: Literal["gazeguard.cohort-receipt/1"] = Field(RECEIPT_SCHEMA, alias="schema")
+    session: Name
+    cohort: Name
+    worker: Name
+    bucket: int = Field(ge=0)
+    release: Literal["aggregates", "attention"]
+    mechanism: Literal["gaussian"] = "gaussian"
+    noise_multiplier: Positive
+    epsilon_per_hour: Positive
+    delta: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
+
+    def to_payload(self) -> bytes:
+        """UTF-8 JSON bytes, as published."""
+        return self.model_dump_json(by_alias=True).encode()
+
+    @classmethod
+    def from_payload(cls, payload: bytes | str) -> CohortReceipt:
+        """Parse and validate a received payload."""
+        return cls.model_validate_json(payload)
+
+
+def receipt_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/cohort``: the session's cohort receipts.
+
+    Raises:
+        ConfigError: a part is empty or contains MQTT wildcards or separators.
+    """
+    check_prefix(prefix)
+    check_name("device", device)
+    check_name("session", session)
+    return f"{prefix}/{device}/{session}/cohort"
+
+
 def attention_topic(prefix: str, cohort: str) -> str:
     """``{prefix}/cohort/{cohort}/attention``."""
     return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/attention"
@@ -246,3 +306,13 @@ def attention_json_schema() -> dict[str, Any]:
 def attention_shipped_schema() -> dict[str, Any]:
     """``gazeguard/data/attention.schema.json`` as shipped."""
     return message.shipped_schema(ATTENTION_SCHEMA_FILE)
+
+
+def receipt_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of :class:`CohortReceipt`, as shipped."""
+    return message.json_schema(CohortReceipt)
+
+
+def receipt_shipped_schema() -> dict[str, Any]:
+    """``gazeguard/data/cohort-receipt.schema.json`` as shipped."""
+    return message.shipped_schema(RECEIPT_SCHEMA_FILE)

@@ -9,9 +9,10 @@ Two messages leave gazeguard, both JSON described by pydantic models with an exp
   ``{prefix}/{device}/{session}/chunks`` (QoS 1, not retained). It carries the privatized values
   ``[F][n]``, the step timestamps, feature names and units, the mechanism parameters that produced
   them and the ledger state right after this chunk was charged.
-- :class:`StatusMessage` (``"schema": "gazeguard.status/1"``), retained on
+- :class:`StatusMessage` (``"schema": "gazeguard.status/2"``), retained on
   ``{prefix}/{device}/{session}/status``: what the session is doing, its budget, how many chunks
-  were published, withheld and dropped, and why.
+  were published, withheld and dropped, and why. Only public figures: nothing counted from the
+  gaze samples (:mod:`gazeguard.wire.egress` classifies every published field).
 
 Only privatized values can be expressed: a chunk message must name its mechanism, ε, λ and Δ2 per
 feature, and its ledger state must agree with its ε. Every float must be finite; NaN and ±inf are
@@ -50,7 +51,7 @@ from gazeguard.privacy.mechanisms.registry import (
 from gazeguard.wire.topics import check_name, check_prefix
 
 CHUNK_SCHEMA: Final = "gazeguard.chunk/2"
-STATUS_SCHEMA: Final = "gazeguard.status/1"
+STATUS_SCHEMA: Final = "gazeguard.status/2"
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
@@ -582,41 +583,21 @@ class ChunkMessage(WireModel):
         return cls.model_validate_json(payload)
 
 
-Count = Annotated[int, Field(ge=0)]
-
-
-class IngestCounters(WireModel):
-    """What the gaze ingest did with the samples it received since the stream opened (counts of
-    samples; each field's description says what it counts). ``dropped`` is the sum of
-    ``duplicates``, ``out_of_order``, ``implausible``, ``nonfinite`` and ``overflow``."""
-
-    samples: Count = Field(description="samples delivered to feature extraction")
-    invalid: Count = Field(description="delivered samples marked invalid")
-    dropped: Count = Field(description="samples never delivered (sum of the drop counters)")
-    duplicates: Count = Field(description="dropped: timestamp or sample index repeated")
-    out_of_order: Count = Field(description="dropped: timestamp or sample index went back")
-    implausible: Count = Field(
-        description="dropped: ahead of (or far behind) the clock, or an index jump the nominal "
-        "rate cannot make"
-    )
-    future: Count = Field(
-        description="of the implausible: timestamp more than ingest.future_tolerance_s ahead"
-    )
-    nonfinite: Count = Field(description="dropped: timestamp NaN or infinite")
-    overflow: Count = Field(description="dropped: processing fell behind (queue full)")
-    lost: Count = Field(
-        description="index numbers missing from the delivered samples (lost in transit or dropped)"
-    )
-    resyncs: Count = Field(description="times ingest followed a jump of the sender's clock")
-
-
 class StatusMessage(WireModel):
-    """The retained state of one session (``gazeguard.status/1``); the latest one wins.
+    """The retained state of one session (``gazeguard.status/2``); the latest one wins.
+
+    Every field is **public** (:mod:`gazeguard.wire.egress`): a function of the settings, the
+    stream's declared metadata, a public clock and the ledger's state (itself a function of the
+    public release schedule). Nothing counted from the gaze samples is here: how many samples
+    arrived, were invalid or were dropped, and whether samples are arriving at all, stays on
+    the device (its log, ``gazeguard ledger show``).
 
     Attributes:
-        state: ``starting``, ``running``, ``budget_exhausted`` (chunks are being withheld),
-            ``stream_lost`` (no usable gaze sample for ``ingest.stream_lost_after_s``; waiting for
-            them) or ``stopped``.
+        state: ``starting`` (nothing charged or withheld yet), ``running``, ``budget_exhausted``
+            (a cap refused the latest release: releases are being withheld), ``stream_lost``
+            (the session ended because its stream did: the LSL inlet reported it lost, or the
+            ingest failed; final) or ``stopped`` (the session ended). Whether samples arrive
+            does not change it.
         time: when this status was made, Unix time, s.
         epsilon: the session's user-level ε at ``delta`` so far (the accountant's composition);
             epsilon_window: the same over the trailing ``window_s`` s of gaze (per hour);
@@ -629,14 +610,15 @@ class StatusMessage(WireModel):
         chunks_refused: of those, permanently refused by the broker (e.g. an ACL): kept in the
             ledger, their ε spent, never retried (``gazeguard ledger show`` lists them).
         chunks_withheld: chunks refused by a cap (nothing about them was released).
-        chunks_dropped: chunks lost to errors or to the session ending mid-chunk.
-        reason: why the session is in this state, and the cause of the latest withhold or drop;
-            required for ``budget_exhausted`` and ``stream_lost``.
-        ingest: the gaze ingest's counters (:class:`IngestCounters`); ``None`` where the
-            session's samples do not come through gazeguard's ingest (in-process API, fleets).
+        chunks_dropped: chunks whose due release failed in the mechanism or the ledger (fail
+            closed: nothing about them was released); each leaves a gap in ``chunk_index`` on
+            the chunks topic, which is all this count says.
+        reason: why the session is in this state, in fixed words and ledger figures (never an
+            error's text or type, never a count of samples); required for
+            ``budget_exhausted`` and ``stream_lost``.
     """
 
-    schema_: Literal["gazeguard.status/1"] = Field(STATUS_SCHEMA, alias="schema")
+    schema_: Literal["gazeguard.status/2"] = Field(STATUS_SCHEMA, alias="schema")
     session: Name
     device: Name
     state: SessionState
@@ -657,9 +639,6 @@ class StatusMessage(WireModel):
     chunks_withheld: int = Field(ge=0)
     chunks_dropped: int = Field(ge=0)
     reason: str | None = None
-    ingest: IngestCounters | None = Field(
-        None, description="ingest counters (samples delivered, dropped and why), if known"
-    )
 
     @model_validator(mode="after")
     def _reason_given(self) -> Self:
