@@ -507,7 +507,9 @@ class RefFeatureExtractor:
         if self._t0 is None:
             if not math.isfinite(ts[0]):
                 raise StreamError(f"first gaze timestamp is {ts[0]!r}; timestamps must be finite")
-            self._t0 = float(ts[0])
+            self._t0 = (
+                math.floor(float(ts[0]) / self.step_s) * self.step_s
+            )  # the grid (a step multiple)
         # Coalesce: a block that ends before the next possible vector and inside the step
         # interval of the held samples is only validated and held (no vector can depend on it
         # yet), so a stream of small blocks costs one detector pass per step interval or so.

@@ -393,6 +393,16 @@ class ReleasePlan:
 
     # ------------------------------------------------------------------------------ figures
     @property
+    def grid_s(self) -> float:
+        """The release grid's period, s: a session's feature grid starts on a multiple of it on
+        the stream's clock, so that its chunks (``n`` steps) and label decision blocks start
+        on multiples of their own length there, whatever the samples."""
+        steps = self.mechanism.n
+        if self.label_plan is not None:
+            steps = math.lcm(steps, self.label_plan.steps)
+        return float(steps * self.reach.step_s)
+
+    @property
     def releases(self) -> tuple[Release, ...]:
         """The kinds this plan releases, chunks first."""
         return tuple(r for r in (self.chunks, self.labels, self.cohort) if r is not None)

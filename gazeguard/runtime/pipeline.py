@@ -69,6 +69,14 @@ log = logging.getLogger(__name__)
 _STALE_RETRIES = 8
 
 
+def on_grid(t: float, period_s: float) -> float:
+    """The first multiple of ``period_s`` at or after ``t`` (s, stream clock): where a session
+    opened at ``t`` starts its release grid."""
+    if not math.isfinite(t):
+        raise ConfigError("opens_at", t, "must be a finite time on the stream's clock")
+    return math.ceil(t / period_s) * period_s
+
+
 @dataclass(frozen=True, slots=True)
 class ReleasedChunk:
     """A chunk whose charge is committed and whose payload waits in the ledger outbox.
@@ -117,8 +125,6 @@ class PipelineStats:
     withheld: int = 0
     dropped: int = 0
     tail_steps_dropped: int = 0
-    pauses: int = 0  # gaps long enough to start a new segment (see Pipeline.feed)
-    pause_steps_dropped: int = 0  # steps of incomplete chunks a pause ended
     last_reason: str | None = None
     state: SessionState = "starting"
     withheld_indices: list[int] = field(default_factory=list)
@@ -152,6 +158,11 @@ class Pipeline:
         kernels: the compiled passes the session's detector and extractor run
             (:func:`gazeguard.signal.compiled.load_kernels`: a fleet worker's choice, made once
             where it starts); ``None``: numpy. The same chunks either way, bit for bit.
+        opens_at: when the session opened, on the stream's clock (s): a public time, such as
+            the moment the sidecar attached to the stream. The release grid starts at the
+            first multiple of :attr:`grid_s` at or after it. ``None``: at the first multiple at
+            or after the first sample (the Python API's convenience; then that sample's time,
+            to within a grid period, decides where the session starts).
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -175,6 +186,7 @@ class Pipeline:
         tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
         clock_offset_s: float | None = None,
         kernels: Kernels | None = None,
+        opens_at: float | None = None,
     ) -> None:
         self.rate_hz = check_rate(rate_hz, "rate_hz")
         self.kernels = kernels
@@ -228,14 +240,14 @@ class Pipeline:
         self.epsilon = self.mechanism.epsilon
         self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
         self._per_sample = plan.per_sample
-        hold = features.window_s if features.hold_limit_s is None else features.hold_limit_s
         self._features = features
+        #: The release grid's period, s: chunks (and label decision blocks) start on its
+        #: multiples on the stream's clock, from the session's open on.
+        self.grid_s = plan.grid_s
+        #: Where the session's first feature window starts (stream clock, s; None until known).
+        self.start_s = None if opens_at is None else on_grid(opens_at, self.grid_s)
         self.extractor = self._new_extractor()
         self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
-        # A pause longer than this starts a new segment (see feed): every window inside it would
-        # carry only defaults, and it is at least a chunk long, so the chunks of two segments
-        # never fall closer together in gaze time than one grid's (the hourly calibration).
-        self.pause_s = max(features.window_s + hold, self.mechanism.n * features.step_s)
         self._last_t = -math.inf  # newest sample time fed
         #: Sample time, s: feature vectors stamped at or before it rebuild the window but are
         #: not chunked, counted or observed (a fleet worker taking a session over replays the
@@ -282,6 +294,20 @@ class Pipeline:
         self.release_labels()
         return chunks
 
+    def advance(self, until_s: float) -> list[ReleasedChunk]:
+        """The public clock passed ``until_s`` (stream clock, s: every sample before it has
+        been pushed): release the chunks and labels of every window that ends by then, with
+        gaze or without (:meth:`FeatureExtractor.advance`); samples that come later with
+        earlier timestamps are dropped. Returns the charged chunks (labels wait in
+        :meth:`take_labels`)."""
+        if self.start_s is None:  # no sample yet and no declared open: nothing is scheduled
+            return []
+        X, t = self.extractor.advance(until_s)
+        released = (self.release(chunk) for chunk in self._fed(None, X, t))
+        chunks = [out for out in released if out is not None]
+        self.release_labels()
+        return chunks
+
     def release_labels(self) -> list[ReleasedLabel]:
         """Decide, charge and enqueue the label of every decision block :meth:`feed` completed
         (withheld or dropped ones are recorded); returns the charged ones, which also wait in
@@ -304,6 +330,7 @@ class Pipeline:
     def _new_extractor(self) -> FeatureExtractor:
         f = self._features
         return FeatureExtractor(
+            start_s=self.start_s,
             window_s=f.window_s,
             step_s=f.step_s,
             min_valid_fraction=f.min_valid_fraction,
@@ -320,70 +347,31 @@ class Pipeline:
         """Events, features and chunking only: the (raw) chunks this block completed.
 
         Cheap and CPU-only; :meth:`release` does the privatizing and the durable charge. The
-        chunks returned are raw: hand them to :meth:`release` and nowhere else.
-
-        A pause in the gaze longer than :attr:`pause_s` (``max(W + hold limit, n·s)``: 60 s at
-        the defaults) ends a segment: the incomplete chunk is dropped (not padded, counted in
-        ``stats.pause_steps_dropped``), and the next sample starts a new feature window (its
-        first vector W later) while the chunk numbering continues. Walking the pause step by
-        step instead would release chunks of nothing but default values — an hour's pause, an
-        hour's budget, spent in one burst that the wall-clock cap then makes the next real hour
-        pay for — and a pause of days would take the process minutes.
+        chunks returned are raw: hand them to :meth:`release` and nowhere else. A pause in the
+        gaze is walked like any other stretch: its windows carry held values, then defaults,
+        and their chunks are released on the grid like every other (the schedule never depends
+        on whether samples arrived).
         """
-        ts = block.timestamps
-        if not self._pauses(ts):  # the usual block: no gap longer than a pause
-            return self._feed(block)
-        prev = np.concatenate(([self._last_t], ts[:-1]))
-        cuts = np.flatnonzero((ts - prev > self.pause_s) & np.isfinite(prev)).tolist()
-        if not cuts:  # (non-finite times: the extractor says what is wrong with them)
-            return self._feed(block)
-        chunks: list[Chunk] = []
-        starts = cuts if cuts[0] == 0 else [0, *cuts]
-        for a, b in zip(starts, [*starts[1:], len(block)], strict=True):
-            if a in cuts:
-                self._new_segment(float(ts[a] - prev[a]))
-            chunks += self._feed(block.slice(a, b))
-        return chunks
+        self._open_grid(block)
+        return self._feed(block)
 
-    def _pauses(self, ts: np.ndarray) -> bool:
-        """Whether ``ts`` (s, shape ``(N,)``) starts more than :attr:`pause_s` after the newest
-        sample fed, or holds such a gap (a cheap test for :meth:`feed`'s usual case)."""
-        if not len(ts):
-            return False
-        first, last = float(ts[0]), float(ts[-1])
-        if math.isfinite(self._last_t) and first - self._last_t > self.pause_s:
-            return True
-        # Increasing times have no gap longer than their span (other times: the extractor
-        # refuses them anyway).
-        return last - first > self.pause_s and float((ts[1:] - ts[:-1]).max()) > self.pause_s
-
-    def _new_segment(self, pause: float) -> None:
-        dropped = self.chunker.restart()
-        if self.labels is not None:
-            self.labels.restart()
-        stats = self.extractor.stats
-        self.extractor = self._new_extractor()
-        self.extractor.stats = stats  # one set of counters per session
-        self.stats.pauses += 1
-        self.stats.pause_steps_dropped += dropped
-        log.info(
-            "session %r: gaze paused %.0f s (> %.0f s): a new feature window starts (first "
-            "vector %g s later); %d steps of an incomplete chunk dropped (not padded)",
-            self.session,
-            pause,
-            self.pause_s,
-            self._features.window_s,
-            dropped,
-        )
+    def _open_grid(self, block: GazeSamples) -> None:
+        """Without a declared open, the first block's first sample places the grid."""
+        if self.start_s is not None or not len(block):
+            return
+        first = float(block.timestamps[0])
+        if math.isfinite(first):
+            self.start_s = on_grid(first, self.grid_s)
+            self.extractor = self._new_extractor()
 
     def _feed(self, block: GazeSamples) -> list[Chunk]:
         X, t = self.extractor.push(block)
         return self._fed(block, X, t)
 
-    def _fed(self, block: GazeSamples, X: np.ndarray, t: np.ndarray) -> list[Chunk]:
-        """After the extractor took ``block``: its vectors ``X`` (T, 48) at ``t`` (T,) counted,
-        observed and chunked; the chunks they completed."""
-        if len(block):
+    def _fed(self, block: GazeSamples | None, X: np.ndarray, t: np.ndarray) -> list[Chunk]:
+        """After the extractor took ``block`` (or advanced: None): its vectors ``X`` (T, 48) at
+        ``t`` (T,) counted, observed and chunked; the chunks they completed."""
+        if block is not None and len(block):
             self._last_t = float(block.timestamps[-1])
             if self.on_samples is not None:
                 self._observe_samples(block)
@@ -576,8 +564,7 @@ def feed_many(
     items: Sequence[tuple[Pipeline, GazeSamples]],
 ) -> tuple[list[tuple[Pipeline, Chunk]], list[tuple[Pipeline, GazeguardError]]]:
     """:meth:`Pipeline.feed` of many sessions (each once), with their events and features in one
-    step over all their new samples (:func:`~gazeguard.signal.features.push_many`); a block with a
-    pause in it goes through its session's own :meth:`Pipeline.feed`.
+    step over all their new samples (:func:`~gazeguard.signal.features.push_many`).
 
     Returns:
         The chunks the blocks completed, as ``(pipeline, chunk)`` in the order of ``items``
@@ -592,16 +579,12 @@ def feed_many(
         raise ValueError(msg)
     jobs: list[tuple[Pipeline, Chunk]] = []
     errors: list[tuple[Pipeline, GazeguardError]] = []
-    usual = [i for i, (pipe, block) in enumerate(items) if not pipe._pauses(block.timestamps)]
-    pushed = dict(
-        zip(usual, push_many([(items[i][0].extractor, items[i][1]) for i in usual]), strict=True)
-    )
-    for i, (pipe, block) in enumerate(items):
-        out = pushed.get(i)
+    for pipe, block in items:
+        pipe._open_grid(block)
+    pushed = push_many([(pipe.extractor, block) for pipe, block in items])
+    for (pipe, block), out in zip(items, pushed, strict=True):
         try:
-            if out is None:  # a pause: a new segment (see Pipeline.feed)
-                chunks = pipe.feed(block)
-            elif isinstance(out, GazeguardError):
+            if isinstance(out, GazeguardError):
                 raise out
             else:
                 chunks = pipe._fed(block, *out)

@@ -481,16 +481,54 @@ class EventDetector:
         return True
 
     def finish(self) -> Events:
-        """End of stream: classify the held samples (look-ahead missing: velocity undefined) and
-        close the open run. For offline labelling; the detector accepts no more samples."""
+        """End of stream, or of the samples before a gap: classify the held samples (look-ahead
+        missing: velocity undefined) and close the open run. The detector accepts no more
+        samples; :meth:`resumed` continues after a gap."""
+        return Events.from_rows(self._finish_rows())
+
+    def _finish_rows(self) -> list[Row]:
+        """:meth:`finish`, returning the events as rows (see :meth:`_push_rows`)."""
         if self._finished:
-            return _EMPTY
+            return []
         rows = self._classify(self._n, final=True)
         if self._open is not None:  # the end of the stream follows it
             self._close(rows, self._open, -1, True, None, np.nan, np.nan)
             self._open = None
         self._finished = True
-        return Events.from_rows(rows)
+        return rows
+
+    @property
+    def finished(self) -> bool:
+        """:meth:`finish` was called: :meth:`resumed` continues the stream."""
+        return self._finished
+
+    @property
+    def newest_t(self) -> float | None:
+        """Timestamp of the newest sample pushed, s (None before the first)."""
+        return float(self._t[self._n - 1]) if self._n else None
+
+    def resumed(self) -> EventDetector:
+        """A detector that continues this finished one after a gap (an interval longer than
+        ``max_gap_s`` before its first sample): the same events as if this one had gone on,
+        because nothing crosses a gap (the look-ahead, the open run and the long-run cuts all
+        stop at one). Sample numbering, counters and the newest invalid sample carry over."""
+        if not self._finished:
+            raise GazeguardError("EventDetector.resumed: finish() it first")
+        new = EventDetector(
+            rate_hz=self.rate_hz,
+            velocity_threshold_deg_s=self.velocity_threshold_deg_s,
+            min_fixation_s=self.min_fixation_s,
+            min_saccade_s=self.min_saccade_s,
+            min_blink_s=self.min_blink_s,
+            max_blink_s=self.max_blink_s,
+            velocity_halfwidth_s=self.velocity_halfwidth_s,
+            kernels=self.kernels,
+        )
+        new.stats = self.stats
+        new._g0 = self._g0 + self._n
+        new._last_invalid = self._last_invalid
+        new.last_classified_t = self.last_classified_t
+        return new
 
     # ---------------------------------------------------------------------------------------
     def _append(self, block: GazeSamples) -> None:

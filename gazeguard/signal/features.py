@@ -494,6 +494,7 @@ class FeatureStats:
     defaulted_values: int = 0  # public defaults released: no defined value within the hold limit
     clipped_values: int = 0  # values clipped to [lo, hi]
     pupil_out_of_range: int = 0  # pupil samples outside 1.5..9 mm, ignored
+    late_samples: int = 0  # dropped: before the grid's start or behind the watermark (advance)
 
 
 def _cap(value: float, hi: float) -> float:
@@ -631,6 +632,11 @@ class FeatureExtractor:
         kernels: the compiled passes to bin samples and compute window statistics with (and
             the default detector's; :func:`gazeguard.signal.compiled.load_kernels`): the same
             vectors bit for bit, less CPU per small block; ``None``: numpy, the reference.
+        start_s: where the feature grid starts on the stream's clock, s: the first window is
+            ``[start_s, start_s + W)``; samples before it are dropped. A live session passes a
+            public time (its declared open, on the grid of its chunks); ``None``: the multiple
+            of ``step_s`` at or before the first sample (offline use: the grid is then chosen
+            by that sample, to within a step).
     """
 
     def __init__(
@@ -644,7 +650,10 @@ class FeatureExtractor:
         detector: EventDetector | None = None,
         coalesce: bool = True,
         kernels: compiled.Kernels | None = None,
+        start_s: float | None = None,
     ) -> None:
+        if start_s is not None and not math.isfinite(start_s):
+            raise ConfigError("start_s", start_s, "must be a finite time on the stream's clock")
         if not (math.isfinite(window_s) and window_s > 0):
             raise ConfigError("features.window_s", window_s, "must be a finite number > 0")
         if not (math.isfinite(step_s) and 0 < step_s <= window_s):
@@ -678,8 +687,10 @@ class FeatureExtractor:
         r = self.window_s - q * self.step_s
         self._q = q
         self._r = r if r > 1e-9 * self.step_s else 0.0
-        self._t0: float | None = None
+        self._t0: float | None = None if start_s is None else float(start_s)
         self._k = 0  # next step to emit
+        # No sample before this will come (advance): later arrivals before it are dropped.
+        self._watermark = -math.inf
         # Events by kind; the window's counters and wordbooks follow the saccades in it.
         self._fix = _Ring(2)  # duration, dispersion
         self._sac = _Ring(3)  # amplitude, peak velocity, duration
@@ -730,11 +741,21 @@ class FeatureExtractor:
         if self._t0 is None:
             if not math.isfinite(ts[0]):
                 raise StreamError(f"first gaze timestamp is {ts[0]!r}; timestamps must be finite")
-            self._t0 = float(ts[0])
+            self._t0 = math.floor(float(ts[0]) / self.step_s) * self.step_s
+        check_timestamps(ts, self._last_t)
+        floor = max(self._t0, self._watermark)
+        if ts[0] < floor:  # before the grid or behind the watermark: never part of a window
+            first = int(np.searchsorted(ts, floor))
+            self.stats.late_samples += first
+            if first == ts.shape[0]:
+                return None
+            block = block.slice(first, ts.shape[0])
+            ts = block.timestamps
+        if self.detector.finished:  # flushed at a gap (advance): continue after it
+            self.detector = self.detector.resumed()
         # Coalesce: a block that ends before the next possible vector and inside the step
         # interval of the held samples is only validated and held (no vector can depend on it
         # yet), so a stream of small blocks costs one detector pass per step interval or so.
-        check_timestamps(ts, self._last_t)
         self._last_t = float(ts[-1])
         if self._last_t < self._held_until:
             self._held.append(block)  # a copy: blocks may be borrowed
@@ -743,6 +764,49 @@ class FeatureExtractor:
             self._held.append(block)
             return self._held.view()
         return block
+
+    def advance(self, until_s: float) -> tuple[FloatArray, FloatArray]:
+        """Declare that no sample before ``until_s`` (stream clock, s) will come; return ``X``
+        (k, F) and ``t`` (k,) of the steps that completes: every window ending at or before
+        it, samples or not. Samples that arrive later with earlier timestamps are dropped
+        (``stats.late_samples``).
+
+        When the newest sample lies more than the detector's gap threshold before ``until_s``,
+        a gap follows it for certain: the detector is finished there (its open event closed as
+        the next sample would close it) and resumed by the next sample, so the windows of a
+        pause are emitted on time with the same values as when the pause ends. Otherwise the
+        steps the classified samples complete are emitted, as :meth:`push` emits them.
+        """
+        if not math.isfinite(until_s):
+            raise ConfigError("until_s", until_s, "must be a finite time on the stream's clock")
+        if until_s <= self._watermark:
+            return np.empty((0, _F)), np.empty(0)
+        self._watermark = until_s
+        if self._t0 is None:  # no grid yet: no start was declared and no sample came
+            return np.empty((0, _F)), np.empty(0)
+        parts: list[tuple[FloatArray, FloatArray]] = []
+        if self._held.n:  # coalesced samples: their steps may complete now
+            try:
+                parts.append(self._process(self._held.view()))
+            finally:
+                self._release()
+        det = self.detector
+        newest = det.newest_t
+        done: float | None = until_s
+        if newest is not None and not det.finished:
+            if newest + det.max_gap_s < until_s:
+                rows = det._finish_rows()
+                if rows:
+                    self._add_events(rows)
+            else:
+                done = None
+        xs: list[FloatArray] = []
+        times: list[float] = []
+        self._emit(xs, times, done)
+        parts.append(_stack(xs, times))
+        if len(parts) == 1:
+            return parts[0]
+        return np.vstack([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def _release(self) -> None:
         """The end of :meth:`push` after processing: drop the held samples, set the next hold."""
@@ -1036,8 +1100,12 @@ class FeatureExtractor:
         sac.lo, sac.hi = lo, hi
 
     # --- steps ---------------------------------------------------------------------------------
-    def _emit(self, xs: list[FloatArray], times: list[float]) -> None:
+    def _emit(self, xs: list[FloatArray], times: list[float], done: float | None = None) -> None:
+        """Append the vectors of the steps whose windows end at or before what the detector
+        classified (or ``done``, when nothing before it is still to come)."""
         t_done = self.detector.last_classified_t
+        if done is not None:
+            t_done = done if t_done is None else max(t_done, done)
         if t_done is None or self._t0 is None:
             return
         while True:
