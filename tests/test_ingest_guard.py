@@ -31,7 +31,12 @@ from hypothesis import strategies as st
 
 from gazeguard.config import FeatureSettings, IngestSettings, MechanismSettings, load_settings
 from gazeguard.core.errors import StreamError
-from gazeguard.core.ordering import JITTER_EARLY_TOL, MAX_SAMPLE_AGE_S, SampleOrder
+from gazeguard.core.ordering import (
+    DEJITTER_CELL_S,
+    JITTER_EARLY_TOL,
+    MAX_SAMPLE_AGE_S,
+    SampleOrder,
+)
 from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
 from gazeguard.runtime.ingest import GazeStream
@@ -593,3 +598,31 @@ def test_dejittered_timestamps_are_increasing_close_and_not_later(
     assert err_out <= err_raw + 1e-6
     if jitter_ms >= 5:
         assert err_out < err_raw / 3  # the jitter mostly removed
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    jitter_ms=st.sampled_from([0.0, 1.0, 5.0, 20.0]),
+    gone=st.integers(0, 1999),
+)
+def test_dejitter_moves_only_the_timestamps_of_a_removed_samples_cell(
+    seed: int, jitter_ms: float, gone: int
+) -> None:
+    """The line is re-anchored at every ``DEJITTER_CELL_S`` cell of the stream's clock, so one
+    removed sample moves no output timestamp outside its cell and the next sample (the reach
+    the release plan adds when dejittering is on); it used to move every later one."""
+    rng = np.random.default_rng(seed)
+    n = 2000
+    raw = 50.0 + np.arange(n) / RATE + rng.uniform(0, jitter_ms / 1000, n)
+    raw = np.maximum.accumulate(raw) + np.arange(n) * 1e-12
+    both = []
+    for t in (raw, np.delete(raw, gone)):
+        order = SampleOrder(nominal_rate_hz=RATE, dejitter=True, future_tolerance_s=None)
+        both.append(_feed(order, t, None, [], lambda j: 0.0)[1])
+    full, less = np.delete(both[0], gone), both[1]
+    cell = np.floor(raw[gone] / DEJITTER_CELL_S)
+    in_cell = np.floor(np.delete(raw, gone) / DEJITTER_CELL_S) == cell
+    moved = np.flatnonzero(full != less)  # (index gone: the sample after the removed one)
+    assert np.all(in_cell[moved] | (moved == gone)), (moved, gone)
+    assert len(moved) < RATE * DEJITTER_CELL_S + 2

@@ -134,9 +134,11 @@ class IngestSettings(Section):
         "a restarted sample counter) the order follows the new timeline, s",
     )
     dejitter: bool = Field(
-        True,
+        False,
         description="smooth timestamps of regular-rate streams (lower envelope of the nominal "
-        "rate's line); off: use the sender's timestamps as they are",
+        "rate's line, re-anchored every second of the stream's clock: one sample moves at "
+        "most its second's timestamps, which the release plan adds to the reach); off: the "
+        "sender's timestamps as they are",
     )
     stream_lost_after_s: float = Field(
         5.0,

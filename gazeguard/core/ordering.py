@@ -45,10 +45,14 @@ latency, and the index restarts from the new value (``resyncs``). A single absur
 do this (the next good sample is kept and ends the run), and neither can a burst: samples that
 run ahead of real time break the run. The output stays strictly increasing in time on every path.
 
-**Dejittering** (``dejitter=True``, regular-rate streams): kept timestamps are replaced by the
-lower envelope of a line of slope ``1 / nominal_rate`` through them (a sample is re-anchored
-when it lies more than a small tolerance before the line or ``MAX_JITTER_S`` after it; at each
-block end the line is lifted to the earliest sample of its segment). Output timestamps are
+**Dejittering** (``dejitter=True``, regular-rate streams; off by default): kept timestamps are
+replaced by the lower envelope of a line of slope ``1 / nominal_rate`` through them (a sample
+is re-anchored when it lies more than a small tolerance before the line or ``MAX_JITTER_S``
+after it, and at its first sample in every ``DEJITTER_CELL_S`` cell of the stream's clock; at
+each block end the line is lifted to the earliest sample of its segment). The cells bound what
+one sample can move: the output timestamps of its own cell (and, through the strictly
+increasing floor, at most the next cell's first one), which the release plan adds to the reach
+when dejittering is on. Output timestamps are
 strictly increasing and never later than the raw ones by more than ``JITTER_EARLY_TOL`` of a
 sample interval. liblsl's own dejitter and monotonize are not used: one NaN timestamp turns all
 later timestamps NaN in them, and one +1e6 s timestamp freezes them (measured with liblsl 1.18;
@@ -70,6 +74,7 @@ import numpy.typing as npt
 from gazeguard.core.samples import BoolArray, FloatArray
 
 __all__ = [
+    "DEJITTER_CELL_S",
     "MAX_RATE_FACTOR",
     "MAX_SAMPLE_AGE_S",
     "MAX_TRACKER_RATE_HZ",
@@ -95,6 +100,9 @@ MAX_JITTER_S = 0.1
 JITTER_EARLY_TOL = 0.02
 _MIN_RUN = 3  # samples in a run before it may resynchronise
 _DEJITTER_WINDOW = 256  # samples predicted at once between re-anchors
+#: Dejitter: the line is re-anchored at the first sample of every cell of this many seconds of
+#: the stream's clock (multiples of it), so a sample moves at most the timestamps of its cell.
+DEJITTER_CELL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -408,6 +416,7 @@ class _Dejitter:
         """Forget the line (after a resync); the last output stays the floor of the next."""
         self.anchor_t: float | None = None
         self.anchor_n = 0
+        self.anchor_cell = -math.inf  # the public cell of the anchor's raw timestamp
         self.n = 0  # samples seen since the reset
 
     def __call__(self, s: FloatArray) -> FloatArray:
@@ -415,13 +424,16 @@ class _Dejitter:
         out = np.empty(m)
         nums = self.n + np.arange(m, dtype=np.int64)
         self.n += m
+        cells = np.floor(s / DEJITTER_CELL_S)
         i = seg = 0
         while i < m:
-            if self.anchor_t is None:
+            if self.anchor_t is None or cells[i] != self.anchor_cell:
                 self._anchor(out, s, nums, i)
+                self.anchor_cell = float(cells[i])
                 seg, i = i, i + 1
                 continue
             stop = min(m, i + _DEJITTER_WINDOW)
+            stop = i + int(np.searchsorted(cells[i:stop], self.anchor_cell, side="right"))
             pred = self.anchor_t + (nums[i:stop] - self.anchor_n) * self.period
             e = s[i:stop] - pred
             bad = (e < -self.early) | (e > MAX_JITTER_S)

@@ -48,12 +48,14 @@ from typing import Any
 from gazeguard.config import (
     CohortSettings,
     FeatureSettings,
+    IngestSettings,
     LabelSettings,
     LedgerSettings,
     MechanismSettings,
     Settings,
 )
 from gazeguard.core.errors import ConfigError
+from gazeguard.core.ordering import DEJITTER_CELL_S
 from gazeguard.plan.chunks import build_mechanism
 from gazeguard.plan.cohort import CohortPlan, plan_cohort
 from gazeguard.plan.labels import LabelPlan, load_label_model, plan_labels, steps_per_decision
@@ -99,6 +101,8 @@ class Reach:
         hold_s: ``H``, the longest a held value repeats.
         lookbehind_s: ``A``, how long before a change the events it alters can end.
         event_reach_s: ``E``, how long after a change the events it alters can end.
+        ingest_s: ``I``, how far the ingest moves other samples' timestamps on either side of
+            a changed sample (the dejitter cell when ``ingest.dejitter`` is on, else 0).
     """
 
     window_s: Fraction
@@ -106,17 +110,24 @@ class Reach:
     hold_s: Fraction
     lookbehind_s: Fraction = field(default_factory=lambda: _exact(LOOKBEHIND_S))
     event_reach_s: Fraction = field(default_factory=lambda: _exact(EVENT_REACH_S))
+    ingest_s: Fraction = Fraction(0)
 
     @classmethod
-    def of(cls, features: FeatureSettings) -> Reach:
-        """The reach of these feature settings (``hold_limit_s`` unset: ``W``)."""
+    def of(cls, features: FeatureSettings, ingest: IngestSettings | None = None) -> Reach:
+        """The reach of these feature settings (``hold_limit_s`` unset: ``W``) behind this
+        ingest (``None``: samples as they are, as the Python API takes them)."""
         hold = features.window_s if features.hold_limit_s is None else features.hold_limit_s
-        return cls(_exact(features.window_s), _exact(features.step_s), _exact(hold))
+        moved = _exact(DEJITTER_CELL_S) if ingest is not None and ingest.dejitter else Fraction(0)
+        return cls(_exact(features.window_s), _exact(features.step_s), _exact(hold),
+                   ingest_s=moved)  # fmt: skip
 
     @property
     def span_s(self) -> Fraction:
-        """``A + E + W + H``: the vectors one raw sample can change lie within this, s."""
-        return self.lookbehind_s + self.event_reach_s + self.window_s + self.hold_s
+        """``A + E + W + H + 2I``: the vectors one raw sample can change lie within this, s."""
+        return (
+            self.lookbehind_s + self.event_reach_s + self.window_s + self.hold_s
+            + 2 * self.ingest_s
+        )  # fmt: skip
 
 
 def releases_per_hour(
@@ -301,7 +312,7 @@ class ReleasePlan:
             ConfigError: naming the setting whose value the plan cannot meet.
         """
         key = settings.model_dump_json(
-            include={"features", "mechanism", "labels", "cohort", "fleet", "ledger"}
+            include={"features", "mechanism", "labels", "cohort", "fleet", "ledger", "ingest"}
         )
         if key in _BUILT:  # a process builds the same plan for validation and for the run
             return _BUILT[key]
@@ -314,6 +325,7 @@ class ReleasePlan:
             session_cap=settings.ledger.session_cap,
             labels=settings.labels if settings.labels.enabled else None,
             cohort=cohort,
+            ingest=settings.ingest,
         )
         while len(_BUILT) >= 8:
             del _BUILT[next(iter(_BUILT))]
@@ -331,8 +343,10 @@ class ReleasePlan:
         session_cap: float | None = None,
         labels: LabelSettings | None = None,
         cohort: CohortSettings | None = None,
+        ingest: IngestSettings | None = None,
     ) -> ReleasePlan:
-        """Plan chunks (always), labels and cohort aggregates (when given) for ``budget``.
+        """Plan chunks (always), labels and cohort aggregates (when given) for ``budget``,
+        behind ``ingest`` (its dejittering widens the reach; ``None``: samples as they are).
 
         Raises:
             ConfigError: naming the setting whose value the plan cannot meet (shares that
@@ -343,7 +357,7 @@ class ReleasePlan:
         names = profile_names(mechanism)
         all_names = [f.name for f in FEATURES]
         units = [FEATURES[all_names.index(n)].unit for n in names]
-        layout = _Layout.of(features, mechanism, labels, cohort, delta)
+        layout = _Layout.of(features, mechanism, labels, cohort, delta, ingest=ingest)
         shares = _shares(budget, labels, cohort)
         label_release = label_plan = None
         if labels is not None:
@@ -565,8 +579,10 @@ class _Layout:
         labels: LabelSettings | None,
         cohort: CohortSettings | None,
         delta: float,
+        *,
+        ingest: IngestSettings | None = None,
     ) -> _Layout:
-        reach = Reach.of(features)
+        reach = Reach.of(features, ingest)
         summaries = {"chunks": (mechanism.chunk_steps - 1) * reach.step_s}
         model = cohort_model = None
         label_steps = 0
