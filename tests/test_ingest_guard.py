@@ -361,6 +361,7 @@ def test_a_quiet_stream_is_logged_locally_and_never_in_the_status(
             "source_id": unique_id,
             "stream_lost_after_s": 1.0,
             "pull_every_s": 0.25,  # at most half of stream_lost_after_s
+            "late_after_s": 0.5,
             "resync_after_s": 60.0,  # the future-stamped phase must stay unusable
         },
         features={"window_s": 1.0, "step_s": 0.25},

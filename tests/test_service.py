@@ -74,11 +74,13 @@ def gazeguard_run(
     ]  # fmt: skip
     # Caps on pure sequential ε: the chunk counts below are exact sums (PLD caps: test_ledger).
     # Chunks of 0.64 s of gaze (25x a real stream's rate): pulls every 0.25 s (the default is
-    # 1 s) keep a pull under one chunk, as in a real stream.
+    # 1 s) keep a pull under one chunk, as in a real stream, and a window is released 0.5 s
+    # after it ends (the default is 3 s).
     env = {
         **os.environ,
         "GAZEGUARD_LEDGER__COMPOSITION": "sequential",
         "GAZEGUARD_INGEST__PULL_EVERY_S": "0.25",
+        "GAZEGUARD_INGEST__LATE_AFTER_S": "0.5",  # windows released 0.5 s after they end
     }
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
@@ -184,7 +186,12 @@ def test_a_chunk_being_charged_when_the_run_stops_is_delivered_before_the_summar
         session="s1",
         # a pull holds less than one chunk (0.64 s of gaze): the stop comes while the first
         # chunk alone is being charged
-        ingest={"source": "simulated", "source_id": unique_id, "pull_every_s": 0.25},
+        ingest={
+            "source": "simulated",
+            "source_id": unique_id,
+            "pull_every_s": 0.25,
+            "late_after_s": 0.5,
+        },
         features={"window_s": 2.0, "step_s": 0.02},
         mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES.split(",")},
         ledger={"path": str(ledger_path), "budget_per_hour": None},

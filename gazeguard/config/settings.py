@@ -147,6 +147,14 @@ class IngestSettings(Section):
         description="the local log says so when no usable sample arrived for this long, and "
         "again when samples resume, s (never the status: whether gaze arrives is the user's)",
     )
+    late_after_s: float = Field(
+        3.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="the sidecar releases a window this long after it ends on the stream's "
+        "clock, gaze or not (the schedule is the clock's, never the samples'); a sample that "
+        "arrives later than that behind the clock is dropped, s (more than pull_every_s)",
+    )
     pull_every_s: float = Field(
         1.0,
         gt=0,
@@ -163,6 +171,12 @@ class IngestSettings(Section):
                 f"pull_every_s = {self.pull_every_s:g} must be at most half of "
                 f"stream_lost_after_s = {self.stream_lost_after_s:g}: a live stream looks idle "
                 "for up to a pull interval between pulls"
+            )
+            raise ValueError(msg)
+        if self.late_after_s <= self.pull_every_s:
+            msg = (
+                f"late_after_s = {self.late_after_s:g} must exceed pull_every_s = "
+                f"{self.pull_every_s:g}: a window is released only after its samples were pulled"
             )
             raise ValueError(msg)
         return self

@@ -248,6 +248,7 @@ class Pipeline:
         self.start_s = None if opens_at is None else on_grid(opens_at, self.grid_s)
         self.extractor = self._new_extractor()
         self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
+        self._due: list[Chunk] = []  # chunks fed by queue(), waiting for the clock (advance)
         self._last_t = -math.inf  # newest sample time fed
         #: Sample time, s: feature vectors stamped at or before it rebuild the window but are
         #: not chunked, counted or observed (a fleet worker taking a session over replays the
@@ -294,28 +295,39 @@ class Pipeline:
         self.release_labels()
         return chunks
 
+    def queue(self, block: GazeSamples) -> None:
+        """Feed a block; what it completes waits for :meth:`advance` (a live session, whose
+        releases follow the clock, not the samples)."""
+        self._due += self.feed(block)
+
     def advance(self, until_s: float) -> list[ReleasedChunk]:
         """The public clock passed ``until_s`` (stream clock, s: every sample before it has
-        been pushed): release the chunks and labels of every window that ends by then, with
-        gaze or without (:meth:`FeatureExtractor.advance`); samples that come later with
-        earlier timestamps are dropped. Returns the charged chunks (labels wait in
+        been fed): release the chunks and labels of every window that ends by then, with
+        gaze or without (:meth:`FeatureExtractor.advance`), and nothing later, so that when a
+        release happens depends on the clock alone; samples that come later with earlier
+        timestamps are dropped. Returns the charged chunks (labels wait in
         :meth:`take_labels`)."""
         if self.start_s is None:  # no sample yet and no declared open: nothing is scheduled
             return []
         X, t = self.extractor.advance(until_s)
-        released = (self.release(chunk) for chunk in self._fed(None, X, t))
+        due = self._due + self._fed(None, X, t)
+        ready = [c for c in due if c.timestamps[-1] <= until_s]
+        self._due = due[len(ready) :]
+        released = (self.release(chunk) for chunk in ready)
         chunks = [out for out in released if out is not None]
-        self.release_labels()
+        self.release_labels(until_s)
         return chunks
 
-    def release_labels(self) -> list[ReleasedLabel]:
+    def release_labels(self, until_s: float = math.inf) -> list[ReleasedLabel]:
         """Decide, charge and enqueue the label of every decision block :meth:`feed` completed
-        (withheld or dropped ones are recorded); returns the charged ones, which also wait in
-        :meth:`take_labels`. Blocks on the ledger's durable commit."""
+        that ends by ``until_s`` (stream clock, s; withheld or dropped ones are recorded);
+        returns the charged ones, which also wait in :meth:`take_labels`. Blocks on the
+        ledger's durable commit."""
         if self.labels is None or not self._label_blocks:
             return []
         offset = self.clock_offset_s
-        blocks, self._label_blocks = self._label_blocks, []
+        ready = [b for b in self._label_blocks if b[1][-1] <= until_s]
+        blocks, self._label_blocks = ready, self._label_blocks[len(ready) :]
         done = [self.labels.release(b, t, offset) for b, t in blocks]
         out = [d for d in done if d is not None]
         self._labels_ready.extend(out)

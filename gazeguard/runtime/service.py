@@ -41,6 +41,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pylsl
+
 from gazeguard.config import BrokerSettings, IngestSettings, LedgerSettings, Settings
 from gazeguard.core.chunking import Chunk
 from gazeguard.core.errors import GazeguardError, PublishError, StreamNotFoundError
@@ -359,6 +361,7 @@ async def serve(
             topic_prefix=publisher.settings.topic_prefix,
             on_release=released,
             tap=tap,
+            opens_at=float(pylsl.local_clock()),  # the session opens now: a public time
         )
         _log_start(pipeline, publisher.endpoint)
         publisher.publish_status(pipeline.status("starting"))
@@ -531,6 +534,7 @@ async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) 
     watched even while it sends nothing) is said in the local log only, never in the status.
     """
     lost_after = stream.settings.stream_lost_after_s
+    late_after = stream.settings.late_after_s
     tick = min(1.0, lost_after / 4)
     last_status = time.monotonic()
     last_state: SessionState = pipeline.stats.state
@@ -546,10 +550,13 @@ async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) 
                 except StopAsyncIteration:
                     return
                 pending = asyncio.ensure_future(anext(blocks))
-                released = await to_thread_to_the_end(pipeline.push, block)
-                labels = pipeline.take_labels()
-                if released or labels:
-                    publisher.notify([*released, *labels])
+                await to_thread_to_the_end(pipeline.queue, block)
+            # Releases follow the clock: every window that ended late_after_s ago, gaze or not.
+            watermark = float(pylsl.local_clock()) - late_after
+            released = await to_thread_to_the_end(pipeline.advance, watermark)
+            labels = pipeline.take_labels()
+            if released or labels:
+                publisher.notify([*released, *labels])
             idle = stream.idle_s
             if (idle > lost_after) != quiet:
                 quiet = not quiet
