@@ -21,18 +21,21 @@ For the ``activity`` release profile, on GazeGraph and on the simulated headset:
    to a model that never saw them) and privatized ones. Chance is 1/people. For reference the
    same attack on the true task labels (a person-free sequence) sits at chance by construction.
 
-4. **Held labels on change vs on a clock** over hour-long sessions in which the activity
-   changes every 5–10 min (:func:`gazeguard.offline.eval.labels.evaluate_sessions`): each
-   person's recordings chained into ``--sessions`` hours, features extracted by the sidecar's
-   extractor, labels released by the sidecar's own ``LabelStream`` (sparse vector technique +
-   randomized response, a real SQLite ledger, ε from the plan for labels alone at B per hour),
-   the consumer holding the last label. Per-window accuracy: the fraction of feature windows
-   whose held label is the true activity; clean: the same release without noise. The model is
-   ``activity-portable`` on people it never saw: on GazeGraph leave-one-person-out models of
-   its recipe (features, log transform, C, class balance) trained on the other 7 people's
-   native recordings; on the synthetic dataset the shipped model itself (trained on no
-   simulated gaze). Andersson 2017 is not used: at most 20 s of images and 8 s of video per
-   person, shorter than one 30 s feature window.
+4. **Held labels on a clock** over hour-long sessions in which the activity changes every
+   5–10 min (:func:`gazeguard.offline.eval.labels.evaluate_sessions`): each person's
+   recordings chained into ``--sessions`` hours, features extracted by the sidecar's
+   extractor, labels released by the sidecar's own ``LabelStream`` (randomized response, a real
+   SQLite ledger, ε from the plan for labels alone at B per hour), the consumer holding the
+   last label. Per-window accuracy: the fraction of feature windows whose held label is the
+   true activity; clean: the same release without noise. The model is ``activity-portable`` on
+   people it never saw: on GazeGraph leave-one-person-out models of its recipe (features, log
+   transform, C, class balance) trained on the other 7 people's native recordings; on the
+   synthetic dataset the shipped model itself (trained on no simulated gaze). Andersson 2017
+   is not used: at most 20 s of images and 8 s of video per person, shorter than one 30 s
+   feature window. ``--candidates`` compares the block lengths the shipped one was chosen
+   from.
+5. **The retired change trigger's power** (``--power``): how often its detection round fired
+   within 10 checks with a certain change and with none, per ε of a round.
 
 Synthetic recordings are 660 s long (8 people × 4 tasks) so that a 300 s cadence gives two
 decisions per recording; GazeGraph's are 5 min (540 feature vectors = 270 s), too short for one
@@ -139,17 +142,15 @@ def sessions_markdown(results: list[dict[str, Any]]) -> str:
     """The held-label comparison: per dataset, mode and budget, per-window accuracy, the share
     of clean kept above chance, and the goal."""
     lines = [
-        "# Held labels on real, unseen data: on change vs on a clock",
+        "# Held labels on real, unseen data, on a clock",
         "",
         "Hour-long sessions of one held-out person whose activity changes every 5–10 min; the "
-        "sidecar's `LabelStream` releases labels (on change: sparse vector technique on each "
-        "30 s block, margin 0.1, at most one label per 300 s; on a clock: one per block) with "
-        "the plan's ε for labels alone at B per hour (δ 1e-6); the consumer holds the last "
-        "label. **Accuracy** is per feature window (0.5 s step): the held label equals the "
-        "activity at the window's end (no label yet counts wrong). **Clean**: the same release "
-        "without noise. **Kept**: `(acc − chance)/(clean − chance)`, chance = 1/C (what "
-        f"labels drawn at random keep). Goal: ≥ {GOAL_ACCURACY:.0%} per-window accuracy at "
-        f"{GOAL_BUDGET:g} ε/h.",
+        "sidecar's `LabelStream` releases one label per block with the plan's ε for labels "
+        "alone at B per hour (δ 1e-6); the consumer holds the last label. **Accuracy** is per "
+        "feature window (0.5 s step): the held label equals the activity at the window's end "
+        "(no label yet counts wrong). **Clean**: the same release without noise. **Kept**: "
+        "`(acc − chance)/(clean − chance)`, chance = 1/C (what labels drawn at random keep). "
+        f"Goal: ≥ {GOAL_ACCURACY:.0%} per-window accuracy at {GOAL_BUDGET:g} ε/h.",
         "",
     ]
     for res in results:
@@ -161,21 +162,13 @@ def sessions_markdown(results: list[dict[str, Any]]) -> str:
             f"{res['windows']} windows; classes {', '.join(res['classes'])} (chance "
             f"{res['chance']:.3f}); {res['reps']} noise repetitions per session.",
             "",
-            "| release | ε/h | ε per label (+ detection) | labels/h | accuracy | clean | kept "
-            "| goal |",
+            "| release | ε/h | ε per label | labels/h | accuracy | clean | kept | goal |",
             "|---|---:|---|---:|---:|---:|---:|---|",
         ]
         for row in res["modes"]:
-            s = row["settings"]
-            what = (
-                f"on change ({s['decision_s']:g} s blocks, ≥ {s['min_interval_s']:g} s apart)"
-                if s["release"] == "change"
-                else f"on a clock (every {s['decision_s']:g} s)"
-            )
+            what = f"on a clock (every {row['settings']['decision_s']:g} s)"
             for c in row["released"]:
-                eps = f"{c['epsilon_per_label']:.3g}" + (
-                    f" + {c['epsilon_change']:.3g}" if c["epsilon_change"] else ""
-                )
+                eps = f"{c['epsilon_per_label']:.3g}"
                 # a clean accuracy barely above chance makes the ratio noise: not shown
                 kept = (
                     f"{c['kept_above_chance']:.0%}"
@@ -196,8 +189,7 @@ def sessions_markdown(results: list[dict[str, Any]]) -> str:
         lines.append("")
     lines += [
         "± one standard error, each session one sample (the mean of its repetitions). ε per "
-        "label: randomized response (+ the detection round it pays for, on change), the "
-        "largest whose labels an hour of "
+        "label: randomized response, the largest whose labels an hour of "
         "gaze can change compose (PLD) to ≤ B at δ (`gazeguard.plan.labels_alone`); every "
         "label was charged to a real ledger capped at B per hour of gaze (none withheld).",
         "",
@@ -205,16 +197,16 @@ def sessions_markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-#: ε per detection round: the shipped default (10 ε/h, the labels' share 0.5 over 13 labels an
-#: hour, 25 % of each on detection), the held-label sessions' 10 and 100 ε/h for labels alone,
-#: and larger rounds.
+#: ε per detection round of the retired trigger: its shipped default (10 ε/h, the labels' share
+#: 0.5 over 13 labels an hour, 25 % of each on detection), the held-label sessions' 10 and
+#: 100 ε/h for labels alone, and larger rounds.
 POWER_EPSILONS = (0.1251, 0.227, 1.92, 4.0, 8.0, 16.0)
 
 
 def power_markdown(rows: list[dict[str, Any]]) -> str:
     """The change trigger's best-case power per ε of a detection round."""
     lines = [
-        "# The change trigger's power: does a detection round tell a change from none?",
+        "# The retired change trigger's power: does a detection round tell a change from none?",
         "",
         "The sparse vector technique as the label stream ran it (query range 2, margin 0.1, "
         "`AboveThreshold`, exact discrete Laplace). *Change*: every query +1 (another class "
@@ -298,9 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-reps", type=int, default=25, help="noise repetitions (25)")
     ap.add_argument("--skip-decisions", action="store_true", help="only the held-label sessions")
     ap.add_argument(
-        "--candidates", action="store_true", help="held-label sessions of every candidate path"
+        "--candidates", action="store_true", help="held-label sessions of every block length"
     )
-    ap.add_argument("--power", action="store_true", help="only the change trigger's power")
+    ap.add_argument("--power", action="store_true", help="only the retired trigger's power")
     ap.add_argument("--power-trials", type=int, default=20_000, help="rounds per cell (20000)")
     args = ap.parse_args(argv)
     if args.power:

@@ -82,17 +82,20 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     lab.add_argument(
         "--label-release",
         choices=["change", "clock"],
-        help="change (default): a label when the activity changes; clock: one per --decision-s",
+        help="clock (the only way): one label per --decision-s; 'change' (a label when the "
+        "activity changes) was retired and is refused: its detection fired as often without a "
+        "change as with one",
     )
     lab.add_argument(
         "--decision-s",
         type=float,
-        help="seconds of gaze per block: one check for a change, or one label (clock) (30)",
+        help="seconds of gaze per label: each label decides on that block and is held until "
+        "the next (120)",
     )
     lab.add_argument(
         "--min-interval-s",
         type=float,
-        help="change: the least gaze time between two labels (300)",
+        help="retired with the change trigger: refused",
     )
     lab.add_argument(
         "--label-epsilon", type=float, help="ε per label (default: from --label-share)"

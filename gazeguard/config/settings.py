@@ -368,41 +368,21 @@ class LabelSettings(Section):
         "activities) or a .json path in the gazeguard.label-model/1 format; its classes are the "
         "labels",
     )
-    release: Literal["change", "clock"] = Field(
-        "change",
-        description="change: a new label when the activity changes (sparse vector technique, "
-        "the first after one block); clock: one label per decision_s",
+    release: Literal["clock"] = Field(
+        "clock",
+        description="clock: one label per decision_s (the only way; 'change' was retired)",
     )
     decision_s: float = Field(
-        30.0,
+        120.0,
         gt=0,
-        description="seconds of gaze per block: one check for a change (change), or one label "
-        "(clock)",
-    )
-    min_interval_s: float = Field(
-        300.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="change: the least gaze time between two released labels (bounds the spend)",
-    )
-    threshold: float = Field(
-        0.1,
-        ge=-1.0,
-        le=1.0,
-        description="change: how far another class's mean probability over a block must exceed "
-        "the held label's to count as a change (before noise)",
-    )
-    svt_fraction: float = Field(
-        0.25,
-        gt=0.0,
-        lt=1.0,
-        description="change: share of each label's ε spent on detecting the change; the rest "
-        "on the label's randomized response",
+        description="seconds of gaze per label: each label decides on that block and holds "
+        "until the next (120 s: the best of 30, 60, 120 and 180 s on held-out people, "
+        "docs/labels.md)",
     )
     epsilon: Epsilon | None = Field(
         None,
-        description="ε per label (pure; change: detection and label together); unset: "
-        "budget_share of ledger.budget_per_hour over the labels an hour of gaze can change",
+        description="ε per label (pure); unset: budget_share of ledger.budget_per_hour over the "
+        "labels an hour of gaze can change",
     )
     budget_share: float = Field(
         0.5,
@@ -411,12 +391,42 @@ class LabelSettings(Section):
         description="share of ledger.budget_per_hour reserved for labels when epsilon is unset",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            gone = sorted(k for k in _RETIRED_LABEL_KEYS if k in data)
+            if gone:
+                raise ValueError(
+                    f"labels.{', labels.'.join(gone)}: retired with the change trigger (issue "
+                    "46: at the shipped budget its detection rounds fired as often without a "
+                    "change as with one); labels now follow a clock, one per decision_s: "
+                    "remove the setting"
+                )
+        return data
+
+    @field_validator("release", mode="before")
+    @classmethod
+    def _no_change(cls, v: Any) -> Any:
+        if v == "change":
+            raise ValueError(
+                "'change' was retired (issue 46: at the shipped budget its detection rounds "
+                "fired as often without a change as with one, a jittered clock that spent a "
+                "quarter of each label's ε on noise); use 'clock' (one label per decision_s, "
+                "the default) or remove the setting"
+            )
+        return v
+
     @field_validator("decision_s")
     @classmethod
     def _finite_decision(cls, v: float) -> float:
         if not math.isfinite(v):
             raise ValueError("must be a finite number of seconds > 0")
         return v
+
+
+#: Settings of the retired change trigger, refused by :class:`LabelSettings`.
+_RETIRED_LABEL_KEYS = ("min_interval_s", "threshold", "svt_fraction")
 
 
 class BrokerSettings(Section):

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from gazeguard.config import FeatureSettings, LabelSettings
 from gazeguard.core.errors import ConfigError
-from gazeguard.privacy.accounting import Event, PureEvent, RandomizedResponseEvent, compose
+from gazeguard.privacy.accounting import Event, RandomizedResponseEvent, compose
 from gazeguard.signal.labels import (
     MAX_EPSILON,
     MIN_EPSILON,
@@ -91,10 +91,7 @@ class LabelPlan:
         delta: δ of the labels' share.
         reached: decisions one raw gaze sample can change (the plan's count).
         clean_accuracy: the model's recorded clean accuracy per decision (or ``None``).
-        release: ``change`` or ``clock`` (module docstring).
-        epsilon_svt: ε of each change-detection round (``change``; 0 for ``clock``).
-        threshold: the change threshold on the probability margin (``change``).
-        min_interval_s: the least gaze time between two labels (``change``), s.
+        release: ``"clock"``, one label per block (the change trigger was retired, issue 46).
     """
 
     model: LabelModel
@@ -108,9 +105,6 @@ class LabelPlan:
     reached: int
     clean_accuracy: float | None
     release: str = "clock"
-    epsilon_svt: float = 0.0
-    threshold: float = 0.0
-    min_interval_s: float = 0.0
 
     @property
     def classes(self) -> int:
@@ -124,9 +118,8 @@ class LabelPlan:
 
     @property
     def events(self) -> dict[Event, int]:
-        """What one released label is charged: its randomized response, and (``change``) the
-        detection round that starts after it."""
-        return label_events(self.epsilon, self.epsilon_svt, self.classes)
+        """What one released label is charged: its randomized response."""
+        return label_events(self.epsilon, self.classes)
 
     @property
     def survival(self) -> float:
@@ -154,14 +147,10 @@ class LabelPlan:
         """The arithmetic printed at startup (several lines)."""
         c, p, eps = self.classes, self.survival, self.epsilon
         names = ", ".join(self.model.classes)
-        if self.release == "change":
-            how = (
-                f"a label when the activity changes (sparse vector technique on each "
-                f"{self.decision_s:g} s block, margin {self.threshold:g}, ε {self.epsilon_svt:.4g} "
-                f"per detection round), at most one per {self.min_interval_s:g} s of gaze"
-            )
-        else:
-            how = f"one label per {self.decision_s:g} s of gaze ({self.steps} feature vectors)"
+        how = (
+            f"one label per {self.decision_s:g} s of gaze ({self.steps} feature vectors), held "
+            "until the next"
+        )
         lines = [
             f"private labels: model {self.model.name!r} v{self.model.version}, {c} classes "
             f"({names}); {how}; randomized response at ε {eps:.4g} per label",
@@ -181,27 +170,18 @@ class LabelPlan:
         return "\n".join(lines)
 
 
-def label_events(epsilon: float, epsilon_svt: float, classes: int) -> dict[Event, int]:
-    """The accounting events of one released label: its randomized response at ``epsilon``
-    and, when ``epsilon_svt > 0``, the change-detection round it pays for."""
-    out: dict[Event, int] = {RandomizedResponseEvent(epsilon, classes): 1}
-    if epsilon_svt > 0:
-        out[PureEvent(epsilon_svt)] = 1
-    return out
+def label_events(epsilon: float, classes: int) -> dict[Event, int]:
+    """The accounting events of one released label: its randomized response at ``epsilon``."""
+    return {RandomizedResponseEvent(epsilon, classes): 1}
 
 
-def decision_epsilon(
-    share: float, decisions: int, classes: int, delta: float, svt_fraction: float = 0.0
-) -> float:
-    """The largest ε per label (to 1e-6 relative; ``svt_fraction`` of it on change detection,
-    the rest on randomized response) whose ``decisions``-fold release composes to at most
-    ``share`` at ``delta`` (the accountant's PLD; never below the pure split
-    ``share/decisions``), capped at :data:`~gazeguard.signal.labels.MAX_EPSILON` per part."""
+def decision_epsilon(share: float, decisions: int, classes: int, delta: float) -> float:
+    """The largest ε per label (to 1e-6 relative) whose ``decisions``-fold randomized response
+    composes to at most ``share`` at ``delta`` (the accountant's PLD; never below the pure split
+    ``share/decisions``), capped at :data:`~gazeguard.signal.labels.MAX_EPSILON`."""
 
     def cost(eps: float) -> float:
-        f = svt_fraction
-        events = label_events((1.0 - f) * eps, f * eps, classes)
-        return compose({e: c * decisions for e, c in events.items()}, delta).epsilon
+        return compose({RandomizedResponseEvent(eps, classes): decisions}, delta).epsilon
 
     lo, hi = share / decisions, min(share, MAX_EPSILON)
     if cost(hi) <= share:
@@ -271,16 +251,14 @@ def plan_labels(
     check_stateless(model, "labels.model")
     steps = _steps_per_decision(labels.decision_s, features.step_s)
     classes = len(model.classes)
-    f = labels.svt_fraction if labels.release == "change" else 0.0
     if labels.epsilon is not None:
-        total = float(labels.epsilon)
-        events = label_events((1.0 - f) * total, f * total, classes)
-        reserve = compose({e: c * per_hour for e, c in events.items()}, delta).epsilon
+        epsilon = float(labels.epsilon)
+        reserve = compose({RandomizedResponseEvent(epsilon, classes): per_hour}, delta).epsilon
         if budget is not None and reserve >= budget:
             raise ConfigError(
                 "labels.epsilon",
                 labels.epsilon,
-                f"{per_hour} labels per hour of gaze at ε {total:g} cost {reserve:.4g}, "
+                f"{per_hour} labels per hour of gaze at ε {epsilon:g} cost {reserve:.4g}, "
                 f"which leaves nothing of ledger.budget_per_hour = {budget:g} for the chunks: "
                 "lower labels.epsilon, raise labels.decision_s, or unset labels.epsilon to use "
                 "labels.budget_share",
@@ -294,8 +272,7 @@ def plan_labels(
                 "ledger.budget_per_hour (with labels.budget_share)",
             )
         reserve = share
-        total = decision_epsilon(share, per_hour, classes, delta, f)
-    epsilon = (1.0 - f) * total
+        epsilon = decision_epsilon(share, per_hour, classes, delta)
     if not MIN_EPSILON <= epsilon <= MAX_EPSILON:
         raise ConfigError(
             "labels.epsilon",
@@ -315,8 +292,4 @@ def plan_labels(
         delta=delta,
         reached=per_sample,
         clean_accuracy=clean_accuracy_of(model, labels.decision_s),
-        release=labels.release,
-        epsilon_svt=f * total,
-        threshold=labels.threshold,
-        min_interval_s=labels.min_interval_s,
     )

@@ -8,27 +8,15 @@ steps — and runs the label model (:class:`gazeguard.signal.labels.LabelModel`)
 inside
 the trusted process: the block's mean class probabilities never leave it.
 
-``labels.release = "clock"``: every block is a decision — the argmax, privatized by exact k-ary
-randomized response at ``ε`` (:class:`~gazeguard.signal.labels.RandomizedResponse`, OS CSPRNG).
+Every block is a decision — the argmax, privatized by exact k-ary randomized response at ``ε``
+(:class:`~gazeguard.signal.labels.RandomizedResponse`, OS CSPRNG): one label per
+``decision_s`` of gaze, a clock; between labels the consumer holds the last one (the message
+says from when). A label "when the activity changes" (the sparse vector technique asking each
+block whether another class beat the held label) was retired (issue 46): at the shipped budget
+a detection round fired within 10 checks with probability 0.97 whether the activity had
+changed or not — a jittered clock that spent a quarter of each label's ε on noise.
 
-``labels.release = "change"`` (default): a label is released when the activity changes.
-
-1. The first block's decision is released at once (the first label, one block after the first
-   feature vector).
-2. Then, once ``min_interval_s`` of gaze has passed since the last label, each block asks the
-   sparse vector technique (:class:`~gazeguard.privacy.mechanisms.svt.AboveThreshold`) whether
-   another
-   class's mean probability beats the held label's by ``threshold``: ``q = max_{c≠ℓ} p_c −
-   p_ℓ`` (ℓ the *released* label, public), in ``[−1, 1]``, sensitivity 2 whatever the gaze. The
-   first "above" ends the round and releases the block's decision by randomized response; a
-   new round starts. Between labels the consumer holds the last one (the message says from
-   when).
-3. Each released label is charged ``RandomizedResponseEvent(ε_rr, C)`` for itself and
-   ``PureEvent(ε_svt)`` for the detection round that starts after it (paid before any of its
-   queries is asked; a round is ε_svt-DP however many "no change" answers it gives). Labels
-   are at least ``min_interval_s`` apart, which bounds what an hour can spend.
-
-Either way, each label is charged to the ledger (stream ``"labels"``) with its block's gaze span
+Each label is charged to the ledger (stream ``"labels"``) with its block's gaze span
 and its :class:`~gazeguard.wire.label.LabelMessage` payload enqueued in the same transaction
 (the outbox the chunks use), then handed on for publishing — or, when a cap would be exceeded,
 withheld (recorded in the ledger, nothing published).
@@ -39,7 +27,6 @@ The label plan (ε per decision, the labels an hour can change) is :mod:`gazegua
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,7 +38,6 @@ from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
 from gazeguard.plan.labels import LabelPlan
 from gazeguard.privacy.accounting import compose
 from gazeguard.privacy.mechanisms.randomness import RandomSource, random_source
-from gazeguard.privacy.mechanisms.svt import AboveThreshold
 from gazeguard.signal.labels import LabelRelease
 from gazeguard.wire.label import LabelMessage, label_topic
 
@@ -101,15 +87,14 @@ class LabelStats:
 
     Attributes:
         released: labels charged and handed on.
-        changes: of them, released because the sparse vector technique detected a change
-            (``release = "change"``; the others are a run's first label, or one a cap withheld
-            before).
         switches: released labels that differ from the one before (what a consumer sees
             change; randomized response can switch a label, or keep it across a change).
-        checks: change-detection queries asked (``release = "change"``).
         withheld, dropped: labels a cap withheld, or an error dropped (recorded in the ledger).
         last_reason: why the last one was withheld or dropped.
         last_label: the last released label, or ``None``.
+        changes, checks: always 0 — the change trigger's detected changes and checks, retired
+            (issue 46); kept while ``gazeguard run --json`` reports ``label_changes`` and
+            ``label_checks``.
     """
 
     released: int = 0
@@ -176,17 +161,6 @@ class LabelStream:
         self.next_index = ledger.next_index(session, STREAM)
         self._events = {event_key(e): c for e, c in plan.events.items()}
         self._eps_map = {"label": plan.epsilon}
-        # change: the held (released, so public) label, when it was released, and the
-        # detection round (paid by the last released label; started at its first query)
-        self._change = plan.release == "change"
-        if self._change:
-            self._eps_map["change"] = plan.epsilon_svt
-        self._svt = (
-            AboveThreshold(plan.epsilon_svt, 2.0, plan.threshold, source) if self._change else None
-        )
-        self._held: int | None = None
-        self._held_until = -math.inf  # gaze time (LSL clock) before which nothing is asked
-        self._paid = False  # a detection round is paid for (the last label was charged)
         self.stats = LabelStats()
 
     @property
@@ -224,10 +198,8 @@ class LabelStream:
         return out
 
     def release(self, block: FloatArray, times: FloatArray, offset: float) -> ReleasedLabel | None:
-        """One block: decide, privatize, charge and enqueue its label (``clock``), or — with
-        ``change`` — release one only for the first block and when the sparse vector technique
-        says the activity changed; ``None`` when no label was released, a cap withheld it or
-        an error dropped it (the last two recorded in the ledger and :attr:`stats`). Blocks on
+        """One block: decide, privatize, charge and enqueue its label; ``None`` when a cap
+        withheld it or an error dropped it (recorded in the ledger and :attr:`stats`). Blocks on
         the ledger's durable commit.
 
         Args:
@@ -235,38 +207,6 @@ class LabelStream:
             times: (n,) their times, s (LSL clock).
             offset: Unix time minus ``times``, s.
         """
-        if not self._change:
-            return self._decide(block, times, offset)
-        assert self._svt is not None
-        finite = block[np.isfinite(block).all(axis=1)]
-        end = float(times[-1])
-        if finite.shape[0] == 0 or end < self._held_until:
-            return None
-        p = self.release_.probabilities(finite)  # once: it feeds a per-session model's stats
-        detected = False
-        if self._held is not None and self._paid:
-            others = np.delete(p, self._held)
-            if not self._svt.active:
-                self._svt.start()
-            self.stats.checks += 1
-            if not self._svt.query(float(others.max() - p[self._held])):
-                return None
-            detected = True
-        # the first label, a change, or a label a cap withheld before: release this block's
-        self._paid = False  # the round that said "changed" is over
-        out = self._decide(block, times, offset, int(np.argmax(p)))
-        if out is not None:
-            self.stats.changes += detected
-            self._held = out.message.classes.index(out.message.label)
-            self._held_until = end + self.plan.min_interval_s
-            self._paid = True  # its charge paid for the next round
-        return out
-
-    def _decide(
-        self, block: FloatArray, times: FloatArray, offset: float, true: int | None = None
-    ) -> ReleasedLabel | None:
-        """Privatize, charge and enqueue one block's label: randomized response on its clean
-        decision (``true``, when the caller has it already)."""
         index = self.next_index
         self.next_index += 1
         gaze = (float(times[0]) + offset, float(times[-1]) + offset)
@@ -275,11 +215,7 @@ class LabelStream:
             if finite.shape[0] == 0:
                 msg = "no finite feature vector in the decision block"
                 raise FloatingPointError(msg)
-            decision = (
-                self.release_.release(finite)
-                if true is None
-                else self.release_.release_class(true, vectors=finite.shape[0])
-            )
+            decision = self.release_.release(finite)
             message = LabelMessage.build(
                 decision,
                 session=self.session,
@@ -290,8 +226,7 @@ class LabelStream:
                 model_name=self.plan.model.name,
                 model_version=self.plan.model.version,
                 profile=self.profile,
-                release="change" if self._change else "clock",
-                epsilon_change=self.plan.epsilon_svt if self._change else None,
+                release="clock",
                 clean_accuracy=self.plan.clean_accuracy,
                 unix_end=gaze[1],
             )
@@ -330,8 +265,8 @@ class LabelStream:
     @property
     def epsilon(self) -> float:
         """ε at the plan's δ of the labels released so far: the accountant's composition of
-        their randomized responses and detection rounds (the labels alone; the ledger's
-        user-level figure composes them with every other release of the session)."""
+        their randomized responses (the labels alone; the ledger's user-level figure composes
+        them with every other release of the session)."""
         n = self.stats.released
         if n == 0:
             return 0.0

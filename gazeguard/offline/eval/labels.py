@@ -14,11 +14,13 @@ sequences (issue 14, point 2) — the label side of ``gazeguard eval --frontier`
    histogram (C) and its label-transition frequencies (C²). The attacker trains on first halves
    (label: person) and identifies the second halves (1-NN, RBF SVM and a 100-tree random forest,
    features standardised; the best is reported). Chance is 1/people.
-4. **Held labels, on change vs on a clock** (:func:`evaluate_sessions`): a held-out person's
-   gaze chained into hour-long sessions whose activity changes every 5–10 min, labels released
-   by the sidecar's own :class:`~gazeguard.runtime.labels.LabelStream` (sparse vector technique
-   and randomized response at the plan's ε, charged to a real ledger), the consumer holding the
-   last label; per-window accuracy against the same release without noise.
+4. **Held labels on a clock** (:func:`evaluate_sessions`): a held-out person's gaze chained
+   into hour-long sessions whose activity changes every 5–10 min, labels released by the
+   sidecar's own :class:`~gazeguard.runtime.labels.LabelStream` (randomized response at the
+   plan's ε, charged to a real ledger), the consumer holding the last label; per-window
+   accuracy against the same release without noise, for each block length.
+5. **The retired change trigger's power** (:func:`trigger_power`): how often its detection
+   round fired with and without a change.
 """
 
 from __future__ import annotations
@@ -374,7 +376,7 @@ def evaluate(
 
 
 # ============================================================================ held labels
-# On change vs on a clock, over hour-long sessions in which the activity changes (issue
+# Held labels on a clock, over hour-long sessions in which the activity changes (issue
 # "Labels that hold on real, unseen data"): see :func:`evaluate_sessions`.
 
 #: One session, s of gaze.
@@ -399,53 +401,28 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class Mode:
-    """One way of releasing labels (the sidecar's ``labels`` settings that differ).
+    """One way of releasing labels: the sidecar's clock at a block length.
 
     Attributes:
-        name: ``change``, ``clock`` or ``clock-<decision_s>``.
-        release: ``change`` or ``clock``.
-        decision_s: gaze per block, s.
-        min_interval_s: ``change``: the least gaze between two labels, s.
-        threshold: ``change``: the probability margin that counts as a change.
-        svt_fraction: ``change``: the share of a label's ε spent on detecting the change.
+        name: ``clock`` (the shipped default) or ``clock-<decision_s>``.
+        decision_s: gaze per label, s.
+        release: ``clock``, the only way (a change trigger was retired, issue 46).
     """
 
     name: str
-    release: str
-    decision_s: float = 30.0
-    min_interval_s: float = 300.0
-    threshold: float = 0.1
-    svt_fraction: float = 0.25
+    decision_s: float = LabelSettings().decision_s
+    release: str = "clock"
 
     def settings(self, model: str = "activity-portable") -> LabelSettings:
         """The sidecar's ``labels`` settings for this mode."""
-        return LabelSettings(
-            enabled=True,
-            model=model,
-            release=self.release,
-            decision_s=self.decision_s,
-            min_interval_s=self.min_interval_s,
-            threshold=self.threshold,
-            svt_fraction=self.svt_fraction,
-        )
+        return LabelSettings(enabled=True, model=model, decision_s=self.decision_s)
 
 
-#: The shipped defaults both ways, and a clock as slow as on change's fastest (one label per
-#: ``min_interval_s``): does detecting the change beat releasing at its rate blindly?
-MODES = (
-    Mode("change", "change"),
-    Mode("clock", "clock"),
-    Mode("clock-300", "clock", decision_s=300.0),
-)
-#: The paths compared to keep one (issue 46, point 8): the change trigger as shipped and
-#: clocks of 30 s to 3 min blocks (the consumer holds each label until the next).
-CANDIDATES = (
-    Mode("change", "change"),
-    Mode("clock", "clock"),
-    Mode("clock-60", "clock", decision_s=60.0),
-    Mode("clock-120", "clock", decision_s=120.0),
-    Mode("clock-180", "clock", decision_s=180.0),
-)
+#: The shipped clock, and a clock of 30 s blocks (many weak labels).
+MODES = (Mode("clock"), Mode("clock-30", decision_s=30.0))
+#: The block lengths compared to choose the shipped one (issue 46, point 8; the retired change
+#: trigger was compared with them too: ``bench/results/labels/selection``).
+CANDIDATES = tuple(Mode(f"clock-{d:g}", decision_s=d) for d in (30.0, 60.0, 120.0, 180.0))
 
 
 def trigger_power(
@@ -456,7 +433,7 @@ def trigger_power(
     trials: int = 20_000,
     seed: int | None = 1,
 ) -> dict[str, float]:
-    """How well the change trigger's detection round (the sparse vector technique,
+    """How well the retired change trigger's detection round (the sparse vector technique,
     :class:`~gazeguard.privacy.mechanisms.svt.AboveThreshold` at ``epsilon`` per round, query
     range 2 as the label stream asks it) tells a change from none: the probability that a round
     fires within ``checks`` checks when every query says "certainly changed" (``+1``: another
@@ -726,32 +703,18 @@ def block_probabilities(session: HeldOutSession, steps: int) -> tuple[FloatArray
 def clean_releases(
     session: HeldOutSession, mode: Mode, step_s: float = 0.5
 ) -> tuple[FloatArray, IntArray]:
-    """The labels ``mode`` releases without noise (randomized response and the sparse vector
-    technique at ε = ∞, same blocks, threshold and least interval): release times and class
-    indices."""
+    """The labels ``mode`` releases without noise (randomized response at ε = ∞, same blocks):
+    release times and class indices."""
     P, ends = block_probabilities(session, round(mode.decision_s / step_s))
-    best = np.argmax(P, axis=1)
-    if mode.release == "clock":
-        return ends, best.astype(np.intp)
-    times, labels = [], []
-    held, until = -1, -math.inf
-    for b in range(ends.size):
-        if ends[b] < until:
-            continue
-        if held >= 0 and float(np.delete(P[b], held).max() - P[b, held]) < mode.threshold:
-            continue
-        held, until = int(best[b]), float(ends[b]) + mode.min_interval_s
-        times.append(float(ends[b]))
-        labels.append(held)
-    return np.array(times), np.array(labels, dtype=np.intp)
+    return ends, np.argmax(P, axis=1).astype(np.intp)
 
 
 def private_releases(
     session: HeldOutSession, plan: LabelPlan, ledger: Ledger, account: str, seed: int | None
 ) -> tuple[FloatArray, IntArray, LabelStats]:
     """The labels the sidecar's :class:`~gazeguard.runtime.labels.LabelStream` releases on this
-    session with ``plan`` (randomized response and, on change, the sparse vector technique,
-    each label charged to ``ledger`` under ``account``; ``seed``: INSECURE reproducible
+    session with ``plan`` (randomized response, each label charged to ``ledger`` under
+    ``account``; ``seed``: INSECURE reproducible
     noise, None: the OS CSPRNG): release times, class indices and the stream's counters."""
     ledger.open_session(account)
     stream = LabelStream(
@@ -838,7 +801,6 @@ def _mode_row(
         room = row["clean"] - chance
         cell |= {
             "epsilon_per_label": round(plan.epsilon, 5),
-            "epsilon_change": round(plan.epsilon_svt, 5),
             "labels_in_an_hour": plan.per_window,
             "hour_epsilon_at_delta": round(plan.hour_epsilon, 4),
             "survival": round(plan.survival, 4),
@@ -870,7 +832,7 @@ def evaluate_sessions(
     features: FeatureSettings | None = None,
     progress: Callable[[str], None] = _quiet,
 ) -> dict[str, Any]:
-    """Labels on change vs on a clock, held by the consumer, over hour-long sessions.
+    """Labels on a clock, held by the consumer, over hour-long sessions.
 
     Per person (``people``, default: every person with a model), ``sessions`` hours of their
     gaze with the activity changing every 5–10 min (:func:`build_session`; ``session_seed``
@@ -963,8 +925,8 @@ def frontier_sessions(
     seed: int | None,
     progress: Callable[[str], None] = _quiet,
 ) -> dict[str, Any] | None:
-    """The frontier's held labels (``gazeguard eval --frontier``): on change and on a 30 s
-    clock over hour-long sessions of each held-out person (:func:`evaluate_sessions`),
+    """The frontier's held labels (``gazeguard eval --frontier``): on the shipped clock and on
+    a 30 s clock over hour-long sessions of each held-out person (:func:`evaluate_sessions`),
     leave-one-person-out models on ``features`` (those the table has and that vary) with the
     dataset's tasks as classes, the released label sequences attacked; ``None`` (and why, to
     ``progress``) when the dataset cannot make such sessions (one task, mixed sampling rates)."""
@@ -977,7 +939,7 @@ def frontier_sessions(
         return evaluate_sessions(
             dataset.name, dataset, models, sessions=1 if quick else 2,
             reps=3 if quick else 10, attack_reps=3 if quick else 10,
-            modes=MODES[:2], budgets=budgets, seed=seed, progress=progress,
+            modes=MODES, budgets=budgets, seed=seed, progress=progress,
         )  # fmt: skip
     except ValueError as exc:
         progress(f"{dataset.name}: no held-label sessions: {exc}")
