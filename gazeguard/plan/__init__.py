@@ -408,13 +408,18 @@ class ReleasePlan:
     # ------------------------------------------------------------------------------ figures
     @property
     def grid_s(self) -> float:
-        """The release grid's period, s: a session's feature grid starts on a multiple of it on
-        the stream's clock, so that its chunks (``n`` steps) and label decision blocks start
-        on multiples of their own length there, whatever the samples."""
-        steps = self.mechanism.n
-        if self.label_plan is not None:
-            steps = math.lcm(steps, self.label_plan.steps)
-        return float(steps * self.reach.step_s)
+        """The chunk grid's period ``n·s``, s: a session's feature grid starts on a multiple of
+        it on the stream's clock, so that its chunks start on multiples of their length
+        there, whatever the samples (label blocks: :attr:`label_grid_s`)."""
+        return float(self.mechanism.n * self.reach.step_s)
+
+    @property
+    def label_grid_s(self) -> float | None:
+        """The label decision blocks' period, s: blocks start on its multiples on the stream's
+        clock (the steps before a session's first one decide no label); ``None``: no labels."""
+        if self.label_plan is None:
+            return None
+        return float(self.label_plan.steps * self.reach.step_s)
 
     @property
     def releases(self) -> tuple[Release, ...]:

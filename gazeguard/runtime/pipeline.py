@@ -46,7 +46,7 @@ from gazeguard.ledger import (
     event_key,
 )
 from gazeguard.plan import ReleasePlan
-from gazeguard.signal.events import EventDetector, check_rate
+from gazeguard.signal.events import LOOKBEHIND_S, EventDetector, check_rate
 from gazeguard.signal.features import FEATURES, FeatureExtractor, push_many
 from gazeguard.wire.message import (
     ChunkMessage,
@@ -245,7 +245,10 @@ class Pipeline:
         #: multiples on the stream's clock, from the session's open on.
         self.grid_s = plan.grid_s
         #: Where the session's first feature window starts (stream clock, s; None until known).
-        self.start_s = None if opens_at is None else on_grid(opens_at, self.grid_s)
+        self.start_s: float | None = None
+        self._labels_from = math.inf  # the first label block's first window end, s
+        if opens_at is not None:
+            self._start(opens_at)
         self.extractor = self._new_extractor()
         self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
         self._due: list[Chunk] = []  # chunks fed by queue(), waiting for the clock (advance)
@@ -256,17 +259,9 @@ class Pipeline:
         self.resume_after = -math.inf
         self.profile = plan.profile
         self.label_plan: LabelPlan | None = plan.label_plan
-        self.labels: LabelStream | None = None
+        self.labels = self._label_stream(topic_prefix, all_names)
         self._label_blocks: list[tuple[np.ndarray, np.ndarray]] = []
         self._labels_ready: list[ReleasedLabel] = []
-        if self.label_plan is not None:
-            from gazeguard.runtime.labels import LabelStream  # noqa: PLC0415 - optional stage
-
-            self.labels = LabelStream(
-                ledger, self.label_plan, session=session, device=device,
-                input_features=all_names, topic_prefix=topic_prefix,
-                profile=plan.profile, insecure_seed=plan.insecure_seed,
-            )  # fmt: skip
         self._completed_at = 0.0
         if plan.insecure_seed is not None:
             log.warning(
@@ -275,6 +270,18 @@ class Pipeline:
                 session,
                 plan.insecure_seed,
             )
+
+    def _label_stream(self, topic_prefix: str, names: list[str]) -> LabelStream | None:
+        """The private-label stage of the plan (None: no labels)."""
+        if self.label_plan is None:
+            return None
+        from gazeguard.runtime.labels import LabelStream  # noqa: PLC0415 - optional stage
+
+        return LabelStream(
+            self.ledger, self.label_plan, session=self.session, device=self.device,
+            input_features=names, topic_prefix=topic_prefix, profile=self.plan.profile,
+            insecure_seed=self.plan.insecure_seed,
+        )  # fmt: skip
 
     @property
     def carries(self) -> str:
@@ -311,11 +318,15 @@ class Pipeline:
             return []
         X, t = self.extractor.advance(until_s)
         due = self._due + self._fed(None, X, t)
-        ready = [c for c in due if c.timestamps[-1] <= until_s]
+        # Every window ending LOOKBEHIND_S before the watermark is complete by now, whatever
+        # the samples (the detector's look-ahead is shorter); later ones wait, even if the
+        # samples completed them already, so that when a release happens is the clock's.
+        settled = until_s - LOOKBEHIND_S
+        ready = [c for c in due if c.timestamps[-1] <= settled]
         self._due = due[len(ready) :]
         released = (self.release(chunk) for chunk in ready)
         chunks = [out for out in released if out is not None]
-        self.release_labels(until_s)
+        self.release_labels(settled)
         return chunks
 
     def release_labels(self, until_s: float = math.inf) -> list[ReleasedLabel]:
@@ -373,8 +384,18 @@ class Pipeline:
             return
         first = float(block.timestamps[0])
         if math.isfinite(first):
-            self.start_s = on_grid(first, self.grid_s)
+            self._start(first)
             self.extractor = self._new_extractor()
+
+    def _start(self, opens_at: float) -> None:
+        """Place the grid for a session that opened at ``opens_at``: the first window starts
+        on the next chunk grid point; label blocks start on their own grid's next point."""
+        self.start_s = on_grid(opens_at, self.grid_s)
+        label_grid = self.plan.label_grid_s
+        if label_grid is not None:
+            first = on_grid(self.start_s, label_grid)
+            # window ends are compared with half a step of slack (float sums of steps)
+            self._labels_from = first + self._features.window_s - self._features.step_s / 2
 
     def _feed(self, block: GazeSamples) -> list[Chunk]:
         X, t = self.extractor.push(block)
@@ -391,8 +412,9 @@ class Pipeline:
             keep = t > self.resume_after
             X, t = X[keep], t[keep]
         self.stats.steps += len(t)
-        if self.labels is not None and len(t):
-            self._label_blocks += self.labels.add(X, t)
+        if self.labels is not None and len(t) and t[-1] >= self._labels_from:
+            first = int(np.searchsorted(t, self._labels_from))
+            self._label_blocks += self.labels.add(X[first:], t[first:])
         if self.on_features is not None and len(t):
             self.on_features(X, t)
         chunks = self.chunker.add(X, t)

@@ -507,11 +507,12 @@ class EventDetector:
         """Timestamp of the newest sample pushed, s (None before the first)."""
         return float(self._t[self._n - 1]) if self._n else None
 
-    def resumed(self) -> EventDetector:
+    def resumed(self, next_t: float) -> EventDetector:
         """A detector that continues this finished one after a gap (an interval longer than
-        ``max_gap_s`` before its first sample): the same events as if this one had gone on,
-        because nothing crosses a gap (the look-ahead, the open run and the long-run cuts all
-        stop at one). Sample numbering, counters and the newest invalid sample carry over."""
+        ``max_gap_s``) before its first sample, at ``next_t`` (s): the same events as if this
+        one had gone on, because nothing crosses a gap (the look-ahead, the open run and the
+        long-run cuts all stop at one). Sample numbering, counters and the newest invalid
+        sample carry over; everything before ``next_t`` counts as classified."""
         if not self._finished:
             raise GazeguardError("EventDetector.resumed: finish() it first")
         new = EventDetector(
@@ -525,9 +526,10 @@ class EventDetector:
             kernels=self.kernels,
         )
         new.stats = self.stats
+        new.stats.gaps += 1  # the interval before next_t
         new._g0 = self._g0 + self._n
         new._last_invalid = self._last_invalid
-        new.last_classified_t = self.last_classified_t
+        new.last_classified_t = next_t
         return new
 
     # ---------------------------------------------------------------------------------------

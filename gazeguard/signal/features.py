@@ -752,7 +752,7 @@ class FeatureExtractor:
             block = block.slice(first, ts.shape[0])
             ts = block.timestamps
         if self.detector.finished:  # flushed at a gap (advance): continue after it
-            self.detector = self.detector.resumed()
+            self.detector = self.detector.resumed(float(ts[0]))
         # Coalesce: a block that ends before the next possible vector and inside the step
         # interval of the held samples is only validated and held (no vector can depend on it
         # yet), so a stream of small blocks costs one detector pass per step interval or so.
@@ -823,26 +823,51 @@ class FeatureExtractor:
         ts = block.timestamps
         # A long block (a recording) is walked a few step intervals at a time so that buffers
         # stay bounded; the vectors do not depend on where it is cut.
+        # At a gap (an interval longer than the detector's gap threshold) the detector is
+        # finished and resumed: nothing crosses a gap, so the events are the same, and what
+        # lies before the gap is classified now rather than when look-ahead samples come.
         t0, s, n = self._t0, self.step_s, len(block)
-        if self._single_piece(block):
-            bounds = [0, n]
-        else:
+        gaps: list[int] = []
+        if not self._single_piece(block):
             j = np.floor((ts - t0) / s) // _MAX_INTERVALS
-            bounds = [0, *(np.flatnonzero(j[1:] != j[:-1]) + 1).tolist(), n]
+            gaps = (np.flatnonzero(np.diff(ts) > self.detector.max_gap_s) + 1).tolist()
+            cuts = {0, n, *(np.flatnonzero(j[1:] != j[:-1]) + 1).tolist(), *gaps}
+            bounds = sorted(cuts)
+        else:
+            bounds = [0, n]
+        newest = self.detector.newest_t
+        if newest is not None and float(ts[0]) - newest > self.detector.max_gap_s:
+            gaps.append(0)
         xs: list[FloatArray] = []
         times: list[float] = []
         for a, b in itertools.pairwise(bounds):
             piece = block if b - a == n else block.slice(a, b)
+            if a in gaps:
+                self._gap(float(ts[a]))
             self._after_rows(piece, self.detector._push_rows(piece, checked=True), xs, times)
         return _stack(xs, times)
 
+    def _gap(self, next_t: float) -> None:
+        """A gap ends the detector's samples; the next one is at ``next_t`` (s)."""
+        rows = self.detector._finish_rows()
+        if rows:
+            self._add_events(rows)
+        self.detector = self.detector.resumed(next_t)
+
     def _single_piece(self, block: GazeSamples) -> bool:
-        """:meth:`_process` walks ``block`` in one piece (not a long block)."""
+        """:meth:`_process` walks ``block`` in one piece (not a long block, no gap in it or
+        before it)."""
         assert self._t0 is not None
         t0, s, ts = self._t0, self.step_s, block.timestamps
-        return math.floor((float(ts[-1]) - t0) / s) - math.floor((float(ts[0]) - t0) / s) < (
+        if math.floor((float(ts[-1]) - t0) / s) - math.floor((float(ts[0]) - t0) / s) >= (
             _MAX_INTERVALS
-        )
+        ):
+            return False
+        gap = self.detector.max_gap_s
+        newest = self.detector.newest_t
+        if newest is not None and float(ts[0]) - newest > gap:
+            return False
+        return len(ts) < 2 or float((ts[1:] - ts[:-1]).max()) <= gap
 
     def _after_rows(
         self, piece: GazeSamples, rows: list[Row], xs: list[FloatArray], times: list[float]

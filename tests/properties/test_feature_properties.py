@@ -199,7 +199,7 @@ def test_vectors_are_finite_bounded_and_on_the_step_grid(rec: Recorded, ws: Wind
     assert np.all(lo <= X)
     assert np.all(hi >= X)
     if len(t):
-        t0 = float(block.timestamps[0])
+        t0 = math.floor(float(block.timestamps[0]) / step) * step  # the grid: multiples of s
         np.testing.assert_allclose(t, t0 + window + step * np.arange(len(t)), atol=1e-9)
         assert t[-1] <= block.timestamps[-1]
         assert fx.stats.steps == len(t)
