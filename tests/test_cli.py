@@ -30,6 +30,9 @@ from gazeguard.signal.dataset import FeatureTable
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["--source", "simulated", "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
+# Windows of 2 s: pulls every 0.25 s and releases 0.5 s after a window ends (the defaults, 1 s
+# and 3 s, are for 30 s windows), so that a run of a few seconds releases its chunks.
+QUICK_CLOCK = {"GAZEGUARD_INGEST__PULL_EVERY_S": "0.25", "GAZEGUARD_INGEST__LATE_AFTER_S": "0.5"}
 
 
 def gazeguard(
@@ -41,7 +44,8 @@ def gazeguard(
     return subprocess.run(
         [sys.executable, "-m", "gazeguard", *args],
         capture_output=True, text=True, cwd=cwd, timeout=timeout, check=False,
-        env={**base, "PYTHONPATH": path, **(env or {})},
+        env={**base, "PYTHONPATH": path, **(QUICK_CLOCK if "--window-s" in args else {}),
+             **(env or {})},
     )  # fmt: skip
 
 
@@ -252,7 +256,7 @@ def test_run_works_without_the_eval_and_parquet_extras(tmp_path: Path, unique_id
     """Every import on `gazeguard run`'s path is a core dependency."""
     env = without(tmp_path, "sklearn", "matplotlib", "pyarrow")
     out = gazeguard(
-        "run", *FAST, "--source-id", unique_id, "--duration", "5", "--ledger", "l.sqlite",
+        "run", *FAST, "--source-id", unique_id, "--duration", "8", "--ledger", "l.sqlite",
         "--features", "fixation_rate",
         cwd=tmp_path, env={**env, "GAZEGUARD_BROKER__PORT": "0"},
     )  # fmt: skip
@@ -361,7 +365,8 @@ class Proc:
         path = os.pathsep.join([str(REPO), base.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gazeguard", *args], cwd=cwd, text=True,
-            env={**base, "PYTHONPATH": path, **(env or {})},
+            env={**base, "PYTHONPATH": path, **(QUICK_CLOCK if "--window-s" in args else {}),
+             **(env or {})},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         self.lines: list[str] = []

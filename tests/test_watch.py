@@ -226,7 +226,12 @@ def test_watch_run_and_ledger_show_count_labels_on_change(
             "--min-interval-s", "1.28", "--label-epsilon", "8", "--duration", "16",
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env={**os.environ, "GAZEGUARD_LEDGER__COMPOSITION": "sequential"},
+        env={
+            **os.environ,
+            "GAZEGUARD_LEDGER__COMPOSITION": "sequential",
+            "GAZEGUARD_INGEST__PULL_EVERY_S": "0.25",  # windows of 2 s: a quick clock
+            "GAZEGUARD_INGEST__LATE_AFTER_S": "0.5",
+        },
     )  # fmt: skip
     try:
         code = main(["watch", "--broker", address, "--session", unique_id, "--duration", "18"])

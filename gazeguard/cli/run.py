@@ -24,6 +24,7 @@ from gazeguard.runtime.fleet import Fleet, SessionEvent
 from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
 from gazeguard.runtime.preflight import check_settings
 from gazeguard.runtime.service import RunSummary, serve, serve_fleet
+from gazeguard.signal.events import LOOKBEHIND_S
 from gazeguard.wire.message import VALUE_NOISE_LABEL, value_noise_text
 
 
@@ -275,7 +276,15 @@ def exit_code(summary: RunSummary) -> ExitCode:
 
 def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
     every = pipeline.mechanism.n * settings.features.step_s
-    first = settings.features.window_s + every
+    # The first chunk: from the open to the grid, a window and the chunk's steps, then the
+    # release's wait for the clock (late_after_s plus the detector's look-behind).
+    to_grid = (
+        0.0
+        if pipeline.start_s is None or pipeline.opens_at is None
+        else pipeline.start_s - pipeline.opens_at
+    )
+    wait = settings.ingest.late_after_s + LOOKBEHIND_S
+    first = to_grid + settings.features.window_s + every + wait
     mech, plan, opened = pipeline.mechanism, pipeline.plan, pipeline.opened
     host, _, port = endpoint.rpartition(":")
     prefix = settings.broker.topic_prefix
@@ -301,7 +310,7 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         f"gazeguard: session {pipeline.session!r} → broker {endpoint}; "
         f"{mech.name}/{mech.transform} n={pipeline.chunker.n_steps} k={mech.k}, "
         f"{len(pipeline.feature_names)} features, {mech.noise} noise. "
-        f"First chunk after about {first:g} s of gaze, then one every {every:g} s.\n"
+        f"First chunk in about {first:.0f} s, then one every {every:g} s, gaze or not.\n"
         f"  privacy (user-level, ε at δ {opened.delta:g}): {how}; {session_cap}.\n"
         f"  one chunk costs ε {chunk:.4g}{pure}; one raw gaze sample reaches "
         f"{plan.chunks.per_sample} chunks: ε {plan.per_sample:.4g} (every release kind); an "
@@ -413,7 +422,6 @@ def run(args: argparse.Namespace) -> int:
         "summary",
         f"gazeguard: session {summary.session!r}: {s.released} chunks released, "
         f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped"
-        + (f", {s.pauses} pauses ({s.pause_steps_dropped} steps dropped)" if s.pauses else "")
         + f"; user-level ε {summary.spent:.4g} ({remaining}); {summary.pending} chunks still in "
         f"the outbox"
         + _label_summary(summary)

@@ -247,8 +247,8 @@ class Pipeline:
         #: Where the session's first feature window starts (stream clock, s; None until known).
         self.start_s: float | None = None
         self._labels_from = math.inf  # the first label block's first window end, s
-        if opens_at is not None:
-            self._start(opens_at)
+        #: The session's declared open (stream clock, s), if one was declared.
+        self.opens_at = opens_at if opens_at is None else self._start(opens_at)
         self.extractor = self._new_extractor()
         self.chunker = Chunker(len(FEATURES), self.mechanism.n, ledger.next_index(session))
         self._due: list[Chunk] = []  # chunks fed by queue(), waiting for the clock (advance)
@@ -387,15 +387,16 @@ class Pipeline:
             self._start(first)
             self.extractor = self._new_extractor()
 
-    def _start(self, opens_at: float) -> None:
-        """Place the grid for a session that opened at ``opens_at``: the first window starts
-        on the next chunk grid point; label blocks start on their own grid's next point."""
+    def _start(self, opens_at: float) -> float:
+        """Place the grid for a session that opened at ``opens_at`` (returned): the first
+        window starts on the next chunk grid point; label blocks on their own grid's next."""
         self.start_s = on_grid(opens_at, self.grid_s)
         label_grid = self.plan.label_grid_s
         if label_grid is not None:
             first = on_grid(self.start_s, label_grid)
             # window ends are compared with half a step of slack (float sums of steps)
             self._labels_from = first + self._features.window_s - self._features.step_s / 2
+        return opens_at
 
     def _feed(self, block: GazeSamples) -> list[Chunk]:
         X, t = self.extractor.push(block)
