@@ -37,6 +37,7 @@ from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
 from gazeguard.plan import ReleasePlan
 from gazeguard.privacy.accounting import releases_within
+from gazeguard.runtime.fleet import CohortWiring
 from gazeguard.runtime.pipeline import Pipeline
 from gazeguard.runtime.presets import Normalizer, StreamMeta, build_layout
 from gazeguard.runtime.simulate import simulate_gaze
@@ -58,6 +59,8 @@ def plan_settings(mechanism: str = "lpa") -> Settings:
             "labels": {"enabled": True},
             "mechanism": {"name": mechanism, "insecure_seed": 7},
             "ledger": {"budget_per_hour": 100_000.0},
+            "fleet": {"enabled": True},
+            "cohort": {"enabled": True, "name": "lab", "budget_share": 0.3},
         }
     )
 
@@ -84,11 +87,22 @@ class Stream:
 
 @dataclasses.dataclass
 class Published:
-    """What one run put on the broker: payloads by (kind, index), and the statuses."""
+    """What one run put on the broker: every payload the ledger's outbox holds for the broker,
+    in order, as ``(topic, index, payload)``, and the status after every tick."""
 
-    chunks: dict[int, bytes]
-    labels: dict[int, bytes]
+    messages: list[tuple[str, int, bytes]]
     statuses: list[str]
+
+    def kind(self, kind: str) -> dict[tuple[str, int], bytes]:
+        """The payloads of one kind (``chunks``, ``labels``, ``receipts``, ``cohort``)."""
+        return {(t, i): p for t, i, p in self.messages if kind_of(t) == kind}
+
+
+def kind_of(topic: str) -> str:
+    """What a topic carries: a session's chunks, labels or cohort receipts, or a cohort's
+    aggregate (every other topic)."""
+    last = topic.rsplit("/", 1)[-1]
+    return {"chunks": "chunks", "labels": "labels", "cohort": "receipts"}.get(last, "cohort")
 
 
 def fresh_plan(settings: Settings) -> ReleasePlan:
@@ -97,7 +111,8 @@ def fresh_plan(settings: Settings) -> ReleasePlan:
     return ReleasePlan.build(
         features=settings.features, mechanism=settings.mechanism,
         budget=settings.ledger.budget_per_hour, delta=settings.ledger.delta,
-        session_cap=settings.ledger.session_cap, labels=settings.labels, ingest=settings.ingest,
+        session_cap=settings.ledger.session_cap, labels=settings.labels, cohort=settings.cohort,
+        ingest=settings.ingest,
     )  # fmt: skip
 
 
@@ -114,12 +129,17 @@ def run(stream: Stream, tmp: Path, name: str) -> Published:
         dejitter=ingest.dejitter,
     )  # fmt: skip
     rows, ts = stream.rows()
-    out = Published({}, {}, [])
+    out = Published([], [])
+    offset = 1.7e9 - T0  # Unix time minus the stream's clock
     with Ledger(tmp / f"{name}.sqlite", "NORMAL", **plan.ledger_caps(settings.ledger)) as ledger:
         pipe = Pipeline(
             ledger, session="s", device="d", rate_hz=stream.rate_hz, plan=plan,
-            clock_offset_s=1.7e9 - T0, opens_at=stream.opens,
+            clock_offset_s=offset, opens_at=stream.opens,
         )  # fmt: skip
+        cohort = CohortWiring.build(settings, plan, ledger, "w", "gazeguard/v1")
+        cohort.aggregator.open_session("d", "s", stream.opens + offset)  # the declared open
+        pipe.on_features = cohort.observer("d", "s", pipe)
+        pipe.on_samples = cohort.gaze_observer("d", "s", pipe)
         done = 0
         for tick in np.arange(stream.opens + TICK_S, stream.closes + TICK_S, TICK_S):
             now = min(float(tick), stream.closes)
@@ -129,40 +149,44 @@ def run(stream: Stream, tmp: Path, name: str) -> Published:
                 if block is not None:
                     pipe.queue(block)
                 done = upto
-            for c in pipe.advance(now - ingest.late_after_s):
-                out.chunks[c.message.chunk_index] = c.payload
-            for lab in pipe.take_labels():
-                out.labels[lab.message.decision_index] = lab.payload
+            pipe.advance(now - ingest.late_after_s)
+            pipe.take_labels()
+            cohort.aggregator.release_due(now + offset)
             status = pipe.status().model_dump(mode="json", exclude={"time"})
             out.statuses.append(repr(sorted(status.items())))
         pipe.close()
+        cohort.aggregator.close_session("d", "s", stream.closes + offset)
+        cohort.aggregator.release_due(stream.closes + offset + 3600)
+        out.messages = [(m.topic, m.chunk_index, m.payload) for m in ledger.pending()]
     return out
 
 
-def compare(a: Published, b: Published, chunk_reach: int, label_reach: int) -> tuple[int, int]:
-    """Assert the egress contract between two runs; return how many chunks and labels differ."""
-    assert a.chunks.keys() == b.chunks.keys(), "the chunk schedule depends on the samples"
-    assert a.labels.keys() == b.labels.keys(), "the label schedule depends on the samples"
+def compare(a: Published, b: Published, allowed: dict[str, int]) -> dict[str, int]:
+    """Assert the egress contract between two runs; return how many messages of each kind
+    differ (``allowed``: the most the plan declares, per kind)."""
+    schedule = [(t, i) for t, i, _ in a.messages]
+    assert schedule == [(t, i) for t, i, _ in b.messages], "the schedule depends on the samples"
     assert a.statuses == b.statuses, "a status message depends on the samples"
-    chunks = sum(a.chunks[i] != b.chunks[i] for i in a.chunks)
-    labels = sum(a.labels[i] != b.labels[i] for i in a.labels)
-    assert chunks <= chunk_reach, f"{chunks} chunks differ; the plan declares {chunk_reach}"
-    assert labels <= label_reach, f"{labels} labels differ; the plan declares {label_reach}"
-    return chunks, labels
+    differ = {}
+    for kind, most in allowed.items():
+        x, y = a.kind(kind), b.kind(kind)
+        differ[kind] = sum(x[k] != y[k] for k in x)
+        assert differ[kind] <= most, f"{differ[kind]} {kind} differ; the plan declares {most}"
+    return differ
 
 
-def reach(plan: ReleasePlan, stretch_s: float = 0.0) -> tuple[int, int]:
-    """The chunks and labels one sample (or a changed stretch of ``stretch_s``) can change,
-    as the plan counts them."""
-    out = []
-    for r in (plan.chunks, plan.labels):
+def reach(plan: ReleasePlan, stretch_s: float = 0.0) -> dict[str, int]:
+    """The messages of each kind one sample (or a changed stretch of ``stretch_s``) can change,
+    as the plan counts them: receipts state only what was paid (none)."""
+    out = {"receipts": 0}
+    for kind, r in (("chunks", plan.chunks), ("labels", plan.labels), ("cohort", plan.cohort)):
         assert r is not None
         if stretch_s == 0:
-            out.append(r.per_sample)
+            out[kind] = r.per_sample
         else:
             span = Fraction(repr(stretch_s)) + plan.reach.span_s + r.summary_s
-            out.append(releases_within(span, r.period_s))
-    return out[0], out[1]
+            out[kind] = releases_within(span, r.period_s)
+    return out
 
 
 # -- the streams ----------------------------------------------------------------------------
@@ -282,11 +306,13 @@ def sim_published(sim: Stream, tmp_path_factory: pytest.TempPathFactory) -> Publ
 def test_one_sample_changes_at_most_the_declared_reach(
     case: int, sim: Stream, sim_published: Published, tmp_path: Path
 ) -> None:
-    plan = ReleasePlan.from_settings(plan_settings())
+    plan = fresh_plan(plan_settings())
     name, neighbour = list(adversarial(sim, plan))[case]
-    chunks, labels = compare(sim_published, run(neighbour, tmp_path, "n"), *reach(plan))
-    assert len(sim_published.chunks) > 20  # the stream is long enough to mean something
-    print(f"{name}: {chunks} chunks, {labels} labels differ")
+    differ = compare(sim_published, run(neighbour, tmp_path, "n"), reach(plan))
+    assert len(sim_published.kind("chunks")) > 20  # the stream is long enough to mean something
+    assert sim_published.kind("cohort")
+    assert sim_published.kind("labels")
+    print(f"{name}: differ {differ}")
 
 
 @pytest.mark.slow
@@ -304,7 +330,7 @@ def test_a_sample_anywhere_changes_at_most_the_declared_reach(
     sim_published: Published,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    plan = ReleasePlan.from_settings(plan_settings())
+    plan = fresh_plan(plan_settings())
     t = sim.samples.timestamps
     i = min(int(where * len(t)), len(t) - 1)
     neighbour: Callable[[], Stream] = {
@@ -313,7 +339,7 @@ def test_a_sample_anywhere_changes_at_most_the_declared_reach(
         "change": lambda: changed(sim, i),
         "invalid": lambda: changed(sim, i, valid=False),
     }[how]
-    compare(sim_published, run(neighbour(), tmp_path_factory.mktemp("n"), "n"), *reach(plan))
+    compare(sim_published, run(neighbour(), tmp_path_factory.mktemp("n"), "n"), reach(plan))
 
 
 @pytest.mark.slow
@@ -321,20 +347,20 @@ def test_a_sample_anywhere_changes_at_most_the_declared_reach(
 def test_a_changed_stretch_changes_at_most_what_the_plan_counts_for_it(
     seconds: float, sim: Stream, sim_published: Published, tmp_path: Path
 ) -> None:
-    plan = ReleasePlan.from_settings(plan_settings())
+    plan = fresh_plan(plan_settings())
     t = sim.samples.timestamps
     neighbour = stretch(sim, float(t[0]) + 37.3, seconds)
-    chunks, _ = compare(sim_published, run(neighbour, tmp_path, "n"), *reach(plan, seconds))
-    assert chunks > 0  # the stretch really changed releases
+    differ = compare(sim_published, run(neighbour, tmp_path, "n"), reach(plan, seconds))
+    assert differ["chunks"] > 0  # the stretch really changed releases
 
 
 @pytest.mark.slow
 @pytest.mark.data
 def test_a_real_recording_and_its_neighbours(shared_data: Path, tmp_path: Path) -> None:
-    plan = ReleasePlan.from_settings(plan_settings())
+    plan = fresh_plan(plan_settings())
     stream = recorded(shared_data)
     base = run(stream, tmp_path, "base")
-    assert len(base.chunks) > 30
+    assert len(base.kind("chunks")) > 30
     for k, (name, neighbour) in enumerate(adversarial(stream, plan)):
-        chunks, labels = compare(base, run(neighbour, tmp_path, f"n{k}"), *reach(plan))
-        print(f"{name}: {chunks} chunks, {labels} labels differ")
+        differ = compare(base, run(neighbour, tmp_path, f"n{k}"), reach(plan))
+        print(f"{name}: differ {differ}")
