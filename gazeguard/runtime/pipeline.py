@@ -14,6 +14,13 @@ MQTT)::
             pipe.push(GazeSamples.from_arrays(t, x, y, pupil))
         pipe.close()
 
+Live, a session's releases should follow the clock, not the samples (docs/privacy.md): declare
+when it opened (``Pipeline(..., opens_at=pylsl.local_clock())``), hand blocks to
+:meth:`Pipeline.queue` and call :meth:`Pipeline.advance` with the clock (less a lateness
+allowance) as often as you like; every window of the open session is then released on time,
+gaze or not, as ``gazeguard run`` does. :meth:`Pipeline.push` releases what the samples
+complete as soon as they complete it (offline use and tests).
+
 Every released chunk is charged to the ledger *before* anyone sees it: :meth:`Pipeline.push`
 returns (and hands ``on_release``) only chunks whose charge is committed, each with the exact
 payload bytes that sit in the ledger's outbox. A chunk that would exceed a cap is withheld (and
