@@ -124,7 +124,7 @@ def test_csv_directory_and_missing_path(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="no such file or directory"):
         open_dataset(f"csv:{tmp_path / 'nope.csv'}")
     with pytest.raises(DatasetError, match="unknown dataset"):
-        open_dataset("mpiidpeye")
+        open_dataset("mpiiprivaceye")
 
 
 def test_a_recording_without_a_declared_rate_is_refused(tmp_path: Path) -> None:

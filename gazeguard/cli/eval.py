@@ -84,7 +84,8 @@ Marginals, Exponential-DP) -> utility and attacks:
 epsilon is per feature per chunk; every row also reports the honest user-level epsilon of one
 whole released recording (epsilon x features x chunks, sequential composition).
 
-Datasets: gazegraph and irf (public recordings, below), synthetic (gazeguard's simulated
+Datasets: gazegraph, irf and mpiidpeye (public recordings, below; mpiidpeye-gender makes the
+reader's gender the task), synthetic (gazeguard's simulated
 headset), csv:PATH (your recordings: a file or a folder of them in any format below; each needs a
 person and a task, from its columns or from its path with --labels) and table:PATH (a
 precomputed feature table, CSV/NPZ/Parquet). Without --dataset: gazegraph and synthetic, or
@@ -170,9 +171,10 @@ def _what_to_evaluate(parser: argparse.ArgumentParser) -> None:
         "--dataset",
         action="append",
         metavar="NAME",
-        help="gazegraph, irf, synthetic, csv:PATH (your recordings: a file or folder, formats "
-        "below) or table:PATH; repeat for several (default: gazegraph and synthetic; synthetic "
-        "alone, with a note, where gazegraph is not found)",
+        help="gazegraph, irf, mpiidpeye[:PATH] (document type as the task), "
+        "mpiidpeye-gender[:PATH] (gender as the task), synthetic, csv:PATH (your recordings: a "
+        "file or folder, formats below) or table:PATH; repeat for several (default: gazegraph "
+        "and synthetic; synthetic alone, with a note, where gazegraph is not found)",
     )
     g.add_argument(
         "--quick",
@@ -342,7 +344,7 @@ def _csv_reading(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         default="auto",
-        help="auto (default: from each file's content), csv, pupil, tobii or eyelink",
+        help="auto (default: from each file's content), csv, pupil, tobii, eyelink or mpiidpeye",
     )
     c.add_argument(
         "--units",

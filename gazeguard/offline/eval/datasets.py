@@ -23,6 +23,14 @@ Built in (``open_dataset(spec)``; where the public ones come from: :data:`PUBLIC
     IRF lookAtPoint_EL (Zemblys et al. 2018): 6 people, EyeLink 1000 Hz, 81 s, degrees; one task
     (so task recognition is not defined; re-identification is). ``status == False`` → invalid.
     Read from ``etdata/lookAtPoint_EL`` of the repository (a clone, or its zip as downloaded).
+``mpiidpeye`` (``mpiidpeye:PATH``; ``mpiidpeye-gender``, ``mpiidpeye-gender:PATH``)
+    MPIIDPEye (Steil et al., ETRA 2019), the dataset of Bozkir et al. 2021's tables: 20 people
+    (10 female, 10 male) reading a comic, a newspaper and a textbook in VR, Pupil Labs add-on in
+    an HTC Vive, 30 Hz; the folder of ``Data_P*_R*.csv`` files and ``Ground_Truth.csv``. Each
+    file is read by :mod:`gazeguard.offline.recordings.mpiidpeye` (eye-camera pupil positions
+    turned into eye rotation by Pupil Labs' public camera and eye-model defaults; confidence
+    below 0.6 invalid). The task is the document type; with ``mpiidpeye-gender`` it is the
+    reader's gender from ``Ground_Truth.csv`` (the same features, relabelled).
 ``synthetic``
     ``gazeguard.runtime.simulate.simulate_gaze`` for ``people`` simulated people × tasks.
 ``csv:PATH``
@@ -62,6 +70,7 @@ from gazeguard import __version__
 from gazeguard.core.errors import DatasetError
 from gazeguard.core.samples import GazeSamples
 from gazeguard.offline.recordings import GazeRecording, ReadOptions, read_recordings
+from gazeguard.offline.recordings import mpiidpeye as mpii
 from gazeguard.signal.dataset import FeatureTable
 
 Progress = Callable[[str], None]
@@ -72,7 +81,7 @@ GAZEGRAPH_DISTANCE_MM = 500.0
 #: The trackers' declared rates (the datasets' documentation), Hz.
 GAZEGRAPH_RATE_HZ = 30.0
 IRF_RATE_HZ = 1000.0
-GAZEGRAPH_RATE_HZ = 30.0
+MPIIDPEYE_RATE_HZ = mpii.RATE_HZ
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,18 @@ PUBLIC_DATASETS: dict[str, PublicDataset] = {
             "https://github.com/r-zemblys/irf",
             "etdata/lookAtPoint_EL/ (or the repository's zip, as downloaded)",
             "MIT",
+        ),
+        PublicDataset(
+            "mpiidpeye",
+            "MPIIDPEye (Steil et al., Privacy-Aware Eye Tracking Using Differential Privacy, "
+            "ETRA 2019; the dataset of Bozkir et al. 2021's tables): 20 people reading a comic, "
+            "a newspaper and a textbook in VR, Pupil Labs add-on in an HTC Vive, 30 Hz, "
+            "eye-camera coordinates",
+            "https://www.perceptualui.org/research/datasets/MPIIDPEye/",
+            "the raw eye data, unpacked: a folder of Data_P<n>_R<m>.csv files and "
+            "Ground_Truth.csv (e.g. mpiidpeye_vr_reading/)",
+            "for non-commercial scientific use only (the authors' terms); cite Steil et al., "
+            "ETRA 2019; do not redistribute it",
         ),
         PublicDataset(
             "andersson2017",
@@ -518,6 +539,143 @@ def locate_irf(roots: Sequence[Path]) -> Path | None:
     return None
 
 
+# --------------------------------------------------------------------------- MPIIDPEye
+MPIIDPEYE_FOLDERS = ("mpiidpeye_vr_reading", "MPIIDPEye", "mpiidpeye")
+MPIIDPEYE_TARGETS = ("document", "gender")
+_MPII_FILE = re.compile(r"^Data_P(\d+)_R(\d+)\.csv$", re.IGNORECASE)
+_GROUND_TRUTH = "Ground_Truth.csv"
+
+
+class MpiiDpEye(Dataset):
+    """MPIIDPEye's raw eye data: 60 recordings, person × document, and each person's gender.
+
+    Args:
+        path: the folder of ``Data_P<n>_R<m>.csv`` files and ``Ground_Truth.csv``, or a folder
+            holding it (:func:`locate_mpiidpeye`).
+        target: what the ``task`` column holds: ``document`` (comic, newspaper, textbook) or
+            ``gender`` (female, male; from ``Ground_Truth.csv``).
+        options: ``min_confidence`` (default 0.6: Pupil's cut) and ``rate_hz`` (default 30 Hz,
+            the dataset's rate); the other reading options do not apply.
+    """
+
+    name = "mpiidpeye"
+
+    def __init__(
+        self, path: Path, target: str = "document", options: ReadOptions | None = None
+    ) -> None:
+        found = locate_mpiidpeye([Path(path)])
+        if found is None:
+            raise DatasetError(
+                path,
+                "no Data_P<n>_R<m>.csv files (MPIIDPEye's raw eye data) here: get them from "
+                f"{PUBLIC_DATASETS['mpiidpeye'].url}, unpack them and pass the folder",
+            )
+        if target not in MPIIDPEYE_TARGETS:
+            raise DatasetError(
+                "mpiidpeye", f"target {target!r}: use {' or '.join(MPIIDPEYE_TARGETS)}"
+            )
+        self.path = found
+        self.target = target
+        opts = options or ReadOptions()
+        self.options = ReadOptions(
+            format="mpiidpeye", min_confidence=opts.min_confidence, rate_hz=opts.rate_hz
+        )
+        self.files = sorted((p for p in found.iterdir() if _MPII_FILE.match(p.name)), key=_mpii_key)
+        self.genders = read_ground_truth(found / _GROUND_TRUTH)
+        missing = sorted({mpii.labels_of(f)[0] or f.name for f in self.files} - set(self.genders))
+        if missing:
+            raise DatasetError(
+                found / _GROUND_TRUTH,
+                f"no gender for {', '.join(missing)}: every participant of a Data_P<n>_R<m>.csv "
+                "file needs a row 'n,female' or 'n,male'",
+            )
+        self.name = "mpiidpeye" if target == "document" else f"mpiidpeye-{target}"
+
+    def fingerprint(self) -> str:
+        """Hash of the files and the ground truth, the reading options and the geometry (the
+        same for every target: the features do not depend on it)."""
+        geometry = (mpii.DEG_PER_UNIT, mpii.MM_PER_PX)
+        return (
+            f"{_sha256_files([*self.files, self.path / _GROUND_TRUTH])}:"
+            f"{self.options.min_confidence}:{self.options.rate_hz}:{geometry}"
+        )
+
+    def recordings(self) -> Iterator[Recording]:
+        """One recording per file, person P1..P20 × document, in person then document order;
+        ``task`` is the document type or, with ``target="gender"``, the person's gender."""
+        for f in self.files:
+            (rec,) = read_recordings(f, self.options)
+            assert rec.person is not None
+            assert rec.task is not None
+            task = rec.task if self.target == "document" else self.genders[rec.person]
+            rate = rec.rate_hz or MPIIDPEYE_RATE_HZ
+            yield Recording(rec.person, task, f"{rec.person}_{rec.task}", rec.samples, rate)
+
+    def features(
+        self,
+        window_s: float = 30.0,
+        step_s: float = 0.5,
+        cache_dir: Path | None = None,
+        progress: Progress = _noop,
+    ) -> FeatureTable:
+        """The document-type table (extracted once, cached), relabelled for other targets."""
+        if self.target == "document":
+            return super().features(window_s, step_s, cache_dir, progress)
+        doc = MpiiDpEye(self.path, "document", self.options)
+        table = doc.features(window_s, step_s, cache_dir, progress)
+        task = np.array([self.genders[str(p)] for p in table.person.tolist()], dtype=str)
+        return replace(table, task=task)
+
+
+def _mpii_key(p: Path) -> tuple[int, int]:
+    m = _MPII_FILE.match(p.name)
+    assert m is not None
+    return int(m.group(1)), int(m.group(2))
+
+
+def read_ground_truth(path: Path) -> dict[str, str]:
+    """``Ground_Truth.csv`` (``Participant,Gender`` then ``n,female|male``) → ``{"Pn": gender}``.
+
+    Raises:
+        DatasetError: a missing file or a malformed line, naming file and line.
+    """
+    if not path.is_file():
+        raise DatasetError(
+            path, "MPIIDPEye's Ground_Truth.csv (participant, gender) is missing next to the data"
+        )
+    out: dict[str, str] = {}
+    with path.open(encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            text = line.strip()
+            if not text or (lineno == 1 and not text[:1].isdigit()):
+                continue  # the header line
+            parts = [c.strip() for c in text.replace(";", ",").split(",")]
+            if (
+                len(parts) != 2
+                or not parts[0].isdigit()
+                or parts[1].lower()
+                not in (
+                    "female",
+                    "male",
+                )
+            ):
+                raise DatasetError(
+                    path, f"expected 'participant,gender' (e.g. 3,male), got {text!r}", lineno
+                )
+            out[f"P{int(parts[0])}"] = parts[1].lower()
+    return out
+
+
+def locate_mpiidpeye(roots: Sequence[Path]) -> Path | None:
+    """The first folder in ``roots`` (or ``mpiidpeye_vr_reading/``, ``MPIIDPEye/`` below one)
+    that holds ``Data_P<n>_R<m>.csv`` files."""
+    for root in roots:
+        for c in [root, *(root / sub for sub in MPIIDPEYE_FOLDERS)]:
+            if c.is_dir() and any(_MPII_FILE.match(p.name) for p in c.glob("Data_P*_R*.csv")):
+                return c
+    return None
+
+
 # --------------------------------------------------------------------------- synthetic
 class Synthetic(Dataset):
     """Simulated people × tasks from ``gazeguard.runtime.simulate.simulate_gaze``.
@@ -783,7 +941,8 @@ def open_dataset(
     read_options: ReadOptions | None = None,
     labels: str | None = None,
 ) -> Dataset:
-    """Open a dataset by name: ``gazegraph``, ``irf``, ``synthetic``, ``csv:PATH``, ``table:PATH``.
+    """Open a dataset by name: ``gazegraph``, ``irf``, ``mpiidpeye[:PATH]``,
+    ``mpiidpeye-gender[:PATH]``, ``synthetic``, ``csv:PATH``, ``table:PATH``.
 
     ``csv_units``, ``fov_deg``, ``read_options`` and ``labels`` apply to ``csv:PATH`` (see
     :class:`CsvGaze`).
@@ -798,6 +957,16 @@ def open_dataset(
         return TableDataset(Path(spec[6:]))
     if spec == "synthetic":
         return Synthetic(synthetic_people, None, synthetic_duration_s, synthetic_rate_hz)
+    mpii_spec = re.match(r"^mpiidpeye(?:-(document|gender))?(?::(.*))?$", spec)
+    if mpii_spec is not None:
+        target = mpii_spec.group(1) or "document"
+        if mpii_spec.group(2) is not None:
+            return MpiiDpEye(Path(mpii_spec.group(2)), target, read_options)
+        roots = data_roots(data_dir)
+        found_mpii = locate_mpiidpeye(roots)
+        if found_mpii is None:
+            raise DataNotFoundError("mpiidpeye", [r.resolve() for r in roots])
+        return MpiiDpEye(found_mpii, target, read_options)
     if spec in ("gazegraph", "irf"):
         roots = data_roots(data_dir)
         found = locate_gazegraph(roots) if spec == "gazegraph" else locate_irf(roots)
@@ -805,5 +974,7 @@ def open_dataset(
             raise DataNotFoundError(spec, [r.resolve() for r in roots])
         return GazeGraph(found) if spec == "gazegraph" else Irf(found)
     raise DatasetError(
-        spec, "unknown dataset; use gazegraph, irf, synthetic, csv:PATH or table:PATH"
+        spec,
+        "unknown dataset; use gazegraph, irf, mpiidpeye[:PATH], mpiidpeye-gender[:PATH], "
+        "synthetic, csv:PATH or table:PATH",
     )

@@ -16,6 +16,9 @@ detected from the content (:func:`detect_format`) or forced with ``ReadOptions(f
     Tobii Pro Lab's Data Export TSV (:mod:`~gazeguard.offline.recordings.tobii`).
 ``eyelink``
     EyeLink ASC from ``edf2asc`` (:mod:`~gazeguard.offline.recordings.eyelink`).
+``mpiidpeye``
+    A ``Data_P*_R*.csv`` file of the MPIIDPEye dataset (eye-camera pupil positions, Pupil Labs in
+    VR; :mod:`~gazeguard.offline.recordings.mpiidpeye`).
 
 ``gazeguard replay`` streams a recording as an LSL outlet, ``gazeguard eval --dataset csv:PATH``
 evaluates a folder of them; both read through this module. Every error is a
@@ -38,6 +41,7 @@ from gazeguard.offline.recordings._common import (
 )
 from gazeguard.offline.recordings.eyelink import looks_like_asc, read_eyelink
 from gazeguard.offline.recordings.gazeguard_csv import read_csv
+from gazeguard.offline.recordings.mpiidpeye import looks_like_mpiidpeye, read_mpiidpeye
 from gazeguard.offline.recordings.pupil_player import GAZE_FILE, read_pupil_player
 from gazeguard.offline.recordings.tobii import looks_like_tobii, read_tobii
 
@@ -56,8 +60,8 @@ __all__ = [
 ]
 
 FORMAT_HELP = """\
-recordings: one CSV format, and three vendor exports read as they are (the format is detected
-from the content; --format csv|pupil|tobii|eyelink forces one)
+recordings: one CSV format, three vendor exports and one dataset read as they are (the format
+is detected from the content; --format csv|pupil|tobii|eyelink|mpiidpeye forces one)
 
 gazeguard CSV: a header line, then one sample per line. Column names are case-insensitive,
 unknown columns are ignored, '#' lines are comments, an empty cell or nan is a missing value.
@@ -88,6 +92,9 @@ Tobii Pro Lab: the Data Export .tsv (Recording timestamp [us or ms], Gaze point 
 EyeLink: the .asc written by edf2asc (samples, MSG GAZE_COORDS, PUPIL AREA|DIAMETER, blinks);
   needs --screen and --distance, or a file made with edf2asc -res; pupil in mm only with
   --pupil-scale (mm per unit, from a calibration with an artificial pupil).
+MPIIDPEye: a Data_P<n>_R<m>.csv file (x;y;timestamp;confidence;diameter, no header): eye-camera
+  pupil positions turned into degrees by Pupil Labs' public eye-camera and eye-model defaults,
+  30 Hz, person and document (R1 comic, R2 newspaper, R3 textbook) from the file name.
 """
 
 _READERS = {
@@ -95,6 +102,7 @@ _READERS = {
     "pupil": read_pupil_player,
     "tobii": read_tobii,
     "eyelink": read_eyelink,
+    "mpiidpeye": read_mpiidpeye,
 }
 
 
@@ -149,6 +157,8 @@ def detect_format(path: Path) -> str:
     if looks_like_asc(lines[:200]):
         return "eyelink"
     header = next((ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")), "")
+    if looks_like_mpiidpeye(header):
+        return "mpiidpeye"
     if looks_like_tobii(header):
         return "tobii"
     names = {split_unit(h)[0] for h in re.split(r"[,\t;]", header)}
@@ -168,6 +178,8 @@ def read_recordings(path: str | Path, options: ReadOptions | None = None) -> lis
     if not path.exists():
         raise RecordingError(path, "no such file or folder")
     fmt = opts.format if opts.format != "auto" else detect_format(path)
+    if fmt == "mpiidpeye" and opts.format == "auto" and opts.columns is not None:
+        fmt = "csv"  # a headerless CSV whose columns were named (--columns)
     if path.is_dir() and fmt != "pupil":
         raise RecordingError(path, f"a folder, not a {fmt} file: pass the file itself")
     return _READERS[fmt](path, opts)

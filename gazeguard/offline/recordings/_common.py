@@ -25,7 +25,7 @@ from gazeguard.core.errors import ConfigError, DatasetError
 from gazeguard.core.samples import FloatArray, GazeSamples
 from gazeguard.runtime.presets import normalized_to_deg, screen_to_deg
 
-Format = Literal["auto", "csv", "pupil", "tobii", "eyelink"]
+Format = Literal["auto", "csv", "pupil", "tobii", "eyelink", "mpiidpeye"]
 GazeUnit = Literal["deg", "norm", "px"]
 TimeUnit = Literal["s", "ms", "us", "ns"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -87,7 +87,8 @@ class ReadOptions:
 
     Attributes:
         format: ``auto`` (detect from the content), ``csv`` (gazeguard's CSV), ``pupil`` (Pupil
-            Player export), ``tobii`` (Tobii Pro Lab data export), ``eyelink`` (EyeLink ASC).
+            Player export), ``tobii`` (Tobii Pro Lab data export), ``eyelink`` (EyeLink ASC),
+            ``mpiidpeye`` (a ``Data_P*_R*.csv`` file of the MPIIDPEye dataset).
         units: gaze units where the file does not state them: ``deg`` (degrees, y up), ``norm``
             (0..1 over the image or screen, origin top-left) or ``px`` (pixels, origin top-left).
         time_unit: time unit where the file does not state it: ``s``, ``ms``, ``us``, ``ns``.
@@ -167,7 +168,8 @@ class GazeRecording:
         samples: time (s, the recording's own clock), gaze (degrees, x right, y up), pupil
             diameter (mm) and validity; invalid samples are NaN.
         source: the file (or Pupil export folder) it came from.
-        format: which reader read it (``csv``, ``pupil``, ``tobii``, ``eyelink``).
+        format: which reader read it (``csv``, ``pupil``, ``tobii``, ``eyelink``,
+            ``mpiidpeye``).
         recording: recording id (unique within the source).
         person: person label, where the file gives one.
         task: task label, where the file gives one.
