@@ -229,9 +229,10 @@ def test_forward_to_jetstream_feeds_a_jetstream_worker(
     ledger_path, session = tmp_path / "ledger.sqlite", f"hmd.{name}-src"
     try:
         wait_for(workers[0].ready, 30, workers[0].text)
+        # 9 s: the session's grid starts up to a chunk after its first sample; 2 chunks or more
         cmd = [
             sys.executable, "-m", "gazeguard", "forward", "--nats", nats_server.url,
-            "--device", "hmd", "--stream-name", name, "--duration", "7", "--block-s", "0.8",
+            "--device", "hmd", "--stream-name", name, "--duration", "9", "--block-s", "0.8",
         ]  # fmt: skip
         fwd = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         assert fwd.returncode == 0, fwd.stderr
