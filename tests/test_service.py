@@ -456,10 +456,15 @@ def test_auto_says_whose_stream_and_broker_it_uses(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
     """Issue 35.2: `auto` silently used another run's simulated stream and broker (and lost
-    both when that run exited). It now says so in one line each."""
-    headset = SimulatedHeadset(120.0, seed=5, source_id=f"gazeguard-sim-5-{unique_id}")
+    both when that run exited). It now says so in one line each. (Issue 49: a simulated headset
+    of another gazeguard is never taken, tests/test_stream_selection.py; this one is a stream of
+    this host, of a type unique to the test.)"""
+    headset = SimulatedHeadset(
+        120.0, seed=5, source_id=f"{unique_id}-hmd", name=f"{unique_id}-hmd", stream_type=unique_id
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
     env["GAZEGUARD_BROKER__PORT"] = str(mosquitto.port)  # no host: the local broker is found
+    env["GAZEGUARD_INGEST__STREAM_TYPE"] = unique_id
     with headset:
         out = subprocess.run(
             [sys.executable, "-m", "gazeguard", "run", "--ledger", "l.sqlite", "--duration", "2",
@@ -469,7 +474,8 @@ def test_auto_says_whose_stream_and_broker_it_uses(
     assert out.returncode in (ExitCode.OK, ExitCode.UNDELIVERED), out.stderr
     stream = [ln for ln in out.stderr.splitlines() if "ingest.source auto: using LSL stream" in ln]
     assert len(stream) == 1, out.stderr
-    assert "of another process on host" in stream[0]
+    assert "of another process on this host" in stream[0]
+    assert f"--source-id {unique_id}-hmd names it" in stream[0]
     broker = [ln for ln in out.stderr.splitlines() if "another process's MQTT broker" in ln]
     assert len(broker) == 1, out.stderr
     assert f"127.0.0.1:{mosquitto.port}" in broker[0]

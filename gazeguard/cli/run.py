@@ -43,7 +43,14 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
     g.add_argument("--stream-name", help="LSL stream name to resolve")
-    g.add_argument("--source-id", help="LSL source_id to resolve")
+    g.add_argument(
+        "--source-id", help="LSL source_id to resolve (--fleet: a glob pattern, e.g. 'lab-*')"
+    )
+    g.add_argument(
+        "--stream-host",
+        metavar="HOST",
+        help="serve LSL streams of this host (a glob; default: this host only, '*': any)",
+    )
     g.add_argument(
         "--stream-rate",
         type=float,
@@ -151,8 +158,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         "--fleet",
         action="store_true",
         default=None,
-        help="serve every stream found (LSL) or on a pinned JetStream partition "
-        "(--source jetstream), one session each",
+        help="serve every LSL stream of the selection (--stream-type, --stream-name prefix, "
+        "--source-id pattern, --stream-host; default this host's 'Gaze' streams) or of a pinned "
+        "JetStream partition (--source jetstream), one session each",
     )
 
 
@@ -181,6 +189,7 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     put("ingest", "stream_type", args.stream_type)
     put("ingest", "stream_name", args.stream_name)
     put("ingest", "source_id", args.source_id)
+    put("ingest", "stream_host", args.stream_host)
     put("ingest", "rate_hz", getattr(args, "stream_rate", None))
     put("mechanism", "name", args.mechanism)
     put("mechanism", "transform", args.transform)

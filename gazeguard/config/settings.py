@@ -80,8 +80,9 @@ class IngestSettings(Section):
         description="'lsl': wait for a headset stream; 'simulated': built-in simulated headset; "
         "'jetstream': raw gaze from a NATS JetStream stream, partitions pinned to workers "
         "(fleet mode only, trusted network; the 'fleet' extra); "
-        "'auto': resolve an LSL stream and, if none appears and no stream name or source_id is "
-        "configured, start the simulated headset (with a warning)",
+        "'auto': the one LSL stream of stream_type on this host that is not a gazeguard "
+        "simulated headset (several: refused with a list; --source-id chooses), and if there is "
+        "none and no stream name or source_id is configured, this run's own simulated headset",
     )
     simulated_rate_hz: float = Field(120.0, gt=0, description="rate of the simulated headset, Hz")
     rate_hz: float | None = Field(
@@ -97,7 +98,14 @@ class IngestSettings(Section):
 
     stream_type: str = Field("Gaze", description="LSL stream type to resolve ('Gaze' is XDF's)")
     stream_name: str | None = Field(None, description="LSL stream name to resolve")
-    source_id: str | None = Field(None, description="LSL source_id to resolve")
+    source_id: str | None = Field(
+        None, description="LSL source_id to resolve (fleet mode: a glob pattern, e.g. 'lab-*')"
+    )
+    stream_host: str | None = Field(
+        None,
+        description="LSL host name (a glob) whose streams 'auto' and a fleet worker may serve; "
+        "unset: this host only ('*': any host)",
+    )
     preset: Preset = Field(
         "auto", description="channel layout; 'auto' picks by stream name/type and XDF metadata"
     )

@@ -50,10 +50,12 @@ import asyncio
 import contextlib
 import logging
 import math
+import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -145,6 +147,94 @@ def resolve_stream(settings: IngestSettings) -> pylsl.StreamInfo:
             found[0].hostname(),
         )
     return found[0]
+
+
+#: The source_id and name prefix of gazeguard's simulated headsets (``gazeguard simulate``, the
+#: sidecar's own): ``auto`` never attaches to one, ``ingest.source_id`` selects one.
+SIMULATOR_PREFIX = "gazeguard-sim"
+
+
+class AmbiguousStreamError(StreamError):
+    """``ingest.source = "auto"`` saw more than one stream it could serve: it lists them."""
+
+
+def this_host() -> str:
+    """This host's name as LSL reports it in ``StreamInfo.hostname()``."""
+    return socket.gethostname()
+
+
+def describe_stream(info: pylsl.StreamInfo) -> str:
+    """One stream in words: name, type, source_id and host."""
+    return (
+        f"{info.name()!r} (type {info.type()!r}, source_id {info.source_id()!r}, "
+        f"host {info.hostname()!r})"
+    )
+
+
+def is_simulator(info: pylsl.StreamInfo) -> bool:
+    """Whether the stream is a gazeguard simulated headset (its source_id or name says so)."""
+    names: tuple[str, str] = (info.source_id(), info.name())
+    return any(n.startswith(SIMULATOR_PREFIX) for n in names)
+
+
+def skip_reason(info: pylsl.StreamInfo, settings: IngestSettings, *, auto: bool) -> str | None:
+    """Why a discovered stream is not served (``None``: it is selected).
+
+    The selection: ``ingest.stream_host`` (a glob on the LSL host name; unset: this host only),
+    ``ingest.source_id`` (a glob on the source_id; fleet mode) and, for ``auto``, never a
+    gazeguard simulated headset (another process's: this run's own is resolved by its own
+    source_id)."""
+    host, here = info.hostname(), this_host()
+    if settings.stream_host is None:
+        if host != here:
+            return (
+                f"published by host {host!r}, not this host {here!r} (--stream-host {host} or "
+                "'*' selects other hosts)"
+            )
+    elif not fnmatchcase(host, settings.stream_host):
+        return f"host {host!r} does not match ingest.stream_host {settings.stream_host!r}"
+    if settings.source_id is not None and not fnmatchcase(info.source_id(), settings.source_id):
+        return f"source_id does not match ingest.source_id {settings.source_id!r}"
+    if auto and is_simulator(info):
+        return (
+            "a gazeguard simulated headset of another process (auto never attaches to one; "
+            f"--source-id {info.source_id()} selects it)"
+        )
+    return None
+
+
+def select_auto(settings: IngestSettings, timeout_s: float) -> pylsl.StreamInfo | None:
+    """``ingest.source = "auto"`` with no source_id or stream name: the one stream of
+    ``ingest.stream_type`` on this host (or ``ingest.stream_host``) that is not a gazeguard
+    simulated headset, seen within ``timeout_s`` (blocking); ``None`` when there is none. Every
+    stream it skips is logged with the reason.
+
+    Raises:
+        AmbiguousStreamError: more than one candidate; the message lists them and the flag that
+            selects one.
+    """
+    found = pylsl.resolve_bypred(f"type={_xpath_literal(settings.stream_type)}", 0, timeout_s)
+    taken: list[pylsl.StreamInfo] = []
+    for info in found:
+        why = skip_reason(info, settings, auto=True)
+        if why is None:
+            taken.append(info)
+        else:
+            logger.info(
+                "ingest.source auto: skipping LSL stream %s: %s", describe_stream(info), why
+            )
+    if len(taken) > 1:
+        raise AmbiguousStreamError(_ambiguous(taken))
+    return taken[0] if taken else None
+
+
+def _ambiguous(taken: Sequence[pylsl.StreamInfo]) -> str:
+    listing = "; ".join(f"--source-id {i.source_id()!r}: {describe_stream(i)}" for i in taken)
+    return (
+        f"ingest.source auto found {len(taken)} LSL streams it could serve and will not guess "
+        f"which is yours: {listing}. Choose one with --source-id ID (ingest.source_id), or "
+        "--source simulated for a simulated headset of this run's own"
+    )
 
 
 def declared_rate(configured: float | None, nominal_srate: float, stream: str) -> float:
@@ -454,7 +544,9 @@ class LslFleetIngest:
     """A fleet worker's LSL side: discover gaze streams and serve each as its own session.
 
     Every ``fleet.discover_every_s`` it resolves all streams of ``ingest.stream_type`` (whose name
-    starts with ``ingest.stream_name``, if set); each new ``source_id`` gets its own
+    starts with ``ingest.stream_name``, if set) and serves those :func:`skip_reason` selects
+    (``ingest.source_id`` and ``ingest.stream_host`` as globs; by default this host's streams
+    only), logging each stream it takes or skips; each new ``source_id`` gets its own
     :class:`GazeStream` and a session of ``fleet`` (a :class:`~gazeguard.runtime.fleet.SessionHost`,
     the worker's :class:`~gazeguard.runtime.fleet.Fleet`), which ends when the stream is silent
     for ``fleet.idle_timeout_s``. The LSL counterpart of
@@ -475,11 +567,29 @@ class LslFleetIngest:
             pred += f" and starts-with(name,{_xpath_literal(ingest.stream_name)})"
         return pred
 
+    def selection(self) -> str:
+        """The worker's selection in words (for its log)."""
+        ingest = self.fleet.settings.ingest
+        parts = [f"type {ingest.stream_type!r}"]
+        if ingest.stream_name:
+            parts.append(f"name starting with {ingest.stream_name!r}")
+        if ingest.source_id is not None:
+            parts.append(f"source_id matching {ingest.source_id!r}")
+        host = ingest.stream_host
+        parts.append(f"this host {this_host()!r}" if host is None else f"host matching {host!r}")
+        return ", ".join(parts)
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Discover and serve until ``stop``."""
+        """Discover and serve until ``stop``: every stream the selection names (type, name
+        prefix, ``ingest.source_id`` glob, ``ingest.stream_host`` glob, by default this host
+        only), each logged once as taken or skipped, with the reason."""
         pred = self.predicate()
+        ingest = self.fleet.settings.ingest
         every_s = self.fleet.settings.fleet.discover_every_s
         tasks: dict[str, asyncio.Task[None]] = {}
+        seen: set[str] = set()  # stream uids already logged as skipped
+        worker = self.fleet.worker_id
+        logger.info("worker %s: serving LSL streams of %s", worker, self.selection())
         async with asyncio.TaskGroup() as tg:
             while not stop.is_set():
                 found = await asyncio.to_thread(pylsl.resolve_bypred, pred, 0, 1.0)
@@ -487,6 +597,19 @@ class LslFleetIngest:
                     sid = info.source_id() or info.name()
                     if sid in tasks and not tasks[sid].done():
                         continue
+                    why = skip_reason(info, ingest, auto=False)
+                    if why is not None:
+                        if info.uid() not in seen:
+                            seen.add(info.uid())
+                            logger.warning(
+                                "worker %s: skipping LSL stream %s: %s",
+                                worker, describe_stream(info), why,
+                            )  # fmt: skip
+                        continue
+                    logger.warning(
+                        "worker %s: taking LSL stream %s (selected by %s)",
+                        worker, describe_stream(info), self.selection(),
+                    )  # fmt: skip
                     tasks[sid] = tg.create_task(
                         self.serve(sid, stop, by_name=not info.source_id()),
                         name=f"gazeguard.runtime.fleet[{sid}]",

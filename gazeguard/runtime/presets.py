@@ -672,14 +672,17 @@ class Normalizer:
 # ---------------------------------------------------------------------------------------------
 # Outlet description
 # ---------------------------------------------------------------------------------------------
-def gazeguard_stream_info(name: str, source_id: str, rate_hz: float) -> pylsl.StreamInfo:
-    """StreamInfo of gazeguard's own outlets (preset ``gazeguard``, type ``Gaze``, float64).
+def gazeguard_stream_info(
+    name: str, source_id: str, rate_hz: float, stream_type: str = "Gaze"
+) -> pylsl.StreamInfo:
+    """StreamInfo of gazeguard's own outlets (preset ``gazeguard``, type ``Gaze`` unless given,
+    float64).
 
     Channels: sample index, x (deg, positive right), y (deg, positive up), pupil diameter (mm),
     validity (1 valid, 0 invalid); with XDF channel metadata, so ``generic`` reads it too.
     """
     info = pylsl.StreamInfo(
-        name, "Gaze", len(GAZEGUARD_CHANNELS), rate_hz, pylsl.cf_double64, source_id
+        name, stream_type, len(GAZEGUARD_CHANNELS), rate_hz, pylsl.cf_double64, source_id
     )
     desc = info.desc()
     desc.append_child("acquisition").append_child_value("manufacturer", "gazeguard")

@@ -45,12 +45,18 @@ import pylsl
 
 from gazeguard.config import BrokerSettings, IngestSettings, LedgerSettings, Settings
 from gazeguard.core.chunking import Chunk
-from gazeguard.core.errors import GazeguardError, PublishError, StreamNotFoundError
+from gazeguard.core.errors import GazeguardError, PublishError
 from gazeguard.core.threads import to_thread_to_the_end
 from gazeguard.ledger import Ledger
 from gazeguard.plan import ReleasePlan
 from gazeguard.runtime.fleet import Fleet, ledger_calls_on_loop
-from gazeguard.runtime.ingest import GazeStream, GazeStreamInfo, LslFleetIngest, declared_rate
+from gazeguard.runtime.ingest import (
+    GazeStream,
+    GazeStreamInfo,
+    LslFleetIngest,
+    declared_rate,
+    select_auto,
+)
 from gazeguard.runtime.mqtt.broker import EmbeddedBroker, probe_mqtt
 from gazeguard.runtime.mqtt.retained import read_retained
 from gazeguard.runtime.pipeline import Pipeline, PipelineStats, ReleasedChunk
@@ -221,25 +227,27 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
             yield stream
         return
     if settings.source == "auto":
-        quick = settings.model_copy(
-            update={"resolve_timeout_s": min(settings.resolve_timeout_s, AUTO_RESOLVE_S)}
-        )
-        found = GazeStream(quick)
-        try:
-            await found.__aenter__()
-        except StreamNotFoundError:
+        # Only a stream of this host (or ingest.stream_host) that is no gazeguard simulated
+        # headset; more than one candidate is refused with a list (AmbiguousStreamError).
+        timeout_s = min(settings.resolve_timeout_s, AUTO_RESOLVE_S)
+        picked = await asyncio.to_thread(select_auto, settings, timeout_s)
+        if picked is None:
             log.warning(
-                "no LSL stream of type %r found within %g s: starting the SIMULATED headset "
-                "(set ingest.source = 'lsl' to wait for a real one)",
+                "no LSL stream of type %r on %s found within %g s (gazeguard simulated headsets "
+                "of other processes are never used; -v lists what was skipped): starting this "
+                "run's own SIMULATED headset (set ingest.source = 'lsl' to wait for a real one)",
                 settings.stream_type,
-                quick.resolve_timeout_s,
+                "this host" if settings.stream_host is None else repr(settings.stream_host),
+                timeout_s,
             )
         else:
-            _say_attached(found.info)
-            try:
-                yield found
-            finally:
-                await found.__aexit__(None, None, None)
+            key = picked.source_id()
+            one = settings.model_copy(
+                update={"source_id": key} if key else {"stream_name": picked.name()}
+            )
+            async with GazeStream(one) as stream:
+                _say_attached(stream.info)
+                yield stream
             return
     source_id = simulated_source_id(settings)
     with SimulatedHeadset.from_settings(settings, source_id=source_id):
@@ -250,13 +258,11 @@ async def _gaze(settings: IngestSettings) -> AsyncIterator[GazeStream]:
 
 def _say_attached(info: GazeStreamInfo) -> None:
     """The one line of ``ingest.source = "auto"`` when it found a stream: another process's."""
-    sim = info.source_id.startswith("gazeguard-sim")
     log.warning(
         "ingest.source auto: using LSL stream %r (type %r, source_id %r) of another process on "
-        "host %r%s; this run's gaze ends when that stream does",
-        info.name, info.type, info.source_id, info.hostname,
-        " — a simulated headset of another gazeguard (--source simulated starts one of this "
-        "run's own)" if sim else "",
+        "this host %r, the only one of its type; this run's gaze ends when that stream does "
+        "(--source-id %s names it)",
+        info.name, info.type, info.source_id, info.hostname, info.source_id or "ID",
     )  # fmt: skip
 
 

@@ -440,6 +440,7 @@ class SimulatedHeadset:
         duration_s: seconds of gaze to stream (None: until stopped).
         push_interval_s: how often due samples are pushed, s (vendor bridges push every sample:
             ``1 / rate_hz``).
+        stream_type: LSL stream type (``from_settings``: ``ingest.stream_type``).
     """
 
     def __init__(
@@ -453,11 +454,13 @@ class SimulatedHeadset:
         name: str = "gazeguard-sim",
         duration_s: float | None = None,
         push_interval_s: float = 0.01,
+        stream_type: str = "Gaze",
     ) -> None:
         self.generator = GazeGenerator(rate_hz, seed, task, session)
         self.rate_hz = float(rate_hz)
         self.source_id = source_id or f"gazeguard-sim-{uuid.uuid4().hex[:12]}"
         self.name = name
+        self.stream_type = stream_type
         self.total = None if duration_s is None else round(duration_s * rate_hz)
         self.push_interval_s = push_interval_s
         self._pusher: _HeadsetPusher | None = None
@@ -477,6 +480,7 @@ class SimulatedHeadset:
             settings.simulated_seed,
             source_id=source_id,
             duration_s=duration_s,
+            stream_type=settings.stream_type,
         )
 
     @property
@@ -493,7 +497,7 @@ class SimulatedHeadset:
 
     def start(self) -> None:
         """Create the outlet and start pushing."""
-        info = gazeguard_stream_info(self.name, self.source_id, self.rate_hz)
+        info = gazeguard_stream_info(self.name, self.source_id, self.rate_hz, self.stream_type)
         outlet = pylsl.StreamOutlet(info, 0, 60)
         self._pusher = _HeadsetPusher(self, outlet)
         self._pusher.start()
