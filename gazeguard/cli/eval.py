@@ -30,6 +30,7 @@ from gazeguard.offline.eval.datasets import (
     PUBLIC_DATASETS,
     DataNotFoundError,
     Dataset,
+    MpiiDpEye,
     open_dataset,
 )
 from gazeguard.offline.eval.frontier import (
@@ -48,6 +49,14 @@ from gazeguard.offline.eval.grid import (
 )
 from gazeguard.offline.eval.harness import EvalSettings
 from gazeguard.offline.eval.paper import NOT_PRIVATE
+from gazeguard.offline.eval.paper_tables import (
+    PAPER_EPS,
+    PAPER_MECHANISMS,
+    headline,
+    run_paper_tables,
+    write_results,
+)
+from gazeguard.offline.eval.paper_tables import render as render_paper_tables
 from gazeguard.offline.eval.report import (
     markdown,
     read_json,
@@ -247,6 +256,16 @@ def _what_to_evaluate(parser: argparse.ArgumentParser) -> None:
         "more ε each; bench/results/eval_cohort.md)",
     )
     g.add_argument(
+        "--paper-tables",
+        action="store_true",
+        help="Bozkir et al. 2021's MPIIDPEye tables (1-3 with majority voting, 6-8 without: "
+        "document type, gender, person identification) on --dataset mpiidpeye, each cell ours "
+        "(paper), ε per feature per chunk; default grid lpa-32, fpa-dft, cfpa/dcfpa-{32,64,128}"
+        "-dft at the paper's ε, 3 noisy repetitions (--clf-reps). Adds its run to "
+        "paper-tables.json in --out (replacing one of the same sensitivity) and rewrites "
+        "paper-tables.md",
+    )
+    g.add_argument(
         "--sensitivity",
         choices=("public", "paper"),
         default="public",
@@ -373,7 +392,7 @@ def _output(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="RESULTS_JSON",
         help="no evaluation: rewrite results.md and the plots in --out from an existing "
-        "results.json",
+        "results.json (or paper-tables.md from a paper-tables.json)",
     )
     o.add_argument(
         "--jobs", type=int, help="worker processes, one configuration each (default 1; quick 2)"
@@ -447,6 +466,9 @@ def run_frontier(
 def _render(source: Path, out: Path) -> int:
     if not source.is_file():
         raise ConfigError("render", str(source), "file not found", "argument")
+    if '"runs"' in source.read_text()[:20]:  # --paper-tables output
+        stdout(f"rendered {render_paper_tables(source, out)} from {source}")
+        return ExitCode.OK
     results = read_json(source)
     write_markdown(results, out / "results.md")
     for res in results:
@@ -486,6 +508,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(name, getattr(args, flag), "needs --frontier", "argument")
     elif args.cohort_bucket_s is not None and not args.cohort_bucket_s > 0:
         raise ConfigError("--cohort-bucket-s", args.cohort_bucket_s, "must be > 0", "argument")
+    if args.paper_tables:
+        return _paper_tables(args, settings)
     args.per_hour = _axis(args)
     grid = _grid(args, settings, quick)
     datasets = _datasets(args, quick)
@@ -525,6 +549,49 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _paper_tables(args: argparse.Namespace, settings: EvalSettings) -> int:
+    """``--paper-tables``: Bozkir et al.'s MPIIDPEye tables, ours beside the paper's."""
+    if args.frontier or args.per_hour:
+        raise ConfigError(
+            "--paper-tables", True, "the paper's tables are per chunk: drop --frontier and "
+            "--per-hour", "argument",
+        )  # fmt: skip
+    datasets = (
+        _datasets(args, False) if args.dataset else [open_dataset("mpiidpeye", args.data_dir)]
+    )
+    console = get_console()
+    if args.sensitivity == "paper":
+        console.warn(f"WARNING: --sensitivity paper: {NOT_PRIVATE}")
+    if args.insecure_seed is not None:
+        console.warn(
+            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
+        )
+    for ds in datasets:
+        if not isinstance(ds, MpiiDpEye):
+            raise ConfigError(
+                "--paper-tables", ds.name, "the paper's tables are MPIIDPEye's: --dataset "
+                "mpiidpeye[:PATH]", "argument",
+            )  # fmt: skip
+        result = run_paper_tables(
+            ds,
+            [m.key for m in _mechanisms(args.mechanisms, False)]
+            if args.mechanisms
+            else PAPER_MECHANISMS,
+            args.epsilons or PAPER_EPS,
+            settings=settings,
+            sensitivity=args.sensitivity,
+            k=args.k,
+            jobs=args.jobs or 1,
+            cache_dir=None if args.no_cache else args.cache_dir,
+            window_s=args.window,
+            step_s=args.step,
+        )
+        path, md = write_results(result, args.out)
+        stdout("\n".join(headline(result)))
+        stdout(f"\nwrote {path} and {md}")
+    return ExitCode.OK
+
+
 def _eval_settings(args: argparse.Namespace, quick: bool) -> EvalSettings:
     """The evaluation protocol from ``--classifiers``, ``--*-reps``, ``--every-*``."""
     classifiers = tuple(c.strip() for c in args.classifiers.split(",") if c.strip())
@@ -537,7 +604,7 @@ def _eval_settings(args: argparse.Namespace, quick: bool) -> EvalSettings:
             raise ConfigError(name.replace("_", "-"), v, "must be >= 1", "argument")
     return EvalSettings(
         utility_reps=args.utility_reps or (10 if quick else 100),
-        clf_reps=args.clf_reps or (1 if quick else 3),
+        clf_reps=args.clf_reps or (1 if quick and not args.paper_tables else 3),
         classifiers=classifiers,
         every_task=args.every_task,
         every_reid=args.every_reid,

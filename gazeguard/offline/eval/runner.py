@@ -125,6 +125,13 @@ def select_features(table: FeatureTable) -> tuple[IntArray, dict[str, str]]:
 _STATE: dict[str, Any] = {}
 
 
+#: ``evaluate(table, cols, spec, epsilon, *, factory, settings, bounds, job_seed, **extra)``:
+#: scores one stream configuration (default
+#: :func:`~gazeguard.offline.eval.harness.evaluate_configuration`); a module-level function, so
+#: that it pickles into the worker processes.
+Evaluate = Callable[..., dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class _Shared:
     """What every job of one dataset needs (pickled once into each worker)."""
@@ -134,6 +141,8 @@ class _Shared:
     bounds: FeatureBounds
     settings: EvalSettings
     factory: MechanismFactory
+    evaluate: Evaluate = evaluate_configuration
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _init(shared: _Shared) -> None:
@@ -154,7 +163,7 @@ def _job(index: int, spec: MechanismSpec, epsilon: float | None) -> dict[str, An
                 bounds=sh.bounds,
                 job_seed=index,
             )
-        return evaluate_configuration(
+        return sh.evaluate(
             sh.table,
             sh.cols,
             spec,
@@ -163,6 +172,7 @@ def _job(index: int, spec: MechanismSpec, epsilon: float | None) -> dict[str, An
             settings=sh.settings,
             bounds=sh.bounds,
             job_seed=index,
+            **sh.extra,
         )
     except GazeguardError as exc:  # e.g. k-same with k above the number of people
         return {
@@ -206,8 +216,14 @@ def run_jobs(
     progress: Progress = print_progress,
     factory: MechanismFactory | None = None,
     label: str = "",
+    evaluate: Evaluate = evaluate_configuration,
+    extra: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Evaluate the clean baseline and every (mechanism, ε) of ``grid``; rows in grid order."""
+    """Evaluate the clean baseline and every (mechanism, ε) of ``grid``; rows in grid order.
+
+    ``evaluate`` scores each stream configuration (keyword arguments ``extra`` passed on);
+    dataset releases always go to
+    :func:`~gazeguard.offline.eval.releases.evaluate_release_configuration`."""
     jobs: list[tuple[MechanismSpec, float | None]] = [(MechanismSpec("none"), None)]
     for spec in grid.mechanisms:
         if spec.family == "none":
@@ -234,8 +250,9 @@ def run_jobs(
         )
 
     shared = _Shared(
-        table, cols, bounds, grid.settings, factory or gazeguard_factory(bounds, grid.k)
-    )
+        table, cols, bounds, grid.settings, factory or gazeguard_factory(bounds, grid.k),
+        evaluate, dict(extra or {}),
+    )  # fmt: skip
     init_args = (shared,)
     if grid.jobs <= 1:
         _init(shared)
