@@ -200,12 +200,96 @@ def test_serve_checks_the_settings_before_opening_anything(tmp_path: Path) -> No
     assert not (tmp_path / "l.sqlite").exists()
 
 
-def test_defaults_and_every_shipped_example_are_clean() -> None:
+SHIPPED = sorted((REPO / "deploy" / "config").glob("*.toml"))
+STATE_DIR = Path("/var/lib/gazeguard")  # every shipped config's ledger; systemd's StateDirectory=
+
+
+def test_defaults_and_every_shipped_example_are_clean(tmp_path: Path) -> None:
+    """Each shipped config passes, or (where its ledger directory does not exist or is not
+    writable, as on a host without the systemd unit) says only which directory to create."""
     assert validate_settings(Settings()) == []
-    for path in sorted((REPO / "deploy" / "config").glob("*.toml")):
+    ready = os.access(STATE_DIR, os.W_OK | os.X_OK)
+    for path in SHIPPED:
         settings, problems = check_settings(path)
         assert settings is not None
-        assert problems == [], path
+        assert settings.ledger.path == STATE_DIR / "ledger.sqlite"
+        if ready:
+            assert problems == [], path
+        else:
+            (problem,) = problems
+            assert problem.field == "ledger.path"
+            assert f"directory {STATE_DIR} " in problem.reason
+        moved = {"ledger": {"path": tmp_path / "l.sqlite"}}
+        assert check_settings(path, **moved)[1] == [], path  # nothing else
+
+
+def _check_and_run(
+    config: Path, cwd: Path, prefix: tuple[str, ...] = ()
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAZEGUARD_")}
+    env["PYTHONPATH"] = str(REPO)
+    check, run = (
+        subprocess.run(
+            [*prefix, sys.executable, "-m", "gazeguard", *args, str(config)],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+        for args in (["config", "check"], ["run", "--duration", "1", "--config"])
+    )
+    return check, run
+
+
+def _agree(check: subprocess.CompletedProcess[str], run: subprocess.CompletedProcess[str]) -> str:
+    """Both refuse, with the same problems; the problems' text."""
+    assert check.returncode == ExitCode.ERROR, check.stderr
+    assert run.returncode == ExitCode.ERROR, run.stderr
+    said = [ln.split(": ", 1)[1] for ln in check.stderr.splitlines() if "invalid value" in ln]
+    assert said, check.stderr
+    refused = run.stderr.splitlines()
+    assert refused[0].startswith("gazeguard run: error: "), run.stderr
+    assert refused[0].removeprefix("gazeguard run: error: ").split(" (and ")[0] == said[0]
+    return "\n".join(said)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_config_check_and_run_agree_on_every_shipped_config(path: Path, tmp_path: Path) -> None:
+    """Found 2: `config check deploy/config/simulated.toml` said OK, then `run` with it failed:
+    "cannot open ledger '/var/lib/gazeguard/ledger.sqlite': directory … does not exist"."""
+    if os.access(STATE_DIR, os.W_OK | os.X_OK):
+        pytest.skip(f"{STATE_DIR} exists and is writable here: both accept (test_deploy runs it)")
+    check, run = _check_and_run(path, tmp_path)
+    said = _agree(check, run)
+    assert f"directory {STATE_DIR} does not exist: create it" in said
+    assert "Traceback" not in run.stderr
+
+
+def test_config_check_and_run_agree_on_a_missing_ledger_directory(tmp_path: Path) -> None:
+    config = write(tmp_path, f'[ledger]\npath = "{tmp_path / "absent" / "l.sqlite"}"\n')
+    check, run = _check_and_run(config, tmp_path)
+    said = _agree(check, run)
+    assert f"directory {tmp_path / 'absent'} does not exist: create it" in said
+    assert not (tmp_path / "absent").exists()
+
+
+def test_config_check_and_run_agree_on_an_unwritable_ledger_directory(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    config = write(tmp_path, f'[ledger]\npath = "{locked / "l.sqlite"}"\n')
+    locked.chmod(0o500)
+    # root writes anything: check and run as root without capabilities (no CAP_DAC_OVERRIDE)
+    no_caps = ("setpriv", "--bounding-set=-all", "--inh-caps=-all", "--")
+    prefix = no_caps if os.geteuid() == 0 else ()
+    try:
+        check, run = _check_and_run(config, tmp_path, prefix)
+    finally:
+        locked.chmod(0o755)
+    said = _agree(check, run)
+    assert f"directory {locked} is not writable by user" in said
+    assert not (locked / "l.sqlite").exists()
 
 
 def test_mechanism_parameters_are_checked_as_the_pipeline_builds_them() -> None:

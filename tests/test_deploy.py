@@ -738,10 +738,21 @@ def test_there_is_an_example_config_for_every_preset() -> None:
 @pytest.mark.usefixtures("clean_env")
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_example_config_is_valid(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert gazeguard_main(["config", "check", str(path)]) == 0
+    """Valid, or (where /var/lib/gazeguard, which the systemd unit's StateDirectory= creates, is
+    missing or not writable) refused with only the directory to create, as `run` refuses it."""
+    state = Path("/var/lib/gazeguard")
+    code = gazeguard_main(["config", "check", "--json", str(path)])
     captured = capsys.readouterr()
-    assert captured.err.rstrip().endswith(f"{path}: OK")
-    effective = json.loads(captured.out)  # stdout is the effective configuration, JSON only
+    report = json.loads(captured.out)  # stdout is JSON only
+    if os.access(state, os.W_OK | os.X_OK):
+        assert code == 0, captured.err
+        assert report["valid"]
+    else:
+        assert code == ExitCode.ERROR
+        (problem,) = report["problems"]
+        assert problem["field"] == "ledger.path"
+        assert f"directory {state} " in captured.err
+    effective = report["settings"]
     settings = load_settings(path)
     assert effective["device"] == settings.device
     # The ACL lets a device write only gazeguard/v1/<its username>/#.
@@ -759,6 +770,16 @@ def test_example_config_is_valid(path: Path, capsys: pytest.CaptureFixture[str])
 
 # ---------------------------------------------------------------------------------------------
 # systemd unit, container files
+
+
+def test_systemd_unit_creates_the_shipped_configs_ledger_directory() -> None:
+    """Found 2: every shipped config keeps its ledger in /var/lib/gazeguard; the unit creates it
+    (StateDirectory=, owned by its dynamic user) before `gazeguard run` checks it."""
+    unit = (REPO / "deploy" / "systemd" / "gazeguard.service").read_text()
+    assert "\nStateDirectory=gazeguard\n" in unit
+    assert "GAZEGUARD_LEDGER__PATH=/var/lib/gazeguard/ledger.sqlite" in unit
+    for path in CONFIGS:
+        assert load_settings(path).ledger.path.parent == Path("/var/lib/gazeguard"), path
 
 
 def test_systemd_unit_verifies(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ from gazeguard.ledger._model import (
     to_units_up,
 )
 from gazeguard.ledger._request import ChargeRequest
-from gazeguard.ledger._sqlite import SqliteBackend, stored_caps
+from gazeguard.ledger._sqlite import SqliteBackend, not_writable, stored_caps
 from gazeguard.ledger.policy import Caps
 
 __all__ = [
@@ -134,6 +134,7 @@ __all__ = [
     "StaleStateError",
     "event_key",
     "is_url",
+    "not_writable",
     "pure_event_key",
     "stored_caps",
     "to_units_down",

@@ -12,7 +12,9 @@ imports what it configures.
 
 from __future__ import annotations
 
+import os
 import secrets
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from gazeguard.config import (
     closest,
 )
 from gazeguard.core.errors import ConfigError
-from gazeguard.ledger import LedgerError, stored_caps
+from gazeguard.ledger import LedgerError, not_writable, stored_caps
 from gazeguard.ledger.policy import Caps, loosened, looser_reason
 from gazeguard.plan import ReleasePlan
 from gazeguard.runtime.mqtt.client import credentials, tls_context
@@ -126,6 +128,7 @@ def validate_settings(settings: Settings) -> list[ConfigProblem]:
         problems += found
     problems += _ingest_problems(settings)
     problems += _broker_problems(settings)
+    problems += _file_problems(settings)
     if window_s is not None:
         problems += _ledger_problems(settings, window_s)
     return problems
@@ -311,3 +314,34 @@ def _ledger_problems(settings: Settings, window_s: float) -> list[ConfigProblem]
         ConfigProblem(named.get(field, field), value, why)
         for field, value in loosened(stored, wanted)
     ]
+
+
+def _file_problems(settings: Settings) -> list[ConfigProblem]:
+    """The files ``gazeguard run`` would open and cannot: the SQLite ledger (its directory
+    missing or not writable, the file or its -wal/-shm not writable: the ledger's own check, in
+    its words) and, for a JetStream source, the NATS credentials and TLS files."""
+    problems = []
+    led = settings.ledger
+    if led.url is None:
+        path = Path(led.path)
+        blocked = not_writable(path)
+        if blocked is not None:
+            why = f"cannot open ledger {str(path)!r}: {blocked}"
+            problems.append(ConfigProblem("ledger.path", str(path), why))
+    if settings.ingest.source == "jetstream":
+        nats = settings.fleet.nats
+        if nats.creds_file is not None and not os.access(nats.creds_file, os.R_OK):
+            why = f"cannot read NATS credentials file {nats.creds_file}"
+            problems.append(ConfigProblem("fleet.nats.creds_file", str(nats.creds_file), why))
+        if nats.tls_ca_file is not None or nats.tls_cert_file is not None:
+            try:  # as gazeguard.runtime.jetstream.wire loads them
+                ctx = ssl.create_default_context(
+                    cafile=None if nats.tls_ca_file is None else str(nats.tls_ca_file)
+                )
+                if nats.tls_cert_file is not None:
+                    key = None if nats.tls_key_file is None else str(nats.tls_key_file)
+                    ctx.load_cert_chain(str(nats.tls_cert_file), key)
+            except (OSError, ssl.SSLError) as exc:
+                why = f"cannot load TLS files: {exc}"
+                problems.append(ConfigProblem("fleet.nats.tls_ca_file", None, why))
+    return problems
