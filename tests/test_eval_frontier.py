@@ -33,9 +33,10 @@ from gazeguard.offline.eval.frontier import (
     cohort_points,
     label_limit,
     pareto,
+    session_points,
     stream_points,
 )
-from gazeguard.offline.eval.labels import attack, epsilon_per_decision, sequence_features
+from gazeguard.offline.eval.labels import MODES, attack, epsilon_per_decision, sequence_features
 from gazeguard.plan import releases_per_hour
 from gazeguard.plan.cohort import CohortPlan
 from gazeguard.privacy.accounting import RandomizedResponseEvent, compose
@@ -325,6 +326,26 @@ def test_at_user_level_the_tree_loses_to_summing_the_bucket_releases() -> None:
     assert np.all(tree[1:] > per[1:])  # every running total past the first
 
 
+def test_session_points_are_one_kind_per_block_length() -> None:
+    result = {
+        "chance": 0.25,
+        "modes": [
+            {"mode": m.name, "settings": {"decision_s": m.decision_s}, "clean": 0.6,
+             "released": [
+                {"budget_per_hour": 10.0, "accuracy": 0.3, "reid": {"accuracy": 0.14}},
+                {"budget_per_hour": 100.0, "accuracy": 0.5, "reid": None},  # no attack: left out
+             ]}
+            for m in MODES
+        ],
+    }  # fmt: skip
+    pts = session_points(result, "activity")
+    assert [(p.kind, p.detail) for p in pts] == [
+        ("labels on a 120 s clock, held (activity model)", "hour sessions, every 120 s"),
+        ("labels on a 30 s clock, held (activity model)", "hour sessions, every 30 s"),
+    ]
+    assert all((p.budget, p.reid, p.task, p.clean_task) == (10.0, 0.14, 0.3, 0.6) for p in pts)
+
+
 def test_cohort_points_are_one_kind_per_size() -> None:
     result = {
         "bucket_s": 60.0,
@@ -365,12 +386,12 @@ def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
         "stream: all features",
         "stream: activity profile",
         "labels on a clock (activity model)",
-        "labels on change (activity model)",
-        "labels on a clock, held (activity model)",
+        "labels on a 120 s clock, held (activity model)",
+        "labels on a 30 s clock, held (activity model)",
         "cohort of 10: group's activity",
     }
-    held = res["label_sessions"]  # the same sessions both ways, the sidecar's LabelStream
-    assert [m["mode"] for m in held["modes"]] == ["change", "clock"]
+    held = res["label_sessions"]  # the same sessions on both clocks, the sidecar's LabelStream
+    assert [m["mode"] for m in held["modes"]] == ["clock", "clock-30"]
     assert held["sessions"] == 3
     assert held["changes_per_session"] >= 5
     assert all(c["withheld"] == 0 for m in held["modes"] for c in m["released"])
@@ -399,7 +420,7 @@ def test_frontier_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (out / "synthetic-frontier.png").stat().st_size > 10_000
     md = (out / "frontier.md").read_text()
     assert "| labels on a clock (activity model) |" in md
-    assert "| labels on change (activity model) |" in md
+    assert "| labels on a 120 s clock, held (activity model) |" in md
 
 
 def test_cohort_flags_that_cannot_apply_are_refused(

@@ -503,7 +503,7 @@ def test_label_message_round_trip_and_schema(model: LabelModel) -> None:
     assert set(data) == {
         "schema", "session", "device", "decision_index", "window_start", "window_end", "label",
         "classes", "epsilon", "mechanism", "survival_probability", "model", "profile", "noise",
-        "release", "epsilon_change", "clean_accuracy", "unix_end",
+        "release", "clean_accuracy", "unix_end",
     }  # fmt: skip
     assert LabelMessage.from_payload(payload) == msg
     schema = shipped_schema()

@@ -76,14 +76,10 @@ def _session_report(ledger: Ledger, session: str, *, chunks: bool) -> dict[str, 
     if chunks:
         doc["charges"] = [asdict(c) for c in history]
     labels = ledger.charges(session, "labels")
-    on_change = [c for c in labels if "change" in c.epsilon]
     doc["labels"] = {
         "released": len(labels),
-        "on_change": len(on_change),
-        "on_clock": len(labels) - len(on_change),
         "withheld": len(ledger.withheld(session, "labels")),
         "epsilon_label": sorted({c.epsilon.get("label", 0.0) for c in labels}),
-        "epsilon_change": sorted({c.epsilon["change"] for c in on_change}),
         "pure_epsilon": sum(c.total for c in labels),
         "first_gaze": min((c.gaze_start for c in labels), default=None),
         "last_gaze": max((c.gaze_end for c in labels), default=None),
@@ -95,16 +91,9 @@ def _label_lines(lab: dict[str, Any]) -> list[str]:
     """The label lines of one session (none when it has no label charged or withheld)."""
     if not lab["released"] and not lab["withheld"]:
         return []
-    how = []
-    if lab["on_change"]:
-        how.append(f"{lab['on_change']} on change (each run's first, then one per detected change)")
-    if lab["on_clock"]:
-        how.append(f"{lab['on_clock']} on a clock")
     each = "/".join(f"{e:.4g}" for e in lab["epsilon_label"]) or "-"
-    if lab["epsilon_change"]:
-        each += " + " + "/".join(f"{e:.4g}" for e in lab["epsilon_change"]) + " detection"
     lines = [
-        f"  labels released      {', '.join(how) or '0'}   withheld {lab['withheld']}",
+        f"  labels released      {lab['released']} on a clock   withheld {lab['withheld']}",
         f"  labels' ε            {lab['pure_epsilon']:.4g} pure sum ({each} per label; the "
         "user-level ε above composes them with every other release)",
     ]

@@ -459,19 +459,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _label_summary(summary: RunSummary) -> str:
-    """The labels of a run for the summary line (empty without labels): how many, how many
-    on a detected change, how often the label changed, and their ε."""
+    """The labels of a run for the summary line (empty without labels): how many, how often
+    the label changed, and their ε."""
     lab = summary.labels
     if lab is None or summary.label_epsilon is None:
         return ""
-    how = (
-        f" ({lab.released - lab.changes} first, {lab.changes} on a detected change in "
-        f"{lab.checks} checks)"
-        if summary.label_release == "change"
-        else " (on a clock)"
-    )
     return (
-        f"; {lab.released} labels{how}, the label changed {lab.switches} times, "
+        f"; {lab.released} labels (on a clock), the label changed {lab.switches} times, "
         f"{lab.withheld} withheld, {lab.dropped} dropped; the labels' ε "
         f"{summary.label_epsilon:.4g} (within the user-level ε)"
     )
@@ -484,9 +478,7 @@ def _label_fields_of(summary: RunSummary) -> dict[str, Any]:
         return {}
     return {
         "labels_released": lab.released,
-        "label_changes": lab.changes,
         "label_switches": lab.switches,
-        "label_checks": lab.checks,
         "labels_withheld": lab.withheld,
         "labels_dropped": lab.dropped,
         "labels_epsilon": summary.label_epsilon,

@@ -157,14 +157,11 @@ def describe_label(m: LabelMessage, previous: LabelMessage | None = None) -> lis
     (as the plan states it: randomized response's survival with the model's clean accuracy)
     and how long the label it replaces held."""
     since = "" if m.unix_end is None else f" since {clock(m.unix_end)}"
-    how = "on change" if m.release == "change" else "on a clock"
     right = m.right_probability
     p, c = m.survival_probability, len(m.classes)
-    eps = f"ε {m.epsilon:.3g}" + (
-        "" if m.epsilon_change is None else f" + {m.epsilon_change:.3g} detection"
-    )
+    eps = f"ε {m.epsilon:.3g}"
     lines = [
-        f"label {m.decision_index} {m.device}/{m.session}: {m.label!r}{since} ({how}) — "
+        f"label {m.decision_index} {m.device}/{m.session}: {m.label!r}{since} (on a clock) — "
         + (
             f"right with probability {right:.2f}"
             if right is not None

@@ -197,7 +197,7 @@ def labels_alone(
     label end one hour of gaze can change lies within it).
 
     Args:
-        labels: the ``labels`` settings (``release``, ``decision_s``, ``min_interval_s``, …).
+        labels: the ``labels`` settings (``decision_s``, ``model``, …).
         features: the feature window and step.
         share: ε per hour of gaze for the labels (at ``delta``).
         delta: δ of ``share``.
@@ -618,9 +618,7 @@ class _Layout:
         """The label plan (ε per decision for its share) and its release."""
 
         assert self.model is not None
-        # clock: a label per block; change: labels at least min_interval_s apart
-        block = self.label_steps * self.reach.step_s
-        period = block if labels.release == "clock" else _exact(labels.min_interval_s)
+        period = self.label_steps * self.reach.step_s  # a label per block, on the clock
         plan = plan_labels(
             labels, self.features, model=self.model,
             per_hour=releases_within(self.window, period),

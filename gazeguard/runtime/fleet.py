@@ -222,8 +222,8 @@ class CohortWiring:
     ) -> Callable[[np.ndarray, np.ndarray], None]:
         """The :attr:`Pipeline.on_features` hook of one session (sample times → Unix with the
         pipeline's clock offset: the device's when its blocks state one, else this host's).
-        A per-session label model keeps this session's running statistics here."""
-        state = self.model.new_session() if self.model is not None else None
+        The label model's class probabilities are a function of each window alone (a model
+        with per-session state is refused when it is loaded)."""
 
         def observe(X: np.ndarray, t: np.ndarray) -> None:
             ok = np.all(np.isfinite(X[:, self.columns]), axis=1)
@@ -232,9 +232,7 @@ class CohortWiring:
             rows = X[ok]
             probs = None
             if self.model is not None and self.model_columns is not None:
-                probs = self.model.predict_proba(
-                    np.nan_to_num(rows[:, self.model_columns]), session=state
-                )
+                probs = self.model.predict_proba(np.nan_to_num(rows[:, self.model_columns]))
             t_unix = t[ok] + pipeline.clock_offset_s
             self.aggregator.add(device, session, rows[:, self.columns], t_unix, probs)
 

@@ -92,15 +92,10 @@ class LabelStats:
         withheld, dropped: labels a cap withheld, or an error dropped (recorded in the ledger).
         last_reason: why the last one was withheld or dropped.
         last_label: the last released label, or ``None``.
-        changes, checks: always 0 — the change trigger's detected changes and checks, retired
-            (issue 46); kept while ``gazeguard run --json`` reports ``label_changes`` and
-            ``label_checks``.
     """
 
     released: int = 0
-    changes: int = 0
     switches: int = 0
-    checks: int = 0
     withheld: int = 0
     dropped: int = 0
     last_reason: str | None = None
@@ -226,7 +221,6 @@ class LabelStream:
                 model_name=self.plan.model.name,
                 model_version=self.plan.model.version,
                 profile=self.profile,
-                release="clock",
                 clean_accuracy=self.plan.clean_accuracy,
                 unix_end=gaze[1],
             )

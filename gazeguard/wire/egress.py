@@ -150,10 +150,10 @@ LABEL: Final = Egress(
         "schema": _SCHEMA,
         "session": _SESSION,
         "device": _DEVICE,
-        "decision_index": released(
-            "mechanism",
-            "the number of labels released so far: the decision block's number on the clock "
-            "(release 'clock'), the sparse vector's count of detected changes ('change')",
+        "decision_index": public(
+            "schedule",
+            "the decision block's number on the public clock within the session: every "
+            "block takes the next, released, withheld or dropped",
         ),
         "window_start": public("schedule", "the decision block's start on the public grid"),
         "window_end": public("schedule", "the decision block's end on the public grid"),
@@ -167,8 +167,7 @@ LABEL: Final = Egress(
         "model.version": public("settings", "the label model's file"),
         "profile": public("settings", "the label model's profile"),
         "noise": _RANDOMNESS,
-        "release": public("settings", "labels.release"),
-        "epsilon_change": public("settings", "the plan's ε per detection round"),
+        "release": public("constant", "clock"),
         "clean_accuracy": public("settings", "the label model's file"),
     },
 )

@@ -69,11 +69,8 @@ class LabelMessage(WireModel):
         model: the label model's name and version.
         profile: the release profile whose features the model reads.
         noise: ``os-csprng`` in production; ``INSECURE-seeded`` for reproducible tests.
-        release: ``change`` — released because the activity changed (the first label, or a
-            change the sparse vector technique detected); it holds from ``window_end`` until
-            the next label — or ``clock`` — one label per decision window.
-        epsilon_change: ``change``: ε of the change-detection round this label pays for,
-            charged with it (``epsilon`` is its randomized response's).
+        release: ``clock``: one label per decision window, held from ``unix_end`` until the
+            next.
         clean_accuracy: the model's clean accuracy per decision as its file records it
             (leave one person out; public, the same for every label of the model), or ``None``:
             with ``survival_probability`` it gives :attr:`right_probability`.
@@ -95,8 +92,7 @@ class LabelMessage(WireModel):
     model: LabelModelRef
     profile: Name
     noise: NoiseSource
-    release: Literal["change", "clock"] = "clock"
-    epsilon_change: Positive | None = None
+    release: Literal["clock"] = "clock"
     clean_accuracy: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] | None = None
     unix_end: FiniteFloat | None = None
 
@@ -121,9 +117,6 @@ class LabelMessage(WireModel):
         if self.label not in self.classes:
             msg = f"label {self.label!r} is not one of the classes {self.classes}"
             raise ValueError(msg)
-        if (self.release == "change") != (self.epsilon_change is not None):
-            msg = f"epsilon_change={self.epsilon_change} goes with release='change' only"
-            raise ValueError(msg)
         c = len(self.classes)
         want = 1.0 / (1.0 + (c - 1) * math.exp(-self.epsilon))
         if abs(self.survival_probability - want) > SURVIVAL_TOLERANCE:
@@ -147,8 +140,6 @@ class LabelMessage(WireModel):
         model_name: str,
         model_version: str,
         profile: str,
-        release: Literal["change", "clock"] = "clock",
-        epsilon_change: float | None = None,
         clean_accuracy: float | None = None,
         unix_end: float | None = None,
     ) -> LabelMessage:
@@ -170,8 +161,6 @@ class LabelMessage(WireModel):
             survival_probability=decision.survival,
             model=LabelModelRef(name=model_name, version=model_version),
             profile=profile,
-            release=release,
-            epsilon_change=epsilon_change,
             clean_accuracy=clean_accuracy,
             unix_end=unix_end,
             noise=decision.noise,

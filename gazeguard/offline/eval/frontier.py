@@ -12,8 +12,8 @@ consumer keeps) against re-identification accuracy (what an attacker learns abou
   decision at the ε the hourly budget allows at that cadence; task accuracy is the released
   decisions' accuracy, re-identification the strongest attack on the released label sequences;
   and held by the consumer over hour-long sessions whose activity changes every 5–10 min, on
-  change (the sidecar's sparse vector technique) and on a 30 s clock: task accuracy is per
-  feature window (:func:`gazeguard.offline.eval.labels.evaluate_sessions`);
+  the shipped clock and a 30 s one (one kind per block length): task accuracy is per feature
+  window (:func:`gazeguard.offline.eval.labels.evaluate_sessions`);
 * **cohort aggregates** (:mod:`gazeguard.offline.eval.cohort`, on every dataset with two or
   more people and tasks: cohorts of the recorded people's buckets): the worker's private class
   shares per bucket over N people; its task is the *group's* dominant activity (the table says
@@ -140,21 +140,12 @@ def label_points(result: Mapping[str, Any], kind: str = "labels") -> list[Releas
 
 def session_points(result: Mapping[str, Any], model: str) -> list[ReleasePoint]:
     """The attacked cells of one :func:`gazeguard.offline.eval.labels.evaluate_sessions` result
-    as points: per-window accuracy of the held label, on change and on a clock."""
+    as points: per-window accuracy of the held label, one kind per block length."""
     points = []
     for row in result["modes"]:
-        s = row["settings"]
-        change = s["release"] == "change"
-        kind = (
-            f"labels on change ({model} model)"
-            if change
-            else f"labels on a clock, held ({model} model)"
-        )
-        detail = (
-            f"hour sessions, {s['decision_s']:g} s blocks ≥ {s['min_interval_s']:g} s apart"
-            if change
-            else f"hour sessions, every {s['decision_s']:g} s"
-        )
+        decision_s = row["settings"]["decision_s"]
+        kind = f"labels on a {decision_s:g} s clock, held ({model} model)"
+        detail = f"hour sessions, every {decision_s:g} s"
         for cell in row["released"]:
             if cell.get("reid") is None:
                 continue
