@@ -550,16 +550,18 @@ section holds the same provenance.
    **no per-session state**: a window's label depends on that window's features alone.
 4. **Classifier**: {classifier_text}.
 
-Per-session standardisation is implemented (`standardizer.session` in the format; online in
-`LabelModel.predict_proba(X, session=...)`, kept per stream by `LabelRelease`, see
-`gazeguard/signal/labels.py`: each feature standardised by the running mean and SD of the session's
-windows so far, shrunk towards the population by `prior_windows`) and was evaluated. It is not
-used: on the tests below it did not beat population standardisation, and standardising by the
-session alone collapses when a session holds one activity (a 5-minute single-activity recording
-is standardised to look like any other). A perceptron (one hidden ReLU layer) was evaluated
-too: better on new GazeGraph people and under every simulated headset change, worse on the two
-held-out datasets with more than one activity and on simulated gaze that no model was trained
-on (clean held accuracy over an hour 0.45 against 0.63, `bench/eval_labels.py`), so not used.
+Per-session standardisation is implemented for offline model selection (`standardizer.session`
+in the format; `LabelModel.predict_proba(X, session=...)`, see `gazeguard/signal/labels.py`: each
+feature standardised by the running mean and SD of the session's windows so far, shrunk towards
+the population by `prior_windows`) and was evaluated. It is not used: on the tests below it did
+not beat population standardisation, and standardising by the session alone collapses when a
+session holds one activity (a 5-minute single-activity recording is standardised to look like
+any other). The sidecar refuses such a model in any case: every label would depend on every
+earlier window of the session, beyond the reach the release plan declares and charges. A
+perceptron (one hidden ReLU layer) was evaluated too: better on new GazeGraph people and under
+every simulated headset change, worse on the two held-out datasets with more than one activity
+and on simulated gaze that no model was trained on (clean held accuracy over an hour 0.45
+against 0.63, `bench/eval_labels.py`), so not used.
 Candidates, their selection score (the mean over the leave-one-dataset-out tests below: only a
 held-out dataset has a device, setting and people that training never saw) and the
 leave-one-person-out mean; per-session candidates count the worse of "a person's activities as
