@@ -363,10 +363,10 @@ class LedgerSettings(Section):
 class LabelSettings(Section):
     """Private labels: a classifier runs on the clean features inside the sidecar and only its
     randomized-response label is published, charged to the same ledger and budget as the
-    chunks (:mod:`gazeguard.runtime.labels`). ``release = "change"`` (default) releases a label
-    when the activity changes — the sparse vector technique asks, every ``decision_s`` of gaze,
-    whether another class now beats the held label — at most once per ``min_interval_s``;
-    ``"clock"`` releases one every ``decision_s``."""
+    chunks (:mod:`gazeguard.runtime.labels`): one label per ``decision_s`` of gaze, which the
+    consumer holds until the next. A label "when the activity changes" was retired (its
+    detection rounds fired as often without a change as with one): ``release = "change"``,
+    ``min_interval_s``, ``threshold`` and ``svt_fraction`` are refused with a message."""
 
     enabled: bool = Field(False, description="publish private labels on {prefix}/…/labels")
     model: str = Field(
