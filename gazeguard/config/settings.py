@@ -418,7 +418,7 @@ class LabelSettings(Section):
     def _no_change(cls, v: Any) -> Any:
         if v == "change":
             raise ValueError(
-                "'change' was retired (issue 46: at the shipped budget its detection rounds "
+                "'change' was retired (at the shipped budget its detection rounds "
                 "fired as often without a change as with one, a jittered clock that spent a "
                 "quarter of each label's ε on noise); use 'clock' (one label per decision_s, "
                 "the default) or remove the setting"

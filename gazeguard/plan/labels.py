@@ -91,7 +91,7 @@ class LabelPlan:
         delta: δ of the labels' share.
         reached: decisions one raw gaze sample can change (the plan's count).
         clean_accuracy: the model's recorded clean accuracy per decision (or ``None``).
-        release: ``"clock"``, one label per block (the change trigger was retired, issue 46).
+        release: ``"clock"``, one label per block (the change trigger was retired).
     """
 
     model: LabelModel

@@ -12,7 +12,7 @@ Every block is a decision — the argmax, privatized by exact k-ary randomized r
 (:class:`~gazeguard.signal.labels.RandomizedResponse`, OS CSPRNG): one label per
 ``decision_s`` of gaze, a clock; between labels the consumer holds the last one (the message
 says from when). A label "when the activity changes" (the sparse vector technique asking each
-block whether another class beat the held label) was retired (issue 46): at the shipped budget
+block whether another class beat the held label) was retired: at the shipped budget
 a detection round fired within 10 checks with probability 0.97 whether the activity had
 changed or not — a jittered clock that spent a quarter of each label's ε on noise.
 

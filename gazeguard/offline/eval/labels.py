@@ -406,7 +406,7 @@ class Mode:
     Attributes:
         name: ``clock`` (the shipped default) or ``clock-<decision_s>``.
         decision_s: gaze per label, s.
-        release: ``clock``, the only way (a change trigger was retired, issue 46).
+        release: ``clock``, the only way (a change trigger was retired).
     """
 
     name: str
@@ -420,7 +420,7 @@ class Mode:
 
 #: The shipped clock, and a clock of 30 s blocks (many weak labels).
 MODES = (Mode("clock"), Mode("clock-30", decision_s=30.0))
-#: The block lengths compared to choose the shipped one (issue 46, point 8; the retired change
+#: The block lengths compared to choose the shipped one (the retired change
 #: trigger was compared with them too: ``bench/results/labels/selection``).
 CANDIDATES = tuple(Mode(f"clock-{d:g}", decision_s=d) for d in (30.0, 60.0, 120.0, 180.0))
 
