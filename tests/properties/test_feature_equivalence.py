@@ -62,14 +62,26 @@ def assert_same_run(
     det_kw = {"rate_hz": rate, **det_kw}
     new = FeatureExtractor(ws[0], ws[1], detector=EventDetector(**det_kw), **kw)  # type: ignore[arg-type]
     ref = RefFeatureExtractor(ws[0], ws[1], detector=RefEventDetector(**det_kw), **kw)  # type: ignore[arg-type]
+    # The same vectors in the same order; the package's may come sooner (what lies before a
+    # gap in the samples is final at once: its detector is finished there and resumed), so
+    # the counters are compared where both emitted as many.
+    got: list[np.ndarray] = []
+    want: list[np.ndarray] = []
+    n_got = n_want = 0
     for p in pieces(block, sizes):
         Xn, tn = new.push(p)
         Xr, tr = ref.push(p)
-        np.testing.assert_array_equal(Xn, Xr)
-        np.testing.assert_array_equal(tn, tr)
         assert Xn.dtype == Xr.dtype
-    assert dataclasses.asdict(new.stats) == dataclasses.asdict(ref.stats)
-    assert dataclasses.asdict(new.detector.stats) == dataclasses.asdict(ref.detector.stats)
+        got.append(np.column_stack([tn, Xn]))
+        want.append(np.column_stack([tr, Xr]))
+        n_got, n_want = n_got + len(tn), n_want + len(tr)
+        assert n_got >= n_want
+    if got:
+        a, b = np.vstack(got), np.vstack(want)
+        np.testing.assert_array_equal(a[: len(b)], b)
+    if n_got == n_want:
+        assert dataclasses.asdict(new.stats) == dataclasses.asdict(ref.stats)
+    assert new.stats.late_samples == 0  # (no samples before the grid, no watermark here)
     assert new.detector.dt == ref.detector.dt
     assert (new.detector.h, new.detector.max_gap_s) == (ref.detector.h, ref.detector.max_gap_s)
 
