@@ -309,9 +309,14 @@ def test_run_publishes_schema_valid_labels_and_charges_them(
             "--chunk-steps", "32", "--epsilon", "0.5", "--budget-per-hour", "none",
             "--labels", str(model), "--label-release", "clock", "--decision-s", "0.64",
             "--label-epsilon", "1.5",
-            "--duration", "6",
+            "--duration", "8",
         ]  # fmt: skip
-        env = {**os.environ, "GAZEGUARD_LEDGER__COMPOSITION": "sequential"}
+        env = {
+            **os.environ,
+            "GAZEGUARD_LEDGER__COMPOSITION": "sequential",
+            "GAZEGUARD_INGEST__PULL_EVERY_S": "0.25",  # windows of 2 s: a quick clock
+            "GAZEGUARD_INGEST__LATE_AFTER_S": "0.5",
+        }
         proc = subprocess.run(
             cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60, check=False
         )
