@@ -471,7 +471,7 @@ def test_run_takes_a_postgresql_url_as_its_ledger(
     """Issue 35.1: `--ledger postgresql://…` was taken for an SQLite path ("unable to open
     database file" on 'postgresql:/…'); only GAZEGUARD_LEDGER__URL worked."""
     out = gazeguard(
-        "run", *FAST, "--source-id", unique_id, "--session", unique_id, "--duration", "6",
+        "run", *FAST, "--source-id", unique_id, "--session", unique_id, "--duration", "9",
         "--features", "fixation_rate", "--ledger", pg_url,
         cwd=tmp_path, env={"GAZEGUARD_BROKER__PORT": "0"},
     )  # fmt: skip
