@@ -23,7 +23,7 @@ from gazeguard.offline.demo import DEMO_DEFAULTS, Trace, caption, demo_changes, 
 def test_demo_shows_chunks_arriving_and_writes_the_plot(tmp_path: Path) -> None:
     png = tmp_path / "demo.png"
     out = subprocess.run(
-        [sys.executable, "-m", "gazeguard", "demo", "--duration", "9", "--window-s", "2",
+        [sys.executable, "-m", "gazeguard", "demo", "--duration", "12", "--window-s", "2",
          "--step-s", "0.05", "--out", str(png)],
         capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
     )  # fmt: skip
@@ -98,6 +98,7 @@ def test_demo_names_every_change_from_run_with_its_reason() -> None:
         "ledger.budget_per_hour",
         "ledger.path",
         "broker.port",
+        "ingest.late_after_s",
     }
     w, s, e = changes["features.window_s"], changes["features.step_s"], changes["mechanism.epsilon"]
     assert (w.value, w.run_value) == ("10 s", "30 s")
