@@ -94,7 +94,9 @@ class ReleasedChunk:
         topic: where the publisher sends them.
         outbox_id: position in the ledger outbox.
         state: the session's ledger state right after the charge.
-        completed_at: ``time.perf_counter()`` when the chunk's last feature vector existed, s.
+        completed_at: ``time.perf_counter()`` when the chunk came due, s: when its last
+            feature vector existed (:meth:`Pipeline.push`), or when the clock released it
+            (:meth:`Pipeline.advance`).
         charged_at: ``time.perf_counter()`` when its charge had committed, s.
     """
 
@@ -331,6 +333,8 @@ class Pipeline:
         settled = until_s - LOOKBEHIND_S
         ready = [c for c in due if c.timestamps[-1] <= settled]
         self._due = due[len(ready) :]
+        if ready:  # they came due now (the deliberate wait for the clock is not latency)
+            self._completed_at = time.perf_counter()
         released = (self.release(chunk) for chunk in ready)
         chunks = [out for out in released if out is not None]
         self.release_labels(settled)
