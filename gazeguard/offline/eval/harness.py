@@ -488,7 +488,7 @@ def _run_reps(
     return acc
 
 
-def _user_epsilon(
+def user_epsilon(
     mechanisms: MechanismCache, eps: float, n_feat: int, chunks: list[int]
 ) -> dict[str, Any]:
     """User-level ε at δ 1e-6 of a whole released recording (its max and mean over
@@ -565,7 +565,7 @@ def evaluate_configuration(
         "epsilon": None if clean else eps,
         "epsilon_user": None
         if mechanisms is None
-        else _user_epsilon(mechanisms, eps, n_feat, chunks),
+        else user_epsilon(mechanisms, eps, n_feat, chunks),
         "features_released": n_feat,
         "rows_released": acc.released_rows,
         "rows_dropped": int(table.n_rows - acc.released_rows),

@@ -50,14 +50,14 @@ from gazeguard.offline.eval.harness import (
     MechanismCache,
     MechanismFactory,
     ScoreLists,
-    _user_epsilon,
     collect_scores,
     gazeguard_factory,
     release_table,
     summarise_scores,
+    user_epsilon,
 )
 from gazeguard.offline.eval.paper import NOT_PRIVATE, paper_factory
-from gazeguard.offline.eval.report import _clean
+from gazeguard.offline.eval.report import json_safe
 from gazeguard.offline.eval.runner import (
     GridConfig,
     Progress,
@@ -255,7 +255,7 @@ def evaluate_targets(
         "epsilon": None if clean else eps,
         "epsilon_user": None
         if mechanisms is None
-        else _user_epsilon(mechanisms, eps, n_feat, chunks),
+        else user_epsilon(mechanisms, eps, n_feat, chunks),
         "features_released": n_feat,
         "rows_released": released,
         "k": None if mechanisms is None else mechanisms.k(),
@@ -533,7 +533,7 @@ def write_results(result: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
     Returns both paths."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / JSON_NAME
-    new = _clean(dict(result))
+    new = json_safe(dict(result))
     same = (new["dataset"], new["meta"]["sensitivity"])
     runs = [r for r in read_results(path) if (r["dataset"], r["meta"]["sensitivity"]) != same]
     runs.append(new)

@@ -20,17 +20,17 @@ from gazeguard.offline.eval.grid import RELEASE_FAMILIES
 Result = dict[str, Any]
 
 
-def _clean(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """JSON-safe copy: NaN/inf → None, tuples → lists, numpy scalars → Python, floats rounded
     to 4 significant digits (finer than the repetition-to-repetition spread)."""
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, float):
         return float(f"{obj:.4g}") if math.isfinite(obj) else None
     if hasattr(obj, "item"):
-        return _clean(obj.item())
+        return json_safe(obj.item())
     return obj
 
 
@@ -40,7 +40,7 @@ def write_json(results: Sequence[Result], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = ['{"datasets": [']
     for i, res in enumerate(results):
-        clean = _clean(res)
+        clean = json_safe(res)
         head = {k: v for k, v in clean.items() if k not in ("rows", "correlation")}
         corr = clean["correlation"]
         lines.append(json.dumps(head, ensure_ascii=False)[:-1] + ', "correlation": {')
