@@ -62,12 +62,6 @@ class Chunker:
         """Steps buffered towards the next chunk (dropped if the session ends now)."""
         return self._fill
 
-    def restart(self) -> int:
-        """Drop the incomplete chunk (a pause ended its segment); returns its steps. The next
-        chunk keeps the next index."""
-        dropped, self._fill = self._fill, 0
-        return dropped
-
     def add(self, X: FloatArray, t: FloatArray) -> list[Chunk]:
         """Append k feature vectors; return the chunks they complete (possibly none).
 

@@ -163,11 +163,6 @@ class LabelStream:
         """Feature vectors buffered towards the next decision (dropped if the session ends)."""
         return self._fill
 
-    def restart(self) -> None:
-        """Drop the incomplete decision block (a pause ended its segment: a label decides on
-        one stretch of gaze, not on both sides of a pause)."""
-        self._fill = 0
-
     def add(self, X: FloatArray, t: FloatArray) -> list[tuple[FloatArray, FloatArray]]:
         """Append clean feature vectors; return the decision blocks they complete (cheap, no
         I/O). The blocks are raw: hand them to :meth:`release` and nowhere else.
