@@ -6,16 +6,19 @@ feature is declared once in :data:`FEATURES` with its name, unit, description an
 bounds** ``lo``, ``hi`` and ``max_step`` and the reasoning behind them. The bounds ship with the
 package and define the mechanisms' sensitivities; they never come from the user's data.
 
-Timing (``t0`` = first sample time, ``W = window_s``, ``s = step_s``):
+Timing (``t0`` = the grid's start, ``W = window_s``, ``s = step_s``):
 
-- Step ``k >= 0`` covers the window ``[t0 + k*s, t0 + k*s + W)`` and is stamped with its end time
-  ``T_k = t0 + k*s + W``. The first vector therefore comes exactly ``W`` seconds after the first
-  sample (no partial windows: every vector describes a full ``W``; with ``W = 10 s`` the first
-  vector arrives after 10 s and a 32-step chunk at 0.5 s steps after 25.5 s).
+- ``t0`` is public: the extractor's ``start_s`` (a live session passes the chunk grid point at
+  or after its declared open), else the multiple of ``s`` at or before the first sample (offline
+  use). Samples before it are dropped. Step ``k >= 0`` covers the window ``[t0 + k*s, t0 + k*s +
+  W)`` and is stamped with its end time ``T_k = t0 + k*s + W``: nothing is anchored at a sample.
 - Step ``k`` is emitted by the first :meth:`FeatureExtractor.push` after which the event detector
-  has classified a sample at or after ``T_k`` (a few samples of velocity look-ahead), so a vector
-  never depends on how the stream was cut into blocks: recorded and live data give identical
-  vectors. A stream dropout emits the skipped steps when data resumes.
+  has classified a sample at or after ``T_k`` (a few samples of velocity look-ahead), or by
+  :meth:`FeatureExtractor.advance` once the clock says no earlier sample will come. At a gap in
+  the samples the detector is finished and resumed, so what lies before a gap is final at once.
+  A vector never depends on how the stream was cut into blocks or when it was advanced:
+  recorded and live data give identical vectors, and a pause's windows (held values, then
+  defaults) are emitted like any other.
 - An event belongs to the window when its end time ``t_end`` lies in it; sample statistics
   (pupil, valid fraction) use the samples whose timestamps lie in it.
 
