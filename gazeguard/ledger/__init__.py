@@ -76,9 +76,8 @@ the session row (workers of a fleet; ``Ledger("postgresql://…")``, needs ``gaz
 
 Durability. SQLite runs in WAL mode with ``synchronous=FULL`` by default (a committed charge
 survives power loss). Outbox payloads are dropped once delivered; charge rows stay. The schema
-is version 3; a version-2 ledger (the same tables without the counters) gets its counters
-counted from its rows when opened; any other version is refused, never upgraded: start a new
-ledger.
+is version 5 (``_model.SCHEMA_VERSION``); a ledger of any other version is refused, never
+upgraded: start a new ledger.
 
 Layout: ``policy`` (composition, caps, windows: plain code), ``_store`` (the SQL, once),
 ``_sqlite`` and ``_postgres`` (storage only), ``_compose`` (the accountant adapter),

@@ -155,8 +155,9 @@ class Pipeline:
             every release one hour of gaze can change (``plan.window_s``): open it with
             ``Ledger(path, **plan.ledger_caps())``.
         features, mechanism, labels: the settings a plan is built from when ``plan`` is
-            ``None`` (labels: private labels when ``labels.enabled``, :mod:`gazeguard.
-            label_stream`, charged to the same ledger and collected by :meth:`take_labels`).
+            ``None`` (labels: private labels when ``labels.enabled``,
+            :mod:`gazeguard.runtime.labels`, charged to the same ledger and collected by
+            :meth:`take_labels`).
         topic_prefix: MQTT topic prefix written into the outbox rows.
         on_release: called with each :class:`ReleasedChunk`, after its charge committed.
         tap: called with ``(raw chunk, released chunk)`` for in-process diagnostics only
