@@ -635,7 +635,7 @@ def test_cli_show_prints_both_views_and_json(
     assert "pure sequential ε    1   (the conservative view" in out
     assert "session cap          1.2   remaining 0.2" in out
     assert "per-chunk ε          0.5 per chunk, 0.25 per feature" in out
-    assert "window cap           1 over any 3600 s of gaze" in out
+    assert "window cap           1 over any hour of gaze:" in out
     assert "withheld chunk 2: requested ε 0.5: session cap reached" in out
     assert f"chunk 1 -> {TOPIC} (7 bytes)" in out
 

@@ -368,6 +368,18 @@ def interrupted_line(command: str) -> None:
     console.say("interrupted", f"{command}: interrupted (Ctrl-C)")
 
 
+def gaze_window(window_s: float) -> str:
+    """A ledger window in words a user can place, after "last" or "any": ``3679`` → ``"hour
+    of gaze + 79 s of reach"`` (the releases one hour of gaze can change end within an hour
+    plus their reach), ``3600`` → ``"hour of gaze"``, ``600`` → ``"600 s of gaze"``."""
+    hour = 3600.0
+    if window_s < hour:
+        return f"{window_s:g} s of gaze"
+    if window_s == hour:
+        return "hour of gaze"
+    return f"hour of gaze + {window_s - hour:.0f} s of reach"
+
+
 def epsilon_list(example: str) -> Callable[[str], list[float]]:
     """An argparse type: comma-separated ε, each finite and > 0 (``example`` for the message)."""
 

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import ExitCode, stdout
+from gazeguard.cli._common import ExitCode, gaze_window, stdout
 from gazeguard.config import load_settings
 from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger, is_url
@@ -124,7 +124,7 @@ def _format(where: str, report: list[dict[str, Any]], pending: list[dict[str, An
             f"  user-level ε         {s['epsilon']:.4g} at δ {s['delta']:g}   (composition of "
             "every release: the honest total)",
             f"  per {per} of gaze    {s['epsilon_window']:.4g} at δ {s['delta']:g}   (the latest "
-            f"{s['window_s']:g} s of gaze)",
+            f"{gaze_window(s['window_s'])})",
             f"  pure sequential ε    {pure}   (the conservative view: sum of every feature's ε)",
             f"  session cap          {cap}   remaining "
             + ("unlimited" if s["remaining"] is None else f"{s['remaining']:.4g}"),
@@ -134,7 +134,8 @@ def _format(where: str, report: list[dict[str, Any]], pending: list[dict[str, An
         lines += _label_lines(s["labels"])
         if s["window_cap"] is not None:
             lines.append(
-                f"  window cap           {s['window_cap']:g} over any {s['window_s']:g} s of gaze: "
+                f"  window cap           {s['window_cap']:g} over any "
+                f"{gaze_window(s['window_s'])}: "
                 f"latest window spent {s['epsilon_window']:.4g}, "
                 f"remaining {s['window_remaining']:.4g}"
             )

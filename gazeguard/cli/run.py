@@ -14,7 +14,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import ExitCode, Signals, get_console, run_loop, stop_on_signals
+from gazeguard.cli._common import (
+    ExitCode,
+    Signals,
+    gaze_window,
+    get_console,
+    run_loop,
+    stop_on_signals,
+)
 from gazeguard.cli.watch import watch_hint
 from gazeguard.config import LabelSettings, Settings, broker_address
 from gazeguard.ledger import is_url
@@ -379,7 +386,7 @@ def _progress(out: ReleasedChunk, connected: bool) -> None:
     get_console().progress(
         "chunk",
         f"chunk {out.message.chunk_index:>5} charged: session ε {led.epsilon:.4g} "
-        f"({remaining}), last {led.window_s:g} s of gaze ε {led.epsilon_window:.4g}{hour}"
+        f"({remaining}), last {gaze_window(led.window_s)} ε {led.epsilon_window:.4g}{hour}"
         + (f" → {out.topic}" if connected else ", queued (broker down)"),
         chunk_index=out.message.chunk_index,
         chunk_epsilon=led.chunk_epsilon,
