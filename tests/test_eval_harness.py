@@ -170,6 +170,13 @@ def test_best_configuration_picks_the_best_task_at_chance() -> None:
     assert dj is not None
     assert dj["mechanism"] == "d"
     assert best_configuration(rows[:1] + rows[2:3], 8, 0.02) is None
+    # With 4 tasks (chance 0.25) a task 0.275 is at chance too: never the best, "none useful".
+    at_chance = [rows[0], row("e", "dcfpa", 0.275, 0.100)]
+    assert best_configuration(at_chance, 8, 0.02) is not None  # (no task chance given)
+    assert best_configuration(at_chance, 8, 0.02, n_tasks=4) is None
+    above = best_configuration([*at_chance, rows[3]], 8, 0.02, n_tasks=4)
+    assert above is not None
+    assert above["mechanism"] == "c"
 
 
 @pytest.mark.slow

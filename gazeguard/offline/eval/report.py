@@ -182,7 +182,10 @@ def _best_lines(result: Result) -> list[str]:
     for key, text in names.items():
         b = result["best"].get(key)
         if b is None:
-            lines.append(f"- {text}: no configuration qualifies.")
+            lines.append(
+                f"- {text}: none useful (no configuration has re-identification at chance and "
+                "its task above chance)."
+            )
             continue
         eu = (b.get("epsilon_user") or {}).get("max")
         eps = "" if b["epsilon"] is None else f", ε={b['epsilon']:g}"

@@ -271,16 +271,24 @@ def run_jobs(
     return [r for r in results if r is not None]
 
 
+#: A task accuracy within this of chance is called at chance: never the best configuration.
+TASK_MARGIN = 0.05
+
+
 def best_configuration(
     rows: Sequence[dict[str, Any]],
     n_people: int,
     tolerance: float = 0.02,
     protocol: str = "bozkir",
     with_vote: bool = False,
+    *,
+    n_tasks: int | None = None,
 ) -> dict[str, Any] | None:
     """The private row with the highest task accuracy among those whose re-identification is at
     chance: the strongest classifier's accuracy (per window, and also after the majority vote
-    when ``with_vote``) is at most ``1/n_people + tolerance``.
+    when ``with_vote``) is at most ``1/n_people + tolerance``. With ``n_tasks``, a row whose
+    task accuracy is not above ``1/n_tasks`` by more than :data:`TASK_MARGIN` (or
+    ``tolerance``, if larger) is at chance itself and never chosen.
 
     Protocols:
 
@@ -297,6 +305,7 @@ def best_configuration(
     """
     view, task_key = ("release", "task") if protocol == "bozkir" else ("raw", "task_half")
     limit = 1.0 / n_people + tolerance
+    useful = -1.0 if n_tasks is None else 1.0 / n_tasks + max(tolerance, TASK_MARGIN)
     best: dict[str, Any] | None = None
     for row in rows:
         if row["family"] == "none" or "error" in row:
@@ -306,7 +315,7 @@ def best_configuration(
         reid = best_accuracy(row, "reid", view, "window")
         vote = best_accuracy(row, "reid", view, "vote")
         task = best_accuracy(row, task_key, view, "window")
-        if reid is None or task is None or reid[1] > limit:
+        if reid is None or task is None or reid[1] > limit or task[1] <= useful:
             continue
         if with_vote and (vote is None or vote[1] > limit):
             continue
@@ -372,11 +381,15 @@ def evaluate_dataset(
     rows = run_jobs(
         table, cols, sub, grid, progress=progress, factory=factory, label=f"{dataset.name}: "
     )
-    n = len(people)
+    n, n_tasks = len(people), len(tasks) if len(tasks) > 1 else None
     best = {
-        "bozkir": best_configuration(rows, n, grid.tolerance),
-        "bozkir_with_vote": best_configuration(rows, n, grid.tolerance, with_vote=True),
-        "david_john": best_configuration(rows, n, grid.tolerance, protocol="david-john"),
+        "bozkir": best_configuration(rows, n, grid.tolerance, n_tasks=n_tasks),
+        "bozkir_with_vote": best_configuration(
+            rows, n, grid.tolerance, with_vote=True, n_tasks=n_tasks
+        ),
+        "david_john": best_configuration(
+            rows, n, grid.tolerance, protocol="david-john", n_tasks=n_tasks
+        ),
     }
     s = grid.settings
     return {
