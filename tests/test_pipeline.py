@@ -228,3 +228,26 @@ def test_feed_many_completes_the_chunks_each_session_feed_completes(tmp_path: Pa
         assert [(pipe, type(exc)) for pipe, exc in refused] == [(together[0], StreamError)]
         with pytest.raises(ValueError, match="once"):
             feed_many([(together[1], gaze[1].slice(0, 0)), (together[1], gaze[1].slice(0, 0))])
+
+
+def test_samples_after_their_windows_were_released_are_dropped_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream whose samples come later than the clock released their windows (a replay
+    faster than real time) loses them, and the local log says so, naming the way out."""
+    gaze = simulate_gaze(20.0, 120.0, 3)
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        pipe = Pipeline(
+            ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST,
+            mechanism=mechanism(), opens_at=0.0,
+        )  # fmt: skip
+        pipe.advance(10.0)  # the clock is 10 s ahead of the samples
+        for start in range(0, len(gaze), 120):
+            pipe.queue(gaze.slice(start, start + 120))
+        assert pipe.extractor.stats.late_samples == 1200  # the first 10 s
+        assert pipe.extractor.stats.early_samples == 0
+        assert len(pipe.advance(25.0)) > 0  # the rest is released
+    said = [r.getMessage() for r in caplog.records if "arrived after" in r.getMessage()]
+    assert said
+    assert len(said) <= 4  # not once per block: when the count doubles
+    assert "--speed 1" in said[0]

@@ -180,6 +180,9 @@ class Pipeline:
             is shorter than the plan's.
     """
 
+    #: Late samples the local log last reported (it says so again when the count doubles).
+    _late_said = 0
+
     def __init__(
         self,
         ledger: Ledger,
@@ -314,8 +317,19 @@ class Pipeline:
 
     def queue(self, block: GazeSamples) -> None:
         """Feed a block; what it completes waits for :meth:`advance` (a live session, whose
-        releases follow the clock, not the samples)."""
+        releases follow the clock, not the samples). Samples that arrive after their windows
+        were released are dropped and said in the local log."""
         self._due += self.feed(block)
+        late = self.extractor.stats.late_samples
+        if late > 2 * self._late_said:  # the first, then whenever the count has doubled
+            self._late_said = late
+            log.warning(
+                "session %r: %d gaze samples so far arrived after their windows were released "
+                "(more than ingest.late_after_s behind the clock) and were dropped; a replay "
+                "faster than real time cannot feed a live sidecar (replay at --speed 1, or "
+                "privatize a recording with gazeguard release)",
+                self.session, late,
+            )  # fmt: skip
 
     def advance(self, until_s: float) -> list[ReleasedChunk]:
         """The public clock passed ``until_s`` (stream clock, s: every sample before it has

@@ -497,7 +497,8 @@ class FeatureStats:
     defaulted_values: int = 0  # public defaults released: no defined value within the hold limit
     clipped_values: int = 0  # values clipped to [lo, hi]
     pupil_out_of_range: int = 0  # pupil samples outside 1.5..9 mm, ignored
-    late_samples: int = 0  # dropped: before the grid's start or behind the watermark (advance)
+    late_samples: int = 0  # dropped: behind the watermark (they came after their windows)
+    early_samples: int = 0  # dropped: before the grid's start (the session's open)
 
 
 def _cap(value: float, hi: float) -> float:
@@ -749,7 +750,9 @@ class FeatureExtractor:
         floor = max(self._t0, self._watermark)
         if ts[0] < floor:  # before the grid or behind the watermark: never part of a window
             first = int(np.searchsorted(ts, floor))
-            self.stats.late_samples += first
+            early = int(np.searchsorted(ts[:first], self._t0))
+            self.stats.early_samples += early
+            self.stats.late_samples += first - early
             if first == ts.shape[0]:
                 return None
             block = block.slice(first, ts.shape[0])
