@@ -17,10 +17,12 @@ from gazeguard.cli._common import ExitCode, get_console, stdout
 from gazeguard.wire import message
 from gazeguard.wire.cohort import (
     ATTENTION_SCHEMA_FILE,
+    MODE_SCHEMA_FILE,
     RECEIPT_SCHEMA_FILE,
     AttentionMessage,
     CohortMessage,
     CohortReceipt,
+    ModeMessage,
 )
 from gazeguard.wire.cohort import SCHEMA_FILE as COHORT_FILE
 from gazeguard.wire.label import SCHEMA_FILE as LABEL_FILE
@@ -35,6 +37,7 @@ SCHEMAS: Mapping[str, type[message.WireModel]] = {
     COHORT_FILE: CohortMessage,
     ATTENTION_SCHEMA_FILE: AttentionMessage,
     RECEIPT_SCHEMA_FILE: CohortReceipt,
+    MODE_SCHEMA_FILE: ModeMessage,
 }
 
 

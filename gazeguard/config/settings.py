@@ -45,7 +45,7 @@ from gazeguard.wire.topics import check_prefix, name_problem
 
 Preset = Literal["auto", "gazeguard", "pupil_capture", "pupil_neon", "tobii", "eyelink", "generic"]
 Transform = Literal["dft", "dct"]
-CohortRelease = Literal["means", "shares", "attention", "aois"]
+CohortRelease = Literal["means", "shares", "attention", "aois", "mode"]
 
 
 HOUR_S = 3600.0

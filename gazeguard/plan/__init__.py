@@ -514,6 +514,7 @@ class ReleasePlan:
                 *(["shares"] if c.classes else []),
                 *(["attention"] if c.attention is not None and c.attention.grid else []),
                 *(["aois"] if c.attention is not None and c.attention.aois else []),
+                *(["mode"] if c.mode_classes else []),
             ],
             "dimension": c.dimension,
             "blocks": c.blocks,
@@ -526,7 +527,8 @@ class ReleasePlan:
                     "dimension": p.dimension,
                     "sensitivity_l2": p.sensitivity_l2,
                     "sigma": p.sigma,
-                    "noise_multiplier": p.event.ratio,
+                    "noise_multiplier": p.noise_multiplier,
+                    **({"epsilon": float(p.epsilon)} if p.epsilon is not None else {}),
                 }
                 for p in c.parts
             },
@@ -647,6 +649,7 @@ class _Layout:
             names, lo, hi, units, model.classes if model and "shares" in release else (),
             bucket_s=cohort.bucket_s, per_hour=releases_within(self.window, bucket),
             budget=share, delta=self.delta, attention=attention_layout(cohort),
+            mode_classes=model.classes if model and "mode" in release else (),
         )  # fmt: skip
         return plan, self.release("cohort", bucket, plan.events, share)
 
@@ -661,14 +664,15 @@ def cohort_release(cohort: CohortSettings) -> tuple[str, ...]:
     if cohort.release is None:
         return ("means", "shares") if cohort.model is not None else ("means",)
     release = tuple(cohort.release)
-    if "shares" in release and cohort.model is None:
-        raise ConfigError(
-            "cohort.release", list(release), "'shares' needs a label model: set cohort.model"
-        )
-    if "shares" not in release and cohort.model is not None:
+    for kind in ("shares", "mode"):
+        if kind in release and cohort.model is None:
+            raise ConfigError(
+                "cohort.release", list(release), f"'{kind}' needs a label model: set cohort.model"
+            )
+    if "shares" not in release and "mode" not in release and cohort.model is not None:
         raise ConfigError(
             "cohort.model", cohort.model,
-            "cohort.release does not include 'shares': add it, or unset cohort.model",
+            "cohort.release includes neither 'shares' nor 'mode': add one, or unset cohort.model",
         )  # fmt: skip
     if "aois" in release and cohort.attention_aois is None:
         raise ConfigError(

@@ -55,6 +55,21 @@ feature means and the count: two blocks), ``shares`` (the label histogram: one b
 and (with a label model) shares, as before attention existed. Δ2 = √blocks counts only what is
 released: a heatmap-only plan has Δ2 = 1, and the budget is spent on what the consumer asked for.
 
+**The mode** (``mode``: the ``mode`` part, stream ``mode``, topic ``…/mode``). Each session
+open in the bucket contributes its vote share ``h`` (the mean over its windows of the label
+model's class probabilities, a distribution: ``0 ≤ h_c ≤ 1``; zero without windows), and the
+class scores are ``q = Σ h`` (``math.fsum``, correctly rounded), rounded to multiples of
+``γ = 2^-12``. The neighbour relation is the ledger's: adding or removing one person's
+session. Adding one raises every score by ``h_c ∈ [0, 1]`` — all in the same direction — so the
+rounded scores move monotonically by at most ``1 + γ + 2^-32 ≤ (2^12 + 2)·γ``
+(:data:`~gazeguard.plan.cohort.MODE_SENSITIVITY` steps; rounding is monotone). Permute-and-flip
+(:func:`gazeguard.privacy.mechanisms.selection.permute_and_flip`, sampled exactly from the OS
+CSPRNG: a shuffled order, one exact ``Bernoulli(exp(−ε·gap/Δ))`` coin per candidate) then
+chooses one class; for monotone scores it is ε-DP with ``Δ`` (not ``2Δ``): one
+:class:`~gazeguard.privacy.accounting.PureEvent` ``ε`` per bucket per person. Only the choice
+is published (:class:`~gazeguard.wire.cohort.ModeMessage`); it is charged, receipted and
+carried by its last charge as the other parts.
+
 **Attention** (:mod:`gazeguard.signal.attention`). A session that had valid gaze samples in the
 bucket contributes its dwell distribution over the grid and/or the AOIs (each block a
 probability vector, L2 ≤ 1), tallied by the worker from the samples the pipeline hands it
@@ -115,10 +130,13 @@ from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import DuplicateChargeError, Ledger, event_key
 from gazeguard.plan.cohort import (
     MAX_SESSIONS,
+    MODE_GRID,
+    MODE_SENSITIVITY,
     CohortPart,
     CohortPlan,
 )
 from gazeguard.privacy.mechanisms.randomness import RandomSource, random_source
+from gazeguard.privacy.mechanisms.selection import lead_for, permute_and_flip
 from gazeguard.signal.attention import shares as attention_shares
 from gazeguard.wire.cohort import (
     AoiShare,
@@ -126,8 +144,10 @@ from gazeguard.wire.cohort import (
     CohortFeature,
     CohortMessage,
     CohortReceipt,
+    ModeMessage,
     attention_topic,
     cohort_topic,
+    mode_topic,
     receipt_topic,
 )
 
@@ -185,6 +205,7 @@ def privatize_sum(
     """``S`` (D,) + discrete Gaussian noise on the grid of ``plan`` (its first part) or of one
     part: every output a multiple of γ."""
     noise = plan.noise
+    assert noise is not None, "the mode part adds no noise"
     s = np.asarray(total, dtype=np.float64).reshape(1, -1)
     grid = float(noise.grid[0])
     v = np.rint(s / grid)
@@ -245,6 +266,59 @@ def build_message(
     )
 
 
+def mode_contribution(probabilities: npt.ArrayLike, classes: int) -> FloatArray:
+    """One session's vote share for the mode, (C,): the mean over its windows of the class
+    probabilities (T, C) (NaN as 0, clipped to [0, 1], scaled down to sum to at most 1), so
+    every coordinate lies in ``[0, 1]``."""
+    p = np.asarray(probabilities, dtype=np.float64).reshape(-1, classes)
+    if p.shape[0] == 0:
+        raise ValueError("a vote share needs at least one window")
+    h = np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0).mean(axis=0)
+    total = h.sum()
+    out: FloatArray = np.clip(h / total if total > 1.0 else h, 0.0, 1.0)
+    return out
+
+
+def mode_scores(total: npt.ArrayLike) -> list[int]:
+    """The class scores ``Σ h`` (C,) rounded to multiples of :data:`MODE_GRID`, in grid steps."""
+    q = np.asarray(total, dtype=np.float64).reshape(-1)
+    steps = np.rint(q * MODE_GRID.denominator)  # × 2^12: exact in binary
+    return [int(v) for v in steps]
+
+
+def choose_mode(part: CohortPart, total: npt.ArrayLike, source: RandomSource) -> int:
+    """The mode part's choice: permute-and-flip at the part's ε over :func:`mode_scores` of
+    the exact score sums ``total`` (C,), sensitivity :data:`MODE_SENSITIVITY` steps."""
+    assert part.epsilon is not None, "not a mode part"
+    return permute_and_flip(mode_scores(total), part.epsilon, MODE_SENSITIVITY, source)
+
+
+def build_mode_message(
+    plan: CohortPlan,
+    choice: int,
+    *,
+    cohort: str,
+    worker: str,
+    bucket: int,
+    profile: str,
+    model: str | None,
+    insecure: bool,
+) -> ModeMessage:
+    """The published :class:`ModeMessage` of one choice (an index into ``plan.mode_classes``)."""
+    part = plan.part("mode")
+    assert part is not None, "the plan releases no mode"
+    assert part.epsilon is not None
+    eps = float(part.epsilon)
+    return ModeMessage(
+        cohort=cohort, worker=worker, bucket=bucket, bucket_start=bucket * plan.bucket_s,
+        bucket_end=(bucket + 1) * plan.bucket_s, classes=list(plan.mode_classes),
+        mode=plan.mode_classes[choice], mode_index=choice, epsilon=eps,
+        lead_for_90=lead_for(0.9, eps, len(plan.mode_classes)),
+        epsilon_per_hour=plan.epsilon_per_hour, delta=plan.delta, profile=profile,
+        model=model or "custom", noise="INSECURE-seeded" if insecure else "os-csprng",
+    )  # fmt: skip
+
+
 def attention_contribution(plan: CohortPlan, tally: npt.ArrayLike) -> FloatArray:
     """One session's attention blocks from its bucket tally (:meth:`gazeguard.signal.attention.
     AttentionLayout.tally`), ``(R·C + A + 1,)`` of what is released, L2 norm ≤ √blocks."""
@@ -303,7 +377,7 @@ class CohortRelease:
     """One released part of a bucket: its message (the aggregate or the attention), the
     sessions charged, those left out (no budget)."""
 
-    message: CohortMessage | AttentionMessage
+    message: CohortMessage | AttentionMessage | ModeMessage
     sessions: tuple[str, ...]
     left_out: tuple[str, ...]
 
@@ -382,6 +456,7 @@ class CohortAggregator:
         self.cohort, self.worker, self.prefix = cohort, worker, topic_prefix
         self.topic = cohort_topic(topic_prefix, cohort)
         self.attention_topic = attention_topic(topic_prefix, cohort)
+        self.mode_topic = mode_topic(topic_prefix, cohort)
         self.profile, self.model, self.grace_s = profile, model, grace_s
         self._insecure = insecure_seed is not None
         self._source = random_source(insecure_seed)
@@ -469,8 +544,9 @@ class CohortAggregator:
         """Record clean vectors of one session: ``session`` is its ledger session (receipts go
         to ``{prefix}/{device}/{session}/cohort``); ``X`` (T, F) profile features, feature
         units; ``t_unix`` (T,) each window's end, Unix s (non-finite or negative: ignored);
-        ``probabilities`` (T, C) or ``None``. A plan without means or shares ignores them."""
-        if self.plan.part("aggregates") is None:
+        ``probabilities`` (T, C) or ``None``. A plan without means, shares or mode ignores
+        them."""
+        if self.plan.part("aggregates") is None and self.plan.part("mode") is None:
             return
         t, ok, buckets = self._bucket_of(t_unix)
         f = len(self.plan.features)
@@ -478,10 +554,11 @@ class CohortAggregator:
         if x.shape[0] != t.shape[0]:
             raise ValueError(f"{x.shape[0]} vectors but {t.shape[0]} times")
         p = None
-        if self.plan.classes:
+        classes = self.plan.classes or self.plan.mode_classes
+        if classes:
             if probabilities is None:
                 raise ValueError("the plan has classes: pass the class probabilities")
-            p = np.asarray(probabilities, dtype=np.float64).reshape(-1, len(self.plan.classes))
+            p = np.asarray(probabilities, dtype=np.float64).reshape(-1, len(classes))
         key = (device, session)
         with self._lock:
             late = ok & (buckets <= self._closed_through)
@@ -574,6 +651,15 @@ class CohortAggregator:
         """Each session's contribution to ``part``, (len(keys), D): zero for a session without
         data for it in the bucket (what its absence would contribute)."""
         plan = self.plan
+        if part.name == "mode":
+            c = len(plan.mode_classes)
+            zero = np.zeros(c)
+            return np.stack(
+                [
+                    mode_contribution(np.concatenate(data.probs[k]), c) if k in data.probs else zero
+                    for k in keys
+                ]
+            )
         if part.name == "attention":
             layout = plan.attention
             assert layout is not None
@@ -627,15 +713,23 @@ class CohortAggregator:
         if len(admitted) > MAX_SESSIONS:
             raise ConfigError("fleet.max_sessions", len(admitted), f"at most {MAX_SESSIONS}")
         total = exact_sum(self._contributions(part, data, admitted))
-        noisy = privatize_sum(part, total, self._source)
-        message: CohortMessage | AttentionMessage
-        if part.name == "attention":
+        message: CohortMessage | AttentionMessage | ModeMessage
+        if part.name == "mode":
+            message = build_mode_message(
+                plan, choose_mode(part, total, self._source), cohort=self.cohort,
+                worker=self.worker, bucket=bucket, profile=self.profile, model=self.model,
+                insecure=self._insecure,
+            )  # fmt: skip
+            carrier = self.mode_topic
+        elif part.name == "attention":
+            noisy = privatize_sum(part, total, self._source)
             message = build_attention_message(
                 plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
                 insecure=self._insecure,
             )  # fmt: skip
             carrier = self.attention_topic
         else:
+            noisy = privatize_sum(part, total, self._source)
             message = build_message(
                 plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
                 profile=self.profile, model=self.model, insecure=self._insecure,
@@ -681,7 +775,8 @@ class CohortAggregator:
             "worker": self.worker,
             "bucket": bucket,
             "release": part.name,
-            "noise_multiplier": part.event.ratio,
+            "mechanism": "permute-and-flip" if part.name == "mode" else "gaussian",
+            "noise_multiplier": part.noise_multiplier,
             "epsilon_per_hour": self.plan.epsilon_per_hour,
             "delta": self.plan.delta,
         }

@@ -198,7 +198,7 @@ class CohortWiring:
         attention (:meth:`gaze_observer`)."""
         self.aggregator.open_session(device, session, time.time())
         plan = self.aggregator.plan
-        if plan.part("aggregates") is not None:
+        if plan.part("aggregates") is not None or plan.part("mode") is not None:
             pipeline.on_features = self.observer(device, session, pipeline)
         if plan.part("attention") is not None:
             pipeline.on_samples = self.gaze_observer(device, session, pipeline)
@@ -432,7 +432,7 @@ class Fleet:
                 log.info(
                     "worker %s: cohort %r bucket %d %s released over %d sessions (%d left out)",
                     self.worker_id, r.message.cohort, r.message.bucket,
-                    "attention" if r.message.schema_ == "gazeguard.attention/1" else "aggregate",
+                    r.message.schema_.removeprefix("gazeguard.").removesuffix("/1"),
                     len(r.sessions), len(r.left_out),
                 )  # fmt: skip
             if released:

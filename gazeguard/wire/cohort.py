@@ -16,6 +16,13 @@ dwell grid (``grid``, ``rows`` × ``cols``), its post-processed heatmap, the AOI
 and the same noise and budget figures (:mod:`gazeguard.signal.attention`); its JSON Schema ships as
 ``gazeguard/data/attention.schema.json`` (written by the same command).
 
+When the cohort releases the mode (``cohort.release`` with ``mode``), one :class:`ModeMessage`
+(``gazeguard.mode/1``) per bucket goes to ``{prefix}/cohort/{cohort}/mode``: the group's
+dominant activity, chosen by permute-and-flip among the label model's classes, with the ε of
+the choice and the lead (in sessions) at which it names the true mode with probability 0.9 —
+no score, no count: only the choice is released. Its JSON Schema ships as
+``gazeguard/data/mode.schema.json``.
+
 Each session charged for a bucket but not carrying its message gets a :class:`CohortReceipt`
 (``gazeguard.cohort-receipt/1``) on ``{prefix}/{device}/{session}/cohort``: the ε it paid,
 nothing else; its JSON Schema ships as ``gazeguard/data/cohort-receipt.schema.json``.
@@ -38,6 +45,8 @@ COHORT_SCHEMA: Final = "gazeguard.cohort/1"
 SCHEMA_FILE: Final = "cohort.schema.json"
 ATTENTION_SCHEMA: Final = "gazeguard.attention/1"
 ATTENTION_SCHEMA_FILE: Final = "attention.schema.json"
+MODE_SCHEMA: Final = "gazeguard.mode/1"
+MODE_SCHEMA_FILE: Final = "mode.schema.json"
 RECEIPT_SCHEMA: Final = "gazeguard.cohort-receipt/1"
 RECEIPT_SCHEMA_FILE: Final = "cohort-receipt.schema.json"
 
@@ -222,6 +231,72 @@ class AttentionMessage(WireModel):
         return self.model_dump_json(by_alias=True).encode()
 
 
+class ModeMessage(WireModel):
+    """The group's dominant activity in one bucket over the sessions of one worker
+    (``gazeguard.mode/1``, on ``{prefix}/cohort/{cohort}/mode``).
+
+    Each session open in the bucket contributes its label model's class probabilities averaged
+    over its windows in the bucket (a distribution: it moves each class score by at most 1; a
+    session without windows contributes zero); the scores are the sums, rounded to multiples of
+    2^-12, and permute-and-flip (McKenna & Sheldon 2020) chooses one class, ε-DP per bucket for
+    adding or removing one session (:mod:`gazeguard.privacy.mechanisms.selection`).
+
+    Attributes:
+        cohort, worker, bucket, bucket_start, bucket_end: as in :class:`CohortMessage`.
+        classes: the label model's classes (the candidates), in the model's order.
+        mode: the chosen class (one of ``classes``): the only released value.
+        mode_index: its index in ``classes``.
+        epsilon: ε of the choice (per bucket, per person; exact, a multiple of 2^-20).
+        lead_for_90: how many sessions' worth of score the true mode must lead every other
+            class by for it to be chosen with probability ≥ 0.9 (a public function of ε and the
+            number of classes: what makes a mode readable).
+        epsilon_per_hour: the user-level ε at ``delta`` that an hour of cohort buckets costs
+            each person whose session is open (every part of the cohort release).
+        delta: the δ of that figure.
+        mechanism: ``permute-and-flip``.
+        profile: the release profile of the worker.
+        model: the label model (name).
+        noise: ``os-csprng`` in production; ``INSECURE-seeded`` for reproducible tests.
+    """
+
+    schema_: Literal["gazeguard.mode/1"] = Field(MODE_SCHEMA, alias="schema")
+    cohort: Name
+    worker: Name
+    bucket: int = Field(ge=0)
+    bucket_start: FiniteFloat
+    bucket_end: FiniteFloat
+    classes: list[Name] = Field(min_length=2, max_length=256)
+    mode: Name
+    mode_index: int = Field(ge=0)
+    epsilon: Positive
+    lead_for_90: Positive
+    epsilon_per_hour: Positive
+    delta: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
+    mechanism: Literal["permute-and-flip"] = "permute-and-flip"
+    profile: Name
+    model: Name
+    noise: NoiseSource
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if not self.bucket_end > self.bucket_start:
+            msg = f"bucket_end={self.bucket_end} must be after bucket_start={self.bucket_start}"
+            raise ValueError(msg)
+        if self.mode_index >= len(self.classes) or self.classes[self.mode_index] != self.mode:
+            msg = "mode must be classes[mode_index]"
+            raise ValueError(msg)
+        return self
+
+    def to_payload(self) -> bytes:
+        """UTF-8 JSON bytes, as published."""
+        return self.model_dump_json(by_alias=True).encode()
+
+    @classmethod
+    def from_payload(cls, payload: bytes | str) -> ModeMessage:
+        """Parse and validate a received payload."""
+        return cls.model_validate_json(payload)
+
+
 class CohortReceipt(WireModel):
     """What a session's own topic learns of a cohort bucket it was charged for
     (``gazeguard.cohort-receipt/1``, on ``{prefix}/{device}/{session}/cohort``): that it paid,
@@ -232,10 +307,12 @@ class CohortReceipt(WireModel):
     Attributes:
         session: the session charged (the ledger account).
         cohort, worker, bucket: as in :class:`CohortMessage`.
-        release: the part of the cohort release charged: ``aggregates`` (means and shares) or
-            ``attention``.
-        mechanism: ``gaussian``.
-        noise_multiplier: the Gaussian noise's ratio ``σ/Δ2`` that the ledger composes.
+        release: the part of the cohort release charged: ``aggregates`` (means and shares),
+            ``attention`` or ``mode``.
+        mechanism: ``gaussian``, or ``permute-and-flip`` for the mode.
+        noise_multiplier: the Gaussian noise's ratio ``σ/Δ2`` that the ledger composes; for
+            the mode ``1/ε`` (permute-and-flip is report-noisy-max with exponential noise of
+            scale ``Δ/ε``).
         epsilon_per_hour: the user-level ε at ``delta`` that an hour of cohort buckets costs
             each session (every part of the cohort release).
         delta: the δ of that figure.
@@ -246,8 +323,8 @@ class CohortReceipt(WireModel):
     cohort: Name
     worker: Name
     bucket: int = Field(ge=0)
-    release: Literal["aggregates", "attention"]
-    mechanism: Literal["gaussian"] = "gaussian"
+    release: Literal["aggregates", "attention", "mode"]
+    mechanism: Literal["gaussian", "permute-and-flip"] = "gaussian"
     noise_multiplier: Positive
     epsilon_per_hour: Positive
     delta: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
@@ -277,6 +354,11 @@ def receipt_topic(prefix: str, device: str, session: str) -> str:
 def attention_topic(prefix: str, cohort: str) -> str:
     """``{prefix}/cohort/{cohort}/attention``."""
     return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/attention"
+
+
+def mode_topic(prefix: str, cohort: str) -> str:
+    """``{prefix}/cohort/{cohort}/mode``."""
+    return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/mode"
 
 
 def cohort_topic(prefix: str, cohort: str) -> str:
@@ -316,3 +398,13 @@ def receipt_json_schema() -> dict[str, Any]:
 def receipt_shipped_schema() -> dict[str, Any]:
     """``gazeguard/data/cohort-receipt.schema.json`` as shipped."""
     return message.shipped_schema(RECEIPT_SCHEMA_FILE)
+
+
+def mode_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of :class:`ModeMessage`, as shipped."""
+    return message.json_schema(ModeMessage)
+
+
+def mode_shipped_schema() -> dict[str, Any]:
+    """``gazeguard/data/mode.schema.json`` as shipped."""
+    return message.shipped_schema(MODE_SCHEMA_FILE)

@@ -279,6 +279,32 @@ ATTENTION: Final = Egress(
     },
 )
 
+MODE: Final = Egress(
+    "gazeguard.mode/1",
+    "{prefix}/cohort/{cohort}/mode",
+    retained=False,
+    schema_file="mode.schema.json",
+    fields={
+        "schema": _SCHEMA,
+        "cohort": _COHORT,
+        "worker": _WORKER,
+        "bucket": _BUCKET,
+        "bucket_start": _BUCKET_EDGE,
+        "bucket_end": _BUCKET_EDGE,
+        "classes": public("settings", "the label model's classes"),
+        "mode": released("mechanism", "permute-and-flip's choice among the classes"),
+        "mode_index": released("post-processing", "the chosen class's index in classes"),
+        "epsilon": _COHORT_BUDGET,
+        "lead_for_90": public("settings", "a function of ε per bucket and the classes' number"),
+        "epsilon_per_hour": _COHORT_BUDGET,
+        "delta": _COHORT_BUDGET,
+        "mechanism": public("constant", "permute-and-flip"),
+        "profile": public("settings", "mechanism.profile"),
+        "model": public("settings", "cohort.model"),
+        "noise": _RANDOMNESS,
+    },
+)
+
 RECEIPT: Final = Egress(
     "gazeguard.cohort-receipt/1",
     "{prefix}/{device}/{session}/cohort",
@@ -291,7 +317,7 @@ RECEIPT: Final = Egress(
         "worker": _WORKER,
         "bucket": _BUCKET,
         "release": public("settings", "the part of the cohort plan charged"),
-        "mechanism": public("constant", "gaussian"),
+        "mechanism": public("settings", "the part's mechanism: gaussian or permute-and-flip"),
         "noise_multiplier": _COHORT_BUDGET,
         "epsilon_per_hour": _COHORT_BUDGET,
         "delta": _COHORT_BUDGET,
@@ -300,7 +326,7 @@ RECEIPT: Final = Egress(
 
 #: Every message kind gazeguard publishes, by its ``schema`` id.
 CONTRACT: Final[Mapping[str, Egress]] = {
-    e.schema: e for e in (CHUNK, LABEL, STATUS, COHORT, ATTENTION, RECEIPT)
+    e.schema: e for e in (CHUNK, LABEL, STATUS, COHORT, ATTENTION, MODE, RECEIPT)
 }
 
 
