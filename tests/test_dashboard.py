@@ -1,6 +1,7 @@
-"""`gazeguard dashboard` (issue 33) against real parts: a real Mosquitto, a real
+"""`gazeguard dashboard` against real parts: a real Mosquitto, a real
 `gazeguard run --fleet --cohort` over simulated LSL headsets, the dashboard as a subprocess, and
-the page in a real headless Chromium driven by Selenium, read through its DOM.
+the page in a real headless Chromium driven by Selenium, read through its DOM and its pixels
+(a screenshot of the heatmap). The readability figures are checked against the release plan.
 
 The browser test needs Debian's `chromium` and `chromium-driver` (.ci/run installs them) and the
 `selenium` package (the `test` extra): without them it is skipped with what to install, except
@@ -10,6 +11,7 @@ under CI (CI=true), where it fails instead.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import math
 import os
@@ -24,13 +26,25 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
 from conftest import MosquittoBroker, Subscriber, free_port
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gazeguard.runtime.dashboard import Board, attention_view
+from gazeguard.config import load_settings
+from gazeguard.plan import ReleasePlan
+from gazeguard.plan.cohort import plan_cohort
+from gazeguard.runtime.dashboard import Board
+from gazeguard.runtime.dashboard.readability import (
+    READABLE_SHARE,
+    aggregate_readability,
+    attention_readability,
+    sessions_needed,
+)
 from gazeguard.runtime.simulate import SimulatedHeadset
-from gazeguard.wire.cohort import CohortFeature, CohortMessage
+from gazeguard.wire.cohort import AoiShare, AttentionMessage, CohortFeature, CohortMessage
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -192,36 +206,68 @@ if (!section) return null;
 const card = [...section.querySelectorAll('.worker')].find(c => c.dataset.worker === worker);
 if (!card) return null;
 const text = (root, sel) => { const n = root.querySelector(sel); return n ? n.textContent : null; };
+const mark = (root) => {
+  const m = root && root.querySelector('.readability');
+  if (!m) return null;
+  return {readable: m.dataset.readable, sessions: Number(m.dataset.sessions), text: m.textContent};
+};
 return {
   bucket: text(card, '.bucket .value'),
-  count: text(card, '.count .value'),
+  count: text(card, '.count .value'), about: text(card, '.count .about'),
+  count_mark: mark(card.querySelector('.count')),
+  verdict: text(card, '.verdict'),
   count_lo: text(card, '.count .lo'), count_hi: text(card, '.count .hi'),
   epsilon: text(card, '.epsilon .value'), delta: text(card, '.epsilon .delta'),
   sigma: text(card, '.sigma .value'), noise: text(card, '.sigma .source'),
   features: [...card.querySelectorAll('tr.feature')].map(r => ({
     name: r.dataset.feature, mean: text(r, '.mean'), unit: text(r, '.unit'),
     lo: text(r, '.lo'), hi: text(r, '.hi'), sd: text(r, '.sd'),
-    spark: r.querySelectorAll('svg.spark polyline.mean').length})),
+    spark: r.querySelectorAll('svg.spark polyline.mean').length, mark: mark(r)})),
   classes: [...card.querySelectorAll('tr.class')].map(r => ({
-    name: r.dataset.class, share: text(r, '.share'), lo: text(r, '.lo'), hi: text(r, '.hi')})),
+    name: r.dataset.class, share: text(r, '.share'), lo: text(r, '.lo'), hi: text(r, '.hi'),
+    mark: mark(r)})),
 };
 """
 
 BROKER_STATE = "return document.getElementById('broker').dataset.state"
 
 READ_ATTENTION = """
+const [cohort, worker] = arguments;
 const section = [...document.querySelectorAll('section.cohort')]
-  .find(s => s.dataset.cohort === arguments[0]);
+  .find(s => s.dataset.cohort === cohort);
 if (!section) return null;
-const a = section.querySelector('.attention');
+const card = [...section.querySelectorAll('.worker')].find(c => c.dataset.worker === worker);
+if (!card) return null;
+const a = card.querySelector('.attention');
 const svg = a.querySelector('svg.heatmap');
+const nodata = a.querySelector('.nodata');
+const mark = a.querySelector('.heatmap-figure .readability');
 return {
-  nodata: a.querySelector('.nodata') ? a.querySelector('.nodata').textContent : null,
+  nodata: nodata ? {reason: nodata.dataset.reason, text: nodata.textContent} : null,
+  note: a.querySelector('.note') ? a.querySelector('.note').textContent : null,
   rows: svg ? Number(svg.dataset.rows) : null, cols: svg ? Number(svg.dataset.cols) : null,
-  cells: [...a.querySelectorAll('rect.cell')].map(r => r.dataset.value),
+  cells: [...a.querySelectorAll('rect.cell')].map(r => Number(r.dataset.value)),
+  fills: [...new Set([...a.querySelectorAll('rect.cell')].map(r => r.getAttribute('fill')))].length,
   labels: [...a.querySelectorAll('svg.heatmap text')].map(t => t.textContent),
-  fields: [...a.querySelectorAll('dl.fields dt')].map(t => t.textContent),
+  mark: mark ? {readable: mark.dataset.readable, sessions: Number(mark.dataset.sessions)} : null,
+  aois: [...a.querySelectorAll('tr.aoi')].map(r => ({
+    name: r.dataset.aoi, share: r.querySelector('.share').textContent,
+    mark: r.querySelector('.readability') ? r.querySelector('.readability').dataset.readable
+                                          : null})),
 };
+"""
+
+#: Every noisy figure on the page (an element with a 95 % band, a heatmap) without a
+#: readability marker beside it: its description.
+UNMARKED = """
+const out = [];
+for (const row of document.querySelectorAll('tr.feature, tr.class, tr.aoi, dd.count')) {
+  if (!row.querySelector('.readability[data-readable]')) out.push(row.className);
+}
+for (const fig of document.querySelectorAll('.heatmap-figure')) {
+  if (!fig.querySelector('.readability[data-readable]')) out.push('heatmap');
+}
+return out;
 """
 
 
@@ -265,13 +311,17 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
 ) -> None:
     """The dashboard starts before its broker (one notice, no traceback) and subscribes once
     Mosquitto is up; a fleet worker serving three simulated headsets publishes a 2-s bucket's
-    aggregate; the page in headless Chromium shows that aggregate's figures — the same as a
-    separate MQTT subscriber received — with bands of ± 1.96 sd; an attention message is drawn
-    as a grid; Ctrl-C stops the dashboard with one line and exit 130."""
+    aggregate and attention heatmap; the page in headless Chromium shows that aggregate's
+    figures — the same as a separate MQTT subscriber received — with bands of ± 1.96 sd, a
+    readability marker on every figure whose sessions needed are the release plan's, and the
+    heatmap as a picture (its screenshot's pixels, not only its elements); `gazeguard watch`
+    prints the same aggregates and heatmaps; a worker without attention is told what to enable;
+    Ctrl-C stops the dashboard with one line and exit 130."""
     broker = MosquittoBroker(tmp_path)  # not started yet
     dash, url = start_dashboard(tmp_path, broker.address)
     heads: list[SimulatedHeadset] = []
     worker: Proc | None = None
+    watch: Proc | None = None
     sub: Subscriber | None = None
     try:
         wait_for(lambda: "cannot reach broker" in dash.text(), 30, dash.text)
@@ -282,6 +332,7 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
         wait_for(lambda: "subscribed to" in dash.text(), 30, dash.text)
         wait_for(lambda: browser.execute_script(BROKER_STATE) == "connected", 20, dash.text)
         sub = Subscriber(broker, f"sub-{unique_id}")
+        watch = Proc(tmp_path, "watch", "watch", "--broker", broker.address, "--features", "3")
         name = f"dash-{unique_id}"
         heads = [
             SimulatedHeadset(120, seed=i, name=name, source_id=f"{name}-{i}") for i in range(3)
@@ -292,22 +343,21 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
             tmp_path, "worker", "-v", "run", "--fleet", "--source", "lsl", "--stream-name", name,
             "--device", "fleet", "--broker", broker.address, "--ledger", str(tmp_path / "l.sqlite"),
             "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
-            "--budget-per-hour", "200", "--features", "fixation_rate,saccade_rate,pupil_mean",
-            "--cohort", "lab", "--bucket-s", "2",
+            "--budget-per-hour", "200", "--features", FLEET_FEATURES,
+            "--cohort", "lab", "--bucket-s", "2", "--cohort-release", "means,attention",
             extra_env={"GAZEGUARD_COHORT__GRACE_S": "1", "GAZEGUARD_FLEET__COMPILED": "false"},
         )  # fmt: skip
         logs = lambda: f"--- worker\n{worker.text()}\n--- dashboard\n{dash.text()}"  # noqa: E731
 
-        # one worker's card appears with a bucket; read it at once (buckets keep coming)
-        card = wait_for(
-            lambda: (
-                (c := browser.execute_script(READ_CARD, "lab", _worker_id(worker)))
-                and c["bucket"]
-                and c
-            ),
-            60,
-            logs,
-        )
+        # one worker's card appears with a bucket and its heatmap; read both at once (buckets
+        # keep coming)
+        def card_and_heatmap() -> tuple[dict[str, Any], dict[str, Any]] | None:
+            wid = _worker_id(worker)
+            card = browser.execute_script(READ_CARD, "lab", wid)
+            att = browser.execute_script(READ_ATTENTION, "lab", wid)
+            return (card, att) if card and card["bucket"] and att and att["cells"] else None
+
+        card, att = wait_for(card_and_heatmap, 60, logs)
         topic = "gazeguard/v1/cohort/lab/aggregates"
 
         def received() -> CohortMessage | None:
@@ -321,27 +371,86 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
         assert_card_shows(card, message)
         assert card["noise"] == "os-csprng"
 
-        # the attention section: nothing yet, then a grid drawn from a message's `grid`
-        att = browser.execute_script(READ_ATTENTION, "lab")
-        assert att["nodata"] == "no attention data"
-        grid = [[0.1, 0.5, None], [0.25, 1.0, 0.0]]
-        doc = {"grid": grid, "rows": ["top", "bottom"], "cols": 3, "epsilon_per_hour": 2.5}
-        publish(broker, "gazeguard/v1/cohort/lab/attention", json.dumps(doc).encode())
-        att = wait_for(
-            lambda: (a := browser.execute_script(READ_ATTENTION, "lab"))["cells"] and a, 20, logs
+        # readability: three headsets are far too few at this budget; every marker says so,
+        # with the plan's sessions needed
+        plan = fleet_plan()
+        part = plan.part("attention")
+        assert part is not None
+        needed_means = least_sessions(
+            lambda n: bool(np.all(Z95 * plan.mean_sd(n) / (plan.hi - plan.lo) <= READABLE_SHARE))
         )
-        assert att["nodata"] is None
-        assert (att["rows"], att["cols"]) == (2, 3)
-        assert [float(v) if v else None for v in att["cells"]] == [v for row in grid for v in row]
-        assert att["labels"] == ["top", "bottom"]
-        assert att["fields"] == ["epsilon_per_hour"]
+        assert message.sigma == pytest.approx(plan.sigma)
+        assert {f["mark"]["sessions"] for f in card["features"]} == {needed_means}, card
+        assert {f["mark"]["readable"] for f in card["features"]} == {"no"}, card
+        assert card["count_mark"]["readable"] == "no", card
+        assert card["count_mark"]["sessions"] == least_sessions(
+            lambda n: Z95 * plan.sigma / n <= READABLE_SHARE
+        )
+        assert f"≥ {needed_means:,} sessions" in card["features"][0]["mark"]["text"]
+        assert card["about"] == str(max(0, round(message.noisy_count)))
+        assert card["verdict"].startswith("Too few sessions to read any figure"), card["verdict"]
+        assert att["mark"] == {
+            "readable": "no",
+            "sessions": least_sessions(lambda n: Z95 * part.sigma / n <= 1 / 144),
+        }, att
+        assert browser.execute_script(UNMARKED) == []
 
-        # class shares with their bands, from an aggregate with classes
+        # the heatmap: 9 × 16 cells, the message's shares, drawn in more than one colour, and
+        # its screenshot is a picture (most of it coloured, many colours), not an empty frame
+        assert (att["rows"], att["cols"]) == (9, 16)
+        assert len(att["cells"]) == 144
+        assert sum(att["cells"]) == pytest.approx(1.0, abs=1e-6), "shares of the dwell"
+        assert att["fills"] > 3, att
+        assert att["labels"] == ["+13.5°", "−13.5°", "−24°", "0°", "+24°"]
+        shot = browser.find_element("css selector", ".worker svg.heatmap").screenshot_as_png
+        (tmp_path / "heatmap.png").write_bytes(shot)
+        browser.save_screenshot(str(tmp_path / "dashboard.png"))
+        coloured, colours = heatmap_pixels(shot)
+        assert coloured > 0.5, f"only {coloured:.0%} of the heatmap's pixels are coloured"
+        assert colours > 3, f"{colours} colours in the heatmap"
+
+        # `gazeguard watch` shows the same cohort's aggregates and heatmaps
+        wait_for(
+            lambda: (
+                re.search(r"^cohort 'lab' bucket \d+ \(worker ", watch.text(), re.M)
+                and re.search(r"^attention 'lab' bucket \d+ \(worker ", watch.text(), re.M)
+                and "dwell heatmap 9×16 over 48×27° (too noisy, needs ≥" in watch.text()
+            ),
+            30,
+            watch.text,
+        )
+        assert "not a gazeguard topic" not in watch.text(), watch.text()
+        assert "INVALID" not in watch.text(), watch.text()
+
+        # class shares with their bands, from an aggregate with classes; a worker without
+        # attention: first "not yet", then, after two buckets, what to enable
         synthetic = synthetic_aggregate()
         publish(broker, "gazeguard/v1/cohort/reading/aggregates", synthetic.to_payload())
         shown = wait_for(lambda: browser.execute_script(READ_CARD, "reading", "w2"), 20, logs)
         assert_card_shows(shown, synthetic)
         assert "NOT private" in shown["noise"]
+        assert {c["mark"]["readable"] for c in shown["classes"]} == {"yes"}, shown
+        assert shown["count_mark"]["readable"] == "yes", shown
+        assert shown["verdict"].startswith("Every figure of this bucket is readable"), shown
+        nodata = browser.execute_script(READ_ATTENTION, "reading", "w2")["nodata"]
+        assert nodata["reason"] == "waiting", nodata
+        publish(
+            broker, "gazeguard/v1/cohort/reading/aggregates",
+            synthetic_aggregate(bucket=11).to_payload(),
+        )  # fmt: skip
+        nodata = wait_for(
+            lambda: (
+                (n := browser.execute_script(READ_ATTENTION, "reading", "w2")["nodata"])["reason"]
+                == "not-released"
+                and n
+            ),
+            20,
+            logs,
+        )
+        assert "releases no attention" in nodata["text"]
+        assert 'cohort.release = ["means", "attention"]' in nodata["text"]
+        assert "--cohort-release means,attention" in nodata["text"]
+        assert browser.execute_script(UNMARKED) == []
     finally:
         codes = {"worker": worker.stop() if worker else 0}
         for h in heads:
@@ -349,6 +458,8 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
         if sub is not None:
             sub.close()
         codes["dashboard"] = dash.stop(signal.SIGINT)
+        if watch is not None:
+            watch.stop(signal.SIGINT)
         broker.stop()
     text = dash.text()
     assert codes == {"worker": 0, "dashboard": 130}, (codes, text)
@@ -357,6 +468,47 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
     lines = text.strip().splitlines()
     assert lines[-1] == "gazeguard dashboard: stopped (Ctrl-C)", text
     assert len([ln for ln in lines if "cannot reach broker" in ln]) == 1, "one notice per outage"
+
+
+FLEET_FEATURES = "fixation_rate,saccade_rate,pupil_mean"
+
+
+def fleet_plan() -> Any:
+    """The cohort plan of the fleet worker the browser test runs."""
+    config = load_settings(
+        None, fleet={"enabled": True}, ingest={"source": "lsl"},
+        features={"window_s": 2, "step_s": 0.05}, ledger={"budget_per_hour": 200},
+        mechanism={"chunk_steps": 32, "features": FLEET_FEATURES.split(",")},
+        cohort={"enabled": True, "name": "lab", "bucket_s": 2, "grace_s": 1,
+                "release": ["means", "attention"]},
+    )  # fmt: skip
+    plan = ReleasePlan.from_settings(config).cohort_plan
+    assert plan is not None
+    return plan
+
+
+def least_sessions(readable: Callable[[int], bool], top: int = 10**7) -> int:
+    """The least ``n`` with ``readable(n)`` (monotone), by bisection."""
+    lo, hi = 1, top
+    assert readable(hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if readable(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def heatmap_pixels(png: bytes) -> tuple[float, int]:
+    """A screenshot's share of coloured pixels (saturated: not the page's white, grey or black
+    text) and how many distinct colours those have (quantised to 16 levels per channel)."""
+    from PIL import Image  # noqa: PLC0415
+
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    pixels = list(img.getdata())
+    coloured = [p for p in pixels if max(p) - min(p) > 40]
+    return len(coloured) / len(pixels), len({(r >> 4, g >> 4, b >> 4) for r, g, b in coloured})
 
 
 def _worker_id(worker: Proc) -> str:
@@ -452,23 +604,121 @@ def test_help_and_a_taken_port(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- the board alone
 
 
-def test_attention_messages_are_read_generically() -> None:
-    """A `grid` with `rows`/`cols` as labels or sizes; what cannot be drawn is said, not drawn."""
-    v = attention_view("c", {"grid": [[1, 2], [3, float("nan")]], "rows": 2, "cols": ["l", "r"],
-                             "epsilon": 1.5, "note": "x", "nested": {"a": 1}})  # fmt: skip
-    assert v["grid"] == [[1.0, 2.0], [3.0, None]]
-    assert (v["rows"], v["cols"], v["problem"]) == (None, ["l", "r"], None)
-    assert v["fields"] == {"epsilon": 1.5, "note": "x"}
-    assert attention_view("c", {"grid": [[1], [2, 3]]})["problem"] == (
-        "the rows of 'grid' differ in length"
+def synthetic_attention(bucket: int = 10, worker: str = "w2") -> AttentionMessage:
+    """A valid attention message: a 2 × 3 heatmap with AOI shares."""
+    grid = [[0.5, 3.0, -1.0], [10.0, 0.25, 0.0]]
+    total = sum(max(v, 0.0) for row in grid for v in row)
+    return AttentionMessage(
+        cohort="reading", worker=worker, bucket=bucket, bucket_start=bucket * 60.0,
+        bucket_end=(bucket + 1) * 60.0, rows=2, cols=3, fov_deg=[48.0, 27.0], grid=grid,
+        heatmap=[[max(v, 0.0) / total for v in row] for row in grid], noisy_count=12.75,
+        aois=[AoiShare(name="video", noisy_dwell=9.0, share=0.75),
+              AoiShare(name="elsewhere", noisy_dwell=3.0, share=0.25)],
+        aoi_file="demo_aois.json", sigma=0.5, sensitivity_l2=math.sqrt(2), epsilon_per_hour=5.0,
+        delta=5e-7, noise="INSECURE-seeded",
+    )  # fmt: skip
+
+
+def test_attention_is_validated_kept_per_worker_and_judged() -> None:
+    """An attention message validates as gazeguard.attention/1 (anything else is counted
+    invalid, not drawn); the latest bucket of each (cohort, worker) is kept, with its
+    readability: the heatmap's band against an even spread's share of a cell, the AOIs'
+    against the share scale."""
+    board = Board("gazeguard/v1")
+    topic = "gazeguard/v1/cohort/reading/attention"
+    for message in (synthetic_attention(10), synthetic_attention(9), synthetic_attention(10),
+                    synthetic_attention(11, worker="w3")):  # fmt: skip
+        board.receive(topic, message.to_payload())
+    assert sorted(board.attention) == [("reading", "w2"), ("reading", "w3")]
+    kept = board.attention[("reading", "w2")]
+    assert kept["bucket"] == 10
+    heat = kept["readability"]["heatmap"]
+    total = 0.5 + 3.0 + 10.0 + 0.25
+    assert heat["half_width"] == pytest.approx(Z95 * 0.5 / total)
+    assert heat["limit"] == pytest.approx(1 / 6)
+    assert heat["readable"] is (Z95 * 0.5 / total <= 1 / 6)
+    assert heat["sessions"] == math.ceil(Z95 * 0.5 * 6)
+    aois = kept["readability"]["aois"]
+    assert aois["sessions"] == math.ceil(Z95 * 0.5 / READABLE_SHARE)
+    assert aois["readable"] is True  # ± 1.96·0.5/12 = 8 points
+    for bad in (b'{"grid": [[1, 2]]}', b"\xff", synthetic_aggregate().to_payload()):
+        board.receive(topic, bad)
+    assert board.invalid == 3
+    assert "not a valid gazeguard.attention/1 message" in (board.last_invalid or "")
+
+
+def test_a_few_sessions_are_marked_too_noisy_with_the_sessions_needed() -> None:
+    """The page's complaint of old: a noisy count of 0.14 and means at a bound, with no word.
+    Now the count and every mean are 'too noisy' and say the sessions they need."""
+    m = synthetic_aggregate().model_copy(update={"noisy_count": 0.14, "count": 1, "sigma": 26.7})
+    read = aggregate_readability(m)
+    assert read["count"]["readable"] is False
+    assert read["count"]["sessions"] == math.ceil(Z95 * 26.7 / 0.1)
+    assert read["means"]["readable"] is False
+    assert read["means"]["sessions"] == math.ceil(Z95 * 26.7 / 0.1)  # one feature: √F = 1
+    assert read["shares"]["readable"] is False
+    nobody = m.model_copy(update={"noisy_count": -3.0})
+    assert aggregate_readability(nobody)["count"]["half_width"] is None  # unbounded: JSON null
+    json.dumps(aggregate_readability(nobody), allow_nan=False)
+
+
+@given(
+    features=st.integers(1, 48),
+    budget=st.floats(0.5, 50.0),
+    per_hour=st.integers(1, 3600),
+    width=st.floats(1e-3, 1e3),
+)
+@settings(max_examples=40, deadline=None)
+def test_the_sessions_a_mean_needs_are_the_plans(
+    features: int, budget: float, per_hour: int, width: float
+) -> None:
+    """For any plan, the sessions a mean needs (from the message alone: σ and the number of
+    features) are the least n at which the plan's noise sd of a mean,
+    CohortPlan.mean_sd(n), gives a 95 % band within 10 % of the public range; a message at
+    that count is readable and one at a session fewer is not."""
+    names = [f"f{i}" for i in range(features)]
+    plan = plan_cohort(
+        names, [0.0] * features, [width] * features, ["u"] * features, (),
+        bucket_s=60.0, per_hour=per_hour, budget=budget, delta=1e-6,
+    )  # fmt: skip
+    want = least_sessions(
+        lambda n: bool(np.all(Z95 * plan.mean_sd(n) / (plan.hi - plan.lo) <= READABLE_SHARE)),
+        top=10**9,
     )
-    bad_rows = attention_view("c", {"grid": [[1, 2]], "rows": 3})
-    assert bad_rows["grid"] == [[1.0, 2.0]]
-    assert "rows = 3" in bad_rows["problem"]
-    for doc in ({}, {"grid": []}, {"grid": [1, 2]}, [1, 2], {"grid": "x"}):
-        v = attention_view("c", doc)
-        assert v["grid"] is None, doc
-        assert v["problem"], doc
+
+    def message(n: int) -> CohortMessage:
+        sd = plan.mean_sd(n)
+        return CohortMessage(
+            cohort="c", worker="w", bucket=1, bucket_start=60.0, bucket_end=120.0,
+            noisy_count=float(n), count=n,
+            features=[CohortFeature(name=f, unit="u", noisy_sum=0.0, mean=0.0, sd=float(s))
+                      for f, s in zip(names, sd, strict=True)],
+            classes=[], noisy_histogram=[], shares=[], sigma=plan.sigma,
+            sensitivity_l2=plan.sensitivity_l2, epsilon_per_hour=plan.epsilon_per_hour,
+            delta=1e-6, profile="p", model=None, noise="os-csprng",
+        )  # fmt: skip
+
+    means = aggregate_readability(message(want))["means"]
+    assert means["sessions"] == want
+    assert means["readable"] is True
+    if want > 1:
+        assert aggregate_readability(message(want - 1))["means"]["readable"] is False
+
+
+@given(sd=st.floats(1e-6, 1e6), limit=st.sampled_from([READABLE_SHARE, 1 / 144, 0.5]))
+def test_sessions_needed_is_the_least_that_suffices(sd: float, limit: float) -> None:
+    n = sessions_needed(sd, limit)
+    assert n >= 1
+    assert Z95 * sd / n <= limit
+    assert n == 1 or Z95 * sd / (n - 1) > limit
+
+
+def test_a_heatmap_without_attention_readability_has_none() -> None:
+    m = synthetic_attention().model_copy(
+        update={"rows": None, "cols": None, "fov_deg": None, "grid": None, "heatmap": None}
+    )
+    assert attention_readability(m)["heatmap"] is None
+    assert attention_readability(m)["aois"] is not None
 
 
 def test_the_board_keeps_one_copy_of_each_bucket_in_order() -> None:

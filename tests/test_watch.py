@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ from test_label_stream import MODEL_FEATURES, fast_model
 from gazeguard.cli import ExitCode, main
 from gazeguard.cli.watch import clock, describe, span, sparkline
 from gazeguard.signal.labels import LabelDecision, RandomizedResponse
-from gazeguard.wire.cohort import CohortReceipt
+from gazeguard.wire.cohort import AttentionMessage, CohortFeature, CohortMessage, CohortReceipt
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import StatusMessage
 
@@ -271,3 +272,95 @@ def test_watch_run_and_ledger_show_count_labels_on_a_clock(
     doc = json.loads(capsys.readouterr().out)
     (lab,) = [s["labels"] for s in doc["sessions"] if s["session"] == unique_id]
     assert (lab["released"], lab["withheld"], lab["epsilon_label"]) == (n, 0, [8.0])
+
+
+# ------------------------------------------------------------------ cohort messages, visible
+def _publish(broker: MosquittoBroker, topic: str, payload: bytes) -> None:
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        client.publish(topic, payload, qos=1).wait_for_publish(10)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def _cohort_messages() -> tuple[CohortMessage, AttentionMessage]:
+    """An aggregate of a few sessions (count 0.14: nothing readable) and a 2 × 4 heatmap."""
+    aggregate = CohortMessage(
+        cohort="lab", worker="w1", bucket=7, bucket_start=140.0, bucket_end=160.0,
+        noisy_count=0.14, count=1,
+        features=[CohortFeature(name="pupil_mean", unit="mm", noisy_sum=-0.4, mean=1.5, sd=233.0),
+                  CohortFeature(name="fixation_rate", unit="1/s", noisy_sum=0.3, mean=4.0,
+                                sd=91.0)],
+        classes=["read", "watch"], noisy_histogram=[30.0, 10.0], shares=[0.75, 0.25],
+        sigma=1.0, sensitivity_l2=math.sqrt(3), epsilon_per_hour=5.0, delta=1e-6,
+        profile="custom", model="activity", noise="os-csprng",
+    )  # fmt: skip
+    grid = [[0.0, 1.0, 4.0, -2.0], [2.0, 0.0, 1.0, 0.0]]
+    attention = AttentionMessage(
+        cohort="lab", worker="w1", bucket=7, bucket_start=140.0, bucket_end=160.0, rows=2,
+        cols=4, fov_deg=[48.0, 27.0], grid=grid,
+        heatmap=[[max(v, 0.0) / 8.0 for v in row] for row in grid], noisy_count=7.0,
+        aois=None, aoi_file=None, sigma=0.5, sensitivity_l2=1.0, epsilon_per_hour=5.0,
+        delta=1e-6, noise="os-csprng",
+    )  # fmt: skip
+    return aggregate, attention
+
+
+def test_cohort_aggregates_and_heatmaps_are_described_with_their_readability() -> None:
+    """An aggregate: about how many sessions, each figure's 95 % band and whether it is
+    readable (with the sessions it needs); a heatmap as rows of shades with its hottest cell."""
+    aggregate, attention = _cohort_messages()
+    kind, lines, model = describe("gazeguard/v1/cohort/lab/aggregates", aggregate.to_payload(), 8)
+    assert (kind, model) == ("aggregates", aggregate)
+    assert lines[0] == (
+        f"cohort 'lab' bucket 7 (worker w1, 20 s of gaze to {clock(160.0)}): about 0 sessions "
+        "(noisy count 0.14 ± 1.96, too noisy, needs ≥ 20 sessions); Gaussian σ 1, 5 ε per "
+        "hour of buckets at δ 1e-06"
+    )
+    assert lines[1:] == [
+        "  feature means, ± 95 % band (too noisy, needs ≥ 28 sessions):",  # 1.96·√2/0.1
+        "  pupil_mean                 1.5 ± 457 mm",
+        "  fixation_rate              4 ± 178 1/s",
+        "  class shares (± 4.9 points, readable): read 75.0 %, watch 25.0 %",
+    ]
+    kind, lines, model = describe("gazeguard/v1/cohort/lab/attention", attention.to_payload(), 8)
+    assert (kind, model) == ("attention", attention)
+    assert lines[1] == (
+        "  dwell heatmap 2×4 over 48×27° (readable); hottest cell 50.0 % of the dwell at "
+        "x +6.0°, y +6.8°"
+    )
+    assert lines[2:] == ["  │  ░░██  │", "  │▒▒  ░░  │"]
+
+
+@pytest.mark.network
+def test_watch_shows_cohort_messages_from_a_real_broker(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    """`gazeguard watch` (every device, its default) subscribed to a real Mosquitto prints the
+    cohort topics' aggregates, heatmaps and receipts, none of them 'not a gazeguard topic'."""
+    aggregate, attention = _cohort_messages()
+    receipt = CohortReceipt(
+        session="s", cohort="lab", worker="w1", bucket=7, release="attention",
+        noise_multiplier=26.6, epsilon_per_hour=5.0, delta=1e-6,
+    )  # fmt: skip
+    watch = Proc("watch", "--broker", mosquitto.address, cwd=tmp_path)
+    try:
+        watch.wait_for(f"^watching gazeguard/v1/\\+/\\+/\\+ on {mosquitto.address}")
+        _publish(mosquitto, "gazeguard/v1/cohort/lab/aggregates", aggregate.to_payload())
+        _publish(mosquitto, "gazeguard/v1/cohort/lab/attention", attention.to_payload())
+        _publish(mosquitto, "gazeguard/v1/hmd/s/cohort", receipt.to_payload())
+        watch.wait_for("^receipt s: charged for cohort 'lab' bucket 7 \\(attention")
+        code, text = watch.finish(signal.SIGINT)
+    finally:
+        if watch.proc.poll() is None:
+            watch.proc.kill()
+    assert code == ExitCode.INTERRUPTED, text
+    assert "cohort 'lab' bucket 7 (worker w1, 20 s of gaze" in text, text
+    assert "  class shares (± 4.9 points, readable): read 75.0 %, watch 25.0 %" in text, text
+    assert "attention 'lab' bucket 7 (worker w1" in text, text
+    assert "  │  ░░██  │" in text, text
+    assert "not a gazeguard topic" not in text, text
+    assert "0 chunk and label messages, 0 invalid" in text, text

@@ -1,7 +1,11 @@
-"""``gazeguard watch``: see what a gazeguard publishes — chunks, labels, status and cohort
-receipts — as they arrive, each validated against the message schema (the pydantic models the
-shipped JSON Schemas are generated from), with each feature's values beside the noise they
-carry.
+"""``gazeguard watch``: see what a gazeguard publishes — chunks, labels, status, cohort
+receipts, and a fleet's cohort aggregates and attention heatmaps — as they arrive, each
+validated against the message schema (the pydantic models the shipped JSON Schemas are generated
+from), with each feature's values beside the noise they carry.
+
+Cohort messages (``{prefix}/cohort/NAME/aggregates`` and ``…/attention``) are shown when every
+device is watched (no ``--device``), each figure with its 95 % noise band and whether that band
+makes it readable (:mod:`gazeguard.runtime.dashboard.readability`, as the dashboard marks it).
 
 Works against any gazeguard: the embedded broker of ``gazeguard run`` or a Mosquitto. A message
 that does not validate is reported (topic and the first error) and watching goes on.
@@ -24,9 +28,15 @@ from pydantic import ValidationError
 from gazeguard.cli._common import ExitCode, get_console, run_loop, stdout, stop_on_signals
 from gazeguard.config import broker_address, load_settings
 from gazeguard.core.errors import GazeguardError
+from gazeguard.runtime.dashboard.readability import (
+    Z95,
+    aggregate_readability,
+    attention_readability,
+    count_sd,
+)
 from gazeguard.runtime.mqtt.client import ClientFactory
 from gazeguard.runtime.mqtt.sink import explain_failure
-from gazeguard.wire.cohort import CohortReceipt
+from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import (
     VALUE_NOISE_LABEL,
@@ -36,7 +46,9 @@ from gazeguard.wire.message import (
 )
 
 #: The messages ``watch`` validates and shows (by the last level of their topic).
-Watched = ChunkMessage | LabelMessage | StatusMessage | CohortReceipt
+Watched = (
+    ChunkMessage | LabelMessage | StatusMessage | CohortReceipt | CohortMessage | AttentionMessage
+)
 
 #: Sparkline blocks, lowest to highest.
 BARS = "▁▂▃▄▅▆▇█"
@@ -190,6 +202,101 @@ def describe_label(m: LabelMessage, previous: LabelMessage | None = None) -> lis
     return lines
 
 
+def readable_text(figure: dict[str, object] | None) -> str:
+    """A figure's readability (:func:`aggregate_readability`) in a few words."""
+    if figure is None:
+        return "—"
+    if figure["readable"]:
+        return "readable"
+    return f"too noisy, needs ≥ {figure['sessions']:,} sessions"
+
+
+def describe_aggregate(m: CohortMessage, shown: int) -> list[str]:
+    """A cohort aggregate for people: the bucket, about how many sessions, each figure with its
+    95 % noise band (± 1.96 sd, as the dashboard draws it) and whether it is readable."""
+    read = aggregate_readability(m)
+    about = max(round(m.noisy_count), 0)
+    lines = [
+        f"cohort {m.cohort!r} bucket {m.bucket} (worker {m.worker}, "
+        f"{span(m.bucket_end - m.bucket_start)} of gaze to {clock(m.bucket_end)}): about "
+        f"{about} sessions (noisy count {m.noisy_count:.3g} ± {Z95 * count_sd(m):.3g}, "
+        f"{readable_text(read['count'])}); Gaussian σ {m.sigma:.3g}, {m.epsilon_per_hour:.3g} ε "
+        f"per hour of buckets at δ {m.delta:g}{'' if m.noise == 'os-csprng' else ' — ' + m.noise}"
+    ]
+    if m.features:
+        lines.append(f"  feature means, ± 95 % band ({readable_text(read['means'])}):")
+        lines.extend(
+            f"  {f.name:<26} {f.mean:.3g} ± {Z95 * f.sd:.3g} {f.unit}" for f in m.features[:shown]
+        )
+        if len(m.features) > shown:
+            lines.append(f"  … {len(m.features) - shown} more features")
+    if m.classes:
+        total = sum(max(h, 0.0) for h in m.noisy_histogram)
+        band = f"± {100 * Z95 * m.sigma / total:.3g} points" if total > 0 else "no positive class"
+        lines.append(
+            f"  class shares ({band}, {readable_text(read['shares'])}): "
+            + ", ".join(f"{c} {100 * s:.1f} %" for c, s in zip(m.classes, m.shares, strict=True))
+        )
+    return lines
+
+
+#: Shades of a heatmap cell, least to most dwell.
+SHADES = " ░▒▓█"
+
+
+def describe_attention(m: AttentionMessage) -> list[str]:
+    """An attention message for people: the heatmap as rows of shades (row 0 on top, scaled to
+    the hottest cell), its hottest cell, the AOI shares, each with whether it is readable."""
+    read = attention_readability(m)
+    about = max(round(m.noisy_count), 0)
+    lines = [
+        f"attention {m.cohort!r} bucket {m.bucket} (worker {m.worker}, to {clock(m.bucket_end)}): "
+        f"about {about} sessions' gaze on the field; Gaussian σ {m.sigma:.3g}, "
+        f"{m.epsilon_per_hour:.3g} ε per hour of buckets at δ {m.delta:g}"
+    ]
+    if m.heatmap is not None and m.fov_deg is not None:
+        top = max(max(row) for row in m.heatmap)
+        r, c = max(
+            ((i, j) for i, row in enumerate(m.heatmap) for j in range(len(row))),
+            key=lambda ij: m.heatmap[ij[0]][ij[1]] if m.heatmap is not None else 0.0,
+        )
+        width, height = m.fov_deg
+        x = -width / 2 + (c + 0.5) * width / len(m.heatmap[0])
+        y = height / 2 - (r + 0.5) * height / len(m.heatmap)
+        lines.append(
+            f"  dwell heatmap {m.rows}×{m.cols} over {width:g}×{height:g}° "
+            f"({readable_text(read['heatmap'])}); hottest cell {100 * top:.1f} % of the dwell "
+            f"at x {x:+.1f}°, y {y:+.1f}°"
+        )
+        for row in m.heatmap:
+            cells = (
+                SHADES[min(int(v / top * len(SHADES)), len(SHADES) - 1)] if top > 0 else " "
+                for v in row
+            )
+            lines.append("  │" + "".join(ch * 2 for ch in cells) + "│")
+    if m.aois is not None:
+        lines.append(
+            f"  areas ({m.aoi_file}; {readable_text(read['aois'])}): "
+            + ", ".join(f"{a.name} {100 * a.share:.1f} %" for a in m.aois)
+        )
+    return lines
+
+
+def describe_cohort(
+    m: CohortMessage | AttentionMessage | CohortReceipt, shown: int
+) -> tuple[str, list[str], object]:
+    """``(kind, lines, m)`` of a cohort message: ``aggregates``, ``attention`` or ``receipts``."""
+    if isinstance(m, CohortMessage):
+        return "aggregates", describe_aggregate(m, shown), m
+    if isinstance(m, AttentionMessage):
+        return "attention", describe_attention(m), m
+    line = (
+        f"receipt {m.session}: charged for cohort {m.cohort!r} bucket {m.bucket} ({m.release}, "
+        f"worker {m.worker}): {m.epsilon_per_hour:.3g} ε per hour of buckets at δ {m.delta:g}"
+    )
+    return "receipts", [line], m
+
+
 def describe(
     topic: str, payload: bytes, shown: int, holds: Holds | None = None
 ) -> tuple[str, list[str], object | None]:
@@ -198,13 +305,13 @@ def describe(
     kind = topic.rsplit("/", 1)[-1]
     models: dict[str, type[Watched]] = {
         "chunks": ChunkMessage, "labels": LabelMessage, "status": StatusMessage,
-        "cohort": CohortReceipt,
+        "cohort": CohortReceipt, "aggregates": CohortMessage, "attention": AttentionMessage,
     }  # fmt: skip
     parse = models.get(kind)
     if parse is None:
         return "other", [f"{topic}: not a gazeguard topic (ignored)"], None
     try:
-        model: Watched = parse.from_payload(payload)
+        model: Watched = parse.model_validate_json(payload)
     except (ValidationError, ValueError) as exc:
         first = str(exc).splitlines()[0:3]
         return "invalid", [f"INVALID message on {topic}: {' '.join(first)}"], None
@@ -216,13 +323,8 @@ def describe(
         if holds is not None:
             holds[key] = model
         return "labels", describe_label(model, previous), model
-    if isinstance(model, CohortReceipt):
-        line = (
-            f"receipt {model.session}: charged for cohort {model.cohort!r} bucket "
-            f"{model.bucket} ({model.release}, worker {model.worker}): "
-            f"{model.epsilon_per_hour:.3g} ε per hour of buckets at δ {model.delta:g}"
-        )
-        return "receipts", [line], model
+    if isinstance(model, CohortMessage | AttentionMessage | CohortReceipt):
+        return describe_cohort(model, shown)
     assert isinstance(model, StatusMessage)
     eps = "" if model.epsilon is None else f", user-level ε {model.epsilon:.3g}"
     held = None if holds is None else holds.get((model.device, model.session))

@@ -1,18 +1,22 @@
 // gazeguard dashboard: the page's whole logic. Vanilla JavaScript, no build step.
 //
 // The server pushes Server-Sent Events on /events: "snapshot" (everything it keeps) first, then
-// "aggregate" (one gazeguard.cohort/1 message), "attention" (a normalised attention message),
-// "broker" (the subscription's state) and "invalid" (messages that did not validate). Every value
-// is written into the DOM as text (textContent, attributes), never parsed as markup.
+// "aggregate" (one gazeguard.cohort/1 message), "attention" (one gazeguard.attention/1 message),
+// "broker" (the subscription's state) and "invalid" (messages that did not validate). Each message
+// comes with "readability" (computed by the server from the message's own fields: whether each
+// figure's 95 % band is narrow enough to read, and the sessions it would need). Every value is
+// written into the DOM as text (textContent, attributes), never parsed as markup.
 "use strict";
 
 const Z95 = 1.96; // the 95 % two-sided normal quantile
+const READABLE = 0.1; // a figure is readable when its band's half-width is within 10 % of its scale
 const SVG = "http://www.w3.org/2000/svg";
 const STALE_FACTOR = 3; // a worker is marked stale after this many bucket lengths without news
+const NO_ATTENTION_AFTER = 2; // aggregates of this many buckets without attention: none released
 
 const state = {
   streams: new Map(), // "cohort\u0000worker" -> aggregates sorted by bucket
-  attention: new Map(), // cohort -> attention view
+  attention: new Map(), // "cohort\u0000worker" -> the latest attention message
   prefix: "gazeguard/v1",
   history: 60, // aggregates kept per stream (the server's --history)
 };
@@ -28,6 +32,11 @@ function fmt(x) {
 /** A share (0..1) as a percentage with one decimal ("33.3"). */
 function pct(x) {
   return Number.isFinite(x) ? (100 * x).toFixed(1) : "—";
+}
+
+/** A whole number with thousands separators ("3,630"). */
+function whole(n) {
+  return Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "—";
 }
 
 function clock(unixS) {
@@ -61,6 +70,19 @@ function band(lo, hi, format, unit) {
   return cell;
 }
 
+/** A figure's readability marker: <span class="readability" data-readable="yes|no">. `r` is the
+ * server's figure (readable, half_width and limit as shares of the scale, sessions, scale). */
+function readMark(r) {
+  if (!r) return null;
+  const half = r.half_width === null ? "unbounded" : `±${pct(r.half_width)} %`;
+  const mark = el("span", { class: "readability", "data-readable": r.readable ? "yes" : "no",
+    "data-sessions": String(r.sessions),
+    text: r.readable ? "readable" : `too noisy: needs ≥ ${whole(r.sessions)} sessions` });
+  mark.title = `95 % band ${half} of ${r.scale}; readable within ±${pct(r.limit)} %, ` +
+    `from ${whole(r.sessions)} sessions per bucket at this noise`;
+  return mark;
+}
+
 // ------------------------------------------------------------------------------ the derived bands
 
 /** The noise sd of the noisy session count: sigma, or sigma·√C when the count is the total of a
@@ -92,13 +114,25 @@ function cohortSection(cohort) {
   if (section) return section;
   section = el("section", { class: "cohort", "data-cohort": cohort },
     el("h2", { text: "cohort " + cohort }),
-    el("div", { class: "workers" }),
-    el("div", { class: "attention" }));
+    el("div", { class: "workers" }));
   const after = [...main.querySelectorAll("section.cohort")].find((s) => s.dataset.cohort > cohort);
   main.insertBefore(section, after || null);
   document.getElementById("empty").hidden = true;
-  renderAttention(cohort);
   return section;
+}
+
+function workerCard(cohort, worker) {
+  const holder = cohortSection(cohort).querySelector(".workers");
+  let card = [...holder.querySelectorAll(".worker")].find((c) => c.dataset.worker === worker);
+  if (!card) {
+    card = el("div", { class: "worker", "data-worker": worker },
+      el("h3", { text: "worker " + worker }),
+      el("div", { class: "aggregate" }),
+      el("div", { class: "attention" }));
+    const after = [...holder.querySelectorAll(".worker")].find((c) => c.dataset.worker > worker);
+    holder.insertBefore(card, after || null);
+  }
+  return card;
 }
 
 function sparkline(history, index) {
@@ -131,32 +165,53 @@ function fact(dl, label, cls, ...content) {
   dl.append(el("dt", { text: label }), el("dd", { class: cls }, ...content));
 }
 
+/** One paragraph on what this bucket can be read for: the figures too noisy to read and the
+ * sessions each needs, with the levers that lower that number. */
+function verdict(a) {
+  const r = a.readability || {};
+  const parts = [["the session count", r.count], ["the feature means", r.means], ["the class shares", r.shares]]
+    .filter(([, x]) => x);
+  const noisy = parts.filter(([, x]) => !x.readable);
+  const p = el("p", { class: "verdict", "data-readable": noisy.length ? "no" : "yes" });
+  if (!noisy.length) {
+    p.textContent = `Every figure of this bucket is readable: its 95 % band is within ±${pct(READABLE)} % of its scale.`;
+    return p;
+  }
+  const about = Math.max(0, Math.round(a.noisy_count));
+  const needs = noisy.map(([name, x]) => `${name} from ${whole(x.sessions)}`).join(", ");
+  p.textContent = `${noisy.length === parts.length ? "Too few sessions to read any figure" : "Some figures are too noisy to read"}: ` +
+    `this bucket had about ${whole(about)} session${about === 1 ? "" : "s"}. At this noise a figure's 95 % band ` +
+    `is narrow enough (±${pct(READABLE)} % of its scale) with ${needs} sessions per bucket. ` +
+    "Greyed values are shown, but their band says more than the value. Longer buckets (cohort.bucket_s) " +
+    "or fewer features lower the sessions needed.";
+  return p;
+}
+
 function renderWorker(cohort, worker) {
   const history = state.streams.get(cohort + "\u0000" + worker);
+  const card = workerCard(cohort, worker);
+  if (!history || !history.length) return;
   const a = history[history.length - 1];
-  const holder = cohortSection(cohort).querySelector(".workers");
-  let card = [...holder.querySelectorAll(".worker")].find((c) => c.dataset.worker === worker);
-  if (!card) {
-    card = el("div", { class: "worker", "data-worker": worker });
-    const after = [...holder.querySelectorAll(".worker")].find((c) => c.dataset.worker > worker);
-    holder.insertBefore(card, after || null);
-  }
-  card.replaceChildren();
+  const holder = card.querySelector(".aggregate");
+  holder.replaceChildren();
+  const r = a.readability || {};
   card.dataset.bucket = String(a.bucket);
   card.dataset.receivedAt = String(a.received_at);
   card.dataset.bucketS = String(a.bucket_end - a.bucket_start);
-  card.append(el("h3", { text: "worker " + worker }));
 
+  holder.append(verdict(a));
   const facts = el("dl", { class: "facts" });
   fact(facts, "bucket", "bucket",
     el("span", { class: "value", text: String(a.bucket) }),
     ` (gaze ${clock(a.bucket_start)}–${clock(a.bucket_end)}, ${fmt(a.bucket_end - a.bucket_start)} s)`);
   fact(facts, "received", "received", el("span", { class: "age", text: "" }));
   const sd = countSd(a);
-  fact(facts, "sessions (noisy count)", "count",
-    el("span", { class: "value", text: fmt(a.noisy_count) }), ", 95 % band ",
+  const count = el("dd", { class: "count" + (r.count && !r.count.readable ? " unreadable" : "") },
+    "about ", el("span", { class: "about", text: whole(Math.max(0, a.noisy_count)) }),
+    " (noisy count ", el("span", { class: "value", text: fmt(a.noisy_count) }), "), 95 % band ",
     band(a.noisy_count - Z95 * sd, a.noisy_count + Z95 * sd, fmt),
-    ` (means divided by ${a.count})`);
+    ` (means divided by ${a.count}) `, readMark(r.count));
+  facts.append(el("dt", { text: "sessions" }), count);
   fact(facts, "ε per hour (stated)", "epsilon",
     el("span", { class: "value", text: fmt(a.epsilon_per_hour) }), " at δ ",
     el("span", { class: "delta", text: String(a.delta) }),
@@ -167,13 +222,13 @@ function renderWorker(cohort, worker) {
     el("span", { class: a.noise === "os-csprng" ? "source" : "source insecure",
       text: a.noise === "os-csprng" ? a.noise : a.noise + " (test noise: NOT private)" }));
   fact(facts, "profile", "profile", `${a.profile}` + (a.model ? `, label model ${a.model}` : ""));
-  card.append(facts);
+  holder.append(facts);
 
   if (a.classes.length > 0) {
-    card.append(el("h4", { text: "Class shares" }));
+    holder.append(el("h4", { text: "Class shares" }));
     const table = el("table", { class: "shares" });
     table.append(el("tr", {}, el("th", { text: "class" }), el("th", { class: "num", text: "share %" }),
-      el("th", { text: "95 % band, %" }), el("th", { text: "" })));
+      el("th", { text: "95 % band, %" }), el("th", { text: "" }), el("th", { text: "readable?" })));
     for (const s of shareBands(a)) {
       const bar = el("div", { class: "bar" });
       const fill = el("div", { class: "fill" });
@@ -185,32 +240,35 @@ function renderWorker(cohort, worker) {
         b.style.width = `${100 * (s.hi - s.lo)}%`;
         bar.append(b);
       }
-      table.append(el("tr", { class: "class", "data-class": s.name },
+      table.append(el("tr", { class: "class" + (r.shares && !r.shares.readable ? " unreadable" : ""), "data-class": s.name },
         el("td", { class: "name", text: s.name }),
         el("td", { class: "share num", text: pct(s.share) }),
         el("td", {}, band(s.lo, s.hi, pct)),
-        el("td", {}, bar)));
+        el("td", {}, bar),
+        el("td", {}, readMark(r.shares))));
     }
-    card.append(table);
+    holder.append(table);
   }
 
   if (a.features.length > 0) {
-    card.append(el("h4", { text: "Feature means" }));
+    holder.append(el("h4", { text: "Feature means" }));
     const table = el("table", { class: "features" });
     table.append(el("tr", {}, el("th", { text: "feature" }), el("th", { class: "num", text: "mean" }),
       el("th", { text: "unit" }), el("th", { text: "95 % band" }), el("th", { class: "num", text: "noise sd" }),
-      el("th", { text: `last ${history.length} buckets` })));
+      el("th", { text: "readable?" }), el("th", { text: `last ${history.length} buckets` })));
     a.features.forEach((f, i) => {
-      table.append(el("tr", { class: "feature", "data-feature": f.name },
+      table.append(el("tr", { class: "feature" + (r.means && !r.means.readable ? " unreadable" : ""), "data-feature": f.name },
         el("td", { class: "name", text: f.name }),
         el("td", { class: "mean num", text: fmt(f.mean) }),
         el("td", { class: "unit", text: f.unit }),
         el("td", {}, band(f.mean - Z95 * f.sd, f.mean + Z95 * f.sd, fmt)),
         el("td", { class: "sd num", text: fmt(f.sd) }),
+        el("td", {}, readMark(r.means)),
         el("td", { class: "history" }, sparkline(history, i))));
     });
-    card.append(table);
+    holder.append(table);
   }
+  renderAttention(cohort, worker);
   updateAges();
 }
 
@@ -225,66 +283,113 @@ function colour(t) {
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
 
-function heatmap(view) {
-  const grid = view.grid;
-  const nr = grid.length, nc = grid[0].length;
-  const values = grid.flat().filter((v) => v !== null);
-  const lo = values.length ? Math.min(...values) : 0;
-  const hi = values.length ? Math.max(...values) : 1;
-  const cell = Math.max(6, Math.min(36, Math.floor(480 / Math.max(nr, nc))));
-  const left = view.rows ? 70 : 0, top = view.cols ? 16 : 0;
-  const root = svg("svg", { class: "heatmap", width: left + nc * cell, height: top + nr * cell,
+/** Gaze angle in degrees, signed ("+12°", "−24°", "0°"). */
+function deg(x) {
+  const v = Number(x.toFixed(1));
+  return v === 0 ? "0°" : `${v > 0 ? "+" : "−"}${Math.abs(v)}°`;
+}
+
+/** The heatmap as a picture: one SVG rectangle per cell, coloured by the cohort's share of dwell
+ * (viridis from 0 to the largest share), with the field's edges in degrees of gaze angle. */
+function heatmap(m) {
+  const nr = m.rows, nc = m.cols;
+  const values = m.heatmap.flat();
+  const hi = Math.max(...values);
+  const cell = Math.max(8, Math.min(36, Math.floor(560 / Math.max(nr, nc))));
+  const left = 44, top = 8, bottom = 18;
+  const width = left + nc * cell + 24, height = top + nr * cell + bottom;
+  const root = svg("svg", { class: "heatmap", width, height, viewBox: `0 0 ${width} ${height}`,
     "data-rows": nr, "data-cols": nc });
-  if (view.cols) view.cols.forEach((label, c) => {
-    const t = svg("text", { x: left + c * cell + cell / 2, y: 11, "text-anchor": "middle" });
-    t.textContent = label;
+  const [fw, fh] = m.fov_deg;
+  const label = (x, y, text, anchor) => {
+    const t = svg("text", { x, y, "text-anchor": anchor });
+    t.textContent = text;
     root.append(t);
-  });
-  grid.forEach((row, r) => {
-    if (view.rows) {
-      const t = svg("text", { x: left - 4, y: top + r * cell + cell / 2 + 3, "text-anchor": "end" });
-      t.textContent = view.rows[r];
-      root.append(t);
-    }
+  };
+  label(left - 4, top + 9, deg(fh / 2), "end");
+  label(left - 4, top + nr * cell, deg(-fh / 2), "end");
+  label(left, top + nr * cell + 13, deg(-fw / 2), "start");
+  label(left + (nc * cell) / 2, top + nr * cell + 13, "0°", "middle");
+  label(left + nc * cell, top + nr * cell + 13, deg(fw / 2), "end");
+  m.heatmap.forEach((row, r) => {
     row.forEach((v, c) => {
       const rect = svg("rect", { class: "cell", x: left + c * cell, y: top + r * cell,
-        width: cell - 1, height: cell - 1, "data-row": r, "data-col": c,
-        "data-value": v === null ? "" : v,
-        fill: v === null ? "#c8ccd2" : colour(hi > lo ? (v - lo) / (hi - lo) : 0.5) });
+        width: cell - 1, height: cell - 1, "data-row": r, "data-col": c, "data-value": v,
+        fill: colour(hi > 0 ? v / hi : 0) });
       const title = svg("title");
-      const rl = view.rows ? view.rows[r] : `row ${r}`;
-      const cl = view.cols ? view.cols[c] : `col ${c}`;
-      title.textContent = `${rl}, ${cl}: ${v === null ? "no value" : fmt(v)}`;
+      const x0 = -fw / 2 + (c * fw) / nc, y0 = fh / 2 - (r * fh) / nr;
+      title.textContent = `x ${deg(x0)} to ${deg(x0 + fw / nc)}, y ${deg(y0)} to ${deg(y0 - fh / nr)}: ` +
+        `${pct(v)} % of the dwell (noisy sum ${fmt(m.grid[r][c])}, noise σ ${fmt(m.sigma)})`;
       rect.append(title);
       root.append(rect);
     });
   });
-  return { root, lo, hi };
+  return { root, hi };
 }
 
-function renderAttention(cohort) {
-  const holder = cohortSection(cohort).querySelector(".attention");
-  const view = state.attention.get(cohort);
-  holder.replaceChildren(el("h3", { text: "Attention" }));
-  if (!view) {
-    holder.append(el("p", { class: "nodata", text: "no attention data" }));
+/** What the page says when a worker has sent no attention: why, and what to enable. */
+function noAttention(cohort, worker) {
+  const history = state.streams.get(cohort + "\u0000" + worker) || [];
+  const p = el("p", { class: "nodata" });
+  const release = "cohort.release = [\"means\", \"attention\"] (or --cohort-release means,attention; " +
+    "\"aois\" with cohort.attention_aois for named areas)";
+  if (history.length >= NO_ATTENTION_AFTER) {
+    p.dataset.reason = "not-released";
+    p.textContent = `This worker releases no attention: ${history.length} of its buckets arrived ` +
+      "without an attention message, so its cohort.release names neither \"attention\" (a dwell " +
+      `heatmap over cohort.attention_grid) nor "aois". To see where the cohort looks, set ${release} ` +
+      "on the workers; it takes part of the cohort's budget (each part's noise grows).";
+  } else {
+    p.dataset.reason = "waiting";
+    p.textContent = "No attention message from this worker yet. A worker whose cohort.release " +
+      "names \"attention\" or \"aois\" publishes one per bucket beside its aggregate, on " +
+      `${state.prefix}/cohort/${cohort}/attention; if none comes with the next buckets, set ${release}.`;
+  }
+  return p;
+}
+
+function renderAttention(cohort, worker) {
+  const holder = workerCard(cohort, worker).querySelector(".attention");
+  const m = state.attention.get(cohort + "\u0000" + worker);
+  holder.replaceChildren(el("h4", { text: "Attention" }));
+  if (!m) {
+    holder.append(noAttention(cohort, worker));
     return;
   }
-  holder.append(el("p", { class: "note", text: `received ${clock(view.received_at)} on ${view.topic}` }));
-  if (view.problem) holder.append(el("p", { class: "problem", text: "attention message: " + view.problem }));
-  if (view.grid) {
-    const { root, lo, hi } = heatmap(view);
-    holder.append(root);
-    holder.append(el("div", { class: "legend" }, el("span", { class: "min", text: fmt(lo) }),
-      el("span", { class: "ramp" }), el("span", { class: "max", text: fmt(hi) })));
-  }
-  const entries = Object.entries(view.fields || {});
-  if (entries.length) {
-    const dl = el("dl", { class: "facts fields" });
-    for (const [k, v] of entries) {
-      fact(dl, k, "field", typeof v === "number" ? fmt(v) : String(v));
+  const r = m.readability || {};
+  holder.append(el("p", { class: "note",
+    text: `bucket ${m.bucket} (gaze ${clock(m.bucket_start)}–${clock(m.bucket_end)}), received ` +
+      `${clock(m.received_at)}; about ${whole(Math.max(0, m.noisy_count))} sessions' gaze on the field ` +
+      `(noisy ${fmt(m.noisy_count)}), noise σ ${fmt(m.sigma)}, ε ${fmt(m.epsilon_per_hour)} per hour (stated)` }));
+  if (m.heatmap) {
+    const figure = el("div", { class: "heatmap-figure" + (r.heatmap && !r.heatmap.readable ? " unreadable" : "") });
+    const { root, hi } = heatmap(m);
+    figure.append(el("p", { class: "caption" },
+      `Share of the cohort's dwell per cell, ${m.rows} × ${m.cols} over ${fmt(m.fov_deg[0])}° × ${fmt(m.fov_deg[1])}° of gaze angle (row 0 on top) `,
+      readMark(r.heatmap)));
+    figure.append(root);
+    figure.append(el("div", { class: "legend" }, el("span", { class: "min", text: "0 %" }),
+      el("span", { class: "ramp" }), el("span", { class: "max", text: `${pct(hi)} %` })));
+    if (!(hi > 0)) {
+      figure.append(el("p", { class: "problem", text: "no cell's noisy sum is positive: the noise hides every cell" }));
     }
-    holder.append(dl);
+    holder.append(figure);
+  }
+  if (m.aois) {
+    const total = m.aois.reduce((s, x) => s + Math.max(x.noisy_dwell, 0), 0);
+    const table = el("table", { class: "aois" });
+    table.append(el("tr", {}, el("th", { text: `area (${m.aoi_file})` }), el("th", { class: "num", text: "share %" }),
+      el("th", { text: "95 % band, %" }), el("th", { text: "readable?" })));
+    for (const x of m.aois) {
+      const lo = total > 0 ? Math.min(1, Math.max(0, (x.noisy_dwell - Z95 * m.sigma) / total)) : null;
+      const hi = total > 0 ? Math.min(1, Math.max(0, (x.noisy_dwell + Z95 * m.sigma) / total)) : null;
+      table.append(el("tr", { class: "aoi" + (r.aois && !r.aois.readable ? " unreadable" : ""), "data-aoi": x.name },
+        el("td", { class: "name", text: x.name }),
+        el("td", { class: "share num", text: pct(x.share) }),
+        el("td", {}, band(lo, hi, pct)),
+        el("td", {}, readMark(r.aois))));
+    }
+    holder.append(table);
   }
 }
 
@@ -338,12 +443,12 @@ function loadSnapshot(s) {
   for (const section of document.querySelectorAll("section.cohort")) section.remove();
   document.getElementById("empty").hidden = false;
   for (const a of s.aggregates) addAggregate(a);
-  for (const v of s.attention) state.attention.set(v.cohort, v);
+  for (const m of s.attention) state.attention.set(m.cohort + "\u0000" + m.worker, m);
   for (const history of state.streams.values()) {
     const last = history[history.length - 1];
     renderWorker(last.cohort, last.worker);
   }
-  for (const cohort of state.attention.keys()) renderAttention(cohort);
+  for (const m of state.attention.values()) renderAttention(m.cohort, m.worker);
   setBroker(s.broker);
   setInvalid(s.invalid);
 }
@@ -365,9 +470,9 @@ function connect() {
     if (addAggregate(a)) renderWorker(a.cohort, a.worker);
   });
   source.addEventListener("attention", (e) => {
-    const v = JSON.parse(e.data);
-    state.attention.set(v.cohort, v);
-    renderAttention(v.cohort);
+    const m = JSON.parse(e.data);
+    state.attention.set(m.cohort + "\u0000" + m.worker, m);
+    renderAttention(m.cohort, m.worker);
   });
   source.addEventListener("broker", (e) => setBroker(JSON.parse(e.data)));
   source.addEventListener("invalid", (e) => setInvalid(JSON.parse(e.data)));

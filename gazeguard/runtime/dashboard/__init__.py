@@ -6,8 +6,10 @@ One process, read-only: an MQTT subscription (:mod:`~gazeguard.runtime.dashboard
 (:mod:`~gazeguard.runtime.dashboard.server`) serves a plain HTML page that receives them as
 Server-Sent Events. The page (``gazeguard/data/dashboard/``: HTML, vanilla JavaScript, CSS; no
 build step) shows per cohort and worker the latest bucket: the noisy session count, the class
-shares and the feature means, each with its 95 % noise band, the ε per hour the messages state,
-a short history, and an attention heatmap when such messages arrive.
+shares and the feature means, each with its 95 % noise band and whether that band makes it
+readable (with the sessions it would need: :mod:`~gazeguard.runtime.dashboard.readability`),
+the ε per hour the messages state, a short history, and the attention heatmap when the cohort
+releases one (``gazeguard.attention/1`` on ``…/attention``).
 
 The 95 % band is the value ± 1.96 × the noise's standard deviation as the message states it
 (``features[].sd``; ``sigma`` for counts): where the noise-free aggregate lies with 95 %
@@ -16,7 +18,7 @@ probability, from the privacy noise alone.
 
 from __future__ import annotations
 
-from gazeguard.runtime.dashboard.board import Board, Event, attention_view
+from gazeguard.runtime.dashboard.board import Board, Event
 from gazeguard.runtime.dashboard.feed import follow
 from gazeguard.runtime.dashboard.server import DEFAULT_PORT, DashboardServer, serve_dashboard
 
@@ -25,7 +27,6 @@ __all__ = [
     "Board",
     "DashboardServer",
     "Event",
-    "attention_view",
     "follow",
     "serve_dashboard",
 ]

@@ -1,5 +1,5 @@
 """What the dashboard knows: the recent aggregates of every (cohort, worker), the latest
-attention message of every cohort, the broker's state, and the pages listening.
+attention message of every (cohort, worker), the broker's state, and the pages listening.
 
 :class:`Board` is fed by :mod:`gazeguard.runtime.dashboard.feed` (one call per MQTT message) and
 read by
@@ -9,13 +9,12 @@ every change as an :class:`Event`. Everything it keeps is bounded (aggregates pe
 cohorts, listeners' queues), whatever the broker sends.
 
 An aggregate is accepted only if it validates as :class:`~gazeguard.wire.cohort.CohortMessage`
-(what the workers of this gazeguard version publish); one that does not is counted and its first
+(what the workers of this gazeguard version publish), an attention message only as
+:class:`~gazeguard.wire.cohort.AttentionMessage`; one that does not is counted and its first
 error shown. Delivery is at least once: a second copy of ``(cohort, worker, bucket)`` is dropped.
-
-The attention message is being designed elsewhere, so it is read generically
-(:func:`attention_view`): a JSON object whose ``grid`` is a 2-D array of numbers, with ``rows``
-and ``cols`` as axis labels (lists) or sizes (integers) when present, and its other scalar fields
-shown as they are.
+Each kept message carries, beside its own fields, ``readability``: whether each figure's noise
+band lets a reader read it and the sessions it would need
+(:mod:`~gazeguard.runtime.dashboard.readability`), ``received_at`` and ``topic``.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -31,7 +29,8 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from gazeguard.wire.cohort import CohortMessage
+from gazeguard.runtime.dashboard.readability import aggregate_readability, attention_readability
+from gazeguard.wire.cohort import AttentionMessage, CohortMessage
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +38,7 @@ log = logging.getLogger(__name__)
 HISTORY: Final = 60
 #: Most (cohort, worker) streams and cohorts with attention data kept; later ones are dropped.
 MAX_STREAMS: Final = 256
-#: Largest attention grid drawn (cells), and most of its other fields shown.
-MAX_CELLS: Final = 65_536
-MAX_FIELDS: Final = 24
+#: Largest attention message read, bytes.
 MAX_PAYLOAD: Final = 4 * 2**20
 #: Events queued for one page before it is dropped (its browser reconnects and gets a snapshot).
 QUEUE: Final = 1_000
@@ -77,73 +74,6 @@ def _first(exc: ValidationError) -> str:
     return f"{where + ': ' if where else ''}{errors[0]['msg']}{more}"
 
 
-def _number(value: object) -> float | None:
-    """A finite number, else ``None`` (a missing or unusable cell)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        v = float(value)
-    except OverflowError:  # an integer beyond float
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _labels(value: object, size: int, axis: str, problems: list[str]) -> list[str] | None:
-    """Axis labels from ``rows``/``cols``: a list of ``size`` labels, or an integer that must be
-    ``size``; anything else is reported in ``problems`` and ignored."""
-    if value is None:
-        return None
-    if isinstance(value, list):
-        if len(value) == size:
-            return [str(v)[:40] for v in value]
-        problems.append(f"{axis} lists {len(value)} labels for {size} {axis} of the grid")
-    elif isinstance(value, int) and not isinstance(value, bool):
-        if value != size:
-            problems.append(f"{axis} = {value}, but the grid has {size}")
-    else:
-        problems.append(f"{axis} is neither a list of labels nor a count")
-    return None
-
-
-def attention_view(cohort: str, doc: object) -> dict[str, Any]:
-    """An attention message as the page draws it: ``grid`` (rows of numbers or ``None``) or
-    ``None`` with ``problem`` saying why, ``rows``/``cols`` labels or ``None``, and ``fields``
-    (the message's other scalar fields, as given)."""
-    view: dict[str, Any] = {"cohort": cohort, "grid": None, "rows": None, "cols": None}
-    problems: list[str] = []
-    if not isinstance(doc, dict):
-        view |= {"problem": "the message is not a JSON object", "fields": {}}
-        return view
-    fields: dict[str, Any] = {}
-    for key, value in doc.items():
-        if key in ("grid", "rows", "cols") or len(fields) >= MAX_FIELDS:
-            continue
-        if isinstance(value, str):
-            fields[str(key)[:60]] = value[:200]
-        elif value is None or isinstance(value, bool):
-            fields[str(key)[:60]] = value
-        elif isinstance(value, int | float):
-            fields[str(key)[:60]] = _number(value)
-    view["fields"] = fields
-    grid = doc.get("grid")
-    if (
-        not isinstance(grid, list)
-        or not grid
-        or not all(isinstance(row, list) and row for row in grid)
-    ):
-        problems.append("no 'grid' (a non-empty 2-D array of numbers)")
-    elif len({len(row) for row in grid}) != 1:
-        problems.append("the rows of 'grid' differ in length")
-    elif len(grid) * len(grid[0]) > MAX_CELLS:
-        problems.append(f"'grid' has more than {MAX_CELLS} cells")
-    else:
-        view["grid"] = [[_number(v) for v in row] for row in grid]
-        view["rows"] = _labels(doc.get("rows"), len(grid), "rows", problems)
-        view["cols"] = _labels(doc.get("cols"), len(grid[0]), "cols", problems)
-    view["problem"] = "; ".join(problems) or None
-    return view
-
-
 class Board:
     """The dashboard's state and its listeners (one asyncio loop; not thread-safe).
 
@@ -156,7 +86,7 @@ class Board:
         self.prefix = prefix
         self.history = max(1, history)
         self.aggregates: dict[tuple[str, str], deque[dict[str, Any]]] = {}
-        self.attention: dict[str, dict[str, Any]] = {}
+        self.attention: dict[tuple[str, str], dict[str, Any]] = {}  # the latest per stream
         self.broker: dict[str, Any] = {"state": "connecting", "address": "", "detail": None}
         self.invalid = 0
         self.last_invalid: str | None = None
@@ -170,11 +100,10 @@ class Board:
         parts = _topic_parts(topic, self.prefix)
         if parts is None:
             return
-        cohort, kind = parts
-        if kind == "aggregates":
+        if parts[1] == "aggregates":
             self._aggregate(topic, payload)
-        elif kind == "attention":
-            self._attention(cohort, topic, payload)
+        elif parts[1] == "attention":
+            self._attention(topic, payload)
 
     def _aggregate(self, topic: str, payload: bytes) -> None:
         try:
@@ -192,6 +121,7 @@ class Board:
         if any(a["bucket"] == message.bucket for a in kept):
             return  # a second delivery (QoS 1 is at least once)
         doc = message.model_dump(mode="json", by_alias=True)
+        doc["readability"] = aggregate_readability(message)
         doc["received_at"] = time.time()
         doc["topic"] = topic
         if len(kept) == kept.maxlen and message.bucket < kept[0]["bucket"]:
@@ -203,23 +133,28 @@ class Board:
             kept.extend(ordered)
         self._emit(Event("aggregate", doc))
 
-    def _attention(self, cohort: str, topic: str, payload: bytes) -> None:
+    def _attention(self, topic: str, payload: bytes) -> None:
         if len(payload) > MAX_PAYLOAD:
             self._invalid(topic, f"{len(payload)} bytes: more than the {MAX_PAYLOAD} drawn")
             return
         try:
-            doc = json.loads(payload)
-        except (ValueError, RecursionError) as exc:
-            self._invalid(topic, f"not JSON: {exc}")
+            message = AttentionMessage.model_validate_json(payload)
+        except ValidationError as exc:
+            self._invalid(topic, f"not a valid gazeguard.attention/1 message: {_first(exc)}")
             return
-        if cohort not in self.attention and len(self.attention) >= MAX_STREAMS:
+        key = (message.cohort, message.worker)
+        kept = self.attention.get(key)
+        if kept is None and len(self.attention) >= MAX_STREAMS:
             self.dropped += 1
             return
-        view = attention_view(cohort, doc)
-        view["received_at"] = time.time()
-        view["topic"] = topic
-        self.attention[cohort] = view
-        self._emit(Event("attention", view))
+        if kept is not None and kept["bucket"] >= message.bucket:
+            return  # a second delivery, or older than the one drawn
+        doc = message.model_dump(mode="json", by_alias=True)
+        doc["readability"] = attention_readability(message)
+        doc["received_at"] = time.time()
+        doc["topic"] = topic
+        self.attention[key] = doc
+        self._emit(Event("attention", doc))
 
     def _invalid(self, topic: str, why: str) -> None:
         self.invalid += 1
