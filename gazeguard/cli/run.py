@@ -162,6 +162,13 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--session-cap", type=float, help="max user-level ε per session")
     g.add_argument("--broker", help="HOST[:PORT] of the MQTT broker (default: embedded)")
     g.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve local operator metrics for Prometheus on http://127.0.0.1:PORT/metrics "
+        "(metrics.port; 0: any free port; metrics.host to bind another address; default off)",
+    )
+    g.add_argument(
         "--fleet",
         action="store_true",
         default=None,
@@ -235,8 +242,8 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.budget_per_hour is not None:
         none = args.budget_per_hour == "none"
         o.setdefault("ledger", {})["budget_per_hour"] = None if none else args.budget_per_hour
-    if args.broker:
-        o["broker"] = broker_address(args.broker)
+    o.update({"broker": broker_address(args.broker)} if args.broker else {})
+    put("metrics", "port", getattr(args, "metrics_port", None))
     return o
 
 

@@ -641,6 +641,28 @@ class CohortSettings(Section):
         return v
 
 
+class MetricsSettings(Section):
+    """Local operator metrics: a Prometheus text endpoint, ``http://HOST:PORT/metrics``
+    (:mod:`gazeguard.runtime.metrics`), on the sidecar and on fleet workers. Off unless ``port``
+    is set. Only figures that are public under the egress contract (releases, charges,
+    refusals, the outbox, the broker connection, open sessions, latencies of the release
+    path); never a count of samples."""
+
+    port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="serve /metrics on this TCP port (0: any free port, named in the log); "
+        "unset: no endpoint",
+    )
+    host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description="address the endpoint binds: loopback by default (a Prometheus on this "
+        "host); '0.0.0.0' serves every network this host is on, without a login",
+    )
+
+
 class Settings(BaseSettings):
     """Everything ``gazeguard run`` needs. Defaults run out of the box."""
 
@@ -661,6 +683,7 @@ class Settings(BaseSettings):
     fleet: FleetSettings = FleetSettings()
     labels: LabelSettings = LabelSettings()
     cohort: CohortSettings = CohortSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     @field_validator("device", "session")
     @classmethod

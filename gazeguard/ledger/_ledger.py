@@ -450,6 +450,12 @@ class Ledger:
             rows = Store(sql).pending(limit, session)
         return [OutboxItem(int(r[0]), r[1], int(r[3]), r[4], bytes(r[5]), r[6], r[2]) for r in rows]
 
+    def outbox_backlog(self) -> tuple[int, float | None]:
+        """How many charged releases of any session wait in the outbox, and when the oldest
+        of them was charged (Unix s; ``None``: the outbox is empty). One indexed query."""
+        with self._backend.read() as sql:
+            return Store(sql).outbox_backlog()
+
     def enqueued_here(self, outbox_id: int) -> bool:
         """Whether this object enqueued the outbox item (among its last :data:`ENQUEUED_KEPT`
         charges): an item it did not is another process's (or an earlier run's)."""

@@ -416,6 +416,13 @@ class Store:
             params.append(int(limit))
         return self.sql.all(query, params)
 
+    def outbox_backlog(self) -> tuple[int, float | None]:
+        """Pending outbox items of every session, and the ``created`` time (Unix s) of the
+        oldest, ``None`` when there is none."""
+        row = self.sql.one("SELECT COUNT(*), MIN(created) FROM outbox WHERE state = 'pending'")
+        assert row is not None
+        return int(row[0]), None if row[1] is None else float(row[1])
+
     def pending_count(self, session: str) -> int:
         """Number of the session's pending outbox items."""
         row = self.sql.one(

@@ -38,6 +38,7 @@ from gazeguard.core.samples import GazeSamples
 from gazeguard.core.threads import to_thread_to_the_end
 from gazeguard.ledger import Ledger, LedgerState
 from gazeguard.plan import ReleasePlan
+from gazeguard.runtime.metrics import SessionMetrics
 from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk, feed_many, release_group
 from gazeguard.runtime.publish import Publisher
 
@@ -305,6 +306,7 @@ class Fleet:
         self.on_session: Callable[[SessionEvent], None] | None = None
         """Called on the event loop with each session opened and closed (``gazeguard run
         --fleet`` prints one line each)."""
+        self.metrics = SessionMetrics()  # the operator metrics (metrics.port), else no-op
         self.cohort: CohortWiring | None = (
             CohortWiring.build(
                 settings, plan, ledger, self.worker_id, publisher.settings.topic_prefix
@@ -344,6 +346,7 @@ class Fleet:
         if self.cohort is not None:
             self.cohort.attach(device, session, pipeline)
         self.sessions[session] = FleetSession(pipeline)
+        self.metrics.opened(pipeline)
         self.publisher.publish_status(pipeline.status("starting"))
         log.info("worker %s: session %r opened (device %r)", self.worker_id, session, device)
         if self.on_session is not None:
@@ -357,6 +360,7 @@ class Fleet:
         if entry is None:
             return
         entry.pipeline.close()
+        self.metrics.closed(entry.pipeline)
         if self.cohort is not None:
             self.cohort.aggregator.close_session(entry.pipeline.device, session, time.time())
         self.publisher.publish_status(entry.pipeline.status("stopped"))
@@ -436,4 +440,5 @@ class Fleet:
                     len(r.sessions), len(r.left_out),
                 )  # fmt: skip
             if released:
+                self.metrics.cohort_released(released)
                 self.publisher.notify()

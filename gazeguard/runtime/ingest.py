@@ -642,6 +642,7 @@ class LslFleetIngest:
                     return
                 async for block in s:
                     entry.last_seen = time.monotonic()
+                    entry.samples += len(block)  # for the local log: the session's close line
                     await fleet.process_many([(entry, block)])
                     if stop.is_set():
                         break

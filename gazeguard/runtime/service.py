@@ -57,6 +57,7 @@ from gazeguard.runtime.ingest import (
     declared_rate,
     select_auto,
 )
+from gazeguard.runtime.metrics import Metrics, SessionMetrics, metrics_for, serving
 from gazeguard.runtime.mqtt.broker import EmbeddedBroker, probe_mqtt
 from gazeguard.runtime.mqtt.retained import read_retained
 from gazeguard.runtime.pipeline import Pipeline, PipelineStats, ReleasedChunk
@@ -190,13 +191,14 @@ class _Outbound:
 
 @contextlib.asynccontextmanager
 async def _outbound(
-    settings: Settings, plan: ReleasePlan, *, fleet: bool = False
+    settings: Settings, plan: ReleasePlan, *, fleet: bool = False, metrics: Metrics | None = None
 ) -> AsyncIterator[_Outbound]:
     """The ledger, the broker (embedded if none is configured) and the publisher draining the
     ledger's outbox; on the way out the publisher gets ``FLUSH_AT_EXIT_S`` to deliver what is
     left (what it cannot send stays in the outbox for the next start). A ``fleet`` worker on a
     local ledger drains on its event loop (see
-    :meth:`gazeguard.runtime.fleet.Fleet.process_many`)."""
+    :meth:`gazeguard.runtime.fleet.Fleet.process_many`). ``metrics``: the operator metrics,
+    given the ledger and the publisher to read (and the publisher's acknowledgements)."""
     with open_ledger(settings.ledger, plan) as ledger:
         backlog = len(ledger.pending())  # before the publisher starts sending them
         if backlog:
@@ -208,8 +210,13 @@ async def _outbound(
         inline = fleet and ledger_calls_on_loop(settings, ledger)
         async with (
             _broker(settings.broker) as broker,
-            Publisher(broker, ledger, name="gazeguard.runtime.publish", inline=inline) as publisher,
-        ):
+            Publisher(
+                broker, ledger, name="gazeguard.runtime.publish", inline=inline,
+                on_acked=None if metrics is None else metrics.acked,
+            ) as publisher,
+        ):  # fmt: skip
+            if metrics is not None:
+                metrics.bind(ledger, publisher)
             out = _Outbound(ledger, publisher)
             try:
                 yield out
@@ -344,7 +351,13 @@ async def serve(
     """
     plan = require_valid(settings)
     stop = stop or asyncio.Event()
-    async with _outbound(settings, plan) as out, _gaze(settings.ingest) as stream:
+    metrics = metrics_for(settings.metrics, "sidecar", settings.device)
+    hooks = metrics or SessionMetrics()
+    async with (
+        serving(metrics, settings.metrics),
+        _outbound(settings, plan, metrics=metrics) as out,
+        _gaze(settings.ingest) as stream,
+    ):
         ledger, publisher = out.ledger, out.publisher
         info = stream.info
         session = settings.session or session_id_for(info.source_id, info.name)
@@ -369,6 +382,7 @@ async def serve(
             tap=tap,
             opens_at=float(pylsl.local_clock()),  # the session opens now: a public time
         )
+        hooks.opened(pipeline)
         _log_start(pipeline, publisher.endpoint)
         publisher.publish_status(pipeline.status("starting"))
         freeze_startup_objects()
@@ -390,6 +404,7 @@ async def serve(
             failure = group.exceptions[0]
         finally:
             pipeline.close()
+            hooks.closed(pipeline)
             final: SessionState = "stream_lost" if failure is not None else "stopped"
             # Fixed words on the (retained, shared) status topic: an exception's text or type
             # may depend on the stream's values; the full error is in the local log, and so
@@ -467,7 +482,11 @@ async def serve_fleet(
     )
     plan = require_valid(settings)
     stop = stop or asyncio.Event()
-    async with _outbound(settings, plan, fleet=True) as out:
+    metrics = metrics_for(settings.metrics, "fleet", settings.fleet.worker_id or "")
+    async with (
+        serving(metrics, settings.metrics),
+        _outbound(settings, plan, fleet=True, metrics=metrics) as out,
+    ):
         ledger, publisher = out.ledger, out.publisher
         # The one switch between the numpy passes and the compiled ones: chosen here, once, and
         # handed to every session's detector and extractor and to the block decoder.
@@ -480,6 +499,9 @@ async def serve_fleet(
                 else "by numpy (numba not installed, or GAZEGUARD_COMPILED=0)",
             )
         fleet = Fleet(settings, plan, ledger, publisher, kernels)
+        if metrics is not None:
+            fleet.metrics, metrics.worker = metrics, fleet.worker_id
+            metrics.bind(ledger, publisher, lambda: fleet.refused)
         freeze_startup_objects()
         log.info(
             "fleet worker %s: %s sessions, publishing to %s",

@@ -20,8 +20,12 @@ may depend on the gaze"). So each field of each published message is one of:
 
 A counter computed from the samples (how many arrived, were invalid, were dropped) is neither,
 so no published message may carry one: it stays on the device, in the log and ``gazeguard
-ledger show``. ``public`` is what the contract *requires*: the neighbour harness holds the code to
-it (every published field outside the released ones byte-identical on neighbouring streams).
+ledger show``. The operator metrics endpoint (:mod:`gazeguard.runtime.metrics`) is egress too
+(Prometheus scrapes it from another host and keeps it): it serves counts of releases and of the
+ledger's decisions, the outbox, the broker connection and the release path's latencies, never
+a count of samples. ``public`` is what the contract *requires*: the neighbour harness holds the
+code to it (every published field outside the released ones byte-identical on neighbouring
+streams).
 
 :data:`CONTRACT` maps each message kind (its ``schema`` id) to its topic, whether it is retained,
 its shipped JSON Schema and its fields' rules, keyed by dotted path (``ledger.epsilon``; a list
