@@ -176,3 +176,57 @@ def test_with_no_broker_configured_a_running_one_is_used_and_a_squatter_avoided(
         f"port {taken} on 127.0.0.1 is taken by something that does not speak MQTT" in r.message
         for r in caplog.records
     )
+
+
+def test_an_mqtt5_client_at_the_embedded_broker_is_one_clear_line(
+    caplog: pytest.LogCaptureFixture, unique_id: str
+) -> None:
+    """A real MQTT 5 client (paho, which retries) knocking on the embedded 3.1.1 broker: amqtt's
+    two warnings per attempt ("Invalid connection", "Failed to initialize client session:
+    Invalid protocol …: 5") become one line that says what happened and what to do."""
+    import paho.mqtt.client as mqtt  # noqa: PLC0415
+
+    async def main() -> tuple[list[object], int]:
+        async with EmbeddedBroker(port=0) as broker:
+
+            def knock() -> list[object]:
+                codes: list[object] = []
+                client = mqtt.Client(
+                    mqtt.CallbackAPIVersion.VERSION2, client_id=unique_id, protocol=mqtt.MQTTv5
+                )
+                client.on_connect = lambda _c, _u, _f, rc, _p: codes.append(rc)
+                client.reconnect_delay_set(0.1, 0.2)
+                client.connect("127.0.0.1", broker.port)
+                client.loop_start()
+                deadline = time.monotonic() + 10
+                while len(codes) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                client.loop_stop()
+                client.disconnect()
+                return codes
+
+            codes = await asyncio.to_thread(knock)
+            # a 3.1.1 client still connects, and a well-formed broker error still passes
+            async with aiomqtt.Client(
+                "127.0.0.1", broker.port, protocol=aiomqtt.ProtocolVersion.V311
+            ) as c:
+                await c.publish(f"t/{unique_id}", b"x", qos=1)
+            return codes, broker._knocks.knocks
+
+    with caplog.at_level(logging.INFO):
+        codes, knocks = asyncio.run(main())
+    assert len(codes) >= 3, codes
+    assert knocks >= 3, knocks
+    assert all(str(rc) == "Unsupported protocol version" for rc in codes), codes
+    amqtt_noise = [
+        r.getMessage() for r in caplog.records
+        if "Invalid protocol" in r.getMessage() or "Invalid connection" in r.getMessage()
+    ]  # fmt: skip
+    assert amqtt_noise == []
+    said = [r.getMessage() for r in caplog.records if "tried MQTT 5" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "speaks MQTT 3.1.1 only" in said[0]
+    assert "broker.host" in said[0]
+    assert "Mosquitto" in said[0]
+    # the filter goes with the broker
+    assert not logging.getLogger("amqtt.broker").filters

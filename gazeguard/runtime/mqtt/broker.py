@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
+import sys
 from types import TracebackType
 from typing import Any, Self
 
@@ -35,6 +37,50 @@ log = logging.getLogger(__name__)
 _PLUGINS: dict[str, dict[str, Any]] = {
     "amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True},
 }
+
+
+#: amqtt's record of a CONNECT at another protocol level: "Invalid protocol from (client
+#: @=HOST:PORT): LEVEL" (4 is MQTT 3.1.1, 5 is MQTT 5).
+_OTHER_PROTOCOL = re.compile(r"Invalid protocol from \(client @=(?P<peer>[^)]*)\): (?P<level>\d+)")
+#: Protocol levels by name.
+_PROTOCOLS = {3: "MQTT 3.1", 5: "MQTT 5"}
+
+
+class ProtocolKnockFilter(logging.Filter):
+    """On amqtt's broker logger: a client that knocks at another protocol level than 3.1.1
+    (amqtt logs two warnings per attempt, "Invalid connection from …" and "Failed to initialize
+    client session: Invalid protocol from …: 5", and an MQTT 5 client retries every few
+    seconds) becomes one line of this module's logger, said once per broker, naming the way
+    out; the rest are dropped. Any other amqtt record passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said = False
+        self.knocks = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for amqtt's records of a refused protocol level (said once, here)."""
+        text = record.getMessage()
+        found = _OTHER_PROTOCOL.search(text)
+        if found is None and text.startswith("Invalid connection from"):
+            # amqtt logs this inside its ``except MQTTError``: the error names the cause
+            found = _OTHER_PROTOCOL.search(str(sys.exc_info()[1] or ""))
+            if found is not None:
+                return False  # the "Failed to initialize" record that follows is counted
+        if found is None:
+            return True
+        self.knocks += 1
+        if not self.said:
+            self.said = True
+            level = int(found["level"])
+            log.warning(
+                "a client at %s tried %s; the embedded broker (amqtt) speaks MQTT 3.1.1 only and "
+                "refused it. A client that falls back to 3.1.1 (gazeguard's own do) connects; "
+                "for MQTT 5 clients run Mosquitto and set broker.host (deploy/mosquitto). "
+                "Further refusals of this kind are not logged",
+                found["peer"], _PROTOCOLS.get(level, f"MQTT protocol level {level}"),
+            )  # fmt: skip
+        return False
 
 
 class EmbeddedBroker:
@@ -54,6 +100,7 @@ class EmbeddedBroker:
         self._requested_port = port
         self._port: int | None = None
         self._broker: Broker | None = None
+        self._knocks = ProtocolKnockFilter()
 
     @property
     def port(self) -> int:
@@ -85,6 +132,7 @@ class EmbeddedBroker:
             "plugins": dict(_PLUGINS),
         }
         broker = Broker(config)
+        logging.getLogger("amqtt.broker").addFilter(self._knocks)
         try:
             await broker.start()
         except Exception as exc:
@@ -93,11 +141,13 @@ class EmbeddedBroker:
                 f"{exc.__cause__ or exc}; set broker.port to a free port (or 0), or set "
                 "broker.host to an existing broker such as Mosquitto"
             )
+            logging.getLogger("amqtt.broker").removeFilter(self._knocks)
             raise PublishError(msg) from exc
         try:
             self._port = _bound_port(broker, self._requested_port)
         except PublishError:
             await broker.shutdown()
+            logging.getLogger("amqtt.broker").removeFilter(self._knocks)
             raise
         self._broker = broker
         log.warning(
@@ -119,6 +169,7 @@ class EmbeddedBroker:
             # Shutdown closes client sessions and waits for amqtt's broadcast loop; shield it so
             # a cancelled service still releases the port.
             await asyncio.shield(broker.shutdown())
+        logging.getLogger("amqtt.broker").removeFilter(self._knocks)
         self._port = None
 
 
