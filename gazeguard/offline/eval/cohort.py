@@ -56,12 +56,24 @@ handful of people, gives the realistic attacker more noise than the repeated uni
 task, repetition correlates members (one person's model errors count several times): clean
 accuracy varies more between cohorts than with distinct people, for clean and released alike.
 
+**The mode** (``release = ("mode",)``, the runtime's default): the worker's ``mode`` part, the
+group's dominant activity chosen by permute-and-flip at the plan's ε per bucket — the same
+contributions (:func:`gazeguard.runtime.cohort.mode_contribution`), the same rounded scores and
+the same exact sampler (:func:`gazeguard.runtime.cohort.choose_mode`), calibrated by the same
+:func:`gazeguard.plan.cohort.plan_cohort`. Its attackers see only the chosen class per bucket;
+their likelihood of each candidate is the mechanism's exact output probability
+(:func:`gazeguard.privacy.mechanisms.selection.probabilities`) of the observed choices given
+the candidate's scores plus the others' (informed: their actual sum; realistic: ``(N − 1)·mean``).
+The informed attacker's DP bound: with ``H`` buckets of ε each composing to ``ε_H`` (pure,
+sequential), telling K candidates apart is a replace-one question (``2ε_H`` between any two),
+so its accuracy is at most ``e^{2ε_H}/(e^{2ε_H} + K − 1)``.
+
 **Levers** (:func:`evaluate_levers`), each through the plan's calibration at the same user-level
-ε per hour: what is released (``shares`` alone: Δ2 = 1; ``means`` + ``shares``: Δ2 = √3) and
-the bucket length (the release plan counts ``releases_per_hour`` buckets an hour of gaze can
-change: 63 of 60 s, 14 of 300 s, 8 of 600 s). :func:`running_aggregates` measures continual
-release of running totals with a binary tree against summing the per-bucket releases, at user
-level.
+ε per hour: what is released (``shares`` alone: Δ2 = 1; ``means`` + ``shares``: Δ2 = √3; the
+mode) and the bucket length (the release plan counts ``releases_per_hour`` buckets an hour
+of gaze can change: 63 of 60 s, 14 of 300 s, 8 of 600 s, 2 of 3600 s).
+:func:`running_aggregates` measures continual release of running totals with a binary tree
+against summing the per-bucket releases, at user level.
 """
 
 from __future__ import annotations
@@ -79,10 +91,17 @@ import numpy.typing as npt
 from gazeguard.config import FeatureSettings
 from gazeguard.core.errors import ConfigError
 from gazeguard.plan import releases_per_hour
-from gazeguard.plan.cohort import CohortPlan, plan_cohort
+from gazeguard.plan.cohort import MODE_GRID, MODE_SENSITIVITY, CohortPlan, plan_cohort
 from gazeguard.privacy.accounting import GaussianEvent, PrivacyLoss, calibrate, compose
 from gazeguard.privacy.mechanisms.randomness import random_source
-from gazeguard.runtime.cohort import contribution, exact_sum, privatize_sum
+from gazeguard.privacy.mechanisms.selection import probabilities as pf_probabilities
+from gazeguard.runtime.cohort import (
+    choose_mode,
+    contribution,
+    exact_sum,
+    mode_contribution,
+    privatize_sum,
+)
 from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.features import FEATURES, feature_bounds
 from gazeguard.signal.labels import lopo_probabilities
@@ -93,17 +112,16 @@ IntArray = npt.NDArray[np.intp]
 #: Cohort sizes measured by default (``--quick``: the first two).
 SIZES = (10, 30, 100, 1000)
 #: Bucket lengths the levers compare, s.
-BUCKETS_S = (60.0, 300.0, 600.0)
-#: Only the argmax of the noisy shares (the group's activity): post-processing of ``shares``,
-#: measured as a lever; the runtime releases ``shares`` (``cohort.release``).
-DOMINANT = ("dominant",)
+BUCKETS_S = (60.0, 300.0, 600.0, 1800.0, 3600.0)
+#: Only the group's dominant activity: the runtime's ``mode`` part (permute-and-flip).
+MODE = ("mode",)
 #: What a cohort may release for the group's activity: the shares alone, means beside them,
 #: or only the dominant activity.
-RELEASES: tuple[tuple[str, ...], ...] = (("shares",), ("means", "shares"), DOMINANT)
-#: The frontier's default cohort configuration: what the lever measurement kept
-#: (``bench/results/eval_cohort.md``): the shares alone, 300 s buckets.
+RELEASES: tuple[tuple[str, ...], ...] = (("shares",), ("means", "shares"), MODE)
+#: The frontier's default cohort configuration, the runtime's default (``cohort.release``,
+#: ``cohort.bucket_s``): the mode alone, 300 s buckets (``bench/results/eval_cohort.md``).
 DEFAULT_BUCKET_S = 300.0
-DEFAULT_RELEASE: tuple[str, ...] = ("shares",)
+DEFAULT_RELEASE: tuple[str, ...] = MODE
 #: How cohorts are formed, as the results state it.
 FORMATION = (
     "each member one (person, recording, bucket) unit of its activity: distinct people first, "
@@ -235,13 +253,18 @@ def bucket_units(
                 continue
             rows_of.append(r)
             labels.append((str(table.person[r[0]]), rec, k, len(r)))
-    contribs = np.stack(
-        [
-            contribution(plan, table.X[np.ix_(r, pcols)] if len(pcols) else np.zeros((len(r), 0)),
-                         data.probs[r] if plan.classes else None)
-            for r in rows_of
-        ]
-    )  # fmt: skip
+    if plan.part("mode") is not None and plan.part("aggregates") is None:
+        contribs = np.stack([mode_contribution(data.probs[r], len(data.classes)) for r in rows_of])
+    else:
+        contribs = np.stack(
+            [
+                contribution(
+                    plan, table.X[np.ix_(r, pcols)] if len(pcols) else np.zeros((len(r), 0)),
+                    data.probs[r] if plan.classes else None,
+                )
+                for r in rows_of
+            ]
+        )  # fmt: skip
     return CohortUnits(
         contribs,
         np.array([lab[0] for lab in labels]),
@@ -267,9 +290,17 @@ def cohort_plans(
 ) -> list[CohortPlan]:
     """One cohort plan per budget (user-level ε per hour at ``delta``, all of it on the cohort):
     ``release`` ⊆ {means, shares}; the buckets an hour of gaze can change counted as the release
-    plan counts them (:func:`gazeguard.plan.releases_per_hour`)."""
-    if tuple(release) == DOMINANT:  # the argmax of the shares: the shares' mechanism
-        release = ("shares",)
+    plan counts them (:func:`gazeguard.plan.releases_per_hour`); ``("mode",)``: the mode part
+    alone, as the runtime's default plans it."""
+    per_hour = releases_per_hour(
+        FeatureSettings(window_s=window_s, step_s=step_s), bucket_s, bucket_s
+    )
+    if tuple(release) == MODE:
+        return [
+            plan_cohort([], [], [], [], (), bucket_s=bucket_s, per_hour=per_hour,
+                        budget=float(b), delta=delta, mode_classes=tuple(classes))
+            for b in budgets
+        ]  # fmt: skip
     unknown = set(release) - {"means", "shares"}
     if unknown or "shares" not in release:
         raise ConfigError("cohort.release", list(release), "the group's activity needs 'shares'")
@@ -278,9 +309,6 @@ def cohort_plans(
         raise ConfigError("cohort.release", list(release), "'means' needs profile features")
     lo, hi, _ = feature_bounds(features, window_s, step_s)
     units = [FEATURES[_NAMES.index(f)].unit for f in features]
-    per_hour = releases_per_hour(
-        FeatureSettings(window_s=window_s, step_s=step_s), bucket_s, bucket_s
-    )
     return [
         plan_cohort(features, lo, hi, units, tuple(classes), bucket_s=bucket_s,
                     per_hour=per_hour, budget=float(b), delta=delta)
@@ -384,6 +412,13 @@ def group_activity(
             clean_hits += _names_plurality(hist, truth)
             share = hist / hist.sum()
             for j, plan in enumerate(plans):
+                mode = plan.part("mode")
+                if mode is not None:
+                    one = np.zeros(c)
+                    one[choose_mode(mode, hist, src)] = 1.0
+                    hits[j] += _names_plurality(one, truth)
+                    tv[j] += 0.5 * float(np.abs(one - share).sum())
+                    continue
                 noisy = privatize_sum(plan, total, src)[f : f + c]
                 hits[j] += _names_plurality(noisy, truth)
                 pos = np.maximum(noisy, 0.0)
@@ -400,6 +435,7 @@ def group_activity(
                     {
                         "budget_per_hour": plan.budget,
                         "sigma": plan.sigma,
+                        "mode_epsilon": plan.mode_epsilon,
                         "accuracy": float(hits[j] / buckets),
                         "kept_above_chance": _kept(float(hits[j] / buckets), clean, chance),
                         "share_tv": float(tv[j] / buckets),
@@ -409,6 +445,15 @@ def group_activity(
             }
         )
     return rows
+
+
+def _informed_bound(plan: CohortPlan, buckets: float, candidates: int) -> float:
+    """The DP bound on the informed attacker's accuracy against a mode plan: ``H`` choices of
+    ε (sequential: ``ε_H = H·ε``, capped by the hour's composition per hour of buckets), two
+    candidates differ by replacing one session (``2ε_H``): ``e^{2ε_H}/(e^{2ε_H} + K − 1)``."""
+    eps = plan.mode_epsilon or 0.0
+    total = 2.0 * math.ceil(buckets) * eps
+    return 1.0 / (1.0 + (candidates - 1) * math.exp(-min(total, 700.0)))
 
 
 def _kept(task: float, clean: float, chance: float) -> float | None:
@@ -466,10 +511,10 @@ def reidentification(
     subtracts their expected sum ``(N − 1)·mean`` (the population's mean contribution), the
     informed one (``knows_others``) their actual sum.
 
-    ``dominant_only``: the release is only the argmax of the noisy class shares (the group's
-    activity, post-processing of the same mechanism); the attacker's likelihood of each
-    candidate is that of the observed argmax per bucket, estimated from ``draws`` Gaussian
-    draws of the noise (σ of the plan) around the others' sum plus the candidate's shares.
+    ``dominant_only``: the release is only the mode (the plan's ``mode`` part: the runtime's
+    permute-and-flip choice); the attacker's likelihood of each candidate is the mechanism's
+    exact probability of the observed choice per bucket given the others' sum (as the
+    attacker takes it) plus the candidate's vote share.
 
     Returns ``{"accuracy", "chance", "candidates", "buckets"}`` (means over trials of the
     chance ``1/K`` and the buckets compared ``H``).
@@ -480,6 +525,9 @@ def reidentification(
     if not acts:
         raise ConfigError("cohort-sessions", None, "no activity has recordings of two people")
     src = random_source(noise_seed)
+    mode = plan.part("mode") if dominant_only else None
+    if dominant_only and mode is None:
+        raise ConfigError("cohort.release", None, "dominant_only needs a plan with a mode")
     members = Members(units, rng) if others else None
     mean = units.contribs.mean(axis=0)
     hits = chance = seen = 0.0
@@ -503,11 +551,13 @@ def reidentification(
                 rest = units.contribs[who].sum(axis=0)
                 signal = signal + rest
                 base[b] = rest if knows_others else others * mean
-            y[b] = privatize_sum(plan, signal, src)
-        if dominant_only:
-            score = _argmax_loglik(
-                y, base + cand, sigma=plan.sigma, at=units.shares_at, c=c, draws=draws, rng=rng
-            )
+            if mode is not None:
+                y[b] = 0.0
+                y[b, choose_mode(mode, signal, src)] = 1.0
+            else:
+                y[b] = privatize_sum(plan, signal, src)
+        if mode is not None:
+            score = _mode_loglik(y, base + cand, float(mode.epsilon or 0))
         else:
             score = -(((y - base)[None, :, :] - cand) ** 2).sum(axis=(1, 2))
         best = np.flatnonzero(score == score.max())  # ties: a random one of them
@@ -520,6 +570,21 @@ def reidentification(
         "candidates": float(candidates),
         "buckets": seen / trials,
     }
+
+
+def _mode_loglik(chosen: FloatArray, scores: FloatArray, epsilon: float) -> FloatArray:
+    """(K,) log-likelihood of the observed choices ``chosen`` (H, C) one-hot under each
+    candidate's scores ``scores`` (K, H, C): permute-and-flip's exact output probabilities at
+    ``epsilon`` with the runtime's sensitivity (:data:`MODE_SENSITIVITY` grid steps)."""
+    k, h, _ = scores.shape
+    delta = float(MODE_SENSITIVITY * MODE_GRID)
+    seen = np.argmax(chosen, axis=1)
+    out = np.zeros(k)
+    for i in range(k):
+        for b in range(h):
+            p = pf_probabilities(scores[i, b], epsilon, delta)[seen[b]]
+            out[i] += math.log(max(float(p), 1e-300))
+    return out
 
 
 def _argmax_loglik(
@@ -594,7 +659,7 @@ def evaluate_config(
     rows = group_activity(
         units, plans, sizes, buckets=buckets, dominance=dominance, rng=rng, noise_seed=seed
     )
-    dominant = tuple(release) == DOMINANT
+    dominant = tuple(release) == MODE
     reid: dict[str, float] = {}
     chance_reid = h = 0.0
     informed_trials = max(realistic_trials, trials // 4) if dominant else trials
@@ -656,6 +721,10 @@ def evaluate_config(
         "chance_reid": chance_reid,
         "sensitivity_l2": plans[0].sensitivity_l2,
         "sigma": {f"{p.budget:g}": p.sigma for p in plans},
+        "mode_epsilon": {f"{p.budget:g}": p.mode_epsilon for p in plans},
+        "dp_bound_informed": {
+            f"{p.budget:g}": _informed_bound(p, h, k) for p in plans if p.mode_epsilon
+        },
         "epsilon_per_hour": {f"{p.budget:g}": p.epsilon_per_hour for p in plans},
         "rows": rows,
         "reid": reid,

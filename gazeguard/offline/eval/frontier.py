@@ -313,10 +313,20 @@ def cohort_text(cohort: Mapping[str, Any]) -> list[str]:
     return [
         "Cohort rows answer a question about the group, not a person: the activity most of N "
         f"people do in a {cohort['bucket_s']:g} s bucket (each does the bucket's dominant "
-        f"activity with probability {cohort['dominance']:g}), from the worker's private class "
-        f"shares (release {'+'.join(cohort['release'])}: Δ2 = {cohort['sensitivity_l2']:.3g}, "
-        f"{cohort['buckets_per_hour']} buckets per hour of gaze; σ per class "
-        + ", ".join(f"{v:.2g} at {b} ε/h" for b, v in cohort["sigma"].items())
+        + (
+            "activity with probability {dominance:g}), as the worker's mode release (permute-"
+            "and-flip over the sessions' vote shares, {per_hour} buckets per hour of gaze; ε "
+            "per bucket ".format(dominance=cohort["dominance"], per_hour=cohort["buckets_per_hour"])
+            + ", ".join(
+                f"{v:.3g} at {b} ε/h" for b, v in cohort.get("mode_epsilon", {}).items() if v
+            )
+            if "mode" in cohort["release"]
+            else f"activity with probability {cohort['dominance']:g}), from the worker's private "
+            f"class shares (release {'+'.join(cohort['release'])}: Δ2 = "
+            f"{cohort['sensitivity_l2']:.3g}, {cohort['buckets_per_hour']} buckets per hour of "
+            "gaze; σ per class "
+            + ", ".join(f"{v:.2g} at {b} ε/h" for b, v in cohort["sigma"].items())
+        )
         + "); clean is the label model's own accuracy (trained without the person) on the same "
         f"cohorts. Cohorts are the recorded people's buckets ({cohort['people']} people, "
         f"{cohort['units']} person-recording-buckets): {cohort['formation']}; per size "
@@ -336,7 +346,15 @@ def cohort_text(cohort: Mapping[str, Any]) -> list[str]:
             + ", ".join(f"{a:.3f} at {b} ε/h" for b, a in row["reid_realistic"].items())
             for row in cohort["rows"]
         )
-        + f" (chance {cohort['chance_reid']:.3f}).",
+        + f" (chance {cohort['chance_reid']:.3f})."
+        + (
+            " With the mode, the informed attacker's DP bound (H choices of ε, two candidates a "
+            "replaced session apart) is "
+            + ", ".join(f"{v:.3f} at {b} ε/h" for b, v in cohort["dp_bound_informed"].items())
+            + "."
+            if cohort.get("dp_bound_informed")
+            else ""
+        ),
     ]
 
 
