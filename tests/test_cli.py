@@ -225,7 +225,10 @@ def test_unreachable_broker_exits_4(tmp_path: Path, unique_id: str) -> None:
     )  # fmt: skip
     assert out.returncode == ExitCode.UNDELIVERED, out.stderr
     assert f"broker {dead} never reached" in out.stderr
-    assert "chunks still in the outbox" in out.stderr
+    assert re.search(r"; \d+ chunks? still in the outbox", out.stderr), out.stderr
+    # one sentence, one full stop: "is the broker running on that host and port?" ends there
+    assert "host and port?." not in out.stderr
+    assert "host and port? Charged chunks wait in the outbox" in out.stderr
 
 
 # ------------------------------------------------------------------------- lean install, extras

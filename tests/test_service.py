@@ -266,6 +266,9 @@ def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
                                    "--duration", "8"), status=ExitCode.BUDGET)  # fmt: skip
         # Issue 35.6: the restart says that the backlog goes out first.
         assert f"sending {len(before)} chunks left from the last run first" in err, err
+        # ... and its summary counts them (it said "0 chunks released" when none of its own was)
+        n = len(before)
+        assert f"of the {n} releases an earlier run left in the outbox, {n} sent" in err, err
         after = ledger_indices(tmp_path)
         assert after[: len(before)] == before
         assert after == sorted(after)

@@ -140,7 +140,10 @@ def test_watch_waits_for_the_broker_rides_out_its_end_and_stops_on_ctrl_c(
         watch.wait_for(f"no MQTT broker answers at {broker.address} yet")
         broker.start()
         watch.wait_for(f"^watching gazeguard/v1/hmd/{unique_id}/\\+ on {broker.address}")
-        _retain(broker, unique_id, "running")
+        for _ in range(3):  # a sidecar republishes its status every 5 s: shown once
+            _retain(broker, unique_id, "starting")
+            time.sleep(0.05)
+        _retain(broker, unique_id, "running")  # a change is shown
         watch.wait_for(f"^status hmd/{unique_id}: running")
         broker.stop()  # as the embedded broker of a run that ends
         watch.wait_for(f"lost broker {broker.address}")
@@ -156,6 +159,7 @@ def test_watch_waits_for_the_broker_rides_out_its_end_and_stops_on_ctrl_c(
     assert len(re.findall("no MQTT broker answers", text)) == 1, text
     assert len(re.findall("lost broker", text)) == 1, text
     assert "0 chunk and label messages, 0 invalid" in text
+    assert len(re.findall(f"^status hmd/{unique_id}: starting", text, re.M)) == 1, text
 
 
 # ------------------------------------------------------------------ labels, visible
@@ -254,7 +258,7 @@ def test_watch_run_and_ledger_show_count_labels_on_a_clock(
     assert re.search(r"replaces '\w+', held for \d+ s \(since \d\d:\d\d:\d\d\)", out)
     assert re.search(r"^status hmd/\S+: \w+.*; holds label '\w+' since", out, re.M)
     summary = re.search(
-        r"(\d+) labels \(on a clock\), the label changed (\d+) times, 0 withheld, 0 dropped; "
+        r"(\d+) labels? \(on a clock\), the label changed (\d+) times?, 0 withheld, 0 dropped; "
         r"the labels' ε ([\d.]+)",
         err,
     )
@@ -264,6 +268,12 @@ def test_watch_run_and_ledger_show_count_labels_on_a_clock(
     assert max(indices) < n
     assert switches < n
     assert float(summary.group(3)) == pytest.approx(8.0 * n, rel=1e-3)  # pure: no δ to gain
+    # run says each label as it says each chunk: one line per charged label, in order
+    lines = re.findall(
+        r"^label +(\d+) charged: '\w+' \(right with probability 0\.80, ε 8\); session ε [\d.]+ "
+        r"\(uncapped\) → gazeguard/v1/hmd/\S+/labels$", err, re.M,
+    )  # fmt: skip
+    assert [int(i) for i in lines] == list(range(n)), err
     assert main(["ledger", "show", "--path", str(ledger), "--session", unique_id]) == 0
     text = capsys.readouterr().out
     assert f"labels released      {n} on a clock   withheld 0" in text

@@ -28,6 +28,7 @@ from gazeguard.cli._common import (
     stop_on_signals,
 )
 from gazeguard.cli.run import add_settings_arguments, settings_overrides
+from gazeguard.core.words import counted
 from gazeguard.offline.demo import (
     DEMO_DEFAULTS,
     SHOWN,
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         if plotting:
             where = f"plot written to {plot(trace, args.out, caption(changes))}"
         stdout(
-            f"gazeguard demo: {len(trace.t)} chunks privatized and charged, "
+            f"gazeguard demo: {counted(len(trace.t), 'chunk')} privatized and charged, "
             f"{trace.received} received over MQTT; {where}"
         )
     return ExitCode.INTERRUPTED if signals.interrupted else ExitCode.OK

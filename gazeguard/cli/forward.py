@@ -15,6 +15,7 @@ from gazeguard.cli._common import (
     stop_on_signals,
 )
 from gazeguard.config import Settings, load_settings
+from gazeguard.core.words import counted
 from gazeguard.runtime.forward import ForwardSummary, forward
 from gazeguard.runtime.ingest import GazeStreamInfo
 from gazeguard.wire.message import chunk_topic
@@ -111,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
         interrupted_line("gazeguard forward")
     console.say(
         "summary",
-        f"gazeguard forward: session {settings.device}.{s.session}: {s.blocks} blocks, "
-        f"{s.samples} samples acknowledged by the stream; {s.reconnects} reconnects, "
-        f"{s.retries} blocks sent again",
+        f"gazeguard forward: session {settings.device}.{s.session}: {counted(s.blocks, 'block')}"
+        f", {counted(s.samples, 'sample')} acknowledged by the stream; "
+        f"{counted(s.reconnects, 'reconnect')}, {counted(s.retries, 'block')} sent again",
         blocks=s.blocks,
         samples=s.samples,
         reconnects=s.reconnects,

@@ -15,6 +15,7 @@ import numpy as np
 from gazeguard.cli._common import ExitCode, stdout
 from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.core.errors import ConfigError, DatasetError
+from gazeguard.core.words import counted
 from gazeguard.plan import chunk_counter
 from gazeguard.plan.chunks import rank_mechanisms
 from gazeguard.privacy.mechanisms.auto_k import choose_k
@@ -92,9 +93,9 @@ def show_budget(args: argparse.Namespace) -> None:
     )  # fmt: skip
     stdout(
         f"user-level ε {args.budget_per_hour:g} per hour of gaze at δ {args.delta:g}, "
-        f"{len(names)} features, W = {args.window_s:g} s, s = {args.step_s:g} s. Expected RMS "
-        "error per value as a multiple of each feature's range (public prior, before clipping "
-        "to [lo, hi]: above ~0.3 a value is mostly noise):"
+        f"{counted(len(names), 'feature')}, W = {args.window_s:g} s, s = {args.step_s:g} s. "
+        "Expected RMS error per value as a multiple of each feature's range (public prior, "
+        "before clipping to [lo, hi]: above ~0.3 a value is mostly noise):"
     )
     for i, c in enumerate(ranked[: args.top]):
         stdout(f"{'auto →' if i == 0 else '':>6} {c.describe()}")

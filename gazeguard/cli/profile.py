@@ -34,6 +34,7 @@ import numpy as np
 from gazeguard.cli._common import epsilon_list
 from gazeguard.config import FeatureSettings, LabelSettings
 from gazeguard.core.errors import ConfigError
+from gazeguard.core.words import counted
 from gazeguard.offline.profiles import (
     BuildSettings,
     build_profile,
@@ -428,8 +429,8 @@ def _build_command_line(
 def _print_profile(profile: Any) -> None:
     b = profile.built
     print(
-        f"profile {profile.name!r} for task {profile.task!r} ({len(profile.features)} features): "
-        + ", ".join(profile.features)
+        f"profile {profile.name!r} for task {profile.task!r} "
+        f"({counted(len(profile.features), 'feature')}): " + ", ".join(profile.features)
     )
     if profile.classes:
         print(f"  classes: {', '.join(profile.classes)}")
@@ -504,8 +505,9 @@ def _train(args: argparse.Namespace) -> int:
     out: Path = args.out or Path(f"{profile.name}.json")
     model.save(out)
     print(
-        f"model {model.name!r} v{model.version}: {len(model.classes)} classes "
-        f"({', '.join(model.classes)}), {len(model.features)} features; leave-one-person-out "
+        f"model {model.name!r} v{model.version}: {counted(len(model.classes), 'class')} "
+        f"({', '.join(model.classes)}), {counted(len(model.features), 'feature')}; "
+        "leave-one-person-out "
         f"accuracy per window {lopo:.3f} (chance {1 / len(classes):.3f}); per decision "
         f"{', '.join(f'{k} s: {v:.3f}' for k, v in per_decision.items())}\nwrote {out}"
     )

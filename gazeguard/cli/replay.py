@@ -16,6 +16,7 @@ from gazeguard.cli._recordings import (
 )
 from gazeguard.core.errors import ConfigError, DatasetError
 from gazeguard.core.samples import GazeSamples
+from gazeguard.core.words import counted
 from gazeguard.offline.recordings import (
     FORMAT_HELP,
     FORMATS,
@@ -135,5 +136,5 @@ def run(args: argparse.Namespace) -> int:
         )
         rp.wait()
         time.sleep(0.5)  # let the last samples reach the inlets before the outlet goes away
-    print(f"sent {rp.samples_sent} samples", flush=True)
+    print(f"sent {counted(rp.samples_sent, 'sample')}", flush=True)
     return 0

@@ -24,10 +24,12 @@ from gazeguard.cli._common import (
 )
 from gazeguard.cli.watch import watch_hint
 from gazeguard.config import LabelSettings, Settings, broker_address
+from gazeguard.core.words import counted
 from gazeguard.ledger import is_url
 from gazeguard.plan.labels import LabelPlan
 from gazeguard.privacy.mechanisms.registry import ONLINE_MECHANISMS
 from gazeguard.runtime.fleet import Fleet, SessionEvent
+from gazeguard.runtime.labels import ReleasedLabel
 from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
 from gazeguard.runtime.preflight import check_settings
 from gazeguard.runtime.service import RunSummary, serve, serve_fleet
@@ -332,12 +334,13 @@ def _banner(pipeline: Pipeline, endpoint: str, settings: Settings) -> None:
         "banner",
         f"gazeguard: session {pipeline.session!r} → broker {endpoint}; "
         f"{mech.name}/{mech.transform} n={pipeline.chunker.n_steps} k={mech.k}, "
-        f"{len(pipeline.feature_names)} features, {mech.noise} noise. "
+        f"{counted(len(pipeline.feature_names), 'feature')}, {mech.noise} noise. "
         f"First chunk in about {first:.0f} s, then one every {every:g} s, gaze or not.\n"
         f"  privacy (user-level, ε at δ {opened.delta:g}): {how}; {session_cap}.\n"
         f"  one chunk costs ε {chunk:.4g}{pure}; one raw gaze sample reaches "
-        f"{plan.chunks.per_sample} chunks: ε {plan.per_sample:.4g} (every release kind); an "
-        f"hour of gaze reaches {plan.chunks.per_hour} chunks: ε {plan.per_hour:.4g}.\n"
+        f"{counted(plan.chunks.per_sample, 'chunk')}: ε {plan.per_sample:.4g} (every release "
+        f"kind); an hour of gaze reaches {counted(plan.chunks.per_hour, 'chunk')}: ε "
+        f"{plan.per_hour:.4g}.\n"
         f"  {VALUE_NOISE_LABEL} per published value (value_noise_sd: standard deviation, in the "
         f"feature's units and × its public range, before clipping to that range; noise "
         f"multiplier {float(mech.noise_multiplier.max()):.4g}): "
@@ -406,6 +409,32 @@ def _progress(out: ReleasedChunk, connected: bool) -> None:
     )
 
 
+def _label_progress(out: ReleasedLabel, connected: bool) -> None:
+    """One line per charged label, as :func:`_progress` is per chunk."""
+    m, led = out.message, out.state
+    remaining = "uncapped" if led.remaining is None else f"{led.remaining:.4g} left"
+    right = m.right_probability
+    odds = (
+        f"right with probability {right:.2f}"
+        if right is not None
+        else f"the model's label with probability {m.survival_probability:.2f}"
+    )
+    get_console().progress(
+        "label",
+        f"label {m.decision_index:>5} charged: {m.label!r} ({odds}, ε {m.epsilon:.3g}); session "
+        f"ε {led.epsilon:.4g} ({remaining})"
+        + (f" → {out.topic}" if connected else ", queued (broker down)"),
+        decision_index=m.decision_index,
+        label=m.label,
+        label_epsilon=m.epsilon,
+        right_probability=right,
+        session_epsilon=led.epsilon,
+        remaining=led.remaining,
+        topic=out.topic,
+        queued=not connected,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """``gazeguard run``: serve until stopped; the exit status from :func:`exit_code`."""
     settings = settings_from_args(args)
@@ -423,6 +452,7 @@ def run(args: argparse.Namespace) -> int:
             duration_s=args.duration,
             stop=stop,
             on_progress=None if console.quiet else _progress,
+            on_label=None if console.quiet else _label_progress,
             ready=lambda p, ep: _banner(p, ep, settings),
         )
         return summary, signals
@@ -438,15 +468,21 @@ def run(args: argparse.Namespace) -> int:
         + ("never reached" if summary.broker_connections == 0 else "did not take every chunk")
         + (f" ({summary.broker_error})" if summary.broker_error else ""),
         ExitCode.REFUSED: f"; broker {summary.broker} refused"
-        + (f" {summary.refused} chunks (see gazeguard ledger show)" if summary.refused else "")
+        + (
+            f" {counted(summary.refused, 'chunk')} (see gazeguard ledger show)"
+            if summary.refused
+            else ""
+        )
         + f": {summary.broker_error}",
     }.get(code, "")
     console.say(
         "summary",
-        f"gazeguard: session {summary.session!r}: {s.released} chunks released, "
-        f"{s.withheld} withheld, {s.dropped} dropped, {s.tail_steps_dropped} tail steps dropped"
-        + f"; user-level ε {summary.spent:.4g} ({remaining}); {summary.pending} chunks still in "
-        f"the outbox"
+        f"gazeguard: session {summary.session!r}: {counted(s.released, 'chunk')} released, "
+        f"{s.withheld} withheld, {s.dropped} dropped, "
+        f"{counted(s.tail_steps_dropped, 'tail step')} dropped"
+        + f"; user-level ε {summary.spent:.4g} ({remaining}); "
+        f"{counted(summary.pending, 'chunk')} still in the outbox"
+        + _backlog_summary(summary)
         + _label_summary(summary)
         + f"; ledger {summary.ledger}{why} "
         + (
@@ -464,12 +500,25 @@ def run(args: argparse.Namespace) -> int:
         remaining=summary.remaining,
         pending=summary.pending,
         delivered=summary.delivered,
+        backlog=summary.backlog,
+        backlog_sent=summary.backlog_sent,
         broker_connections=summary.broker_connections,
         broker_refusals=summary.broker_refusals,
         exit_status=int(ExitCode.INTERRUPTED if signals.interrupted else code),
         **_label_fields_of(summary),
     )
     return ExitCode.INTERRUPTED if signals.interrupted else code
+
+
+def _backlog_summary(summary: RunSummary) -> str:
+    """What became of the releases an earlier run left in the outbox (empty when none)."""
+    if summary.backlog == 0:
+        return ""
+    left = summary.backlog - summary.backlog_sent
+    return (
+        f"; of the {counted(summary.backlog, 'release')} an earlier run left in the outbox, "
+        f"{summary.backlog_sent} sent" + (f", {left} still waiting" if left else "")
+    )
 
 
 def _label_summary(summary: RunSummary) -> str:
@@ -479,7 +528,8 @@ def _label_summary(summary: RunSummary) -> str:
     if lab is None or summary.label_epsilon is None:
         return ""
     return (
-        f"; {lab.released} labels (on a clock), the label changed {lab.switches} times, "
+        f"; {counted(lab.released, 'label')} (on a clock), the label changed "
+        f"{counted(lab.switches, 'time')}, "
         f"{lab.withheld} withheld, {lab.dropped} dropped; the labels' ε "
         f"{summary.label_epsilon:.4g} (within the user-level ε)"
     )
@@ -535,7 +585,7 @@ def _session_line(event: SessionEvent) -> None:
     what = (
         f"→ {event.topic}"
         if event.event == "opened"
-        else f"({event.samples} samples, {event.released} chunks released)"
+        else f"({counted(event.samples, 'sample')}, {counted(event.released, 'chunk')} released)"
     )
     get_console().progress(
         "session",
@@ -564,7 +614,8 @@ def _run_fleet(settings: Settings, duration_s: float | None) -> int:
     fleet, signals = run_loop(main())
     get_console().say(
         "summary",
-        f"gazeguard fleet worker {fleet.worker_id}: {len(fleet.closed)} sessions served, "
+        f"gazeguard fleet worker {fleet.worker_id}: {counted(len(fleet.closed), 'session')} "
+        "served, "
         f"{len(fleet.sessions)} open at exit, {fleet.refused} refused",
         worker=fleet.worker_id,
         served=len(fleet.closed),

@@ -7,6 +7,7 @@ import argparse
 import signal
 
 from gazeguard.cli._common import ExitCode, interrupted_line, stdout
+from gazeguard.core.words import counted
 from gazeguard.runtime.simulate import TASKS, SimulatedHeadset
 
 
@@ -61,5 +62,5 @@ def run(args: argparse.Namespace) -> int:
     interrupted = signal.SIGINT in stopped
     if interrupted:
         interrupted_line("gazeguard simulate")
-    stdout(f"sent {headset.samples_sent} samples")
+    stdout(f"sent {counted(headset.samples_sent, 'sample')}")
     return ExitCode.INTERRUPTED if interrupted else ExitCode.OK

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from gazeguard.cli._common import ExitCode, get_console, run_loop, stdout, stop_on_signals
 from gazeguard.config import broker_address, load_settings
 from gazeguard.core.errors import GazeguardError
+from gazeguard.core.words import counted
 from gazeguard.runtime.dashboard.readability import (
     Z95,
     aggregate_readability,
@@ -366,6 +367,7 @@ class _Watcher:
         self.topic = f"{prefix}/{args.device}/{args.session}/+"
         self.seen = self.invalid = 0
         self.holds: Holds = {}
+        self.statuses: dict[str, object] = {}  # per status topic: the last one shown
 
     def show(self, message: aiomqtt.Message) -> bool:
         """Print one message; whether ``--count`` is reached."""
@@ -383,12 +385,23 @@ class _Watcher:
             else:
                 doc["error"] = lines[0]
             stdout(json.dumps(doc))
-        else:
+        elif not self.repeated(str(message.topic), model):
             for line in lines:
                 stdout(line)
         if kind in ("chunks", "labels"):
             self.seen += 1
             return self.args.count is not None and self.seen >= self.args.count
+        return False
+
+    def repeated(self, topic: str, model: object) -> bool:
+        """Whether ``model`` is a status that says what the last one on its topic said (a
+        sidecar republishes its status every few seconds; only a change is shown)."""
+        if not isinstance(model, StatusMessage):
+            return False
+        said = model.model_dump(exclude={"time"})
+        if self.statuses.get(topic) == said:
+            return True
+        self.statuses[topic] = said
         return False
 
     async def consume(self) -> None:
@@ -462,7 +475,7 @@ async def watch(args: argparse.Namespace) -> int:
     with contextlib.suppress(asyncio.CancelledError):
         await task  # a WatchError is raised here
     if not args.json:
-        stdout(f"{watcher.seen} chunk and label messages, {watcher.invalid} invalid")
+        stdout(f"{counted(watcher.seen, 'chunk and label message')}, {watcher.invalid} invalid")
     if signals.interrupted:
         return ExitCode.INTERRUPTED
     return ExitCode.ERROR if watcher.invalid else ExitCode.OK

@@ -47,6 +47,7 @@ from types import TracebackType
 from typing import ParamSpec, Protocol, Self, TypeVar
 
 from gazeguard.core.errors import PublishError
+from gazeguard.core.words import ended
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -387,9 +388,9 @@ class Drain:
                 logging.DEBUG
                 if said == self.last_error
                 else (logging.ERROR if failure.permanent else logging.WARNING),
-                "%s: %s. Charged chunks wait in the outbox; next retry in %.1f s%s",
+                "%s: %s Charged chunks wait in the outbox; next retry in %.1f s%s",
                 self._sink.name,
-                self.last_error,
+                ended(self.last_error),
                 delay,
                 "" if said is not None else " (the next attempts are logged with -vv)",
             )

@@ -42,6 +42,7 @@ from gazeguard.config import (
     Settings,
 )
 from gazeguard.core.chunking import Chunk
+from gazeguard.core.words import counted
 from gazeguard.runtime.mqtt.client import ClientFactory
 from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
 from gazeguard.runtime.service import serve
@@ -316,7 +317,8 @@ def plot(trace: Trace, out: Path, note: str = "") -> Path:
     np.atleast_1d(axes)[-1].set_xlabel("time since first released step [s]")
     fig.suptitle(
         f"gazeguard demo: raw vs privatized features ({trace.mechanism}, ε = {trace.epsilon:g} "
-        f"per chunk; {len(trace.t)} chunks: user-level ε = {trace.epsilon * len(trace.t):g})"
+        f"per chunk; {counted(len(trace.t), 'chunk')}: user-level ε = "
+        f"{trace.epsilon * len(trace.t):g})"
     )
     bottom = 0.0
     if lines:

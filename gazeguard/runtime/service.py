@@ -73,7 +73,7 @@ from gazeguard.wire.message import SessionState, StatusMessage, status_topic
 from gazeguard.wire.topics import session_id_for
 
 if TYPE_CHECKING:
-    from gazeguard.runtime.labels import LabelStats
+    from gazeguard.runtime.labels import LabelStats, ReleasedLabel
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,9 @@ class RunSummary:
         label_release: ``change`` or ``clock`` (with labels).
         label_epsilon: ε at δ of this run's labels alone (the accountant's composition of
             their randomized responses and detection rounds; within :attr:`spent`).
+        backlog, backlog_sent: releases an earlier run had left in the outbox when this one
+            started (any session of the ledger), and how many of them left the outbox during
+            this run (delivered, or refused by the broker).
     """
 
     session: str
@@ -134,6 +137,8 @@ class RunSummary:
     labels: LabelStats | None = None
     label_release: str | None = None
     label_epsilon: float | None = None
+    backlog: int = 0
+    backlog_sent: int = 0
 
 
 @contextlib.asynccontextmanager
@@ -176,7 +181,15 @@ async def _broker(settings: BrokerSettings) -> AsyncIterator[BrokerSettings]:
 class _Outbound:
     ledger: Ledger
     publisher: Publisher
+    backlog: frozenset[int] = frozenset()  # outbox ids an earlier run left pending
     flushed: bool = False
+
+    def backlog_sent(self) -> int:
+        """How many of :attr:`backlog` are no longer pending (delivered, or refused)."""
+        if not self.backlog:
+            return 0
+        still = {item.id for item in self.ledger.pending()} & self.backlog
+        return len(self.backlog) - len(still)
 
     async def flush(self) -> None:
         """Give the publisher ``FLUSH_AT_EXIT_S`` to deliver the outbox (once)."""
@@ -200,7 +213,8 @@ async def _outbound(
     :meth:`gazeguard.runtime.fleet.Fleet.process_many`). ``metrics``: the operator metrics,
     given the ledger and the publisher to read (and the publisher's acknowledgements)."""
     with open_ledger(settings.ledger, plan) as ledger:
-        backlog = len(ledger.pending())  # before the publisher starts sending them
+        left = frozenset(item.id for item in ledger.pending())  # before the publisher sends them
+        backlog = len(left)
         if backlog:
             log.warning(
                 "sending %d chunk%s left from the last run first (charged then, still in the "
@@ -217,7 +231,7 @@ async def _outbound(
         ):  # fmt: skip
             if metrics is not None:
                 metrics.bind(ledger, publisher)
-            out = _Outbound(ledger, publisher)
+            out = _Outbound(ledger, publisher, left)
             try:
                 yield out
             finally:
@@ -330,6 +344,7 @@ async def serve(
     tap: Callable[[Chunk, ReleasedChunk], None] | None = None,
     ready: Callable[[Pipeline, str], None] | None = None,
     on_progress: Callable[[ReleasedChunk, bool], None] | None = None,
+    on_label: Callable[[ReleasedLabel, bool], None] | None = None,
 ) -> RunSummary:
     """Run the sidecar until ``stop`` is set, ``duration_s`` passes or the stream ends.
 
@@ -342,6 +357,8 @@ async def serve(
         ready: called with the pipeline and the broker ``host:port`` once everything is up.
         on_progress: like ``on_release``, with whether the broker connection is up at that
             moment (``False``: the chunk waits in the outbox).
+        on_label: called on the event loop with each charged label (``labels.enabled``) and
+            whether the broker connection is up at that moment.
 
     Raises:
         ConfigError: :func:`~gazeguard.runtime.preflight.validate_settings` found a problem
@@ -392,7 +409,8 @@ async def serve(
         try:
             async with asyncio.TaskGroup() as tg:
                 ingest = tg.create_task(
-                    _ingest(stream, pipeline, publisher), name=f"gazeguard[{session}].ingest"
+                    _ingest(stream, pipeline, publisher, on_label),
+                    name=f"gazeguard[{session}].ingest",
                 )
                 waiter = tg.create_task(stop.wait(), name=f"gazeguard[{session}].stop")
                 await asyncio.wait(
@@ -419,7 +437,7 @@ async def serve(
         if failure is not None:
             raise failure
         await out.flush()
-        return _summary(settings, pipeline, ledger, publisher)
+        return _summary(settings, pipeline, out)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -435,10 +453,9 @@ def _log_start(pipeline: Pipeline, endpoint: str) -> None:
     )  # fmt: skip
 
 
-def _summary(
-    settings: Settings, pipeline: Pipeline, ledger: Ledger, publisher: Publisher
-) -> RunSummary:
+def _summary(settings: Settings, pipeline: Pipeline, out: _Outbound) -> RunSummary:
     """What a finished sidecar run did, from the pipeline, the ledger and the publisher."""
+    ledger, publisher = out.ledger, out.publisher
     session = pipeline.session
     state = ledger.state(session)
     labels = pipeline.labels
@@ -459,6 +476,8 @@ def _summary(
         labels=None if labels is None else labels.stats,
         label_release=None if labels is None else labels.plan.release,
         label_epsilon=None if labels is None else labels.epsilon,
+        backlog=len(out.backlog),
+        backlog_sent=out.backlog_sent(),
     )
 
 
@@ -553,7 +572,12 @@ def log_ingest_counters(session: str, stats: IngestStats) -> None:
     log.info("session %r: gaze ingest (local only): %s", session, counts)
 
 
-async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) -> None:
+async def _ingest(
+    stream: GazeStream,
+    pipeline: Pipeline,
+    publisher: Publisher,
+    on_label: Callable[[ReleasedLabel, bool], None] | None = None,
+) -> None:
     """Feed blocks through the pipeline (in a worker thread) and wake the publisher.
 
     Keeps the retained status current: the pipeline's state (from the ledger and the release
@@ -583,6 +607,9 @@ async def _ingest(stream: GazeStream, pipeline: Pipeline, publisher: Publisher) 
             watermark = float(pylsl.local_clock()) - late_after
             released = await to_thread_to_the_end(pipeline.advance, watermark)
             labels = pipeline.take_labels()
+            if on_label is not None:
+                for label in labels:
+                    on_label(label, publisher.connected)
             if released or labels:
                 publisher.notify([*released, *labels])
             idle = stream.idle_s
