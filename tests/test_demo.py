@@ -136,3 +136,19 @@ def test_the_png_carries_the_caption(tmp_path: Path) -> None:
     noted = plot(trace, tmp_path / "noted.png", caption(demo_changes(demo_settings())))
     height = [int.from_bytes(p.read_bytes()[20:24], "big") for p in (bare, noted)]
     assert height[1] > height[0]  # the caption adds lines below the plots
+
+
+def test_the_caption_says_only_each_ramps_end_carries_information() -> None:
+    """The PNG drew DCFPA's chunks as red ramps beside flat raw lines and never said that only
+    a ramp's end is released information; its caption now says so first."""
+    from gazeguard.offline.demo import how_to_read  # noqa: PLC0415
+    from gazeguard.privacy.mechanisms.registry import mechanism_kind  # noqa: PLC0415
+
+    dcfpa = Trace(mechanism="dcfpa/dft", carries=mechanism_kind("dcfpa").carries("dft", 1, 32))
+    text = how_to_read(dcfpa)
+    assert "each red ramp is one chunk" in text
+    assert "only the ramp's end carries information" in text
+    assert "never published" in text
+    lpa = Trace(mechanism="lpa/dft", carries=mechanism_kind("lpa").carries("dft", 1, 32))
+    assert "ramp" not in how_to_read(lpa)
+    assert "32 values per feature per chunk" in how_to_read(lpa)

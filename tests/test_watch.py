@@ -19,7 +19,7 @@ from test_cli import Proc
 from test_label_stream import MODEL_FEATURES, fast_model
 
 from gazeguard.cli import ExitCode, main
-from gazeguard.cli.watch import clock, describe, span, sparkline
+from gazeguard.cli.watch import LEGEND, clock, describe, span, sparkline
 from gazeguard.signal.labels import LabelDecision, RandomizedResponse
 from gazeguard.wire.cohort import AttentionMessage, CohortFeature, CohortMessage, CohortReceipt
 from gazeguard.wire.label import LabelMessage
@@ -374,3 +374,42 @@ def test_watch_shows_cohort_messages_from_a_real_broker(
     assert "  │  ░░██  │" in text, text
     assert "not a gazeguard topic" not in text, text
     assert "0 chunk and label messages, 0 invalid" in text, text
+
+
+# ------------------------------------------------------------------ the glossary
+def test_watch_explain_prints_the_glossary_the_docs_share(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`watch --explain` defines every term watch prints (lo/hi, ⊥/⊤, the noise figures, each
+    feature with its unit and range, the wordbook), and docs/glossary.md is the same glossary."""
+    from gazeguard.signal.features import FEATURES  # noqa: PLC0415
+    from gazeguard.wire.glossary import glossary_markdown  # noqa: PLC0415
+
+    assert main(["watch", "--explain"]) == 0
+    text = capsys.readouterr().out
+    terms = (
+        "⊥, ⊤", "lower, upper", "noise sd", "carries", "right with probability",
+        "budget_exhausted", "wordbookN_distinct", "user-level ε", "about N sessions",
+    )  # fmt: skip
+    flat = " ".join(text.split())  # wrapped to the terminal
+    for term in terms:
+        assert term in flat, term
+    assert "only the ramp's end carries information" in flat
+    assert "wordbook2_mean 1.5: on average each pair" in flat
+    for f in FEATURES:
+        assert re.search(rf"^  {f.name}\n      {re.escape(f.description)}\. Unit: ", text, re.M)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "glossary.md").read_text()
+    assert doc == glossary_markdown(), "regenerate: python3 -m gazeguard.wire.glossary"
+    # the legend points at it, and no printed text speaks of an undefined "lo"
+    assert "gazeguard watch --explain" in LEGEND
+
+
+def test_what_a_chunk_carries_names_its_bound_and_its_one_number() -> None:
+    """The `carries` text of DCFPA at k = 1 (in every chunk, the banner and watch) said "the
+    chunk's net change from lo", a word defined nowhere."""
+    from gazeguard.privacy.mechanisms.registry import mechanism_kind  # noqa: PLC0415
+
+    text = mechanism_kind("dcfpa").carries("dft", 1, 32)
+    assert "from lo" not in text
+    assert "public lower bound" in text
+    assert "only its end carries information" in text

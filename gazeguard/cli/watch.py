@@ -38,6 +38,7 @@ from gazeguard.runtime.dashboard.readability import (
 from gazeguard.runtime.mqtt.client import ClientFactory
 from gazeguard.runtime.mqtt.sink import explain_failure
 from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt
+from gazeguard.wire.glossary import glossary_text
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import (
     VALUE_NOISE_LABEL,
@@ -63,7 +64,7 @@ LEGEND = (
     f"greatest ({AT_LOWER}/{AT_UPPER}: at the public lower/upper bound, where clipping put it), "
     f"summary (mean and last value of the chunk) and {VALUE_NOISE_LABEL}: the standard "
     "deviation of the noise on each published value, in the feature's units and as a multiple "
-    "of its public range (upper − lower)"
+    "of its public range (upper − lower). gazeguard watch --explain defines every term"
 )
 
 
@@ -82,6 +83,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, help="exit after this many seconds")
     parser.add_argument("--features", type=int, default=8, help="features shown per chunk (8)")
     parser.add_argument("--json", action="store_true", help="one validated message per line")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print the glossary (every term watch, run and demo print, each feature's meaning, "
+        "unit and public range; docs/glossary.md) and exit",
+    )
 
 
 def sparkline(values: Sequence[float], lo: float, hi: float) -> str:
@@ -488,6 +495,9 @@ class WatchError(GazeguardError):
 def run(args: argparse.Namespace) -> int:
     """``gazeguard watch``: exit 0, 1 when an invalid message was seen (or the broker refused
     this client), 130 on Ctrl-C."""
+    if getattr(args, "explain", False):
+        stdout(glossary_text())
+        return ExitCode.OK
     if args.count is not None and args.count < 1:
         args.count = None
     if args.duration is not None and not math.isfinite(args.duration):

@@ -81,6 +81,7 @@ class Trace:
     mechanism: str = ""
     received: int = 0
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    carries: str = ""  # what a chunk carries per feature, in words (the mechanism's)
 
 
 #: Settings the demo changes from ``gazeguard run``'s defaults (dotted names), unless a flag sets
@@ -290,8 +291,24 @@ def _hand_over(
         log.warning("live view: %s does not validate: %s", topic, str(exc).splitlines()[0])
 
 
+def how_to_read(trace: Trace) -> str:
+    """The PNG's first caption paragraph: what the red line is, and which of its points carry
+    information (with DCFPA at k = 1, only each ramp's end)."""
+    raw = "The grey line is the raw value, never published."
+    if trace.carries.startswith("one number per feature per chunk"):  # DCFPA, one coefficient
+        return (
+            "How to read it: each red ramp is one chunk. DCFPA at k = 1 releases one number per "
+            "feature per chunk, the chunk's net change from the feature's public lower bound, "
+            "and draws it as a straight ramp from that bound: only the ramp's end carries "
+            "information; its slope and the points along it are drawing, not data. " + raw
+        )
+    what = f" Each chunk carries {trace.carries}." if trace.carries else ""
+    return f"How to read it: the red line is what is published.{what} {raw}"
+
+
 def plot(trace: Trace, out: Path, note: str = "") -> Path:
-    """Write the raw-vs-privatized PNG of ``trace`` to ``out``, with ``note`` as its caption.
+    """Write the raw-vs-privatized PNG of ``trace`` to ``out``, captioned with how to read it
+    (:func:`how_to_read`) and ``note``.
 
     Needs matplotlib (the ``eval`` extra).
     """
@@ -303,7 +320,7 @@ def plot(trace: Trace, out: Path, note: str = "") -> Path:
     t = np.concatenate(trace.t)
     raw = np.concatenate(trace.raw, axis=1)
     rel = np.concatenate(trace.released, axis=1)
-    lines = textwrap.wrap(note, 150) if note else []
+    lines = textwrap.wrap(how_to_read(trace), 150) + (textwrap.wrap(note, 150) if note else [])
     height = 2.2 * len(trace.names) + 0.16 * len(lines)
     fig, axes = plt.subplots(len(trace.names), 1, figsize=(10, height), sharex=True)
     for ax, name, unit, r, p in zip(
@@ -352,6 +369,7 @@ async def demo(
         trace.units = [pipeline.units[pipeline.feature_names.index(n)] for n in trace.names]
         trace.epsilon = pipeline.chunk_epsilon
         trace.mechanism = f"{pipeline.mechanism.name}/{pipeline.mechanism.transform}"
+        trace.carries = pipeline.carries
         lo, hi, _ = feature_bounds(
             trace.names, settings.features.window_s, settings.features.step_s
         )

@@ -136,8 +136,9 @@ class MechanismKind:
         what = "difference-chunk" if self.difference else "chunk"
         if self.difference and m == 1:
             return (
-                "one number per feature per chunk (the chunk's net change from lo), "
-                f"drawn as a ramp of {n} values"
+                "one number per feature per chunk (the chunk's net change from the feature's "
+                f"public lower bound), drawn as a ramp of {n} values: only its end carries "
+                "information"
             )
         if m == 1:
             return f"one value per feature per chunk (the chunk mean), repeated {n} times"
