@@ -10,6 +10,7 @@ under CI (CI=true), where it fails instead.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
@@ -166,9 +167,10 @@ def synthetic_aggregate(cohort: str = "reading", bucket: int = 10) -> CohortMess
 # ---------------------------------------------------------------------------------- the browser
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    """Headless Chromium through chromedriver (Debian's), a fresh profile, no network of its own."""
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """Headless Chromium through chromedriver (Debian's), a fresh profile, no network of its own;
+    skipped with what to install when they are missing (a failure under CI=true)."""
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     try:
         from selenium import webdriver  # noqa: PLC0415
@@ -195,6 +197,13 @@ def browser() -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium (:func:`chromium`)."""
+    with chromium() as driver:
+        yield driver
 
 
 #: The card of one (cohort, worker) as the page shows it: every figure's text.

