@@ -39,8 +39,15 @@ configuration is adopted; a looser one (a higher cap, a removed cap, a shorter w
 the ledger was opened with ``allow_cap_increase=True``. Spent ε never resets.
 
 Group commit. :meth:`Ledger.charge_many` charges several releases in one durable transaction,
-each with every check :meth:`Ledger.charge` makes; a refused one is rolled back to its own
-savepoint and reported in its place (a fleet worker charges the chunks a batch completes so).
+each with every check :meth:`Ledger.charge` makes against its own session's caps; a refused one
+writes nothing and is reported in its place (a fleet worker charges the chunks a tick completes
+so). The statements are batched: the sessions' rows are read and locked (in session order) by
+one statement, their duplicates looked up by one, the checks run in memory, and each table is
+written by one multi-row statement (PostgreSQL: ``unnest`` of one array per column; SQLite:
+``VALUES`` lists), so a group of hundreds of sessions costs a handful of round trips, not
+several per session. :meth:`Ledger.charge_all` does the same all or nothing (a cohort bucket:
+every payer charged with the aggregate, or none), and :meth:`Ledger.preview_many` previews a
+group in one snapshot, naming the releases already charged.
 
 Prefetch. Reporting ε at δ composes the session's counts (milliseconds to tens of milliseconds
 of FFTs for a new count), and admission runs a capacity search the first time a release shape

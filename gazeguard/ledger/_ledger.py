@@ -33,6 +33,7 @@ from gazeguard.ledger._model import (
     LedgerState,
     OutboxItem,
     RefusedItem,
+    Sql,
     StaleStateError,
     Synchronous,
     to_units_down,
@@ -48,7 +49,7 @@ from gazeguard.ledger._request import (
     validated_request,
 )
 from gazeguard.ledger._sqlite import SqliteBackend
-from gazeguard.ledger._store import Counters, SessionRow, Store
+from gazeguard.ledger._store import ChargeRow, Counters, SessionRow, Store, after_charge
 from gazeguard.ledger._view import EMPTY_COUNTERS, WindowView
 from gazeguard.ledger.policy import Caps, Composer, Counts
 
@@ -318,8 +319,10 @@ class Ledger:
 
         Every request gets every check :meth:`charge` makes (caps, duplicates, stale version,
         the atomic outbox enqueue), against the state the requests before it left. A request
-        refused by a check is rolled back to its own savepoint and reported in its place;
-        the others are committed all the same. Two requests of one session: the second's
+        refused by a check writes nothing and is reported in its place; the others are
+        committed all the same. Batched: each run of requests in which no session comes twice
+        is read, checked and written with a few multi-row statements, whatever its length
+        (package docstring, "Group commit"). Two requests of one session: the second's
         ``version`` must be the one the first leaves (else it is stale), so previews made
         before the first charge should wait for the next group.
 
@@ -338,27 +341,182 @@ class Ledger:
                 checked.append(validated_request(request, time.time()))
             except (ConfigError, TypeError) as exc:
                 checked.append(exc)
+        out: list[Charge | LedgerRefusal | None] = [
+            c if isinstance(c, Exception) else None for c in checked
+        ]
         if all(isinstance(c, Exception) for c in checked):
             return [c for c in checked if isinstance(c, Exception)]  # (no transaction)
-        out: list[Charge | LedgerRefusal] = []
         with self._backend.write() as sql:
-            store = Store(sql, self._backend.lock_clause)
-            for request, item in zip(requests, checked, strict=True):
-                if isinstance(item, Exception):
-                    out.append(item)
-                    continue
-                sql.run("SAVEPOINT gazeguard_charge")
+            store = self._batch_store(sql)
+            for segment in _segments(requests, checked):
+                for i, result in self._charge_batch(store, segment, atomic=False):
+                    out[i] = result
+        assert all(r is not None for r in out)
+        return [r for r in out if r is not None]
+
+    def charge_all(self, requests: Sequence[ChargeRequest]) -> list[Charge]:
+        """Charge every request in ONE durable transaction, or none of them: as
+        :meth:`charge_many`, but the first refusal is raised and nothing at all is written
+        (a release that needs every one of its payers: a cohort bucket).
+
+        Returns:
+            The committed :class:`Charge` of each request, in order.
+
+        Raises:
+            BudgetExhaustedError, DuplicateChargeError, StaleStateError, ConfigError,
+            TypeError: a request was refused; nothing was written.
+            LedgerError: the transaction failed: nothing was written.
+        """
+        # (a bad request raises here: nothing written)
+        checked: list[tuple[Release, tuple[float, float]] | LedgerRefusal] = [
+            validated_request(request, time.time()) for request in requests
+        ]
+        out: list[Charge | None] = [None] * len(requests)
+        if not requests:
+            return []
+        with self._backend.write() as sql:
+            store = self._batch_store(sql)
+            for segment in _segments(requests, checked):
+                for i, result in self._charge_batch(store, segment, atomic=True):
+                    assert isinstance(result, Charge)
+                    out[i] = result
+        return [c for c in out if c is not None]
+
+    def preview_many(self, requests: Sequence[ChargeRequest]) -> list[Preview | LedgerRefusal]:
+        """:meth:`preview` of each request (its ``topic``, ``payload`` and ``version`` are not
+        used), all read in one snapshot with a few statements whatever their number; and a
+        release already charged or withheld is refused with :class:`DuplicateChargeError`
+        (``.what`` says which) as its charge would be. Each preview is of that release alone,
+        now (two of one session do not see each other). Reads only.
+
+        Returns:
+            Per request, in order: its :class:`Preview`, or why its charge would be refused
+            (:class:`BudgetExhaustedError`, :class:`DuplicateChargeError`,
+            :class:`ConfigError`, :class:`TypeError`).
+        """
+        out: list[Preview | LedgerRefusal | None] = []
+        checked: list[tuple[int, ChargeRequest, Release, tuple[float, float]]] = []
+        for i, request in enumerate(requests):
+            try:
+                release, span = validated_request(request, time.time())
+            except (ConfigError, TypeError) as exc:
+                out.append(exc)
+                continue
+            out.append(None)
+            checked.append((i, request, release, span))
+        if not checked:
+            return [r for r in out if r is not None]
+        with self._backend.read() as sql:
+            now = time.time()
+            store = self._batch_store(sql)
+            rows = store.sessions_many([r.session for _, r, _, _ in checked])
+            done = store.done_many([(r.session, r.stream, r.chunk_index) for _, r, _, _ in checked])
+            for i, request, release, span in checked:
+                session = request.session
                 try:
-                    out.append(self._charge_in(store, request, *item))
-                except (
-                    BudgetExhaustedError,
-                    DuplicateChargeError,
-                    StaleStateError,
-                    ConfigError,
-                ) as exc:  # a refusal of this request: the others go on
-                    sql.run("ROLLBACK TO SAVEPOINT gazeguard_charge")
-                    out.append(exc)
-                sql.run("RELEASE SAVEPOINT gazeguard_charge")
+                    what = done.get((session, request.stream, request.chunk_index))
+                    if what is not None:
+                        raise DuplicateChargeError(session, request.chunk_index, what)
+                    row = rows.get(session)
+                    caps = self._caps if row is None else self._binding(session, row)
+                    view = self._view(store, session, row)
+                    row = row or _empty_row(caps)
+                    after = self._windows(view, caps=caps, row=row, counts=row.counts,
+                                          release=release, span=span, now=now)  # fmt: skip
+                except (BudgetExhaustedError, DuplicateChargeError, ConfigError) as exc:
+                    out[i] = exc
+                    continue
+                charged = _charged(row, release, span, request.stream, request.chunk_index)
+                state = self._figures(
+                    session, row=charged, caps=caps, counts=charged.counts, window=after.gaze,
+                    pending=view.pending() + 1,
+                )  # fmt: skip
+                out[i] = Preview(state, row.version)
+        return [r for r in out if r is not None]
+
+    def _batch_store(self, sql: Sql) -> Store:
+        """A store for batches: arrays on PostgreSQL (:meth:`Store.rows`)."""
+        return Store(sql, self._backend.lock_clause, arrays=self._backend.kind == "postgresql")
+
+    def _charge_batch(
+        self,
+        store: Store,
+        items: Sequence[tuple[int, ChargeRequest, Release, tuple[float, float]]],
+        *,
+        atomic: bool,
+    ) -> list[tuple[int, Charge | LedgerRefusal]]:
+        """Charge releases of distinct sessions inside the caller's write transaction, each
+        with every check :meth:`charge` makes, with a few multi-row statements whatever their
+        number: their session rows read (and locked) together, their duplicates looked up
+        together, the checks in memory, then every table written with multi-row statements.
+        A refused release writes nothing (``atomic``: it is raised, and the caller's
+        transaction rolls back). Returns ``(position, Charge or refusal)`` per item."""
+        if not items:
+            return []
+        now = time.time()
+        sessions = [r.session for _, r, _, _ in items]
+        rows = store.sessions_many(sessions, lock=True)
+        missing = [s for s in sessions if s not in rows]
+        created: set[str] = set()
+        if missing:  # (as _lock: created first, then locked: another writer may have won)
+            created = store.create_sessions(missing, self._caps_json, now)
+            rows.update(store.sessions_many(missing, lock=True))
+        done = store.done_many([(r.session, r.stream, r.chunk_index) for _, r, _, _ in items])
+        out: list[tuple[int, Charge | LedgerRefusal]] = []
+        accepted: list[tuple[int, ChargeRow, Caps, Counts, Release]] = []
+        for i, request, release, span in items:
+            session, index, stream = request.session, request.chunk_index, request.stream
+            row = rows[session]
+            try:
+                caps = self._binding(session, row)
+                what = done.get((session, stream, index))
+                if what is not None:
+                    raise DuplicateChargeError(session, index, what)
+                if request.version is not None and request.version != row.version:
+                    raise StaleStateError(
+                        f"session {session!r} changed since the preview (version "
+                        f"{request.version} → {row.version}); preview again"
+                    )
+                view = self._view(store, session, row)
+                counters = self._windows(
+                    view, caps=caps, row=row, counts=row.counts, release=release, span=span,
+                    now=now,
+                )  # fmt: skip
+            except (BudgetExhaustedError, DuplicateChargeError, StaleStateError, ConfigError) as e:
+                if atomic:
+                    raise
+                out.append((i, e))
+                continue
+            stored = self._adopt(session, row, caps)
+            after_counts = policy.merged(row.counts, release.events)
+            after = after_charge(
+                row, units=release.units, idx=index, stream=stream, gaze_end=span[1],
+                counts=after_counts,
+            )  # fmt: skip
+            after.caps = stored
+            charge = ChargeRow(
+                session, stream, index, release.epsilon_json, release.units, release.events,
+                span, request.topic, bytes(request.payload), row, after, stored, counters,
+            )  # fmt: skip
+            accepted.append((i, charge, caps, after_counts, release))
+        ids = store.write_charges([a[1] for a in accepted], now)
+        unused = created - {a[1].session for a in accepted}
+        if unused:  # rows this transaction created for releases all refused: none, as before
+            store.delete_sessions(sorted(unused))
+        with self._enqueued_lock:
+            for outbox_id in ids:
+                self._enqueued[outbox_id] = None
+            while len(self._enqueued) > ENQUEUED_KEPT:
+                del self._enqueued[next(iter(self._enqueued))]
+        for (i, charge, caps, counted, release), outbox_id in zip(accepted, ids, strict=True):
+            state = self._figures(
+                charge.session, row=charge.after, caps=caps, counts=counted,
+                window=charge.counters.gaze, pending=charge.counters.pending,
+            )  # fmt: skip
+            if self._prefetch is not None and not caps.sequential:
+                self._prefetch.submit(caps, counted, charge.counters.gaze, release.events)
+            total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
+            out.append((i, Charge(charge.session, charge.idx, total, state, outbox_id)))
         return out
 
     def _charge_in(
@@ -579,17 +737,24 @@ class Ledger:
         if not reconcile:
             return row, Caps.from_json(row.caps)
         caps = self._binding(session, row)
-        if (self._caps_json if caps is self._caps else caps.to_json()) != row.caps:
-            if not Caps.from_json(row.caps).at_least_as_strict_as(caps):
-                log.warning(
-                    "ledger %s: session %r: caps raised from (%s) to (%s) by allow_cap_increase; "
-                    "spent ε is kept",
-                    self._backend.location, session, Caps.from_json(row.caps).describe(),
-                    caps.describe(),
-                )  # fmt: skip
-            store.set_caps(session, caps.to_json())
-            row.caps = caps.to_json()
+        stored = self._adopt(session, row, caps)
+        if stored != row.caps:
+            store.set_caps(session, stored)
+            row.caps = stored
         return row, caps
+
+    def _adopt(self, session: str, row: SessionRow, caps: Caps) -> str:
+        """The caps JSON to store with the session from now on (``row.caps`` unless ``caps``,
+        those that bind, differ: stricter ones, or looser by ``allow_cap_increase``, logged)."""
+        wanted = self._caps_json if caps is self._caps else caps.to_json()
+        if wanted != row.caps and not Caps.from_json(row.caps).at_least_as_strict_as(caps):
+            log.warning(
+                "ledger %s: session %r: caps raised from (%s) to (%s) by allow_cap_increase; "
+                "spent ε is kept",
+                self._backend.location, session, Caps.from_json(row.caps).describe(),
+                caps.describe(),
+            )  # fmt: skip
+        return wanted
 
     def _windows(
         self,
@@ -727,3 +892,22 @@ def _make_state(
         window_cap=caps.window,
         version=row.version,
     )
+
+
+def _segments(
+    requests: Sequence[ChargeRequest],
+    checked: Sequence[tuple[Release, tuple[float, float]] | LedgerRefusal],
+) -> list[list[tuple[int, ChargeRequest, Release, tuple[float, float]]]]:
+    """The valid requests in order, cut into consecutive runs in which no session comes twice
+    (each run is charged as one batch, and sees the runs before it written)."""
+    out: list[list[tuple[int, ChargeRequest, Release, tuple[float, float]]]] = [[]]
+    seen: set[str] = set()
+    for i, (request, item) in enumerate(zip(requests, checked, strict=True)):
+        if isinstance(item, Exception):
+            continue
+        if request.session in seen:
+            out.append([])
+            seen = set()
+        seen.add(request.session)
+        out[-1].append((i, request, item[0], item[1]))
+    return [run for run in out if run]

@@ -41,11 +41,13 @@ class DuplicateChargeError(LedgerError):
     Attributes:
         session: session identifier.
         chunk_index: the chunk number.
+        what: ``"charged"`` or ``"withheld"``: what the release already was.
     """
 
     def __init__(self, session: str, chunk_index: int, what: str) -> None:
         self.session = session
         self.chunk_index = chunk_index
+        self.what = what
         super().__init__(
             f"chunk_index={chunk_index} of session {session!r} was already {what}; a chunk is "
             "charged at most once. Use the next chunk index (a restart continues after "

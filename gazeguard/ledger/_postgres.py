@@ -77,6 +77,19 @@ def _mask(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
+def _store_payloads_plain(sql: Sql) -> None:
+    """Outbox payloads stored out of line but not compressed (``STORAGE EXTERNAL``): they
+    live until delivered (then dropped), and compressing each (a chunk's ~17 kB of JSON) was
+    most of the server's time in a batch of charges. Changed once (the check reads the
+    catalogue); the data and the schema version are the same either way."""
+    row = sql.one(
+        "SELECT attstorage FROM pg_attribute WHERE attrelid = 'outbox'::regclass "
+        "AND attname = 'payload'"
+    )
+    if row is not None and str(row[0]) != "e":
+        sql.run("ALTER TABLE outbox ALTER COLUMN payload SET STORAGE EXTERNAL")
+
+
 class _PgSql:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
@@ -136,6 +149,7 @@ class PostgresBackend:
                         sql.run(statement)
                 check_schema(sql, self.location)
                 ensure_indexes(sql)
+                _store_payloads_plain(sql)
         except BaseException:
             self._conn.close()
             raise

@@ -32,7 +32,7 @@ Tables (schema version 5; DDL in the backends):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -112,6 +112,90 @@ def _counters_of(row: Sequence[Any]) -> Counters:
     )  # fmt: skip
 
 
+def after_charge(
+    row: SessionRow,
+    *,
+    units: int | None,
+    idx: int,
+    stream: str,
+    gaze_end: float,
+    counts: Mapping[str, int],
+) -> SessionRow:
+    """The session's row as a charge leaves it (:meth:`Store.update_after_charge`): counts,
+    spend, last index and gaze time, version + 1, its event counts ``counts``."""
+    last = row.last_chunk
+    if stream == "chunks":
+        last = idx if last is None else max(last, idx)
+    return SessionRow(
+        row.caps,
+        row.version + 1,
+        row.chunks + (1 if stream == "chunks" else 0),
+        row.withheld,
+        row.refused,
+        row.spent_units + (units or 0),
+        row.pure_finite and units is not None,
+        max(row.max_units, units or 0),
+        last,
+        gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
+        {k: int(n) for k, n in counts.items() if n},
+    )
+
+
+#: At most this many parameters in one batched statement (SQLite's default limit is 32,766
+#: since 3.32, PostgreSQL's 65,535), and at most :data:`BATCH_ROWS` rows.
+BATCH_PARAMS = 30_000
+BATCH_ROWS = 1_000
+
+#: A release's key in the ledger: (session, stream, index).
+ReleaseKey = tuple[str, str, int]
+
+
+def _batches(
+    rows: Sequence[Sequence[object]], columns: int
+) -> Iterator[Sequence[Sequence[object]]]:
+    """``rows`` in slices small enough for one statement each (:data:`BATCH_PARAMS`)."""
+    size = max(1, min(BATCH_ROWS, BATCH_PARAMS // max(columns, 1)))
+    for at in range(0, len(rows), size):
+        yield rows[at : at + size]
+
+
+def _values(rows: int, row: str) -> str:
+    """``row`` (a parenthesised tuple of placeholders) ``rows`` times, comma-separated."""
+    return ", ".join([row] * rows)
+
+
+_OUTBOX_ROW = "(?, ?, ?, ?, ?, ?, 'pending')"
+
+
+def _flat(rows: Sequence[Sequence[object]]) -> list[object]:
+    return [value for row in rows for value in row]
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeRow:
+    """One charge of a batch (:meth:`Store.write_charges`): the rows :meth:`Store.insert_charge`,
+    :meth:`Store.enqueue` and :meth:`Store.update_after_charge` write for it.
+
+    ``epsilon_json``: pure ε per feature (JSON); ``units`` its total in micro-ε (``None``: no
+    pure bound); ``gaze`` (start, end), Unix s; ``before``/``after``: the session's row before
+    and after; ``caps``: the caps JSON to store with the session (``after.caps`` unless
+    stricter ones are adopted); ``counters``: its counters after the charge."""
+
+    session: str
+    stream: str
+    idx: int
+    epsilon_json: str
+    units: int | None
+    events: Mapping[str, int]
+    gaze: tuple[float, float]
+    topic: str
+    payload: bytes
+    before: SessionRow
+    after: SessionRow
+    caps: str
+    counters: Counters
+
+
 class Store:
     """SQL statements inside one open transaction ``sql``.
 
@@ -119,11 +203,13 @@ class Store:
         sql: the open transaction.
         lock_clause: appended to the session-row ``SELECT`` by writers (PostgreSQL
             ``FOR UPDATE``; SQLite holds the database lock already).
+        arrays: batches (:meth:`rows`) pass one array per column (PostgreSQL), not ``VALUES``.
     """
 
-    def __init__(self, sql: Sql, lock_clause: str = "") -> None:
+    def __init__(self, sql: Sql, lock_clause: str = "", *, arrays: bool = False) -> None:
         self.sql = sql
         self.lock_clause = lock_clause
+        self.arrays = arrays
 
     # ---- sessions -------------------------------------------------------------------------
     def session(self, session: str, *, lock: bool = False) -> SessionRow | None:
@@ -164,6 +250,184 @@ class Store:
         return [
             r[0] for r in self.sql.all("SELECT session FROM sessions ORDER BY created, session")
         ]
+
+    def rows(
+        self, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]
+    ) -> Iterator[tuple[str, list[object]]]:
+        """``rows`` as relations to select from: ``(sql, params)`` per statement to run, the
+        ``sql`` a parenthesised subquery whose columns are named as ``columns`` (name, SQL
+        type). With :attr:`arrays` (PostgreSQL) one relation of every row, ``unnest`` of one
+        array parameter per column: a statement whose text does not grow with the rows (parsed
+        and planned once, prepared after a few uses); otherwise (SQLite) a ``VALUES`` list of
+        at most :data:`BATCH_ROWS` rows (:data:`BATCH_PARAMS` parameters) each."""
+        names = ", ".join(name for name, _ in columns)
+        if self.arrays:
+            # (``%b``: psycopg's binary parameter, which the backend leaves as it is: arrays of
+            # payloads are sent as they are, not escaped into text)
+            arrays = ", ".join(f"CAST(%b AS {kind}[])" for _, kind in columns)
+            yield (
+                f"(SELECT * FROM unnest({arrays}) AS u ({names}))",  # noqa: S608 - fixed names
+                [list(column) for column in zip(*rows, strict=True)],
+            )
+            return
+        renamed = ", ".join(f"column{k + 1} AS {name}" for k, (name, _) in enumerate(columns))
+        row = "(" + ", ".join("?" * len(columns)) + ")"
+        for part in _batches(rows, len(columns)):
+            yield (
+                f"(SELECT {renamed} FROM (VALUES {_values(len(part), row)}) AS t)",  # noqa: S608
+                _flat(part),
+            )
+
+    def sessions_many(
+        self, sessions: Sequence[str], *, lock: bool = False
+    ) -> dict[str, SessionRow]:
+        """The rows of ``sessions`` that exist (locked for this transaction with ``lock``, in
+        session order, so that two writers locking overlapping sets cannot deadlock on them);
+        one statement (SQLite: per :data:`BATCH_ROWS` sessions)."""
+        out: dict[str, SessionRow] = {}
+        for rel, params in self.rows(
+            [("k_session", "TEXT")], [(n,) for n in sorted(set(sessions))]
+        ):
+            rows = self.sql.all(
+                "SELECT session, caps, version, chunks, withheld, refused, spent, pure_finite, "  # noqa: S608 - fixed names and placeholders
+                f"max_chunk, last_chunk, last_gaze_end, counts, {', '.join(COUNTER_COLUMNS)} "
+                f"FROM sessions WHERE session IN (SELECT k_session FROM {rel} AS k) "
+                "ORDER BY session" + (self.lock_clause if lock else ""),
+                params,
+            )
+            for row in rows:
+                out[str(row[0])] = SessionRow(
+                    str(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]),
+                    int(row[6]), bool(row[7]), int(row[8]),
+                    None if row[9] is None else int(row[9]),
+                    None if row[10] is None else float(row[10]), _counts_of(row[11]),
+                    _counters_of(row[12:]),
+                )  # fmt: skip
+        return out
+
+    def create_sessions(self, sessions: Sequence[str], caps: str, now: float) -> set[str]:
+        """Insert the sessions missing (as :meth:`create_session`); the ones this statement
+        inserted (not those another writer did meanwhile)."""
+        created: set[str] = set()
+        for rel, params in self.rows(
+            [("k_session", "TEXT")], [(n,) for n in sorted(set(sessions))]
+        ):
+            rows = self.sql.all(
+                "INSERT INTO sessions (session, caps, created) SELECT k_session, ?, ? "  # noqa: S608 - fixed names and placeholders
+                f"FROM {rel} AS k WHERE true ON CONFLICT (session) DO NOTHING RETURNING session",
+                [caps, now, *params],
+            )
+            created.update(str(r[0]) for r in rows)
+        return created
+
+    def delete_sessions(self, sessions: Sequence[str]) -> None:
+        """Delete session rows that hold nothing (created by this transaction for releases
+        that were all refused: as if the transaction had never seen them)."""
+        for rel, params in self.rows(
+            [("k_session", "TEXT")], [(n,) for n in sorted(set(sessions))]
+        ):
+            self.sql.run(
+                f"DELETE FROM sessions WHERE session IN (SELECT k_session FROM {rel} AS k)",  # noqa: S608
+                params,
+            )
+
+    def done_many(self, keys: Sequence[ReleaseKey]) -> dict[ReleaseKey, str]:
+        """Of these releases, those charged (``"charged"``) or withheld (``"withheld"``) before;
+        one statement (a join on the primary keys; SQLite: per :data:`BATCH_ROWS` keys)."""
+        out: dict[ReleaseKey, str] = {}
+        columns = [("k_session", "TEXT"), ("k_stream", "TEXT"), ("k_idx", "BIGINT")]
+        for rel, params in self.rows(columns, sorted(set(keys))):
+            rows = self.sql.all(
+                f"SELECT c.session, c.stream, c.idx, 'charged' FROM charges c JOIN {rel} AS k "  # noqa: S608 - fixed names and placeholders
+                "ON c.session = k.k_session AND c.stream = k.k_stream AND c.idx = k.k_idx "
+                f"UNION ALL SELECT w.session, w.stream, w.idx, 'withheld' FROM withheld w "
+                f"JOIN {rel} AS k ON w.session = k.k_session AND w.stream = k.k_stream "
+                "AND w.idx = k.k_idx",
+                [*params, *params],
+            )
+            for session, stream, idx, what in rows:
+                key = (str(session), str(stream), int(idx))
+                if out.get(key) != "charged":
+                    out[key] = str(what)
+        return out
+
+    def write_charges(self, charges: Sequence[ChargeRow], now: float) -> list[int]:
+        """Write a batch of charges (each of a different session, all checked): their charge
+        rows, their events, their outbox items and their sessions' rows, a statement per table
+        (:meth:`rows`). Returns the outbox ids, in order (allocated in that order)."""
+        if not charges:
+            return []
+        if len({c.session for c in charges}) != len(charges):
+            raise LedgerError("a batch of charges holds one session twice")
+        key = [("v_session", "TEXT"), ("v_stream", "TEXT"), ("v_idx", "BIGINT")]
+        columns = [
+            *key, ("v_total", "BIGINT"), ("v_epsilon", "TEXT"),
+            ("v_gaze_start", "DOUBLE PRECISION"), ("v_gaze_end", "DOUBLE PRECISION"),
+        ]  # fmt: skip
+        rows = [
+            (c.session, c.stream, c.idx, c.units, c.epsilon_json, c.gaze[0], c.gaze[1])
+            for c in charges
+        ]
+        for rel, params in self.rows(columns, rows):
+            self.sql.run(
+                "INSERT INTO charges (session, stream, idx, total, epsilon, gaze_start, "  # noqa: S608 - fixed names and placeholders
+                "gaze_end, created) SELECT v_session, v_stream, v_idx, v_total, v_epsilon, "
+                f"v_gaze_start, v_gaze_end, ? FROM {rel} AS v",
+                [now, *params],
+            )
+        ids = self.event_ids(sorted({k for c in charges for k in c.events}))
+        events = [
+            (c.session, c.stream, c.idx, ids[k], int(c.events[k]))
+            for c in charges
+            for k in sorted(c.events)
+        ]
+        for rel, params in self.rows([*key, ("v_event", "BIGINT"), ("v_count", "BIGINT")], events):
+            self.sql.run(
+                "INSERT INTO charge_events (session, stream, idx, event_id, count) "  # noqa: S608
+                f"SELECT v_session, v_stream, v_idx, v_event, v_count FROM {rel} AS v",
+                params,
+            )
+        items = [(c.session, c.stream, c.idx, c.topic, c.payload) for c in charges]
+        outbox: dict[ReleaseKey, int] = {}
+        for rel, params in self.rows([*key, ("v_topic", "TEXT"), ("v_payload", "BYTEA")], items):
+            for oid, session, stream, idx in self.sql.all(
+                "INSERT INTO outbox (session, stream, idx, topic, payload, created, state) "  # noqa: S608
+                f"SELECT v_session, v_stream, v_idx, v_topic, v_payload, ?, 'pending' FROM {rel} "
+                "AS v RETURNING id, session, stream, idx",
+                [now, *params],
+            ):
+                outbox[str(session), str(stream), int(idx)] = int(oid)
+        updates = [
+            (
+                c.session, c.after.chunks - c.before.chunks, c.after.spent_units,
+                c.after.pure_finite, c.after.max_units, c.after.last_chunk,
+                c.after.last_gaze_end, _counts_json(c.after.counts), c.counters.gaze_lo,
+                c.counters.wall_lo, _counts_json(c.counters.gaze), _counts_json(c.counters.wall),
+                c.counters.gaze_first, c.counters.wall_first, c.caps,
+            )
+            for c in charges
+        ]  # fmt: skip
+        columns = [
+            ("v_session", "TEXT"), ("v_chunks", "BIGINT"), ("v_spent", "BIGINT"),
+            ("v_pure", "BOOLEAN"), ("v_max", "BIGINT"), ("v_last", "BIGINT"),
+            ("v_gaze_end", "DOUBLE PRECISION"), ("v_counts", "TEXT"),
+            ("v_gaze_lo", "DOUBLE PRECISION"), ("v_wall_lo", "DOUBLE PRECISION"),
+            ("v_gaze_counts", "TEXT"), ("v_wall_counts", "TEXT"),
+            ("v_gaze_first", "DOUBLE PRECISION"), ("v_wall_first", "DOUBLE PRECISION"),
+            ("v_caps", "TEXT"),
+        ]  # fmt: skip
+        for rel, params in self.rows(columns, updates):
+            # one pending item each (relative: another connection may deliver meanwhile)
+            self.sql.run(
+                "UPDATE sessions SET version = version + 1, chunks = chunks + v_chunks, "  # noqa: S608 - fixed names and placeholders
+                "spent = v_spent, pure_finite = v_pure, max_chunk = v_max, last_chunk = v_last, "
+                "last_gaze_end = v_gaze_end, counts = v_counts, gaze_lo = v_gaze_lo, "
+                "wall_lo = v_wall_lo, gaze_counts = v_gaze_counts, wall_counts = v_wall_counts, "
+                "pending = pending + 1, gaze_first = v_gaze_first, wall_first = v_wall_first, "
+                f"caps = v_caps FROM {rel} AS v WHERE session = v_session",
+                params,
+            )
+        return [outbox[c.session, c.stream, c.idx] for c in charges]
 
     # ---- events ---------------------------------------------------------------------------
     def event_ids(self, keys: list[str]) -> dict[str, int]:
@@ -314,21 +578,8 @@ class Store:
         item may be delivered by another connection meanwhile, which decrements the stored
         count). One statement; returns the row as written (``row``: the session's row, locked
         by this transaction)."""
-        last = row.last_chunk
-        if stream == "chunks":
-            last = idx if last is None else max(last, idx)
-        after = SessionRow(
-            row.caps,
-            row.version + 1,
-            row.chunks + (1 if stream == "chunks" else 0),
-            row.withheld,
-            row.refused,
-            row.spent_units + (units or 0),
-            row.pure_finite and units is not None,
-            max(row.max_units, units or 0),
-            last,
-            gaze_end if row.last_gaze_end is None else max(row.last_gaze_end, gaze_end),
-            {k: int(n) for k, n in counts.items() if n},
+        after = after_charge(
+            row, units=units, idx=idx, stream=stream, gaze_end=gaze_end, counts=counts
         )
         self.sql.run(
             "UPDATE sessions SET version = version + 1, chunks = chunks + ?, spent = ?, "

@@ -35,16 +35,19 @@ The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
    :func:`gazeguard.privacy.accounting.calibrate`). The other release kinds get the rest; basic
    composition keeps them within ``(B, δ)`` and the ledger's accountant checks every charge.
 4. **Ledger.** Sessions whose ledger would refuse the charge (a cap) are left out *before*
-   the sum (their state depends on past releases only). Every session open in the bucket is
+   the sum (their state depends on past releases only; all of them are checked in one read,
+   :meth:`~gazeguard.ledger.Ledger.preview_many`). Every session open in the bucket is
    charged alike, valid gaze or not, in the ``cohort`` stream at index ``b`` with the bucket's
    gaze span — were only the sessions with data charged, the ledger's ε (which every chunk and
    status quotes) would say which sessions had valid gaze in which bucket; all but one get the
    same receipt on ``{prefix}/{device}/{session}/cohort`` (:class:`~gazeguard.wire.cohort.
    CohortReceipt`: the ε they paid, nothing else), and the last charge carries the aggregate
-   itself, so the aggregate is enqueued only once every
-   person in it has paid: a crash in between leaves people charged and nothing published
-   (conservative), never the reverse; a charged aggregate is delivered after a restart by the
-   ledger's outbox.
+   itself. All of a part's charges are made in ONE transaction
+   (:meth:`~gazeguard.ledger.Ledger.charge_all`: multi-row statements, each session checked
+   against its own caps), which commits every charge with the aggregate or none of them: the
+   aggregate is enqueued only with every person in it paid, and a crash or a refusal leaves
+   nobody charged and nothing published; a charged aggregate is delivered after a restart by
+   the ledger's outbox.
 5. **Post-processing.** ``count = max(1, round(noisy count))``; feature means
    ``lo + (hi − lo)·√F·S_f/count`` clipped to the bounds; class shares the normalised positive
    part of the histogram. The message states σ and each mean's noise sd.
@@ -105,10 +108,11 @@ survivor's aggregator again. So:
 
 Never twice: the ledger charges a (session, bucket) at most once, and a session already charged
 for the bucket by another worker (the replay can feed buckets the killed worker released) is
-left out *before* the sum, so its values never go out in two aggregates. Only a crash *during*
-a release (between its charges) leaves sessions charged with no aggregate (the last charge
-carries it): over-charged, never under-charged; two workers releasing the same moved session in
-the same instant end the same way (the second's charge is refused and its message withheld).
+left out *before* the sum, so its values never go out in two aggregates. A part's charges and
+its aggregate commit in one transaction, so a crash *during* a release leaves the part charged
+to no one and unpublished; two workers releasing the same moved session in the same instant
+serialise on its ledger row: the second's transaction is refused whole (nobody in its sum
+charged) and its message withheld.
 
 Unit of privacy. One person = one session (a person on two headsets counts twice, as
 everywhere in gazeguard). The aggregate hides each person's *values*; that a session was active
@@ -127,7 +131,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import DuplicateChargeError, Ledger, event_key
+from gazeguard.ledger import ChargeRequest, DuplicateChargeError, Ledger, event_key
 from gazeguard.plan.cohort import (
     MAX_SESSIONS,
     MODE_GRID,
@@ -688,16 +692,20 @@ class CohortAggregator:
         admitted: list[tuple[str, str]] = []
         left_out: list[str] = []
         taken: list[str] = []
-        for key in keys:
-            if self._charged_elsewhere(key[1], part.stream, bucket):
-                taken.append(key[1])
-                continue
-            try:
-                self.ledger.preview(key[1], {part.stream: math.inf}, events=events, gaze=span)
-            except BudgetExhaustedError:
+        cost = {part.stream: math.inf}
+        asked = [
+            ChargeRequest(s, bucket, cost, "", b"", events=events, gaze=span, stream=part.stream)
+            for _, s in keys
+        ]
+        for key, seen in zip(keys, self.ledger.preview_many(asked), strict=True):
+            if isinstance(seen, DuplicateChargeError) and seen.what == "charged":
+                taken.append(key[1])  # another worker released it with this session in its sum
+            elif isinstance(seen, BudgetExhaustedError | DuplicateChargeError):
                 left_out.append(key[1])
-                continue
-            admitted.append(key)
+            elif isinstance(seen, Exception):
+                raise seen
+            else:
+                admitted.append(key)
         if taken:
             log.info(
                 "cohort bucket %d (%s): %d session(s) left out, their bucket was charged (and "
@@ -736,35 +744,27 @@ class CohortAggregator:
             )  # fmt: skip
             carrier = self.topic
         payload = message.to_payload()
-        charged: list[str] = []
-        for i, (device, session) in enumerate(admitted):
-            last = i == len(admitted) - 1
-            topic = carrier if last else receipt_topic(self.prefix, device, session)
-            body = payload if last else self._receipt(session, bucket, part)
-            try:
-                self.ledger.charge(
-                    session, bucket, {part.stream: math.inf}, topic, body,
-                    events=events, gaze=span, stream=part.stream,
-                )  # fmt: skip
-            except (BudgetExhaustedError, DuplicateChargeError) as exc:
-                # Its values are in the sum: the message must not go out. Those charged stay
-                # charged (conservative).
-                log.warning(
-                    "cohort bucket %d (%s) not released: session %s was refused after the sum "
-                    "(%s)", bucket, part.name, session, exc,
-                )  # fmt: skip
-                return None
-            charged.append(session)
-        return CohortRelease(message, tuple(charged), tuple(left_out))
-
-    def _charged_elsewhere(self, session: str, stream: str, bucket: int) -> bool:
-        """Whether ``session`` is already charged for ``bucket`` in ``stream``: another worker
-        released it with this session in its sum (the session moved here mid-bucket and the
-        takeover's replay fed this worker its vectors again). One indexed read; the history is
-        read only when the session holds a charge at or past ``bucket``."""
-        if self.ledger.next_index(session, stream) <= bucket:
-            return False
-        return any(c.chunk_index == bucket for c in self.ledger.charges(session, stream))
+        requests = [
+            ChargeRequest(
+                session, bucket, cost,
+                carrier if last else receipt_topic(self.prefix, device, session),
+                payload if last else self._receipt(session, bucket, part),
+                events=events, gaze=span, stream=part.stream,
+            )
+            for i, (device, session) in enumerate(admitted)
+            for last in [i == len(admitted) - 1]
+        ]  # fmt: skip
+        try:
+            self.ledger.charge_all(requests)  # one transaction: all charged with it, or none
+        except (BudgetExhaustedError, DuplicateChargeError) as exc:
+            # A value in the sum cannot be paid for (another worker charged the session in the
+            # meantime): the message must not go out, and nobody was charged for it.
+            log.warning(
+                "cohort bucket %d (%s) not released, nobody charged: a session was refused "
+                "after the sum (%s)", bucket, part.name, exc,
+            )  # fmt: skip
+            return None
+        return CohortRelease(message, tuple(s for _, s in admitted), tuple(left_out))
 
     def _receipt(self, session: str, bucket: int, part: CohortPart) -> bytes:
         """What a charged session's own topic learns: that it paid, and how much (public
