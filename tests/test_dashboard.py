@@ -37,15 +37,23 @@ from hypothesis import strategies as st
 from gazeguard.config import load_settings
 from gazeguard.plan import ReleasePlan
 from gazeguard.plan.cohort import plan_cohort
+from gazeguard.privacy.mechanisms.selection import lead_for
 from gazeguard.runtime.dashboard import Board
 from gazeguard.runtime.dashboard.readability import (
     READABLE_SHARE,
     aggregate_readability,
     attention_readability,
+    mode_readability,
     sessions_needed,
 )
 from gazeguard.runtime.simulate import SimulatedHeadset
-from gazeguard.wire.cohort import AoiShare, AttentionMessage, CohortFeature, CohortMessage
+from gazeguard.wire.cohort import (
+    AoiShare,
+    AttentionMessage,
+    CohortFeature,
+    CohortMessage,
+    ModeMessage,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -159,6 +167,19 @@ def synthetic_aggregate(cohort: str = "reading", bucket: int = 10) -> CohortMess
                                 sd=0.041)],
         classes=["read", "watch", "browse"], noisy_histogram=hist,
         shares=[max(h, 0.0) / total for h in hist], sigma=7.3, sensitivity_l2=math.sqrt(3),
+        epsilon_per_hour=5.0, delta=5e-7, profile="activity", model="activity",
+        noise="INSECURE-seeded",
+    )  # fmt: skip
+
+
+def synthetic_mode(bucket: int, mode: str, cohort: str = "reading") -> ModeMessage:
+    """A valid mode message of worker w2 over the synthetic aggregate's classes (ε 0.1 per
+    bucket: a lead of about 22.7 sessions names the true mode 9 times in 10)."""
+    classes = ["read", "watch", "browse"]
+    return ModeMessage(
+        cohort=cohort, worker="w2", bucket=bucket, bucket_start=bucket * 60.0,
+        bucket_end=(bucket + 1) * 60.0, classes=classes, mode=mode,
+        mode_index=classes.index(mode), epsilon=0.1, lead_for_90=lead_for(0.9, 0.1, 3),
         epsilon_per_hour=5.0, delta=5e-7, profile="activity", model="activity",
         noise="INSECURE-seeded",
     )  # fmt: skip
@@ -280,6 +301,26 @@ return out;
 """
 
 
+READ_MODE = """
+const [cohort, worker] = arguments;
+const section = [...document.querySelectorAll('section.cohort')]
+  .find(s => s.dataset.cohort === cohort);
+if (!section) return null;
+const card = [...section.querySelectorAll('.worker')].find(c => c.dataset.worker === worker);
+if (!card) return null;
+const m = card.querySelector('.mode');
+const mark = m.querySelector('.latest .readability');
+return {
+  latest: m.querySelector('.latest .value') ? m.querySelector('.latest .value').textContent : null,
+  slots: [...m.querySelectorAll('svg.timeline rect.slot')].map(r => ({
+    bucket: Number(r.dataset.bucket), mode: r.dataset.mode, fill: r.getAttribute('fill')})),
+  legend: [...m.querySelectorAll('ul.classes li')].map(li => li.textContent.trim()),
+  mark: mark ? {readable: mark.dataset.readable, sessions: Number(mark.dataset.sessions)} : null,
+  nodata: m.querySelector('.nodata') ? m.querySelector('.nodata').textContent : null,
+};
+"""
+
+
 def close(text: str | None, value: float, rel: float = 1e-3) -> bool:
     """The page's 4-significant-digit text of ``value``."""
     return text is not None and float(text) == pytest.approx(value, rel=rel, abs=1e-9)
@@ -354,7 +395,7 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
             "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
             "--budget-per-hour", "200", "--features", FLEET_FEATURES,
             "--cohort", "lab", "--bucket-s", "2", "--cohort-release", "means,attention",
-            extra_env={"GAZEGUARD_COHORT__GRACE_S": "1", "GAZEGUARD_FLEET__COMPILED": "false"},
+            extra_env={"GAZEGUARD_COHORT__GRACE_S": "1"},
         )  # fmt: skip
         logs = lambda: f"--- worker\n{worker.text()}\n--- dashboard\n{dash.text()}"  # noqa: E731
 
@@ -460,6 +501,50 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
         assert 'cohort.release = ["means", "attention"]' in nodata["text"]
         assert "--cohort-release means,attention" in nodata["text"]
         assert browser.execute_script(UNMARKED) == []
+
+        # the mode per bucket over time: a timeline of the modes kept, the latest named, its
+        # marker from the same bucket's count (412 sessions: a 10-point lead is 41, more than
+        # the 22.7 that permute-and-flip at ε 0.1 needs)
+        modes = {12: "watch", 10: "read", 11: "read", 14: "browse"}  # 13 lost: a gap
+        for bucket, mode in modes.items():
+            publish(
+                broker, "gazeguard/v1/cohort/reading/mode",
+                synthetic_mode(bucket, mode).to_payload(),
+            )  # fmt: skip
+        timeline = wait_for(
+            lambda: (
+                (t := browser.execute_script(READ_MODE, "reading", "w2"))["slots"]
+                and len(t["slots"]) == len(modes)
+                and t
+            ),
+            20,
+            logs,
+        )
+        assert [(x["bucket"], x["mode"]) for x in timeline["slots"]] == sorted(modes.items())
+        fills = {x["mode"]: x["fill"] for x in timeline["slots"]}
+        assert len(set(fills.values())) == 3, fills  # one colour per class
+        assert timeline["latest"] == "browse"
+        assert timeline["legend"] == ["read (2 of 4)", "watch (1 of 4)", "browse (1 of 4)"]
+        need = math.ceil(lead_for(0.9, 0.1, 3) / READABLE_SHARE)
+        assert timeline["mark"] == {"readable": "unknown", "sessions": need}, timeline
+        publish(
+            broker, "gazeguard/v1/cohort/reading/aggregates",
+            synthetic_aggregate(bucket=14).to_payload(),
+        )  # fmt: skip
+        wait_for(
+            lambda: browser.execute_script(READ_MODE, "reading", "w2")["mark"]["readable"] == "yes",
+            20,
+            logs,
+        )
+        assert browser.execute_script(READ_MODE, "lab", _worker_id(worker))["nodata"]
+        shot = browser.find_element("css selector", ".mode svg.timeline").screenshot_as_png
+        coloured, colours = heatmap_pixels(shot)
+        assert coloured > 0.3, coloured  # 4 columns of 5 and the times below them
+        assert colours >= 3, colours
+        browser.execute_script(
+            "document.querySelector('section.cohort[data-cohort=reading]').scrollIntoView()"
+        )
+        browser.save_screenshot(str(tmp_path / "reading.png"))
     finally:
         codes = {"worker": worker.stop() if worker else 0}
         for h in heads:
@@ -728,6 +813,24 @@ def test_a_heatmap_without_attention_readability_has_none() -> None:
     )
     assert attention_readability(m)["heatmap"] is None
     assert attention_readability(m)["aois"] is not None
+
+
+def test_modes_are_validated_kept_in_order_and_say_what_they_need() -> None:
+    board = Board("gazeguard/v1", history=3)
+    topic = "gazeguard/v1/cohort/reading/mode"
+    for bucket, mode in ((5, "read"), (5, "read"), (7, "watch"), (6, "read"), (8, "browse"),
+                         (1, "read")):  # fmt: skip
+        board.receive(topic, synthetic_mode(bucket, mode).to_payload())
+    kept = board.modes[("reading", "w2")]
+    assert [(m["bucket"], m["mode"]) for m in kept] == [(6, "read"), (7, "watch"), (8, "browse")]
+    need = mode_readability(synthetic_mode(1, "read"))
+    assert need["sessions"] == math.ceil(lead_for(0.9, 0.1, 3) / READABLE_SHARE)
+    assert need["readable"] is None  # the mode carries no count
+    assert [m["bucket"] for m in board.snapshot().data["modes"]] == [6, 7, 8]
+    bad = json.loads(synthetic_mode(9, "read").to_payload()) | {"mode": "dance"}
+    board.receive(topic, json.dumps(bad).encode())
+    assert board.invalid == 1
+    assert "not a valid gazeguard.mode/1 message" in (board.last_invalid or "")
 
 
 def test_the_board_keeps_one_copy_of_each_bucket_in_order() -> None:

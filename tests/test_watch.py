@@ -21,7 +21,13 @@ from test_label_stream import MODEL_FEATURES, fast_model
 from gazeguard.cli import ExitCode, main
 from gazeguard.cli.watch import LEGEND, clock, describe, span, sparkline
 from gazeguard.signal.labels import LabelDecision, RandomizedResponse
-from gazeguard.wire.cohort import AttentionMessage, CohortFeature, CohortMessage, CohortReceipt
+from gazeguard.wire.cohort import (
+    AttentionMessage,
+    CohortFeature,
+    CohortMessage,
+    CohortReceipt,
+    ModeMessage,
+)
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import StatusMessage
 
@@ -319,6 +325,14 @@ def _cohort_messages() -> tuple[CohortMessage, AttentionMessage]:
     return aggregate, attention
 
 
+def _mode() -> ModeMessage:
+    return ModeMessage(
+        cohort="lab", worker="w1", bucket=7, bucket_start=140.0, bucket_end=160.0,
+        classes=["read", "watch"], mode="watch", mode_index=1, epsilon=0.5, lead_for_90=3.2,
+        epsilon_per_hour=5.0, delta=1e-6, profile="custom", model="activity", noise="os-csprng",
+    )  # fmt: skip
+
+
 def test_cohort_aggregates_and_heatmaps_are_described_with_their_readability() -> None:
     """An aggregate: about how many sessions, each figure's 95 % band and whether it is
     readable (with the sessions it needs); a heatmap as rows of shades with its hottest cell."""
@@ -343,6 +357,14 @@ def test_cohort_aggregates_and_heatmaps_are_described_with_their_readability() -
         "x +6.0°, y +6.8°"
     )
     assert lines[2:] == ["  │  ░░██  │", "  │▒▒  ░░  │"]
+    kind, lines, model = describe("gazeguard/v1/cohort/lab/mode", _mode().to_payload(), 8)
+    assert (kind, model) == ("mode", _mode())
+    assert lines == [
+        f"mode 'lab' bucket 7 (worker w1, to {clock(160.0)}): 'watch' of 2 classes (activity; "
+        "permute-and-flip, ε 0.5 per bucket) — right 9 times in 10 when it leads every other "
+        "class by 3.2 sessions' votes (a 10-point lead from 32 sessions); 5 ε per hour of "
+        "buckets at δ 1e-06"
+    ]
 
 
 @pytest.mark.network
@@ -350,7 +372,7 @@ def test_watch_shows_cohort_messages_from_a_real_broker(
     mosquitto: MosquittoBroker, tmp_path: Path
 ) -> None:
     """`gazeguard watch` (every device, its default) subscribed to a real Mosquitto prints the
-    cohort topics' aggregates, heatmaps and receipts, none of them 'not a gazeguard topic'."""
+    cohort topics' aggregates, heatmaps, modes and receipts, none 'not a gazeguard topic'."""
     aggregate, attention = _cohort_messages()
     receipt = CohortReceipt(
         session="s", cohort="lab", worker="w1", bucket=7, release="attention",
@@ -361,6 +383,7 @@ def test_watch_shows_cohort_messages_from_a_real_broker(
         watch.wait_for(f"^watching gazeguard/v1/\\+/\\+/\\+ on {mosquitto.address}")
         _publish(mosquitto, "gazeguard/v1/cohort/lab/aggregates", aggregate.to_payload())
         _publish(mosquitto, "gazeguard/v1/cohort/lab/attention", attention.to_payload())
+        _publish(mosquitto, "gazeguard/v1/cohort/lab/mode", _mode().to_payload())
         _publish(mosquitto, "gazeguard/v1/hmd/s/cohort", receipt.to_payload())
         watch.wait_for("^receipt s: charged for cohort 'lab' bucket 7 \\(attention")
         code, text = watch.finish(signal.SIGINT)
@@ -372,6 +395,7 @@ def test_watch_shows_cohort_messages_from_a_real_broker(
     assert "  class shares (± 4.9 points, readable): read 75.0 %, watch 25.0 %" in text, text
     assert "attention 'lab' bucket 7 (worker w1" in text, text
     assert "  │  ░░██  │" in text, text
+    assert "mode 'lab' bucket 7 (worker w1, to " in text, text
     assert "not a gazeguard topic" not in text, text
     assert "0 chunk and label messages, 0 invalid" in text, text
 

@@ -3,9 +3,10 @@ receipts, and a fleet's cohort aggregates and attention heatmaps — as they arr
 validated against the message schema (the pydantic models the shipped JSON Schemas are generated
 from), with each feature's values beside the noise they carry.
 
-Cohort messages (``{prefix}/cohort/NAME/aggregates`` and ``…/attention``) are shown when every
-device is watched (no ``--device``), each figure with its 95 % noise band and whether that band
-makes it readable (:mod:`gazeguard.runtime.dashboard.readability`, as the dashboard marks it).
+Cohort messages (``{prefix}/cohort/NAME/aggregates``, ``…/attention`` and ``…/mode``) are
+shown when every device is watched (no ``--device``), each figure with its 95 % noise band and
+whether that band makes it readable (:mod:`gazeguard.runtime.dashboard.readability`, as the
+dashboard marks it).
 
 Works against any gazeguard: the embedded broker of ``gazeguard run`` or a Mosquitto. A message
 that does not validate is reported (topic and the first error) and watching goes on.
@@ -34,10 +35,11 @@ from gazeguard.runtime.dashboard.readability import (
     aggregate_readability,
     attention_readability,
     count_sd,
+    mode_readability,
 )
 from gazeguard.runtime.mqtt.client import ClientFactory
 from gazeguard.runtime.mqtt.sink import explain_failure
-from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt
+from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt, ModeMessage
 from gazeguard.wire.glossary import glossary_text
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import (
@@ -48,9 +50,8 @@ from gazeguard.wire.message import (
 )
 
 #: The messages ``watch`` validates and shows (by the last level of their topic).
-Watched = (
-    ChunkMessage | LabelMessage | StatusMessage | CohortReceipt | CohortMessage | AttentionMessage
-)
+Cohort = CohortMessage | AttentionMessage | ModeMessage | CohortReceipt
+Watched = ChunkMessage | LabelMessage | StatusMessage | Cohort
 
 #: Sparkline blocks, lowest to highest.
 BARS = "▁▂▃▄▅▆▇█"
@@ -290,14 +291,28 @@ def describe_attention(m: AttentionMessage) -> list[str]:
     return lines
 
 
-def describe_cohort(
-    m: CohortMessage | AttentionMessage | CohortReceipt, shown: int
-) -> tuple[str, list[str], object]:
-    """``(kind, lines, m)`` of a cohort message: ``aggregates``, ``attention`` or ``receipts``."""
+def describe_mode(m: ModeMessage) -> list[str]:
+    """A mode for people: the group's dominant activity in the bucket and what it takes to be
+    right (the lead at which permute-and-flip names the true mode 9 times in 10)."""
+    need = mode_readability(m)["sessions"]
+    return [
+        f"mode {m.cohort!r} bucket {m.bucket} (worker {m.worker}, to {clock(m.bucket_end)}): "
+        f"{m.mode!r} of {len(m.classes)} classes ({m.model}; permute-and-flip, ε {m.epsilon:.3g} "
+        f"per bucket) — right 9 times in 10 when it leads every other class by "
+        f"{m.lead_for_90:.3g} sessions' votes (a 10-point lead from {need:,} sessions); "
+        f"{m.epsilon_per_hour:.3g} ε per hour of buckets at δ {m.delta:g}"
+    ]
+
+
+def describe_cohort(m: Cohort, shown: int) -> tuple[str, list[str], object]:
+    """``(kind, lines, m)`` of a cohort message: ``aggregates``, ``attention``, ``mode`` or
+    ``receipts``."""
     if isinstance(m, CohortMessage):
         return "aggregates", describe_aggregate(m, shown), m
     if isinstance(m, AttentionMessage):
         return "attention", describe_attention(m), m
+    if isinstance(m, ModeMessage):
+        return "mode", describe_mode(m), m
     line = (
         f"receipt {m.session}: charged for cohort {m.cohort!r} bucket {m.bucket} ({m.release}, "
         f"worker {m.worker}): {m.epsilon_per_hour:.3g} ε per hour of buckets at δ {m.delta:g}"
@@ -314,6 +329,7 @@ def describe(
     models: dict[str, type[Watched]] = {
         "chunks": ChunkMessage, "labels": LabelMessage, "status": StatusMessage,
         "cohort": CohortReceipt, "aggregates": CohortMessage, "attention": AttentionMessage,
+        "mode": ModeMessage,
     }  # fmt: skip
     parse = models.get(kind)
     if parse is None:
@@ -331,7 +347,7 @@ def describe(
         if holds is not None:
             holds[key] = model
         return "labels", describe_label(model, previous), model
-    if isinstance(model, CohortMessage | AttentionMessage | CohortReceipt):
+    if isinstance(model, CohortMessage | AttentionMessage | ModeMessage | CohortReceipt):
         return describe_cohort(model, shown)
     assert isinstance(model, StatusMessage)
     eps = "" if model.epsilon is None else f", user-level ε {model.epsilon:.3g}"

@@ -2,6 +2,7 @@
 //
 // The server pushes Server-Sent Events on /events: "snapshot" (everything it keeps) first, then
 // "aggregate" (one gazeguard.cohort/1 message), "attention" (one gazeguard.attention/1 message),
+// "mode" (one gazeguard.mode/1 message: the group's dominant activity in a bucket),
 // "broker" (the subscription's state) and "invalid" (messages that did not validate). Each message
 // comes with "readability" (computed by the server from the message's own fields: whether each
 // figure's 95 % band is narrow enough to read, and the sessions it would need). Every value is
@@ -17,6 +18,7 @@ const NO_ATTENTION_AFTER = 2; // aggregates of this many buckets without attenti
 const state = {
   streams: new Map(), // "cohort\u0000worker" -> aggregates sorted by bucket
   attention: new Map(), // "cohort\u0000worker" -> the latest attention message
+  modes: new Map(), // "cohort\u0000worker" -> mode messages sorted by bucket
   prefix: "gazeguard/v1",
   history: 60, // aggregates kept per stream (the server's --history)
 };
@@ -128,6 +130,7 @@ function workerCard(cohort, worker) {
     card = el("div", { class: "worker", "data-worker": worker },
       el("h3", { text: "worker " + worker }),
       el("div", { class: "aggregate" }),
+      el("div", { class: "mode" }),
       el("div", { class: "attention" }));
     const after = [...holder.querySelectorAll(".worker")].find((c) => c.dataset.worker > worker);
     holder.insertBefore(card, after || null);
@@ -268,6 +271,7 @@ function renderWorker(cohort, worker) {
     });
     holder.append(table);
   }
+  renderMode(cohort, worker);
   renderAttention(cohort, worker);
   updateAges();
 }
@@ -328,14 +332,22 @@ function heatmap(m) {
 }
 
 /** What the page says when a worker has sent no attention: why, and what to enable. */
+/** The buckets of a worker seen so far, from its aggregates, modes and attention. */
+function bucketsSeen(key) {
+  const seen = new Set();
+  for (const m of [...(state.streams.get(key) || []), ...(state.modes.get(key) || [])]) seen.add(m.bucket);
+  if (state.attention.has(key)) seen.add(state.attention.get(key).bucket);
+  return seen.size;
+}
+
 function noAttention(cohort, worker) {
-  const history = state.streams.get(cohort + "\u0000" + worker) || [];
+  const seen = bucketsSeen(cohort + "\u0000" + worker);
   const p = el("p", { class: "nodata" });
   const release = "cohort.release = [\"means\", \"attention\"] (or --cohort-release means,attention; " +
     "\"aois\" with cohort.attention_aois for named areas)";
-  if (history.length >= NO_ATTENTION_AFTER) {
+  if (seen >= NO_ATTENTION_AFTER) {
     p.dataset.reason = "not-released";
-    p.textContent = `This worker releases no attention: ${history.length} of its buckets arrived ` +
+    p.textContent = `This worker releases no attention: ${seen} of its buckets arrived ` +
       "without an attention message, so its cohort.release names neither \"attention\" (a dwell " +
       `heatmap over cohort.attention_grid) nor "aois". To see where the cohort looks, set ${release} ` +
       "on the workers; it takes part of the cohort's budget (each part's noise grows).";
@@ -393,6 +405,102 @@ function renderAttention(cohort, worker) {
   }
 }
 
+// a categorical palette (Okabe–Ito), one colour per class in the model's order
+const CLASS_COLOURS = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000000"];
+
+function classColour(i) {
+  return CLASS_COLOURS[i % CLASS_COLOURS.length];
+}
+
+/** The mode's readability marker: whether the bucket's sessions (from the same bucket's aggregate,
+ * when the worker releases one) reach what a 10-point lead needs to be named right 9 times in 10. */
+function modeMark(m, key) {
+  const r = m.readability || {};
+  const agg = (state.streams.get(key) || []).find((a) => a.bucket === m.bucket);
+  const n = agg ? Math.max(0, agg.noisy_count) : null;
+  const readable = n === null ? "unknown" : n >= r.sessions ? "yes" : "no";
+  const text = readable === "yes" ? "readable" :
+    readable === "no" ? `too few sessions: needs ≥ ${whole(r.sessions)}` :
+    `readable from ≥ ${whole(r.sessions)} sessions`;
+  const mark = el("span", { class: "readability", "data-readable": readable,
+    "data-sessions": String(r.sessions), text });
+  mark.title = `permute-and-flip names the true mode with probability ≥ 0.9 when it leads every other ` +
+    `activity by ≥ ${fmt(m.lead_for_90)} sessions' worth of votes; with a 10-point lead that takes ` +
+    `${whole(r.sessions)} sessions` + (n === null ? " (this worker publishes no session count)" :
+      `; this bucket had about ${whole(n)}`);
+  return mark;
+}
+
+/** The mode per bucket over time: one coloured column per bucket kept, the class's colour. */
+function modeTimeline(history) {
+  const classes = history[history.length - 1].classes;
+  const first = history[0].bucket;
+  const span = history[history.length - 1].bucket - first + 1;
+  const h = 22, gap = 1, left = 0;
+  const w = Math.max(3, Math.min(24, Math.floor(480 / span) - gap)); // a bucket's column, px
+  const width = Math.max(left + span * (w + gap), 140), height = h + 14;
+  const root = svg("svg", { class: "timeline", width, height, viewBox: `0 0 ${width} ${height}`,
+    "data-buckets": history.length });
+  for (const m of history) {
+    const x = left + (m.bucket - first) * (w + gap);
+    const i = m.classes.indexOf(m.mode);
+    const rect = svg("rect", { class: "slot", x, y: 0, width: w, height: h,
+      fill: classColour(i < 0 ? classes.length : i), "data-bucket": m.bucket, "data-mode": m.mode });
+    const title = svg("title");
+    title.textContent = `bucket ${m.bucket} (gaze ${clock(m.bucket_start)}–${clock(m.bucket_end)}): ${m.mode}`;
+    rect.append(title);
+    root.append(rect);
+  }
+  const t0 = svg("text", { x: left, y: h + 11, "text-anchor": "start" });
+  t0.textContent = clock(history[0].bucket_start);
+  const t1 = svg("text", { x: width, y: h + 11, "text-anchor": "end" });
+  t1.textContent = clock(history[history.length - 1].bucket_end);
+  root.append(t0, t1);
+  return root;
+}
+
+function renderMode(cohort, worker) {
+  const key = cohort + "\u0000" + worker;
+  const holder = workerCard(cohort, worker).querySelector(".mode");
+  const history = state.modes.get(key) || [];
+  holder.replaceChildren();
+  if (!history.length) {
+    if (bucketsSeen(key) >= NO_ATTENTION_AFTER) {
+      holder.append(el("h4", { text: "Mode" }), el("p", { class: "nodata", "data-reason": "not-released",
+        text: "This worker releases no mode (the group's dominant activity per bucket): set " +
+          "cohort.release to include \"mode\" with a label model (cohort.model), e.g. " +
+          "--cohort-release mode --cohort-model activity-portable." }));
+    }
+    return;
+  }
+  const m = history[history.length - 1];
+  holder.append(el("h4", { text: "Mode: the group's dominant activity per bucket" }));
+  holder.append(el("p", { class: "latest" }, `bucket ${m.bucket} (gaze ${clock(m.bucket_start)}–${clock(m.bucket_end)}): `,
+    el("strong", { class: "value", text: m.mode }),
+    ` (permute-and-flip among ${m.classes.length} classes of ${m.model}, ε ${fmt(m.epsilon)} per bucket) `,
+    modeMark(m, key)));
+  holder.append(modeTimeline(history));
+  const legend = el("ul", { class: "classes" });
+  m.classes.forEach((name, i) => {
+    const swatch = el("span", { class: "swatch" });
+    swatch.style.background = classColour(i);
+    const count = history.filter((x) => x.mode === name).length;
+    legend.append(el("li", { "data-class": name }, swatch, ` ${name} (${count} of ${history.length})`));
+  });
+  holder.append(legend);
+}
+
+function addMode(m) {
+  const key = m.cohort + "\u0000" + m.worker;
+  let history = state.modes.get(key);
+  if (!history) state.modes.set(key, (history = []));
+  if (history.some((h) => h.bucket === m.bucket)) return false;
+  history.push(m);
+  history.sort((p, q) => p.bucket - q.bucket);
+  while (history.length > state.history) history.shift();
+  return history.includes(m);
+}
+
 function updateAges() {
   const now = Date.now() / 1000;
   for (const card of document.querySelectorAll(".worker[data-received-at]")) {
@@ -421,7 +529,7 @@ function setBroker(b) {
   const p = document.getElementById("broker");
   p.dataset.state = b.state;
   const texts = {
-    connected: `broker ${b.address}: subscribed to ${state.prefix}/cohort/+/aggregates and …/attention`,
+    connected: `broker ${b.address}: subscribed to ${state.prefix}/cohort/+/aggregates, …/attention and …/mode`,
     connecting: `broker ${b.address}: connecting…`,
     waiting: `broker ${b.address}: not reachable (${b.detail || "?"}); the dashboard keeps retrying`,
   };
@@ -439,16 +547,24 @@ function loadSnapshot(s) {
   state.history = s.history;
   state.streams.clear();
   state.attention.clear();
+  state.modes.clear();
   document.getElementById("topics").textContent = `${s.prefix}/cohort/+/aggregates`;
   for (const section of document.querySelectorAll("section.cohort")) section.remove();
   document.getElementById("empty").hidden = false;
   for (const a of s.aggregates) addAggregate(a);
   for (const m of s.attention) state.attention.set(m.cohort + "\u0000" + m.worker, m);
-  for (const history of state.streams.values()) {
-    const last = history[history.length - 1];
-    renderWorker(last.cohort, last.worker);
+  for (const m of s.modes || []) addMode(m);
+  const workers = new Map(); // every (cohort, worker) with any message
+  for (const kept of [...state.streams.values(), ...state.modes.values()]) {
+    const last = kept[kept.length - 1];
+    workers.set(last.cohort + "\u0000" + last.worker, last);
   }
-  for (const m of state.attention.values()) renderAttention(m.cohort, m.worker);
+  for (const m of state.attention.values()) workers.set(m.cohort + "\u0000" + m.worker, m);
+  for (const m of workers.values()) {
+    renderWorker(m.cohort, m.worker);
+    renderMode(m.cohort, m.worker);
+    renderAttention(m.cohort, m.worker);
+  }
   setBroker(s.broker);
   setInvalid(s.invalid);
 }
@@ -473,6 +589,13 @@ function connect() {
     const m = JSON.parse(e.data);
     state.attention.set(m.cohort + "\u0000" + m.worker, m);
     renderAttention(m.cohort, m.worker);
+  });
+  source.addEventListener("mode", (e) => {
+    const m = JSON.parse(e.data);
+    if (addMode(m)) {
+      renderMode(m.cohort, m.worker);
+      if (!state.attention.has(m.cohort + "\u0000" + m.worker)) renderAttention(m.cohort, m.worker);
+    }
   });
   source.addEventListener("broker", (e) => setBroker(JSON.parse(e.data)));
   source.addEventListener("invalid", (e) => setInvalid(JSON.parse(e.data)));

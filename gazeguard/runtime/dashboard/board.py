@@ -1,5 +1,5 @@
-"""What the dashboard knows: the recent aggregates of every (cohort, worker), the latest
-attention message of every (cohort, worker), the broker's state, and the pages listening.
+"""What the dashboard knows: the recent aggregates and modes of every (cohort, worker), the
+latest attention message of every (cohort, worker), the broker's state, and the pages listening.
 
 :class:`Board` is fed by :mod:`gazeguard.runtime.dashboard.feed` (one call per MQTT message) and
 read by
@@ -10,7 +10,8 @@ cohorts, listeners' queues), whatever the broker sends.
 
 An aggregate is accepted only if it validates as :class:`~gazeguard.wire.cohort.CohortMessage`
 (what the workers of this gazeguard version publish), an attention message only as
-:class:`~gazeguard.wire.cohort.AttentionMessage`; one that does not is counted and its first
+:class:`~gazeguard.wire.cohort.AttentionMessage`, a mode only as
+:class:`~gazeguard.wire.cohort.ModeMessage`; one that does not is counted and its first
 error shown. Delivery is at least once: a second copy of ``(cohort, worker, bucket)`` is dropped.
 Each kept message carries, beside its own fields, ``readability``: whether each figure's noise
 band lets a reader read it and the sessions it would need
@@ -29,8 +30,12 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from gazeguard.runtime.dashboard.readability import aggregate_readability, attention_readability
-from gazeguard.wire.cohort import AttentionMessage, CohortMessage
+from gazeguard.runtime.dashboard.readability import (
+    aggregate_readability,
+    attention_readability,
+    mode_readability,
+)
+from gazeguard.wire.cohort import AttentionMessage, CohortMessage, ModeMessage
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,7 @@ QUEUE: Final = 1_000
 @dataclass(frozen=True)
 class Event:
     """One change for the pages: ``name`` is the Server-Sent Events ``event:`` field (``snapshot``,
-    ``aggregate``, ``attention``, ``broker``, ``invalid``); ``data`` its JSON."""
+    ``aggregate``, ``attention``, ``mode``, ``broker``, ``invalid``); ``data`` its JSON."""
 
     name: str
     data: dict[str, Any]
@@ -87,6 +92,7 @@ class Board:
         self.history = max(1, history)
         self.aggregates: dict[tuple[str, str], deque[dict[str, Any]]] = {}
         self.attention: dict[tuple[str, str], dict[str, Any]] = {}  # the latest per stream
+        self.modes: dict[tuple[str, str], deque[dict[str, Any]]] = {}
         self.broker: dict[str, Any] = {"state": "connecting", "address": "", "detail": None}
         self.invalid = 0
         self.last_invalid: str | None = None
@@ -96,7 +102,7 @@ class Board:
     # ---------------------------------------------------------------------------- the feed
 
     def receive(self, topic: str, payload: bytes) -> None:
-        """One MQTT message on ``{prefix}/cohort/+/aggregates`` or ``…/attention``."""
+        """One MQTT message on ``{prefix}/cohort/+/aggregates``, ``…/attention`` or ``…/mode``."""
         parts = _topic_parts(topic, self.prefix)
         if parts is None:
             return
@@ -104,6 +110,8 @@ class Board:
             self._aggregate(topic, payload)
         elif parts[1] == "attention":
             self._attention(topic, payload)
+        elif parts[1] == "mode":
+            self._mode(topic, payload)
 
     def _aggregate(self, topic: str, payload: bytes) -> None:
         try:
@@ -156,6 +164,34 @@ class Board:
         self.attention[key] = doc
         self._emit(Event("attention", doc))
 
+    def _mode(self, topic: str, payload: bytes) -> None:
+        try:
+            message = ModeMessage.model_validate_json(payload)
+        except ValidationError as exc:
+            self._invalid(topic, f"not a valid gazeguard.mode/1 message: {_first(exc)}")
+            return
+        key = (message.cohort, message.worker)
+        kept = self.modes.get(key)
+        if kept is None:
+            if len(self.modes) >= MAX_STREAMS:
+                self.dropped += 1
+                return
+            kept = self.modes[key] = deque(maxlen=self.history)
+        if any(m["bucket"] == message.bucket for m in kept) or (
+            len(kept) == kept.maxlen and message.bucket < kept[0]["bucket"]
+        ):
+            return  # a second delivery, or older than every bucket kept
+        doc = message.model_dump(mode="json", by_alias=True)
+        doc["readability"] = mode_readability(message)
+        doc["received_at"] = time.time()
+        doc["topic"] = topic
+        kept.append(doc)
+        if len(kept) > 1 and kept[-2]["bucket"] > message.bucket:
+            ordered = sorted(kept, key=lambda m: int(m["bucket"]))
+            kept.clear()
+            kept.extend(ordered)
+        self._emit(Event("mode", doc))
+
     def _invalid(self, topic: str, why: str) -> None:
         self.invalid += 1
         self.last_invalid = f"{topic}: {why}"[:500]
@@ -179,6 +215,7 @@ class Board:
                 "broker": dict(self.broker),
                 "aggregates": [a for kept in self.aggregates.values() for a in kept],
                 "attention": list(self.attention.values()),
+                "modes": [m for kept in self.modes.values() for m in kept],
                 "invalid": {"count": self.invalid, "last": self.last_invalid},
             },
         )

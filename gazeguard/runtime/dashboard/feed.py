@@ -1,5 +1,5 @@
-"""The dashboard's one MQTT subscription: ``{prefix}/cohort/+/aggregates`` and
-``{prefix}/cohort/+/attention`` at QoS 1, fed into a
+"""The dashboard's one MQTT subscription: ``{prefix}/cohort/+/aggregates``,
+``{prefix}/cohort/+/attention`` and ``{prefix}/cohort/+/mode`` at QoS 1, fed into a
 :class:`~gazeguard.runtime.dashboard.board.Board`.
 
 Read-only: the client subscribes and never publishes (no will, no retained state of its own; a
@@ -30,7 +30,11 @@ RETRY_MAX_S = 5.0
 
 def topics(prefix: str) -> list[str]:
     """The topic filters the dashboard subscribes to."""
-    return [f"{prefix}/cohort/+/aggregates", f"{prefix}/cohort/+/attention"]
+    return [
+        f"{prefix}/cohort/+/aggregates",
+        f"{prefix}/cohort/+/attention",
+        f"{prefix}/cohort/+/mode",
+    ]
 
 
 def _reason(exc: BaseException) -> str:

@@ -16,6 +16,13 @@ calls a figure *readable* when the band's half-width ``1.96·sd`` is at most
 * **a class share** and **an AOI's dwell share**: the whole share scale, 0–100 %: the band is
   ``(noisy value ± 1.96·σ)/total`` with ``total`` about the number of sessions, so within ± 10
   percentage points from ``n ≥ 1.96·σ/0.1``;
+* **the mode** (the group's dominant activity, permute-and-flip): the message states
+  ``lead_for_90``, how many sessions' worth of score the true mode must lead every other class
+  by to be named with probability ≥ 0.9. Held to the same 10 % rule — right 9 times in 10 when
+  the leading activity holds 10 points more of the sessions than the next — it needs
+  ``n ≥ lead_for_90/0.1`` sessions. The mode message carries no count (only the choice is
+  released), so the page compares that with the same bucket's noisy count when the worker
+  releases the means too, and otherwise says only what it needs;
 * **the attention heatmap**: a cell's share is ``grid⁺/total`` of ``R·C`` cells; the map is
   readable when a cell's band is at most the share an even spread gives a cell, ``1/(R·C)``,
   i.e. from ``n ≥ 1.96·σ·R·C`` sessions (below that, noise alone can make an empty cell look
@@ -35,7 +42,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gazeguard.wire.cohort import AttentionMessage, CohortMessage
+from gazeguard.wire.cohort import AttentionMessage, CohortMessage, ModeMessage
 
 #: A figure is readable when its 95 % band's half-width is at most this share of its scale.
 READABLE_SHARE: Final = 0.10
@@ -140,3 +147,19 @@ def attention_readability(m: AttentionMessage) -> dict[str, Any]:
         total = sum(max(a.noisy_dwell, 0.0) for a in m.aois)
         out["aois"] = _judge(m.sigma, total, "100 % (the share scale)", READABLE_SHARE).to_json()
     return out
+
+
+def mode_readability(m: ModeMessage) -> dict[str, Any]:
+    """What the mode needs to be read, for the page: ``sessions`` (the least number of sessions
+    at which a 10-point lead is a lead of ``lead_for_90``), ``lead_for_90``, ``limit`` (the
+    lead in shares, 0.1) and ``scale``. Whether a bucket reaches it needs that bucket's count,
+    which the mode message does not carry (the page takes it from the aggregate, when there is
+    one)."""
+    return {
+        "readable": None,
+        "half_width": None,
+        "limit": READABLE_SHARE,
+        "sessions": max(1, math.ceil(m.lead_for_90 / READABLE_SHARE - 1e-9)),
+        "lead_for_90": m.lead_for_90,
+        "scale": "a 10-point lead of the leading activity",
+    }

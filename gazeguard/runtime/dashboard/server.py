@@ -6,7 +6,7 @@ Routes (``GET`` and ``HEAD``; anything else is 405):
 * ``/`` — the page; ``/dashboard.js``, ``/dashboard.css`` — its script and style;
 * ``/events`` — ``text/event-stream``: a ``snapshot`` event with everything the
   :class:`~gazeguard.runtime.dashboard.board.Board` holds, then every change (``aggregate``,
-  ``attention``, ``broker``, ``invalid``) and a comment every :data:`KEEPALIVE_S` seconds.
+  ``attention``, ``mode``, ``broker``, ``invalid``) and a comment every :data:`KEEPALIVE_S` seconds.
   The browser's ``EventSource`` reconnects by itself (after ``retry`` ms) and gets a new
   snapshot;
 * ``/state.json`` — the snapshot, for scripts.
