@@ -1,5 +1,5 @@
-"""``gazeguard dashboard``: serve a live page of the cohort aggregates a fleet publishes
-(:mod:`gazeguard.runtime.dashboard`).
+"""``gazeguard dashboard``: serve a live page of the cohort releases a fleet publishes (mode,
+aggregates, attention; :mod:`gazeguard.runtime.dashboard`).
 
 Prints one line naming the URL to open; says in one line when the broker cannot be reached (and
 keeps retrying) and when it is subscribed; Ctrl-C stops it with one line (exit 130), SIGTERM
@@ -21,12 +21,16 @@ from gazeguard.runtime.dashboard import DEFAULT_PORT, serve_dashboard
 MAX_HISTORY = 1000
 
 DESCRIPTION = """\
-Serve a live page of the differentially private cohort aggregates that fleet workers
-(`gazeguard run --fleet --cohort NAME`) publish on {prefix}/cohort/NAME/aggregates: per cohort
-and worker, the latest bucket's noisy session count, class shares and feature means, each with
-its 95 % noise band (value ± 1.96 × the noise sd the message states), the ε per hour the
-messages state, a short history, and an attention heatmap when {prefix}/cohort/NAME/attention
-messages arrive.
+Serve a live page of the differentially private cohort releases that fleet workers
+(`gazeguard run --fleet --cohort NAME`) publish on {prefix}/cohort/NAME/…: per cohort and
+worker, the group's dominant activity per bucket over time (…/mode), the latest bucket's noisy
+session count, class shares and feature means (…/aggregates), each with its 95 % noise band
+(value ± 1.96 × the noise sd the message states), and the attention heatmap (…/attention).
+Every figure is marked readable or too noisy: readable when its band is within 10 % of its
+scale (a mean's public range, the count, the share scale; a heatmap cell within an even
+spread's share), else with the sessions per bucket it would need at that noise. A worker that
+releases no attention or mode is told what to set. Also the ε per hour the messages state and
+a short history.
 
 The dashboard subscribes to the broker itself and pushes what arrives to the page (Server-Sent
 Events); it never publishes. It listens on 127.0.0.1 only unless --host says otherwise: the
