@@ -178,6 +178,7 @@ def test_aoi_files_that_cannot_be_read_are_named(tmp_path: Path) -> None:
 
 
 def _plan(release: list[str] | None, budget: float = 10.0, **more: object) -> ReleasePlan:
+    more.setdefault("bucket_s", 60.0)
     cohort = CohortSettings(enabled=True, release=release, **more)  # type: ignore[arg-type]
     return ReleasePlan.build(budget=budget, delta=1e-6, cohort=cohort)
 
@@ -194,7 +195,7 @@ def test_the_consumer_choice_sets_delta2_and_sigma_as_the_plan_says() -> None:
         "attention+aois": _plan(["attention", "aois"], attention_aois=str(DEMO)),
         "means+attention": _plan(["means", "attention"]),
         "means+attention+aois": _plan(["means", "attention", "aois"], attention_aois=str(DEMO)),
-        "default": _plan(None),
+        "default": _plan(None, model=None),  # without a label model: the means
     }
     blocks = {k: p.cohort_plan.blocks for k, p in plans.items()}  # type: ignore[union-attr]
     assert blocks == {
@@ -252,7 +253,7 @@ def test_the_consumer_choice_sets_delta2_and_sigma_as_the_plan_says() -> None:
 
 def test_release_settings_that_do_not_fit_are_refused() -> None:
     with pytest.raises(ConfigError, match="'shares' needs a label model") as e:
-        _plan(["shares"])
+        _plan(["shares"], model=None)
     assert e.value.field == "cohort.release"
     with pytest.raises(ConfigError, match="'aois' needs an AOI file"):
         _plan(["aois"])

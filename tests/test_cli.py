@@ -117,6 +117,7 @@ def test_schemas_and_mechanisms_are_commands(tmp_path: Path) -> None:
         "cohort-receipt.schema.json",
         "cohort.schema.json",
         "label.schema.json",
+        "mode.schema.json",
         "status.schema.json",
     ]
     check = subprocess.run(

@@ -30,7 +30,7 @@ from gazeguard.wire.cohort import CohortMessage
 BUCKET_S = 4.0
 ARGS = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--budget-per-hour", "200",
         "--features", "fixation_rate,saccade_rate,pupil_mean", "--cohort", "lab",
-        "--bucket-s", f"{BUCKET_S:g}"]  # fmt: skip
+        "--bucket-s", f"{BUCKET_S:g}", "--cohort-release", "means"]  # fmt: skip
 TOPIC = "gazeguard/v1/cohort/lab/aggregates"
 
 

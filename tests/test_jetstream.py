@@ -705,7 +705,7 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
     env.update(GAZEGUARD_COHORT__GRACE_S="1", GAZEGUARD_FLEET__IDLE_TIMEOUT_S="2")
     args = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
             "--budget-per-hour", "200", "--features", "fixation_rate,saccade_rate,pupil_mean",
-            "--cohort", "lab", "--bucket-s", "2"]  # fmt: skip
+            "--cohort", "lab", "--bucket-s", "2", "--cohort-release", "means"]  # fmt: skip
     sub = Subscriber(mosquitto, f"sub-{unique_id}")
     workers = [WorkerProc(tmp_path, 0, mosquitto.address, env, args)]
     sessions = {f"hmd.c{i}" for i in range(3)}

@@ -127,19 +127,21 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         help="publish DP aggregates over this worker's sessions on "
         "{prefix}/cohort/NAME/aggregates (needs --fleet and a --budget-per-hour)",
     )
-    coh.add_argument("--bucket-s", type=float, help="seconds of gaze per aggregate (60)")
+    coh.add_argument("--bucket-s", type=float, help="seconds of gaze per aggregate (300)")
     coh.add_argument(
         "--cohort-share", type=float, help="share of --budget-per-hour for aggregates (0.5)"
     )
     coh.add_argument(
-        "--cohort-model", metavar="MODEL", help="also aggregate this label model's class histogram"
+        "--cohort-model",
+        metavar="MODEL",
+        help="the label model whose classes the mode and shares are over (activity-portable)",
     )
     coh.add_argument(
         "--cohort-release",
         metavar="LIST",
-        help="what the cohort releases, comma-separated: means, shares, attention (a dwell "
-        "heatmap on {prefix}/cohort/NAME/attention), aois (default: means, and shares with "
-        "--cohort-model)",
+        help="what the cohort releases, comma-separated: mode (the group's dominant activity "
+        "on {prefix}/cohort/NAME/mode), means, shares, attention (a dwell heatmap on "
+        "{prefix}/cohort/NAME/attention), aois (default: mode)",
     )
     coh.add_argument(
         "--attention-aois",

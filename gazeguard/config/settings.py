@@ -590,14 +590,24 @@ class FleetSettings(Section):
 
 class CohortSettings(Section):
     """Fleet mode: DP aggregates over the sessions a worker serves
-    (:mod:`gazeguard.runtime.cohort`),
-    published per bucket on ``{prefix}/cohort/{name}/aggregates``."""
+    (:mod:`gazeguard.runtime.cohort`), published per bucket on ``{prefix}/cohort/{name}/…``.
+
+    The defaults release what the evaluation showed useful at an honest budget on people never
+    seen (``bench/results/eval_cohort.md``, ``docs/privacy.md``): the group's dominant activity
+    (``mode``, by the shipped ``activity-portable`` label model, the labels' default, made to
+    survive a change of headset) per 300 s bucket."""
 
     enabled: bool = Field(False, description="publish cohort aggregates (fleet mode only)")
     name: str = Field(
         "default", pattern=r"^[^/+#\s]+$", description="cohort name, one MQTT topic level"
     )
-    bucket_s: float = Field(60.0, gt=0, description="seconds of gaze per aggregate")
+    bucket_s: float = Field(
+        300.0,
+        gt=0,
+        description="seconds of gaze per aggregate (longer buckets: fewer per hour, more ε "
+        "each; 300 s keeps a cohort of 30's dominant activity at 10 ε/h, "
+        "bench/results/eval_cohort.md)",
+    )
     budget_share: float = Field(
         0.5,
         gt=0.0,
@@ -606,18 +616,19 @@ class CohortSettings(Section):
         "ledger.delta; the chunks are calibrated last so that all releases fit the budget)",
     )
     model: str | None = Field(
-        None,
-        description="label model whose class histogram is aggregated too (a shipped name or a "
-        ".json path; unset: features only)",
+        "activity-portable",
+        description="label model whose classes the shares and the mode are over (a shipped "
+        "name or a .json path; needs its window and step; unset: features only)",
     )
     grace_s: float = Field(5.0, ge=0, description="late vectors accepted after a bucket, s")
     release: list[CohortRelease] | None = Field(
         None,
-        description="what the cohort releases, any of 'means' (feature means), 'shares' (label "
+        description="what the cohort releases, any of 'mode' (the group's dominant activity "
+        "by cohort.model, permute-and-flip, on …/mode), 'means' (feature means), 'shares' (label "
         "class shares, needs cohort.model), 'attention' (a dwell heatmap over "
-        "cohort.attention_grid) and 'aois' (dwell shares of cohort.attention_aois); each is a "
-        "block of the contribution (Δ2 = √blocks, 'means' two: with the count). Unset: means, "
-        "and shares when cohort.model is set",
+        "cohort.attention_grid) and 'aois' (dwell shares of cohort.attention_aois); each Gaussian "
+        "one is a block of the contribution (Δ2 = √blocks, 'means' two: with the count). Unset: "
+        "the mode when cohort.model is set (the default), else means",
     )
     attention_grid: tuple[int, int] = Field(
         (9, 16), description="heatmap cells (rows, cols) over the gaze field"
@@ -637,7 +648,9 @@ class CohortSettings(Section):
     @classmethod
     def _distinct(cls, v: list[CohortRelease] | None) -> list[CohortRelease] | None:
         if v is not None and (not v or len(set(v)) != len(v)):
-            raise ValueError("name each of 'means', 'shares', 'attention', 'aois' at most once")
+            raise ValueError(
+                "name each of 'mode', 'means', 'shares', 'attention', 'aois' at most once"
+            )
         return v
 
 

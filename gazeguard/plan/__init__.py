@@ -560,6 +560,8 @@ class ReleasePlan:
                 f"  {r.kind}: one every {float(r.period_s):g} s of gaze, ε "
                 f"{self.epsilon({r.kind: 1}):.4g} each{share}"
             )
+            if r.kind == "cohort" and self.cohort_plan is not None:
+                lines.append(f"    {self.cohort_plan.text()}")
         return "\n".join(lines)
 
 
@@ -655,21 +657,28 @@ class _Layout:
 
 
 def cohort_release(cohort: CohortSettings) -> tuple[str, ...]:
-    """What the cohort releases (``cohort.release``; unset: means, and shares with a model).
+    """What the cohort releases (``cohort.release``; unset: the mode with a model — the
+    default, ``activity`` — else means).
 
     Raises:
-        ConfigError: ``shares`` without ``cohort.model``, ``aois`` without
-            ``cohort.attention_aois``, or either setting without what releases it.
+        ConfigError: ``shares`` or ``mode`` without ``cohort.model``, ``aois`` without
+            ``cohort.attention_aois``, or either setting (set explicitly) without what releases
+            it.
     """
     if cohort.release is None:
-        return ("means", "shares") if cohort.model is not None else ("means",)
+        return ("mode",) if cohort.model is not None else ("means",)
     release = tuple(cohort.release)
     for kind in ("shares", "mode"):
         if kind in release and cohort.model is None:
             raise ConfigError(
                 "cohort.release", list(release), f"'{kind}' needs a label model: set cohort.model"
             )
-    if "shares" not in release and "mode" not in release and cohort.model is not None:
+    if (
+        "shares" not in release
+        and "mode" not in release
+        and cohort.model is not None
+        and "model" in cohort.model_fields_set  # the default model is simply not used
+    ):
         raise ConfigError(
             "cohort.model", cohort.model,
             "cohort.release includes neither 'shares' nor 'mode': add one, or unset cohort.model",
@@ -744,9 +753,9 @@ def _shares(
 
 
 def _cohort_model(cohort: CohortSettings, features: FeatureSettings) -> LabelModel | None:
-    """The cohort's label model (its class histogram is aggregated), checked against the
-    feature window and step."""
-    if cohort.model is None:
+    """The cohort's label model (its class shares or mode are released), checked against the
+    feature window and step; ``None`` when the release needs no classes."""
+    if cohort.model is None or not {"shares", "mode"} & set(cohort_release(cohort)):
         return None
 
     model = load_model(cohort.model)
@@ -759,6 +768,8 @@ def _cohort_model(cohort: CohortSettings, features: FeatureSettings) -> LabelMod
             cohort.model,
             f"model {model.name!r} was trained on {model.spec.window_s:g} s windows every "
             f"{model.spec.step_s:g} s; features here are {features.window_s:g} s every "
-            f"{features.step_s:g} s",
+            f"{features.step_s:g} s (its classes are what cohort.release "
+            f"{list(cohort_release(cohort))} releases: release 'means' or 'attention' instead, "
+            "or use the model's window and step)",
         )
     return model

@@ -176,7 +176,8 @@ class CohortWiring:
         cohort = plan.cohort_plan
         assert cohort is not None, "the plan has no cohort release (fleet mode, cohort.enabled)"
         all_names = [x.name for x in FEATURES]
-        model = load_model(c.model) if c.model is not None else None
+        classes = cohort.classes or cohort.mode_classes  # the default model may go unused
+        model = load_model(c.model) if c.model is not None and classes else None
         log.info("worker %s: %s", worker, cohort.text())
         agg = CohortAggregator(
             cohort, ledger, cohort=c.name, worker=worker, topic_prefix=prefix,

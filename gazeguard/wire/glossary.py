@@ -191,8 +191,15 @@ SECTIONS: tuple[tuple[str, tuple[Term, ...]], ...] = (
         (
             Term(
                 "bucket",
-                "cohort.bucket_s of time (60 s) over which a fleet worker aggregates its "
+                "cohort.bucket_s of time (300 s) over which a fleet worker aggregates its "
                 "sessions; one release per bucket.",
+            ),
+            Term(
+                "mode (the group's activity)",
+                "The activity most of the bucket's sessions were doing, as the label model "
+                "reads them, chosen by permute-and-flip: right with a probability that grows "
+                "with its lead; lead_for_90 is the lead, in sessions, at which it is right 9 "
+                "times in 10.",
             ),
             Term(
                 "about N sessions, noisy count",
