@@ -228,3 +228,31 @@ def test_mode_schema_is_shipped_and_classified() -> None:
     assert view["classes"] == list(CLASSES)
     with pytest.raises(ValueError, match="classes"):
         ModeMessage.model_validate({**json.loads(msg.to_payload()), "mode": "read"})
+
+
+def test_a_fleet_workers_default_cohort_releases_the_mode(tmp_path: Path) -> None:
+    """`gazeguard run --fleet` with the default cohort settings: the plan's cohort is the mode
+    alone, over the default label model's classes, per 300 s bucket, at the cohort's share; the
+    worker's wiring feeds it the sessions' features and publishes on …/mode."""
+    from gazeguard.config import load_settings  # noqa: PLC0415
+    from gazeguard.plan import ReleasePlan  # noqa: PLC0415
+    from gazeguard.runtime.fleet import CohortWiring  # noqa: PLC0415
+    from gazeguard.signal.labels import load_model  # noqa: PLC0415
+
+    settings = load_settings(
+        None, fleet={"enabled": True}, ingest={"source": "lsl"},
+        ledger={"budget_per_hour": 10.0}, cohort={"enabled": True, "name": "lab"},
+    )  # fmt: skip
+    plan = ReleasePlan.from_settings(settings)
+    cohort = plan.cohort_plan
+    assert cohort is not None
+    assert [p.name for p in cohort.parts] == ["mode"]
+    assert cohort.mode_classes == load_model(settings.cohort.model or "").classes
+    assert settings.cohort.model == "activity-portable"
+    assert cohort.bucket_s == 300.0
+    assert plan.figures()["cohort"]["release"] == ["mode"]
+    assert cohort.epsilon_per_hour <= settings.cohort.budget_share * 10.0
+    with Ledger(tmp_path / "ledger.sqlite", **plan.ledger_caps()) as ledger:
+        wiring = CohortWiring.build(settings, plan, ledger, "w1", "gazeguard/v1")
+        assert wiring.model is not None
+        assert wiring.aggregator.mode_topic == "gazeguard/v1/cohort/lab/mode"
