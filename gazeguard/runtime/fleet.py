@@ -153,6 +153,14 @@ class SessionEvent:
     released: int = 0
 
 
+#: The word a released cohort part's log line uses, by its message's schema.
+_PART_WORDS = {
+    "gazeguard.cohort/1": "aggregate",
+    "gazeguard.attention/1": "attention",
+    "gazeguard.mode/1": "mode",
+}
+
+
 @dataclass
 class CohortWiring:
     """A worker's cohort aggregator and what feeds it from each session's clean features and
@@ -437,7 +445,7 @@ class Fleet:
                 log.info(
                     "worker %s: cohort %r bucket %d %s released over %d sessions (%d left out)",
                     self.worker_id, r.message.cohort, r.message.bucket,
-                    r.message.schema_.removeprefix("gazeguard.").removesuffix("/1"),
+                    _PART_WORDS[r.message.schema_],
                     len(r.sessions), len(r.left_out),
                 )  # fmt: skip
             if released:
