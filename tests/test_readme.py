@@ -165,9 +165,9 @@ def test_consumer_examples_read_a_live_run(
                 break
             time.sleep(1)
     finally:
-        for p in procs.values():
+        for name, p in procs.items():  # the consumers as a person stops them: Ctrl-C
             if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+                p.send_signal(signal.SIGINT if name in wanted else signal.SIGTERM)
         for p in procs.values():
             try:
                 p.wait(30)
@@ -181,6 +181,36 @@ def test_consumer_examples_read_a_live_run(
         out, err = _read(tmp_path, f"{name}.out"), _read(tmp_path, f"{name}.err")
         assert "Traceback" not in err, f"{where}\n{err}"
         assert kinds <= printed(name), f"{where} printed {printed(name)}\n{out[-2000:]}\n{logs}"
+        assert procs[name].returncode == 0, f"{where}: Ctrl-C\n{err}"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("code", [c for _, c in CONSUMERS], ids=[w for w, _ in CONSUMERS])
+def test_a_consumer_example_stops_on_ctrl_c_without_a_traceback(
+    code: str, tmp_path: Path, mosquitto: MosquittoBroker
+) -> None:
+    """Each consumer example, connected to a broker, exits 0 and prints no traceback on Ctrl-C
+    (it printed a KeyboardInterrupt traceback)."""
+    env = {
+        **os.environ,
+        "GAZEGUARD_BROKER__HOST": mosquitto.host,
+        "GAZEGUARD_BROKER__PORT": str(mosquitto.port),
+    }
+    (tmp_path / "consumer.py").write_text(code)
+    proc = subprocess.Popen(
+        [sys.executable, "consumer.py"], cwd=tmp_path, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30  # until it subscribed (the broker's log says so)
+    while time.monotonic() < deadline and "Received SUBSCRIBE" not in _read(
+        mosquitto.workdir, mosquitto.log.name
+    ):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    assert "KeyboardInterrupt" not in err, err
 
 
 def test_the_readme_starts_with_its_two_commands_and_the_fast_loop() -> None:
