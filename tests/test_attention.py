@@ -292,9 +292,9 @@ def _gaze(agg: CohortAggregator, n: int, t0: float, task: str = "watching") -> N
 @pytest.mark.slow
 def test_a_bucket_charges_every_session_then_enqueues_the_attention(tmp_path: Path) -> None:
     """Means and attention: two parts, each charged in its own stream to its contributors, each
-    message carried by its last charge; a session with gaze but no feature vector pays for both
-    parts alike (it adds zero to the means: issue 46, finding 6); the released heatmap is close
-    to the clean one at ε 100 per hour."""
+    message carried by one charge, enqueued ahead of its receipts; a session with gaze but no
+    feature vector pays for both parts alike (it adds zero to the means: issue 46, finding 6);
+    the released heatmap is close to the clean one at ε 100 per hour."""
     plan = _plan(["means", "attention", "aois"], budget=2000.0, attention_aois=str(DEMO))
     c = plan.cohort_plan
     assert c is not None
@@ -316,7 +316,9 @@ def test_a_bucket_charges_every_session_then_enqueues_the_attention(tmp_path: Pa
         assert len(pending) == 2 * n
         carried = [p for p in pending if p.topic == "gazeguard/v1/cohort/lab/attention"]
         assert len(carried) == 1
-        assert carried[0].id == max(p.id for p in pending), "the attention goes last"
+        its = [p.id for p in pending if p.stream == ATTENTION_STREAM]
+        assert carried[0].id == min(its), "the attention goes ahead of its part's receipts"
+        assert carried[0].id > max(p.id for p in pending if p.stream == STREAM)
         payload = json.loads(carried[0].payload)
         jsonschema.validate(payload, attention_shipped_schema())
         msg = AttentionMessage.model_validate(payload)

@@ -146,7 +146,7 @@ def test_a_bucket_charges_every_session_then_enqueues_the_aggregate(tmp_path: Pa
         assert len(pending) == n
         cohort_items = [p for p in pending if p.topic == "gazeguard/v1/cohort/lab/aggregates"]
         assert len(cohort_items) == 1
-        assert cohort_items[0].id == max(p.id for p in pending), "the aggregate goes last"
+        assert cohort_items[0].id == min(p.id for p in pending), "the aggregate goes first"
         receipts = [json.loads(p.payload) for p in pending if p.topic.endswith("/cohort")]
         assert len(receipts) == n - 1
         assert {r["bucket"] for r in receipts} == {bucket}

@@ -41,13 +41,14 @@ The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
    gaze span — were only the sessions with data charged, the ledger's ε (which every chunk and
    status quotes) would say which sessions had valid gaze in which bucket; all but one get the
    same receipt on ``{prefix}/{device}/{session}/cohort`` (:class:`~gazeguard.wire.cohort.
-   CohortReceipt`: the ε they paid, nothing else), and the last charge carries the aggregate
-   itself. All of a part's charges are made in ONE transaction
+   CohortReceipt`: the ε they paid, nothing else), and the last session's charge carries the
+   aggregate itself. All of a part's charges are made in ONE transaction
    (:meth:`~gazeguard.ledger.Ledger.charge_all`: multi-row statements, each session checked
    against its own caps), which commits every charge with the aggregate or none of them: the
    aggregate is enqueued only with every person in it paid, and a crash or a refusal leaves
-   nobody charged and nothing published; a charged aggregate is delivered after a restart by
-   the ledger's outbox.
+   nobody charged and nothing published. The aggregate is enqueued first, ahead of the
+   receipts (the outbox delivers in order, one item at a time: it does not wait for hundreds
+   of receipts); a charged aggregate is delivered after a restart by the ledger's outbox.
 5. **Post-processing.** ``count = max(1, round(noisy count))``; feature means
    ``lo + (hi − lo)·√F·S_f/count`` clipped to the bounds; class shares the normalised positive
    part of the histogram. The message states σ and each mean's noise sd.
@@ -428,7 +429,8 @@ class CohortAggregator:
     quotes, say which sessions had valid gaze in which bucket. A session that never declared a
     lifetime (the Python API) counts as open in each bucket it handed anything for, valid or
     not; so does a declared session for a bucket outside its lifetime it handed data for (a
-    fleet takeover's replay). Each part's message is carried by its last charge.
+    fleet takeover's replay). Each part's message is carried by its last session's charge,
+    enqueued first.
 
     Args:
         plan: the calibrated bucket mechanism.
@@ -754,6 +756,7 @@ class CohortAggregator:
             for i, (device, session) in enumerate(admitted)
             for last in [i == len(admitted) - 1]
         ]  # fmt: skip
+        requests.insert(0, requests.pop())  # the aggregate first in the outbox
         try:
             self.ledger.charge_all(requests)  # one transaction: all charged with it, or none
         except (BudgetExhaustedError, DuplicateChargeError) as exc:
