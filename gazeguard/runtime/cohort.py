@@ -53,11 +53,12 @@ The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
    ``lo + (hi − lo)·√F·S_f/count`` clipped to the bounds; class shares the normalised positive
    part of the histogram. The message states σ and each mean's noise sd.
 
-**What is released** (``cohort.release``, through the release plan): any of ``means`` (the
-feature means and the count: two blocks), ``shares`` (the label histogram: one block),
-``attention`` (the dwell grid: one block) and ``aois`` (the AOI dwell: one block); unset, means
-and (with a label model) shares, as before attention existed. Δ2 = √blocks counts only what is
-released: a heatmap-only plan has Δ2 = 1, and the budget is spent on what the consumer asked for.
+**What is released** (``cohort.release``, through the release plan): any of ``mode`` (the
+group's dominant activity, below), ``means`` (the feature means and the count: two blocks),
+``shares`` (the label histogram: one block), ``attention`` (the dwell grid: one block) and
+``aois`` (the AOI dwell: one block); unset, the mode with a label model (the default,
+``activity-portable``), else means. Δ2 = √blocks counts only what is released: a heatmap-only
+plan has Δ2 = 1, and the budget is spent on what the consumer asked for.
 
 **The mode** (``mode``: the ``mode`` part, stream ``mode``, topic ``…/mode``). Each session
 open in the bucket contributes its vote share ``h`` (the mean over its windows of the label
