@@ -97,8 +97,8 @@ from pydantic import (
     model_validator,
 )
 
-from gazeguard import __version__
 from gazeguard.core.errors import ConfigError
+from gazeguard.core.version import __version__
 from gazeguard.privacy.mechanisms.exact import uniform_below
 from gazeguard.privacy.mechanisms.randomness import OsRandom, RandomSource
 from gazeguard.signal.dataset import FeatureTable, subsample

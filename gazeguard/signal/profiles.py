@@ -18,7 +18,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from gazeguard import __version__
+from gazeguard.core.version import __version__
 from gazeguard.signal.files import check_feature_names, read_named_json, validation_error
 
 PROFILE_SCHEMA: Final = "gazeguard.profile/1"
