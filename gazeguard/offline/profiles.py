@@ -24,10 +24,10 @@ How a profile is built (:func:`build_profile`)
        problems the evaluation poses: leave-one-person-out task recognition must separate tasks
        across people, and the re-identification attack (first half of each recording trains,
        second half tests) separates people *within* a task by the stable offsets of their
-       recordings. Why not the raw ANOVA F ratio (``f-ratio``, also available, as measured in
-       issue 14)? It ignores the noise: on gazegraph ``wordbook3_mean`` has task F 2332 vs
-       person F 208, but its whole spread is 0.16 % of its public range, far below any DP noise
-       calibrated to that range — released, it carries nothing while costing ε. With ``σ²`` in
+       recordings. Why not the raw ANOVA F ratio (``f-ratio``, also available)? It ignores the
+       noise: on gazegraph ``wordbook3_mean`` has task F 2332 vs person F 208, but its whole
+       spread is 0.16 % of its public range, far below any DP noise calibrated to that range —
+       released, it carries nothing while costing ε. With ``σ²`` in
        both denominators a feature counts only with what survives the noise. A ratio rather
        than a difference because the frontier's constraint is on identity: a feature that adds
        little task information but almost no identity is worth more than one that adds much of
@@ -69,7 +69,7 @@ from gazeguard import __version__
 from gazeguard.config import FeatureSettings
 from gazeguard.core.errors import ConfigError
 from gazeguard.plan import chunks_per_hour as plan_chunks_per_hour
-from gazeguard.privacy.accounting import LaplaceEvent, compose
+from gazeguard.plan.chunks import laplace_releases_epsilon
 from gazeguard.signal.profiles import Profile, SuggestedBudget
 
 if TYPE_CHECKING:
@@ -392,13 +392,13 @@ def suggested_budget(
     """What releasing ``size`` features with ``spec`` at ``epsilon`` per feature per chunk costs
     per hour of gaze, user-level at ``delta``: the PLD accountant's composition of
     ``size ×`` :func:`gazeguard.plan.chunks_per_hour` (a 30 s window) Laplace releases of noise
-    multiplier ``1/epsilon``
-    (:func:`gazeguard.privacy.accounting.compose`), with the pure sequential sum beside it."""
+    multiplier ``1/epsilon`` (:func:`gazeguard.plan.chunks.laplace_releases_epsilon`), with the
+    pure sequential sum beside it."""
 
     cph = plan_chunks_per_hour(FeatureSettings(window_s=30.0, step_s=step_s), int(spec.n or 1))
     releases = size * cph
     return SuggestedBudget(
-        per_hour=compose({LaplaceEvent(1.0 / epsilon): releases}, delta).epsilon,
+        per_hour=laplace_releases_epsilon(epsilon, releases, delta),
         epsilon_per_feature_per_chunk=epsilon,
         mechanism=spec.key,
         chunk_steps=int(spec.n or 1),

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gazeguard.core.errors import ConfigError
-from gazeguard.privacy.accounting import Event, Family, PrivacyLoss, calibrate, compose
+from gazeguard.privacy.accounting import (
+    Event,
+    Family,
+    LaplaceEvent,
+    PrivacyLoss,
+    calibrate,
+    compose,
+)
 from gazeguard.privacy.mechanisms import Bounds, Mechanism, make_mechanism
 from gazeguard.privacy.mechanisms.discrete_gaussian import GAUSS_SAMPLER_LOSS_PER_COORDINATE
 from gazeguard.privacy.mechanisms.discrete_laplace import SAMPLER_LOSS_PER_COORDINATE
@@ -32,6 +39,12 @@ if TYPE_CHECKING:
     from gazeguard.config import MechanismSettings
 
 log = logging.getLogger(__name__)
+
+
+def laplace_releases_epsilon(epsilon: float, releases: int, delta: float) -> float:
+    """ε at ``delta`` of ``releases`` Laplace releases of pure ε ``epsilon`` each (noise
+    multiplier ``1/epsilon``): the accountant's PLD composition."""
+    return compose({LaplaceEvent(1.0 / epsilon): releases}, delta).epsilon
 
 
 def noise_multiplier_for(

@@ -136,12 +136,19 @@ class LabelPlan:
     @property
     def hour_epsilon(self) -> float:
         """ε at δ of the ``D`` labels of one hour (PLD; at most ``reserve``)."""
-        return compose({e: c * self.per_window for e, c in self.events.items()}, self.delta).epsilon
+        return self.epsilon_of(self.per_window)
 
     @property
     def sample_epsilon(self) -> float:
         """ε at δ of the labels one raw gaze sample can change."""
-        return compose({e: c * self.reached for e, c in self.events.items()}, self.delta).epsilon
+        return self.epsilon_of(self.reached)
+
+    def epsilon_of(self, labels: int) -> float:
+        """ε at δ of ``labels`` released labels: the accountant's composition of their
+        randomized responses (0 for none)."""
+        if labels <= 0:
+            return 0.0
+        return compose({e: c * labels for e, c in self.events.items()}, self.delta).epsilon
 
     def text(self) -> str:
         """The arithmetic printed at startup (several lines)."""

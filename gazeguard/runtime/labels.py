@@ -1,20 +1,16 @@
 """The private-label stream of a session: decisions on clean features, charged, then published.
 
 :class:`LabelStream` sits next to the chunk path inside
-:class:`gazeguard.runtime.pipeline.Pipeline`: it
-receives the same clean feature vectors (all registry features, one every ``step_s``), buffers
-``n = decision_s / step_s`` consecutive vectors — one *block*, exactly like a chunk of ``n``
-steps — and runs the label model (:class:`gazeguard.signal.labels.LabelModel`) on each full block
-inside
-the trusted process: the block's mean class probabilities never leave it.
+:class:`gazeguard.runtime.pipeline.Pipeline`: it receives the same clean feature vectors (all
+registry features, one every ``step_s``), buffers ``n = decision_s / step_s`` consecutive vectors
+— one *block*, exactly like a chunk of ``n`` steps — and runs the label model
+(:class:`gazeguard.signal.labels.LabelModel`) on each full block inside the trusted process: the
+block's mean class probabilities never leave it.
 
 Every block is a decision — the argmax, privatized by exact k-ary randomized response at ``ε``
 (:class:`~gazeguard.signal.labels.RandomizedResponse`, OS CSPRNG): one label per
 ``decision_s`` of gaze, a clock; between labels the consumer holds the last one (the message
-says from when). A label "when the activity changes" (the sparse vector technique asking each
-block whether another class beat the held label) was retired: at the shipped budget
-a detection round fired within 10 checks with probability 0.97 whether the activity had
-changed or not — a jittered clock that spent a quarter of each label's ε on noise.
+says from when).
 
 Each label is charged to the ledger (stream ``"labels"``) with its block's gaze span
 and its :class:`~gazeguard.wire.label.LabelMessage` payload enqueued in the same transaction
@@ -36,7 +32,6 @@ import numpy.typing as npt
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
 from gazeguard.plan.labels import LabelPlan
-from gazeguard.privacy.accounting import compose
 from gazeguard.privacy.mechanisms.randomness import RandomSource, random_source
 from gazeguard.signal.labels import LabelRelease
 from gazeguard.wire.label import LabelMessage, label_topic
@@ -256,10 +251,7 @@ class LabelStream:
         """ε at the plan's δ of the labels released so far: the accountant's composition of
         their randomized responses (the labels alone; the ledger's user-level figure composes
         them with every other release of the session)."""
-        n = self.stats.released
-        if n == 0:
-            return 0.0
-        return compose({e: c * n for e, c in self.plan.events.items()}, self.plan.delta).epsilon
+        return self.plan.epsilon_of(self.stats.released)
 
 
 __all__ = ["STREAM", "LabelStats", "LabelStream", "ReleasedLabel"]

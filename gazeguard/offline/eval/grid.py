@@ -14,14 +14,23 @@ from gazeguard.privacy.mechanisms.registry import MECHANISMS, MechanismKind
 
 #: The paper's ε grid, per feature per chunk.
 PAPER_EPSILONS: tuple[float, ...] = (0.48, 2.4, 4.8, 24.0, 48.0)
-#: The full grid: none, LPA (chunks of 32), FPA, CFPA-/DCFPA-{32,64,128} with dft and dct, and
-#: the dataset releases of David-John et al.: k-same k ∈ {2,4,8}, Marginals (k, γ) ∈ {2,4,8} ×
-#: {2,4}, Exponential-DP over the ε grid.
+#: The full grid: none; every registry mechanism (an untransformed one, LPA, in chunks of 32; a
+#: whole-recording one, FPA, with dft and dct; the chunked ones, CFPA and DCFPA, in chunks of 32,
+#: 64 and 128 with dft and dct); and the dataset releases of David-John et al.: k-same
+#: k ∈ {2,4,8}, Marginals (k, γ) ∈ {2,4,8} × {2,4}, Exponential-DP over the ε grid.
 FULL_MECHANISMS: tuple[str, ...] = (
     "none",
-    "lpa-32",
-    *(f"fpa-{t}" for t in ("dft", "dct")),
-    *(f"{m}-{n}-{t}" for m in ("cfpa", "dcfpa") for n in (32, 64, 128) for t in ("dft", "dct")),
+    *(
+        spec
+        for m, kind in MECHANISMS.items()
+        for spec in (
+            [f"{m}-{n}-{t}" for n in (32, 64, 128) for t in ("dft", "dct")]
+            if kind.chunked and kind.transformed
+            else [f"{m}-{t}" for t in ("dft", "dct")]
+            if kind.transformed
+            else [f"{m}-32"]
+        )
+    ),
     *(f"ksame-{k}" for k in (2, 4, 8)),
     *(f"marginals-{k}-{g}" for g in (2, 4) for k in (2, 4, 8)),
     "expdp",

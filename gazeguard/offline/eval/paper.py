@@ -43,8 +43,9 @@ if TYPE_CHECKING:
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
-#: Families the paper's sensitivity is implemented for (its chunk-based contributions).
-PAPER_FAMILIES = ("cfpa", "dcfpa")
+#: Families the paper's sensitivity is implemented for (its chunk-based contributions: the
+#: registry's chunked, transformed mechanisms, CFPA and DCFPA).
+PAPER_FAMILIES = tuple(m for m, kind in MECHANISMS.items() if kind.chunked and kind.transformed)
 
 #: Noisy releases per candidate k when choosing the oracle k of a chunk (the paper: 100).
 ORACLE_REPS = 10

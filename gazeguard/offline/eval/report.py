@@ -16,6 +16,7 @@ from typing import Any
 
 from gazeguard.offline.eval.attacks import CLASSIFIER_LABELS
 from gazeguard.offline.eval.grid import RELEASE_FAMILIES
+from gazeguard.privacy.mechanisms.registry import MECHANISMS
 
 Result = dict[str, Any]
 
@@ -477,7 +478,7 @@ def tradeoff_figure(runs: Sequence[tuple[str, Result]], path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(7.5, 6))
     colors = ("tab:blue", "tab:red", "tab:green", "tab:purple")
-    markers = {"cfpa": "o", "dcfpa": "^", "lpa": "s", "fpa": "D"}
+    markers = dict(zip(MECHANISMS, ("s", "D", "o", "^", "v", "P"), strict=False))
     first = runs[0][1]
     for i, (label, result) in enumerate(runs):
         color = colors[i % len(colors)]
