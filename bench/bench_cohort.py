@@ -1,6 +1,5 @@
 """Cohort aggregates at fleet scale: simulated 120 Hz headsets → NATS JetStream → fleet workers
-with a PostgreSQL ledger, one cohort aggregate per worker per bucket (issue "Cohort analytics as
-the product").
+with a PostgreSQL ledger, one cohort aggregate per worker per bucket.
 
 Everything fresh and on loopback: a ``nats-server -js`` (the raw gaze stream, ``--partitions``
 partitions), a Mosquitto (the aggregates, receipts and chunks), a PostgreSQL server (Debian's

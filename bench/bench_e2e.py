@@ -1,4 +1,4 @@
-"""End to end (issue 7): simulated headset (real LSL) → gazeguard → Mosquitto → subscriber.
+"""End to end: simulated headset (real LSL) → gazeguard → Mosquitto → subscriber.
 
 1. **Latency**, per event loop (asyncio's default loop and uvloop): the real service
    (``gazeguard.runtime.service.serve``) reads ``gazeguard simulate`` (a real 120 Hz LSL outlet in

@@ -1,4 +1,4 @@
-"""CPU cost of event detection + sliding-window features per session, before vs after (issue 17).
+"""CPU cost of event detection + sliding-window features per session, before vs after.
 
 Tracks: ms of CPU (``time.process_time``) per second of gaze for one session's
 ``FeatureExtractor.push`` (event detection included), fed in the blocks a fleet worker sees
@@ -31,7 +31,7 @@ matched.
 Run: ``python bench/bench_features_cpu.py [--seconds 300] [--rounds 7] [--fleet-rounds 7]``
 (about a minute per configuration at the defaults); prints tables and writes
 ``bench/results/features_cpu.json``.
-Target (issue 17, item 4): >= 1,000 sessions of 120 Hz per core for the whole worker, so events
+Target: >= 1,000 sessions of 120 Hz per core for the whole worker, so events
 + features must cost well under 1 ms per session-second.
 """
 
@@ -57,7 +57,7 @@ from gazeguard.signal.features import FeatureExtractor, push_many
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "tests" / "_reference_extraction.py"
-#: the events + features code before the fleet-pattern work (issue 17 item 4)
+#: the events + features code before the fleet-pattern work
 BASELINE_REV = "773d176"
 #: (rate Hz, samples per block, task, seed)
 CONFIGS = ((120.0, 12, "free", 1), (120.0, 12, "reading", 2), (250.0, 25, "search", 3))

@@ -1,4 +1,4 @@
-"""The sidecar's own numbers (issue 4): chunk-completion → PUBACK latency, CPU% and RSS.
+"""The sidecar's own numbers: chunk-completion → PUBACK latency, CPU% and RSS.
 
 1. **Latency.** The real service (``gazeguard.runtime.service.serve``, on uvloop as ``gazeguard
 run``

@@ -1,5 +1,5 @@
 """Private labels, measured: clean and released accuracy, and re-identification from label
-sequences (issue 14, point 2).
+sequences.
 
 For the ``activity`` release profile, on GazeGraph and on the simulated headset:
 

@@ -1,5 +1,5 @@
-"""Public activity-labelled gaze for the portable label model (issue 34): readers, the common
-activity mapping, device augmentation and the feature table.
+"""Public activity-labelled gaze for the portable label model: readers, the common activity
+mapping, device augmentation and the feature table.
 
 Every recording goes through the real pipeline: raw gaze (degrees, seconds) →
 :func:`gazeguard.signal.features.extract_features` at the recording's **declared** rate (30 s

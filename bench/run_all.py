@@ -3,11 +3,11 @@
 Runs, in this order (each as ``python bench/<script>``; a failure does not stop the rest): the
 mechanism, front-end, ledger and publish micro-benchmarks, the event validation, then the
 service, end-to-end and fleet benchmarks (``bench_e2e.py`` reads the mechanism results). Any
-other ``bench/bench_*.py`` runs last with its defaults, except ``bench_compare.py`` (it compares
-two commits). Each writes its ``bench/results/*.json``; the console output of each goes to
-``bench/results/logs/``, and ``bench/results/run_all.json`` records the latest run of each script
-(arguments, exit status, seconds). The figures, their targets and what each is compared with
-are read from the result files into ``docs/benchmarks.md``.
+other ``bench/bench_*.py`` runs last with its defaults. Each writes its ``bench/results/*.json``;
+the console output of each goes to ``bench/results/logs/``, and ``bench/results/run_all.json``
+records the latest run of each script (arguments, exit status, seconds). The figures, their
+targets and what each is compared with are read from the result files into
+``docs/benchmarks.md``.
 
     python bench/run_all.py             # everything, defaults (about an hour on 2 cores)
     python bench/run_all.py --quick     # short runs (about 15 minutes)
@@ -43,16 +43,11 @@ KNOWN: dict[str, tuple[list[str], list[str]]] = {
     "bench_fleet.py": (["--profile"], ["--quick"]),
 }
 
-#: not benchmarks of this checkout alone: ``bench_compare.py`` measures two commits (~30 min)
-NOT_RUN = frozenset({"bench_compare.py"})
-
 
 def scripts() -> list[str]:
     """The known benchmarks present, in order, then any other ``bench_*.py``."""
     known = [s for s in KNOWN if (BENCH / s).is_file()]
-    extra = sorted(
-        p.name for p in BENCH.glob("bench_*.py") if p.name not in KNOWN and p.name not in NOT_RUN
-    )
+    extra = sorted(p.name for p in BENCH.glob("bench_*.py") if p.name not in KNOWN)
     return known + extra
 
 

@@ -1,4 +1,4 @@
-"""Train and evaluate the portable activity label model (issue 34): one model for any headset.
+"""Train and evaluate the portable activity label model: one model for any headset.
 
 What it does (all build time, on public data only):
 
@@ -524,7 +524,7 @@ def model_card(res: dict[str, Any], md: str, alternatives: dict[str, dict[str, A
     )
     return f"""# Model card: `{name}` (`gazeguard.label-model/1`)
 
-A label model meant to survive a change of headset (issue 34, first half). It reads 40 clean
+A label model meant to survive a change of headset. It reads 40 clean
 features of the sidecar's extractor (30 s window, 0.5 s step) inside the trusted process and
 decides one of {len(acts)} common activities: **{", ".join(acts)}**. Only the label leaves the
 process (randomized response, `gazeguard.signal.labels`). It is the default label model

@@ -406,10 +406,10 @@ class LabelSettings(Section):
             gone = sorted(k for k in _RETIRED_LABEL_KEYS if k in data)
             if gone:
                 raise ValueError(
-                    f"labels.{', labels.'.join(gone)}: retired with the change trigger (issue "
-                    "46: at the shipped budget its detection rounds fired as often without a "
-                    "change as with one); labels now follow a clock, one per decision_s: "
-                    "remove the setting"
+                    f"labels.{', labels.'.join(gone)}: retired with the change trigger (at "
+                    "the shipped budget its detection rounds fired as often without a change "
+                    "as with one); labels now follow a clock, one per decision_s: remove the "
+                    "setting"
                 )
         return data
 

@@ -655,16 +655,6 @@ class LabelModel:
         p /= p.sum(axis=1, keepdims=True)
         return np.asarray(p, dtype=np.float64)
 
-    def decide(self, X: npt.ArrayLike, session: SessionStandardizer | None = None) -> int:
-        """One decision over a window of vectors: argmax of the mean class probability (ties:
-        the lowest class index). ``X`` is (T, F), T ≥ 1; ``session`` as for
-        :meth:`predict_proba`."""
-        p = self.predict_proba(X, session)
-        if p.shape[0] == 0:
-            msg = "a decision needs at least one feature vector"
-            raise ValueError(msg)
-        return int(np.argmax(p.mean(axis=0)))
-
     def check_profile(self, features: Sequence[str], profile_name: str = "the profile") -> None:
         """Refuse unless the model reads exactly the profile's features (any order).
 

@@ -390,16 +390,6 @@ def attention_shipped_schema() -> dict[str, Any]:
     return message.shipped_schema(ATTENTION_SCHEMA_FILE)
 
 
-def receipt_json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of :class:`CohortReceipt`, as shipped."""
-    return message.json_schema(CohortReceipt)
-
-
-def receipt_shipped_schema() -> dict[str, Any]:
-    """``gazeguard/data/cohort-receipt.schema.json`` as shipped."""
-    return message.shipped_schema(RECEIPT_SCHEMA_FILE)
-
-
 def mode_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of :class:`ModeMessage`, as shipped."""
     return message.json_schema(ModeMessage)
