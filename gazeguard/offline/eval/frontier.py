@@ -20,7 +20,7 @@ consumer keeps) against re-identification accuracy (what an attacker learns abou
   so), re-identification the informed maximum-likelihood attacker on a recording's buckets
   (the realistic one beside it in the text).
 
-The goal the product is measured against (issue 14): at re-identification within ``tolerance``
+The goal the product is measured against: at re-identification within ``tolerance``
 of chance, task accuracy ≥ 80 % of clean at ε ≤ 10 per hour (δ 1e-6). Each kind's clean task
 accuracy is its own (the per-window classifier for streams, the label model's decisions for
 labels), so "% of clean" compares a release with what the same consumer gets without privacy.

@@ -1,6 +1,5 @@
 """Private labels, measured: clean and released accuracy, and re-identification from label
-sequences (issue 14, point 2) — the label side of ``gazeguard eval --frontier`` and of
-``bench/eval_labels.py``.
+sequences: the label side of ``gazeguard eval --frontier`` and of ``bench/eval_labels.py``.
 
 1. **Clean accuracy** of the label model (standardiser + multinomial logistic regression on the
    profile's features): leave one person out, per window and per decision — a decision averages
@@ -376,8 +375,8 @@ def evaluate(
 
 
 # ============================================================================ held labels
-# Held labels on a clock, over hour-long sessions in which the activity changes (issue
-# "Labels that hold on real, unseen data"): see :func:`evaluate_sessions`.
+# Held labels on a clock, over hour-long sessions in which the activity changes: see
+# :func:`evaluate_sessions`.
 
 #: One session, s of gaze.
 SESSION_S = 3600.0
