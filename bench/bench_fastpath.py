@@ -13,8 +13,10 @@ detectors and extractors. Repetitions alternate the order; every repetition chec
 the same chunks bit for bit. The rest of a worker's work (NATS, the ledger, noise, publishing)
 is the same for both paths, so the worker's own ratio is at most this one.
 
-Run: ``python bench/bench_fastpath.py [--sessions 300] [--seconds 60] [--reps 5]``; prints the
-medians and minima and the ratio numpy / compiled.
+Run: ``python bench/bench_fastpath.py [--sessions 300] [--seconds 60] [--reps 5] [--block 12]``;
+prints the medians and minima and the ratio numpy / compiled, and writes
+``bench/results/fastpath-<block>.json``. The fleet's own ratio, same run: ``bench_fleet.py
+--baseline`` against a checkout with ``fleet.compiled`` off.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import statistics
 import time
 from typing import Any
 
-from _harness import load_now
+from _harness import load_now, machine, write_results
 
 from gazeguard.core.chunking import Chunker
 from gazeguard.runtime.simulate import simulate_gaze
@@ -95,14 +97,28 @@ def main() -> None:
         if sums["numpy"] != sums["compiled"]:
             raise SystemExit("chunks differ: not the same computation")
     session_s = args.sessions * args.seconds
+    load = load_now()
     med = {k: 1e3 * statistics.median(v) / session_s for k, v in cpu.items()}
     low = {k: 1e3 * min(v) / session_s for k, v in cpu.items()}
-    print(f"load {load_now()}; {args.sessions} sessions x {args.seconds:g} s, block {args.block}")
+    print(f"load {load}; {args.sessions} sessions x {args.seconds:g} s, block {args.block}")
     for k in impls:
         print(f"{k:>9}: median {med[k]:.3f} ms/session-s ({1e3 / med[k]:.0f} sessions/core), "
               f"min {low[k]:.3f}")  # fmt: skip
     print(f"ratio numpy/compiled: median {med['numpy'] / med['compiled']:.3f}, "
           f"minima {low['numpy'] / low['compiled']:.3f}")  # fmt: skip
+    doc = {
+        "benchmark": "bench/bench_fastpath.py",
+        "machine": machine(),
+        "load": load,
+        "settings": vars(args),
+        "cpu_s": cpu,
+        "ms_per_session_s": med,
+        "ms_per_session_s_min": low,
+        "ratio_numpy_over_compiled": med["numpy"] / med["compiled"],
+        "ratio_of_minima": low["numpy"] / low["compiled"],
+        "identical_chunks": True,
+    }
+    print(f"wrote {write_results(f'fastpath-{args.block}', doc)}")
 
 
 if __name__ == "__main__":
