@@ -117,6 +117,10 @@ def chunk_payload(index: int, state: LedgerState, rng: np.random.Generator) -> b
             "noise_multiplier": [2.0] * N_FEATURES,
             "noise": "laplace",
             "randomness": "os-csprng",
+            "value_noise_sd": [1.0] * N_FEATURES,
+            "value_noise_range": [0.1] * N_FEATURES,
+            "lower": [0.0] * N_FEATURES,
+            "upper": [10.0] * N_FEATURES,
         }
     )
     return ChunkMessage.build(

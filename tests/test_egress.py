@@ -88,6 +88,7 @@ def _chunk(values: np.ndarray) -> bytes:
     mech = MechanismParams(
         name="lpa", transform=None, n=2, k=None, m=2, epsilon=[1.0], noise_scale=[2.0],
         sensitivity=[2.0], noise_multiplier=[1.0], randomness="INSECURE-seeded",
+        value_noise_sd=[2.0], value_noise_range=[0.2], lower=[0.0], upper=[10.0],
     )  # fmt: skip
     led = LedgerSnapshot(
         epsilon=1.0, delta=1e-6, epsilon_window=1.0, window_s=3600.0, chunk_epsilon=1.0,

@@ -46,6 +46,10 @@ def mechanism(**over: Any) -> MechanismParams:
         "noise_multiplier": [2.0] * F,
         "noise": "laplace",
         "randomness": "os-csprng",
+        "value_noise_sd": [1.0] * F,
+        "value_noise_range": [0.1] * F,
+        "lower": [0.0] * F,
+        "upper": [10.0] * F,
     }
     fields.update(over)
     return MechanismParams.model_validate(fields)

@@ -72,6 +72,10 @@ def charge_chunk(ledger: Ledger, session: str, index: int) -> Charge:
             "noise_multiplier": [2.0] * F,
             "noise": "laplace",
             "randomness": "INSECURE-seeded",
+            "value_noise_sd": [1.0] * F,
+            "value_noise_range": [0.1] * F,
+            "lower": [0.0] * F,
+            "upper": [10.0] * F,
         }
     )
 

@@ -129,17 +129,10 @@ def describe_chunk(m: ChunkMessage, shown: int) -> list[str]:
     for i, name in enumerate(m.features[:shown]):
         vals = m.values[i]
         lo, hi = min(vals), max(vals)
-        lower = None if mech.lower is None else mech.lower[i]
-        upper = None if mech.upper is None else mech.upper[i]
-        if lower is not None and upper is not None:
-            spark = sparkline(vals, lower, upper)
-        else:
-            spark = sparkline(vals, lo, hi) if hi > lo else "─" * min(len(vals), 32)
-        if mech.value_noise_sd is None or mech.value_noise_range is None:
-            noise = f"{VALUE_NOISE_LABEL} not stated (an older sender)"
-        else:
-            sd, frac = mech.value_noise_sd[i], mech.value_noise_range[i]
-            noise = f"{VALUE_NOISE_LABEL} {value_noise_text(sd, frac, m.units[i])}"
+        lower, upper = mech.lower[i], mech.upper[i]
+        spark = sparkline(vals, lower, upper)
+        sd, frac = mech.value_noise_sd[i], mech.value_noise_range[i]
+        noise = f"{VALUE_NOISE_LABEL} {value_noise_text(sd, frac, m.units[i])}"
         summary = (
             ""
             if m.summary is None

@@ -103,8 +103,7 @@ class MechanismParams(WireModel):
         value_noise_sd: per feature, the standard deviation of the noise on each published
             value, in the feature's unit (root mean square over the chunk's n values, before
             clipping to the bounds), from public settings only, (F,): THE noise figure a
-            consumer reads (``noise_scale`` is per coefficient, not per value). ``None`` from
-            older senders.
+            consumer reads (``noise_scale`` is per coefficient, not per value).
         value_noise_range: ``value_noise_sd / (upper − lower)`` per feature: the noise as a
             multiple of the feature's public range, dimensionless, (F,).
         lower: each feature's public lower bound, in its unit (F,); values are clipped to it.
@@ -123,10 +122,10 @@ class MechanismParams(WireModel):
     noise_scale: list[Positive] = Field(min_length=1)
     sensitivity: list[Positive] = Field(min_length=1)
     noise_multiplier: list[Positive] = Field(min_length=1)
-    value_noise_sd: list[Positive] | None = None
-    value_noise_range: list[Positive] | None = None
-    lower: list[FiniteFloat] | None = None
-    upper: list[FiniteFloat] | None = None
+    value_noise_sd: list[Positive]
+    value_noise_range: list[Positive]
+    lower: list[FiniteFloat]
+    upper: list[FiniteFloat]
     randomness: NoiseSource
 
     @model_validator(mode="wrap")
@@ -191,31 +190,21 @@ class MechanismParams(WireModel):
         return self
 
     def _check_value_noise(self, f: int) -> None:
-        """The optional per-value figures: F entries each, ``lower < upper``, and
+        """The per-value figures: F entries each, ``lower < upper``, and
         ``value_noise_range = value_noise_sd / (upper − lower)``."""
-        optional = {
+        per_value = {
             "value_noise_sd": self.value_noise_sd,
             "value_noise_range": self.value_noise_range,
             "lower": self.lower,
             "upper": self.upper,
         }
-        for name, x in optional.items():
-            if x is not None and len(x) != f:
+        for name, x in per_value.items():
+            if len(x) != f:
                 msg = f"{name} must have one entry per feature ({f}), got {len(x)}"
                 raise ValueError(msg)
-        if (self.lower is None) != (self.upper is None):
-            msg = "lower and upper come together"
-            raise ValueError(msg)
-        if (self.value_noise_sd is None) != (self.value_noise_range is None):
-            msg = "value_noise_sd and value_noise_range come together"
-            raise ValueError(msg)
-        if self.lower is None or self.upper is None:
-            return
         if any(hi <= lo for lo, hi in zip(self.lower, self.upper, strict=True)):
             msg = "every upper bound must exceed its lower bound"
             raise ValueError(msg)
-        if self.value_noise_sd is None or self.value_noise_range is None:
-            return
         for sd, frac, lo, hi in zip(
             self.value_noise_sd, self.value_noise_range, self.lower, self.upper, strict=True
         ):
@@ -462,7 +451,7 @@ class ChunkMessage(WireModel):
         ledger: the ledger state after this chunk was charged.
         summary: the chunk's values in a few numbers per feature (:class:`ChunkSummary`),
             for transforms that keep k coefficients; computed from ``values`` only. ``None``
-            for ``lpa`` and from older senders.
+            for ``lpa``.
     """
 
     schema_: Literal["gazeguard.chunk/2"] = Field(CHUNK_SCHEMA, alias="schema")

@@ -106,8 +106,7 @@ class Member:
     beats: int = 1  # heartbeats heard since it was last absent
     pulling: bool = False  # it pulls its assigned partitions (it has heard the others)
     holds: frozenset[int] = field(default_factory=frozenset)  # partitions it holds a pin on
-    # partitions whose pulls the server answered lately (None: a worker of an earlier version)
-    answered: frozenset[int] | None = None
+    answered: frozenset[int] = frozenset()  # partitions whose pulls the server answered lately
 
 
 def _ints(value: object) -> list[int]:
@@ -200,8 +199,7 @@ class Balancing:
                 member.beats += 1
             member.pulling = bool(data.get("pulling"))
             member.holds = frozenset(_ints(data.get("holds")))
-            answered = data.get("answered")  # (absent: a worker of an earlier version)
-            member.answered = None if answered is None else frozenset(_ints(answered))
+            member.answered = frozenset(_ints(data.get("answered")))
             if not self._settled and (data.get("reply") or data.get("hello")):
                 self._heard_at = now
                 member.beats = max(member.beats, 2)
@@ -266,9 +264,6 @@ class Balancing:
         pulls ``p`` with answers, as its pin holder or as its assigned worker."""
         if member is None:
             holds, served = self.partitions[p].pin is not None, p in answered
-        elif member.answered is None:  # an earlier version: it says what it holds only
-            holds = p in member.holds
-            served = holds or member.pulling
         else:
             holds, served = p in member.holds, p in member.answered
         return served and (holds or self._owner.get(p) == worker)
