@@ -38,6 +38,24 @@ warm-up (every session once) are timed with the worker thread's CPU time (``thre
 the process's (``process``: with the prefetch thread) and wall time; medians of the
 rounds. ``python bench/bench_ledger.py --fleet --sessions 200,1000 [--before ../main]`` writes
 ``bench/results/ledger_fleet.json``.
+
+Batched charges (``--batch``): session-charges per second, batched against sequential, in the
+same run and on the same history. Two populations of ``--batch-sessions`` sessions with the
+same seeded history (a few chunk ticks and cohort buckets each, of varying length, so that
+their accounting counts differ as in a fleet), on a PostgreSQL ledger (``synchronous_commit``
+on) and an SQLite one (``FULL``), with a fleet plan's caps (10 ε per hour of gaze, (ε, δ)
+composition). Each round charges every session of each population once for a chunk tick
+(pure ε per feature, the ~17 kB chunk payload) and once for a cohort bucket (the cohort's
+Gaussian event, a receipt payload): the sequential population one ``Ledger.charge`` per session
+(its own transaction; the cohort step also previews each session first, as the cohort did),
+the batched one ``Ledger.charge_many`` (chunk tick) and ``Ledger.preview_many`` +
+``Ledger.charge_all`` (cohort bucket), each one transaction. A third population with the same
+history is charged first in each round, untimed: it pays the accountant's compositions for the
+round's new counts (milliseconds of FFTs per new count, the same for either way of charging;
+in a running fleet the ledger's prefetch composes them ahead), so the rows time the ledger.
+Which timed population goes first alternates by round; the slowest round of each is reported.
+``python bench/bench_ledger.py --batch`` writes
+``bench/results/ledger_batch.json``.
 """
 
 from __future__ import annotations
@@ -45,6 +63,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import platform
 import pwd
@@ -459,6 +478,160 @@ def print_by_position(rows: dict[str, dict[str, float]]) -> None:
         print(f"{name:44} {r['first_ms']:8.3f} {r['last_ms']:8.3f} {r['last_over_first']:10.2f}")
 
 
+# ---- batched charges ----------------------------------------------------------------------
+
+BATCH_RESULTS = Path(__file__).resolve().parent / "results" / "ledger_batch.json"
+BATCH_EPS = {f"feature_{k:02d}": 0.0005 for k in range(N_FEATURES)}  # 0.026 ε per chunk
+
+
+def _batch_plan() -> Any:
+    from gazeguard.plan.cohort import plan_cohort  # noqa: PLC0415
+
+    return plan_cohort(
+        ["fixation_rate", "pupil_mean"], [0.0, 2.0], [5.0, 8.0], ["1/s", "mm"],
+        ("read", "watch", "browse"), bucket_s=60.0, per_hour=63, budget=5.0, delta=5e-7,
+    )  # fmt: skip
+
+
+class _Population:
+    """``n`` sessions named ``{tag}-{i}`` with their next chunk index and cohort bucket."""
+
+    def __init__(self, tag: str, n: int, t0: float) -> None:
+        self.names = [f"{tag}-{i:05d}" for i in range(n)]
+        self.chunk = 0
+        self.bucket = int(t0 // 60.0)
+
+    def chunk_requests(self, payload: bytes) -> list[Any]:
+        from gazeguard.ledger import ChargeRequest  # noqa: PLC0415
+
+        k = self.chunk
+        end = (self.bucket + 1) * 60.0  # (in gaze order with the cohort's buckets)
+        return [
+            ChargeRequest(s, k, BATCH_EPS, f"gazeguard/v1/hmd/{s}/chunks", payload,
+                          gaze=(end - 16.0, end))
+            for s in self.names
+        ]  # fmt: skip
+
+    def cohort_requests(self, events: dict[str, int], receipt: bytes) -> list[Any]:
+        from gazeguard.ledger import ChargeRequest  # noqa: PLC0415
+
+        b = self.bucket
+        return [
+            ChargeRequest(s, b, {"cohort": math.inf}, f"gazeguard/v1/hmd/{s}/cohort", receipt,
+                          events=events, gaze=(b * 60.0, b * 60.0 + 60.0), stream="cohort")
+            for s in self.names
+        ]  # fmt: skip
+
+
+def batch_bench(location: str | Path, sync: str, n: int, rounds: int) -> dict[str, Any]:
+    """Sequential against batched charges on one ledger (see the module docstring)."""
+    from gazeguard.ledger import Charge, event_key  # noqa: PLC0415
+
+    plan = _batch_plan()
+    events = {event_key(plan.event): 1}
+    payload, receipt = make_payload(), json.dumps({"receipt": "x" * 200}).encode()
+    t0 = time.time() - 3600.0
+    pops = {
+        "sequential": _Population("seq", n, t0),
+        "batched": _Population("bat", n, t0),
+        "warm": _Population("warm", n, t0),  # pays each round's new compositions, untimed
+    }
+    caps = {"window_cap": 10.0, "window_s": 3600.0 + 64.0, "delta": 1e-6}
+    out: dict[str, Any] = {"sessions": n, "rounds": rounds}
+    with Ledger(location, synchronous=sync, **caps) as ledger:  # type: ignore[arg-type]
+        # the seeded history: 2-9 chunk ticks and cohort buckets per session (counts differ)
+        for pop in pops.values():
+            for h in range(9):
+                keep = [s for i, s in enumerate(pop.names) if h < 2 + i % 8]
+                for reqs in (pop.chunk_requests(payload), pop.cohort_requests(events, receipt)):
+                    got = ledger.charge_many([r for r in reqs if r.session in keep])
+                    assert all(isinstance(c, Charge) for c in got), got[:1]
+                pop.chunk += 1
+                pop.bucket += 1
+        steps: dict[str, dict[str, list[float]]] = {
+            name: {"chunk": [], "cohort": []} for name in ("sequential", "batched")
+        }
+        for r in range(rounds):
+            warm = pops["warm"]
+            for reqs in (warm.chunk_requests(payload), warm.cohort_requests(events, receipt)):
+                ledger.charge_many(reqs)
+            warm.chunk += 1
+            warm.bucket += 1
+            order = ["sequential", "batched"] if r % 2 else ["batched", "sequential"]
+            for name in order:
+                pop = pops[name]
+                chunks = pop.chunk_requests(payload)
+                cohort = pop.cohort_requests(events, receipt)
+                t = time.perf_counter()
+                if name == "batched":
+                    got = ledger.charge_many(chunks)
+                    assert all(isinstance(c, Charge) for c in got), got[:1]
+                else:
+                    for q in chunks:
+                        ledger.charge(q.session, q.chunk_index, q.epsilon, q.topic, q.payload,
+                                      gaze=q.gaze)  # fmt: skip
+                steps[name]["chunk"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                if name == "batched":
+                    seen = ledger.preview_many(cohort)
+                    assert not any(isinstance(p, Exception) for p in seen), seen[:1]
+                    ledger.charge_all(cohort)
+                else:
+                    for q in cohort:
+                        ledger.preview(q.session, q.epsilon, events=events, gaze=q.gaze)
+                        ledger.charge(q.session, q.chunk_index, q.epsilon, q.topic, q.payload,
+                                      events=events, gaze=q.gaze, stream="cohort")  # fmt: skip
+                steps[name]["cohort"].append(time.perf_counter() - t)
+                pop.chunk += 1
+                pop.bucket += 1
+        problems = ledger.verify()
+    for name, by_step in steps.items():
+        out[name] = {
+            step: {
+                "seconds": [round(x, 4) for x in secs],
+                "slowest_s": max(secs),
+                "session_charges_per_s_slowest": n / max(secs),
+                "session_charges_per_s_median": n / statistics.median(secs),
+            }
+            for step, secs in by_step.items()
+        }
+    for step in ("chunk", "cohort"):
+        out[f"speedup_{step}_slowest"] = (
+            out["sequential"][step]["slowest_s"] / out["batched"][step]["slowest_s"]
+        )
+    out["ledger_verify"] = problems
+    return out
+
+
+def batch(n: int, rounds: int) -> None:
+    """``--batch``: sequential against batched charges, PostgreSQL and SQLite."""
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp, postgres_server() as url:
+        if url is not None:
+            results["postgresql sync commit"] = batch_bench(url, "FULL", n, rounds)
+        else:
+            print("PostgreSQL skipped: needs gazeguard[fleet] and apt-get install postgresql")
+        results["sqlite FULL"] = batch_bench(Path(tmp) / "b.sqlite", "FULL", n, rounds)
+    print(f"session-charges per second, {n} sessions per step, slowest of {rounds} rounds")
+    print(f"{'ledger':24} {'step':7} {'sequential':>11} {'batched':>9} {'speedup':>8}")
+    for name, r in results.items():
+        for step in ("chunk", "cohort"):
+            seq = r["sequential"][step]["session_charges_per_s_slowest"]
+            bat = r["batched"][step]["session_charges_per_s_slowest"]
+            print(f"{name:24} {step:7} {seq:11.0f} {bat:9.0f} {bat / seq:7.1f}x")
+    doc = {
+        "benchmark": "ledger_batch",
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_avg": list(os.getloadavg())},
+        "sqlite_version": sqlite3.sqlite_version,
+        "payload_bytes": len(make_payload()),
+        "results": results,
+    }  # fmt: skip
+    BATCH_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    BATCH_RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {BATCH_RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--charges", type=int, default=600, help="charges per configuration")
@@ -468,6 +641,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=200, help="fleet: chunks per round")
     parser.add_argument("--before", type=Path, help="fleet: also run the gazeguard at PATH")
     parser.add_argument("--fleet-worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", action="store_true", help="batched against sequential")
+    parser.add_argument("--batch-sessions", type=int, default=1000, help="batch: sessions")
+    parser.add_argument("--batch-rounds", type=int, default=4, help="batch: rounds")
     parser.add_argument(
         "--position", action="store_true", help="only the charge cost by position in the hour"
     )
@@ -477,6 +653,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.fleet_worker is not None:
         fleet_worker(args.fleet_worker, int(args.sessions), HISTORY)
+        return
+    if args.batch:
+        batch(args.batch_sessions, args.batch_rounds)
         return
     if args.fleet:
         sessions = [int(x) for x in args.sessions.split(",")]
