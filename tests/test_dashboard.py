@@ -297,6 +297,9 @@ for (const row of document.querySelectorAll('tr.feature, tr.class, tr.aoi, dd.co
 for (const fig of document.querySelectorAll('.heatmap-figure')) {
   if (!fig.querySelector('.readability[data-readable]')) out.push('heatmap');
 }
+for (const latest of document.querySelectorAll('.mode .latest')) {
+  if (!latest.querySelector('.readability[data-readable]')) out.push('mode');
+}
 return out;
 """
 
@@ -541,6 +544,24 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
         coloured, colours = heatmap_pixels(shot)
         assert coloured > 0.3, coloured  # 4 columns of 5 and the times below them
         assert colours >= 3, colours
+        assert browser.execute_script(UNMARKED) == []
+
+        # the AOI shares beside a heatmap, each with its band and marker
+        publish(
+            broker, "gazeguard/v1/cohort/reading/attention", synthetic_attention(14).to_payload()
+        )
+        att = wait_for(
+            lambda: (a := browser.execute_script(READ_ATTENTION, "reading", "w2"))["aois"] and a,
+            20,
+            logs,
+        )
+        assert att["aois"] == [
+            {"name": "video", "share": "75.0", "mark": "yes"},
+            {"name": "elsewhere", "share": "25.0", "mark": "yes"},
+        ]
+        assert (att["rows"], att["cols"]) == (2, 3)
+        assert att["mark"]["sessions"] == math.ceil(Z95 * 0.5 * 6)
+        assert browser.execute_script(UNMARKED) == []
         browser.execute_script(
             "document.querySelector('section.cohort[data-cohort=reading]').scrollIntoView()"
         )
