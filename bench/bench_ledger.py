@@ -13,7 +13,7 @@ uses pure sequential caps, the accounting of every charge before the (ε, δ) ac
 Run: ``python bench/bench_ledger.py [--charges N]``; prints a table and writes
 ``bench/results/ledger.json``.
 
-Charge cost by position in the hour (issue 36; also ``--position`` alone): the charge at the
+Charge cost by position in the hour (also ``--position`` alone): the charge at the
 1st and at the 600th chunk of an hour (the sidecar's caps: a window cap over the hour of gaze
 and of wall-clock time, every chunk undelivered), with the session's counters (default) and
 with ``Ledger(counters=False)``, which recounts the window's charges and the pending outbox

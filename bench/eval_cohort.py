@@ -1,5 +1,5 @@
 """Cohort aggregates: on recorded people (the product's question, its levers, its attacks) and
-against averaging local releases (issue 14.3, "Cohort analytics as the product").
+against averaging local releases.
 
 **Part 1 — recorded people** (:mod:`gazeguard.offline.eval.cohort`; its docstring states the
 units, how cohorts larger than a dataset's head count are formed and what that does to the
