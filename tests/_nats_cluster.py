@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import itertools
 import json
@@ -40,7 +41,9 @@ from gazeguard.config import NatsSettings, Settings, load_settings
 from gazeguard.core.samples import lsl_unix_offset
 from gazeguard.ledger import Ledger
 from gazeguard.runtime.jetstream import JetStreamSender, consumer_name
+from gazeguard.runtime.pipeline import session_phase
 from gazeguard.runtime.simulate import simulate_gaze
+from gazeguard.signal.features import FeatureExtractor
 
 STREAM = "GAZE"
 PREFIX = "gaze.raw"
@@ -545,10 +548,18 @@ def closed_counts(text: str) -> dict[str, list[tuple[int, int]]]:
     return out
 
 
-def expected_chunks(gaze_s: float) -> int:
-    """Chunks one uninterrupted worker charges for ``gaze_s`` of gaze."""
-    steps = round((gaze_s - WINDOW_S) / STEP_S) + 1
-    return steps // CHUNK_STEPS
+def expected_chunks(gaze_s: float, session: str) -> int:
+    """Chunks one uninterrupted worker charges for ``gaze_s`` of ``session``'s 120 Hz gaze
+    (from sample time 0): the reference extractor's steps from the session's grid start, its
+    public phase, on (which windows exist depends on the sample times alone)."""
+    return _steps(gaze_s, session_phase(session, CHUNK_STEPS * STEP_S, STEP_S)) // CHUNK_STEPS
+
+
+@functools.cache
+def _steps(gaze_s: float, start_s: float) -> int:
+    fx = FeatureExtractor(WINDOW_S, STEP_S, rate_hz=120.0, start_s=start_s)
+    gaze = simulate_gaze(gaze_s, 120.0, 0)
+    return sum(len(fx.push(gaze.slice(i, i + 12))[1]) for i in range(0, len(gaze), 12))
 
 
 def audit(
@@ -565,9 +576,10 @@ def audit(
     for text in logs:
         for s, entries in closed_counts(text).items():
             closed.setdefault(s, []).extend(entries)
-    want = list(range(expected_chunks(gaze_s)))
+    wants = {s: list(range(expected_chunks(gaze_s, s))) for s in samples}
     read, dropped, wrong, gaps = {}, 0, {}, []
     for s in samples:
+        want = wants[s]
         entries = closed.get(s, [])
         read[s] = max((n for n, _ in entries), default=0)
         dropped += sum(d for _, d in entries)
@@ -586,7 +598,7 @@ def audit(
         "samples_read": sum(read.values()),
         "samples_lost": sum(max(0, samples[s] - read[s]) for s in samples),
         "samples_dropped_as_not_newer": dropped,
-        "chunks_expected": len(want) * len(samples),
+        "chunks_expected": sum(len(w) for w in wants.values()),
         "chunks_charged": sum(len(charges(ledger_path, s)) for s in samples),
         "chunks_charged_twice": _charged_twice(ledger_path, list(samples)),
         "double_charges_refused": refused,

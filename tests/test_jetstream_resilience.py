@@ -206,7 +206,9 @@ def test_a_worker_started_before_the_servers_waits_for_jetstream_then_serves(
     text = worker.text()
     assert codes == [0], text
     assert_clean(audit(ledger_path, [text], devices.samples(), gaze_s))
-    assert len(charges(ledger_path, devices.devices[0].key)) == expected_chunks(gaze_s), text
+    assert len(charges(ledger_path, devices.devices[0].key)) == expected_chunks(
+        gaze_s, devices.devices[0].key
+    ), text
 
 
 # ------------------------------------------------------------------ a session that resumes
@@ -330,7 +332,7 @@ def test_a_worker_always_behind_still_closes_a_dead_session_in_stream_time(
         for session in ("quiet", "busy"):
             indices = [c.chunk_index for c in ledger.charges(f"hmd.{session}")]
             assert indices == list(range(len(indices))), (session, indices)
-        assert len(ledger.charges("hmd.quiet")) == expected_chunks(6.0)
+        assert len(ledger.charges("hmd.quiet")) == expected_chunks(6.0, "hmd.quiet")
 
 
 # ------------------------------------------------------------------ an outage

@@ -13,7 +13,7 @@ from gazeguard.core.chunking import Chunk
 from gazeguard.core.errors import ConfigError, StreamError
 from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
-from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk, feed_many
+from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk, feed_many, session_phase
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.wire.message import ChunkMessage
 
@@ -154,6 +154,50 @@ def test_a_pause_is_walked_on_the_public_grid(tmp_path: Path) -> None:
     stamps = np.concatenate([c.message.timestamps for c in out])
     want = start + FAST.window_s + FAST.step_s * np.arange(len(stamps))
     np.testing.assert_allclose(stamps, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("phase_steps", [0, 1, 17, 31])
+def test_a_sessions_grid_starts_at_its_public_phase(tmp_path: Path, phase_steps: int) -> None:
+    """With a phase, the session's first window starts on ``phase + k · grid_s``, the first
+    such point at or after the open; the steps stay on the feature step's lattice."""
+    gaze = simulate_gaze(12.0, 120.0, 4)
+    opens = float(gaze.timestamps[0]) + 0.13
+    phase = phase_steps * FAST.step_s
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        pipe = Pipeline(
+            ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST,
+            mechanism=mechanism(), opens_at=opens, phase_s=phase,
+        )  # fmt: skip
+        out = [c for i in range(0, len(gaze), 12) for c in pipe.push(gaze.slice(i, i + 12))]
+    assert out
+    start = out[0].message.timestamps[0] - FAST.window_s
+    assert opens <= start < opens + pipe.grid_s
+    k = (start - phase) / pipe.grid_s
+    assert k == pytest.approx(round(k), abs=1e-9)
+    stamps = np.concatenate([c.message.timestamps for c in out])
+    np.testing.assert_allclose(np.diff(stamps), FAST.step_s, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("phase", [-0.05, 1.6, 0.07])
+def test_a_phase_off_the_step_lattice_or_past_the_period_is_refused(
+    tmp_path: Path, phase: float
+) -> None:
+    with Ledger(tmp_path / "l.sqlite") as ledger, pytest.raises(ConfigError, match="phase_s"):
+        Pipeline(
+            ledger, session="u1", device="hmd", rate_hz=120.0, features=FAST,
+            mechanism=mechanism(), phase_s=phase,
+        )  # fmt: skip
+
+
+def test_session_phases_are_public_stable_and_spread_over_the_period() -> None:
+    """A function of the session id alone, on the step lattice below the period, and spread
+    over it: 3,200 sessions fill each of the 32 slots within a factor of 1.5 of the mean."""
+    phases = [session_phase(f"hmd-{i}", 16.0, 0.5) for i in range(3200)]
+    assert phases == [session_phase(f"hmd-{i}", 16.0, 0.5) for i in range(3200)]
+    assert all(0.0 <= p < 16.0 and (p / 0.5).is_integer() for p in phases)
+    counts = np.bincount(np.round(np.array(phases) / 0.5).astype(int), minlength=32)
+    assert counts.min() > 100 / 1.5
+    assert counts.max() < 100 * 1.5
 
 
 def test_a_pause_shorter_than_a_segment_break_is_walked(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ recorded). Nothing raw or half-noised is ever returned, on any path.
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import math
 import time
@@ -49,6 +50,7 @@ from gazeguard.ledger import (
     ChargeRequest,
     Ledger,
     LedgerState,
+    Preview,
     StaleStateError,
     event_key,
 )
@@ -76,12 +78,35 @@ log = logging.getLogger(__name__)
 _STALE_RETRIES = 8
 
 
-def on_grid(t: float, period_s: float) -> float:
-    """The first multiple of ``period_s`` at or after ``t`` (s, stream clock): where a session
-    opened at ``t`` starts its release grid."""
+def on_grid(t: float, period_s: float, phase_s: float = 0.0) -> float:
+    """The first point ``phase_s + k · period_s`` at or after ``t`` (s, stream clock): where a
+    session opened at ``t`` starts its release grid."""
     if not math.isfinite(t):
         raise ConfigError("opens_at", t, "must be a finite time on the stream's clock")
-    return math.ceil(t / period_s) * period_s
+    return math.ceil((t - phase_s) / period_s) * period_s + phase_s
+
+
+def _check_phase(phase_s: float, period_s: float, step_s: float) -> float:
+    """``phase_s`` if it is a multiple of ``step_s`` in ``[0, period_s)`` (s), else ConfigError."""
+    steps = phase_s / step_s
+    if not 0.0 <= phase_s < period_s or not math.isclose(steps, round(steps), abs_tol=1e-9):
+        raise ConfigError(
+            "phase_s", phase_s, f"must be a multiple of {step_s:g} s below {period_s:g} s"
+        )
+    return phase_s
+
+
+def session_phase(session: str, period_s: float, step_s: float) -> float:
+    """A public phase of ``session``'s release grid in ``[0, period_s)``, s: a multiple of
+    ``step_s`` drawn from a hash of the session id, nothing else.
+
+    A fleet gives each session its own phase so that the chunks of sessions on one clock come
+    due spread over the grid period instead of all on the same tick. The phase is a function
+    of the session id alone: public, and the same on every worker (a session taken over keeps
+    its grid)."""
+    slots = max(1, round(period_s / step_s))
+    digest = hashlib.blake2b(session.encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") % slots) * step_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +195,13 @@ class Pipeline:
             where it starts); ``None``: numpy. The same chunks either way, bit for bit.
         opens_at: when the session opened, on the stream's clock (s): a public time, such as
             the moment the sidecar attached to the stream. The release grid starts at the
-            first multiple of :attr:`grid_s` at or after it. ``None``: at the first multiple at
-            or after the first sample (the Python API's convenience; then that sample's time,
-            to within a grid period, decides where the session starts).
+            first grid point (:attr:`phase_s` plus a multiple of :attr:`grid_s`) at or after
+            it. ``None``: at the first grid point at or after the first sample (the Python
+            API's convenience; then that sample's time, to within a grid period, decides where
+            the session starts).
+        phase_s: the grid's public phase, s (:func:`session_phase`: a multiple of the feature
+            step below :attr:`grid_s`): chunks start at ``phase_s + k · grid_s``. A fleet
+            spreads its sessions' chunk ends with it; 0 (default) for a sidecar's one session.
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -200,6 +229,7 @@ class Pipeline:
         clock_offset_s: float | None = None,
         kernels: Kernels | None = None,
         opens_at: float | None = None,
+        phase_s: float = 0.0,
     ) -> None:
         self.rate_hz = check_rate(rate_hz, "rate_hz")
         self.kernels = kernels
@@ -257,6 +287,8 @@ class Pipeline:
         #: The release grid's period, s: chunks (and label decision blocks) start on its
         #: multiples on the stream's clock, from the session's open on.
         self.grid_s = plan.grid_s
+        #: The grid's public phase, s: chunks start at ``phase_s + k · grid_s``.
+        self.phase_s = _check_phase(phase_s, self.grid_s, plan.features.step_s)
         #: Where the session's first feature window starts (stream clock, s; None until known).
         self.start_s: float | None = None
         self._labels_from = math.inf  # the first label block's first window end, s
@@ -416,10 +448,10 @@ class Pipeline:
     def _start(self, opens_at: float) -> float:
         """Place the grid for a session that opened at ``opens_at`` (returned): the first
         window starts on the next chunk grid point; label blocks on their own grid's next."""
-        self.start_s = on_grid(opens_at, self.grid_s)
+        self.start_s = on_grid(opens_at, self.grid_s, self.phase_s)
         label_grid = self.plan.label_grid_s
         if label_grid is not None:
-            first = on_grid(self.start_s, label_grid)
+            first = on_grid(self.start_s, label_grid, self.phase_s)
             # window ends are compared with half a step of slack (float sums of steps)
             self._labels_from = first + self._features.window_s - self._features.step_s / 2
         return opens_at
@@ -512,11 +544,20 @@ class Pipeline:
         return values, offset, gaze
 
     def _build(
-        self, chunk: Chunk, values: np.ndarray, offset: float, gaze: tuple[float, float]
+        self,
+        chunk: Chunk,
+        values: np.ndarray,
+        offset: float,
+        gaze: tuple[float, float],
+        preview: Preview | None = None,
     ) -> tuple[int, ChunkMessage, bytes]:
-        """Preview the charge (BudgetExhaustedError: a cap refuses it) and build the message
-        quoting the state it leaves: ``(preview version, message, payload bytes)``."""
-        preview = self.ledger.preview(self.session, self._eps_map, events=self._events, gaze=gaze)
+        """Preview the charge (BudgetExhaustedError: a cap refuses it; ``preview``: read
+        already) and build the message quoting the state it leaves: ``(preview version,
+        message, payload bytes)``."""
+        if preview is None:
+            preview = self.ledger.preview(
+                self.session, self._eps_map, events=self._events, gaze=gaze
+            )
         message = ChunkMessage.build(
             session=self.session,
             device=self.device,
@@ -719,16 +760,31 @@ def _build_round(
     todo: dict[int, collections.deque[int]],
     made: dict[int, tuple[np.ndarray, float, tuple[float, float]]],
 ) -> tuple[list[tuple[int, ChunkMessage, bytes]], list[ChargeRequest]]:
-    """Preview and build the first job still to charge of every pipeline: ``(job, message,
-    payload)`` and its charge request each; a job a cap or an error refuses is settled."""
+    """Preview (all in one read) and build the first job still to charge of every pipeline:
+    ``(job, message, payload)`` and its charge request each; a job a cap or an error refuses
+    is settled."""
     built: list[tuple[int, ChunkMessage, bytes]] = []
     requests: list[ChargeRequest] = []
-    for key, queue in list(todo.items()):
-        k = queue[0]
+    firsts = [(key, queue[0]) for key, queue in todo.items()]
+    asks = []
+    for _, k in firsts:
+        pipe, chunk = jobs[k]
+        ask = ChargeRequest(
+            pipe.session, chunk.index, pipe._eps_map, pipe.topic, b"",
+            events=pipe._events, gaze=made[k][2],
+        )  # fmt: skip
+        asks.append(ask)
+    try:
+        previews: Sequence[Preview | Exception] = jobs[0][0].ledger.preview_many(asks)
+    except Exception as exc:  # the read failed: each job is settled as its own preview would be
+        previews = [exc] * len(asks)
+    for (key, k), preview in zip(firsts, previews, strict=True):
         pipe, chunk = jobs[k]
         values, offset, gaze = made[k]
         try:
-            version, message, body = pipe._build(chunk, values, offset, gaze)
+            if isinstance(preview, Exception):
+                raise preview
+            version, message, body = pipe._build(chunk, values, offset, gaze, preview)
         except Exception as exc:  # a cap refuses it already, or it failed
             pipe._refused(chunk, exc)
             _done(todo, key)
