@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import paho.mqtt.client as mqtt
 import pylsl
 import pytest
 from _nats_cluster import (
@@ -30,6 +31,7 @@ from _nats_cluster import (
     balance_report,
     balanced,
     closed_counts,
+    expected_chunks,
     fleet_settings,
     single_node,
     stop_all,
@@ -57,6 +59,8 @@ from gazeguard.runtime.pipeline import Chunk, Pipeline, ReleasedChunk
 from gazeguard.runtime.preflight import validate_settings
 from gazeguard.runtime.service import serve_fleet
 from gazeguard.runtime.simulate import SimulatedHeadset, simulate_gaze
+from gazeguard.signal.events import LOOKBEHIND_S
+from gazeguard.wire.message import ChunkMessage
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -112,8 +116,10 @@ async def send(server: NatsNode, session: str, seed: int, seconds: float, pause:
     return len(gaze)
 
 
-# 30 s at a 2 s window, 0.05 s steps and 32-step chunks: (30 − 2) / 0.05 + 1 = 561 steps, 17 chunks
-CHUNKS_30S = 17
+def charged_30s(session: str) -> list[int]:
+    """The chunk indices a worker charges for 30 s of ``session``'s gaze (a 2 s window, 0.05 s
+    steps, 32-step chunks: at phase 0, (30 − 2) / 0.05 + 1 = 561 steps, 17 chunks)."""
+    return list(range(expected_chunks(30.0, session)))
 
 
 @pytest.mark.slow
@@ -142,7 +148,7 @@ def test_one_worker_reads_every_sample_once_and_charges_each_chunk_once(
     closed = closed_counts(text)
     for s, n in zip(sessions, sent, strict=True):
         assert closed[f"hmd.{s}"] == [(n, 0)], (s, closed.get(f"hmd.{s}"), text)
-        assert charge_indices(ledger_path, f"hmd.{s}") == list(range(CHUNKS_30S))
+        assert charge_indices(ledger_path, f"hmd.{s}") == charged_30s(f"hmd.{s}")
     pinned = set(re.findall(r"pinned on partition (\d+)", text))
     assert len(pinned) >= 2, f"5 sessions in 4 partitions use more than one: {pinned}"
 
@@ -200,7 +206,10 @@ def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_
     assert codes[1 - killed] == 0, logs()
     assert codes[killed] == -signal.SIGKILL
     for s in sessions:
-        assert charge_indices(ledger_path, f"hmd.{s}") == list(range(CHUNKS_30S)), (s, logs())
+        assert charge_indices(ledger_path, f"hmd.{s}") == charged_30s(f"hmd.{s}"), (
+            s,
+            logs(),
+        )
         with Ledger(ledger_path, create=False) as ledger:
             records = ledger.charges(f"hmd.{s}")
             assert ledger.pending(session=f"hmd.{s}") == []
@@ -414,7 +423,7 @@ def assert_each_chunk_charged_once_without_a_gap(ledger_path: Path, sessions: li
     """Every chunk of 30 s of gaze charged once, nothing pending, and no gap in gaze time
     between consecutive chunks (a take-over lost no feature step)."""
     for s in sessions:
-        assert charge_indices(ledger_path, f"hmd.{s}") == list(range(CHUNKS_30S)), s
+        assert charge_indices(ledger_path, f"hmd.{s}") == charged_30s(f"hmd.{s}"), s
         with Ledger(ledger_path, create=False) as ledger:
             records = ledger.charges(f"hmd.{s}")
             assert ledger.pending(session=f"hmd.{s}") == [], s
@@ -476,7 +485,10 @@ def test_two_workers_share_the_partitions_each_session_read_by_one_and_charged_o
             assert closed[f"hmd.{s}"] == [(len(gaze[s]), 0)], (s, logs())
             assert f"hmd.{s}" not in closed_counts(texts[1 - mine]), (s, logs())
     for s in gaze:
-        assert charge_indices(ledger_path, f"hmd.{s}") == list(range(CHUNKS_30S)), (s, logs())
+        assert charge_indices(ledger_path, f"hmd.{s}") == charged_30s(f"hmd.{s}"), (
+            s,
+            logs(),
+        )
 
 
 @pytest.mark.slow
@@ -611,10 +623,64 @@ def test_a_worker_dates_gaze_on_the_devices_clock(
     assert codes == [0], workers[0].text()
     with Ledger(ledger_path, create=False) as ledger:
         records = ledger.charges("hmd.dated")
-    # 12 s of gaze, a 2 s window, 1.6 s chunks: 6 chunks
-    assert len(records) == 6, workers[0].text()
+    # 12 s of gaze, a 2 s window, 1.6 s chunks: 6 chunks at phase 0
+    assert len(records) == expected_chunks(12.0, "hmd.dated"), workers[0].text()
     for r in records:
         assert offset <= r.gaze_start < r.gaze_end <= offset + 12.0, r
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_fleet_chunk_goes_out_when_it_comes_due_not_when_its_gaze_completes_it(
+    tmp_path: Path, nats_server: NatsNode, mosquitto: MosquittoBroker, unique_id: str
+) -> None:
+    """Gaze streamed in real time on the device's clock: each chunk is published at its due
+    time — its last window's end + the look-behind + ``ingest.late_after_s`` (1.5 s here) —
+    never when its last sample came (about 1.4 s earlier), so when a fleet chunk goes out is
+    the grid's, not the samples'."""
+    late_after = 1.5
+    env = {**worker_env([nats_server.url], 2), "GAZEGUARD_INGEST__LATE_AFTER_S": str(late_after)}
+    worker = WorkerProc(tmp_path, 0, mosquitto.address, env)
+    got: list[tuple[float, ChunkMessage]] = []
+
+    def on_message(_c: object, _u: object, msg: mqtt.MQTTMessage) -> None:
+        if msg.topic.endswith("/chunks"):
+            got.append((time.time(), ChunkMessage.from_payload(bytes(msg.payload))))
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"due-{unique_id}")
+    client.on_connect = lambda c, *_: c.subscribe("gazeguard/v1/+/+/chunks", qos=1)
+    client.on_message = on_message
+    client.connect(mosquitto.host, mosquitto.port)
+    client.loop_start()
+    gaze = simulate_gaze(9.0, 120.0, seed=5)
+    session = "hmd.ontime"
+    want = expected_chunks(9.0, session)
+
+    async def stream() -> None:
+        start = time.time()
+        async with JetStreamSender(
+            NatsSettings(servers=[nats_server.url]), "hmd", "ontime", rate_hz=120.0,
+            unix_offset=lambda: start, clock=lambda: time.time() - start,
+        ) as sender:  # fmt: skip
+            for block in blocks_of(gaze):
+                await asyncio.sleep(max(0.0, start + float(block.timestamps[-1]) - time.time()))
+                await sender.send(block)
+
+    try:
+        wait_for(worker.ready, 30, worker.text)
+        asyncio.run(stream())
+        wait_for(lambda: len(got) >= want, 30, worker.text)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+        codes = stop_all([worker])
+    assert codes == [0], worker.text()
+    assert want >= 3
+    assert [m.chunk_index for _, m in got] == list(range(want))
+    for received, message in got:
+        due = message.unix_end + LOOKBEHIND_S + late_after
+        assert received >= due - 0.05, (received - due, message.chunk_index)
+        assert received <= due + 3.0, (received - due, message.chunk_index)
 
 
 @pytest.mark.network
@@ -637,8 +703,10 @@ def test_one_block_stamped_ahead_of_the_clock_does_not_stop_a_session(
         codes = stop_all(workers)
     text = workers[0].text()
     assert codes == [0], text
-    # 12 s of gaze, a 2 s window, 1.6 s chunks: 6 chunks (without the rule: 2, all before it)
-    assert charge_indices(tmp_path / "ledger.sqlite", "hmd.poison") == list(range(6)), text
+    # 12 s of gaze, a 2 s window, 1.6 s chunks: 6 chunks at phase 0 (without the rule: 2)
+    assert charge_indices(tmp_path / "ledger.sqlite", "hmd.poison") == list(
+        range(expected_chunks(12.0, "hmd.poison"))
+    ), text
     assert "gaze stamped ahead of the clock dropped" in text
     closed = re.search(r"'hmd\.poison' closed \((\d+) samples, (\d+) dropped as not newer, "
                        r"(\d+) as ahead of the clock", text)  # fmt: skip
@@ -987,6 +1055,7 @@ def test_raw_gaze_over_tls_with_per_device_credentials_that_cannot_read_others_g
         said = f'permissions violation for subscription to "{subject.lower()}"'
         assert any(said in e.lower() for e in errors), (subject, errors)
     ledger_path = tmp_path / "ledger.sqlite"
-    for session in ("hmd-1.s1", "hmd-2.s2"):  # 12 s of gaze, 2 s window, 1.6 s chunks: 6
-        assert charge_indices(ledger_path, session) == list(range(6)), (session, text)
+    for session in ("hmd-1.s1", "hmd-2.s2"):  # 12 s of gaze, 2 s window, 1.6 s chunks
+        want = list(range(expected_chunks(12.0, session)))
+        assert charge_indices(ledger_path, session) == want, (session, text)
     assert charge_indices(ledger_path, "hmd-2.fake") == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -162,7 +163,8 @@ def test_property_a_group_equals_the_same_charges_one_by_one(
 def test_pipelines_release_group_equals_release_one_by_one(tmp_path: Path) -> None:
     """``release_group`` over several sessions (two chunks of one session in the group, a cap
     hit in the middle) charges and withholds exactly what ``Pipeline.release`` one by one
-    does, with the same values and ledger figures (seeded noise)."""
+    does, with the same values and ledger figures (seeded noise): the same bytes published
+    and the same charges, bit for bit."""
     from gazeguard.config import MechanismSettings  # noqa: PLC0415
     from gazeguard.runtime.pipeline import Pipeline, release_group  # noqa: PLC0415
     from gazeguard.runtime.simulate import simulate_gaze  # noqa: PLC0415
@@ -173,7 +175,14 @@ def test_pipelines_release_group_equals_release_one_by_one(tmp_path: Path) -> No
         path = tmp_path / f"{mode}.sqlite"
         with Ledger(path, session_cap=0.9) as ledger:  # 2 chunks: 0.55, 0.80, 1.00
             pipes = [
-                Pipeline(ledger, session=f"s{k}", device="d", rate_hz=120.0, mechanism=mech)
+                Pipeline(
+                    ledger,
+                    session=f"s{k}",
+                    device="d",
+                    rate_hz=120.0,
+                    mechanism=mech,
+                    clock_offset_s=1.7e9,  # one clock for both runs: the same Unix times
+                )
                 for k in range(3)
             ]
             jobs = []
@@ -196,12 +205,57 @@ def test_pipelines_release_group_equals_release_one_by_one(tmp_path: Path) -> No
                     ],
                     {p.session: (p.stats.released, p.stats.withheld) for p in pipes},
                     {s: [w[0] for w in ledger.withheld(s)] for s in ledger.sessions()},
+                    # what is published: the outbox's bytes, as charged
+                    sorted(
+                        (p.session, p.chunk_index, p.topic, p.payload) for p in ledger.pending()
+                    ),
+                    # what is charged: each release's index, ε and gaze span
+                    {
+                        s: [
+                            (c.chunk_index, c.total, c.epsilon, c.gaze_start, c.gaze_end)
+                            for c in ledger.charges(s)
+                        ]
+                        for s in ledger.sessions()
+                    },
                 )
             )
             assert ledger.verify() == []
     assert outcomes[0] == outcomes[1]
+    assert len(outcomes[0][3]) == sum(r is not None for r in outcomes[0][0])
     assert any(r is None for r in outcomes[0][0])  # the cap withheld some
     assert any(r is not None for r in outcomes[0][0])
+
+
+def test_a_groups_sessions_draw_independent_noise(tmp_path: Path) -> None:
+    """The same chunk in 40 sessions, released in one group with the secure source: every
+    session's release differs, and the noise of two sessions is uncorrelated (the mean |r|
+    between two sessions' errors over the features is that of independent draws, ~0.12, where
+    any shared part of the draw would raise it)."""
+    from gazeguard.config import MechanismSettings  # noqa: PLC0415
+    from gazeguard.core.chunking import Chunk  # noqa: PLC0415
+    from gazeguard.runtime.pipeline import Pipeline, release_group  # noqa: PLC0415
+    from gazeguard.signal.features import FEATURES  # noqa: PLC0415
+
+    mech = MechanismSettings(epsilon=1.0)
+    rng = np.random.default_rng(3)
+    values = rng.uniform(0.0, 1.0, (len(FEATURES), 32))
+    stamps = 1000.0 + 0.5 * np.arange(32)
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        pipes = [
+            Pipeline(ledger, session=f"s{k}", device="d", rate_hz=120.0, mechanism=mech)
+            for k in range(40)
+        ]
+        out = release_group([(p, Chunk(0, values.copy(), stamps)) for p in pipes])
+    # a chunk's information is each feature's ramp end: (sessions, features)
+    released = np.stack([np.asarray(r.message.values, dtype=float)[:, -1] for r in out if r])
+    assert len(released) == 40
+    assert len({row.tobytes() for row in released}) == 40
+    errors = released - released.mean(axis=0)
+    errors = errors[:, np.ptp(released, axis=0) > 0]  # features the bounds did not pin
+    assert errors.shape[1] >= 20
+    errors /= errors.std(axis=0)  # each feature's noise on one scale
+    r = np.corrcoef(errors)[np.triu_indices(40, k=1)]
+    assert np.abs(r).mean() < 0.3, np.abs(r).mean()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -674,6 +674,14 @@ class MetricsSettings(Section):
         description="address the endpoint binds: loopback by default (a Prometheus on this "
         "host); '0.0.0.0' serves every network this host is on, without a login",
     )
+    tail: bool = Field(
+        False,
+        description="a fleet worker also serves how long its batches, garbage collections and "
+        "event-loop stalls take (gazeguard_batch_seconds, gazeguard_gc_pause_seconds, "
+        "gazeguard_loop_stall_seconds): for diagnosing the latency tail. Off by default: "
+        "how long a batch takes depends on how much gaze it carried, so these are a timing "
+        "side channel on the gaze, for a trusted operator's eyes only",
+    )
 
 
 class Settings(BaseSettings):

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
+import math
 import os
 import socket
 import time
@@ -39,13 +42,21 @@ from gazeguard.core.threads import to_thread_to_the_end
 from gazeguard.ledger import Ledger, LedgerState
 from gazeguard.plan import ReleasePlan
 from gazeguard.runtime.metrics import SessionMetrics
-from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk, feed_many, release_group
+from gazeguard.runtime.pipeline import (
+    Pipeline,
+    ReleasedChunk,
+    feed_many,
+    release_group,
+    session_phase,
+)
 from gazeguard.runtime.publish import Publisher
+from gazeguard.signal.events import LOOKBEHIND_S
 
 if TYPE_CHECKING:
     from gazeguard.core.chunking import Chunk
     from gazeguard.runtime.cohort import CohortAggregator
     from gazeguard.runtime.labels import ReleasedLabel
+    from gazeguard.runtime.tail import TailProfile
     from gazeguard.signal.compiled import Kernels
     from gazeguard.signal.labels import LabelModel
     from gazeguard.wire.message import StatusMessage
@@ -316,6 +327,14 @@ class Fleet:
         """Called on the event loop with each session opened and closed (``gazeguard run
         --fleet`` prints one line each)."""
         self.metrics = SessionMetrics()  # the operator metrics (metrics.port), else no-op
+        #: The batch, GC and loop-lag histograms (with the operator metrics), else ``None``.
+        self.tail: TailProfile | None = None
+        # Chunks the gaze completed before they came due: (due, Unix s; order; pipeline, chunk),
+        # a heap, released by run_due when the clock reaches them (the schedule is the clock's).
+        self._held: list[tuple[float, int, Pipeline, Chunk]] = []
+        self._order = itertools.count()
+        self._wake = asyncio.Event()  # a new chunk is held: run_due looks at the heap again
+        self._releasing = asyncio.Lock()  # one release at a time (in order, one thread)
         self.cohort: CohortWiring | None = (
             CohortWiring.build(
                 settings, plan, ledger, self.worker_id, publisher.settings.topic_prefix
@@ -351,6 +370,7 @@ class Fleet:
             plan=self.plan,
             topic_prefix=self.publisher.settings.topic_prefix,
             kernels=self.kernels,
+            phase_s=session_phase(session, self.plan.grid_s, self.plan.features.step_s),
         )
         if self.cohort is not None:
             self.cohort.attach(device, session, pipeline)
@@ -368,6 +388,7 @@ class Fleet:
         entry = self.sessions.pop(session, None)
         if entry is None:
             return
+        self._release_held_of(entry.pipeline)
         entry.pipeline.close()
         self.metrics.closed(entry.pipeline)
         if self.cohort is not None:
@@ -394,12 +415,24 @@ class Fleet:
             )
 
     async def process_many(self, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
+        """:meth:`_process_many`, timed into ``gazeguard_batch_seconds`` when the operator
+        metrics are on (:attr:`tail`)."""
+        if self.tail is None:
+            await self._process_many(items)
+            return
+        started = time.perf_counter()
+        try:
+            await self._process_many(items)
+        finally:
+            self.tail.batch_seconds.observe(time.perf_counter() - started)
+
+    async def _process_many(self, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
         """Events and features inline for every ``(session, new samples)`` (each session once),
-        in one step over all their samples (:func:`~gazeguard.runtime.pipeline.feed_many`); the
-        chunks
-        that fell due privatized and charged in ONE call (group commit,
-        :func:`~gazeguard.runtime.pipeline.release_group`), then one publisher wake-up. A block the
-        feature extractor refuses is dropped and counted (its session's ``bad_blocks``).
+        in one step over all their samples (:func:`~gazeguard.runtime.pipeline.feed_many`). The
+        chunks they complete are held until they come due (:meth:`due`, :meth:`run_due`); those
+        due already are privatized and charged in ONE call (group commit,
+        :func:`~gazeguard.runtime.pipeline.release_group`), then one publisher wake-up. A block
+        the feature extractor refuses is dropped and counted (its session's ``bad_blocks``).
 
         The release call runs on the event loop for a local SQLite ledger (:attr:`Ledger.local`)
         and in a worker thread otherwise (PostgreSQL: network round trips; any ledger with
@@ -415,15 +448,11 @@ class Fleet:
             if entry is not None:
                 entry.bad_blocks += 1
             log.warning("session %r: gaze block dropped: %s", pipe.session, exc)
-        if not jobs:
-            return
-        if self._on_loop:  # not cancellable midway either: charged chunks reach the outbox
-            released, statuses = _release(jobs)
-        else:
-            released, statuses = await to_thread_to_the_end(_release, jobs)
-        self.publisher.notify([out for out in released if out is not None])
-        for status in statuses:
-            self.publisher.publish_status(status)
+        if jobs:
+            for pipe, chunk in jobs:
+                heapq.heappush(self._held, (self.due(pipe, chunk), next(self._order), pipe, chunk))
+            self._wake.set()
+            await self._release_due(time.time())  # what came due already (a backlog, a lag)
         labeled = [entry.pipeline for entry, _ in items if entry.pipeline.labels is not None]
         if labeled:  # private labels (labels.enabled): decided, charged, then published
             if self._on_loop:
@@ -431,6 +460,88 @@ class Fleet:
             else:
                 labels = await to_thread_to_the_end(_release_labels, labeled)
             self.publisher.notify(labels)
+
+    def due(self, pipeline: Pipeline, chunk: Chunk) -> float:
+        """When ``chunk`` of ``pipeline`` comes due, Unix s: its last window's end plus the
+        detector's look-behind and ``ingest.late_after_s``, a time on the public grid."""
+        end = float(chunk.timestamps[-1]) + pipeline.clock_offset_s
+        return end + LOOKBEHIND_S + self.settings.ingest.late_after_s
+
+    def _release_held_of(self, pipeline: Pipeline) -> None:
+        """A closing session's held chunks (complete, not yet due) go now, before its last
+        status; while another release is charging in a thread they are made due at once
+        instead (the next release takes them first, in order)."""
+        mine = sorted(h for h in self._held if h[2] is pipeline)
+        if not mine:
+            return
+        self._held = [h for h in self._held if h[2] is not pipeline]
+        if self._releasing.locked():  # a release in a worker thread: never two at once
+            self._held += [(-math.inf, order, pipe, chunk) for _, order, pipe, chunk in mine]
+            heapq.heapify(self._held)
+            self._wake.set()
+            return
+        heapq.heapify(self._held)
+        self._publish(*_release([(pipe, chunk) for _, _, pipe, chunk in mine]))
+
+    def _publish(self, released: list[ReleasedChunk | None], statuses: list[StatusMessage]) -> None:
+        """Hand charged chunks to the publisher, then their sessions' statuses (a session
+        closed meanwhile keeps "stopped" as its last word)."""
+        self.publisher.notify([out for out in released if out is not None])
+        for status in statuses:
+            closed = status.session not in self.sessions and status.state != "stopped"
+            self.publisher.publish_status(
+                status.model_copy(update={"state": "stopped"}) if closed else status
+            )
+
+    async def release_held(self) -> None:
+        """Release every held chunk now, due or not (the worker stops: what the gaze completed
+        is charged and published, as before a stop)."""
+        await self._release_due(math.inf)
+
+    async def _release_due(self, now: float) -> None:
+        """Release every held chunk due by ``now`` (Unix s) as one group: charged (on the loop
+        or in a thread, :func:`ledger_calls_on_loop`), handed to the publisher, each session's
+        status after."""
+        async with self._releasing:
+            jobs: list[tuple[Pipeline, Chunk]] = []
+            while self._held and self._held[0][0] <= now:
+                due, _, pipe, chunk = heapq.heappop(self._held)
+                jobs.append((pipe, chunk))
+                # its latency counts from when it came due (the hold is the schedule's)
+                pipe._completed_at = time.perf_counter() - max(0.0, time.time() - due)
+            if not jobs:
+                return
+            if self._on_loop:  # not cancellable midway either: charged chunks reach the outbox
+                released, statuses = _release(jobs)
+            else:
+                released, statuses = await to_thread_to_the_end(_release, jobs)
+        self._publish(released, statuses)
+
+    async def run_due(self, stop: asyncio.Event) -> None:
+        """Release held chunks as they come due (:meth:`due`), until ``stop``.
+
+        A chunk the gaze completed early waits for its due time, so that when a chunk is
+        published is a function of the public grid and the clock, not of when its last sample
+        came; one completed after it (a backlog, a worker behind) goes at once."""
+
+        async def wake_on_stop() -> None:
+            await stop.wait()
+            self._wake.set()
+
+        waker = asyncio.create_task(wake_on_stop())
+        try:
+            while not stop.is_set():
+                now = time.time()
+                if self._held and self._held[0][0] <= now:
+                    await self._release_due(now)
+                    continue
+                delay = min(1.0, self._held[0][0] - now) if self._held else 1.0
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+        finally:
+            waker.cancel()
 
     async def run_cohort(self, stop: asyncio.Event) -> None:
         """Release every closed cohort bucket (ledger commits in a worker thread), once a second,

@@ -68,6 +68,7 @@ from gazeguard.runtime.preflight import (
 from gazeguard.runtime.presets import IngestStats
 from gazeguard.runtime.publish import Publisher
 from gazeguard.runtime.simulate import SimulatedHeadset
+from gazeguard.runtime.tail import TailProfile
 from gazeguard.signal.compiled import load_kernels
 from gazeguard.wire.message import SessionState, StatusMessage, status_topic
 from gazeguard.wire.topics import session_id_for
@@ -521,6 +522,8 @@ async def serve_fleet(
         if metrics is not None:
             fleet.metrics, metrics.worker = metrics, fleet.worker_id
             metrics.bind(ledger, publisher, lambda: fleet.refused)
+            if settings.metrics.tail:
+                fleet.tail = TailProfile(metrics.registry)
         freeze_startup_objects()
         log.info(
             "fleet worker %s: %s sessions, publishing to %s",
@@ -536,13 +539,25 @@ async def serve_fleet(
             ingest: JetStreamIngest | LslFleetIngest = JetStreamIngest(fleet)
         else:
             ingest = LslFleetIngest(fleet)
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(ingest.run(stop), name="gazeguard.runtime.fleet")
-            tg.create_task(fleet.run_cohort(stop), name="gazeguard.runtime.fleet.cohort")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(duration_s):
-                    await stop.wait()
-            stop.set()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(ingest.run(stop), name="gazeguard.runtime.fleet")
+                tg.create_task(fleet.run_cohort(stop), name="gazeguard.runtime.fleet.cohort")
+                tg.create_task(fleet.run_due(stop), name="gazeguard.runtime.fleet.due")
+                probe = None
+                if fleet.tail is not None:
+                    fleet.tail.install()
+                    probe = tg.create_task(fleet.tail.probe_loop(), name="gazeguard.tail")
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(duration_s):
+                        await stop.wait()
+                stop.set()
+                if probe is not None:
+                    probe.cancel()
+            await fleet.release_held()  # the gaze completed them: charged and sent, as ever
+        finally:
+            if fleet.tail is not None:
+                fleet.tail.uninstall()
         return fleet
     raise AssertionError("unreachable")  # pragma: no cover
 

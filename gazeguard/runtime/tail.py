@@ -1,0 +1,86 @@
+"""What makes a worker's latency tail: its batches, the garbage collector and event-loop stalls,
+as Prometheus histograms on the operator endpoint (:mod:`gazeguard.runtime.metrics`).
+
+Three figures of the process's own work, served only with ``metrics.tail`` (off by default): how
+long a batch takes depends on how much gaze it carried, so they are a timing side channel on
+the gaze, for a trusted operator diagnosing the tail, never for export:
+
+* ``gazeguard_batch_seconds``: how long one batch of blocks took a fleet worker, from its decode
+  to its chunks handed to the publisher (:meth:`Fleet.process_many
+  <gazeguard.runtime.fleet.Fleet.process_many>`): the unit of work every block waits behind;
+* ``gazeguard_gc_pause_seconds{generation}``: every collection of the cyclic garbage collector,
+  by generation (``gc.callbacks``), which stops the loop for its duration;
+* ``gazeguard_loop_stall_seconds``: how late a 50 ms timer of the event loop fires (a stall of
+  the loop: a long batch, a collection, a blocking call).
+
+Read them beside ``gazeguard_release_seconds``: a p99 that moves with the batch or the pauses is
+the worker's own; one that does not is the broker's or the machine's. ``bench/bench_fleet.py``
+scrapes them at the end of every level into its results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+
+#: Histogram buckets of the three figures, s.
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: The loop-stall probe's period, s.
+PROBE_S = 0.05
+
+
+class TailProfile:
+    """The three histograms, registered in ``registry``; :meth:`install` starts the garbage
+    collector's timing, :meth:`probe_loop` the loop's (run it as a task)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.batch_seconds = Histogram(
+            "gazeguard_batch_seconds",
+            "A fleet worker's batch of blocks: decode, events, features, release and charge, s",
+            buckets=BUCKETS,
+            registry=registry,
+        )
+        self.gc_seconds = Histogram(
+            "gazeguard_gc_pause_seconds",
+            "One collection of Python's cyclic garbage collector, by generation, s",
+            ["generation"],
+            buckets=BUCKETS,
+            registry=registry,
+        )
+        self.loop_stall_seconds = Histogram(
+            "gazeguard_loop_stall_seconds",
+            f"How late a {PROBE_S * 1000:g} ms timer of the event loop fired (a stall), s",
+            buckets=BUCKETS,
+            registry=registry,
+        )
+        self._gc_started = 0.0
+        self._by_generation = [self.gc_seconds.labels(generation=str(g)) for g in range(3)]
+
+    def install(self) -> None:
+        """Time every collection from now on (until :meth:`uninstall`)."""
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
+
+    def uninstall(self) -> None:
+        """Stop timing collections."""
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self._by_generation[min(int(info["generation"]), 2)].observe(
+                time.perf_counter() - self._gc_started
+            )
+
+    async def probe_loop(self) -> None:
+        """Observe the loop's stall every :data:`PROBE_S` until cancelled."""
+        while True:
+            due = time.perf_counter() + PROBE_S
+            await asyncio.sleep(PROBE_S)
+            self.loop_stall_seconds.observe(max(0.0, time.perf_counter() - due))
