@@ -245,7 +245,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             first = math.ceil((start_at + args.stagger + WINDOW_S + 1.0) / bucket_s)
             measured = list(range(first, first + args.buckets))
             end = (first + args.buckets) * bucket_s
-            gaze_s = end + 2.0 - start_at
+            # gaze goes on past the last measured bucket's release: when every stream stops
+            # at once, every session's last chunk comes due together (on the clock) just as
+            # that bucket is released, a burst a fleet in steady state does not see
+            gaze_s = end + grace_s + 10.0 - start_at
             print(f"{args.headsets} headsets from {time.ctime(start_at)}, measuring buckets "
                   f"{measured[0]}..{measured[-1]} (until {time.ctime(end)}; load {load_now()})",
                   flush=True)  # fmt: skip
