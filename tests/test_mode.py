@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from gazeguard.ledger import Ledger
 from gazeguard.plan.cohort import (
     MODE_GRID,
+    MODE_MAX_EPSILON,
     MODE_SENSITIVITY,
     MODE_STREAM,
     mode_epsilon,
@@ -155,6 +156,15 @@ def test_an_hour_of_modes_composes_to_the_budget() -> None:
     assert both.mode_epsilon < (plan.mode_epsilon or 0)
 
 
+def test_the_mode_spends_at_most_its_cap_per_bucket() -> None:
+    """A budget that would buy more than MODE_MAX_EPSILON per choice buys the cap (the rest
+    goes to the other kinds); the cap still composes within the budget."""
+    eps = mode_epsilon(14, 30_000.0, 1e-6)
+    assert eps == MODE_MAX_EPSILON
+    assert mode_epsilon(1, 10.0, 1e-6) == 10  # one choice an hour: the whole budget
+    assert compose({PureEvent(float(eps)): 14}, 1e-6).epsilon <= 30_000.0
+
+
 def test_lead_for_is_where_the_best_wins_that_often() -> None:
     for eps, c in ((0.7, 6), (5.0, 4), (0.25, 2)):
         g = lead_for(0.9, eps, c)
@@ -193,7 +203,6 @@ def test_the_aggregator_releases_a_mode_through_a_real_ledger(tmp_path: Path) ->
         assert len(pending) == n + 1
         carried = [p for p in pending if p.topic == "gazeguard/v1/cohort/lab/mode"]
         assert len(carried) == 1
-        assert carried[0].id == max(p.id for p in pending), "the mode goes last"
         payload = json.loads(carried[0].payload)
         jsonschema.validate(payload, mode_shipped_schema())
         assert ModeMessage.model_validate(payload) == msg

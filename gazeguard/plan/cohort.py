@@ -35,6 +35,7 @@ __all__ = [
     "ATTENTION_STREAM",
     "MAX_SESSIONS",
     "MODE_GRID",
+    "MODE_MAX_EPSILON",
     "MODE_SENSITIVITY",
     "MODE_STREAM",
     "STREAM",
@@ -59,6 +60,11 @@ MODE_GRID = Fraction(1, 2**12)
 MODE_SENSITIVITY = 2**12 + 2
 #: The mode's ε per choice is a multiple of this (so the charged event is exactly the ε used).
 MODE_EPSILON_STEP = Fraction(1, 2**20)
+#: The most ε one choice spends: beyond it the choice is the argmax but for a rival within a
+#: tenth of a session (e^-6.4), and the accountant's discretised composition of such pure events
+#: beside the chunks' is too coarse to calibrate the chunks jointly. A budget that would buy more
+#: leaves the rest to the other release kinds (the chunks are calibrated last).
+MODE_MAX_EPSILON = Fraction(64)
 #: Most sessions one bucket may sum (the bound below holds up to it).
 MAX_SESSIONS = 2**20
 #: Public bound on the float error of the sum: each coordinate is summed with ``math.fsum``
@@ -369,9 +375,9 @@ def plan_cohort(
 
 
 def mode_epsilon(per_hour: int, budget: float, delta: float) -> Fraction:
-    """The largest ε (a multiple of 2^-20) whose ``per_hour`` ε-DP choices compose to at most
-    ``budget`` at ``delta`` (the accountant's exact composition of
-    :class:`~gazeguard.privacy.accounting.PureEvent`; never below ``budget/per_hour``, which
+    """The largest ε (a multiple of 2^-20, at most :data:`MODE_MAX_EPSILON`) whose ``per_hour``
+    ε-DP choices compose to at most ``budget`` at ``delta`` (the accountant's exact composition
+    of :class:`~gazeguard.privacy.accounting.PureEvent`; never below ``budget/per_hour``, which
     fits by sequential composition).
 
     Raises:
@@ -381,11 +387,15 @@ def mode_epsilon(per_hour: int, budget: float, delta: float) -> Fraction:
     lo = math.floor(Fraction(budget) / per_hour / step)
     if lo < 1:
         raise ConfigError("cohort.budget_share", budget, "too small for a mode per bucket")
+    if lo * step >= MODE_MAX_EPSILON:
+        return MODE_MAX_EPSILON
 
     def fits(k: int) -> bool:
         return compose({PureEvent(float(k * step)): per_hour}, delta).epsilon <= budget
 
-    hi = math.floor(Fraction(budget) / step) + 1  # one choice alone cannot exceed the budget
+    hi = math.floor(min(Fraction(budget), MODE_MAX_EPSILON) / step) + 1
+    if fits(hi - 1):
+        return (hi - 1) * step  # the cap (or the whole budget on one choice)
     while hi - lo > 1:  # invariant: lo fits, hi does not (or is past the budget)
         mid = (lo + hi) // 2
         if fits(mid):
