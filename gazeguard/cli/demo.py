@@ -27,7 +27,7 @@ from gazeguard.cli._common import (
     stdout,
     stop_on_signals,
 )
-from gazeguard.cli.run import add_settings_arguments, settings_overrides
+from gazeguard.cli.flags import add_settings_arguments, settings_overrides
 from gazeguard.core.words import counted
 from gazeguard.offline.demo import (
     DEMO_DEFAULTS,

@@ -13,7 +13,8 @@ import argparse
 import json
 
 from gazeguard.cli._common import ExitCode, get_console, stdout
-from gazeguard.cli.run import add_settings_arguments, settings_from_args
+from gazeguard.cli.flags import add_settings_arguments
+from gazeguard.cli.run import settings_from_args
 from gazeguard.core.errors import ConfigError
 from gazeguard.plan import ReleasePlan
 

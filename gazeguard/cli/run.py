@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 from typing import Any
 
 from gazeguard.cli._common import (
@@ -22,12 +21,11 @@ from gazeguard.cli._common import (
     run_loop,
     stop_on_signals,
 )
+from gazeguard.cli.flags import add_settings_arguments, settings_overrides
 from gazeguard.cli.watch import watch_hint
-from gazeguard.config import LabelSettings, Settings, broker_address
+from gazeguard.config import Settings
 from gazeguard.core.words import counted
-from gazeguard.ledger import is_url
 from gazeguard.plan.labels import LabelPlan
-from gazeguard.privacy.mechanisms.registry import ONLINE_MECHANISMS
 from gazeguard.runtime.fleet import Fleet, SessionEvent
 from gazeguard.runtime.labels import ReleasedLabel
 from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
@@ -35,220 +33,6 @@ from gazeguard.runtime.preflight import check_settings
 from gazeguard.runtime.service import RunSummary, serve, serve_fleet
 from gazeguard.signal.events import LOOKBEHIND_S
 from gazeguard.wire.message import VALUE_NOISE_LABEL, value_noise_text
-
-
-def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by ``run`` and ``demo`` (each maps to one setting; flags win over env/file)."""
-    g = parser.add_argument_group("configuration (flags override GAZEGUARD_* env and --config)")
-    g.add_argument("--config", type=Path, help="TOML configuration file")
-    g.add_argument("--device", help="device id in topics (default: host name)")
-    g.add_argument("--session", help="session id (default: derived from the stream source_id)")
-    g.add_argument(
-        "--source",
-        choices=["auto", "lsl", "simulated", "jetstream"],
-        metavar="{auto,lsl,simulated,jetstream}",
-        help="gaze source (default auto: an LSL stream, else the simulated headset; "
-        "jetstream: raw gaze over NATS JetStream in fleet mode, trusted networks only)",
-    )
-    g.add_argument("--stream-type", help="LSL stream type to resolve (default Gaze)")
-    g.add_argument("--stream-name", help="LSL stream name to resolve")
-    g.add_argument(
-        "--source-id", help="LSL source_id to resolve (--fleet: a glob pattern, e.g. 'lab-*')"
-    )
-    g.add_argument(
-        "--stream-host",
-        metavar="HOST",
-        help="serve LSL streams of this host (a glob; default: this host only, '*': any)",
-    )
-    g.add_argument(
-        "--stream-rate",
-        type=float,
-        metavar="HZ",
-        help="the gaze stream's declared sampling rate (default: the stream's own LSL "
-        "nominal_srate; needed for a stream that declares none)",
-    )
-    g.add_argument(
-        "--mechanism",
-        choices=[*ONLINE_MECHANISMS, "auto"],
-        help="default dcfpa; auto: the lowest expected error for --budget-per-hour",
-    )
-    g.add_argument("--transform", choices=["dft", "dct"], help="default dft")
-    g.add_argument("--chunk-steps", type=int, help="n, steps per chunk (power of two; 32)")
-    g.add_argument("-k", "--k", dest="k", help="kept frequencies, or 'auto' (default)")
-    g.add_argument(
-        "--epsilon",
-        type=float,
-        help="fixed ε per feature per chunk (default: noise calibrated to --budget-per-hour)",
-    )
-    g.add_argument("--features", help="comma-separated release profile (default: all)")
-    g.add_argument(
-        "--profile",
-        help="a release profile file by name (e.g. activity) or .json path: its features, and "
-        "the chunk message names it (`gazeguard profile show NAME`)",
-    )
-    lab = parser.add_argument_group("private labels (the [labels] section)")
-    lab.add_argument(
-        "--labels",
-        nargs="?",
-        const=LabelSettings().model,
-        metavar="MODEL",
-        help="publish private labels from this label model (shipped name or .json path; "
-        "default %(const)s: 4 activities, trained for a change of headset) on "
-        "{prefix}/{device}/{session}/labels",
-    )
-    lab.add_argument(
-        "--label-release",
-        choices=["change", "clock"],
-        help="clock (the only way): one label per --decision-s; 'change' (a label when the "
-        "activity changes) was retired and is refused: its detection fired as often without a "
-        "change as with one",
-    )
-    lab.add_argument(
-        "--decision-s",
-        type=float,
-        help="seconds of gaze per label: each label decides on that block and is held until "
-        "the next (120)",
-    )
-    lab.add_argument(
-        "--min-interval-s",
-        type=float,
-        help="retired with the change trigger: refused",
-    )
-    lab.add_argument(
-        "--label-epsilon", type=float, help="ε per label (default: from --label-share)"
-    )
-    lab.add_argument(
-        "--label-share", type=float, help="share of --budget-per-hour for labels (0.5)"
-    )
-    coh = parser.add_argument_group("cohort aggregates, fleet mode (the [cohort] section)")
-    coh.add_argument(
-        "--cohort",
-        metavar="NAME",
-        help="publish DP aggregates over this worker's sessions on "
-        "{prefix}/cohort/NAME/aggregates (needs --fleet and a --budget-per-hour)",
-    )
-    coh.add_argument("--bucket-s", type=float, help="seconds of gaze per aggregate (300)")
-    coh.add_argument(
-        "--cohort-share", type=float, help="share of --budget-per-hour for aggregates (0.5)"
-    )
-    coh.add_argument(
-        "--cohort-model",
-        metavar="MODEL",
-        help="the label model whose classes the mode and shares are over (activity-portable)",
-    )
-    coh.add_argument(
-        "--cohort-release",
-        metavar="LIST",
-        help="what the cohort releases, comma-separated: mode (the group's dominant activity "
-        "on {prefix}/cohort/NAME/mode), means, shares, attention (a dwell heatmap on "
-        "{prefix}/cohort/NAME/attention), aois (default: mode)",
-    )
-    coh.add_argument(
-        "--attention-aois",
-        metavar="FILE",
-        help="JSON file of areas of interest (degrees of gaze angle) whose dwell shares 'aois' "
-        "releases",
-    )
-    g.add_argument("--window-s", type=float, help="feature window W, s (default 30)")
-    g.add_argument("--step-s", type=float, help="feature step s, s (default 0.5)")
-    g.add_argument(
-        "--ledger",
-        metavar="PATH|URL",
-        help="ledger: an SQLite file, or a postgresql:// URL (ledger.path / ledger.url)",
-    )
-    g.add_argument(
-        "--budget-per-hour",
-        type=_budget,
-        metavar="EPS|none",
-        help="user-level ε (at ledger.delta, default 1e-6) per hour of gaze: caps every hour "
-        "and calibrates the noise unless --epsilon is given (default 10; 'none': no hourly cap)",
-    )
-    g.add_argument("--session-cap", type=float, help="max user-level ε per session")
-    g.add_argument("--broker", help="HOST[:PORT] of the MQTT broker (default: embedded)")
-    g.add_argument(
-        "--metrics-port",
-        type=int,
-        metavar="PORT",
-        help="serve local operator metrics for Prometheus on http://127.0.0.1:PORT/metrics "
-        "(metrics.port; 0: any free port; metrics.host to bind another address; default off)",
-    )
-    g.add_argument(
-        "--fleet",
-        action="store_true",
-        default=None,
-        help="serve every LSL stream of the selection (--stream-type, --stream-name prefix, "
-        "--source-id pattern, --stream-host; default this host's 'Gaze' streams) or of a pinned "
-        "JetStream partition (--source jetstream), one session each",
-    )
-
-
-def _budget(text: str) -> float | str:
-    """``--budget-per-hour``: a number, or ``"none"`` (no hourly cap)."""
-    if text.strip().lower() in ("none", "null", "off"):
-        return "none"
-    try:
-        return float(text)
-    except ValueError:
-        msg = f"expected a number of ε per hour or 'none', got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
-
-
-def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings the flags given on the command line set (nested by section)."""
-    o: dict[str, Any] = {}
-
-    def put(section: str | None, key: str, value: object) -> None:
-        if value is not None:
-            (o.setdefault(section, {}) if section else o)[key] = value
-
-    put(None, "device", args.device)
-    put(None, "session", args.session)
-    put("ingest", "source", args.source)
-    put("ingest", "stream_type", args.stream_type)
-    put("ingest", "stream_name", args.stream_name)
-    put("ingest", "source_id", args.source_id)
-    put("ingest", "stream_host", args.stream_host)
-    put("ingest", "rate_hz", getattr(args, "stream_rate", None))
-    put("mechanism", "name", args.mechanism)
-    put("mechanism", "transform", args.transform)
-    put("mechanism", "chunk_steps", args.chunk_steps)
-    put("mechanism", "k", args.k)
-    put("mechanism", "epsilon", args.epsilon)
-    if args.features:
-        put("mechanism", "features", [f.strip() for f in args.features.split(",") if f.strip()])
-    put("mechanism", "profile", getattr(args, "profile", None))
-    if getattr(args, "labels", None) is not None:
-        put("labels", "enabled", True)
-        put("labels", "model", args.labels)
-    put("labels", "decision_s", getattr(args, "decision_s", None))
-    put("labels", "release", getattr(args, "label_release", None))
-    put("labels", "min_interval_s", getattr(args, "min_interval_s", None))
-    put("labels", "epsilon", getattr(args, "label_epsilon", None))
-    put("labels", "budget_share", getattr(args, "label_share", None))
-    if getattr(args, "cohort", None):
-        put("cohort", "enabled", True)
-        put("cohort", "name", args.cohort)
-    put("cohort", "bucket_s", getattr(args, "bucket_s", None))
-    put("cohort", "budget_share", getattr(args, "cohort_share", None))
-    put("cohort", "model", getattr(args, "cohort_model", None))
-    if getattr(args, "cohort_release", None):
-        put("cohort", "release", [w.strip() for w in args.cohort_release.split(",") if w.strip()])
-    put("cohort", "attention_aois", getattr(args, "attention_aois", None))
-    put("features", "window_s", args.window_s)
-    put("features", "step_s", args.step_s)
-    put("fleet", "enabled", args.fleet)
-    if args.ledger is not None:  # a URL is ledger.url (as a path, "//" collapsed to "/")
-        url = is_url(args.ledger)
-        o.setdefault("ledger", {}).update(
-            {"url": args.ledger} if url else {"path": args.ledger, "url": None}
-        )
-    put("ledger", "session_cap", args.session_cap)
-    if args.budget_per_hour is not None:
-        none = args.budget_per_hour == "none"
-        o.setdefault("ledger", {})["budget_per_hour"] = None if none else args.budget_per_hour
-    o.update({"broker": broker_address(args.broker)} if args.broker else {})
-    put("metrics", "port", getattr(args, "metrics_port", None))
-    return o
 
 
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings | None:

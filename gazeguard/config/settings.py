@@ -227,9 +227,17 @@ class MechanismSettings(Section):
         "needs whole recordings: offline only)",
     )
     noise: str = Field("laplace", description=f"noise family: {' | '.join(NOISE)}")
-    transform: Transform = Field("dft", description="dft | dct")
+    transform: Transform = Field(
+        "dft",
+        description="the orthonormal transform whose k lowest frequencies cfpa and dcfpa keep "
+        "and noise: 'dft' (discrete Fourier) or 'dct' (discrete cosine); lpa has none",
+    )
     chunk_steps: int = Field(32, description="n, steps per chunk; a power of two")
-    k: int | Literal["auto"] = Field("auto", description="kept frequencies, or 'auto'")
+    k: int | Literal["auto"] = Field(
+        "auto",
+        description="k, the lowest frequencies kept per feature and chunk, or 'auto': picked "
+        "from the public prior (`gazeguard mechanisms` lists the picks)",
+    )
     epsilon: Epsilon | None = Field(
         None,
         description="fixed ε per feature per chunk; unset (default): the noise is calibrated "
@@ -237,13 +245,15 @@ class MechanismSettings(Section):
     )
     features: list[str] | None = Field(
         None,
-        description="release profile: feature names to release, or the name (or .json path) of "
-        "a profile file, e.g. 'activity' (default: all)",
+        description="release profile: the feature names to release (`gazeguard config "
+        "features` lists them; default: all), or in a file the name (or .json path) of a "
+        "profile file, e.g. features = 'activity', as mechanism.profile takes it",
     )
     profile: str | None = Field(
         None,
-        description="the release profile's name: set from mechanism.features = 'NAME' (or give "
-        "it here instead); the chunk message names it",
+        description="a release profile file by name (e.g. 'activity'; `gazeguard profile show "
+        "NAME`) or .json path: its features are released and the chunk message names it (also "
+        "set by mechanism.features = 'NAME')",
     )
     epsilon_per_feature: dict[str, Epsilon] = Field(
         default_factory=dict, description="per-feature ε overrides"
@@ -319,10 +329,10 @@ class LedgerSettings(Section):
     budget_per_hour: Epsilon | None = Field(
         10.0,
         description="user-level ε (at delta) per hour of gaze: caps every hour of gaze time and, "
-        "unless mechanism.epsilon is set, calibrates the noise (None: no hourly cap)",
+        "unless mechanism.epsilon is set, calibrates the noise (unset: no hourly cap)",
     )
     session_cap: Epsilon | None = Field(
-        None, description="max user-level ε (at delta) per session (None: no cap)"
+        None, description="max user-level ε (at delta) per session (unset: no cap)"
     )
     composition: Literal["pld", "sequential"] = Field(
         "pld",
@@ -557,7 +567,12 @@ class NatsSettings(Section):
 class FleetSettings(Section):
     """One process serving many sessions; many processes sharing one (PostgreSQL) ledger."""
 
-    enabled: bool = Field(False, description="serve every stream found, one session each")
+    enabled: bool = Field(
+        False,
+        description="serve every LSL stream of the selection (ingest.stream_type, stream_name "
+        "prefix, source_id pattern, stream_host; default this host's 'Gaze' streams) or of a "
+        "pinned JetStream partition (ingest.source = 'jetstream'), one session each",
+    )
     worker_id: str | None = Field(
         None,
         pattern=r"^[^/+#\s]+$",
@@ -589,7 +604,7 @@ class FleetSettings(Section):
 
 
 class CohortSettings(Section):
-    """Fleet mode: DP aggregates over the sessions a worker serves
+    """Cohort aggregates, fleet mode: DP aggregates over the sessions a worker serves
     (:mod:`gazeguard.runtime.cohort`), published per bucket on ``{prefix}/cohort/{name}/…``.
 
     The defaults release what the evaluation showed useful at an honest budget on people never
@@ -665,8 +680,9 @@ class MetricsSettings(Section):
         None,
         ge=0,
         le=65535,
-        description="serve /metrics on this TCP port (0: any free port, named in the log); "
-        "unset: no endpoint",
+        description="serve local operator metrics for Prometheus on "
+        "http://{metrics.host}:PORT/metrics (0: any free port, named in the log); unset: no "
+        "endpoint",
     )
     host: str = Field(
         "127.0.0.1",
@@ -694,8 +710,13 @@ class Settings(BaseSettings):
         frozen=True,
     )
 
-    device: str = Field(default_factory=socket.gethostname, description="device id in topics")
-    session: str | None = Field(None, description="session id (default: one per stream)")
+    device: str = Field(
+        default_factory=socket.gethostname,
+        description="device id, one level of the MQTT topics (default: this host's name)",
+    )
+    session: str | None = Field(
+        None, description="session id (default: one per stream, from its LSL source_id)"
+    )
     ingest: IngestSettings = IngestSettings()
     features: FeatureSettings = FeatureSettings()
     mechanism: MechanismSettings = MechanismSettings()
