@@ -155,7 +155,7 @@ def test_every_flag_names_a_setting_with_a_flag_form() -> None:
     for flag in FLAGS:
         assert flags_module._argument(flag)["help"]
     assert len({f.setting for f in FLAGS}) == len(FLAGS)
-    names = [n for f in FLAGS for n in f.names] + [n for s in SHORTCUTS for n in s.names]
+    names = [n for f in FLAGS for n in f.names] + [s.name for s in SHORTCUTS]
     assert len(set(names)) == len(names)
     with pytest.raises(TypeError, match="no flag form"):
         flags_module._argument(Flag("ingest.field_of_view_deg", ("--fov",)))

@@ -24,7 +24,7 @@ import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -68,15 +68,17 @@ class Shortcut:
 
     Attributes:
         section: the section whose group lists it (``None``: the top group).
-        names: the option strings.
-        apply: the nested settings a given value sets (``{}``: none).
-        options: the rest of ``add_argument``'s keywords (``help``, ``metavar``, ``type``, …).
+        name: the option string.
+        apply: the nested settings (``{section: {name: value}}``) a given value sets.
+        help: its help text.
+        options: more of ``add_argument``'s keywords (``metavar``, ``type``, ``nargs``, …).
         last: listed after the section's generated flags (a retired flag), not before.
     """
 
     section: str | None
-    names: tuple[str, ...]
-    apply: Callable[[Any], dict[str, Any]]
+    name: str
+    apply: Callable[[Any], dict[str, dict[str, Any]]]
+    help: str
     options: Mapping[str, Any] = field(default_factory=dict)
     last: bool = False
 
@@ -115,77 +117,52 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
-def _labels(model: str) -> dict[str, Any]:
-    return {"labels": {"enabled": True, "model": model}}
-
-
-def _cohort(name: str) -> dict[str, Any]:
-    return {"cohort": {"enabled": True, "name": name}} if name else {}
-
-
-def _ledger(where: str) -> dict[str, Any]:
-    # A URL is ledger.url (as a path, "//" would collapse to "/"); a path clears a configured URL.
+def _ledger(where: str) -> dict[str, dict[str, Any]]:
+    """``--ledger``: a URL is ledger.url (as a path, ``//`` would collapse to ``/``); a path
+    clears a configured URL."""
     return {"ledger": {"url": where} if is_url(where) else {"path": where, "url": None}}
-
-
-def _broker(address: str) -> dict[str, Any]:
-    return {"broker": broker_address(address)} if address else {}
-
-
-def _retired_interval(seconds: float) -> dict[str, Any]:
-    return {"labels": {"min_interval_s": seconds}}
 
 
 SHORTCUTS: tuple[Shortcut, ...] = (
     Shortcut(
         "labels",
-        ("--labels",),
-        _labels,
-        {
-            "nargs": "?",
-            "const": LabelSettings().model,
-            "metavar": "MODEL",
-            "help": "publish private labels from this label model (a shipped name or a .json "
-            "path; default %(const)s: 4 activities, trained for a change of headset) on "
-            "{prefix}/{device}/{session}/labels [labels.enabled, labels.model]",
-        },
+        "--labels",
+        lambda model: {"labels": {"enabled": True, "model": model}},
+        "publish private labels from this label model (a shipped name or a .json path; default "
+        "%(const)s: 4 activities, trained for a change of headset) on "
+        "{prefix}/{device}/{session}/labels [labels.enabled, labels.model]",
+        {"nargs": "?", "const": LabelSettings().model, "metavar": "MODEL"},
     ),
     Shortcut(
         "labels",
-        ("--min-interval-s",),
-        _retired_interval,
-        {"type": float, "metavar": "SECONDS", "help": "retired with the change trigger: refused"},
+        "--min-interval-s",
+        lambda seconds: {"labels": {"min_interval_s": seconds}},
+        "retired with the change trigger: refused",
+        {"type": float, "metavar": "SECONDS"},
         last=True,
     ),
     Shortcut(
         "cohort",
-        ("--cohort",),
-        _cohort,
-        {
-            "metavar": "NAME",
-            "help": "publish DP aggregates over this worker's sessions on "
-            "{prefix}/cohort/NAME/… (needs --fleet and a --budget-per-hour) "
-            "[cohort.enabled, cohort.name]",
-        },
+        "--cohort",
+        lambda name: {"cohort": {"enabled": True, "name": name}} if name else {},
+        "publish DP aggregates over this worker's sessions on {prefix}/cohort/NAME/… (needs "
+        "--fleet and a --budget-per-hour) [cohort.enabled, cohort.name]",
+        {"metavar": "NAME"},
     ),
     Shortcut(
         "ledger",
-        ("--ledger",),
+        "--ledger",
         _ledger,
-        {
-            "metavar": "PATH|URL",
-            "help": "the ledger: an SQLite file, or a postgresql:// URL for fleets (default "
-            "gazeguard-ledger.sqlite) [ledger.path or ledger.url]",
-        },
+        "the ledger: an SQLite file, or a postgresql:// URL for fleets (default "
+        "gazeguard-ledger.sqlite) [ledger.path or ledger.url]",
+        {"metavar": "PATH|URL"},
     ),
     Shortcut(
         "broker",
-        ("--broker",),
-        _broker,
-        {
-            "metavar": "HOST[:PORT]",
-            "help": "the MQTT broker (default: start an embedded one) [broker.host, broker.port]",
-        },
+        "--broker",
+        lambda address: {"broker": broker_address(address)} if address else {},
+        "the MQTT broker (default: start an embedded one) [broker.host, broker.port]",
+        {"metavar": "HOST[:PORT]"},
     ),
 )
 
@@ -273,25 +250,13 @@ def _none_or(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-class _Null:
-    """The value of a flag that unsets its setting (``--budget-per-hour none``)."""
-
-    def __repr__(self) -> str:
-        return "NULL"
-
-
-#: A flag's value that sets its setting to ``None``.
-NULL = _Null()
+#: A flag's value that sets its setting to ``None`` (``--budget-per-hour none``).
+NULL: Final = object()
 
 
 def _comma_list(text: str) -> list[str]:
     """``"a, b,,c"`` → ``["a", "b", "c"]``."""
     return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _escape(text: str) -> str:
-    """Text safe in argparse's ``%``-formatted help."""
-    return text.replace("%", "%%")
 
 
 def _argument(flag: Flag) -> dict[str, Any]:
@@ -337,7 +302,8 @@ def _argument(flag: Flag) -> dict[str, Any]:
     if default is not None:
         suffix.append(f"default {default}")
     described = (info.description or "").rstrip(".")
-    options["help"] = _escape(f"{described} [{'; '.join([flag.setting, *suffix])}]")
+    help_ = f"{described} [{'; '.join([flag.setting, *suffix])}]"
+    options["help"] = help_.replace("%", "%%")  # argparse %-formats help
     return options
 
 
@@ -354,40 +320,31 @@ def _summary(model: type[BaseModel]) -> str:
     return re.split(r"[.:;](?:\s|$)", doc, maxsplit=1)[0]
 
 
-def section_groups(
-    parser: argparse.ArgumentParser,
-) -> dict[str | None, argparse._ArgumentGroup]:
-    """One argument group per section that has a flag, in the schema's order (``None``: the
-    top-level settings and ``--config``)."""
-    with_flags = {f.setting.rpartition(".")[0] or None for f in FLAGS} | {
-        s.section for s in SHORTCUTS
-    }
-    groups: dict[str | None, argparse._ArgumentGroup] = {None: parser.add_argument_group(TOP_GROUP)}
-    for name in Settings.model_fields:
-        section = _section(name)
-        if name in with_flags and section is not None:
-            groups[name] = parser.add_argument_group(f"[{name}] {_summary(section)}")
-    return groups
-
-
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--config`` and the settings flags (:data:`FLAGS`, :data:`SHORTCUTS`), grouped by
-    section in the schema's order; a flag given wins over ``GAZEGUARD_*`` and the file."""
-    groups = section_groups(parser)
-    groups[None].add_argument("--config", type=Path, help="TOML configuration file")
+    """``--config`` and the settings flags (:data:`FLAGS`, :data:`SHORTCUTS`): one group per
+    section that has a flag, in the schema's order; a flag given wins over ``GAZEGUARD_*`` and
+    the file."""
+    top = parser.add_argument_group(TOP_GROUP)
+    top.add_argument("--config", type=Path, help="TOML configuration file")
     flags = {f.setting: f for f in FLAGS}
-    for section, group in groups.items():
+    for section in [None, *Settings.model_fields]:
         model = Settings if section is None else _section(section)
-        assert model is not None
-        prefix = "" if section is None else f"{section}."
-        fields = [prefix + name for name in model.model_fields]
+        if model is None:
+            continue  # a top-level setting: in the top group
+        prefix = f"{section}." if section else ""
+        settings = [prefix + n for n in model.model_fields if prefix + n in flags]
         shortcuts = [s for s in SHORTCUTS if s.section == section]
+        if not (shortcuts or settings):
+            continue
+        group = (
+            top if section is None else parser.add_argument_group(f"[{section}] {_summary(model)}")
+        )
         for shortcut in (s for s in shortcuts if not s.last):
-            group.add_argument(*shortcut.names, **shortcut.options)
-        for setting in (s for s in fields if s in flags):
+            group.add_argument(shortcut.name, help=shortcut.help, **shortcut.options)
+        for setting in settings:
             group.add_argument(*flags[setting].names, **_argument(flags[setting]))
         for shortcut in (s for s in shortcuts if s.last):
-            group.add_argument(*shortcut.names, **shortcut.options)
+            group.add_argument(shortcut.name, help=shortcut.help, **shortcut.options)
 
 
 def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -395,25 +352,14 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     given sets nothing; :data:`NULL` sets ``None``)."""
     out: dict[str, Any] = {}
     for shortcut in SHORTCUTS:
-        value = getattr(args, shortcut.names[0].lstrip("-").replace("-", "_"), None)
-        if value is not None:
-            _merge(out, shortcut.apply(value))
+        value = getattr(args, shortcut.name.lstrip("-").replace("-", "_"), None)
+        for section, values in ({} if value is None else shortcut.apply(value)).items():
+            out.setdefault(section, {}).update(values)
     for flag in FLAGS:
         value = getattr(args, _dest(flag), None)
-        if value is None or value == []:
-            continue
-        *sections, key = flag.setting.split(".")
-        node = out
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[key] = None if value is NULL else value
+        if value is not None and value != []:
+            section, _, key = flag.setting.rpartition(".")
+            (out.setdefault(section, {}) if section else out)[key] = (
+                None if value is NULL else value
+            )
     return out
-
-
-def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> None:
-    """Nested ``more`` into ``into``, section by section."""
-    for key, value in more.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = dict(value) if isinstance(value, Mapping) else value
