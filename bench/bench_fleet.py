@@ -321,7 +321,7 @@ def chunk_latencies(
         key = f"{DEVICE}.{tag}s{idx}"
         # the worker's grid: the session's public phase, from its first sample (its clock)
         first, period = float(clocks[row]), N_STEPS * args.step
-        start = on_grid(first, period, session_phase(key, period, args.step)) - first
+        start = on_grid(first, period, session_phase(key, period)) - first
         for c, b in enumerate(
             completing_blocks(
                 idx % PERSONS, gaze_s, args.window, args.step, args.block_samples, start

@@ -552,7 +552,7 @@ def expected_chunks(gaze_s: float, session: str) -> int:
     """Chunks one uninterrupted worker charges for ``gaze_s`` of ``session``'s 120 Hz gaze
     (from sample time 0): the reference extractor's steps from the session's grid start, its
     public phase, on (which windows exist depends on the sample times alone)."""
-    return _steps(gaze_s, session_phase(session, CHUNK_STEPS * STEP_S, STEP_S)) // CHUNK_STEPS
+    return _steps(gaze_s, session_phase(session, CHUNK_STEPS * STEP_S)) // CHUNK_STEPS
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from pathlib import Path
 import nats
 import numpy as np
 import pytest
-from _nats_cluster import NatsNode, fleet_settings
+from _nats_cluster import NatsNode, expected_chunks, fleet_settings
 from conftest import MosquittoBroker, Subscriber, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -105,9 +105,11 @@ def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
     for s in sessions:
         closed = re.findall(rf"session 'hmd\.{s}' closed \((\d+) samples", caplog.text)
         assert closed == [str(len(gaze[s]))], caplog.text
-    with Ledger(ledger_path, create=False) as ledger:  # 8 s, 2 s window, 1.6 s chunks: 3
+    with Ledger(ledger_path, create=False) as ledger:  # 8 s, 2 s window, 1.6 s chunks: 2-3
         for s in sessions:
-            assert [c.chunk_index for c in ledger.charges(f"hmd.{s}")] == [0, 1, 2]
+            want = list(range(expected_chunks(8.0, f"hmd.{s}")))  # on the session's grid
+            assert len(want) >= 2
+            assert [c.chunk_index for c in ledger.charges(f"hmd.{s}")] == want
             assert ledger.withheld(f"hmd.{s}") == []
         assert ledger.verify() == []
 

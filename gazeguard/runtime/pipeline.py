@@ -86,27 +86,24 @@ def on_grid(t: float, period_s: float, phase_s: float = 0.0) -> float:
     return math.ceil((t - phase_s) / period_s) * period_s + phase_s
 
 
-def _check_phase(phase_s: float, period_s: float, step_s: float) -> float:
-    """``phase_s`` if it is a multiple of ``step_s`` in ``[0, period_s)`` (s), else ConfigError."""
-    steps = phase_s / step_s
-    if not 0.0 <= phase_s < period_s or not math.isclose(steps, round(steps), abs_tol=1e-9):
-        raise ConfigError(
-            "phase_s", phase_s, f"must be a multiple of {step_s:g} s below {period_s:g} s"
-        )
+def _check_phase(phase_s: float, period_s: float) -> float:
+    """``phase_s`` if it lies in ``[0, period_s)`` (s), else ConfigError."""
+    if not 0.0 <= phase_s < period_s:
+        raise ConfigError("phase_s", phase_s, f"must lie in [0, {period_s:g}) s")
     return phase_s
 
 
-def session_phase(session: str, period_s: float, step_s: float) -> float:
-    """A public phase of ``session``'s release grid in ``[0, period_s)``, s: a multiple of
-    ``step_s`` drawn from a hash of the session id, nothing else.
+def session_phase(session: str, period_s: float) -> float:
+    """A public phase of ``session``'s release grid in ``[0, period_s)``, s, to the millisecond,
+    drawn from a hash of the session id and nothing else.
 
     A fleet gives each session its own phase so that the chunks of sessions on one clock come
-    due spread over the grid period instead of all on the same tick. The phase is a function
-    of the session id alone: public, and the same on every worker (a session taken over keeps
-    its grid)."""
-    slots = max(1, round(period_s / step_s))
+    due spread evenly over the grid period, not in bursts on shared ticks. The phase is a
+    function of the session id alone: public, and the same on every worker (a session taken
+    over keeps its grid)."""
+    slots = max(1, int(period_s * 1000))
     digest = hashlib.blake2b(session.encode(), digest_size=8).digest()
-    return (int.from_bytes(digest, "big") % slots) * step_s
+    return (int.from_bytes(digest, "big") % slots) / 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +196,9 @@ class Pipeline:
             it. ``None``: at the first grid point at or after the first sample (the Python
             API's convenience; then that sample's time, to within a grid period, decides where
             the session starts).
-        phase_s: the grid's public phase, s (:func:`session_phase`: a multiple of the feature
-            step below :attr:`grid_s`): chunks start at ``phase_s + k · grid_s``. A fleet
-            spreads its sessions' chunk ends with it; 0 (default) for a sidecar's one session.
+        phase_s: the grid's public phase, s, in ``[0, grid_s)`` (:func:`session_phase`):
+            chunks start at ``phase_s + k · grid_s``. A fleet spreads its sessions' chunk ends
+            with it; 0 (default) for a sidecar's one session.
 
     Raises:
         ConfigError: an unknown feature name in the release profile or in
@@ -288,7 +285,7 @@ class Pipeline:
         #: multiples on the stream's clock, from the session's open on.
         self.grid_s = plan.grid_s
         #: The grid's public phase, s: chunks start at ``phase_s + k · grid_s``.
-        self.phase_s = _check_phase(phase_s, self.grid_s, plan.features.step_s)
+        self.phase_s = _check_phase(phase_s, self.grid_s)
         #: Where the session's first feature window starts (stream clock, s; None until known).
         self.start_s: float | None = None
         self._labels_from = math.inf  # the first label block's first window end, s
