@@ -620,10 +620,10 @@ def heatmap_pixels(png: bytes) -> tuple[float, int]:
     text) and how many distinct colours those have (quantised to 16 levels per channel)."""
     from PIL import Image  # noqa: PLC0415
 
-    img = Image.open(io.BytesIO(png)).convert("RGB")
-    pixels = list(img.getdata())
-    coloured = [p for p in pixels if max(p) - min(p) > 40]
-    return len(coloured) / len(pixels), len({(r >> 4, g >> 4, b >> 4) for r, g, b in coloured})
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16).reshape(-1, 3)
+    coloured = pixels[pixels.max(axis=1) - pixels.min(axis=1) > 40]
+    levels = {tuple(c) for c in (coloured >> 4).tolist()}
+    return len(coloured) / len(pixels), len(levels)
 
 
 def _worker_id(worker: Proc) -> str:

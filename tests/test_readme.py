@@ -22,7 +22,7 @@ import pytest
 from conftest import MosquittoBroker
 
 from gazeguard.config import load_settings
-from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt
+from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt, ModeMessage
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import ChunkMessage, StatusMessage, shipped_schema
 
@@ -81,6 +81,7 @@ MODELS = {
     "gazeguard.chunk/2": (ChunkMessage, "chunk.schema.json"),
     "gazeguard.label/1": (LabelMessage, "label.schema.json"),
     "gazeguard.cohort/1": (CohortMessage, "cohort.schema.json"),
+    "gazeguard.mode/1": (ModeMessage, "mode.schema.json"),
     "gazeguard.attention/1": (AttentionMessage, "attention.schema.json"),
     "gazeguard.status/2": (StatusMessage, "status.schema.json"),
     "gazeguard.cohort-receipt/1": (CohortReceipt, "cohort-receipt.schema.json"),
@@ -90,7 +91,8 @@ MESSAGES = [(w, c) for w, c in blocks("json") if re.search(r'"schema": "gazeguar
 
 def test_the_consumer_guide_shows_every_kind_of_message() -> None:
     kinds = {json.loads(c)["schema"] for _, c in MESSAGES}
-    assert {"gazeguard.chunk/2", "gazeguard.label/1", "gazeguard.cohort/1"} <= kinds, kinds
+    wanted = {"gazeguard.chunk/2", "gazeguard.label/1", "gazeguard.mode/1", "gazeguard.cohort/1"}
+    assert wanted <= kinds, kinds
 
 
 @pytest.mark.parametrize("example", [c for _, c in MESSAGES], ids=[w for w, _ in MESSAGES])
@@ -141,6 +143,7 @@ def test_consumer_examples_read_a_live_run(
                            f"{unique_id}-sim", "--duration", "180"], tmp_path, env, "headset"),
         "fleet": _start([*gg, "run", "--fleet", "--source", "lsl", "--stream-name", unique_id,
                          "--cohort", "lab", "--cohort-model", "activity", "--bucket-s", "10",
+                         "--cohort-release", "mode,means,shares",
                          "--ledger", "fleet.sqlite", *fast], tmp_path, env, "fleet"),
     }  # fmt: skip
     wanted = {}
@@ -149,7 +152,7 @@ def test_consumer_examples_read_a_live_run(
         procs[f"consumer{i}"] = _start(
             [sys.executable, f"consumer{i}.py"], tmp_path, env, f"consumer{i}"
         )
-        handles = {k for k in ("chunk", "label", "cohort") if f'"gazeguard.{k}/' in code}
+        handles = {k for k in ("chunk", "label", "mode", "cohort") if f'"gazeguard.{k}/' in code}
         assert handles, where
         wanted[f"consumer{i}"] = (where, handles)
 

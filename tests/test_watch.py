@@ -423,7 +423,8 @@ def test_watch_explain_prints_the_glossary_the_docs_share(
     for f in FEATURES:
         assert re.search(rf"^  {f.name}\n      {re.escape(f.description)}\. Unit: ", text, re.M)
     doc = (Path(__file__).resolve().parent.parent / "docs" / "glossary.md").read_text()
-    assert doc == glossary_markdown(), "regenerate: python3 -m gazeguard.wire.glossary"
+    regenerate = "gazeguard watch --explain markdown > docs/glossary.md"
+    assert doc == glossary_markdown(), f"regenerate: {regenerate}"
     # the legend points at it, and no printed text speaks of an undefined "lo"
     assert "gazeguard watch --explain" in LEGEND
 

@@ -40,7 +40,7 @@ from gazeguard.runtime.dashboard.readability import (
 from gazeguard.runtime.mqtt.client import ClientFactory
 from gazeguard.runtime.mqtt.sink import explain_failure
 from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt, ModeMessage
-from gazeguard.wire.glossary import glossary_text
+from gazeguard.wire.glossary import glossary_markdown, glossary_text
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import (
     VALUE_NOISE_LABEL,
@@ -86,9 +86,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one validated message per line")
     parser.add_argument(
         "--explain",
-        action="store_true",
+        nargs="?",
+        const="text",
+        choices=("text", "markdown"),
         help="print the glossary (every term watch, run and demo print, each feature's meaning, "
-        "unit and public range; docs/glossary.md) and exit",
+        "unit and public range) and exit; 'markdown' prints docs/glossary.md",
     )
 
 
@@ -504,8 +506,8 @@ class WatchError(GazeguardError):
 def run(args: argparse.Namespace) -> int:
     """``gazeguard watch``: exit 0, 1 when an invalid message was seen (or the broker refused
     this client), 130 on Ctrl-C."""
-    if getattr(args, "explain", False):
-        stdout(glossary_text())
+    if explain := getattr(args, "explain", None):
+        stdout(glossary_markdown() if explain == "markdown" else glossary_text())
         return ExitCode.OK
     if args.count is not None and args.count < 1:
         args.count = None

@@ -3,12 +3,11 @@ demo`` print, defined once, with each feature's meaning, unit and public range.
 
 ``gazeguard watch --explain`` prints it (:func:`glossary_text`), and ``docs/glossary.md`` is the
 same text as Markdown (:func:`glossary_markdown`; a test keeps the two equal; regenerate it with
-``python3 -m gazeguard.wire.glossary > docs/glossary.md``).
+``gazeguard watch --explain markdown > docs/glossary.md``).
 """
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from dataclasses import dataclass
 
@@ -286,7 +285,7 @@ def glossary_markdown() -> str:
         "",
         "Every term that `gazeguard watch`, `gazeguard run` (its banner, chunk and label lines and "
         "summary) and `gazeguard demo` print. `gazeguard watch --explain` prints the same text. "
-        "Generated from `gazeguard/wire/glossary.py` (`python3 -m gazeguard.wire.glossary > "
+        "Generated from `gazeguard/wire/glossary.py` (`gazeguard watch --explain markdown > "
         "docs/glossary.md`).",
         "",
     ]
@@ -310,7 +309,3 @@ def glossary_markdown() -> str:
         for i, f in enumerate(FEATURES)
     ]
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.stdout.write(glossary_markdown())
