@@ -4,6 +4,7 @@ real Mosquitto, a real SQLite ledger; and the batch decoder against the one-bloc
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import time
@@ -24,7 +25,7 @@ from gazeguard.config import LabelSettings, Settings
 from gazeguard.core.errors import StreamError
 from gazeguard.core.samples import GazeSamples
 from gazeguard.ledger import Ledger
-from gazeguard.runtime.fleet import Fleet, FleetSession
+from gazeguard.runtime.fleet import INGEST_SLICE, Fleet, FleetSession
 from gazeguard.runtime.jetstream import consumer_name
 from gazeguard.runtime.jetstream.wire import ensure_consumers, ensure_stream
 from gazeguard.runtime.service import serve_fleet
@@ -112,6 +113,60 @@ def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
             assert [c.chunk_index for c in ledger.charges(f"hmd.{s}")] == want
             assert ledger.withheld(f"hmd.{s}") == []
         assert ledger.verify() == []
+
+
+@pytest.mark.network
+def test_a_burst_is_fed_a_slice_at_a_time_and_the_loop_runs_between_slices(
+    tmp_path: Path,
+    nats_server: NatsNode,  # noqa: F811 - the fixture
+    mosquitto: MosquittoBroker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Forty sessions' blocks wait in one partition (a burst, as when headsets on one clock send
+    at the same moment): the worker feeds them at most INGEST_SLICE sessions at a time, never
+    two slices at once, and other tasks of the loop (a due release, the publisher) run between
+    two slices of one batch; every session's gaze is still read whole."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    settings = fleet_settings(nats_server.url, 1, ledger_path, (mosquitto.host, mosquitto.port))
+    gaze = {f"s{i}": simulate_gaze(3.0, 120.0, seed=200 + i) for i in range(40)}
+    ticks = 0
+    slices: list[tuple[int, int, int]] = []  # (sessions, ticks before, ticks after)
+    inside = 0
+    step = Fleet._process_many
+
+    async def observed(self: Fleet, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
+        nonlocal inside
+        inside += 1
+        assert inside == 1, "two ingest slices at once"
+        before = ticks
+        try:
+            await step(self, items)
+        finally:
+            inside -= 1
+        slices.append((len(items), before, ticks))
+
+    monkeypatch.setattr(Fleet, "_process_many", observed)
+
+    async def main() -> Fleet:
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0)
+                ticks += 1
+
+        tick = asyncio.create_task(ticker())
+        try:
+            return await serve_backlog(nats_server, settings, gaze)
+        finally:
+            tick.cancel()
+
+    fleet = asyncio.run(main())
+    assert sorted(fleet.closed) == sorted(f"hmd.{s}" for s in gaze)
+    assert max(n for n, _, _ in slices) == INGEST_SLICE, slices  # a batch was sliced
+    assert sum(n for n, _, _ in slices) >= len(gaze)
+    # the loop turned between consecutive slices (the ticker ran), not only within them
+    gaps = [b2 - a1 for (_, _, a1), (_, b2, _) in itertools.pairwise(slices)]
+    assert all(g >= 1 for g in gaps), slices
 
 
 @settings(max_examples=60, deadline=None)

@@ -64,6 +64,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Sessions fed per step of :meth:`Fleet.process_many` (a few ms of features at most) before the
+#: loop lets due releases and the publisher run.
+INGEST_SLICE = 16
+
 
 @dataclass
 class FleetSession:
@@ -363,6 +367,7 @@ class Fleet:
         self._order = itertools.count()
         self._wake = asyncio.Event()  # a new chunk is held: run_due looks at the heap again
         self._releasing = asyncio.Lock()  # one release at a time (in order, one thread)
+        self._ingest = asyncio.Lock()  # one ingest slice at a time (process_many)
         self._heap = LongLived()
         self.cohort: CohortWiring | None = (
             CohortWiring.build(
@@ -446,16 +451,34 @@ class Fleet:
             )
 
     async def process_many(self, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
-        """:meth:`_process_many`, timed into ``gazeguard_batch_seconds`` when the operator
-        metrics are on (:attr:`tail`)."""
-        if self.tail is None:
-            await self._process_many(items)
-            return
-        started = time.perf_counter()
-        try:
-            await self._process_many(items)
-        finally:
-            self.tail.batch_seconds.observe(time.perf_counter() - started)
+        """:meth:`_process_many` of ``items`` in slices of :data:`INGEST_SLICE` sessions, one
+        ingest at a time, yielding to the loop after each slice; each slice is timed into
+        ``gazeguard_batch_seconds`` when the operator metrics are on (:attr:`tail`).
+
+        The worker's partitions pull concurrently, and blocks sent at the same moment (headsets
+        on one clock) arrive as one burst: processed as they came, the partitions' batches
+        would run back to back in one turn of the event loop, and a chunk coming due meanwhile
+        (:meth:`run_due`), or charged and waiting for the publisher, would wait for all of
+        them. One ingest at a time, a slice at a time, it waits for at most one slice."""
+        async with self._ingest:
+            for start in range(0, len(items), INGEST_SLICE):
+                # a session closed while an earlier slice yielded takes no more gaze
+                part = [
+                    (entry, block)
+                    for entry, block in items[start : start + INGEST_SLICE]
+                    if self.sessions.get(entry.pipeline.session) is entry
+                ]
+                if not part:
+                    continue
+                if self.tail is None:
+                    await self._process_many(part)
+                else:
+                    started = time.perf_counter()
+                    try:
+                        await self._process_many(part)
+                    finally:
+                        self.tail.batch_seconds.observe(time.perf_counter() - started)
+                await asyncio.sleep(0)  # the due releases and the publisher go first
 
     async def _process_many(self, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
         """Events and features inline for every ``(session, new samples)`` (each session once),
@@ -479,11 +502,12 @@ class Fleet:
             if entry is not None:
                 entry.bad_blocks += 1
             log.warning("session %r: gaze block dropped: %s", pipe.session, exc)
+        for pipe, chunk in jobs:
+            heapq.heappush(self._held, (self.due(pipe, chunk), next(self._order), pipe, chunk))
         if jobs:
-            for pipe, chunk in jobs:
-                heapq.heappush(self._held, (self.due(pipe, chunk), next(self._order), pipe, chunk))
             self._wake.set()
-            await self._release_due(time.time())  # what came due already (a backlog, a lag)
+        if self._held and self._held[0][0] <= time.time():  # a backlog, a lag, or came due
+            await self._release_due(time.time())
         labeled = [entry.pipeline for entry, _ in items if entry.pipeline.labels is not None]
         if labeled:  # private labels (labels.enabled): decided, charged, then published
             if self._on_loop:
