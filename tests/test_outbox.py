@@ -43,19 +43,24 @@ class ListSink:
         self._refuse = set(refuse)
         self._fail_once = set(fail_once)
         self._ack_lost = ack_lost
+        self._lost = False
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[ListSink]:
         self.connects += 1
+        self._lost = False
         yield self
 
     async def deliver(self, topic: str, payload: bytes, *, retain: bool) -> Delivery:
         await asyncio.sleep(0)  # a real sink waits for the other side
         self.attempts.append(topic)
+        if self._lost:  # as on a real connection: what was sent after the loss is lost too
+            raise SinkUnavailableError(f"connection lost before {topic}")
         if topic in self._refuse:
             return Delivery(f"{topic} is not for this list")
         if topic in self._fail_once:
             self._fail_once.discard(topic)
+            self._lost = True
             if self._ack_lost:
                 self.received.append((topic, payload, retain))
             raise SinkUnavailableError(f"connection lost at {topic}")
@@ -96,7 +101,8 @@ def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connectio
 ) -> None:
     """Item 2 is refused for good, the connection is lost once at item 3: 0, 1, 3, 4 arrive in
     this order, once each; 2 is kept in the ledger as refused with the sink's reason; the drain
-    reconnected once and went on from item 3. The same with the outbox calls made on the event
+    reconnected once and went on from item 3 (items are in flight together: 4, sent on the lost
+    connection after 3, is sent again too). The same with the outbox calls made on the event
     loop (``inline``, a fleet worker's local ledger) as in worker threads."""
     ledger = ThreadNotingLedger(tmp_path / "ledger.sqlite")
     ids = [charge(ledger, i) for i in range(5)]
@@ -124,7 +130,8 @@ def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connectio
         (f"t/{i}", f"payload {i}".encode()) for i in (0, 1, 3, 4)
     ]
     assert not any(retain for *_, retain in sink.received)
-    assert sink.attempts == ["t/0", "t/1", "t/2", "t/3", "t/3", "t/4"]
+    # all five in flight at once; 4, sent after the loss at 3, is lost with it and sent again
+    assert sink.attempts == ["t/0", "t/1", "t/2", "t/3", "t/4", "t/3", "t/4"]
     assert acked == [ids[i] for i in (0, 1, 3, 4)]
     assert (drain.delivered, drain.refused_items, drain.connections, sink.connects) == (4, 1, 2, 2)
     assert drain.refusals == 1  # the refused item; the lost connection is no refusal

@@ -2,17 +2,19 @@
 
 The service charges a chunk and enqueues its privatized payload into the ledger's outbox in one
 SQLite transaction (:mod:`gazeguard.ledger`), then calls :meth:`Drain.notify`. The drain sends
-the outbox's undelivered items oldest first, one at a time: hand the item to the :class:`Sink`,
-wait for its acknowledgement (MQTT: the broker's PUBACK), then ``ledger.mark_delivered(id)``.
-Item ``i + 1`` is sent only after item ``i`` was acknowledged, so the receiver gets them in
-outbox order even across reconnects and restarts; the bytes sent are exactly the bytes that were
-charged.
+the outbox's undelivered items oldest first, a pass (at most ``batch`` items) at a time: every
+item of the pass is handed to the :class:`Sink` at once, in order (one connection keeps that
+order on the wire: MQTT delivers a connection's QoS 1 messages in the order sent), then their
+acknowledgements (MQTT: the broker's PUBACKs) are taken in order, each followed by
+``ledger.mark_delivered(id)``. So a group of chunks charged on one tick waits for one round trip,
+not one each; the bytes sent are exactly the bytes that were charged.
 
 **Delivery is at least once.** If the connection (or the process) dies after the receiver got
-an item but before its acknowledgement was recorded, the item is sent again. The window is one
-in-flight message per drain: items whose acknowledgement arrived are never re-sent by a running
-drain (they are remembered until ``mark_delivered`` has committed), so a duplicate needs a lost
-acknowledgement or a crash between it and the commit. Consumers deduplicate by
+an item but before its acknowledgement was recorded, the item is sent again, after the
+reconnect, from the outbox table in order. The window is one pass: items whose acknowledgement
+arrived are never re-sent by a running drain (they are remembered until ``mark_delivered`` has
+committed), so a duplicate needs a lost acknowledgement or a crash between it and the commit.
+The first copy of each item still arrives in outbox order. Consumers deduplicate by
 ``(session, chunk_index)``, which every chunk message carries.
 
 **Refused items are moved aside.** A sink that answers an item with a refusal (MQTT 5: a
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -131,6 +134,10 @@ class SinkConnection(Protocol):
 
     async def deliver(self, topic: str, payload: bytes, *, retain: bool) -> Delivery:
         """Send one message and return once the receiver answered it.
+
+        The drain has several in flight at once, started in order: the message must be handed
+        to the transport before the first suspension, so that messages go out in the order of
+        the calls.
 
         ``retain``: keep it as the topic's latest value for later consumers (MQTT: retained).
 
@@ -461,8 +468,7 @@ class Drain:
             self._passes_started += 1
             this_pass = self._passes_started
             items, more = await self._next_items()
-            for item in items:
-                await self._deliver_item(connection, item)
+            await self._deliver_items(connection, items)
             if more:
                 continue
             await self._deliver_latest(connection)
@@ -475,11 +481,40 @@ class Drain:
                 async with asyncio.timeout(self._poll_interval_s):
                     await self._wake.wait()
 
-    async def _deliver_item(self, connection: SinkConnection, item: OutboxEntry) -> None:
-        """Send one outbox item (unless it was acknowledged already), then mark it delivered, or
-        move it aside when the sink refuses it."""
-        if item.id not in self._acked:
-            delivery = await connection.deliver(item.topic, item.payload, retain=False)
+    async def _deliver_items(
+        self, connection: SinkConnection, items: Sequence[OutboxEntry]
+    ) -> None:
+        """Send ``items`` (those not acknowledged already) all at once, in order, then take their
+        answers in order: each marked delivered, or moved aside when the sink refused it.
+
+        A pass's items are in flight together (the sink sends them in the order they were
+        started), so a group of chunks charged on one tick waits for one round trip, not one
+        each. If the connection is lost, the answers not yet taken are dropped and their items
+        sent again after the reconnect (at least once, as for a single lost acknowledgement)."""
+        sends: list[asyncio.Future[Delivery] | None] = []
+        for item in items:
+            if item.id in self._acked:
+                sends.append(None)
+                continue
+            sent = asyncio.ensure_future(connection.deliver(item.topic, item.payload, retain=False))
+            sent.add_done_callback(functools.partial(self._note_ack, item.id))
+            sends.append(sent)
+        try:
+            for item, send in zip(items, sends, strict=True):
+                await self._deliver_item(item, None if send is None else await send)
+        finally:
+            _settle(sends)
+
+    def _note_ack(self, outbox_id: int, send: asyncio.Future[Delivery]) -> None:
+        """Remember an acknowledgement as it arrives, before its turn to be marked: should the
+        connection drop meanwhile, that item is not sent again."""
+        if not send.cancelled() and send.exception() is None and send.result().delivered:
+            self._acked.add(outbox_id)
+
+    async def _deliver_item(self, item: OutboxEntry, delivery: Delivery | None) -> None:
+        """Take the sink's answer to one outbox item (``None``: acknowledged before): mark it
+        delivered, or move it aside when the sink refused it."""
+        if delivery is not None:
             if delivery.refused is not None:
                 # Never retried, never blocking the queue: kept in the ledger as refused (its ε
                 # stays spent), counted, logged once; the next item goes on.
@@ -507,17 +542,39 @@ class Drain:
 
     async def _deliver_latest(self, connection: SinkConnection) -> None:
         """Send the latest value of every topic not sent since it changed or since connecting."""
-        for topic in list(self._latest_unsent):
-            payload = self._latest[topic]
-            delivery = await connection.deliver(topic, payload, retain=True)
-            if delivery.refused is not None:
-                self._latest_unsent.discard(topic)  # a newer value may be allowed; not this one
-                self.refusals += 1
-                self.last_error = f"broker refused status on topic {topic!r}: {delivery.refused}"
-                self._log.error("%s", self.last_error)
-                continue
-            if self._latest[topic] is payload:
-                self._latest_unsent.discard(topic)
+        latest = [(topic, self._latest[topic]) for topic in self._latest_unsent]
+        sends: list[asyncio.Future[Delivery] | None] = [
+            asyncio.ensure_future(connection.deliver(topic, payload, retain=True))
+            for topic, payload in latest
+        ]  # all in flight at once, as the outbox items
+        try:
+            for (topic, payload), send in zip(latest, sends, strict=True):
+                assert send is not None
+                delivery = await send
+                if delivery.refused is not None:
+                    self._latest_unsent.discard(topic)  # a newer value may be allowed; not this
+                    self.refusals += 1
+                    self.last_error = (
+                        f"broker refused status on topic {topic!r}: {delivery.refused}"
+                    )
+                    self._log.error("%s", self.last_error)
+                    continue
+                if self._latest[topic] is payload:
+                    self._latest_unsent.discard(topic)
+        finally:
+            _settle(sends)
+
+
+def _settle(sends: Sequence[asyncio.Future[Delivery] | None]) -> None:
+    """Cancel the sends still waiting for an answer and retrieve the failures of those done
+    (the first failure awaited is the one that propagates)."""
+    for send in sends:
+        if send is None:
+            continue
+        if not send.done():
+            send.cancel()
+        elif not send.cancelled():
+            send.exception()
 
 
 def _first(group: BaseExceptionGroup[SinkUnavailableError]) -> SinkUnavailableError:

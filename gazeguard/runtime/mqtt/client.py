@@ -31,8 +31,8 @@ be watched (``on_socket_open``, ``on_socket_register_write``), and aiomqtt regis
   skips a deferred registration whose socket is no longer paho's, and unregisters both
   directions when the socket closes (aiomqtt removed only the reader).
 
-It also keeps the reason code of the latest PUBACK (aiomqtt discards it), and it closes paho's
-socket when a connect attempt is cancelled or fails (aiomqtt leaves it open).
+It also returns each QoS 1 publish's own PUBACK reason code (aiomqtt discards it), and it
+closes paho's socket when a connect attempt is cancelled or fails (aiomqtt leaves it open).
 
 :class:`ClientFactory` builds them from :class:`~gazeguard.config.BrokerSettings`, with the TLS
 context (:func:`tls_context`) and the login (:func:`credentials`) those settings describe.
@@ -62,20 +62,51 @@ log = logging.getLogger(__name__)
 
 
 class MqttClient(aiomqtt.Client):
-    """aiomqtt's client whose socket stays watched (see the module docstring), with the reason
-    code of the latest PUBACK in :attr:`puback_reason`.
+    """aiomqtt's client whose socket stays watched (see the module docstring), and whose QoS 1
+    publishes return their own PUBACK's reason code (:meth:`publish_acked`), several in flight
+    at once."""
 
-    A caller keeping at most one publish in flight per connection (the publisher) knows the
-    latest PUBACK is the one for that publish.
-    """
-
-    puback_reason: ReasonCode | None = None
     socket_opened = False  # paho created the socket (set from paho's connect thread)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._loop_thread = threading.get_ident()  # constructed on the loop's thread
         self._reader: tuple[Any, Callable[[], None]] | None = None  # (socket, callback)
+        self._acks: dict[int, asyncio.Future[ReasonCode]] = {}  # message id -> its PUBACK
+
+    async def publish_acked(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        retain: bool,
+        timeout: float,  # noqa: ASYNC109
+    ) -> ReasonCode:
+        """Publish ``payload`` with QoS 1 and return its PUBACK's reason code (aiomqtt's
+        ``publish`` discards it).
+
+        Several may be in flight at once: each waits for the PUBACK of its own message id, and
+        the messages go out in the order of the calls (paho queues the packet before this
+        returns to the loop; the PUBACK can only be read after that).
+
+        Raises:
+            aiomqtt.MqttCodeError: paho could not queue the message (e.g. not connected).
+            aiomqtt.MqttError: no PUBACK within ``timeout`` seconds.
+        """
+        info = self._client.publish(topic, payload, 1, retain)
+        if info.rc != mqtt.MQTT_ERR_SUCCESS:
+            msg = "Could not publish message"
+            raise aiomqtt.MqttCodeError(info.rc, msg)
+        ack: asyncio.Future[ReasonCode] = asyncio.get_running_loop().create_future()
+        self._acks[info.mid] = ack
+        try:
+            async with asyncio.timeout(timeout):
+                return await ack
+        except TimeoutError:
+            msg = "Operation timed out"
+            raise aiomqtt.MqttError(msg) from None
+        finally:
+            self._acks.pop(info.mid, None)
 
     async def __aenter__(self) -> Self:
         connect = asyncio.ensure_future(super().__aenter__())
@@ -122,7 +153,9 @@ class MqttClient(aiomqtt.Client):
         reason_code: ReasonCode,
         properties: Properties,
     ) -> None:
-        self.puback_reason = reason_code
+        ack = self._acks.pop(mid, None)
+        if ack is not None and not ack.done():
+            ack.set_result(reason_code)
         super()._on_publish(client, userdata, mid, reason_code, properties)
 
     # -- the socket in the event loop ------------------------------------------------------------

@@ -177,19 +177,17 @@ class MqttConnection:
             raise self._sink.unavailable(failure) from failure
 
     async def deliver(self, topic: str, payload: bytes, *, retain: bool) -> Delivery:
-        """Publish with QoS 1 and return after the PUBACK: delivered, or refused with the
-        broker's reason code (e.g. 0x87 "Not authorized" from an ACL)."""
-        client = self.client
-        client.puback_reason = None
+        """Publish with QoS 1 and return after its PUBACK: delivered, or refused with the
+        broker's reason code (e.g. 0x87 "Not authorized" from an ACL). Several may be in
+        flight; they go out in the order of the calls."""
         started = time.monotonic()
         try:
-            await client.publish(
-                topic, payload, qos=1, retain=retain, timeout=self._sink.publish_timeout_s
+            reason = await self.client.publish_acked(
+                topic, payload, retain=retain, timeout=self._sink.publish_timeout_s
             )
         except _CONNECTION_ERRORS as exc:
             raise self._sink.unavailable(exc) from exc
-        reason = client.puback_reason
-        if reason is not None and reason.is_failure:
+        if reason is not None and reason.is_failure:  # (None: paho's MQTT 3.1.1 path)
             return Delivery(
                 f"{reason} (0x{reason.value:02X}); check that the broker's ACL lets this client "
                 f"publish under '{self._sink.settings.topic_prefix}/#'"
