@@ -8,7 +8,9 @@ load-generator processes (this script with ``--generator``) running L ``JetStrea
 devices in real time — a 120-sample block (1 s of 120 Hz gaze from ``simulate_gaze``) every
 second per session, what ``gazeguard forward`` sends by default (``fleet.nats.block_s``; other
 sizes with ``--block-samples``, e.g. 12 for 100 ms), each acknowledged by the stream before the
-next, session starts spread uniformly over one chunk period (16 s) — and a paho-mqtt subscriber
+next, session starts spread uniformly over one chunk period (16 s; ``--starts lattice``: on the
+0.5 s step lattice, so that half the sessions send each block at one instant) — and a paho-mqtt
+subscriber
 (this process) on every privatized chunk topic. With 2 workers the
 workers balance the partitions (``fleet.nats.balance``): the partitions each holds at the end
 (its last balance report) and the sessions it opened are reported.
@@ -164,11 +166,14 @@ async def generate(args: argparse.Namespace) -> None:
     persons = sorted({(args.first + i) % PERSONS for i in range(count)})
     gaze = {p: person_gaze(p, args.gaze_s) for p in persons}
     rng = np.random.default_rng(args.first)
-    # Start times spread over the stagger, on the step lattice; every device's clock reads the
-    # same (s since the level's start, as NTP-synced headsets agree), so a session's first
-    # sample is stamped with its start: without a per-session phase, every session's chunks
-    # would end on the same ticks.
-    offsets = np.round(rng.uniform(0.0, args.stagger, count) / args.step) * args.step
+    # Start times spread over the stagger (headsets start at any moment; with --starts lattice
+    # on the step lattice, so that half the sessions send their blocks at the same instant: a
+    # burst); every device's clock reads the same (s since the level's start, as NTP-synced
+    # headsets agree), so a session's first sample is stamped with its start: without a
+    # per-session phase, every session's chunks would end on the same ticks.
+    offsets = rng.uniform(0.0, args.stagger, count)
+    if args.starts == "lattice":
+        offsets = np.round(offsets / args.step) * args.step
     sends = np.full((count, blocks), np.nan)
     lags = np.full((count, blocks), np.nan)
     connected = np.full(count, np.nan)
@@ -284,7 +289,7 @@ class Worker:
 
 def start_generators(
     nats: str, partitions: int, sessions: int, gaze_s: float, stagger: float, start_at: float,
-    tag: str, tmp: Path, block: int, step: float, cpu: int | None = None,
+    tag: str, tmp: Path, block: int, step: float, cpu: int | None = None, starts: str = "spread",
 ) -> list[tuple[subprocess.Popen[bytes], Path]]:  # fmt: skip
     """One load generator up to 100 sessions, else two, splitting the sessions between them."""
     n = 1 if sessions <= 100 else 2
@@ -296,7 +301,8 @@ def start_generators(
                "--partitions", str(partitions), "--first", str(first),
                "--count", str(stop - first), "--gaze-s", f"{gaze_s:g}", "--stagger", f"{stagger:g}",
                "--start-at", repr(start_at), "--tag", tag, "--out", str(path),
-               "--block-samples", str(block), "--step", f"{step:g}"]  # fmt: skip
+               "--block-samples", str(block), "--step", f"{step:g}",
+               "--starts", starts]  # fmt: skip
         proc = subprocess.Popen(cmd)
         if cpu is not None:
             pin_process(proc.pid, cpu)
@@ -414,6 +420,7 @@ def _run_level(
                 args.block_samples,
                 args.step,
                 OTHER_CPU if pinned else None,
+                args.starts,
             )
             # Every session emits feature vectors from stagger + window on; measure
             # until the first sessions stop sending.
@@ -778,6 +785,12 @@ def main() -> None:
         "`gazeguard forward` sends by default, fleet.nats.block_s)",
     )  # fmt: skip
 
+    ap.add_argument(
+        "--starts", choices=("spread", "lattice"), default="spread",
+        help="session starts over the first chunk period: spread (any moment, as headsets "
+        "start; default) or lattice (on the 0.5 s step lattice: half the sessions send each "
+        "block at the same instant, a burst on both cores)",
+    )  # fmt: skip
     ap.add_argument("--name", default="fleet", help="results file stem (default fleet)")
     ap.add_argument("--generator", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--nats", help=argparse.SUPPRESS)
@@ -879,6 +892,7 @@ def main() -> None:
         "generator_lag_limit_ms": LAG_LIMIT_MS,
         "partitions": args.partitions,
         "modes": modes,
+        "starts": args.starts,
     }
     path = write_results(
         args.name,
