@@ -95,6 +95,52 @@ def charge(ledger: Ledger, index: int, session: str = SESSION) -> int:
     return ledger.charge(session, index, {"a": 0.1}, topic=topic, payload=payload).outbox_id
 
 
+class GatedSink(ListSink):
+    """A list sink whose receiver answers only once :attr:`gate` is set (a slow round trip);
+    :attr:`in_flight` is set once ``expect`` messages were handed to it."""
+
+    def __init__(self, expect: int) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.in_flight = asyncio.Event()
+        self._expect = expect
+
+    async def deliver(self, topic: str, payload: bytes, *, retain: bool) -> Delivery:
+        self.attempts.append(topic)  # handed to the transport before the first suspension
+        if len(self.attempts) >= self._expect:
+            self.in_flight.set()
+        await self.gate.wait()
+        self.received.append((topic, payload, retain))
+        return DELIVERED
+
+
+def test_a_pass_is_in_flight_together_and_arrives_in_order(tmp_path: Path) -> None:
+    """Five items charged together are all handed to the sink before the first answer comes
+    back (one round trip for the group, not one each), in outbox order, and are marked
+    delivered in that order once the answers come."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ids = [charge(ledger, i) for i in range(5)]
+    sink = GatedSink(expect=5)
+    acked: list[int] = []
+
+    async def scenario() -> None:
+        async with Drain(
+            ledger, sink, connect_timeout=5, on_acked=lambda item: acked.append(item.id)
+        ) as drain:
+            async with asyncio.timeout(5):
+                await sink.in_flight.wait()
+            assert sink.received == [], "no answer yet: all five were in flight together"
+            sink.gate.set()
+            await drain.flush(5)
+
+    asyncio.run(scenario())
+    assert sink.attempts == [f"t/{i}" for i in range(5)]
+    assert [t for t, _, _ in sink.received] == [f"t/{i}" for i in range(5)]
+    assert acked == ids
+    assert ledger.pending() == []
+    ledger.close()
+
+
 @pytest.mark.parametrize("inline", [False, True])
 def test_drains_in_order_moves_a_refused_item_aside_and_retries_a_lost_connection(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, inline: bool
