@@ -51,7 +51,8 @@ from gazeguard.ledger.outbox import OutboxEntry
 from gazeguard.privacy.accounting import cache_clear
 from gazeguard.privacy.accounting.cache import flush
 from gazeguard.runtime.publish import Publisher
-from gazeguard.wire.message import ChunkMessage, LedgerSnapshot, MechanismParams, chunk_topic
+from gazeguard.wire.message import ChunkMessage, LedgerSnapshot, MechanismParams
+from gazeguard.wire.topics import chunk_topic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "publish.json"
 N_FEATURES, N_STEPS = 52, 32

@@ -17,7 +17,8 @@ from gazeguard.core.errors import PublishError
 from gazeguard.ledger import Ledger
 from gazeguard.runtime.mqtt.broker import EmbeddedBroker
 from gazeguard.runtime.publish import Publisher
-from gazeguard.wire.message import StatusMessage, status_topic
+from gazeguard.wire.message import StatusMessage
+from gazeguard.wire.topics import status_topic
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 

@@ -40,13 +40,8 @@ from gazeguard.signal.labels import (
     uniform_below,
 )
 from gazeguard.signal.profiles import load_profile
-from gazeguard.wire.label import (
-    LABEL_SCHEMA,
-    LabelMessage,
-    json_schema,
-    label_topic,
-    shipped_schema,
-)
+from gazeguard.wire.label import LABEL_SCHEMA, LabelMessage, json_schema, shipped_schema
+from gazeguard.wire.topics import label_topic
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,12 +23,10 @@ from gazeguard.wire.message import (
     LedgerSnapshot,
     MechanismParams,
     StatusMessage,
-    chunk_topic,
     json_schema,
     shipped_schema,
-    status_topic,
 )
-from gazeguard.wire.topics import name_problem, session_id_for
+from gazeguard.wire.topics import chunk_topic, name_problem, session_id_for, status_topic
 
 F, N = 4, 16
 

@@ -43,10 +43,9 @@ from gazeguard.wire.message import (
     LedgerSnapshot,
     MechanismParams,
     StatusMessage,
-    chunk_topic,
     shipped_schema,
-    status_topic,
 )
+from gazeguard.wire.topics import chunk_topic, status_topic
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 

@@ -18,7 +18,7 @@ from gazeguard.config import Settings, load_settings
 from gazeguard.core.words import counted
 from gazeguard.runtime.forward import ForwardSummary, forward
 from gazeguard.runtime.ingest import GazeStreamInfo
-from gazeguard.wire.message import chunk_topic
+from gazeguard.wire.topics import chunk_topic
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -151,11 +151,8 @@ from gazeguard.wire.cohort import (
     CohortMessage,
     CohortReceipt,
     ModeMessage,
-    attention_topic,
-    cohort_topic,
-    mode_topic,
-    receipt_topic,
 )
+from gazeguard.wire.topics import attention_topic, cohort_topic, mode_topic, receipt_topic
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,8 @@ from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
 from gazeguard.plan.labels import LabelPlan
 from gazeguard.privacy.mechanisms.randomness import RandomSource, random_source
 from gazeguard.signal.labels import LabelRelease
-from gazeguard.wire.label import LabelMessage, label_topic
+from gazeguard.wire.label import LabelMessage
+from gazeguard.wire.topics import label_topic
 
 log = logging.getLogger(__name__)
 

@@ -63,8 +63,8 @@ from gazeguard.wire.message import (
     MechanismParams,
     SessionState,
     StatusMessage,
-    chunk_topic,
 )
+from gazeguard.wire.topics import chunk_topic
 
 if TYPE_CHECKING:
     from gazeguard.config import LabelSettings

@@ -15,7 +15,8 @@ from gazeguard.config import BrokerSettings
 from gazeguard.core.errors import ConfigError
 from gazeguard.ledger.outbox import Drain, Outbox, OutboxEntry
 from gazeguard.runtime.mqtt.sink import MqttSink
-from gazeguard.wire.message import StatusMessage, status_topic
+from gazeguard.wire.message import StatusMessage
+from gazeguard.wire.topics import status_topic
 
 log = logging.getLogger(__name__)
 

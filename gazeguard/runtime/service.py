@@ -70,8 +70,8 @@ from gazeguard.runtime.publish import Publisher
 from gazeguard.runtime.simulate import SimulatedHeadset
 from gazeguard.runtime.tail import TailProfile
 from gazeguard.signal.compiled import load_kernels
-from gazeguard.wire.message import SessionState, StatusMessage, status_topic
-from gazeguard.wire.topics import session_id_for
+from gazeguard.wire.message import SessionState, StatusMessage
+from gazeguard.wire.topics import session_id_for, status_topic
 
 if TYPE_CHECKING:
     from gazeguard.runtime.labels import LabelStats, ReleasedLabel

@@ -39,7 +39,6 @@ from pydantic import Field, model_validator
 
 from gazeguard.wire import message
 from gazeguard.wire.message import FiniteFloat, Name, NoiseSource, Positive, WireModel
-from gazeguard.wire.topics import check_name, check_prefix
 
 COHORT_SCHEMA: Final = "gazeguard.cohort/1"
 SCHEMA_FILE: Final = "cohort.schema.json"
@@ -337,37 +336,6 @@ class CohortReceipt(WireModel):
     def from_payload(cls, payload: bytes | str) -> CohortReceipt:
         """Parse and validate a received payload."""
         return cls.model_validate_json(payload)
-
-
-def receipt_topic(prefix: str, device: str, session: str) -> str:
-    """``{prefix}/{device}/{session}/cohort``: the session's cohort receipts.
-
-    Raises:
-        ConfigError: a part is empty or contains MQTT wildcards or separators.
-    """
-    check_prefix(prefix)
-    check_name("device", device)
-    check_name("session", session)
-    return f"{prefix}/{device}/{session}/cohort"
-
-
-def attention_topic(prefix: str, cohort: str) -> str:
-    """``{prefix}/cohort/{cohort}/attention``."""
-    return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/attention"
-
-
-def mode_topic(prefix: str, cohort: str) -> str:
-    """``{prefix}/cohort/{cohort}/mode``."""
-    return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/mode"
-
-
-def cohort_topic(prefix: str, cohort: str) -> str:
-    """``{prefix}/cohort/{cohort}/aggregates``."""
-    check_prefix(prefix)
-    if not cohort or any(c in cohort for c in "/+#"):
-        msg = f"cohort name {cohort!r} must be one topic level (no '/', '+' or '#')"
-        raise ValueError(msg)
-    return f"{prefix}/cohort/{cohort}/aggregates"
 
 
 def json_schema() -> dict[str, Any]:

@@ -31,7 +31,6 @@ from gazeguard.wire.message import (
     Positive,
     WireModel,
 )
-from gazeguard.wire.topics import check_name, check_prefix
 
 if TYPE_CHECKING:
     from gazeguard.signal.labels import LabelDecision
@@ -174,18 +173,6 @@ class LabelMessage(WireModel):
     def from_payload(cls, payload: bytes | str) -> LabelMessage:
         """Parse and validate a received payload."""
         return cls.model_validate_json(payload)
-
-
-def label_topic(prefix: str, device: str, session: str) -> str:
-    """``{prefix}/{device}/{session}/labels``: one private label per message, QoS 1.
-
-    Raises:
-        ConfigError: a part is empty or contains MQTT wildcards or separators.
-    """
-    check_prefix(prefix)
-    check_name("device", device)
-    check_name("session", session)
-    return f"{prefix}/{device}/{session}/labels"
 
 
 def json_schema() -> dict[str, Any]:

@@ -48,7 +48,6 @@ from gazeguard.privacy.mechanisms.registry import (
     MechanismKind,
     mechanism_kind,
 )
-from gazeguard.wire.topics import check_name, check_prefix
 
 CHUNK_SCHEMA: Final = "gazeguard.chunk/2"
 STATUS_SCHEMA: Final = "gazeguard.status/2"
@@ -648,30 +647,6 @@ class StatusMessage(WireModel):
 
 # ---------------------------------------------------------------------------------------------
 # Topics
-
-
-def chunk_topic(prefix: str, device: str, session: str) -> str:
-    """``{prefix}/{device}/{session}/chunks``: one privatized chunk per message, QoS 1.
-
-    Raises:
-        ConfigError: a part is empty or contains MQTT wildcards or separators.
-    """
-    check_prefix(prefix)
-    check_name("device", device)
-    check_name("session", session)
-    return f"{prefix}/{device}/{session}/chunks"
-
-
-def status_topic(prefix: str, device: str, session: str) -> str:
-    """``{prefix}/{device}/{session}/status``: the retained session status.
-
-    Raises:
-        ConfigError: a part is empty or contains MQTT wildcards or separators.
-    """
-    check_prefix(prefix)
-    check_name("device", device)
-    check_name("session", session)
-    return f"{prefix}/{device}/{session}/status"
 
 
 # ---------------------------------------------------------------------------------------------

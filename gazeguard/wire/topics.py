@@ -1,5 +1,5 @@
-"""MQTT topics: the one rule for the names gazeguard puts into topics, and the topic builders'
-checks (the message modules build topics with these; config validates names at startup).
+"""MQTT topics: every topic gazeguard publishes on, and the one rule for the names it puts into
+them (config validates names at startup with the same checks).
 
 **Topic-safe names** (``device``, ``session``, a cohort name): 1 to :data:`MAX_NAME_CHARS`
 characters, no leading or trailing whitespace, none of ``/ + #``, and no character of Unicode
@@ -72,3 +72,73 @@ def check_prefix(prefix: str) -> str:
             "control characters or a leading/trailing '/' (default 'gazeguard/v1')",
         )
     return prefix
+
+
+# ---------------------------------------------------------------------------------------------
+# The topics
+
+
+def _session_topic(prefix: str, device: str, session: str, kind: str) -> str:
+    check_prefix(prefix)
+    check_name("device", device)
+    check_name("session", session)
+    return f"{prefix}/{device}/{session}/{kind}"
+
+
+def chunk_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/chunks``: one privatized chunk per message, QoS 1.
+
+    Raises:
+        ConfigError: a part is empty or contains MQTT wildcards or separators.
+    """
+    return _session_topic(prefix, device, session, "chunks")
+
+
+def status_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/status``: the retained session status.
+
+    Raises:
+        ConfigError: a part is empty or contains MQTT wildcards or separators.
+    """
+    return _session_topic(prefix, device, session, "status")
+
+
+def label_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/labels``: one private label per message, QoS 1.
+
+    Raises:
+        ConfigError: a part is empty or contains MQTT wildcards or separators.
+    """
+    return _session_topic(prefix, device, session, "labels")
+
+
+def receipt_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/cohort``: the session's cohort receipts.
+
+    Raises:
+        ConfigError: a part is empty or contains MQTT wildcards or separators.
+    """
+    return _session_topic(prefix, device, session, "cohort")
+
+
+def cohort_topic(prefix: str, cohort: str) -> str:
+    """``{prefix}/cohort/{cohort}/aggregates``.
+
+    Raises:
+        ValueError: the cohort name is empty or not one topic level.
+    """
+    check_prefix(prefix)
+    if not cohort or any(c in cohort for c in RESERVED):
+        msg = f"cohort name {cohort!r} must be one topic level (no '/', '+' or '#')"
+        raise ValueError(msg)
+    return f"{prefix}/cohort/{cohort}/aggregates"
+
+
+def attention_topic(prefix: str, cohort: str) -> str:
+    """``{prefix}/cohort/{cohort}/attention``."""
+    return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/attention"
+
+
+def mode_topic(prefix: str, cohort: str) -> str:
+    """``{prefix}/cohort/{cohort}/mode``."""
+    return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/mode"
