@@ -443,7 +443,9 @@ def _run_level(
             other_fp = [m.stop() for m in others]
             for g, _ in gens:
                 g.wait(timeout=period + 120)
-            time.sleep(3.0)  # the last chunks are charged, published and received
+            # the last chunks come due (up to the look-behind + late_after_s after the last
+            # sample), are charged, published and received
+            time.sleep(3.0 + LOOKBEHIND_S + LATE_AFTER_S)
             sub.close()
             lost = (dropped[-1] - dropped_before) if dropped else float("nan")
             if spying is not None:
