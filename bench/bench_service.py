@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import subprocess
@@ -111,15 +110,28 @@ LOOPS: dict[str, LoopRunner] = {"asyncio": asyncio.run, "uvloop": uvloop.run}
 
 # ------------------------------------------------------------------------------ latency
 @contextlib.contextmanager
-def publisher_hook(on_acked: Callable[[OutboxEntry], None]) -> Iterator[None]:
+def publisher_hook(on_acked_bench: Callable[[OutboxEntry], None]) -> Iterator[None]:
     """Make ``serve()`` build its (real) Publisher with ``on_acked`` — the PUBACK timestamp.
 
-    ``serve`` constructs ``Publisher(broker, ledger, name=...)`` itself; this swaps in the same
-    class with the documented ``on_acked`` argument bound, for the duration of the block.
+    ``serve`` constructs ``Publisher(broker, ledger, on_acked=..., ...)`` itself (its own
+    ``on_acked`` feeds the operator metrics); this swaps in the same class with an ``on_acked``
+    that calls serve's and then ``on_acked_bench``, for the duration of the block. (Binding
+    ``on_acked`` with ``functools.partial`` let serve's keyword replace it: the bench never saw a
+    PUBACK and timed out.)
     """
     namespace = vars(gazeguard.runtime.service)
     original = namespace["Publisher"]
-    namespace["Publisher"] = functools.partial(Publisher, on_acked=on_acked)
+
+    def hooked(*args: Any, on_acked: Callable[[OutboxEntry], None] | None = None, **kw: Any) -> Any:
+        def both(item: OutboxEntry) -> None:  # serve's own (its operator metrics), then ours
+            if on_acked is not None:
+                on_acked(item)
+            timed(item)
+
+        return Publisher(*args, on_acked=both, **kw)
+
+    timed = on_acked_bench
+    namespace["Publisher"] = hooked
     try:
         yield
     finally:
