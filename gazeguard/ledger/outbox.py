@@ -543,13 +543,12 @@ class Drain:
     async def _deliver_latest(self, connection: SinkConnection) -> None:
         """Send the latest value of every topic not sent since it changed or since connecting."""
         latest = [(topic, self._latest[topic]) for topic in self._latest_unsent]
-        sends: list[asyncio.Future[Delivery] | None] = [
+        sends = [
             asyncio.ensure_future(connection.deliver(topic, payload, retain=True))
             for topic, payload in latest
         ]  # all in flight at once, as the outbox items
         try:
             for (topic, payload), send in zip(latest, sends, strict=True):
-                assert send is not None
                 delivery = await send
                 if delivery.refused is not None:
                     self._latest_unsent.discard(topic)  # a newer value may be allowed; not this

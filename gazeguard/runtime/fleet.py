@@ -470,13 +470,11 @@ class Fleet:
                 ]
                 if not part:
                     continue
-                if self.tail is None:
+                started = time.perf_counter()
+                try:
                     await self._process_many(part)
-                else:
-                    started = time.perf_counter()
-                    try:
-                        await self._process_many(part)
-                    finally:
+                finally:
+                    if self.tail is not None:
                         self.tail.batch_seconds.observe(time.perf_counter() - started)
                 await asyncio.sleep(0)  # the due releases and the publisher go first
 
@@ -506,8 +504,9 @@ class Fleet:
             heapq.heappush(self._held, (self.due(pipe, chunk), next(self._order), pipe, chunk))
         if jobs:
             self._wake.set()
-        if self._held and self._held[0][0] <= time.time():  # a backlog, a lag, or came due
-            await self._release_due(time.time())
+        now = time.time()
+        if self._held and self._held[0][0] <= now:  # a backlog, a lag, or came due
+            await self._release_due(now)
         labeled = [entry.pipeline for entry, _ in items if entry.pipeline.labels is not None]
         if labeled:  # private labels (labels.enabled): decided, charged, then published
             if self._on_loop:

@@ -187,7 +187,7 @@ class MqttConnection:
             )
         except _CONNECTION_ERRORS as exc:
             raise self._sink.unavailable(exc) from exc
-        if reason is not None and reason.is_failure:  # (None: paho's MQTT 3.1.1 path)
+        if reason.is_failure:
             return Delivery(
                 f"{reason} (0x{reason.value:02X}); check that the broker's ACL lets this client "
                 f"publish under '{self._sink.settings.topic_prefix}/#'"
