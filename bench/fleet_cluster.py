@@ -1,5 +1,5 @@
 """JetStream fleet on a 3-node NATS cluster on loopback: what a killed worker and a killed
-server cost, at a larger scale than ``tests/test_jetstream_cluster.py``.
+server cost, at a larger scale than ``tests/runtime/test_jetstream_cluster.py``.
 
 Same scenario as the test (``tests/_nats_cluster.py``, :func:`cluster_scenario`): three
 ``nats-server`` processes clustered on loopback (JetStream, R3 stream and consumers), W

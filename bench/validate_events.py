@@ -28,7 +28,7 @@ Tracks two things, on the real recordings in ``../shared/data``:
    changes are clipped in the difference domain by DCFPA; this shows how often that happens.
 
 Run: ``python bench/validate_events.py [--no-bounds]``; prints the tables and writes
-``bench/results/event_validation.json``. ``tests/test_event_validation.py`` imports
+``bench/results/event_validation.json``. ``tests/signal/test_event_validation.py`` imports
 :func:`kappa_table` from this file, so the test and the benchmark measure the same thing.
 """
 

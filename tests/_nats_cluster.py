@@ -4,8 +4,9 @@ devices (:class:`~gazeguard.runtime.jetstream.JetStreamSender`) sending in phase
 the
 ledger and the worker logs.
 
-Shared by ``tests/test_jetstream.py`` (one server), ``tests/test_jetstream_cluster.py`` (small
-scale, asserted) and ``bench/fleet_cluster.py`` (larger scale, reported): no pytest in here.
+Shared by ``tests/runtime/test_jetstream.py`` (one server),
+``tests/runtime/test_jetstream_cluster.py`` (small scale, asserted) and
+``bench/fleet_cluster.py`` (larger scale, reported): no pytest in here.
 Each server keeps its ports and store directory across restarts, so a restart is the same
 server coming back.
 """

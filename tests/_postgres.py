@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+
+from tests.conftest import free_port
 
 
 def _pg_bindir() -> Path | None:

@@ -2,7 +2,7 @@
 incremental rewrite (``main`` at 0e3eb61: ``gazeguard/signal/events.py`` EventDetector and
 ``gazeguard/signal/features.py`` FeatureExtractor, copied verbatim apart from the imports below).
 
-The equivalence tests (``tests/properties/test_feature_equivalence.py``) and
+The equivalence tests (``tests/signal/test_feature_equivalence.py``) and
 ``bench/bench_features_cpu.py`` compare the package's extractor against this copy: same vectors,
 bit for bit, and same stats. Do not "fix" or speed up this file; it is the specification the
 faster code is held to. The public data types (Events, EventKind, GazeSamples) and the feature

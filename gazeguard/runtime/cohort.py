@@ -89,7 +89,7 @@ pays two identical events (exact Gaussian composition; one event kind keeps the 
 accountant as fast as before — three distinct kinds took it seconds per charge). So every
 message is enqueued only once each person in its sum has paid for it.
 
-**A worker crash in the middle of a bucket** (fleet on JetStream; ``tests/test_cohort_crash.py``
+**A worker crash in the middle of a bucket** (fleet on JetStream; ``tests/runtime/test_cohort_crash.py``
 kills a real worker with SIGKILL mid-bucket). A bucket's contributions live only in its worker's
 memory until the bucket is released (``grace_s`` after its end, by a loop that runs once a
 second), and nobody is charged before that: the killed worker has charged no one for the bucket

@@ -48,7 +48,7 @@ contains it, so the AOI dwell is a partition; samples in none count as ``elsewhe
 their total (all zeros when none fell on the field: no gaze, no attention); its AOI block the
 counts of each AOI and of ``elsewhere`` divided by all its valid samples. Each is a probability
 vector (or zero), so its L2 norm is at most its L1 norm, 1, whatever the gaze
-(``tests/test_attention.py`` checks it with Hypothesis over arbitrary, NaN-ridden gaze); a
+(``tests/signal/test_attention.py`` checks it with Hypothesis over arbitrary, NaN-ridden gaze); a
 block's total over the sessions is the number of sessions that contributed to it.
 """
 

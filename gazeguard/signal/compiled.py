@@ -70,7 +70,7 @@ class Kernels(NamedTuple):
 
 
 # The codes and scales of gazeguard.signal.events, for the compiled code (numba freezes module-level
-# ints and floats as constants); tests/properties/test_compiled.py checks that they match.
+# ints and floats as constants); tests/signal/test_compiled.py checks that they match.
 _C_UNDEF, _C_SLOW, _C_FAST, _C_INVALID = 0, 1, 2, 3  # sample classes
 _K_UNDEFINED, _K_FIXATION, _K_SACCADE, _K_BLINK, _K_LOSS = 0, 1, 2, 3, 4  # EventKind
 _QUANTUM = 1e6  # positions summed as integers of 1e-6 deg

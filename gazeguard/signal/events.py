@@ -53,7 +53,7 @@ look-behind) and ``E = 2·SPLIT_GRID_S + (h + 2)·max_gap_s`` (the run it joins 
 the second grid point after its changed samples at the latest; every later cut happens either
 way). Over :data:`RATE_RANGE_HZ` these are at most :data:`LOOKBEHIND_S` and
 :data:`EVENT_REACH_S`, the constants the release plan declares
-(``tests/properties/test_reach.py`` perturbs single samples of adversarial streams — long
+(``tests/plan/test_reach.py`` perturbs single samples of adversarial streams — long
 drifting fixations, blink storms, NaN runs — and checks it).
 
 Event times: ``t_start`` is the first sample's time, ``t_end`` the next run's first sample time

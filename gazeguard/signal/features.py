@@ -45,7 +45,7 @@ causal, so the vectors it can change are stamped in ``(τ, τ + E + W + H]``, wh
 ``⌈(W + H + E)/(n·s)⌉ + 1`` chunks of ``n`` steps of ``s`` seconds: 5 at the defaults (W = H =
 30 s, n = 32, s = 0.5 s) for ``E`` up to 4 s; a changed stretch of ``d`` seconds adds ``d`` to
 the numerator. Without the hold limit, invalid data after a change carried it into every later
-chunk. ``tests/test_features.py`` measures it on simulated gaze.
+chunk. ``tests/signal/test_features.py`` measures it on simulated gaze.
 
 Bounds: ``lo``/``hi`` follow from physiology and the detector's definitions; ``max_step`` from
 how many events can enter and leave the window in one step (``W``/``s`` enter every rule, so
@@ -62,7 +62,7 @@ wordbook n-gram counts (with counts of counts for their max and min) are updated
 variances and maxima are one numpy reduction each over the window's events of one kind, which
 are kept per kind in contiguous rows (a 30 s window holds about a hundred per kind): the same
 pairwise sums over the same values in the same order as a per-window recomputation, so the
-vectors are bit-identical to it (``tests/properties/test_feature_equivalence.py`` compares them
+vectors are bit-identical to it (``tests/signal/test_feature_equivalence.py`` compares them
 with the frozen recomputation in ``tests/_reference_extraction.py``). Sample statistics come
 from per-step sample bins (integer sums, min, max; a step is split in two where a window edge
 falls inside it), never from the window's raw samples: the window's counts and sums are sliding

@@ -88,7 +88,7 @@ def calibrate(
     The ratio is ``λ/Δ1`` for Laplace (``"laplace"``, ``"sequential"``) and ``σ/Δ2`` for
     ``"gaussian"``; build the event as ``LaplaceEvent(ratio, slack)`` /
     ``GaussianEvent(ratio, slack)``. Guarantee: ``compose({event: releases}, δ)`` reports at most
-    the budget (``tests/test_accounting.py`` round-trips every family).
+    the budget (``tests/privacy/test_accounting.py`` round-trips every family).
 
     * ``"gaussian"`` — exact. ``releases`` Gaussians of ratio ``r`` compose to the Gaussian pair
       with ``μ = √releases/r``, so ``r = √releases·σ_AG(ε − S, δ·e^{−S}, Δ = 1)`` with the

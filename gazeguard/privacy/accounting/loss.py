@@ -23,7 +23,7 @@ Multi-dimensional Laplace: the 1-D pair with shift ``Δ1`` dominates
     with the 1-D pair ``(Lap(0, λ), Lap(Δ1, λ))``. Claim: for every ``ε``,
     ``δ_v(ε) ≤ δ_{Δ1}(ε)``, where ``δ_v`` is the hockey-stick divergence of
     ``(⊗ Lap(0, λ), ⊗ Lap(v_i, λ))``. I found no reference stating this for the L1 case, so
-    here is the proof (units of ``λ = 1``; ``tests/properties/test_accounting_properties.py``
+    here is the proof (units of ``λ = 1``; ``tests/privacy/test_accounting_properties.py``
     checks the two-coordinate formula below against direct quadrature and the claim against
     dp-accounting's PLDs).
 

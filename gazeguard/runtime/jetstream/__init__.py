@@ -59,7 +59,7 @@ Modules: :mod:`~gazeguard.runtime.jetstream.wire` (subjects, the stream, the par
 connection options, headers), :mod:`~gazeguard.runtime.jetstream.balance` (the assignment),
 :mod:`~gazeguard.runtime.jetstream.worker` (:class:`JetStreamIngest`),
 :mod:`~gazeguard.runtime.jetstream.sender` (:class:`JetStreamSender`). Figures:
-``docs/benchmarks.md``; tests: ``tests/test_jetstream*.py``.
+``docs/benchmarks.md``; tests: ``tests/runtime/test_jetstream*.py``.
 """
 
 from gazeguard.runtime.jetstream.balance import assign_partitions, members_subject

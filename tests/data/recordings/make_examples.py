@@ -1,4 +1,5 @@
-"""Write the example recordings of ``tests/test_recordings.py`` and ``tests/test_replay.py``.
+"""Write the example recordings of ``tests/offline/test_recordings.py`` and
+``tests/offline/test_replay.py``.
 
     PYTHONPATH=. python tests/data/recordings/make_examples.py
 
