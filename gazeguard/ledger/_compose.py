@@ -8,14 +8,18 @@ PostgreSQL alike. This module turns those counts into numbers:
   so no sequence of tiny releases can creep past a cap through floating-point rounding.
 * **ε at δ** comes from the accountant (:func:`gazeguard.privacy.accounting.compose`: PLD, the exact
   Gaussian closed form, RDP beyond the PLD's reach), never above the pure sum.
-* **Whether a release fits** a cap is decided on exact counts: first the exact pure sum (if that
-  is within the cap, so is every tighter bound), else :func:`gazeguard.privacy.accounting.capacity`,
-  whose cache makes the same chunk cost charged again cost a dictionary lookup.
+* **Whether a release fits** a cap: first the exact pure sum (if that is within the cap, so is
+  every tighter bound); then the report-grid figure of the counts after it (below), which
+  bounds the exact one because more releases never lose less, and which a charge composes for
+  its figures anyway; only when that figure is over the cap (a release near it) does the exact
+  :func:`gazeguard.privacy.accounting.capacity` decide, whose cache makes the same chunk cost
+  charged again cost a dictionary lookup. A capacity search takes a PLD composition per probe
+  (tenths of a second to seconds for a new history); the figure takes one.
 
 Reported figures (:meth:`LedgerComposer.epsilon`) round each count *up* to a grid with at most
 1/64 relative step (exact up to 64 releases), so consecutive reports reuse one composition: by
 monotonicity in the counts the figure stays an upper bound, at most ~1.6 % more releases than
-were made. Admission (:meth:`LedgerComposer.fits`) never rounds.
+were made. Admission (:meth:`LedgerComposer.fits`) refuses only on exact counts.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import TypeVar
 
 from gazeguard.core.errors import ConfigError
 from gazeguard.ledger._model import UNITS_PER_EPSILON, LedgerError, to_units_down, to_units_up
+from gazeguard.ledger.policy import merged
 from gazeguard.privacy.accounting import Event, PrivacyLoss, capacity, compose, event_from_dict
 
 Counts = Mapping[str, int]
@@ -145,12 +150,12 @@ class LedgerComposer:
                 self._composing.pop(key).set()
 
     def warm(self, before: Counts, cost: Counts, cap: float, delta: float) -> None:
-        """Run (and cache) the capacity search :meth:`fits` will need for ``cost`` after
-        ``before`` once the exact pure sum no longer decides; a cache lookup after the first
-        time for a release shape and cap (see :func:`gazeguard.privacy.accounting.capacity`)."""
-        step = self.events(cost)
-        if step:
-            capacity(step, PrivacyLoss.approx(cap, delta), self.events(before))
+        """Compute (and cache) what :meth:`fits` will need for ``cost`` after ``before``: the
+        report-grid figure of both, and, when that does not decide (near the cap), the
+        capacity search (see :func:`gazeguard.privacy.accounting.capacity`)."""
+        total = merged(before, cost)
+        if self.events(cost) and self.epsilon(total, delta) > cap:
+            self._fits_exact(before, cost, cap, delta)
 
     def fits(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
         """Whether ``before + cost`` stays within ``cap`` (ε at ``delta``), on exact counts.
@@ -175,12 +180,17 @@ class LedgerComposer:
             memo[key] = value
 
     def _fits_exact(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
-        total = {k: before.get(k, 0) + cost.get(k, 0) for k in {*before, *cost}}
+        total = merged(before, cost)
         units = self.pure_units(total)
         if units is not None and units <= to_units_down(cap, "cap"):
             return True
         step = self.events(cost)
         if not step:
+            return True
+        if self.epsilon(total, delta) <= cap:
+            # The report-grid figure: its counts are ``total``'s rounded up, so it bounds the
+            # loss of ``total`` (more releases never lose less), and a charge composes it for
+            # its figures anyway. Only near the cap does the exact search below decide.
             return True
         limit = PrivacyLoss.approx(cap, delta)
         return capacity(step, limit, self.events(before)) >= 1

@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gazeguard.config import FeatureSettings, MechanismSettings
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import Ledger, LedgerError, event_key
-from gazeguard.ledger._compose import report_count
+from gazeguard.ledger._compose import LedgerComposer, report_count
 from gazeguard.plan import ReleasePlan, chunks_per_hour
 from gazeguard.plan.chunks import noise_multiplier_for
 from gazeguard.privacy.accounting import (
@@ -140,6 +140,29 @@ def test_report_counts_round_up_by_at_most_one_64th(n: int) -> None:
     assert n <= r <= n + n / 64
     assert report_count(r) == r  # on the grid
     assert report_count(n + 1) >= r  # monotone
+
+
+# A fleet session's history: chunks (48 Laplace events each) and cohort buckets (a Gaussian).
+CHUNK, BUCKET = LaplaceEvent(68.6), GaussianEvent(7.78)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    chunks=st.integers(0, 300),
+    buckets=st.integers(0, 60),
+    cost=st.sampled_from([{CHUNK: 48}, {BUCKET: 1}, {CHUNK: 48, BUCKET: 1}]),
+    cap=st.sampled_from([2.0, 6.0, 9.0, 10.0]),
+)
+def test_admission_answers_as_the_exact_capacity_search(
+    chunks: int, buckets: int, cost: dict[Any, int], cap: float
+) -> None:
+    # The composer admits on the report-grid figure when that is within the cap, and asks the
+    # capacity search only near it: the answer is the search's on exact counts, either way.
+    before = {CHUNK: 48 * chunks, BUCKET: buckets}
+    exact = capacity(cost, PrivacyLoss.approx(cap, DELTA), before) >= 1
+    keys = {event_key(e): n for e, n in before.items()}
+    step = {event_key(e): n for e, n in cost.items()}
+    assert LedgerComposer().fits(keys, step, cap, DELTA) is exact
 
 
 def test_pipeline_calibrates_noise_to_the_budget_and_charges_what_it_reports(
