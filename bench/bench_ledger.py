@@ -48,8 +48,9 @@ composition). Each round charges every session of each population once for a chu
 (pure ε per feature, the ~17 kB chunk payload) and once for a cohort bucket (the cohort's
 Gaussian event, a receipt payload): the sequential population one ``Ledger.charge`` per session
 (its own transaction; the cohort step also previews each session first, as the cohort did),
-the batched one ``Ledger.charge_many`` (chunk tick) and ``Ledger.preview_many`` +
-``Ledger.charge_all`` (cohort bucket), each one transaction. A third population with the same
+the batched one ``Ledger.charge_many`` (chunk tick) and ``Ledger.charge_admitted`` (cohort
+bucket: the rows read and locked once, the admitted told to the cohort, all charged), each one
+transaction. A third population with the same
 history is charged first in each round, untimed: it pays the accountant's compositions for the
 round's new counts (milliseconds of FFTs per new count, the same for either way of charging;
 in a running fleet the ledger's prefetch composes them ahead), so the rows time the ledger.
@@ -573,9 +574,11 @@ def batch_bench(location: str | Path, sync: str, n: int, rounds: int) -> dict[st
                 steps[name]["chunk"].append(time.perf_counter() - t)
                 t = time.perf_counter()
                 if name == "batched":
-                    seen = ledger.preview_many(cohort)
-                    assert not any(isinstance(p, Exception) for p in seen), seen[:1]
-                    ledger.charge_all(cohort)
+                    messages = [(q.topic, q.payload) for q in cohort]
+                    got = ledger.charge_admitted(  # as the cohort does: one read, one write
+                        cohort, lambda positions, m=messages: [m[i] for i in positions]
+                    )
+                    assert all(isinstance(c, Charge) for c in got), got[:1]
                 else:
                     for q in cohort:
                         ledger.preview(q.session, q.epsilon, events=events, gaze=q.gaze)

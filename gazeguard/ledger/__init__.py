@@ -45,14 +45,16 @@ so). The statements are batched: the sessions' rows are read and locked (in sess
 one statement, their duplicates looked up by one, the checks run in memory, and each table is
 written by one multi-row statement (PostgreSQL: ``unnest`` of one array per column; SQLite:
 ``VALUES`` lists), so a group of hundreds of sessions costs a handful of round trips, not
-several per session. :meth:`Ledger.charge_all` does the same all or nothing (a cohort bucket:
-every payer charged with the aggregate, or none), and :meth:`Ledger.preview_many` previews a
-group in one snapshot, naming the releases already charged.
+several per session. :meth:`Ledger.charge_all` does the same all or nothing;
+:meth:`Ledger.charge_admitted` reads and checks a group, lets the caller write its messages
+knowing who was admitted, and charges those, in one transaction with their rows locked (a cohort
+bucket: its sum holds exactly the sessions charged for it); :meth:`Ledger.preview_many`
+previews a group in one snapshot, naming the releases already charged.
 
 Prefetch. Reporting ε at δ composes the session's counts (milliseconds to tens of milliseconds
-of FFTs for a new count), and admission runs a capacity search the first time a release shape
-no longer fits by its pure sum (a second or more). After each charge a background thread
-(not a daemon; :meth:`Ledger.close` waits for it; it ends after 0.5 s without a request)
+of FFTs for a new count), and admission near a cap runs a capacity search the first time a
+release shape no longer fits by its figure (a second or more). After each charge a background
+thread (not a daemon; :meth:`Ledger.close` waits for it; it ends after 0.5 s without a request)
 composes what the session's next identical release will need, so the release path finds cache
 lookups; the composer also remembers its last answers (a preview and its charge ask the same),
 and a figure being composed by one thread is waited for by another that asks for it, not

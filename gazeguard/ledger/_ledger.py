@@ -16,7 +16,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -30,6 +30,7 @@ from gazeguard.ledger._model import (
     ChargeRecord,
     DuplicateChargeError,
     LedgerBackend,
+    LedgerError,
     LedgerState,
     OutboxItem,
     RefusedItem,
@@ -80,6 +81,12 @@ LedgerRefusal = (
     BudgetExhaustedError | DuplicateChargeError | StaleStateError | ConfigError | TypeError
 )
 
+#: A release :meth:`Ledger._check_batch` admitted: its position, request, release, gaze span,
+#: session row, binding caps and the counters after it.
+_Admitted = tuple[int, ChargeRequest, Release, tuple[float, float], SessionRow, Caps, Counters]
+
+#: :meth:`Ledger.charge_admitted`'s callback: the positions admitted → one (topic, payload) each.
+Decide = Callable[[list[int]], Sequence[tuple[str, bytes]]]
 
 #: How many of its latest outbox ids a :class:`Ledger` remembers as its own
 #: (:meth:`Ledger.enqueued_here`).
@@ -382,6 +389,55 @@ class Ledger:
                     out[i] = result
         return [c for c in out if c is not None]
 
+    def charge_admitted(
+        self, requests: Sequence[ChargeRequest], decide: Decide
+    ) -> list[Charge | LedgerRefusal]:
+        """Check releases of distinct sessions, let ``decide`` write their messages knowing
+        which were admitted, and charge those, in ONE durable transaction (a release whose
+        value depends on who pays for it: a cohort bucket, whose sum holds exactly the
+        sessions charged for it).
+
+        The sessions' rows are read and locked, every check :meth:`charge` makes is made (the
+        requests' ``topic`` and ``payload`` are not used), then ``decide(positions)`` is called
+        with the positions of the admitted requests, in order, and returns one
+        ``(topic, payload)`` per position; those releases are written with them. Nobody else
+        can charge these sessions in between (their rows are locked), so what ``decide`` is
+        told is what is charged. ``decide`` raising writes nothing. A preview and a separate
+        charge read every row twice; this reads it once.
+
+        Returns:
+            Per request, in order: its committed :class:`Charge`, or why it was left out
+            (:class:`BudgetExhaustedError`, :class:`DuplicateChargeError` — ``.what`` says
+            whether it was charged or withheld before —, :class:`StaleStateError`,
+            :class:`ConfigError`, :class:`TypeError`).
+
+        Raises:
+            ConfigError: a session comes twice.
+            LedgerError: ``decide`` answered for a different number of releases, or the
+                transaction failed: nothing was written.
+        """
+        checked: list[tuple[Release, tuple[float, float]] | LedgerRefusal] = []
+        for request in requests:
+            try:
+                checked.append(validated_request(request, time.time()))
+            except (ConfigError, TypeError) as exc:
+                checked.append(exc)
+        out: list[Charge | LedgerRefusal | None] = [
+            c if isinstance(c, Exception) else None for c in checked
+        ]
+        segments = _segments(requests, checked)
+        if len(segments) > 1:
+            raise ConfigError("requests", len(requests), "must name each session once")
+        with self._backend.write() as sql:
+            store = self._batch_store(sql)
+            items = segments[0] if segments else []
+            if not items:
+                decide([])
+            for i, result in self._charge_batch(store, items, atomic=False, decide=decide):
+                out[i] = result
+        assert all(r is not None for r in out)
+        return [r for r in out if r is not None]
+
     def preview_many(self, requests: Sequence[ChargeRequest]) -> list[Preview | LedgerRefusal]:
         """:meth:`preview` of each request (its ``topic``, ``payload`` and ``version`` are not
         used), all read in one snapshot with a few statements whatever their number; and a
@@ -444,49 +500,32 @@ class Ledger:
         items: Sequence[tuple[int, ChargeRequest, Release, tuple[float, float]]],
         *,
         atomic: bool,
+        decide: Decide | None = None,
     ) -> list[tuple[int, Charge | LedgerRefusal]]:
         """Charge releases of distinct sessions inside the caller's write transaction, each
         with every check :meth:`charge` makes, with a few multi-row statements whatever their
         number: their session rows read (and locked) together, their duplicates looked up
         together, the checks in memory, then every table written with multi-row statements.
         A refused release writes nothing (``atomic``: it is raised, and the caller's
-        transaction rolls back). Returns ``(position, Charge or refusal)`` per item."""
+        transaction rolls back). ``decide``: called with the positions admitted, after the
+        checks and before any write, for their (topic, payload)s (:meth:`charge_admitted`).
+        Returns ``(position, Charge or refusal)`` per item."""
         if not items:
             return []
         now = time.time()
-        sessions = [r.session for _, r, _, _ in items]
-        rows = store.sessions_many(sessions, lock=True)
-        missing = [s for s in sessions if s not in rows]
-        created: set[str] = set()
-        if missing:  # (as _lock: created first, then locked: another writer may have won)
-            created = store.create_sessions(missing, self._caps_json, now)
-            rows.update(store.sessions_many(missing, lock=True))
-        done = store.done_many([(r.session, r.stream, r.chunk_index) for _, r, _, _ in items])
-        out: list[tuple[int, Charge | LedgerRefusal]] = []
+        out, admitted, created = self._check_batch(store, items, now, atomic=atomic)
+        carried = [(r.topic, bytes(r.payload)) for _, r, *_ in admitted]
+        if decide is not None:
+            carried = list(decide([i for i, *_ in admitted]))
+            if len(carried) != len(admitted):
+                raise LedgerError(
+                    f"decide returned {len(carried)} messages for {len(admitted)} admitted releases"
+                )
         accepted: list[tuple[int, ChargeRow, Caps, Counts, Release]] = []
-        for i, request, release, span in items:
+        for (i, request, release, span, row, caps, counters), (topic, payload) in zip(
+            admitted, carried, strict=True
+        ):
             session, index, stream = request.session, request.chunk_index, request.stream
-            row = rows[session]
-            try:
-                caps = self._binding(session, row)
-                what = done.get((session, stream, index))
-                if what is not None:
-                    raise DuplicateChargeError(session, index, what)
-                if request.version is not None and request.version != row.version:
-                    raise StaleStateError(
-                        f"session {session!r} changed since the preview (version "
-                        f"{request.version} → {row.version}); preview again"
-                    )
-                view = self._view(store, session, row)
-                counters = self._windows(
-                    view, caps=caps, row=row, counts=row.counts, release=release, span=span,
-                    now=now,
-                )  # fmt: skip
-            except (BudgetExhaustedError, DuplicateChargeError, StaleStateError, ConfigError) as e:
-                if atomic:
-                    raise
-                out.append((i, e))
-                continue
             stored = self._adopt(session, row, caps)
             after_counts = policy.merged(row.counts, release.events)
             after = after_charge(
@@ -496,7 +535,7 @@ class Ledger:
             after.caps = stored
             charge = ChargeRow(
                 session, stream, index, release.epsilon_json, release.units, release.events,
-                span, request.topic, bytes(request.payload), row, after, stored, counters,
+                span, topic, payload, row, after, stored, counters,
             )  # fmt: skip
             accepted.append((i, charge, caps, after_counts, release))
         ids = store.write_charges([a[1] for a in accepted], now)
@@ -518,6 +557,53 @@ class Ledger:
             total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
             out.append((i, Charge(charge.session, charge.idx, total, state, outbox_id)))
         return out
+
+    def _check_batch(
+        self,
+        store: Store,
+        items: Sequence[tuple[int, ChargeRequest, Release, tuple[float, float]]],
+        now: float,
+        *,
+        atomic: bool,
+    ) -> tuple[list[tuple[int, Charge | LedgerRefusal]], list[_Admitted], set[str]]:
+        """:meth:`_charge_batch`'s reads and checks: the refusals (``atomic``: the first one is
+        raised), the admitted releases with their rows, caps and counters after them, and the
+        sessions whose rows this transaction created."""
+        sessions = [r.session for _, r, _, _ in items]
+        rows = store.sessions_many(sessions, lock=True)
+        missing = [s for s in sessions if s not in rows]
+        created: set[str] = set()
+        if missing:  # (as _lock: created first, then locked: another writer may have won)
+            created = store.create_sessions(missing, self._caps_json, now)
+            rows.update(store.sessions_many(missing, lock=True))
+        done = store.done_many([(r.session, r.stream, r.chunk_index) for _, r, _, _ in items])
+        refused: list[tuple[int, Charge | LedgerRefusal]] = []
+        admitted: list[_Admitted] = []
+        for i, request, release, span in items:
+            session, index, stream = request.session, request.chunk_index, request.stream
+            row = rows[session]
+            try:
+                caps = self._binding(session, row)
+                what = done.get((session, stream, index))
+                if what is not None:
+                    raise DuplicateChargeError(session, index, what)
+                if request.version is not None and request.version != row.version:
+                    raise StaleStateError(
+                        f"session {session!r} changed since the preview (version "
+                        f"{request.version} → {row.version}); preview again"
+                    )
+                view = self._view(store, session, row)
+                counters = self._windows(
+                    view, caps=caps, row=row, counts=row.counts, release=release, span=span,
+                    now=now,
+                )  # fmt: skip
+            except (BudgetExhaustedError, DuplicateChargeError, StaleStateError, ConfigError) as e:
+                if atomic:
+                    raise
+                refused.append((i, e))
+                continue
+            admitted.append((i, request, release, span, row, caps, counters))
+        return refused, admitted, created
 
     def _charge_in(
         self, store: Store, request: ChargeRequest, release: Release, span: tuple[float, float]

@@ -34,21 +34,20 @@ The release of one bucket ``b`` (``bucket_s`` seconds of gaze time, Unix clock):
    window that hour reaches) compose to ``(R, δ_c)`` (exact Gaussian composition,
    :func:`gazeguard.privacy.accounting.calibrate`). The other release kinds get the rest; basic
    composition keeps them within ``(B, δ)`` and the ledger's accountant checks every charge.
-4. **Ledger.** Sessions whose ledger would refuse the charge (a cap) are left out *before*
-   the sum (their state depends on past releases only; all of them are checked in one read,
-   :meth:`~gazeguard.ledger.Ledger.preview_many`). Every session open in the bucket is
-   charged alike, valid gaze or not, in the ``cohort`` stream at index ``b`` with the bucket's
-   gaze span — were only the sessions with data charged, the ledger's ε (which every chunk and
-   status quotes) would say which sessions had valid gaze in which bucket; all but one get the
-   same receipt on ``{prefix}/{device}/{session}/cohort`` (:class:`~gazeguard.wire.cohort.
-   CohortReceipt`: the ε they paid, nothing else), and the last session's charge carries the
-   aggregate itself. All of a part's charges are made in ONE transaction
-   (:meth:`~gazeguard.ledger.Ledger.charge_all`: multi-row statements, each session checked
-   against its own caps), which commits every charge with the aggregate or none of them: the
-   aggregate is enqueued only with every person in it paid, and a crash or a refusal leaves
-   nobody charged and nothing published. The aggregate is enqueued first, ahead of the
-   receipts (the outbox delivers in order, one item at a time: it does not wait for hundreds
-   of receipts); a charged aggregate is delivered after a restart by the ledger's outbox.
+4. **Ledger.** One transaction per part (:meth:`~gazeguard.ledger.Ledger.charge_admitted`:
+   multi-row statements, each session checked against its own caps) reads and locks the
+   sessions' rows, leaves out those whose ledger would refuse the charge (a cap; their state
+   depends on past releases only), sums the contributions of exactly the sessions admitted,
+   and charges them with the aggregate, or nobody: the aggregate is enqueued only with every
+   person in it paid, and a crash leaves nobody charged and nothing published. Every session
+   open in the bucket is charged alike, valid gaze or not, in the ``cohort`` stream at index
+   ``b`` with the bucket's gaze span — were only the sessions with data charged, the ledger's ε
+   (which every chunk and status quotes) would say which sessions had valid gaze in which
+   bucket. The last admitted session's charge carries the aggregate, enqueued ahead of the
+   receipts (the outbox delivers in order: it does not wait for hundreds of receipts); every
+   other one the same receipt on ``{prefix}/{device}/{session}/cohort``
+   (:class:`~gazeguard.wire.cohort.CohortReceipt`: the ε they paid, nothing else). A charged
+   aggregate is delivered after a restart by the ledger's outbox.
 5. **Post-processing.** ``count = max(1, round(noisy count))``; feature means
    ``lo + (hi − lo)·√F·S_f/count`` clipped to the bounds; class shares the normalised positive
    part of the histogram. The message states σ and each mean's noise sd.
@@ -89,14 +88,14 @@ pays two identical events (exact Gaussian composition; one event kind keeps the 
 accountant as fast as before — three distinct kinds took it seconds per charge). So every
 message is enqueued only once each person in its sum has paid for it.
 
-**A worker crash in the middle of a bucket** (fleet on JetStream; ``tests/runtime/test_cohort_crash.py``
-kills a real worker with SIGKILL mid-bucket). A bucket's contributions live only in its worker's
-memory until the bucket is released (``grace_s`` after its end, by a loop that runs once a
-second), and nobody is charged before that: the killed worker has charged no one for the bucket
-in progress (nor for an ended bucket it had not released yet), and its partial sums die with
-it. Its sessions move to a surviving worker, which replays their retained gaze from the stream;
-only the vectors after each session's last charged *chunk* (``Pipeline.resume_after``) reach the
-survivor's aggregator again. So:
+**A worker crash in the middle of a bucket** (fleet on JetStream;
+``tests/runtime/test_cohort_crash.py`` kills a real worker with SIGKILL mid-bucket). A bucket's
+contributions live only in its worker's memory until the bucket is released (``grace_s`` after
+its end, by a loop that runs once a second), and nobody is charged before that: the killed
+worker has charged no one for the bucket in progress (nor for an ended bucket it had not
+released yet), and its partial sums die with it. Its sessions move to a surviving worker, which
+replays their retained gaze from the stream; only the vectors after each session's last charged
+*chunk* (``Pipeline.resume_after``) reach the survivor's aggregator again. So:
 
 * the bucket in progress is **released by the survivor, over its own sessions and the moved
   ones, each charged once** — a moved session's contribution resting on its vectors after its
@@ -133,7 +132,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import ChargeRequest, DuplicateChargeError, Ledger, event_key
+from gazeguard.ledger import Charge, ChargeRequest, DuplicateChargeError, Ledger, event_key
 from gazeguard.plan.cohort import (
     MAX_SESSIONS,
     MODE_GRID,
@@ -686,86 +685,89 @@ class CohortAggregator:
     def _release_part(
         self, part: CohortPart, bucket: int, data: _Bucket, keys: Sequence[tuple[str, str]]
     ) -> CohortRelease | None:
-        plan = self.plan
-        events = self._events[part.name]
-        span = (bucket * plan.bucket_s, (bucket + 1) * plan.bucket_s)
-        admitted: list[tuple[str, str]] = []
-        left_out: list[str] = []
-        taken: list[str] = []
+        span = (bucket * self.plan.bucket_s, (bucket + 1) * self.plan.bucket_s)
         cost = {part.stream: math.inf}
+        events = self._events[part.name]
+        # Asked last session first: the first admitted one's charge carries the aggregate,
+        # which so comes first in the outbox; every other one carries its receipt.
+        order = list(reversed(keys))
         asked = [
             ChargeRequest(s, bucket, cost, "", b"", events=events, gaze=span, stream=part.stream)
-            for _, s in keys
+            for _, s in order
         ]
-        for key, seen in zip(keys, self.ledger.preview_many(asked), strict=True):
-            if isinstance(seen, DuplicateChargeError) and seen.what == "charged":
-                taken.append(key[1])  # another worker released it with this session in its sum
-            elif isinstance(seen, BudgetExhaustedError | DuplicateChargeError):
-                left_out.append(key[1])
-            elif isinstance(seen, Exception):
-                raise seen
-            else:
-                admitted.append(key)
+        released: list[CohortMessage | AttentionMessage | ModeMessage] = []
+
+        def decide(positions: list[int]) -> list[tuple[str, bytes]]:
+            # Called inside the charge's transaction, with the admitted sessions' rows locked:
+            # the sum holds exactly the sessions charged for it.
+            if not positions:
+                return []
+            if len(positions) > MAX_SESSIONS:
+                raise ConfigError("fleet.max_sessions", len(positions), f"at most {MAX_SESSIONS}")
+            admitted = [order[i] for i in positions]
+            message, carrier = self._message(part, bucket, data, admitted[::-1])
+            released.append(message)
+            payload = message.to_payload()
+            receipts = [
+                (receipt_topic(self.prefix, d, s), self._receipt(s, bucket, part))
+                for d, s in admitted[1:]
+            ]
+            return [(carrier, payload), *receipts]
+
+        results = self.ledger.charge_admitted(asked, decide)[::-1]  # (in keys' order)
+        taken = [
+            s for (_, s), r in zip(keys, results, strict=True)
+            if isinstance(r, DuplicateChargeError) and r.what == "charged"
+        ]  # fmt: skip
+        left_out = [
+            s for (_, s), r in zip(keys, results, strict=True)
+            if isinstance(r, BudgetExhaustedError | DuplicateChargeError) and s not in taken
+        ]  # fmt: skip
+        for r in results:
+            if isinstance(r, Exception) and not isinstance(
+                r, BudgetExhaustedError | DuplicateChargeError
+            ):
+                raise r
         if taken:
             log.info(
                 "cohort bucket %d (%s): %d session(s) left out, their bucket was charged (and "
                 "summed) by another worker before this one took them over: %s",
                 bucket, part.name, len(taken), ", ".join(taken[:5]),
             )  # fmt: skip
-        if not admitted:
+        if not released:
             log.info(
                 "cohort bucket %d (%s): every session's budget is spent; nothing released",
                 bucket, part.name,
             )  # fmt: skip
             return None
-        if len(admitted) > MAX_SESSIONS:
-            raise ConfigError("fleet.max_sessions", len(admitted), f"at most {MAX_SESSIONS}")
+        charged = tuple(s for (_, s), r in zip(keys, results, strict=True) if isinstance(r, Charge))
+        return CohortRelease(released[0], charged, tuple(left_out))
+
+    def _message(
+        self, part: CohortPart, bucket: int, data: _Bucket, admitted: Sequence[tuple[str, str]]
+    ) -> tuple[CohortMessage | AttentionMessage | ModeMessage, str]:
+        """The part's message for the sum of ``admitted``'s contributions, and its topic."""
+        plan = self.plan
         total = exact_sum(self._contributions(part, data, admitted))
-        message: CohortMessage | AttentionMessage | ModeMessage
         if part.name == "mode":
-            message = build_mode_message(
+            mode = build_mode_message(
                 plan, choose_mode(part, total, self._source), cohort=self.cohort,
                 worker=self.worker, bucket=bucket, profile=self.profile, model=self.model,
                 insecure=self._insecure,
             )  # fmt: skip
-            carrier = self.mode_topic
-        elif part.name == "attention":
-            noisy = privatize_sum(part, total, self._source)
-            message = build_attention_message(
+            return mode, self.mode_topic
+        noisy = privatize_sum(part, total, self._source)
+        if part.name == "attention":
+            attention = build_attention_message(
                 plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
                 insecure=self._insecure,
             )  # fmt: skip
-            carrier = self.attention_topic
-        else:
-            noisy = privatize_sum(part, total, self._source)
-            message = build_message(
-                plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
-                profile=self.profile, model=self.model, insecure=self._insecure,
-            )  # fmt: skip
-            carrier = self.topic
-        payload = message.to_payload()
-        requests = [
-            ChargeRequest(
-                session, bucket, cost,
-                carrier if last else receipt_topic(self.prefix, device, session),
-                payload if last else self._receipt(session, bucket, part),
-                events=events, gaze=span, stream=part.stream,
-            )
-            for i, (device, session) in enumerate(admitted)
-            for last in [i == len(admitted) - 1]
-        ]  # fmt: skip
-        requests.insert(0, requests.pop())  # the aggregate first in the outbox
-        try:
-            self.ledger.charge_all(requests)  # one transaction: all charged with it, or none
-        except (BudgetExhaustedError, DuplicateChargeError) as exc:
-            # A value in the sum cannot be paid for (another worker charged the session in the
-            # meantime): the message must not go out, and nobody was charged for it.
-            log.warning(
-                "cohort bucket %d (%s) not released, nobody charged: a session was refused "
-                "after the sum (%s)", bucket, part.name, exc,
-            )  # fmt: skip
-            return None
-        return CohortRelease(message, tuple(s for _, s in admitted), tuple(left_out))
+            return attention, self.attention_topic
+        aggregate = build_message(
+            plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
+            profile=self.profile, model=self.model, insecure=self._insecure,
+        )  # fmt: skip
+        return aggregate, self.topic
 
     def _receipt(self, session: str, bucket: int, part: CohortPart) -> bytes:
         """What a charged session's own topic learns: that it paid, and how much (public

@@ -1,8 +1,9 @@
 """Batched charges (multi-row statements: ``Ledger.charge_many``, ``Ledger.charge_all``,
-``Ledger.preview_many``) on real SQLite files and a real PostgreSQL server: they charge exactly
-what the same requests charged one ``Ledger.charge`` at a time do (same rows, same figures, same
-refusals), a session over its cap is left out alone, and a (session, stream, index) is charged
-at most once when two ledgers on one PostgreSQL database race for it (cohort aggregators too).
+``Ledger.charge_admitted``, ``Ledger.preview_many``) on real SQLite files and a real PostgreSQL
+server: they charge exactly what the same requests charged one ``Ledger.charge`` at a time do
+(same rows, same figures, same refusals), a session over its cap is left out alone, and a
+(session, stream, index) is charged at most once when two ledgers on one PostgreSQL database
+race for it (cohort aggregators too).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,7 @@ from gazeguard.ledger import (
     ChargeRequest,
     DuplicateChargeError,
     Ledger,
+    LedgerError,
     StaleStateError,
     event_key,
 )
@@ -194,6 +197,66 @@ def test_charge_all_writes_everything_or_nothing(locations: Callable[[], str]) -
         ids = [c.outbox_id for c in got]
         assert ids == sorted(ids)
         assert ledger.verify() == []
+
+
+def test_charge_admitted_charges_what_it_told_decide_with_decides_messages(
+    locations: Callable[[], str],
+) -> None:
+    """``charge_admitted``: ``decide`` is told exactly the requests that ``charge_many`` would
+    admit (a session over its cap and one charged before are left out, with the refusal
+    ``charge_many`` gives), and those are charged with the messages it returns, in its order:
+    the same rows and figures as ``charge_many`` of the admitted ones with those messages."""
+    plan = small_plan(budget=5.0)
+    events = {event_key(plan.event): 1}
+    b = 28_333_333
+    asked = [cohort("a", b + 1, events), chunk("b", 3), chunk("new", 0), cohort("c", b, events),
+             cohort("n2", b + 1, events)]  # fmt: skip
+    told: list[list[int]] = []
+
+    def decide(positions: list[int]) -> list[tuple[str, bytes]]:
+        told.append(positions)
+        return [(f"t/{i}", f"message {i}".encode()) for i in positions]
+
+    with Ledger(locations(), session_cap=1.6) as ledger:
+        _history(ledger, events)
+        got = ledger.charge_admitted(asked, decide)
+        admitted = snapshot(ledger)
+    assert told == [[0, 2, 4]]
+    assert isinstance(got[1], BudgetExhaustedError)
+    assert isinstance(got[3], DuplicateChargeError)
+    assert got[3].what == "charged"
+    with Ledger(locations(), session_cap=1.6) as ledger:
+        _history(ledger, events)
+        same = [replace(asked[i], topic=f"t/{i}", payload=f"message {i}".encode())
+                for i in (0, 2, 4)]  # fmt: skip
+        many = ledger.charge_many(same)
+        assert snapshot(ledger) == admitted
+    assert outcome([got[i] for i in (0, 2, 4)]) == outcome(many)
+    assert admitted["verify"] == []
+
+
+def test_charge_admitted_writes_nothing_when_decide_fails_or_miscounts(
+    locations: Callable[[], str],
+) -> None:
+    plan = small_plan(budget=5.0)
+    events = {event_key(plan.event): 1}
+    asked = [cohort("a", 28_333_334, events), cohort("new", 28_333_334, events)]
+
+    def fails(positions: list[int]) -> list[tuple[str, bytes]]:
+        raise ConfigError("fleet.max_sessions", len(positions), "at most 1")
+
+    with Ledger(locations(), session_cap=1.6) as ledger:
+        _history(ledger, events)
+        before = snapshot(ledger)
+        with pytest.raises(ConfigError, match="max_sessions"):
+            ledger.charge_admitted(asked, fails)
+        assert snapshot(ledger) == before
+        with pytest.raises(LedgerError, match="1 messages for 2"):
+            ledger.charge_admitted(asked, lambda positions: [("t", b"one")])
+        assert snapshot(ledger) == before
+        with pytest.raises(ConfigError, match="each session once"):
+            ledger.charge_admitted([*asked, cohort("a", 28_333_335, events)], fails)
+        assert snapshot(ledger) == before
 
 
 def test_preview_many_equals_previews_and_names_what_was_charged(
