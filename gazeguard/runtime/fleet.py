@@ -480,7 +480,7 @@ class Fleet:
 
     async def _process_many(self, items: Sequence[tuple[FleetSession, GazeSamples]]) -> None:
         """Events and features inline for every ``(session, new samples)`` (each session once),
-        in one step over all their samples (:func:`~gazeguard.runtime.pipeline.feed_many`). The
+        session by session (:func:`~gazeguard.runtime.pipeline.feed_many`). The
         chunks they complete are held until they come due (:meth:`due`, :meth:`run_due`); those
         due already are privatized and charged in ONE call (group commit,
         :func:`~gazeguard.runtime.pipeline.release_group`), then one publisher wake-up. A block

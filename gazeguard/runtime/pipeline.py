@@ -56,7 +56,7 @@ from gazeguard.ledger import (
 )
 from gazeguard.plan import ReleasePlan
 from gazeguard.signal.events import LOOKBEHIND_S, EventDetector, check_rate
-from gazeguard.signal.features import FEATURES, FeatureExtractor, push_many
+from gazeguard.signal.features import FEATURES, FeatureExtractor
 from gazeguard.wire.message import (
     ChunkMessage,
     LedgerSnapshot,
@@ -662,31 +662,19 @@ class Pipeline:
 def feed_many(
     items: Sequence[tuple[Pipeline, GazeSamples]],
 ) -> tuple[list[tuple[Pipeline, Chunk]], list[tuple[Pipeline, GazeguardError]]]:
-    """:meth:`Pipeline.feed` of many sessions (each once), with their events and features in one
-    step over all their new samples (:func:`~gazeguard.signal.features.push_many`).
+    """:meth:`Pipeline.feed` of many sessions, in order (each session's detector and extractor
+    run the compiled passes where it was given them, numpy otherwise).
 
     Returns:
         The chunks the blocks completed, as ``(pipeline, chunk)`` in the order of ``items``
         (hand them to :func:`release_group`), and ``(pipeline, error)`` of each session whose
         block its extractor refused (that session's block is not taken; the others are).
-
-    Raises:
-        ValueError: a pipeline appears twice (nothing is fed).
     """
-    if len({id(pipe) for pipe, _ in items}) != len(items):
-        msg = "feed_many: each pipeline may appear once"
-        raise ValueError(msg)
     jobs: list[tuple[Pipeline, Chunk]] = []
     errors: list[tuple[Pipeline, GazeguardError]] = []
     for pipe, block in items:
-        pipe._open_grid(block)
-    pushed = push_many([(pipe.extractor, block) for pipe, block in items])
-    for (pipe, block), out in zip(items, pushed, strict=True):
         try:
-            if isinstance(out, GazeguardError):
-                raise out
-            else:
-                chunks = pipe._fed(block, *out)
+            chunks = pipe.feed(block)
         except GazeguardError as exc:
             errors.append((pipe, exc))
             continue

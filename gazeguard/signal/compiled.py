@@ -11,15 +11,16 @@ calls.
 
 Why: a fleet worker hands each session about a second of samples at a time, and for blocks
 that small the numpy calls' fixed cost, not the arithmetic, is most of a pass
-(``docs/design.md``). The numpy code stays the reference and the default: :func:`load_kernels`
-gives the passes, chosen once where a fleet worker starts (``fleet.compiled``) and handed to
-what runs them (``kernels=`` of :class:`~gazeguard.signal.events.EventDetector`,
+(``docs/design.md``). These passes are the one fast path; the per-session numpy code stays
+the reference and the default: :func:`load_kernels` gives the passes, chosen once where a
+fleet worker starts (``fleet.compiled``) and handed to what runs them (``kernels=`` of
+:class:`~gazeguard.signal.events.EventDetector`,
 :class:`~gazeguard.signal.features.FeatureExtractor` and
-:func:`~gazeguard.signal.rawgaze.decode_many`), and the tests check
-that both give the same events, bins and vectors bit for bit (``tests/properties/
-test_compiled.py``). Both passes only use operations whose result does not depend on order
-(comparisons, min, max, integer sums) or the reference's own order (a velocity's sums over
-the half-width), so they can follow the samples one by one. The window statistics add
+:func:`~gazeguard.signal.rawgaze.decode_many`), and the tests check that both give the same
+events, bins and vectors bit for bit (``tests/signal/test_compiled.py``). Both passes only
+use operations whose result does not depend on order (comparisons, min, max, integer sums)
+or the reference's own order (a velocity's sums over the half-width), so they can follow the
+samples one by one. The window statistics add
 floats in numpy's own order: :func:`_pairwise_sum` is numpy's pairwise summation (what
 ``np.add.reduce`` does for a contiguous row), checked against it bit for bit.
 

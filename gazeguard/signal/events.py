@@ -61,8 +61,8 @@ Event times: ``t_start`` is the first sample's time, ``t_end`` the next run's fi
 
 Cost: per block, the vectorised steps are a few dozen numpy calls on its samples, and for the
 small blocks of a live stream their per-call overhead, not the arithmetic, is most of it; a
-worker holding many streams can share those calls among them (:func:`classify_many`, used by
-:func:`gazeguard.signal.features.push_many`).
+worker holding many streams runs the same pass compiled instead (``kernels``,
+:mod:`gazeguard.signal.compiled`).
 
 Determinism: run statistics use only order-independent reductions (min, max, integer sums of
 positions quantised to 1e-6 deg), so the events are bit-identical however the stream is split.
@@ -71,9 +71,8 @@ Sample-level labels (for validation) come from :func:`sample_labels` or :func:`d
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from fractions import Fraction
@@ -95,7 +94,6 @@ __all__ = [
     "EventDetector",
     "EventKind",
     "Events",
-    "classify_many",
     "detect_events",
     "sample_labels",
 ]
@@ -453,16 +451,11 @@ class EventDetector:
         consumes, without building arrays for a few events. ``checked``: the caller has already
         validated the block's timestamps (finite, strictly increasing) against its own newest
         sample; only their order after this detector's newest sample is checked again."""
-        return self._classify(self._n - self.h) if self._accept(block, checked) else []
-
-    def _accept(self, block: GazeSamples, checked: bool) -> bool:
-        """The first half of :meth:`_push_rows`: validate and buffer ``block``; True when it
-        brought samples to classify."""
         if self._finished:
             raise GazeguardError("EventDetector.push after finish(): create a new detector")
         n_new = len(block)
         if n_new == 0:
-            return False
+            return []
         ts = block.timestamps
         if self._n:
             after: float | None = float(self._t[self._n - 1])
@@ -478,7 +471,7 @@ class EventDetector:
         if n_valid < n_new:
             stats.invalid_samples += n_new - n_valid
             self._last_invalid = self._g0 + self._n - n_new + int(np.flatnonzero(~valid)[-1])
-        return True
+        return self._classify(self._n - self.h)
 
     def finish(self) -> Events:
         """End of stream, or of the samples before a gap: classify the held samples (look-ahead
@@ -824,118 +817,6 @@ class EventDetector:
                 disp,
             )
         )
-
-
-def classify_many(detectors: Sequence[EventDetector]) -> list[list[Row]]:
-    """The second half of each detector's push, for many detectors at once: every detector
-    has just buffered a block whose push may classify (its nominal rate is known; the first
-    half is ``_accept``); return, per detector, the events its push completes, as rows (the
-    fields of :meth:`Events.from_rows`), bit-identical to its own push.
-
-    The per-sample numpy work (intervals, velocities, classes, run splits and per-run
-    reductions) is done once over all detectors in the common case: the same half-width ``h``
-    and threshold as the first such detector, ``h + 1`` samples of lookback, no invalid sample
-    and no gap in the velocity context (the same float operations on the same operands, split
-    per detector). The others, and those with compiled passes (nothing left to share), are
-    classified on their own. Cost per call: about 30 numpy calls over all the new samples, plus
-    Python per run (event) and per detector.
-    """
-    out: list[list[Row] | None] = [None] * len(detectors)
-    batch: list[int] = []
-    h = thr = None
-    for i, det in enumerate(detectors):
-        a, stop = det._next, det._n - det.h
-        common = det.kernels is None and det.dt is not None and stop > a > det.h
-        if common and h is None:
-            h, thr = det.h, det.velocity_threshold_deg_s
-        if common and det.h == h and det.velocity_threshold_deg_s == thr:
-            common = det._last_invalid < det._g0 + a - det.h
-        else:
-            common = False
-        if common:
-            batch.append(i)
-        else:
-            out[i] = det._classify(det._n - det.h)
-    if batch:
-        assert h is not None
-        assert thr is not None
-        for i, rows in zip(
-            batch, _classify_batch([detectors[i] for i in batch], h, thr), strict=True
-        ):
-            out[i] = rows
-    return [rows if rows is not None else [] for rows in out]
-
-
-def _classify_batch(dets: list[EventDetector], h: int, thr: float) -> list[list[Row]]:
-    """:func:`classify_many` for detectors in its common case (half-width h, threshold thr)."""
-    # Each detector's context [a - h - 1, n) (the interval before a - h included), back to back.
-    firsts = [det._next - h - 1 for det in dets]
-    t = np.concatenate([det._t[f : det._n] for det, f in zip(dets, firsts, strict=True)])
-    xy = np.concatenate([det._xy[f : det._n] for det, f in zip(dets, firsts, strict=True)])
-    lengths = [det._n - f for det, f in zip(dets, firsts, strict=True)]
-    offsets = list(itertools.accumulate(lengths, initial=0))
-    # Largest interval within each context (the interval across a boundary does not count).
-    iv = t[1:] - t[:-1]
-    iv[np.array(offsets[1:-1], dtype=np.intp) - 1] = -np.inf
-    iv_max = np.maximum.reduceat(iv, offsets[:-1]).tolist()
-    # Velocities at the centres c in [h, N - h) that are new samples: a detector's [a, n - h)
-    # are the centres [offset + h + 1, offset + length - h), whose windows lie in its context.
-    total = offsets[-1]
-    new = np.zeros(total - 2 * h, dtype=bool)  # indexed by c - h
-    for off, length in zip(offsets[:-1], lengths, strict=True):
-        new[off + 1 : off + length - 2 * h] = True
-    d = (xy[h + 1 : total - h + 1] - xy[h - 1 : total - h - 1])[new]
-    dt = (t[h + 1 : total - h + 1] - t[h - 1 : total - h - 1])[new]
-    for j in range(2, h + 1):  # the same sums, in the same order, as _classify's
-        d += (xy[h + j : total - h + j] - xy[h - j : total - h - j])[new]
-        dt += (t[h + j : total - h + j] - t[h - j : total - h - j])[new]
-    v = np.hypot(d[:, 0], d[:, 1])
-    v /= dt
-    cls = np.add(v >= thr, np.equal(v, v), dtype=np.int8)
-    pos = xy[h : total - h][new]
-    # Grid points crossed since each new sample's predecessor (in its own context).
-    cell = np.floor(t / SPLIT_GRID_S)
-    cell_new = cell[h : total - h][new]
-    crossed = cell_new != cell[h - 1 : total - h - 1][new]
-    cuts = np.where(crossed, cell_new * SPLIT_GRID_S, np.nan)
-    q = _quantise(pos)
-    # Runs: split where the class changes and at each detector's first new sample.
-    counts = [length - 2 * h - 1 for length in lengths]  # new samples per detector
-    firsts_new = list(itertools.accumulate(counts, initial=0))
-    split = np.empty(len(v), dtype=bool)
-    np.not_equal(cls[1:], cls[:-1], out=split[1:])
-    split |= crossed
-    split[firsts_new[:-1]] = True
-    starts = split.nonzero()[0]
-    seg_starts = starts.tolist()
-    seg_cell = cuts[starts].tolist()
-    seg_q = np.add.reduceat(q, starts, axis=0).tolist()
-    seg_min = np.fmin.reduceat(pos, starts, axis=0).tolist()
-    seg_max = np.fmax.reduceat(pos, starts, axis=0).tolist()
-    seg_v = np.fmax.reduceat(v, starts).tolist()
-    seg_cls = cls[starts].tolist()
-    bounds = np.searchsorted(starts, firsts_new).tolist()
-    out = []
-    for i, det in enumerate(dets):
-        stop = det._n - h
-        if iv_max[i] > det.max_gap_s:  # a gap in the context: classified on its own
-            out.append(det._classify(stop))
-            continue
-        k0, k1, f = bounds[i], bounds[i + 1], firsts_new[i]
-        local = [s0 - f for s0 in seg_starts[k0:k1]]
-        segs = _Segments(
-            local,
-            [*local[1:], counts[i]],
-            seg_cls[k0:k1],
-            [False] * (k1 - k0),
-            seg_cell[k0:k1],
-            seg_q[k0:k1],
-            seg_min[k0:k1],
-            seg_max[k0:k1],
-            seg_v[k0:k1],
-        )
-        out.append(det._runs(stop, stop, segs))
-    return out
 
 
 def sample_labels(events: Events, n_samples: int, first_index: int = 0) -> Int8Array:

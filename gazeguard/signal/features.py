@@ -71,11 +71,10 @@ integer sums (exact), its pupil extremes a min and max over its bins.
 In a live stream of small blocks, a block that cannot complete a step is only validated and
 copied (coalescing), so the detector, bins and events run once per step interval, on about
 ``s`` seconds of samples; what that pass costs is mostly per-call overhead (Python and a few
-dozen numpy calls on ~60 samples), not arithmetic. A worker that holds many sessions calls
-:func:`push_many` with every session's new block: it shares the detectors' per-sample numpy
-work and the pupil bin reductions among all sessions (one set of numpy calls per round instead
-of one per session), with the same vectors bit for bit. ``bench/bench_features_cpu.py``
-measures both in the fleet's access pattern (hundreds of sessions fed 100 ms blocks in turn).
+dozen numpy calls on ~60 samples), not arithmetic. A worker that holds many sessions runs
+the same passes compiled instead (``kernels``, :mod:`gazeguard.signal.compiled`), with the
+same vectors bit for bit. ``bench/bench_features_cpu.py`` measures the numpy passes in the
+fleet's access pattern (hundreds of sessions fed 100 ms blocks in turn).
 """
 
 from __future__ import annotations
@@ -91,10 +90,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.core.errors import ConfigError, GazeguardError, StreamError
+from gazeguard.core.errors import ConfigError, StreamError
 from gazeguard.core.samples import FloatArray, GazeSamples
 from gazeguard.signal import compiled
-from gazeguard.signal.events import EventDetector, EventKind, Row, check_timestamps, classify_many
+from gazeguard.signal.events import EventDetector, EventKind, Row, check_timestamps
 
 __all__ = [
     "FEATURES",
@@ -104,7 +103,6 @@ __all__ = [
     "extract_features",
     "feature_bounds",
     "feature_defaults",
-    "push_many",
 ]
 
 # --- Physiological constants: the public assumptions behind every bound ----------------------
@@ -1340,44 +1338,6 @@ def _in_range(lo: list[float], hi: list[float]) -> bool:
     return all(map(_PUPIL_LO.__le__, lo)) and all(map(_PUPIL_HI.__ge__, hi))
 
 
-def _bin_samples_many(items: list[tuple[FeatureExtractor, GazeSamples]]) -> None:
-    """``fx._bin_samples(piece, ...)`` for every item, with the pupil reductions done once
-    over all the pieces (a piece with pupil samples out of range or missing is binned on its
-    own: its values in the shared reductions are not used; so is a piece of an extractor with
-    compiled passes: nothing left to share)."""
-    for fx, piece in items:
-        if fx.kernels is not None:
-            fx._bin_samples(piece, False)
-    items = [(fx, piece) for fx, piece in items if fx.kernels is None]
-    if not items:
-        return
-    layouts = []
-    offsets = [0]
-    for fx, piece in items:
-        det = fx.detector
-        layouts.append(fx._bin_valid(piece, det._last_invalid < det.stats.samples - len(piece)))
-        offsets.append(offsets[-1] + len(piece))
-    p = np.concatenate([piece.pupil_mm for _, piece in items])
-    starts = np.array(
-        [o + c for o, (_, cuts) in zip(offsets, layouts, strict=False) for c in cuts[:-1]],
-        dtype=np.intp,
-    )
-    lo = np.minimum.reduceat(p, starts).tolist()
-    hi = np.maximum.reduceat(p, starts).tolist()
-    with np.errstate(invalid="ignore"):  # NaN (in a piece binned on its own) casts to junk
-        pq = np.rint(p * _PUPIL_Q).astype(np.int64)
-    s1 = np.add.reduceat(pq, starts).tolist()
-    s2 = np.add.reduceat(pq * pq, starts).tolist()
-    k0 = 0
-    for (fx, piece), (rows, cuts) in zip(items, layouts, strict=True):
-        k1 = k0 + len(rows)
-        if _in_range(lo[k0:k1], hi[k0:k1]):
-            fx._add_pupil(rows, _lengths(cuts), s1[k0:k1], s2[k0:k1], lo[k0:k1], hi[k0:k1])
-        else:
-            fx._bin_pupil(piece.pupil_mm, np.array(cuts[:-1], dtype=np.intp), rows)
-        k0 = k1
-
-
 def _stack(xs: list[FloatArray], times: list[float]) -> tuple[FloatArray, FloatArray]:
     """``X`` (k, F) and ``t`` (k,) from k vectors (1, F) and their times (s)."""
     if not xs:
@@ -1385,66 +1345,6 @@ def _stack(xs: list[FloatArray], times: list[float]) -> tuple[FloatArray, FloatA
     if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
         return xs[0].copy(), np.array(times)
     return np.vstack(xs), np.array(times)
-
-
-def push_many(
-    pairs: Sequence[tuple[FeatureExtractor, GazeSamples]],
-) -> list[tuple[FloatArray, FloatArray] | GazeguardError]:
-    """``[fx.push(block) for fx, block in pairs]``, with the event detectors' per-sample numpy
-    work done in one step over all the new samples (:func:`~gazeguard.signal.events.classify_many`):
-    for a worker that holds many sessions and hands each its new samples in turn.
-
-    Each extractor may appear once. Every entry is what its :meth:`FeatureExtractor.push` would
-    have returned (bit for bit: the sessions are independent and each sees the same operations
-    in the same order), or the :class:`~gazeguard.core.errors.GazeguardError` it would have raised
-    (e.g. :class:`~gazeguard.core.errors.StreamError` for a block with bad timestamps; that session
-    is left as that push would have left it, the others are pushed).
-
-    Args:
-        pairs: ``(extractor, block)``: the session's extractor and its next block (N,) samples.
-
-    Raises:
-        ValueError: an extractor appears twice (nothing is pushed). Any exception other than
-            a GazeguardError (a bug) propagates and leaves the call's sessions unusable.
-    """
-    if len({id(fx) for fx, _ in pairs}) != len(pairs):
-        raise ValueError("push_many: each extractor may appear once")
-    out: list[tuple[FloatArray, FloatArray] | GazeguardError] = []
-    batch: list[tuple[int, FeatureExtractor, GazeSamples]] = []
-    for i, (fx, block) in enumerate(pairs):
-        out.append((np.empty((0, _F)), np.empty(0)))
-        try:
-            work = fx._take(block)
-        except GazeguardError as e:
-            out[i] = e
-            continue
-        if work is None:
-            continue
-        try:
-            if not fx._single_piece(work):  # a long block (a recording): on its own
-                out[i] = fx._process(work)
-            elif fx.detector._accept(work, checked=True):
-                batch.append((i, fx, work))
-                continue  # released below
-            else:  # the detector is still estimating its rate: no rows yet
-                xs: list[FloatArray] = []
-                times: list[float] = []
-                fx._after_rows(work, [], xs, times)
-                out[i] = _stack(xs, times)
-        except GazeguardError as e:
-            out[i] = e
-        fx._release()
-    rows = classify_many([fx.detector for _, fx, _ in batch])
-    if batch:
-        _bin_samples_many([(fx, work) for _, fx, work in batch])
-    for (i, fx, _), r in zip(batch, rows, strict=True):
-        xs, times = [], []
-        if r:
-            fx._add_events(r)
-        fx._emit(xs, times)
-        out[i] = _stack(xs, times)
-        fx._release()
-    return out
 
 
 def _run_starts(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

@@ -3,8 +3,8 @@ same event rows bit for bit (``tobytes``), the same counters and the same ``fini
 for random recordings (blinks, dropouts, noise, 30-500 Hz, jitter; long fixations, invalid runs
 and sweeps cut at the grid), random block splits and several detector settings (the stream's
 declared rate or another one); the same feature vectors and counters from ``push`` (pupils in and
-out of range or missing) and from ``push_many`` (a fleet worker's path). Skipped where numba
-is not installed."""
+out of range or missing), also in a fleet worker's pattern (many sessions, blocks decoded from
+the wire). Skipped where numba is not installed."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal import compiled, events, features, rawgaze
 from gazeguard.signal.compiled import Kernels, load_kernels
 from gazeguard.signal.events import EventDetector, Row
-from gazeguard.signal.features import NAMES, FeatureExtractor, push_many
+from gazeguard.signal.features import NAMES, FeatureExtractor
 from gazeguard.signal.rawgaze import decode_many, encode_gaze
 from tests.signal.test_feature_properties import (
     SIZES,
@@ -147,12 +147,12 @@ def test_compiled_passes_give_the_numpy_vectors_bit_for_bit(
     assert out[True] == out[False]
 
 
-def test_compiled_push_many_gives_the_same_vectors() -> None:
+def test_compiled_fleet_pattern_gives_the_same_vectors() -> None:
     """A fleet worker's path: 40 s of 120 Hz gaze in 1-s blocks for 6 sessions, decoded from
     the wire one at a time (read-only arrays, as :func:`~gazeguard.signal.rawgaze.decode_many` gives
-    a lone block) and
-    through ``push_many``, compiled against numpy: the same vectors and counters, bit for bit
-    (and the sessions do have fixations, saccades and blinks)."""
+    a lone block) and pushed session by session in turn, compiled against numpy: the same
+    vectors and counters, bit for bit (and the sessions do have fixations, saccades and
+    blinks)."""
     gazes = [simulate_gaze(40.0, 120.0, seed) for seed in range(1, 7)]
     wire = [[encode_gaze(g.slice(120 * j, 120 * (j + 1))) for g in gazes] for j in range(40)]
     out = {}
@@ -163,10 +163,10 @@ def test_compiled_push_many_gives_the_same_vectors() -> None:
         for payloads in wire:
             blocks = [decode_many([p], kernels).blocks[0] for p in payloads]  # as a worker gets one
             assert not blocks[0].timestamps.flags.writeable  # type: ignore[union-attr]
-            got = push_many(list(zip(fxs, blocks, strict=True)))  # type: ignore[arg-type]
-            for res in got:
-                assert not isinstance(res, Exception)
-                xs += [res[0].tobytes(), res[1].tobytes()]
+            for fx, block in zip(fxs, blocks, strict=True):
+                assert not isinstance(block, Exception)
+                X, t = fx.push(block)
+                xs += [X.tobytes(), t.tobytes()]
         out[on] = xs, [dataclasses.asdict(fx.detector.stats) for fx in fxs]
     assert out[True] == out[False]
     kinds = out[True][1][0]["events"]
