@@ -1,17 +1,18 @@
 """CPU per session-second of a fleet worker's per-block path (decode + events + features +
-chunking), numba's compiled passes against the batched numpy path, in one process.
+chunking), numba's compiled passes against the per-session numpy reference, in one process.
 
 Tracks: ms of CPU (``time.process_time``) per session-second of 120 Hz gaze, and the implied
 sessions per core for this path (1000 / that). ``--sessions`` sessions (20 distinct simulated
 recordings, reused) are fed round-robin as a worker feeds them: every round, one GGR1 payload per
 session (``--block`` samples, 100 ms at the default 12) is decoded in one
-:func:`~gazeguard.signal.rawgaze.decode_many` call, the blocks pushed in one
-:func:`~gazeguard.signal.features.push_many` call (W = 30 s, s = 0.5 s) and the vectors handed
-to each session's :class:`~gazeguard.core.chunking.Chunker` (DCFPA-32 chunks). "numpy" runs
-the batched numpy path, "compiled" the same with ``load_kernels()`` handed to the decoder,
-detectors and extractors. Repetitions alternate the order; every repetition checks that both give
-the same chunks bit for bit. The rest of a worker's work (NATS, the ledger, noise, publishing)
-is the same for both paths, so the worker's own ratio is at most this one.
+:func:`~gazeguard.signal.rawgaze.decode_many` call, each block pushed to its session's
+:class:`~gazeguard.signal.features.FeatureExtractor` in turn (W = 30 s, s = 0.5 s) and the vectors
+handed to the session's :class:`~gazeguard.core.chunking.Chunker` (DCFPA-32 chunks). "numpy" runs
+the reference (what a worker runs without numba or with ``fleet.compiled = false``),
+"compiled" the same with ``load_kernels()`` handed to the decoder, detectors and extractors.
+Repetitions alternate the order; every repetition checks that both give the same chunks bit for
+bit. The rest of a worker's work (NATS, the ledger, noise, publishing) is the same for both
+paths, so the worker's own ratio is at most this one.
 
 Run: ``python bench/bench_fastpath.py [--sessions 300] [--seconds 60] [--reps 5] [--block 12]``;
 prints the medians and minima and the ratio numpy / compiled, and writes
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
 
 from _harness import load_now, machine, write_results
 
@@ -32,7 +32,7 @@ from gazeguard.core.chunking import Chunker
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.compiled import Kernels, load_kernels
 from gazeguard.signal.events import EventDetector
-from gazeguard.signal.features import FEATURES, FeatureExtractor, push_many
+from gazeguard.signal.features import FEATURES, FeatureExtractor
 from gazeguard.signal.rawgaze import decode_many, encode_gaze
 
 RATE = 120.0
@@ -48,8 +48,8 @@ def payloads(sessions: int, seconds: float, block: int) -> list[list[bytes]]:
 
 
 def run(kernels: Kernels | None, data: list[list[bytes]]) -> tuple[float, int]:
-    """CPU seconds to decode, push and chunk all sessions' payloads round-robin, and a hash of
-    every chunk's rows."""
+    """CPU seconds to decode, push and chunk all sessions' payloads round-robin (``kernels``:
+    the compiled passes, or ``None``: the numpy reference), and a hash of every chunk's rows."""
     fxs = [
         FeatureExtractor(30.0, 0.5, detector=EventDetector(rate_hz=RATE, kernels=kernels),
                          kernels=kernels)
@@ -62,13 +62,9 @@ def run(kernels: Kernels | None, data: list[list[bytes]]) -> tuple[float, int]:
     for j in range(rounds):
         due = [s for s in range(len(data)) if j < len(data[s])]
         decoded = decode_many([data[s][j] for s in due], kernels)
-        items: list[Any] = []
         for s, block in zip(due, decoded.blocks, strict=True):
             assert not isinstance(block, Exception)
-            items.append((fxs[s], block))
-        for s, res in zip(due, push_many(items), strict=True):
-            assert not isinstance(res, Exception)
-            X, t = res
+            X, t = fxs[s].push(block)
             if len(X):
                 digest.extend(c.values.tobytes() for c in chunkers[s].add(X, t))
     cpu = time.process_time() - c0
@@ -108,6 +104,7 @@ def main() -> None:
           f"minima {low['numpy'] / low['compiled']:.3f}")  # fmt: skip
     doc = {
         "benchmark": "bench/bench_fastpath.py",
+        "numpy_path": "per-session reference: FeatureExtractor.push per session, no kernels",
         "machine": machine(),
         "load": load,
         "settings": vars(args),

@@ -19,10 +19,9 @@ the next round) with 12-sample blocks (100 ms at 120 Hz) and, in a second row, w
 36, 48 or 60 samples (the worker sometimes hands a session several blocks at once). "baseline" is
 the package's ``gazeguard/signal/events.py`` and ``gazeguard/signal/features.py`` at git revision
 ``--baseline-rev`` (loaded from git into renamed modules), "after" the package's
-``FeatureExtractor.push`` per session, "batched" one ``features.push_many`` call per round (the
-event detectors' per-sample numpy work done once over all sessions' new samples); rounds
-alternate the order (baseline first in even rounds, last in odd ones), every round checks that
-"after" and "batched" give the same vectors bit for bit, and the numbers are medians over the
+``FeatureExtractor.push`` per session (the numpy reference: what a fleet worker runs without
+numba; ``bench_fastpath.py`` measures the compiled passes against it); rounds alternate the
+order (baseline first in even rounds, last in odd ones) and the numbers are medians over the
 rounds. The baseline predates the cut of long runs at the grid (``events.SPLIT_GRID_S``; it is
 given the same declared rate): the same work, but its vectors differ where a run is cut (one
 session in 20 of the simulated minutes); ``baseline_identical_vectors`` records whether they
@@ -53,7 +52,7 @@ from _harness import load_now, machine, write_results
 from gazeguard.core.samples import GazeSamples
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.events import EventDetector
-from gazeguard.signal.features import FeatureExtractor, push_many
+from gazeguard.signal.features import FeatureExtractor
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "tests" / "_reference_extraction.py"
@@ -114,23 +113,15 @@ def fleet_blocks(sessions: int, seconds: float, sizes: tuple[int, ...]) -> list[
     return [out[s % len(out)] for s in range(sessions)]
 
 
-def run_fleet(make: Any, blocks: list[list[GazeSamples]], batched: bool) -> tuple[float, list[int]]:
-    """CPU seconds for all sessions fed round-robin (one block each per round; ``batched``: one
-    :func:`push_many` call per round), and a checksum per session: the hash of its vectors."""
+def run_fleet(make: Any, blocks: list[list[GazeSamples]]) -> tuple[float, list[int]]:
+    """CPU seconds for all sessions fed round-robin (one block each per round), and a checksum
+    per session: the hash of its vectors."""
     fxs = [make() for _ in blocks]
     outs: list[list[bytes]] = [[] for _ in blocks]
     rounds = max(len(b) for b in blocks)
     sessions = list(zip(fxs, blocks, outs, strict=True))
     c0 = time.process_time()
     for j in range(rounds):
-        if batched:
-            due = [(fx, bl[j], out) for fx, bl, out in sessions if j < len(bl)]
-            results = push_many([(fx, b) for fx, b, _ in due])
-            for (_, _, out), res in zip(due, results, strict=True):
-                assert not isinstance(res, Exception)
-                if len(res[0]):
-                    out.append(res[0].tobytes())
-            continue
         for fx, bl, out in sessions:
             if j < len(bl):
                 X, _ = fx.push(bl[j])
@@ -141,21 +132,14 @@ def run_fleet(make: Any, blocks: list[list[GazeSamples]], batched: bool) -> tupl
 
 
 def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The fleet access pattern: baseline, after and batched (see the module docstring)."""
+    """The fleet access pattern: baseline and after (see the module docstring)."""
     base = load_baseline(args.baseline_rev)
 
-    def ours() -> FeatureExtractor:
-        return FeatureExtractor(30.0, 0.5, detector=EventDetector(rate_hz=120.0))
-
-    impls = {  # name: (make an extractor, fed with push_many)
-        "baseline": (
-            lambda: base.FeatureExtractor(
-                30.0, 0.5, detector=base.EventDetector(sampling_rate_hz=120.0)
-            ),
-            False,
+    impls = {  # name: make an extractor
+        "baseline": lambda: base.FeatureExtractor(
+            30.0, 0.5, detector=base.EventDetector(sampling_rate_hz=120.0)
         ),
-        "after": (ours, False),
-        "batched": (ours, True),
+        "after": lambda: FeatureExtractor(30.0, 0.5, detector=EventDetector(rate_hz=120.0)),
     }
     n, secs = args.fleet_sessions, args.fleet_seconds
     print(
@@ -163,9 +147,8 @@ def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
         f"s = 0.5 s; median of {args.fleet_rounds} alternating rounds (load {load_now()})"
     )
     header = (
-        f"{'block samples':>14} | {'baseline ms/s':>13} {'after ms/s':>10} {'ratio':>6} "
-        f"{'batched ms/s':>12} {'ratio':>6} | {'sessions/core batched':>21} | "
-        f"{'ratios of minima':>16}"
+        f"{'block samples':>14} | {'baseline ms/s':>13} {'after ms/s':>10} {'ratio':>6} | "
+        f"{'sessions/core after':>19} | {'ratio of minima':>15}"
     )
     print(header)
     print("-" * len(header))
@@ -177,11 +160,8 @@ def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
         for r in range(args.fleet_rounds):
             sums = {}
             for name in impls if r % 2 == 0 else reversed(impls):
-                make, batched = impls[name]
-                seconds, sums[name] = run_fleet(make, blocks, batched)
+                seconds, sums[name] = run_fleet(impls[name], blocks)
                 cpu[name].append(seconds)
-            if not sums["after"] == sums["batched"]:
-                raise SystemExit(f"fleet vectors differ (blocks {sizes}): not the same computation")
             baseline_same = baseline_same and sums["baseline"] == sums["after"]
         ms = {k: 1e3 * statistics.median(v) / (n * secs) for k, v in cpu.items()}
         ms_min = {k: 1e3 * min(v) / (n * secs) for k, v in cpu.items()}
@@ -195,10 +175,8 @@ def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
             "ms_per_session_s": ms,
             "sessions_per_core": {k: 1e3 / v for k, v in ms.items()},
             "ratio_baseline_over_after": ms["baseline"] / ms["after"],
-            "ratio_baseline_over_batched": ms["baseline"] / ms["batched"],
             "ms_per_session_s_min": ms_min,
-            "ratio_of_minima": {k: ms_min["baseline"] / ms_min[k] for k in ("after", "batched")},
-            "identical_vectors": True,
+            "ratio_of_minima": {"after": ms_min["baseline"] / ms_min["after"]},
             "baseline_identical_vectors": baseline_same,
             "load_avg_1min": load_now(),
         }
@@ -207,9 +185,8 @@ def fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
         mins = row["ratio_of_minima"]
         print(
             f"{label:>14} | {ms['baseline']:>13.3f} {ms['after']:>10.3f} "
-            f"{row['ratio_baseline_over_after']:>5.2f}× {ms['batched']:>12.3f} "
-            f"{row['ratio_baseline_over_batched']:>5.2f}× | {1e3 / ms['batched']:>21.0f} | "
-            f"{mins['after']:>6.2f}×, {mins['batched']:.2f}×"
+            f"{row['ratio_baseline_over_after']:>5.2f}× | {1e3 / ms['after']:>19.0f} | "
+            f"{mins['after']:>14.2f}×"
         )
         if not baseline_same:
             print(f"{'':>14}   (baseline vectors differ: it does not cut long runs at the grid)")

@@ -41,7 +41,7 @@ from gazeguard.runtime.pipeline import Pipeline, feed_many, release_group
 from gazeguard.runtime.service import freeze_startup_objects, open_ledger
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.compiled import Kernels, load_kernels
-from gazeguard.signal.features import FeatureExtractor, push_many
+from gazeguard.signal.features import FeatureExtractor
 
 RATE = 120.0
 DISTINCT = 20  # distinct simulated recordings, reused round-robin over the sessions
@@ -117,7 +117,8 @@ def run(
                     for _ in range(sessions)
                 ]
                 for j in range(seconds):
-                    push_many([(fx, blocks[i % DISTINCT][j]) for i, fx in enumerate(fxs)])
+                    for i, fx in enumerate(fxs):
+                        fx.push(blocks[i % DISTINCT][j])
         finally:
             gc.callbacks.remove(timer)
         manual = time_collections(collections_n)
