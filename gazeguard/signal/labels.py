@@ -29,8 +29,8 @@ Sampling exactly (:class:`RandomizedResponse`, why it is equivalent to OpenDP an
     ``a/b < e^ε`` exactly, so the realized mechanism is ε′-DP with ``ε′ = ln(a/b) ≤ ε`` and the
     charged ε is an upper bound, not an approximation; its survival probability
     ``a / (a + (C−1)·b)`` falls short of the ideal ``p`` by less than ``2^-62`` (it is what
-    :attr:`RandomizedResponse.survival` reports). ``tests/offline/test_labels.py`` compares the exact
-    pmf, OpenDP's draws and ours (chi-square).
+    :attr:`RandomizedResponse.survival` reports). ``tests/offline/test_labels.py`` compares the
+    exact pmf, OpenDP's draws and ours (chi-square).
 
 What a label keeps (:func:`survival_probability`, :func:`released_accuracy`)
     The true label survives with ``p = e^ε/(e^ε + C − 1)`` (6 classes, ε = 3: 0.80); how many
