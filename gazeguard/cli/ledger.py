@@ -6,14 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gazeguard.cli._common import ExitCode, gaze_window, stdout
 from gazeguard.config import load_settings
 from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger, is_url
+from gazeguard.wire.kinds import KINDS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -75,16 +77,24 @@ def _session_report(ledger: Ledger, session: str, *, chunks: bool) -> dict[str, 
     ]
     if chunks:
         doc["charges"] = [asdict(c) for c in history]
-    labels = ledger.charges(session, "labels")
-    doc["labels"] = {
+    for kind in KINDS:
+        section = SECTIONS.get(kind.name)
+        if section is not None and kind.stream is not None:
+            doc[kind.name] = section.report(ledger, session, kind.stream)
+    return doc
+
+
+def _label_report(ledger: Ledger, session: str, stream: str) -> dict[str, Any]:
+    """The labels of one session: how many were released and withheld, their ε, their gaze."""
+    labels = ledger.charges(session, stream)
+    return {
         "released": len(labels),
-        "withheld": len(ledger.withheld(session, "labels")),
+        "withheld": len(ledger.withheld(session, stream)),
         "epsilon_label": sorted({c.epsilon.get("label", 0.0) for c in labels}),
         "pure_epsilon": sum(c.total for c in labels),
         "first_gaze": min((c.gaze_start for c in labels), default=None),
         "last_gaze": max((c.gaze_end for c in labels), default=None),
     }
-    return doc
 
 
 def _label_lines(lab: dict[str, Any]) -> list[str]:
@@ -102,6 +112,19 @@ def _label_lines(lab: dict[str, Any]) -> list[str]:
             f"  labels' gaze         {_when(lab['first_gaze'])} – {_when(lab['last_gaze'])}"
         )
     return lines
+
+
+class Section(NamedTuple):
+    """What ``ledger show`` says of a release kind's own stream, beside the chunks: ``report``
+    (ledger, session, stream) → its JSON, ``lines`` (that JSON) → its text lines."""
+
+    report: Callable[[Ledger, str, str], dict[str, Any]]
+    lines: Callable[[dict[str, Any]], list[str]]
+
+
+#: The sections of ``ledger show`` by release kind name (:data:`gazeguard.wire.kinds.KINDS`),
+#: for the kinds charged to a stream of their own that it reports.
+SECTIONS: dict[str, Section] = {"labels": Section(_label_report, _label_lines)}
 
 
 def _when(unix: float) -> str:
@@ -131,7 +154,9 @@ def _format(where: str, report: list[dict[str, Any]], pending: list[dict[str, An
             f"  per-chunk ε          {s['max_chunk_eps']:g} per chunk, {s['max_feature_eps']:g} "
             "per feature   (parallel-composition view: NOT a user-level guarantee)",
         ]
-        lines += _label_lines(s["labels"])
+        for kind in KINDS:
+            if kind.name in SECTIONS and kind.name in s:
+                lines += SECTIONS[kind.name].lines(s[kind.name])
         if s["window_cap"] is not None:
             lines.append(
                 f"  window cap           {s['window_cap']:g} over any "

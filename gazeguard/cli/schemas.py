@@ -14,31 +14,12 @@ from importlib import resources
 from pathlib import Path
 
 from gazeguard.cli._common import ExitCode, get_console, stdout
-from gazeguard.wire import message
-from gazeguard.wire.cohort import (
-    ATTENTION_SCHEMA_FILE,
-    MODE_SCHEMA_FILE,
-    RECEIPT_SCHEMA_FILE,
-    AttentionMessage,
-    CohortMessage,
-    CohortReceipt,
-    ModeMessage,
-)
-from gazeguard.wire.cohort import SCHEMA_FILE as COHORT_FILE
-from gazeguard.wire.label import SCHEMA_FILE as LABEL_FILE
-from gazeguard.wire.label import LabelMessage
+from gazeguard.wire import kinds, message
 
 DATA = Path(str(resources.files("gazeguard"))) / "data"
 
-#: Every shipped payload schema: file name → model.
-SCHEMAS: Mapping[str, type[message.WireModel]] = {
-    **message.SCHEMA_FILES,
-    LABEL_FILE: LabelMessage,
-    COHORT_FILE: CohortMessage,
-    ATTENTION_SCHEMA_FILE: AttentionMessage,
-    RECEIPT_SCHEMA_FILE: CohortReceipt,
-    MODE_SCHEMA_FILE: ModeMessage,
-}
+#: Every shipped payload schema: file name → model (one per release kind).
+SCHEMAS: Mapping[str, type[message.WireModel]] = kinds.SCHEMA_FILES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

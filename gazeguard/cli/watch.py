@@ -20,8 +20,9 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
 from pydantic import ValidationError
@@ -41,6 +42,7 @@ from gazeguard.runtime.mqtt.client import ClientFactory
 from gazeguard.runtime.mqtt.sink import explain_failure
 from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt, ModeMessage
 from gazeguard.wire.glossary import glossary_markdown, glossary_text
+from gazeguard.wire.kinds import kind_of_topic
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import (
     VALUE_NOISE_LABEL,
@@ -48,10 +50,6 @@ from gazeguard.wire.message import (
     StatusMessage,
     value_noise_text,
 )
-
-#: The messages ``watch`` validates and shows (by the last level of their topic).
-Cohort = CohortMessage | AttentionMessage | ModeMessage | CohortReceipt
-Watched = ChunkMessage | LabelMessage | StatusMessage | Cohort
 
 #: Sparkline blocks, lowest to highest.
 BARS = "▁▂▃▄▅▆▇█"
@@ -299,69 +297,68 @@ def describe_mode(m: ModeMessage) -> list[str]:
     ]
 
 
-def describe_cohort(m: Cohort, shown: int) -> tuple[str, list[str], object]:
-    """``(kind, lines, m)`` of a cohort message: ``aggregates``, ``attention``, ``mode`` or
-    ``receipts``."""
-    if isinstance(m, CohortMessage):
-        return "aggregates", describe_aggregate(m, shown), m
-    if isinstance(m, AttentionMessage):
-        return "attention", describe_attention(m), m
-    if isinstance(m, ModeMessage):
-        return "mode", describe_mode(m), m
-    line = (
+def describe_receipt(m: CohortReceipt) -> list[str]:
+    """A cohort receipt for people: the bucket the session was charged for, and how much."""
+    return [
         f"receipt {m.session}: charged for cohort {m.cohort!r} bucket {m.bucket} ({m.release}, "
         f"worker {m.worker}): {m.epsilon_per_hour:.3g} ε per hour of buckets at δ {m.delta:g}"
-    )
-    return "receipts", [line], m
+    ]
+
+
+def describe_held_label(m: LabelMessage, holds: Holds | None) -> list[str]:
+    """A label beside the one it replaces (:func:`describe_label`); ``holds`` is updated."""
+    key = (m.device, m.session)
+    previous = None if holds is None else holds.get(key)
+    if holds is not None:
+        holds[key] = m
+    return describe_label(m, previous)
+
+
+def describe_status(m: StatusMessage, holds: Holds | None) -> list[str]:
+    """A status for people, with the label its session holds (from ``holds``)."""
+    eps = "" if m.epsilon is None else f", user-level ε {m.epsilon:.3g}"
+    held = None if holds is None else holds.get((m.device, m.session))
+    if held is not None:
+        since = held.unix_end
+        eps += f"; holds label {held.label!r}" + (
+            "" if since is None else f" since {clock(since)} ({span(m.time - since)})"
+        )
+    return [
+        f"status {m.device}/{m.session}: {m.state}{eps}; chunks charged "
+        f"{m.chunks_charged}, delivered {m.chunks_delivered}, refused "
+        f"{m.chunks_refused}, withheld {m.chunks_withheld}, dropped "
+        f"{m.chunks_dropped}" + (f" — {m.reason}" if m.reason else "")
+    ]
+
+
+#: How ``watch`` shows each release kind (:data:`gazeguard.wire.kinds.KINDS`), by kind name:
+#: ``(message, features shown, labels held) → lines``.
+RENDER: dict[str, Callable[[Any, int, Holds | None], list[str]]] = {
+    "chunks": lambda m, shown, _: describe_chunk(m, shown),
+    "status": lambda m, _, holds: describe_status(m, holds),
+    "labels": lambda m, _, holds: describe_held_label(m, holds),
+    "aggregates": lambda m, shown, _: describe_aggregate(m, shown),
+    "attention": lambda m, _, __: describe_attention(m),
+    "receipts": lambda m, _, __: describe_receipt(m),
+    "mode": lambda m, _, __: describe_mode(m),
+}
 
 
 def describe(
     topic: str, payload: bytes, shown: int, holds: Holds | None = None
 ) -> tuple[str, list[str], object | None]:
-    """``(kind, lines, model)`` for one message; kind ``invalid`` with the first error.
-    ``holds``: the labels held so far, updated by a label and shown with a status."""
-    kind = topic.rsplit("/", 1)[-1]
-    models: dict[str, type[Watched]] = {
-        "chunks": ChunkMessage, "labels": LabelMessage, "status": StatusMessage,
-        "cohort": CohortReceipt, "aggregates": CohortMessage, "attention": AttentionMessage,
-        "mode": ModeMessage,
-    }  # fmt: skip
-    parse = models.get(kind)
-    if parse is None:
+    """``(kind, lines, model)`` for one message: its kind's name (by its topic's last level,
+    :func:`gazeguard.wire.kinds.kind_of_topic`), or ``invalid`` with the first error, or
+    ``other``. ``holds``: the labels held so far, updated by a label and shown with a status."""
+    kind = kind_of_topic(topic)
+    if kind is None:
         return "other", [f"{topic}: not a gazeguard topic (ignored)"], None
     try:
-        model: Watched = parse.model_validate_json(payload)
+        model = kind.model.from_payload(payload)
     except (ValidationError, ValueError) as exc:
         first = str(exc).splitlines()[0:3]
         return "invalid", [f"INVALID message on {topic}: {' '.join(first)}"], None
-    if isinstance(model, ChunkMessage):
-        return "chunks", describe_chunk(model, shown), model
-    if isinstance(model, LabelMessage):
-        key = (model.device, model.session)
-        previous = None if holds is None else holds.get(key)
-        if holds is not None:
-            holds[key] = model
-        return "labels", describe_label(model, previous), model
-    if isinstance(model, CohortMessage | AttentionMessage | ModeMessage | CohortReceipt):
-        return describe_cohort(model, shown)
-    assert isinstance(model, StatusMessage)
-    eps = "" if model.epsilon is None else f", user-level ε {model.epsilon:.3g}"
-    held = None if holds is None else holds.get((model.device, model.session))
-    if held is not None:
-        since = held.unix_end
-        eps += f"; holds label {held.label!r}" + (
-            "" if since is None else f" since {clock(since)} ({span(model.time - since)})"
-        )
-    return (
-        "status",
-        [
-            f"status {model.device}/{model.session}: {model.state}{eps}; chunks charged "
-            f"{model.chunks_charged}, delivered {model.chunks_delivered}, refused "
-            f"{model.chunks_refused}, withheld {model.chunks_withheld}, dropped "
-            f"{model.chunks_dropped}" + (f" — {model.reason}" if model.reason else "")
-        ],
-        model,
-    )
+    return kind.name, RENDER[kind.name](model, shown, holds), model
 
 
 #: Between attempts to reach the broker, s.

@@ -33,21 +33,16 @@ Delivery is at least once; consumers deduplicate by ``(cohort, worker, bucket)``
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal, Self
+from typing import Annotated, Final, Literal, Self
 
 from pydantic import Field, model_validator
 
-from gazeguard.wire import message
 from gazeguard.wire.message import FiniteFloat, Name, NoiseSource, Positive, WireModel
 
 COHORT_SCHEMA: Final = "gazeguard.cohort/1"
-SCHEMA_FILE: Final = "cohort.schema.json"
 ATTENTION_SCHEMA: Final = "gazeguard.attention/1"
-ATTENTION_SCHEMA_FILE: Final = "attention.schema.json"
 MODE_SCHEMA: Final = "gazeguard.mode/1"
-MODE_SCHEMA_FILE: Final = "mode.schema.json"
 RECEIPT_SCHEMA: Final = "gazeguard.cohort-receipt/1"
-RECEIPT_SCHEMA_FILE: Final = "cohort-receipt.schema.json"
 
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
@@ -73,7 +68,27 @@ class CohortFeature(WireModel):
     sd: NonNegative
 
 
-class CohortMessage(WireModel):
+class BucketMessage(WireModel):
+    """What a cohort's message of one bucket opens with: ``cohort``, ``worker``, ``bucket``,
+    ``bucket_start`` and ``bucket_end`` (as :class:`CohortMessage` describes them), the bucket
+    ending after it starts; each subclass fixes ``schema``."""
+
+    schema_: str = Field(alias="schema")
+    cohort: Name
+    worker: Name
+    bucket: int = Field(ge=0)
+    bucket_start: FiniteFloat
+    bucket_end: FiniteFloat
+
+    @model_validator(mode="after")
+    def _bucket_ordered(self) -> Self:
+        if not self.bucket_end > self.bucket_start:
+            msg = f"bucket_end={self.bucket_end} must be after bucket_start={self.bucket_start}"
+            raise ValueError(msg)
+        return self
+
+
+class CohortMessage(BucketMessage):
     """The aggregate of one time bucket over the sessions of one worker (``gazeguard.cohort/1``).
 
     Attributes:
@@ -102,11 +117,6 @@ class CohortMessage(WireModel):
     """
 
     schema_: Literal["gazeguard.cohort/1"] = Field(COHORT_SCHEMA, alias="schema")
-    cohort: Name
-    worker: Name
-    bucket: int = Field(ge=0)
-    bucket_start: FiniteFloat
-    bucket_end: FiniteFloat
     noisy_count: FiniteFloat
     count: int = Field(ge=1)
     features: list[CohortFeature]
@@ -124,9 +134,6 @@ class CohortMessage(WireModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if not self.bucket_end > self.bucket_start:
-            msg = f"bucket_end={self.bucket_end} must be after bucket_start={self.bucket_start}"
-            raise ValueError(msg)
         if len(self.noisy_histogram) != len(self.classes) or len(self.shares) != len(self.classes):
             msg = "noisy_histogram and shares need one value per class"
             raise ValueError(msg)
@@ -134,10 +141,6 @@ class CohortMessage(WireModel):
             msg = "an aggregate carries features, classes or both"
             raise ValueError(msg)
         return self
-
-    def to_payload(self) -> bytes:
-        """UTF-8 JSON bytes, as published."""
-        return self.model_dump_json(by_alias=True).encode()
 
 
 class AoiShare(WireModel):
@@ -154,7 +157,7 @@ class AoiShare(WireModel):
     share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
-class AttentionMessage(WireModel):
+class AttentionMessage(BucketMessage):
     """A bucket's dwell-time distribution over the sessions of one worker
     (``gazeguard.attention/1``).
 
@@ -183,11 +186,6 @@ class AttentionMessage(WireModel):
     """
 
     schema_: Literal["gazeguard.attention/1"] = Field(ATTENTION_SCHEMA, alias="schema")
-    cohort: Name
-    worker: Name
-    bucket: int = Field(ge=0)
-    bucket_start: FiniteFloat
-    bucket_end: FiniteFloat
     rows: int | None = Field(ge=1)
     cols: int | None = Field(ge=1)
     fov_deg: list[Positive] | None = Field(min_length=2, max_length=2)
@@ -206,9 +204,6 @@ class AttentionMessage(WireModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if not self.bucket_end > self.bucket_start:
-            msg = f"bucket_end={self.bucket_end} must be after bucket_start={self.bucket_start}"
-            raise ValueError(msg)
         shaped = (self.rows, self.cols, self.fov_deg, self.grid, self.heatmap)
         if any(v is None for v in shaped) and any(v is not None for v in shaped):
             msg = "rows, cols, fov_deg, grid and heatmap come together (or none of them)"
@@ -225,12 +220,8 @@ class AttentionMessage(WireModel):
             raise ValueError(msg)
         return self
 
-    def to_payload(self) -> bytes:
-        """UTF-8 JSON bytes, as published."""
-        return self.model_dump_json(by_alias=True).encode()
 
-
-class ModeMessage(WireModel):
+class ModeMessage(BucketMessage):
     """The group's dominant activity in one bucket over the sessions of one worker
     (``gazeguard.mode/1``, on ``{prefix}/cohort/{cohort}/mode``).
 
@@ -259,11 +250,6 @@ class ModeMessage(WireModel):
     """
 
     schema_: Literal["gazeguard.mode/1"] = Field(MODE_SCHEMA, alias="schema")
-    cohort: Name
-    worker: Name
-    bucket: int = Field(ge=0)
-    bucket_start: FiniteFloat
-    bucket_end: FiniteFloat
     classes: list[Name] = Field(min_length=2, max_length=256)
     mode: Name
     mode_index: int = Field(ge=0)
@@ -278,22 +264,10 @@ class ModeMessage(WireModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if not self.bucket_end > self.bucket_start:
-            msg = f"bucket_end={self.bucket_end} must be after bucket_start={self.bucket_start}"
-            raise ValueError(msg)
         if self.mode_index >= len(self.classes) or self.classes[self.mode_index] != self.mode:
             msg = "mode must be classes[mode_index]"
             raise ValueError(msg)
         return self
-
-    def to_payload(self) -> bytes:
-        """UTF-8 JSON bytes, as published."""
-        return self.model_dump_json(by_alias=True).encode()
-
-    @classmethod
-    def from_payload(cls, payload: bytes | str) -> ModeMessage:
-        """Parse and validate a received payload."""
-        return cls.model_validate_json(payload)
 
 
 class CohortReceipt(WireModel):
@@ -327,42 +301,3 @@ class CohortReceipt(WireModel):
     noise_multiplier: Positive
     epsilon_per_hour: Positive
     delta: Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
-
-    def to_payload(self) -> bytes:
-        """UTF-8 JSON bytes, as published."""
-        return self.model_dump_json(by_alias=True).encode()
-
-    @classmethod
-    def from_payload(cls, payload: bytes | str) -> CohortReceipt:
-        """Parse and validate a received payload."""
-        return cls.model_validate_json(payload)
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of :class:`CohortMessage`, as shipped."""
-    return message.json_schema(CohortMessage)
-
-
-def shipped_schema() -> dict[str, Any]:
-    """``gazeguard/data/cohort.schema.json`` as shipped."""
-    return message.shipped_schema(SCHEMA_FILE)
-
-
-def attention_json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of :class:`AttentionMessage`, as shipped."""
-    return message.json_schema(AttentionMessage)
-
-
-def attention_shipped_schema() -> dict[str, Any]:
-    """``gazeguard/data/attention.schema.json`` as shipped."""
-    return message.shipped_schema(ATTENTION_SCHEMA_FILE)
-
-
-def mode_json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of :class:`ModeMessage`, as shipped."""
-    return message.json_schema(ModeMessage)
-
-
-def mode_shipped_schema() -> dict[str, Any]:
-    """``gazeguard/data/mode.schema.json`` as shipped."""
-    return message.shipped_schema(MODE_SCHEMA_FILE)

@@ -1,25 +1,21 @@
-"""The private-label payload (``gazeguard.label/1``) and its topic; to be merged into
-:mod:`gazeguard.wire.message`.
+"""The private-label payload (``gazeguard.label/1``; its kind: :data:`gazeguard.wire.kinds.LABELS`).
 
 One :class:`LabelMessage` per decision on ``{prefix}/{device}/{session}/labels`` (QoS 1, not
 retained): the label released by randomized response (:mod:`gazeguard.signal.labels`), the classes
-it
-was drawn from, its ε, the probability that it is the true one, the decision window, and the
-model and profile that produced it. Nothing else about the decision — not the clean label, not
-the class probabilities, not the features — can be expressed. Every float must be finite and
-the survival probability must be the one randomized response has at this ε over these classes,
-so an inconsistent message cannot be built. The JSON Schema ships as
-``gazeguard/data/label.schema.json`` (``gazeguard schemas --write``).
+it was drawn from, its ε, the probability that it is the true one, the decision window, and the
+model and profile that produced it. Nothing else about the decision — not the clean label, not the
+class probabilities, not the features — can be expressed. Every float must be finite and the
+survival probability must be the one randomized response has at this ε over these classes, so an
+inconsistent message cannot be built. The JSON Schema ships as ``gazeguard/data/label.schema.json``
+(``gazeguard schemas --write``).
 
 Delivery is at least once; consumers deduplicate by ``(session, decision_index)``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Final, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -36,7 +32,6 @@ if TYPE_CHECKING:
     from gazeguard.signal.labels import LabelDecision
 
 LABEL_SCHEMA: Final = "gazeguard.label/1"
-SCHEMA_FILE: Final = "label.schema.json"
 #: Largest difference tolerated between the stated survival probability and
 #: ``e^ε/(e^ε + C − 1)``: the exact sampler's realized value is within 2^-62 of it.
 SURVIVAL_TOLERANCE: Final = 1e-9
@@ -164,29 +159,3 @@ class LabelMessage(WireModel):
             unix_end=unix_end,
             noise=decision.noise,
         )
-
-    def to_payload(self) -> bytes:
-        """UTF-8 JSON bytes, as published."""
-        return self.model_dump_json(by_alias=True).encode()
-
-    @classmethod
-    def from_payload(cls, payload: bytes | str) -> LabelMessage:
-        """Parse and validate a received payload."""
-        return cls.model_validate_json(payload)
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of :class:`LabelMessage`, as shipped."""
-    schema = LabelMessage.model_json_schema(by_alias=True, mode="serialization")
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://gazeguard.invalid/schemas/label/1",
-        **schema,
-    }
-
-
-def shipped_schema() -> dict[str, Any]:
-    """``gazeguard/data/label.schema.json`` as shipped."""
-    text = resources.files("gazeguard").joinpath("data", SCHEMA_FILE).read_text(encoding="utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded

@@ -77,6 +77,15 @@ class WireModel(BaseModel):
         json_schema_serialization_defaults_required=True,
     )
 
+    def to_payload(self) -> bytes:
+        """UTF-8 JSON bytes, as published."""
+        return self.model_dump_json(by_alias=True).encode()
+
+    @classmethod
+    def from_payload(cls, payload: bytes | str) -> Self:
+        """Parse and validate a received payload."""
+        return cls.model_validate_json(payload)
+
 
 class MechanismParams(WireModel):
     """How a chunk was privatized (docs/design.md "Mechanisms"); lists have one entry per feature.
@@ -561,15 +570,6 @@ class ChunkMessage(WireModel):
         """The privatized values as float64 (F, n)."""
         return np.asarray(self.values, dtype=np.float64)
 
-    def to_payload(self) -> bytes:
-        """UTF-8 JSON bytes, as published."""
-        return self.model_dump_json(by_alias=True).encode()
-
-    @classmethod
-    def from_payload(cls, payload: bytes | str) -> ChunkMessage:
-        """Parse and validate a received payload."""
-        return cls.model_validate_json(payload)
-
 
 class StatusMessage(WireModel):
     """The retained state of one session (``gazeguard.status/2``); the latest one wins.
@@ -635,23 +635,9 @@ class StatusMessage(WireModel):
             raise ValueError(msg)
         return self
 
-    def to_payload(self) -> bytes:
-        """UTF-8 JSON bytes, as published."""
-        return self.model_dump_json(by_alias=True).encode()
-
-    @classmethod
-    def from_payload(cls, payload: bytes | str) -> StatusMessage:
-        """Parse and validate a received payload."""
-        return cls.model_validate_json(payload)
-
 
 # ---------------------------------------------------------------------------------------------
-# JSON Schema export
-
-SCHEMA_FILES: dict[str, type[WireModel]] = {
-    "chunk.schema.json": ChunkMessage,
-    "status.schema.json": StatusMessage,
-}
+# JSON Schema export (every kind's file: gazeguard.wire.kinds.SCHEMA_FILES)
 
 
 def json_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -666,20 +652,18 @@ def json_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def shipped_schema(filename: str) -> dict[str, Any]:
-    """A schema file as shipped in the package: ``chunk.schema.json`` or ``status.schema.json``."""
+    """A schema file as shipped in the package, e.g. ``chunk.schema.json``."""
     text = resources.files("gazeguard").joinpath("data", filename).read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 
 
-def write_schemas(
-    directory: Path, files: Mapping[str, type[WireModel]] | None = None
-) -> list[Path]:
-    """Write payload schemas into ``directory``: ``files`` (file name → model), by default
-    :data:`SCHEMA_FILES` (``chunk.schema.json`` and ``status.schema.json``)."""
+def write_schemas(directory: Path, files: Mapping[str, type[WireModel]]) -> list[Path]:
+    """Write payload schemas into ``directory``: ``files`` (file name → model), e.g.
+    :data:`gazeguard.wire.kinds.SCHEMA_FILES`."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for filename, model in (SCHEMA_FILES if files is None else files).items():
+    for filename, model in files.items():
         path = directory / filename
         path.write_text(json.dumps(json_schema(model), indent=2) + "\n", encoding="utf-8")
         written.append(path)

@@ -75,70 +75,66 @@ def check_prefix(prefix: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The topics
+# The topics: a session's, ``{prefix}/{device}/{session}/{level}``, and a cohort's,
+# ``{prefix}/cohort/{cohort}/{level}`` (each kind's level: gazeguard.wire.kinds)
 
 
-def _session_topic(prefix: str, device: str, session: str, kind: str) -> str:
+def session_topic(prefix: str, device: str, session: str, level: str) -> str:
+    """``{prefix}/{device}/{session}/{level}``.
+
+    Raises:
+        ConfigError: a part is empty or contains MQTT wildcards or separators.
+    """
     check_prefix(prefix)
     check_name("device", device)
     check_name("session", session)
-    return f"{prefix}/{device}/{session}/{kind}"
+    return f"{prefix}/{device}/{session}/{level}"
 
 
-def chunk_topic(prefix: str, device: str, session: str) -> str:
-    """``{prefix}/{device}/{session}/chunks``: one privatized chunk per message, QoS 1.
-
-    Raises:
-        ConfigError: a part is empty or contains MQTT wildcards or separators.
-    """
-    return _session_topic(prefix, device, session, "chunks")
-
-
-def status_topic(prefix: str, device: str, session: str) -> str:
-    """``{prefix}/{device}/{session}/status``: the retained session status.
+def cohort_level_topic(prefix: str, cohort: str, level: str) -> str:
+    """``{prefix}/cohort/{cohort}/{level}``.
 
     Raises:
-        ConfigError: a part is empty or contains MQTT wildcards or separators.
-    """
-    return _session_topic(prefix, device, session, "status")
-
-
-def label_topic(prefix: str, device: str, session: str) -> str:
-    """``{prefix}/{device}/{session}/labels``: one private label per message, QoS 1.
-
-    Raises:
-        ConfigError: a part is empty or contains MQTT wildcards or separators.
-    """
-    return _session_topic(prefix, device, session, "labels")
-
-
-def receipt_topic(prefix: str, device: str, session: str) -> str:
-    """``{prefix}/{device}/{session}/cohort``: the session's cohort receipts.
-
-    Raises:
-        ConfigError: a part is empty or contains MQTT wildcards or separators.
-    """
-    return _session_topic(prefix, device, session, "cohort")
-
-
-def cohort_topic(prefix: str, cohort: str) -> str:
-    """``{prefix}/cohort/{cohort}/aggregates``.
-
-    Raises:
+        ConfigError: the prefix is not topic-safe.
         ValueError: the cohort name is empty or not one topic level.
     """
     check_prefix(prefix)
     if not cohort or any(c in cohort for c in RESERVED):
         msg = f"cohort name {cohort!r} must be one topic level (no '/', '+' or '#')"
         raise ValueError(msg)
-    return f"{prefix}/cohort/{cohort}/aggregates"
+    return f"{prefix}/cohort/{cohort}/{level}"
+
+
+def chunk_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/chunks``: one privatized chunk per message, QoS 1."""
+    return session_topic(prefix, device, session, "chunks")
+
+
+def status_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/status``: the retained session status."""
+    return session_topic(prefix, device, session, "status")
+
+
+def label_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/labels``: one private label per message, QoS 1."""
+    return session_topic(prefix, device, session, "labels")
+
+
+def receipt_topic(prefix: str, device: str, session: str) -> str:
+    """``{prefix}/{device}/{session}/cohort``: the session's cohort receipts."""
+    return session_topic(prefix, device, session, "cohort")
+
+
+def cohort_topic(prefix: str, cohort: str) -> str:
+    """``{prefix}/cohort/{cohort}/aggregates``."""
+    return cohort_level_topic(prefix, cohort, "aggregates")
 
 
 def attention_topic(prefix: str, cohort: str) -> str:
     """``{prefix}/cohort/{cohort}/attention``."""
-    return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/attention"
+    return cohort_level_topic(prefix, cohort, "attention")
 
 
 def mode_topic(prefix: str, cohort: str) -> str:
     """``{prefix}/cohort/{cohort}/mode``."""
-    return cohort_topic(prefix, cohort).removesuffix("/aggregates") + "/mode"
+    return cohort_level_topic(prefix, cohort, "mode")

@@ -21,9 +21,8 @@ import jsonschema
 import pytest
 
 from gazeguard.config import load_settings
-from gazeguard.wire.cohort import AttentionMessage, CohortMessage, CohortReceipt, ModeMessage
-from gazeguard.wire.label import LabelMessage
-from gazeguard.wire.message import ChunkMessage, StatusMessage, shipped_schema
+from gazeguard.wire.kinds import KINDS
+from gazeguard.wire.message import shipped_schema
 from tests.conftest import MosquittoBroker
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,15 +76,7 @@ def test_toml_examples_validate(toml: str, tmp_path: Path) -> None:
 
 # Example messages (docs/consumer.md): what a consumer is told a field is called is what the
 # models and the shipped schemas call it.
-MODELS = {
-    "gazeguard.chunk/2": (ChunkMessage, "chunk.schema.json"),
-    "gazeguard.label/1": (LabelMessage, "label.schema.json"),
-    "gazeguard.cohort/1": (CohortMessage, "cohort.schema.json"),
-    "gazeguard.mode/1": (ModeMessage, "mode.schema.json"),
-    "gazeguard.attention/1": (AttentionMessage, "attention.schema.json"),
-    "gazeguard.status/2": (StatusMessage, "status.schema.json"),
-    "gazeguard.cohort-receipt/1": (CohortReceipt, "cohort-receipt.schema.json"),
-}
+MODELS = {k.contract.schema: (k.model, k.contract.schema_file) for k in KINDS}
 MESSAGES = [(w, c) for w, c in blocks("json") if re.search(r'"schema": "gazeguard\.', c)]
 
 

@@ -40,7 +40,8 @@ from gazeguard.signal.labels import (
     uniform_below,
 )
 from gazeguard.signal.profiles import load_profile
-from gazeguard.wire.label import LABEL_SCHEMA, LabelMessage, json_schema, shipped_schema
+from gazeguard.wire.kinds import LABELS
+from gazeguard.wire.label import LABEL_SCHEMA, LabelMessage
 from gazeguard.wire.topics import label_topic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -501,8 +502,8 @@ def test_label_message_round_trip_and_schema(model: LabelModel) -> None:
         "release", "clean_accuracy", "unix_end",
     }  # fmt: skip
     assert LabelMessage.from_payload(payload) == msg
-    schema = shipped_schema()
-    assert schema == json.loads(json.dumps(json_schema())), (
+    schema = LABELS.shipped_schema()
+    assert schema == json.loads(json.dumps(LABELS.json_schema())), (
         "label.schema.json is stale: gazeguard schemas --write"
     )
     jsonschema.validate(data, schema)

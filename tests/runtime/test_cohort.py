@@ -26,7 +26,8 @@ from gazeguard.plan.cohort import STREAM, plan_cohort
 from gazeguard.privacy.accounting import compose
 from gazeguard.privacy.mechanisms.randomness import random_source
 from gazeguard.runtime.cohort import CohortAggregator, contribution, exact_sum, privatize_sum
-from gazeguard.wire.cohort import CohortMessage, json_schema, shipped_schema
+from gazeguard.wire.cohort import CohortMessage
+from gazeguard.wire.kinds import AGGREGATES
 
 CLASSES = ("read", "watch", "browse")
 
@@ -106,9 +107,9 @@ def test_exact_sum_is_correctly_rounded() -> None:
 
 
 def test_schema_file_is_current() -> None:
-    assert shipped_schema() == json.loads(json.dumps(json_schema(), sort_keys=True)), (
-        "cohort.schema.json is stale: gazeguard schemas --write gazeguard/data"
-    )
+    assert AGGREGATES.shipped_schema() == json.loads(
+        json.dumps(AGGREGATES.json_schema(), sort_keys=True)
+    ), "cohort.schema.json is stale: gazeguard schemas --write gazeguard/data"
 
 
 def _feed(agg: CohortAggregator, n: int, rng: np.random.Generator, t0: float) -> np.ndarray:
@@ -151,7 +152,7 @@ def test_a_bucket_charges_every_session_then_enqueues_the_aggregate(tmp_path: Pa
         assert len(receipts) == n - 1
         assert {r["bucket"] for r in receipts} == {bucket}
         payload = json.loads(cohort_items[0].payload)
-        jsonschema.validate(payload, shipped_schema())
+        jsonschema.validate(payload, AGGREGATES.shipped_schema())
         assert CohortMessage.model_validate(payload) == msg
         assert ledger.verify() == []
     assert abs(msg.noisy_count - n) < 5 * plan.sigma

@@ -766,7 +766,8 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
     windows.)"""
     import jsonschema  # noqa: PLC0415
 
-    from gazeguard.wire.cohort import CohortMessage, shipped_schema  # noqa: PLC0415
+    from gazeguard.wire.cohort import CohortMessage  # noqa: PLC0415
+    from gazeguard.wire.kinds import AGGREGATES  # noqa: PLC0415
 
     env = worker_env([nats_server.url], 2)
     env.update(GAZEGUARD_COHORT__GRACE_S="1", GAZEGUARD_FLEET__IDLE_TIMEOUT_S="2")
@@ -805,7 +806,7 @@ def test_a_fleet_worker_publishes_cohort_aggregates_charged_to_every_session(
     assert codes == [0], text
     aggregates = [json.loads(p) for t, p, _ in messages if t == topic]
     for a in aggregates:
-        jsonschema.validate(a, shipped_schema())
+        jsonschema.validate(a, AGGREGATES.shipped_schema())
     parsed = [CohortMessage.model_validate(a) for a in aggregates]
     assert {m.cohort for m in parsed} == {"lab"}
     assert parsed[0].classes == []  # no --cohort-model: features and count only

@@ -23,7 +23,8 @@ from gazeguard.runtime.pipeline import Pipeline
 from gazeguard.runtime.preflight import check_settings
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.labels import MODEL_FORMAT, load_model
-from gazeguard.wire.label import LabelMessage, shipped_schema
+from gazeguard.wire.kinds import LABELS
+from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import ChunkMessage
 from tests.conftest import MosquittoBroker, Subscriber
 
@@ -207,7 +208,7 @@ def test_labels_are_charged_before_they_are_handed_on(tmp_path: Path) -> None:
             assert msg.profile == "fast-test"
             assert pending[lab.id].payload == lab.payload  # type: ignore[attr-defined]
             assert pending[lab.id].topic == "gazeguard/v1/hmd/u/labels"  # type: ignore[attr-defined]
-            jsonschema.validate(json.loads(lab.payload), shipped_schema())  # type: ignore[attr-defined]
+            jsonschema.validate(json.loads(lab.payload), LABELS.shipped_schema())  # type: ignore[attr-defined]
         # the session's ε composes both streams: the accountant's figure over chunk and label
         # events, and the pure sequential sum beside it
         assert pipe.label_plan is not None
@@ -251,7 +252,7 @@ def test_a_label_at_the_largest_epsilon_is_published_not_dropped(tmp_path: Path)
     assert len(labels) >= 5
     msg = LabelMessage.from_payload(labels[0].payload)  # type: ignore[attr-defined]
     assert msg.survival_probability == 1.0
-    jsonschema.validate(json.loads(msg.to_payload()), shipped_schema())
+    jsonschema.validate(json.loads(msg.to_payload()), LABELS.shipped_schema())
 
 
 def test_labels_are_withheld_once_the_window_budget_is_spent(tmp_path: Path) -> None:
@@ -343,7 +344,7 @@ def test_run_publishes_schema_valid_labels_and_charges_them(
             raw = [(t, p) for t, p, _ in sub.messages if t.endswith("/labels")]
         for topic, payload in raw:
             assert topic == "gazeguard/v1/hmd/s1/labels"
-            jsonschema.validate(json.loads(payload), shipped_schema())
+            jsonschema.validate(json.loads(payload), LABELS.shipped_schema())
         got = sorted({m.decision_index for m in labels()})
         assert got == [c.chunk_index for c in label_charges]
         assert all(m.epsilon == 1.5 and m.noise == "os-csprng" for m in labels())

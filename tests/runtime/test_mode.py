@@ -35,13 +35,9 @@ from gazeguard.privacy.mechanisms.selection import (
     shuffled,
 )
 from gazeguard.runtime.cohort import CohortAggregator, mode_contribution, mode_scores
-from gazeguard.wire.cohort import (
-    CohortReceipt,
-    ModeMessage,
-    mode_json_schema,
-    mode_shipped_schema,
-)
+from gazeguard.wire.cohort import CohortReceipt, ModeMessage
 from gazeguard.wire.egress import MASK, field_paths, public_view, released_paths
+from gazeguard.wire.kinds import MODE
 
 CLASSES = ("read", "watch", "browse", "search")
 
@@ -204,7 +200,7 @@ def test_the_aggregator_releases_a_mode_through_a_real_ledger(tmp_path: Path) ->
         carried = [p for p in pending if p.topic == "gazeguard/v1/cohort/lab/mode"]
         assert len(carried) == 1
         payload = json.loads(carried[0].payload)
-        jsonschema.validate(payload, mode_shipped_schema())
+        jsonschema.validate(payload, MODE.shipped_schema())
         assert ModeMessage.model_validate(payload) == msg
         receipts = [
             CohortReceipt.from_payload(p.payload) for p in pending if p.topic.endswith("/cohort")
@@ -221,8 +217,8 @@ def test_the_aggregator_releases_a_mode_through_a_real_ledger(tmp_path: Path) ->
 
 
 def test_mode_schema_is_shipped_and_classified() -> None:
-    assert mode_shipped_schema() == mode_json_schema()
-    paths = field_paths(mode_shipped_schema())
+    assert MODE.shipped_schema() == MODE.json_schema()
+    paths = field_paths(MODE.shipped_schema())
     assert released_paths("gazeguard.mode/1") == {"mode", "mode_index"}
     assert "classes" in paths
     msg = ModeMessage(

@@ -36,11 +36,8 @@ from gazeguard.signal.attention import (
     parse_aois,
     shares,
 )
-from gazeguard.wire.cohort import (
-    AttentionMessage,
-    attention_json_schema,
-    attention_shipped_schema,
-)
+from gazeguard.wire.cohort import AttentionMessage
+from gazeguard.wire.kinds import ATTENTION
 from tests.conftest import MosquittoBroker, Subscriber
 from tests.runtime.test_dashboard import Proc, wait_for
 
@@ -277,8 +274,8 @@ def test_shares_project_onto_the_simplex_of_the_noisy_total() -> None:
 
 
 def test_schema_file_is_current() -> None:
-    assert attention_shipped_schema() == json.loads(
-        json.dumps(attention_json_schema(), sort_keys=True)
+    assert ATTENTION.shipped_schema() == json.loads(
+        json.dumps(ATTENTION.json_schema(), sort_keys=True)
     ), "attention.schema.json is stale: gazeguard schemas --write"
 
 
@@ -320,7 +317,7 @@ def test_a_bucket_charges_every_session_then_enqueues_the_attention(tmp_path: Pa
         assert carried[0].id == min(its), "the attention goes ahead of its part's receipts"
         assert carried[0].id > max(p.id for p in pending if p.stream == STREAM)
         payload = json.loads(carried[0].payload)
-        jsonschema.validate(payload, attention_shipped_schema())
+        jsonschema.validate(payload, ATTENTION.shipped_schema())
         msg = AttentionMessage.model_validate(payload)
         assert msg == att.message
         receipts = [json.loads(p.payload) for p in pending if p.topic.endswith("/cohort")]
@@ -404,7 +401,7 @@ def test_a_fleet_worker_publishes_schema_valid_attention(tmp_path: Path, unique_
     assert cohort is not None
     part = cohort.part("attention")
     assert part is not None
-    schema = attention_shipped_schema()
+    schema = ATTENTION.shipped_schema()
     for doc in found:
         jsonschema.validate(doc, schema)
         msg = AttentionMessage.model_validate(doc)

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from gazeguard.cli.schemas import main
 from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger
+from gazeguard.wire.kinds import SCHEMA_FILES
 from gazeguard.wire.message import (
-    SCHEMA_FILES,
     ChunkMessage,
     LedgerSnapshot,
     MechanismParams,
