@@ -342,12 +342,7 @@ class Ledger:
         Raises:
             LedgerError: the transaction failed (locked too long, …): nothing was written.
         """
-        checked: list[tuple[Release, tuple[float, float]] | LedgerRefusal] = []
-        for request in requests:
-            try:
-                checked.append(validated_request(request, time.time()))
-            except (ConfigError, TypeError) as exc:
-                checked.append(exc)
+        checked = _validated(requests)
         out: list[Charge | LedgerRefusal | None] = [
             c if isinstance(c, Exception) else None for c in checked
         ]
@@ -416,12 +411,7 @@ class Ledger:
             LedgerError: ``decide`` answered for a different number of releases, or the
                 transaction failed: nothing was written.
         """
-        checked: list[tuple[Release, tuple[float, float]] | LedgerRefusal] = []
-        for request in requests:
-            try:
-                checked.append(validated_request(request, time.time()))
-            except (ConfigError, TypeError) as exc:
-                checked.append(exc)
+        checked = _validated(requests)
         out: list[Charge | LedgerRefusal | None] = [
             c if isinstance(c, Exception) else None for c in checked
         ]
@@ -978,6 +968,19 @@ def _make_state(
         window_cap=caps.window,
         version=row.version,
     )
+
+
+def _validated(
+    requests: Sequence[ChargeRequest],
+) -> list[tuple[Release, tuple[float, float]] | LedgerRefusal]:
+    """Each request's release and gaze span, or why it is invalid (ConfigError, TypeError)."""
+    checked: list[tuple[Release, tuple[float, float]] | LedgerRefusal] = []
+    for request in requests:
+        try:
+            checked.append(validated_request(request, time.time()))
+        except (ConfigError, TypeError) as exc:
+            checked.append(exc)
+    return checked
 
 
 def _segments(
