@@ -100,6 +100,23 @@ _WORKER = public("settings", "fleet.worker_id (or host and process id)")
 _BUCKET = public("schedule", "⌊t/bucket_s⌋: the bucket on the public clock")
 _BUCKET_EDGE = public("schedule", "the bucket's edges, Unix s")
 _COHORT_BUDGET = public("settings", "the cohort plan's calibration")
+#: What a cohort's message of one bucket opens with (``wire.cohort.BucketMessage``).
+_BUCKET_FIELDS: dict[str, Rule] = {
+    "schema": _SCHEMA,
+    "cohort": _COHORT,
+    "worker": _WORKER,
+    "bucket": _BUCKET,
+    "bucket_start": _BUCKET_EDGE,
+    "bucket_end": _BUCKET_EDGE,
+}
+#: The Gaussian noise and budget figures of the aggregate and attention messages.
+_GAUSSIAN_BUDGET: dict[str, Rule] = {
+    "sigma": _COHORT_BUDGET,
+    "sensitivity_l2": _COHORT_BUDGET,
+    "epsilon_per_hour": _COHORT_BUDGET,
+    "delta": _COHORT_BUDGET,
+    "mechanism": public("constant", "gaussian"),
+}
 
 _MECHANISM: dict[str, Rule] = {
     f"mechanism.{name}": public("settings", "the plan's mechanism and the public bounds")
@@ -224,12 +241,7 @@ COHORT: Final = Egress(
     retained=False,
     schema_file="cohort.schema.json",
     fields={
-        "schema": _SCHEMA,
-        "cohort": _COHORT,
-        "worker": _WORKER,
-        "bucket": _BUCKET,
-        "bucket_start": _BUCKET_EDGE,
-        "bucket_end": _BUCKET_EDGE,
+        **_BUCKET_FIELDS,
         "noisy_count": released("mechanism", "the noisy count coordinate of the Gaussian sum"),
         "count": released("post-processing", "max(1, round(noisy_count))"),
         "features[].name": public("settings", "the plan's features"),
@@ -240,11 +252,7 @@ COHORT: Final = Egress(
         "classes": public("settings", "the label model's classes"),
         "noisy_histogram": released("mechanism", "the noisy histogram"),
         "shares": released("post-processing", "the histogram's positive part, normalised"),
-        "sigma": _COHORT_BUDGET,
-        "sensitivity_l2": _COHORT_BUDGET,
-        "epsilon_per_hour": _COHORT_BUDGET,
-        "delta": _COHORT_BUDGET,
-        "mechanism": public("constant", "gaussian"),
+        **_GAUSSIAN_BUDGET,
         "profile": public("settings", "mechanism.profile"),
         "model": public("settings", "cohort.model"),
         "noise": _RANDOMNESS,
@@ -257,12 +265,7 @@ ATTENTION: Final = Egress(
     retained=False,
     schema_file="attention.schema.json",
     fields={
-        "schema": _SCHEMA,
-        "cohort": _COHORT,
-        "worker": _WORKER,
-        "bucket": _BUCKET,
-        "bucket_start": _BUCKET_EDGE,
-        "bucket_end": _BUCKET_EDGE,
+        **_BUCKET_FIELDS,
         "rows": public("settings", "cohort.attention_grid"),
         "cols": public("settings", "cohort.attention_grid"),
         "fov_deg": public("settings", "the grid's field of view"),
@@ -274,11 +277,7 @@ ATTENTION: Final = Egress(
         "aois[].share": released("post-processing", "the dwells' positive part, normalised"),
         "aoi_file": public("settings", "cohort.attention_aois"),
         "dwell": public("constant", "valid-samples"),
-        "sigma": _COHORT_BUDGET,
-        "sensitivity_l2": _COHORT_BUDGET,
-        "epsilon_per_hour": _COHORT_BUDGET,
-        "delta": _COHORT_BUDGET,
-        "mechanism": public("constant", "gaussian"),
+        **_GAUSSIAN_BUDGET,
         "noise": _RANDOMNESS,
     },
 )
@@ -289,12 +288,7 @@ MODE: Final = Egress(
     retained=False,
     schema_file="mode.schema.json",
     fields={
-        "schema": _SCHEMA,
-        "cohort": _COHORT,
-        "worker": _WORKER,
-        "bucket": _BUCKET,
-        "bucket_start": _BUCKET_EDGE,
-        "bucket_end": _BUCKET_EDGE,
+        **_BUCKET_FIELDS,
         "classes": public("settings", "the label model's classes"),
         "mode": released("mechanism", "permute-and-flip's choice among the classes"),
         "mode_index": released("post-processing", "the chosen class's index in classes"),
