@@ -17,7 +17,8 @@ Measured over ``--buckets`` whole buckets after every headset's first feature wi
 
 * **release latency** of each aggregate: from its bucket's end (Unix) to its arrival at the
   subscriber (p50/p99; it includes the ``cohort.grace_s`` wait, 5 s, reported apart, and the
-  once-a-second release loop);
+  once-a-second release loop); beside it, when the worker's log says the part was charged and
+  enqueued (the rest is the outbox's delivery);
 * **charges per session per bucket**: read back from the PostgreSQL ledger (stream ``cohort``):
   how many (headset, bucket) pairs hold exactly one charge (the goal: all), none, or more; and
   the sessions each worker's log says it released per bucket (their sum should be the headsets);
@@ -147,7 +148,8 @@ class Worker:
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
         )
         self.ready = threading.Event()
-        self.released: list[tuple[int, int, int]] = []  # (bucket, sessions, left out)
+        #: (bucket, sessions, left out, when its log line was read: charged and enqueued, Unix s)
+        self.released: list[tuple[int, int, int, float]] = []
         self.late = (0, 0)
         self.warnings: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -158,7 +160,7 @@ class Worker:
             if "partitions of JetStream stream" in line:
                 self.ready.set()
             if (m := RELEASED.search(line)) is not None:
-                self.released.append((int(m[2]), int(m[3]), int(m[4])))
+                self.released.append((int(m[2]), int(m[3]), int(m[4]), time.time()))
             if (m := LATE.search(line)) is not None:
                 self.late = (int(m[1]), int(m[2]))
             if ("WARNING" in line or "ERROR" in line) and len(self.warnings) < 20:
@@ -272,7 +274,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         gen = [np.load(p) for _, p in gens]
     lags = np.concatenate([g["lags"].ravel() for g in gen])
     latency = [wall - (b + 1) * bucket_s for b, _, wall in received if b in measured]
-    per_bucket = {b: sum(n for w in pool for bb, n, _ in w.released if bb == b) for b in measured}
+    per_bucket = {b: sum(r[1] for w in pool for r in w.released if r[0] == b) for b in measured}
+    charged = [t - (b + 1) * bucket_s - grace_s for w in pool for b, _, _, t in w.released
+               if b in measured]  # fmt: skip
     return {
         "headsets": args.headsets,
         "workers": args.workers,
@@ -283,6 +287,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "block_samples": args.block_samples,
         "release_latency": latency_stats(latency),
         "release_latency_beyond_grace": latency_stats([x - grace_s for x in latency]),
+        # the worker's log line: the part charged and enqueued (the rest is delivery)
+        "charged_beyond_grace": latency_stats(charged),
         "aggregates": {
             "received": len([1 for b, _, _ in received if b in measured]),
             "expected_at_most": args.workers * len(measured),
@@ -326,12 +332,13 @@ def main() -> None:
     t0 = time.perf_counter()
     res = run(args)
     lat, beyond = res["release_latency"], res["release_latency_beyond_grace"]
-    ch = res["charges_per_session_per_bucket"]
+    ch, ch_at = res["charges_per_session_per_bucket"], res["charged_beyond_grace"]
     print(
         f"{res['headsets']} headsets, {res['workers']} workers, buckets of {res['bucket_s']:g} s: "
         f"release latency p50 {lat['p50_ms'] / 1e3:.2f} s, p99 {lat['p99_ms'] / 1e3:.2f} s "
         f"(beyond the {res['grace_s']:g} s grace: p50 {beyond['p50_ms'] / 1e3:.2f} s, p99 "
-        f"{beyond['p99_ms'] / 1e3:.2f} s; {res['aggregates']['received']} aggregates); "
+        f"{beyond['p99_ms'] / 1e3:.2f} s; {res['aggregates']['received']} aggregates; charged "
+        f"and enqueued p50 {ch_at['p50_ms'] / 1e3:.2f} s, p99 {ch_at['p99_ms'] / 1e3:.2f} s); "
         f"charges per (headset, bucket): {ch['exactly_one']}/{ch['pairs']} exactly one, "
         f"{ch['none']} none, {ch['more']} more; late vectors {res['late']['feature_vectors']}, "
         f"samples {res['late']['gaze_samples']}; worker CPU "

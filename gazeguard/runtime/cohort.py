@@ -125,6 +125,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -132,7 +133,14 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import Charge, ChargeRequest, DuplicateChargeError, Ledger, event_key
+from gazeguard.ledger import (
+    Charge,
+    ChargeRequest,
+    DuplicateChargeError,
+    Ledger,
+    OutboxItem,
+    event_key,
+)
 from gazeguard.plan.cohort import (
     MAX_SESSIONS,
     MODE_GRID,
@@ -382,6 +390,9 @@ class CohortRelease:
     message: CohortMessage | AttentionMessage | ModeMessage
     sessions: tuple[str, ...]
     left_out: tuple[str, ...]
+    #: the message's outbox item, for the drain to send from memory (``Drain.notify``): behind
+    #: another worker's hundreds of receipts in the table it would wait for their delivery
+    enqueued: OutboxItem | None = None
 
 
 @dataclass
@@ -695,7 +706,7 @@ class CohortAggregator:
             ChargeRequest(s, bucket, cost, "", b"", events=events, gaze=span, stream=part.stream)
             for _, s in order
         ]
-        released: list[CohortMessage | AttentionMessage | ModeMessage] = []
+        released: list[tuple[CohortMessage | AttentionMessage | ModeMessage, str, bytes]] = []
 
         def decide(positions: list[int]) -> list[tuple[str, bytes]]:
             # Called inside the charge's transaction, with the admitted sessions' rows locked:
@@ -706,8 +717,8 @@ class CohortAggregator:
                 raise ConfigError("fleet.max_sessions", len(positions), f"at most {MAX_SESSIONS}")
             admitted = [order[i] for i in positions]
             message, carrier = self._message(part, bucket, data, admitted[::-1])
-            released.append(message)
             payload = message.to_payload()
+            released.append((message, carrier, payload))
             receipts = [
                 (receipt_topic(self.prefix, d, s), self._receipt(s, bucket, part))
                 for d, s in admitted[1:]
@@ -740,8 +751,12 @@ class CohortAggregator:
                 bucket, part.name,
             )  # fmt: skip
             return None
-        charged = tuple(s for (_, s), r in zip(keys, results, strict=True) if isinstance(r, Charge))
-        return CohortRelease(released[0], charged, tuple(left_out))
+        charged = [(s, r) for (_, s), r in zip(keys, results, strict=True) if isinstance(r, Charge)]
+        (message, carrier, payload), (session, charge) = released[0], charged[-1]
+        enqueued = OutboxItem(
+            charge.outbox_id, session, bucket, carrier, payload, time.time(), part.stream
+        )
+        return CohortRelease(message, tuple(s for s, _ in charged), tuple(left_out), enqueued)
 
     def _message(
         self, part: CohortPart, bucket: int, data: _Bucket, admitted: Sequence[tuple[str, str]]

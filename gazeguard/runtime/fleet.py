@@ -615,4 +615,4 @@ class Fleet:
                 )  # fmt: skip
             if released:
                 self.metrics.cohort_released(released)
-                self.publisher.notify()
+                self.publisher.notify([r.enqueued for r in released if r.enqueued is not None])

@@ -148,6 +148,12 @@ def test_a_bucket_charges_every_session_then_enqueues_the_aggregate(tmp_path: Pa
         cohort_items = [p for p in pending if p.topic == "gazeguard/v1/cohort/lab/aggregates"]
         assert len(cohort_items) == 1
         assert cohort_items[0].id == min(p.id for p in pending), "the aggregate goes first"
+        handed = rel.enqueued  # what the worker hands its drain: the table's item, to the byte
+        assert handed is not None
+        assert (handed.id, handed.session, handed.chunk_index, handed.topic, handed.payload) == (
+            cohort_items[0].id, cohort_items[0].session, cohort_items[0].chunk_index,
+            cohort_items[0].topic, cohort_items[0].payload,
+        )  # fmt: skip
         receipts = [json.loads(p.payload) for p in pending if p.topic.endswith("/cohort")]
         assert len(receipts) == n - 1
         assert {r["bucket"] for r in receipts} == {bucket}
