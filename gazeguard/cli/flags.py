@@ -9,10 +9,9 @@ converts the text it is given: the settings validate it, so a bad value is repor
 
 :data:`SHORTCUTS` are the few hand-written flags that are not one setting: ``--labels [MODEL]``
 and ``--cohort NAME`` switch a section on and set one of its settings, ``--ledger`` sets the
-ledger's path or URL, ``--broker HOST[:PORT]`` the broker's host and port, and
-``--min-interval-s`` passes a retired setting on so that the settings refuse it with the
-reason. :func:`settings_overrides` turns both kinds back into nested settings, so a new setting
-with a flag is one line of :data:`FLAGS`.
+ledger's path or URL, ``--broker HOST[:PORT]`` the broker's host and port.
+:func:`settings_overrides` turns both kinds back into nested settings, so a new setting with a
+flag is one line of :data:`FLAGS`.
 """
 
 from __future__ import annotations
@@ -72,7 +71,6 @@ class Shortcut:
         apply: the nested settings (``{section: {name: value}}``) a given value sets.
         help: its help text.
         options: more of ``add_argument``'s keywords (``metavar``, ``type``, ``nargs``, …).
-        last: listed after the section's generated flags (a retired flag), not before.
     """
 
     section: str | None
@@ -80,7 +78,6 @@ class Shortcut:
     apply: Callable[[Any], dict[str, dict[str, Any]]]
     help: str
     options: Mapping[str, Any] = field(default_factory=dict)
-    last: bool = False
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -132,14 +129,6 @@ SHORTCUTS: tuple[Shortcut, ...] = (
         "%(const)s: 4 activities, trained for a change of headset) on "
         "{prefix}/{device}/{session}/labels [labels.enabled, labels.model]",
         {"nargs": "?", "const": LabelSettings().model, "metavar": "MODEL"},
-    ),
-    Shortcut(
-        "labels",
-        "--min-interval-s",
-        lambda seconds: {"labels": {"min_interval_s": seconds}},
-        "retired with the change trigger: refused",
-        {"type": float, "metavar": "SECONDS"},
-        last=True,
     ),
     Shortcut(
         "cohort",
@@ -339,12 +328,10 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         group = (
             top if section is None else parser.add_argument_group(f"[{section}] {_summary(model)}")
         )
-        for shortcut in (s for s in shortcuts if not s.last):
+        for shortcut in shortcuts:
             group.add_argument(shortcut.name, help=shortcut.help, **shortcut.options)
         for setting in settings:
             group.add_argument(*flags[setting].names, **_argument(flags[setting]))
-        for shortcut in (s for s in shortcuts if s.last):
-            group.add_argument(shortcut.name, help=shortcut.help, **shortcut.options)
 
 
 def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -346,12 +346,6 @@ class LedgerSettings(Section):
         "opened with it refuses a later false as looser",
     )
     synchronous: Literal["FULL", "EXTRA"] = Field("FULL", description="SQLite synchronous mode")
-    window_cap: float | None = Field(None, description="RENAMED: ledger.budget_per_hour")
-    window_s: float | None = Field(None, description="REMOVED: the budget's window is one hour")
-    w_event: int | None = Field(
-        None, description="REMOVED: the w-event cap now counts gaze time, not chunks"
-    )
-    w_event_cap: float | None = Field(None, description="REMOVED: see w_event")
 
     @field_validator("delta")
     @classmethod
@@ -360,23 +354,14 @@ class LedgerSettings(Section):
             raise ValueError("must lie in (0, 0.01); 1e-6 is the usual choice")
         return v
 
-    @field_validator("w_event", "w_event_cap", "window_cap", "window_s")
-    @classmethod
-    def _removed(cls, v: object) -> None:
-        if v is not None:
-            raise ValueError(
-                "the per-window cap is ledger.budget_per_hour now: user-level ε (at "
-                "ledger.delta) per hour of gaze time"
-            )
-
 
 class LabelSettings(Section):
     """Private labels: a classifier runs on the clean features inside the sidecar and only its
     randomized-response label is published, charged to the same ledger and budget as the
     chunks (:mod:`gazeguard.runtime.labels`): one label per ``decision_s`` of gaze, which the
     consumer holds until the next. A label "when the activity changes" was retired (its
-    detection rounds fired as often without a change as with one): ``release = "change"``,
-    ``min_interval_s``, ``threshold`` and ``svt_fraction`` are refused with a message."""
+    detection rounds fired as often without a change as with one): ``release = "change"`` is
+    refused with a message."""
 
     enabled: bool = Field(False, description="publish private labels on {prefix}/…/labels")
     model: str = Field(
@@ -409,20 +394,6 @@ class LabelSettings(Section):
         description="share of ledger.budget_per_hour reserved for labels when epsilon is unset",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _retired(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            gone = sorted(k for k in _RETIRED_LABEL_KEYS if k in data)
-            if gone:
-                raise ValueError(
-                    f"labels.{', labels.'.join(gone)}: retired with the change trigger (at "
-                    "the shipped budget its detection rounds fired as often without a change "
-                    "as with one); labels now follow a clock, one per decision_s: remove the "
-                    "setting"
-                )
-        return data
-
     @field_validator("release", mode="before")
     @classmethod
     def _no_change(cls, v: Any) -> Any:
@@ -441,10 +412,6 @@ class LabelSettings(Section):
         if not math.isfinite(v):
             raise ValueError("must be a finite number of seconds > 0")
         return v
-
-
-#: Settings of the retired change trigger, refused by :class:`LabelSettings`.
-_RETIRED_LABEL_KEYS = ("min_interval_s", "threshold", "svt_fraction")
 
 
 class BrokerSettings(Section):

@@ -25,7 +25,7 @@ SETTINGS_FLAGS = {
     "--config", "--device", "--session", "--source", "--stream-type", "--stream-name",
     "--source-id", "--stream-host", "--stream-rate", "--mechanism", "--transform",
     "--chunk-steps", "-k", "--k", "--epsilon", "--features", "--profile", "--labels",
-    "--label-release", "--decision-s", "--min-interval-s", "--label-epsilon", "--label-share",
+    "--label-release", "--decision-s", "--label-epsilon", "--label-share",
     "--cohort", "--bucket-s", "--cohort-share", "--cohort-model", "--cohort-release",
     "--attention-aois", "--window-s", "--step-s", "--ledger", "--budget-per-hour",
     "--session-cap", "--broker", "--metrics-port", "--fleet",
@@ -71,9 +71,9 @@ def test_every_flag_keeps_its_name(command: str) -> None:
             {"labels": {"enabled": True, "model": "m.json", "release": "clock",
                         "decision_s": 60.0, "epsilon": 2.0, "budget_share": 0.3}},
         ),
-        (  # retired: passed on so that the settings refuse them with the reason
-            ["--label-release", "change", "--min-interval-s", "5"],
-            {"labels": {"release": "change", "min_interval_s": 5.0}},
+        (  # retired: passed on so that the settings refuse it with the reason
+            ["--label-release", "change"],
+            {"labels": {"release": "change"}},
         ),
         (
             ["--cohort", "lab", "--bucket-s", "10", "--cohort-share", "0.4", "--cohort-model",
@@ -188,11 +188,9 @@ def test_a_new_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_retired_values_are_refused_with_the_reason(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--label-release change` and `--min-interval-s` reach the settings, which say why."""
+    """`--label-release change` reaches the settings, which say why."""
     monkeypatch.chdir(tmp_path)
     assert main(["plan", "--label-release", "change"]) == ExitCode.ERROR
     assert "'change' was retired" in capsys.readouterr().err
-    assert main(["plan", "--min-interval-s", "300"]) == ExitCode.ERROR
-    assert "labels.min_interval_s: retired" in capsys.readouterr().err
     assert main(["plan", "--json", "--budget-per-hour", "4", "--chunk-steps", "64"]) == 0
     assert json.loads(capsys.readouterr().out)["budget_per_hour"] == 4.0

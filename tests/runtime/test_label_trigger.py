@@ -91,9 +91,6 @@ def test_at_the_shipped_budget_the_trigger_fired_as_often_without_a_change() -> 
     ("kw", "match"),
     [
         ({"release": "change"}, "'change' was retired"),
-        ({"min_interval_s": 300.0}, r"labels\.min_interval_s: retired"),
-        ({"threshold": 0.1}, r"labels\.threshold: retired"),
-        ({"svt_fraction": 0.25}, r"labels\.svt_fraction: retired"),
     ],
 )
 def test_the_trigger_settings_are_refused_with_a_message(kw: dict[str, object], match: str) -> None:
