@@ -153,9 +153,7 @@ class LedgerComposer:
         """Compute (and cache) what :meth:`fits` will need for ``cost`` after ``before``: the
         report-grid figure of both, and, when that does not decide (near the cap), the
         capacity search (see :func:`gazeguard.privacy.accounting.capacity`)."""
-        total = merged(before, cost)
-        if self.events(cost) and self.epsilon(total, delta) > cap:
-            self._fits_exact(before, cost, cap, delta)
+        self.fits(before, cost, cap, delta)
 
     def fits(self, before: Counts, cost: Counts, cap: float, delta: float) -> bool:
         """Whether ``before + cost`` stays within ``cap`` (ε at ``delta``), on exact counts.
