@@ -32,7 +32,6 @@ Tables (schema version 5; DDL in the backends):
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -84,40 +83,8 @@ class Counters:
     wall_first: float | None = None
 
 
-class _ParsedCounts:
-    """The counts behind the JSON texts this process wrote or read last, by text: a session's
-    counts are read back by its next charge, and parsing their long event keys costs ~10 µs a
-    text (three a session row: a 1,000-session cohort bucket spent a fifth of its time on it).
-    Bounded (the oldest forgotten first); thread-safe; hands out copies."""
-
-    SIZE = 16384
-
-    def __init__(self) -> None:
-        self._texts: dict[str, dict[str, int]] = {}
-        self._lock = threading.Lock()
-
-    def remember(self, text: str, counts: dict[str, int]) -> None:
-        with self._lock:
-            if text not in self._texts and len(self._texts) >= self.SIZE:
-                del self._texts[next(iter(self._texts))]
-            self._texts[text] = counts
-
-    def of(self, text: str) -> dict[str, int]:
-        hit = self._texts.get(text)
-        if hit is None:
-            hit = {str(k): int(n) for k, n in json.loads(text).items()}
-            self.remember(text, hit)
-        return dict(hit)
-
-
-_PARSED = _ParsedCounts()
-
-
 def _counts_json(counts: Mapping[str, int]) -> str:
-    kept = {k: int(n) for k, n in counts.items() if n}
-    text = json.dumps(kept, sort_keys=True)
-    _PARSED.remember(text, kept)
-    return text
+    return json.dumps({k: int(n) for k, n in counts.items() if n}, sort_keys=True)
 
 
 #: Which time a range of charges is selected by: their gaze end, or when they were made.
@@ -125,7 +92,7 @@ Clock = Literal["gaze", "wall"]
 
 
 def _counts_of(text: str) -> dict[str, int]:
-    return _PARSED.of(text)
+    return {str(k): int(n) for k, n in json.loads(text).items()}
 
 
 #: The ``sessions`` columns of its counters, in the order :func:`_counters_of` reads them.
