@@ -26,7 +26,6 @@ from gazeguard.config.problems import (
     load_settings,
 )
 from gazeguard.config.settings import (
-    HOUR_S,
     BrokerSettings,
     CohortRelease,
     CohortSettings,
@@ -46,7 +45,6 @@ from gazeguard.config.settings import (
 )
 
 __all__ = [
-    "HOUR_S",
     "BrokerSettings",
     "CohortRelease",
     "CohortSettings",

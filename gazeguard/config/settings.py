@@ -48,10 +48,6 @@ Transform = Literal["dft", "dct"]
 CohortRelease = Literal["means", "shares", "attention", "aois", "mode"]
 
 
-HOUR_S = 3600.0
-"""The window of ledger.budget_per_hour, seconds of gaze."""
-
-
 def _epsilon(value: float) -> float:
     """An ε setting, checked as :class:`~gazeguard.privacy.accounting.loss.PrivacyLoss` checks
     it."""

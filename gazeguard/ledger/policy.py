@@ -44,7 +44,9 @@ Counts = Mapping[str, int]
 """Accounting-event key (canonical JSON) → number of releases charged."""
 
 DEFAULT_DELTA = 1e-6
-HOUR_S = 3600.0
+#: One hour of gaze, s: the unit of the budget per hour and the default window (an int, so
+#: that the plan's exact arithmetic on fractions of a second stays exact).
+HOUR_S = 3600
 
 
 class Composer(Protocol):
@@ -90,7 +92,7 @@ class Caps:
 
     session: float | None = None
     window: float | None = None
-    window_s: float = HOUR_S
+    window_s: float = float(HOUR_S)
     delta: float = DEFAULT_DELTA
     composition: str = "pld"
     wall_clock: bool = False

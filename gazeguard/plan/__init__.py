@@ -56,6 +56,7 @@ from gazeguard.config import (
 )
 from gazeguard.core.errors import ConfigError
 from gazeguard.core.ordering import DEJITTER_CELL_S
+from gazeguard.ledger.policy import HOUR_S
 from gazeguard.plan.chunks import build_mechanism
 from gazeguard.plan.cohort import CohortPlan, plan_cohort
 from gazeguard.plan.labels import LabelPlan, load_label_model, plan_labels, steps_per_decision
@@ -78,9 +79,6 @@ __all__ = [
     "profile_names",
     "releases_per_hour",
 ]
-
-#: One hour of gaze, s: the unit of the budget.
-HOUR_S = 3600
 
 #: Plans built from settings in this process, by their settings (a public function of them).
 _BUILT: dict[str, ReleasePlan] = {}
