@@ -31,6 +31,7 @@ from gazeguard.offline.eval.frontier import (
     ReleasePoint,
     best_near_chance,
     cohort_points,
+    frontier_table,
     label_limit,
     pareto,
     session_points,
@@ -359,6 +360,7 @@ def test_cohort_points_are_one_kind_per_size() -> None:
     result = {
         "bucket_s": 60.0,
         "chance_task": 1 / 6,
+        "chance_reid": 0.049999999999999295,  # a mean of 1/20 over trials
         "reid": {"1": 0.13, "10": 0.14},
         "rows": [
             {"sessions": n, "clean_accuracy": 0.9, "released": [
@@ -373,6 +375,25 @@ def test_cohort_points_are_one_kind_per_size() -> None:
     assert {(p.budget, p.reid) for p in pts} == {(1.0, 0.13), (10.0, 0.14)}
     assert all(p.clean_task == 0.9 for p in pts)
     assert all(p.kept == pytest.approx((p.task - 1 / 6) / (0.9 - 1 / 6)) for p in pts)
+    assert all(p.chance_reid == 0.05 for p in pts)
+
+
+def test_a_gender_cohort_is_near_its_own_attackers_chance() -> None:
+    # 20 readers, 10 of each gender: the cohort's informed attacker picks among the target's
+    # gender (chance 0.10); the stream attacker among all 20 (the dataset's 0.05).
+    cohort = ReleasePoint("cohort of 30", "x", 10.0, 0.108, 0.85, 0.92, 0.5, chance_reid=0.1)
+    stream = ReleasePoint("stream", "y", 10.0, 0.108, 0.60, 0.72, 0.5)
+    best = best_near_chance([cohort, stream], 0.05, 0.02)
+    assert best == {("cohort of 30", 10.0): cohort}  # 0.108 ≤ 0.10 + 0.02, not ≤ 0.05 + 0.02
+    assert not replace(cohort, reid=0.121).near_chance(0.05, 0.02)
+    lines = frontier_table(
+        "mpiidpeye-gender", [cohort, stream], chance_task=0.5, chance_reid=0.05, tolerance=0.02
+    )
+    text = "\n".join(lines)
+    assert "| cohort of 30 | 10 | x | 0.850 | 0.920 |" in text
+    assert "| stream | 10 | none near chance |" in text
+    assert "cohort of 30: chance 0.100, re-id ≤ 0.120" in text
+    assert "stream: chance" not in text  # the dataset's chance is the header's
 
 
 @pytest.mark.slow

@@ -78,6 +78,10 @@ class ReleasePoint:
         task: task accuracy on the release, in [0, 1].
         clean_task: the same kind's task accuracy without privacy, in [0, 1].
         chance_task: that task's chance accuracy, in [0, 1].
+        chance_reid: the chance of this point's attacker, 1/its candidates, where it is not
+            the dataset's 1/people (``None``: the dataset's). A cohort's informed attacker picks
+            among the people with a recording of the target's task: for gender, the readers of
+            one gender, so 1/10 of 20 readers, not 1/20.
     """
 
     kind: str
@@ -87,6 +91,13 @@ class ReleasePoint:
     task: float
     clean_task: float
     chance_task: float
+    chance_reid: float | None = None
+
+    def near_chance(self, chance_reid: float, tolerance: float) -> bool:
+        """Whether the re-identification is within ``tolerance`` of its attacker's chance (its
+        own :attr:`chance_reid`, else the dataset's ``chance_reid``)."""
+        own = chance_reid if self.chance_reid is None else self.chance_reid
+        return self.reid <= own + tolerance
 
     @property
     def kept(self) -> float:
@@ -133,6 +144,7 @@ def label_points(result: Mapping[str, Any], kind: str = "labels") -> list[Releas
                     float(cell["accuracy"]),
                     float(row["clean_decision_accuracy"]),
                     float(result["chance"]["task"]),
+                    _chance(result["chance"].get("reid")),
                 )
             )
     return points
@@ -160,7 +172,8 @@ def session_points(result: Mapping[str, Any], model: str) -> list[ReleasePoint]:
 
 def cohort_points(result: Mapping[str, Any]) -> list[ReleasePoint]:
     """The cohort result of :func:`gazeguard.offline.eval.cohort.evaluate_config` as points, one
-    kind per cohort size (the informed attacker's re-identification does not depend on it)."""
+    kind per cohort size (the informed attacker's re-identification does not depend on it), each
+    with the informed attacker's own chance (``chance_reid``: the mean of 1/its candidates)."""
     points = []
     for row in result["rows"]:
         n = int(row["sessions"])
@@ -175,9 +188,16 @@ def cohort_points(result: Mapping[str, Any]) -> list[ReleasePoint]:
                     float(cell["accuracy"]),
                     float(row["clean_accuracy"]),
                     float(result["chance_task"]),
+                    _chance(result["chance_reid"]),
                 )
             )
     return points
+
+
+def _chance(value: float | None) -> float | None:
+    """A result's re-identification chance as a point carries it: rounded to 12 digits, so a
+    mean of 1/K over trials (0.049999999999999295) is the 1/K it is."""
+    return None if value is None else round(float(value), 12)
 
 
 def pareto(points: Sequence[ReleasePoint]) -> list[ReleasePoint]:
@@ -194,10 +214,12 @@ def best_near_chance(
     points: Sequence[ReleasePoint], chance_reid: float, tolerance: float
 ) -> dict[tuple[str, float], ReleasePoint]:
     """Per (kind, budget): the point of highest task accuracy among those whose
-    re-identification is at most ``chance_reid + tolerance``."""
+    re-identification is at most its attacker's chance + ``tolerance``
+    (:meth:`ReleasePoint.near_chance`; ``chance_reid``: the dataset's, for points without their
+    own)."""
     best: dict[tuple[str, float], ReleasePoint] = {}
     for p in points:
-        if p.reid > chance_reid + tolerance:
+        if not p.near_chance(chance_reid, tolerance):
             continue
         key = (p.kind, p.budget)
         if key not in best or p.task > best[key].task:
@@ -270,6 +292,7 @@ def frontier_table(
         "",
         f"Chance: task {chance_task:.3f}, re-identification {chance_reid:.3f}. Goal: ≥ "
         f"{GOAL_FRACTION:.0%} of clean at ≤ {GOAL_BUDGET:g} ε per hour.",
+        *_own_chances(points, chance_reid, tolerance),
         "",
         "| release | ε/hour | best configuration | task | clean | % of clean above chance "
         "| re-id | goal |",
@@ -305,6 +328,22 @@ def frontier_table(
                     f"{lim['cadence_s'] / 60:.1f} min or slower."
                 )
     return lines
+
+
+def _own_chances(points: Sequence[ReleasePoint], chance_reid: float, tolerance: float) -> list[str]:
+    """The table's note on kinds whose attacker has another chance than the dataset's."""
+    own: dict[str, float] = {}
+    for p in points:
+        if p.chance_reid is not None and not math.isclose(p.chance_reid, chance_reid):
+            own.setdefault(p.kind, p.chance_reid)
+    if not own:
+        return []
+    return [
+        "Rows whose attacker has other candidates than the dataset's people are near chance "
+        f"within their own chance + {tolerance:g}: "
+        + "; ".join(f"{k}: chance {c:.3f}, re-id ≤ {c + tolerance:.3f}" for k, c in own.items())
+        + "."
+    ]
 
 
 def cohort_text(cohort: Mapping[str, Any]) -> list[str]:
@@ -402,6 +441,9 @@ def frontier_figure(
     ax.axvline(chance_reid, color="black", lw=1)
     ax.axhline(chance_task, color="black", lw=1)
     ax.axvspan(0, chance_reid + tolerance, color="0.92", zorder=0)
+    for cut in sorted({p.chance_reid + tolerance for p in points if p.chance_reid is not None}):
+        if not math.isclose(cut, chance_reid + tolerance):  # a kind whose attacker has its own
+            ax.axvline(cut, color="0.5", lw=0.8, ls="--", label=f"a kind's own band ≤ {cut:.3f}")
     goal_y = GOAL_FRACTION * best_clean
     ax.add_patch(
         mpl.patches.Rectangle(
