@@ -31,7 +31,7 @@ from _harness import latency_stats, machine, write_results
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
-from gazeguard.ledger import Ledger, event_key
+from gazeguard.ledger import Ledger
 from gazeguard.privacy.accounting import LaplaceEvent, PrivacyLoss, calibrate
 
 BUDGET, DELTA, CHUNKS = 10.0, 1e-6, 225
@@ -79,8 +79,7 @@ def noise_table() -> list[dict[str, Any]]:
 
 def charge_latency(composition: str, chunks: int) -> dict[str, float]:
     ratio = calibrate("laplace", 48 * CHUNKS, PrivacyLoss.approx(BUDGET, DELTA))
-    events = {event_key(LaplaceEvent(ratio)): 48}
-    eps = {f"f{i}": 1.0 / ratio for i in range(48)}
+    cost = {f"f{i}": LaplaceEvent(ratio) for i in range(48)}
     cap = BUDGET if composition == "pld" else 48 * CHUNKS / ratio * 1.001  # + micro-ε rounding
     lat = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +88,7 @@ def charge_latency(composition: str, chunks: int) -> dict[str, float]:
             for i in range(chunks):
                 t0 = time.perf_counter()
                 ledger.charge(
-                    "s", i, eps, "t", b"x" * 17_000, events=events,
+                    "s", i, cost, "t", b"x" * 17_000,
                     gaze=(1.7e9 + 16 * i, 1.7e9 + 16 * i + 15.5),
                 )  # fmt: skip
                 lat.append(time.perf_counter() - t0)

@@ -46,7 +46,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from gazeguard.config import BrokerSettings
-from gazeguard.ledger import Ledger, LedgerState
+from gazeguard.ledger import Ledger, LedgerState, pure_cost
 from gazeguard.ledger.outbox import OutboxEntry
 from gazeguard.privacy.accounting import cache_clear
 from gazeguard.privacy.accounting.cache import flush
@@ -169,9 +169,10 @@ async def bench_gazeguard(
         return acked[outbox_id]
 
     def charge_now(index: int) -> int:
-        preview = ledger.preview(SESSION, EPS)
+        preview = ledger.preview(SESSION, pure_cost(EPS))
         body = chunk_payload(index, preview.state, rng)
-        return ledger.charge(SESSION, index, EPS, topic, body, version=preview.version).outbox_id
+        cost = pure_cost(EPS)
+        return ledger.charge(SESSION, index, cost, topic, body, version=preview.version).outbox_id
 
     charge_lat: list[float] = []
     e2e: list[float] = []

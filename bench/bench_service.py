@@ -72,7 +72,7 @@ from _harness import (
 
 import gazeguard.runtime.service
 from gazeguard.config import FeatureSettings, LedgerSettings, Settings, load_settings
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, pure_cost
 from gazeguard.ledger.outbox import OutboxEntry
 from gazeguard.plan import ReleasePlan
 from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
@@ -260,7 +260,7 @@ def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
         (workdir / "append.log").open("ab") as log,
     ):
         pipe = Pipeline(ledger, session="breakdown", device="bench", rate_hz=120.0, features=fast)
-        eps = dict.fromkeys(pipe.feature_names, 1.0)
+        cost = pure_cost(dict.fromkeys(pipe.feature_names, 1.0))
         for chunk in pipe.feed(gaze)[:chunks]:
             t0 = time.perf_counter()
             out = pipe.release(chunk)
@@ -268,7 +268,7 @@ def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
             pipe.mechanism.release(chunk.values)
             t2 = time.perf_counter()
             bare.charge(
-                "bare", chunk.index, eps, out.topic if out else "t", out.payload if out else b""
+                "bare", chunk.index, cost, out.topic if out else "t", out.payload if out else b""
             )
             t3 = time.perf_counter()
             log.write(out.payload if out else b"")

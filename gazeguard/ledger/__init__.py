@@ -1,9 +1,9 @@
 """The durable privacy ledger and its outbox: every release is paid for before it can be published.
 
-A release (a privatized chunk, a private label, a cohort contribution) costs a multiset of
-*accounting events* (:mod:`gazeguard.privacy.accounting`): for example 48 features × one Laplace
-release
-of noise multiplier r. :meth:`Ledger.charge` checks the caps, records the charge with its events
+A release (a privatized chunk, a private label, a cohort contribution) costs a :data:`Cost`:
+the *accounting event* (:mod:`gazeguard.privacy.accounting`) of each released item by name, for
+example 48 features × one Laplace release of noise multiplier r. :meth:`Ledger.charge` checks
+the caps, records the charge with its events (and each item's pure ε, derived from its event)
 and its gaze time, and enqueues the privatized payload in the outbox **in one transaction**: a
 crash can never leave a charged release without its payload, nor a payload without its charge.
 The publisher drains :meth:`Ledger.pending` and calls :meth:`Ledger.mark_delivered` after the
@@ -17,8 +17,8 @@ Accounting per session (:mod:`gazeguard.ledger.policy`):
   the stored event counts after any restart, on SQLite and PostgreSQL alike.
 * ``epsilon_window`` — the same over the trailing ``window_s`` seconds of gaze (one hour by
   default: ε per hour of gaze).
-* ``spent`` — sequential pure ε, exact in integer micro-ε (each feature's ε rounded up, or the
-  accounting events' sum where larger: they carry the samplers' slack): the conservative view;
+* ``spent`` — sequential pure ε, exact in integer micro-ε (each item's pure ε, samplers' slack
+  included, rounded up): the conservative view;
   ``max_chunk_eps`` — the paper's per-chunk (parallel composition) view, which is *not* a
   user-level guarantee.
 * a session cap and a window cap over any ``window_s`` seconds of gaze time, both ε at ``delta``.
@@ -113,11 +113,10 @@ from gazeguard.ledger._model import (
     Sql,
     StaleStateError,
     event_key,
-    pure_event_key,
     to_units_down,
     to_units_up,
 )
-from gazeguard.ledger._request import ChargeRequest
+from gazeguard.ledger._request import ChargeRequest, Cost, pure_cost
 from gazeguard.ledger._sqlite import SqliteBackend, not_writable, stored_caps
 from gazeguard.ledger.policy import Caps
 
@@ -127,6 +126,7 @@ __all__ = [
     "Charge",
     "ChargeRecord",
     "ChargeRequest",
+    "Cost",
     "DuplicateChargeError",
     "Ledger",
     "LedgerBackend",
@@ -143,7 +143,7 @@ __all__ = [
     "event_key",
     "is_url",
     "not_writable",
-    "pure_event_key",
+    "pure_cost",
     "stored_caps",
     "to_units_down",
     "to_units_up",

@@ -43,6 +43,7 @@ from gazeguard.ledger._model import (
 from gazeguard.ledger._prefetch import Prefetch
 from gazeguard.ledger._request import (
     ChargeRequest,
+    Cost,
     Release,
     check_release,
     checked_release,
@@ -239,9 +240,8 @@ class Ledger:
     def preview(
         self,
         session: str,
-        epsilon: Mapping[str, float],
+        cost: Cost,
         *,
-        events: Counts | None = None,
         gaze: tuple[float, float] | None = None,
     ) -> Preview:
         """The state the session would be in after charging this release now.
@@ -253,7 +253,7 @@ class Ledger:
             ConfigError: bad ε, or configured caps looser than the recorded ones.
         """
         check_release(session, 0)
-        release = checked_release(epsilon, events)
+        release = checked_release(cost)
         span = gaze_span(gaze, time.time())
         with self._backend.read() as sql:
             now = time.time()
@@ -275,11 +275,10 @@ class Ledger:
         self,
         session: str,
         chunk_index: int,
-        epsilon: Mapping[str, float],
+        cost: Cost,
         topic: str,
         payload: bytes,
         *,
-        events: Counts | None = None,
         gaze: tuple[float, float] | None = None,
         stream: str = "chunks",
         version: int | None = None,
@@ -289,13 +288,12 @@ class Ledger:
         Args:
             session: session identifier.
             chunk_index: the release's index in ``stream`` (>= 0); each is charged at most once.
-            epsilon: pure ε per released feature (finite and > 0, or ``inf`` for noise without a
-                pure guarantee); recorded, and summed for the sequential view.
+            cost: the accounting event of each released item (:data:`Cost`; :func:`pure_cost`
+                for a release that states only a pure ε per item). The caps compose the events;
+                each item's pure ε (``inf`` for noise without a pure guarantee) is recorded and
+                summed for the sequential view.
             topic: where the payload is to be published.
             payload: the bytes, exactly as they will be published.
-            events: the release's accounting events (key → count,
-            :mod:`gazeguard.privacy.accounting`);
-                default: one pure-ε event per feature of ``epsilon``.
             gaze: Unix times of the release's first and last gaze, s (default: now, now); the
                 window cap counts in this time.
             stream: ``chunks`` (default), ``labels``, …: independent index spaces of one session.
@@ -313,9 +311,8 @@ class Ledger:
             ConfigError: bad arguments, or configured caps looser than the recorded ones.
         """
         request = ChargeRequest(
-            session, chunk_index, epsilon, topic, payload,
-            events=events, gaze=gaze, stream=stream, version=version,
-        )  # fmt: skip
+            session, chunk_index, cost, topic, payload, gaze=gaze, stream=stream, version=version
+        )
         release, span = validated_request(request, time.time())
         with self._backend.write() as sql:
             return self._charge_in(Store(sql, self._backend.lock_clause), request, release, span)
@@ -646,7 +643,7 @@ class Ledger:
         self,
         session: str,
         chunk_index: int,
-        requested: float | Mapping[str, float],
+        requested: float | Cost,
         reason: str,
         *,
         stream: str = "chunks",
@@ -654,13 +651,19 @@ class Ledger:
         """Record that a release was withheld (refused by a cap, or dropped on an error).
 
         Nothing is charged and nothing is enqueued; ``state().withheld`` counts it. Recording
-        the same release twice counts it once.
+        the same release twice counts it once. ``requested``: the release's :data:`Cost` (its
+        items' pure ε are recorded, summed), or the ε a
+        :class:`~gazeguard.core.errors.BudgetExhaustedError` reported for it.
 
         Raises:
             DuplicateChargeError: the release was charged (it cannot also be withheld).
         """
         check_release(session, chunk_index)
-        asked = sum(requested.values()) if isinstance(requested, Mapping) else float(requested)
+        asked = (
+            sum(e.pure_epsilon for e in requested.values())
+            if isinstance(requested, Mapping)
+            else float(requested)
+        )
         units = (
             0
             if asked == 0 or not math.isfinite(asked)

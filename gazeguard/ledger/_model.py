@@ -12,7 +12,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Literal, Protocol
 
 from gazeguard.core.errors import ConfigError, GazeguardError
-from gazeguard.privacy.accounting import Event, PureEvent
+from gazeguard.privacy.accounting import Event
 
 UNITS_PER_EPSILON = 1_000_000
 """Integer units per ε (micro-ε): the ledger's exact unit of account."""
@@ -85,10 +85,9 @@ class LedgerState:
         epsilon_window: ε at δ of the releases whose gaze lies in the trailing
             :attr:`window_s` seconds of gaze time (with the default hour: ε per hour of gaze).
         window_s: the window's length, seconds of gaze.
-        spent: sequential pure ε of everything charged (the sum of every feature's ε, exact in
-            micro-ε, or the accounting events' sum where larger: they add the samplers' slack):
-            the conservative view; ``inf`` once a release without a pure guarantee (Gaussian
-            noise) was charged.
+        spent: sequential pure ε of everything charged (the sum of every released item's pure
+            ε, samplers' slack included, exact in micro-ε): the conservative view; ``inf`` once
+            a release without a pure guarantee (Gaussian noise) was charged.
         remaining: ``session_cap − epsilon`` (never below 0), or ``None`` without a session cap.
         window_remaining: ``window_cap − epsilon_window``, or ``None`` without a window cap.
         chunks: number of charged chunks.
@@ -143,7 +142,8 @@ class Charge:
     Attributes:
         session: session identifier.
         chunk_index: the chunk number.
-        total: ε charged for the chunk (sum over features, after rounding up to micro-ε).
+        total: pure ε charged for the release (sum over its items, each rounded up to
+            micro-ε), or ``inf`` without a pure guarantee.
         state: the session's state right after this charge.
         outbox_id: id of the enqueued payload (outbox order).
     """
@@ -207,8 +207,9 @@ class ChargeRecord:
 
     Attributes:
         chunk_index: the release's index.
-        total: its pure ε (sum over features), or ``inf`` without a pure guarantee.
-        epsilon: pure ε per released feature.
+        total: its pure ε (sum over its items), or ``inf`` without a pure guarantee.
+        epsilon: pure ε per released item (from its accounting event; ``inf`` for Gaussian
+            noise).
         created: charge time, Unix s.
         gaze_start: Unix time of the release's first gaze (s).
         gaze_end: Unix time of its last gaze (s).
@@ -291,15 +292,11 @@ def schema_mismatch(location: str, found: str) -> str:
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def event_key(event: Event) -> str:
     """The ledger's key of an accounting event: the canonical JSON of ``event.to_dict()``
     (e.g. ``{"kind": "laplace", "ratio": 56.05, "slack": 3.1e-14}``), which
-    :func:`gazeguard.privacy.accounting.event_from_dict` reads back after a restart."""
+    :func:`gazeguard.privacy.accounting.event_from_dict` reads back after a restart; cached: a
+    fleet charges the same few events every chunk. The storage form only: the ledger's API
+    takes the events."""
     return json.dumps(event.to_dict(), sort_keys=True)
-
-
-@functools.lru_cache(maxsize=4096)
-def pure_event_key(epsilon: float) -> str:
-    """The key of one pure ε-DP release (releases that state only a pure ε);
-    cached: a release states the same few ε for each of its features, every chunk."""
-    return event_key(PureEvent(float(epsilon)))

@@ -457,6 +457,12 @@ class ReleasePlan:
         )
 
     @property
+    def chunk_cost(self) -> dict[str, Event]:
+        """What one chunk costs, for the ledger: each released feature's accounting event, by
+        feature name (:attr:`names`)."""
+        return dict(zip(self.names, self.mechanism.feature_events(), strict=True))
+
+    @property
     def chunk_pure(self) -> float:
         """Pure ε of one chunk (``inf`` for Gaussian noise)."""
         return sum(e.pure_epsilon * c for e, c in self.chunks.events.items())

@@ -107,6 +107,12 @@ class CohortPart:
     epsilon: Fraction | None = None
 
     @property
+    def cost(self) -> dict[str, Event]:
+        """What one bucket of this part charges a person, for the ledger: its event, under
+        its stream's name."""
+        return {self.stream: self.event}
+
+    @property
     def sensitivity_l2(self) -> float:
         """``√blocks``: how far one person moves this part's sum, L2, contribution units."""
         return math.sqrt(self.blocks)

@@ -122,6 +122,12 @@ class LabelPlan:
         return label_events(self.epsilon, self.classes)
 
     @property
+    def cost(self) -> dict[str, Event]:
+        """What one released label costs, for the ledger: its randomized response, as item
+        ``label``."""
+        return {"label": self.event}
+
+    @property
     def survival(self) -> float:
         """``p = e^ε/(e^ε + C − 1)``: probability that a label is the clean decision."""
         return survival_probability(self.epsilon, self.classes)

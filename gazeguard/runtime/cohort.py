@@ -139,7 +139,6 @@ from gazeguard.ledger import (
     DuplicateChargeError,
     Ledger,
     OutboxItem,
-    event_key,
 )
 from gazeguard.plan.cohort import (
     MAX_SESSIONS,
@@ -482,7 +481,6 @@ class CohortAggregator:
         #: Gaze samples dropped because their bucket had already been released.
         self.late_samples = 0
         self._late_reported = (0, 0)
-        self._events = {p.name: {event_key(p.event): 1} for p in plan.parts}
         self._lifetimes: dict[tuple[str, str], list[_Lifetime]] = {}
 
     def open_session(self, device: str, session: str, t_unix: float) -> None:
@@ -697,13 +695,11 @@ class CohortAggregator:
         self, part: CohortPart, bucket: int, data: _Bucket, keys: Sequence[tuple[str, str]]
     ) -> CohortRelease | None:
         span = (bucket * self.plan.bucket_s, (bucket + 1) * self.plan.bucket_s)
-        cost = {part.stream: math.inf}
-        events = self._events[part.name]
         # Asked last session first: the first admitted one's charge carries the aggregate,
         # which so comes first in the outbox; every other one carries its receipt.
         order = list(reversed(keys))
         asked = [
-            ChargeRequest(s, bucket, cost, "", b"", events=events, gaze=span, stream=part.stream)
+            ChargeRequest(s, bucket, part.cost, "", b"", gaze=span, stream=part.stream)
             for _, s in order
         ]
         released: list[tuple[CohortMessage | AttentionMessage | ModeMessage, str, bytes]] = []

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
-from gazeguard.ledger import Ledger, LedgerState, StaleStateError, event_key
+from gazeguard.ledger import Ledger, LedgerState, StaleStateError
 from gazeguard.plan.labels import LabelPlan
 from gazeguard.privacy.mechanisms.randomness import RandomSource, random_source
 from gazeguard.signal.labels import LabelRelease
@@ -150,8 +150,7 @@ class LabelStream:
         self._times = np.empty(plan.steps, dtype=np.float64)
         self._fill = 0
         self.next_index = ledger.next_index(session, STREAM)
-        self._events = {event_key(e): c for e, c in plan.events.items()}
-        self._eps_map = {"label": plan.epsilon}
+        self._cost = plan.cost
         self.stats = LabelStats()
 
     @property
@@ -219,15 +218,15 @@ class LabelStream:
             for attempt in range(_STALE_RETRIES):
                 try:
                     charge = self.ledger.charge(
-                        self.session, index, self._eps_map, self.topic, body,
-                        events=self._events, gaze=gaze, stream=STREAM,
+                        self.session, index, self._cost, self.topic, body,
+                        gaze=gaze, stream=STREAM,
                     )  # fmt: skip
                     break
                 except StaleStateError:
                     if attempt == _STALE_RETRIES - 1:
                         raise
         except BudgetExhaustedError as exc:
-            self.ledger.withhold(self.session, index, self._eps_map, str(exc), stream=STREAM)
+            self.ledger.withhold(self.session, index, self._cost, str(exc), stream=STREAM)
             self.stats.withheld += 1
             self.stats.last_reason = str(exc)
             log.warning("session %r: label %d withheld: %s", self.session, index, exc)
@@ -238,7 +237,7 @@ class LabelStream:
             self.stats.dropped += 1
             self.stats.last_reason = reason
             try:
-                self.ledger.withhold(self.session, index, self._eps_map, reason, stream=STREAM)
+                self.ledger.withhold(self.session, index, self._cost, reason, stream=STREAM)
             except Exception:
                 log.exception("session %r: could not record the dropped label", self.session)
             return None

@@ -52,7 +52,6 @@ from gazeguard.ledger import (
     LedgerState,
     Preview,
     StaleStateError,
-    event_key,
 )
 from gazeguard.plan import ReleasePlan
 from gazeguard.signal.events import LOOKBEHIND_S, EventDetector, check_rate
@@ -274,11 +273,9 @@ class Pipeline:
         self.mechanism = plan.mechanism
         self._params = MechanismParams.from_mechanism(self.mechanism)
         self._carries = self.mechanism.carries()
-        # What the ledger charges: the chunk's accounting events (one per feature), keyed as
-        # stored, and each feature's pure ε (inf for Gaussian noise) for the record.
-        self._events = {event_key(e): c for e, c in plan.chunks.events.items()}
+        # What the ledger charges for a chunk: each feature's accounting event, by name.
+        self._cost = plan.chunk_cost
         self.epsilon = self.mechanism.epsilon
-        self._eps_map = {n: float(e) for n, e in zip(names, self.epsilon, strict=True)}
         self._per_sample = plan.per_sample
         self._features = features
         #: The release grid's period, s: chunks (and label decision blocks) start on its
@@ -517,8 +514,8 @@ class Pipeline:
                 version, message, body = self._build(chunk, values, offset, gaze)
                 try:
                     charge = self.ledger.charge(
-                        self.session, chunk.index, self._eps_map, self.topic, body,
-                        events=self._events, gaze=gaze, version=version,
+                        self.session, chunk.index, self._cost, self.topic, body,
+                        gaze=gaze, version=version,
                     )  # fmt: skip
                     break
                 except StaleStateError:  # another writer charged this session meanwhile
@@ -552,9 +549,7 @@ class Pipeline:
         already) and build the message quoting the state it leaves: ``(preview version,
         message, payload bytes)``."""
         if preview is None:
-            preview = self.ledger.preview(
-                self.session, self._eps_map, events=self._events, gaze=gaze
-            )
+            preview = self.ledger.preview(self.session, self._cost, gaze=gaze)
         message = ChunkMessage.build(
             session=self.session,
             device=self.device,
@@ -579,7 +574,7 @@ class Pipeline:
     def _refused(self, chunk: Chunk, exc: Exception) -> None:
         """Record ``chunk`` withheld (a cap refused it) or dropped (any other error)."""
         if isinstance(exc, BudgetExhaustedError):
-            self.ledger.withhold(self.session, chunk.index, self._eps_map, str(exc))
+            self.ledger.withhold(self.session, chunk.index, self._cost, str(exc))
             self.stats.withheld += 1
             self.stats.withheld_indices.append(chunk.index)
             self.stats.last_reason = str(exc)
@@ -598,7 +593,7 @@ class Pipeline:
         self.stats.last_reason = reason
         local = f"chunk {chunk.index} dropped: {type(exc).__name__} (see the sidecar log)"
         try:
-            self.ledger.withhold(self.session, chunk.index, self._eps_map, local)
+            self.ledger.withhold(self.session, chunk.index, self._cost, local)
         except Exception:
             log.exception("session %r: could not record the dropped chunk", self.session)
 
@@ -754,10 +749,7 @@ def _build_round(
     asks = []
     for _, k in firsts:
         pipe, chunk = jobs[k]
-        ask = ChargeRequest(
-            pipe.session, chunk.index, pipe._eps_map, pipe.topic, b"",
-            events=pipe._events, gaze=made[k][2],
-        )  # fmt: skip
+        ask = ChargeRequest(pipe.session, chunk.index, pipe._cost, pipe.topic, b"", made[k][2])
         asks.append(ask)
     try:
         previews: Sequence[Preview | Exception] = jobs[0][0].ledger.preview_many(asks)
@@ -776,9 +768,8 @@ def _build_round(
             continue
         built.append((k, message, body))
         request = ChargeRequest(
-            pipe.session, chunk.index, pipe._eps_map, pipe.topic, body,
-            events=pipe._events, gaze=gaze, version=version,
-        )  # fmt: skip
+            pipe.session, chunk.index, pipe._cost, pipe.topic, body, gaze=gaze, version=version
+        )
         requests.append(request)
     return built, requests
 

@@ -24,6 +24,7 @@ from gazeguard.ledger import (
     Ledger,
     LedgerError,
     StaleStateError,
+    pure_cost,
     stored_caps,
 )
 from gazeguard.plan import ReleasePlan
@@ -49,7 +50,7 @@ def test_charges_and_outbox_persist_across_close_and_reopen(tmp_path: Path) -> N
     path = tmp_path / "ledger.sqlite"
     with Ledger(path, session_cap=10.0, composition="sequential") as ledger:
         for i in range(3):
-            charge = ledger.charge("s", i, EPS, TOPIC, body(i))
+            charge = ledger.charge("s", i, pure_cost(EPS), TOPIC, body(i))
             assert charge.total == 0.5
             assert charge.state.spent == pytest.approx(0.5 * (i + 1))
     with Ledger(path, session_cap=10.0, composition="sequential") as ledger:
@@ -59,8 +60,8 @@ def test_charges_and_outbox_persist_across_close_and_reopen(tmp_path: Path) -> N
             (i, body(i), TOPIC) for i in range(3)
         ]
         with pytest.raises(DuplicateChargeError, match="chunk_index=2 of session 's'"):
-            ledger.charge("s", 2, EPS, TOPIC, body(2))
-        assert ledger.charge("s", 3, EPS, TOPIC, body(3)).state.spent == 2.0
+            ledger.charge("s", 2, pure_cost(EPS), TOPIC, body(2))
+        assert ledger.charge("s", 3, pure_cost(EPS), TOPIC, body(3)).state.spent == 2.0
         assert ledger.sessions() == ["s"]
         assert [c.epsilon for c in ledger.charges("s")] == [EPS] * 4
         assert ledger.verify() == []
@@ -72,14 +73,14 @@ def test_session_cap_refuses_writes_nothing_and_withhold_leaves_no_outbox_row(
     tmp_path: Path,
 ) -> None:
     with Ledger(tmp_path / "l.sqlite", session_cap=1.2, composition="sequential") as ledger:
-        ledger.charge("s", 0, EPS, TOPIC, body(0))
-        ledger.charge("s", 1, EPS, TOPIC, body(1))
+        ledger.charge("s", 0, pure_cost(EPS), TOPIC, body(0))
+        ledger.charge("s", 1, pure_cost(EPS), TOPIC, body(1))
         with pytest.raises(
             BudgetExhaustedError, match=r"requested epsilon=0.5 but only 0.2 remains under the "
         ) as info:
-            ledger.preview("s", EPS)  # refused before any payload is built
+            ledger.preview("s", pure_cost(EPS))  # refused before any payload is built
         with pytest.raises(BudgetExhaustedError):
-            ledger.charge("s", 2, EPS, TOPIC, b"x")
+            ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"x")
         assert (info.value.cap, info.value.requested) == ("session", 0.5)
         assert ledger.state("s").chunks == 2
         assert len(ledger.pending()) == 2
@@ -89,29 +90,31 @@ def test_session_cap_refuses_writes_nothing_and_withhold_leaves_no_outbox_row(
         assert [p.chunk_index for p in ledger.pending()] == [0, 1]
         assert ledger.withheld("s") == [(2, 0.5, str(info.value))]
         with pytest.raises(DuplicateChargeError, match="already withheld"):
-            ledger.charge("s", 2, {"x": 0.1}, TOPIC, b"x")
+            ledger.charge("s", 2, pure_cost({"x": 0.1}), TOPIC, b"x")
         with pytest.raises(DuplicateChargeError, match="already charged"):
             ledger.withhold("s", 1, 0.5, "too late")
         # A smaller chunk still fits the remaining 0.2.
-        assert ledger.charge("s", 3, {"fix_rate": 0.2}, TOPIC, b"x").state.remaining == 0.0
+        assert (
+            ledger.charge("s", 3, pure_cost({"fix_rate": 0.2}), TOPIC, b"x").state.remaining == 0.0
+        )
         assert ledger.verify() == []
 
 
 def test_integer_accounting_lets_no_tiny_charge_creep_over_the_cap(tmp_path: Path) -> None:
     with Ledger(tmp_path / "l.sqlite", session_cap=1.0, composition="sequential") as ledger:
         for i in range(10):  # in floats, 0.1 summed ten times is 0.9999999999999999
-            ledger.charge("tenths", i, {"f": 0.1}, TOPIC, b"x")
+            ledger.charge("tenths", i, pure_cost({"f": 0.1}), TOPIC, b"x")
         assert ledger.state("tenths").remaining == 0.0
         with pytest.raises(BudgetExhaustedError):
-            ledger.charge("tenths", 10, {"f": 0.1}, TOPIC, b"x")
+            ledger.charge("tenths", 10, pure_cost({"f": 0.1}), TOPIC, b"x")
     # 1.0 + 1e-17 == 1.0 in floats, so a float ledger would accept these forever; each costs a
     # whole micro-ε here, so a cap of 1.00001 admits exactly ten of them after the first 1.0.
     with Ledger(tmp_path / "m.sqlite", session_cap=1.00001, composition="sequential") as ledger:
-        ledger.charge("tiny", 0, {"f": 1.0}, TOPIC, b"x")
+        ledger.charge("tiny", 0, pure_cost({"f": 1.0}), TOPIC, b"x")
         accepted = 0
         for i in range(1, 30):
             try:
-                ledger.charge("tiny", i, {"f": 1e-17}, TOPIC, b"x")
+                ledger.charge("tiny", i, pure_cost({"f": 1e-17}), TOPIC, b"x")
                 accepted += 1
             except BudgetExhaustedError:
                 pass
@@ -135,7 +138,7 @@ def test_window_cap_bounds_every_window_of_gaze_time_even_out_of_order(tmp_path:
         caps = []
         for i in range(12):
             try:
-                ledger.charge("s", i, {"f": 0.3}, TOPIC, b"x", gaze=at(i))
+                ledger.charge("s", i, pure_cost({"f": 0.3}), TOPIC, b"x", gaze=at(i))
                 released[i] = 0.3
             except BudgetExhaustedError as exc:
                 caps.append(exc.cap)
@@ -147,16 +150,20 @@ def test_window_cap_bounds_every_window_of_gaze_time_even_out_of_order(tmp_path:
         assert (state.epsilon_window, state.window_remaining) == (pytest.approx(0.9), 0.1)
         assert ledger.state("s").withheld == 3
         # Out of order: gaze at 20 s spends 0.9; gaze at 17 s would share (16, 20] with it.
-        ledger.charge("s", 20, {"f": 0.9}, TOPIC, b"x", gaze=at(20))
+        ledger.charge("s", 20, pure_cost({"f": 0.9}), TOPIC, b"x", gaze=at(20))
         with pytest.raises(BudgetExhaustedError, match="per-4-s-of-gaze cap"):
-            ledger.charge("s", 17, {"f": 0.2}, TOPIC, b"x", gaze=at(17))
-        ledger.charge("s", 16, {"f": 0.2}, TOPIC, b"x", gaze=at(16))  # (12, 16]: only itself
-        ledger.charge("s", 23, {"f": 0.1}, TOPIC, b"x", gaze=at(23))  # (19, 23] = 1.0 exactly
+            ledger.charge("s", 17, pure_cost({"f": 0.2}), TOPIC, b"x", gaze=at(17))
+        ledger.charge(
+            "s", 16, pure_cost({"f": 0.2}), TOPIC, b"x", gaze=at(16)
+        )  # (12, 16]: only itself
+        ledger.charge(
+            "s", 23, pure_cost({"f": 0.1}), TOPIC, b"x", gaze=at(23)
+        )  # (19, 23] = 1.0 exactly
         with pytest.raises(BudgetExhaustedError):
-            ledger.charge("s", 22, {"f": 0.1}, TOPIC, b"x", gaze=at(22))
+            ledger.charge("s", 22, pure_cost({"f": 0.1}), TOPIC, b"x", gaze=at(22))
         # Counted in gaze time, not in chunk indexes: far-apart gaze never shares a window.
-        ledger.charge("s", 24, {"f": 0.9}, TOPIC, b"x", gaze=at(100))
-        ledger.charge("s", 25, {"f": 0.9}, TOPIC, b"x", gaze=at(104.5))
+        ledger.charge("s", 24, pure_cost({"f": 0.9}), TOPIC, b"x", gaze=at(100))
+        ledger.charge("s", 25, pure_cost({"f": 0.9}), TOPIC, b"x", gaze=at(104.5))
         assert ledger.verify() == []
 
 
@@ -164,24 +171,28 @@ def test_a_preview_is_the_post_charge_state_and_a_stale_one_charges_nothing(
     tmp_path: Path,
 ) -> None:
     with Ledger(tmp_path / "l.sqlite", session_cap=2.0, composition="sequential") as ledger:
-        preview = ledger.preview("s", EPS, gaze=at(0))
+        preview = ledger.preview("s", pure_cost(EPS), gaze=at(0))
         body0 = json.dumps(preview.state.as_dict()).encode()
-        charge = ledger.charge("s", 0, EPS, TOPIC, body0, gaze=at(0), version=preview.version)
+        charge = ledger.charge(
+            "s", 0, pure_cost(EPS), TOPIC, body0, gaze=at(0), version=preview.version
+        )
         assert charge.state == replace(preview.state, last_chunk=0)
         assert (charge.state.spent, charge.state.chunks, charge.state.pending) == (0.5, 1, 1)
         assert json.loads(ledger.pending()[0].payload)["remaining"] == 1.5
 
-        stale = ledger.preview("s", EPS, gaze=at(1))
-        ledger.charge("t", 0, EPS, TOPIC, b"other session: s is unchanged")
+        stale = ledger.preview("s", pure_cost(EPS), gaze=at(1))
+        ledger.charge("t", 0, pure_cost(EPS), TOPIC, b"other session: s is unchanged")
         with ledger_at("s", ledger) as other:  # another writer charges s in between
-            other.charge("s", 1, EPS, TOPIC, b"x", gaze=at(1))
+            other.charge("s", 1, pure_cost(EPS), TOPIC, b"x", gaze=at(1))
         with pytest.raises(StaleStateError, match="preview again"):
-            ledger.charge("s", 2, EPS, TOPIC, b"y", gaze=at(2), version=stale.version)
+            ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"y", gaze=at(2), version=stale.version)
         with pytest.raises(TypeError, match="payload must be bytes, got str"):
-            ledger.charge("s", 2, EPS, TOPIC, "text")  # type: ignore[arg-type]
+            ledger.charge("s", 2, pure_cost(EPS), TOPIC, "text")  # type: ignore[arg-type]
         assert (ledger.state("s").chunks, len(ledger.pending(session="s"))) == (2, 2)
-        fresh = ledger.preview("s", EPS, gaze=at(2))
-        ledger.charge("s", 2, EPS, TOPIC, b"z", gaze=at(2), version=fresh.version)  # not consumed
+        fresh = ledger.preview("s", pure_cost(EPS), gaze=at(2))
+        ledger.charge(
+            "s", 2, pure_cost(EPS), TOPIC, b"z", gaze=at(2), version=fresh.version
+        )  # not consumed
         assert ledger.verify() == []
 
 
@@ -199,7 +210,10 @@ def ledger_at(session: str, ledger: Ledger) -> Iterator[Ledger]:
 def test_outbox_keeps_order_and_delivery_drops_items(tmp_path: Path) -> None:
     with Ledger(tmp_path / "l.sqlite") as ledger:
         order = [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2)]
-        ids = [ledger.charge(s, i, EPS, f"t/{s}", f"{s}{i}".encode()).outbox_id for s, i in order]
+        ids = [
+            ledger.charge(s, i, pure_cost(EPS), f"t/{s}", f"{s}{i}".encode()).outbox_id
+            for s, i in order
+        ]
         assert ids == sorted(ids)
         pending = ledger.pending()
         assert [(p.session, p.chunk_index, p.payload) for p in pending] == [
@@ -228,7 +242,7 @@ def test_a_ledger_written_before_the_pending_index_opens_with_it_and_the_same_fi
             for s in ("a", "b"):
                 t = 1.7e9 + 10 * i
                 with suppress(BudgetExhaustedError):  # 2 of every 5 chunks fit a window
-                    ledger.charge(s, i, EPS, TOPIC, body(i), gaze=(t, t + 9))
+                    ledger.charge(s, i, pure_cost(EPS), TOPIC, body(i), gaze=(t, t + 9))
         for item in ledger.pending()[:3]:
             ledger.mark_delivered(item.id)
         before = {s: ledger.state(s) for s in ("a", "b")}
@@ -251,7 +265,9 @@ def test_a_ledger_written_before_the_pending_index_opens_with_it_and_the_same_fi
             want: list[object] = []
             for led, out in ((ledger, got), (kept, want)):
                 try:
-                    out.append(led.charge("a", i, EPS, TOPIC, body(i), gaze=(t, t + 9)).state)
+                    out.append(
+                        led.charge("a", i, pure_cost(EPS), TOPIC, body(i), gaze=(t, t + 9)).state
+                    )
                 except BudgetExhaustedError as exc:
                     out.append(exc.cap)
             assert got == want
@@ -266,14 +282,14 @@ def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
     with Ledger(
         path, session_cap=2.0, window_cap=1.5, window_s=4.0, composition="sequential"
     ) as ledger:
-        ledger.charge("s", 0, EPS, TOPIC, b"x")
+        ledger.charge("s", 0, pure_cost(EPS), TOPIC, b"x")
     with Ledger(
         path, session_cap=3.0, window_cap=1.5, window_s=4.0, composition="sequential"
     ) as ledger:
         with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill"):
             ledger.open_session("s")  # refused at session start, before any work
         with pytest.raises(ConfigError, match=r"'ledger.session_cap'.*would refill") as info:
-            ledger.charge("s", 1, EPS, TOPIC, b"x")
+            ledger.charge("s", 1, pure_cost(EPS), TOPIC, b"x")
         assert "session cap ε 2, window cap ε 1.5 per 4 s of gaze" in str(info.value)
         assert ledger.open_session("new").session_cap == 3.0  # a new session takes new caps
     with (
@@ -282,25 +298,25 @@ def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
         ) as ledger,
         pytest.raises(ConfigError, match="session_cap"),
     ):
-        ledger.charge("s", 1, EPS, TOPIC, b"x")
+        ledger.charge("s", 1, pure_cost(EPS), TOPIC, b"x")
     with Ledger(
         path, session_cap=1.0, window_cap=1.0, window_s=8.0, composition="sequential"
     ) as ledger:  # stricter
-        assert ledger.charge("s", 1, EPS, TOPIC, b"x").state.session_cap == 1.0
+        assert ledger.charge("s", 1, pure_cost(EPS), TOPIC, b"x").state.session_cap == 1.0
     with (
         Ledger(
             path, session_cap=2.0, window_cap=1.0, window_s=8.0, composition="sequential"
         ) as ledger,
         pytest.raises(ConfigError, match="session_cap"),  # the lower cap was recorded
     ):
-        ledger.charge("s", 2, EPS, TOPIC, b"x")
+        ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"x")
     with (
         Ledger(
             path, session_cap=1.0, window_cap=1.0, window_s=2.0, composition="sequential"
         ) as ledger,
         pytest.raises(ConfigError, match="window_s"),  # a shorter window is looser
     ):
-        ledger.charge("s", 2, EPS, TOPIC, b"x")
+        ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"x")
     with (
         Ledger(
             path,
@@ -312,9 +328,9 @@ def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
         ) as ledger,
         pytest.raises(ConfigError, match=r"ledger\.delta"),  # a larger δ is looser
     ):
-        ledger.charge("s", 2, EPS, TOPIC, b"x")
+        ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"x")
     with Ledger(path, session_cap=5.0, allow_cap_increase=True, composition="sequential") as ledger:
-        charge = ledger.charge("s", 2, {"f": 0.1}, TOPIC, b"x")
+        charge = ledger.charge("s", 2, pure_cost({"f": 0.1}), TOPIC, b"x")
         assert (charge.state.session_cap, charge.state.window_cap) == (5.0, None)
         assert charge.state.spent == pytest.approx(1.1)  # raised deliberately, never reset
 
@@ -327,15 +343,15 @@ def test_a_wall_clock_cap_binds_hours_of_gaze_charged_in_one_go(location: str) -
     hours = [(h * 3700.0, h * 3700.0 + 1.0) for h in range(4)]  # never two in one gaze hour
     with Ledger(location, window_cap=2.0, composition="sequential") as ledger:
         for i, span in enumerate(hours):  # gaze time only: every hour fits
-            ledger.charge("gaze-only", i, one, TOPIC, b"x", gaze=span)
+            ledger.charge("gaze-only", i, pure_cost(one), TOPIC, b"x", gaze=span)
         assert ledger.state("gaze-only").spent == 4.0
     with Ledger(location, window_cap=2.0, composition="sequential", wall_clock=True) as ledger:
         for i, span in enumerate(hours[:2]):
-            ledger.charge("paced", i, one, TOPIC, b"x", gaze=span)
+            ledger.charge("paced", i, pure_cost(one), TOPIC, b"x", gaze=span)
         with pytest.raises(BudgetExhaustedError, match="wall-clock"):
-            ledger.preview("paced", one, gaze=hours[2])
+            ledger.preview("paced", pure_cost(one), gaze=hours[2])
         with pytest.raises(BudgetExhaustedError, match="wall-clock"):
-            ledger.charge("paced", 2, one, TOPIC, b"x", gaze=hours[2])
+            ledger.charge("paced", 2, pure_cost(one), TOPIC, b"x", gaze=hours[2])
         assert ledger.state("paced").spent == 2.0
         assert ledger.verify() == []
     # turning the wall-clock cap off for a session opened with it would refill it: refused
@@ -343,16 +359,16 @@ def test_a_wall_clock_cap_binds_hours_of_gaze_charged_in_one_go(location: str) -
         Ledger(location, window_cap=2.0, composition="sequential") as ledger,
         pytest.raises(ConfigError, match=r"ledger\.wall_clock.*and of wall-clock time"),
     ):
-        ledger.charge("paced", 2, one, TOPIC, b"x", gaze=hours[2])
+        ledger.charge("paced", 2, pure_cost(one), TOPIC, b"x", gaze=hours[2])
 
 
 def test_the_sidecars_ledger_caps_wall_clock_hours_by_default(tmp_path: Path) -> None:
     settings = LedgerSettings(path=tmp_path / "l.sqlite", composition="sequential")
     assert settings.wall_clock
     with open_ledger(settings, ReleasePlan.build(budget=10.0, delta=1e-6)) as ledger:
-        ledger.charge("s", 0, {"f": 6.0}, TOPIC, b"x", gaze=(0.0, 1.0))
+        ledger.charge("s", 0, pure_cost({"f": 6.0}), TOPIC, b"x", gaze=(0.0, 1.0))
         with pytest.raises(BudgetExhaustedError, match=r"per-3679-s-of-wall-clock"):
-            ledger.charge("s", 1, {"f": 6.0}, TOPIC, b"x", gaze=(7200.0, 7201.0))
+            ledger.charge("s", 1, pure_cost({"f": 6.0}), TOPIC, b"x", gaze=(7200.0, 7201.0))
 
 
 def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
@@ -366,23 +382,25 @@ def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:
         Ledger(tmp_path / "a.sqlite", synchronous="OFF")  # type: ignore[arg-type]
     with Ledger(tmp_path / "a.sqlite") as ledger:
         with pytest.raises(ConfigError, match=r"epsilon\['f'\].*nan"):
-            ledger.charge("s", 0, {"f": float("nan")}, TOPIC, b"x")
+            ledger.charge("s", 0, pure_cost({"f": float("nan")}), TOPIC, b"x")
         with pytest.raises(ConfigError, match=r"epsilon\['f'\].*0.0"):
-            ledger.charge("s", 0, {"f": 0.0}, TOPIC, b"x")
+            ledger.charge("s", 0, pure_cost({"f": 0.0}), TOPIC, b"x")
         with pytest.raises(ConfigError, match="at least one feature"):
-            ledger.charge("s", 0, {}, TOPIC, b"x")
+            ledger.charge("s", 0, pure_cost({}), TOPIC, b"x")
         with pytest.raises(ConfigError, match=r"'chunk_index'.*-1"):
-            ledger.charge("s", -1, EPS, TOPIC, b"x")
+            ledger.charge("s", -1, pure_cost(EPS), TOPIC, b"x")
         with pytest.raises(ConfigError, match="'session'"):
-            ledger.charge("", 0, EPS, TOPIC, b"x")
+            ledger.charge("", 0, pure_cost(EPS), TOPIC, b"x")
         assert ledger.sessions() == []
         # Caps and a withheld chunk's request may exceed one feature's limit of 1e4 ε.
         many = {f"f{k}": 1e4 for k in range(52)}
-        assert ledger.withhold("s", 0, many, "too expensive").withheld == 1
+        assert ledger.withhold("s", 0, pure_cost(many), "too expensive").withheld == 1
     with Ledger(tmp_path / "b.sqlite", session_cap=6e5, composition="sequential") as ledger:
-        assert ledger.charge("s", 0, many, TOPIC, b"x").state.remaining == pytest.approx(8e4)
+        assert ledger.charge("s", 0, pure_cost(many), TOPIC, b"x").state.remaining == pytest.approx(
+            8e4
+        )
         with pytest.raises(ConfigError, match=r"epsilon\['f'\].*must be a finite number in"):
-            ledger.charge("s", 1, {"f": 2e4}, TOPIC, b"x")
+            ledger.charge("s", 1, pure_cost({"f": 2e4}), TOPIC, b"x")
 
 
 def test_files_that_are_not_ledgers_are_refused(tmp_path: Path) -> None:
@@ -405,9 +423,9 @@ def test_from_settings_opens_the_configured_ledger(tmp_path: Path) -> None:
     settings = LedgerSettings(path=tmp_path / "cfg.sqlite", session_cap=0.6)
     plan = ReleasePlan.build(budget=None, delta=1e-6, session_cap=0.6, mechanism=FIXED)
     with open_ledger(settings, plan) as ledger:
-        ledger.charge("s", 0, EPS, TOPIC, b"x")
+        ledger.charge("s", 0, pure_cost(EPS), TOPIC, b"x")
         with pytest.raises(BudgetExhaustedError):
-            ledger.charge("s", 1, EPS, TOPIC, b"x")
+            ledger.charge("s", 1, pure_cost(EPS), TOPIC, b"x")
     assert (tmp_path / "cfg.sqlite").is_file()
 
 
@@ -425,7 +443,7 @@ def test_threads_sharing_and_not_sharing_a_ledger_never_overspend(tmp_path: Path
         for j in range(per_thread):
             index = t * per_thread + j
             try:
-                ledger.charge("s", index, EPS, TOPIC, body(index))
+                ledger.charge("s", index, pure_cost(EPS), TOPIC, body(index))
                 with lock:
                     accepted.append(index)
             except BudgetExhaustedError:
@@ -452,7 +470,7 @@ def test_threads_sharing_and_not_sharing_a_ledger_never_overspend(tmp_path: Path
 WORKER = """
 import json, sys
 from gazeguard.core.errors import BudgetExhaustedError
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, pure_cost
 location, session, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 accepted = []
 with Ledger(location, session_cap=float(sys.argv[5]), composition="sequential") as ledger:
@@ -460,7 +478,7 @@ with Ledger(location, session_cap=float(sys.argv[5]), composition="sequential") 
     sys.stdin.readline()  # start together
     for i in range(start, start + count):
         try:
-            ledger.charge(session, i, {"f": 0.25, "g": 0.25}, "t", str(i).encode())
+            ledger.charge(session, i, pure_cost({"f": 0.25, "g": 0.25}), "t", str(i).encode())
             accepted.append(i)
         except BudgetExhaustedError:
             pass
@@ -550,7 +568,7 @@ def test_processes_opening_one_new_file_together_all_get_the_ledger(tmp_path: Pa
 
 KILLED = """
 import sys, time
-from gazeguard.ledger import Ledger, _store
+from gazeguard.ledger import Ledger, _store, pure_cost
 path = sys.argv[1]
 enqueue = _store.Store.enqueue
 def stall(self, session, stream, idx, **kw):
@@ -562,16 +580,16 @@ def stall(self, session, stream, idx, **kw):
 _store.Store.enqueue = stall
 with Ledger(path, session_cap=100.0, composition="sequential") as ledger:
     for i in range(6):
-        ledger.charge("s", i, {"f": 1.0}, "t", str(i).encode())
+        ledger.charge("s", i, pure_cost({"f": 1.0}), "t", str(i).encode())
 """
 
 LOOP = """
 import sys
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, pure_cost
 with Ledger(sys.argv[1]) as ledger:
     print("ready", flush=True)
     for i in range(int(sys.argv[2]), 10**6):
-        ledger.charge("s", i, {"f": 0.001}, "t", bytes(2000))
+        ledger.charge("s", i, pure_cost({"f": 0.001}), "t", bytes(2000))
         if i % 3 == 0:
             ledger.mark_delivered(ledger.pending(1)[0].id)
 """
@@ -590,7 +608,9 @@ def test_sigkill_inside_a_charge_leaves_a_consistent_ledger(tmp_path: Path) -> N
         assert (state.chunks, state.spent, state.pending) == (5, 5.0, 5)
         assert [p.payload for p in ledger.pending()] == [str(i).encode() for i in range(5)]
         assert ledger.verify() == []
-        assert ledger.charge("s", 5, {"f": 1.0}, "t", b"5").state.spent == 6.0  # not refilled
+        assert (
+            ledger.charge("s", 5, pure_cost({"f": 1.0}), "t", b"5").state.spent == 6.0
+        )  # not refilled
     assert integrity(path) == "ok"
 
 
@@ -620,11 +640,11 @@ def test_cli_show_prints_both_views_and_json(
 ) -> None:
     path = tmp_path / "l.sqlite"
     with Ledger(path, session_cap=1.2, window_cap=1.0, composition="sequential") as ledger:
-        ledger.charge("sess-a", 0, EPS, TOPIC, b"payload")
-        ledger.charge("sess-a", 1, EPS, TOPIC, b"payload")
+        ledger.charge("sess-a", 0, pure_cost(EPS), TOPIC, b"payload")
+        ledger.charge("sess-a", 1, pure_cost(EPS), TOPIC, b"payload")
         ledger.mark_delivered(ledger.pending()[0].id)
         ledger.withhold("sess-a", 2, 0.5, "session cap reached")
-        ledger.charge("sess-b", 0, {"f": 0.1}, "t/b", b"b")
+        ledger.charge("sess-b", 0, pure_cost({"f": 0.1}), "t/b", b"b")
     assert main(["ledger", "show", "--path", str(path)]) == 0
     out = capsys.readouterr().out
     assert "2 session(s), 2 outbox item(s) pending" in out
@@ -717,7 +737,7 @@ def test_a_ledger_of_another_schema_is_refused_naming_the_file_and_untouched(
 
 def test_a_refused_item_is_moved_aside_kept_and_counted(tmp_path: Path) -> None:
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        ids = [ledger.charge("s", i, EPS, TOPIC, body(i)).outbox_id for i in range(3)]
+        ids = [ledger.charge("s", i, pure_cost(EPS), TOPIC, body(i)).outbox_id for i in range(3)]
         assert ledger.mark_refused(ids[0], "MQTT reason 0x87 Not authorized") is True
         assert ledger.mark_refused(ids[0], "again") is False
         assert ledger.mark_delivered(ids[0]) is False  # refused items are never retried

@@ -21,9 +21,11 @@ from gazeguard.ledger._compose import LedgerComposer, report_count
 from gazeguard.plan import ReleasePlan, chunks_per_hour
 from gazeguard.plan.chunks import noise_multiplier_for
 from gazeguard.privacy.accounting import (
+    Event,
     GaussianEvent,
     LaplaceEvent,
     PrivacyLoss,
+    PureEvent,
     RandomizedResponseEvent,
     capacity,
     compose,
@@ -36,8 +38,8 @@ DELTA = 1e-6
 T0 = 1.75e9
 
 
-def chunk_events(ratio: float, features: int) -> dict[str, int]:
-    return {event_key(LaplaceEvent(ratio)): features}
+def chunk_events(ratio: float, features: int) -> dict[str, Event]:
+    return {f"f{i}": LaplaceEvent(ratio) for i in range(features)}
 
 
 def gaze(i: int, chunk_s: float = 16.0) -> tuple[float, float]:
@@ -51,23 +53,22 @@ def test_a_window_cap_admits_exactly_what_the_accountant_says(tmp_path: Path) ->
     )
     assert 50 < ratio < 60  # the issue's "about 56" (pure sequential would need ~1080)
     events = chunk_events(ratio, 48)
-    eps = {f"f{i}": 1.0 / ratio for i in range(48)}
     expected = capacity({LaplaceEvent(ratio): 48}, PrivacyLoss.approx(10.0, DELTA))
     assert expected == 225
     # At the declared pace (16 s) the window slides as fast as it fills: every chunk fits.
     with Ledger(tmp_path / "paced.sqlite", window_cap=10.0) as ledger:
         for i in range(240):
-            ledger.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i))
+            ledger.charge("s", i, events, "t", b"x", gaze=gaze(i))
         assert ledger.state("s").epsilon_window <= 10.0
     # A stream faster than declared (a chunk every 15 s) is cut off at the cap.
     refused = []
     with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
         for i in range(240):
             try:
-                ledger.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i, 15.0))
+                ledger.charge("s", i, events, "t", b"x", gaze=gaze(i, 15.0))
             except BudgetExhaustedError as exc:
                 refused.append(exc.cap)
-                ledger.withhold("s", i, eps, str(exc))
+                ledger.withhold("s", i, events, str(exc))
         state = ledger.state("s")
     assert state.chunks == expected
     assert refused == ["per-3600-s-of-gaze"] * (240 - expected)
@@ -78,7 +79,7 @@ def test_a_window_cap_admits_exactly_what_the_accountant_says(tmp_path: Path) ->
     assert state.spent == pytest.approx(48 * 225 / ratio, rel=1e-4)  # pure: ~20× more
     # A chunk an hour of gaze later fits again: the window slides over gaze time.
     with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
-        ledger.charge("s", 500, eps, "t", b"x", events=events, gaze=gaze(500, 15.0))
+        ledger.charge("s", 500, events, "t", b"x", gaze=gaze(500, 15.0))
 
 
 def test_the_figures_are_recomputed_from_stored_events_after_a_restart(tmp_path: Path) -> None:
@@ -86,9 +87,8 @@ def test_the_figures_are_recomputed_from_stored_events_after_a_restart(tmp_path:
     laplace, gauss = LaplaceEvent(20.0, 1e-9), GaussianEvent(8.0)
     with Ledger(path, session_cap=50.0) as ledger:
         for i in range(30):
-            eps = dict.fromkeys("abc", laplace.pure_epsilon)
-            ledger.charge("a", i, eps, "t", b"x", events={event_key(laplace): 3})
-            ledger.charge("b", i, {"f": float("inf")}, "t", b"y", events={event_key(gauss): 2})
+            ledger.charge("a", i, dict.fromkeys("abc", laplace), "t", b"x")
+            ledger.charge("b", i, dict.fromkeys("fg", gauss), "t", b"y")
         a, b = ledger.state("a"), ledger.state("b")
     with Ledger(path, session_cap=50.0) as ledger:
         assert ledger.state("a").epsilon == a.epsilon
@@ -103,12 +103,15 @@ def test_the_figures_are_recomputed_from_stored_events_after_a_restart(tmp_path:
 
 
 def test_postgresql_gives_the_same_figures(tmp_path: Path, pg_url: str) -> None:  # noqa: F811
-    events = {event_key(LaplaceEvent(12.0)): 4, event_key(RandomizedResponseEvent(0.2, 6)): 1}
+    events: dict[str, Event] = {
+        **{f"f{i}": LaplaceEvent(12.0) for i in range(4)},
+        "label": RandomizedResponseEvent(0.2, 6),
+    }
     states = []
     for location in (tmp_path / "l.sqlite", pg_url):
         with Ledger(location, session_cap=30.0) as ledger:
             for i in range(25):
-                ledger.charge("s", i, {"f": 0.1}, "t", b"x", events=events)
+                ledger.charge("s", i, events, "t", b"x")
             states.append(ledger.state("s"))
     assert states[0].epsilon == states[1].epsilon
     assert states[0].chunks == states[1].chunks
@@ -125,7 +128,7 @@ def test_a_session_opened_sequential_refuses_pld_as_looser(tmp_path: Path) -> No
 def test_an_unreadable_event_key_is_a_ledger_error(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
     with Ledger(path, session_cap=5.0) as ledger:
-        ledger.charge("s", 0, {"f": 0.1}, "t", b"x", events={event_key(LaplaceEvent(10.0)): 1})
+        ledger.charge("s", 0, {"f": LaplaceEvent(10.0)}, "t", b"x")
     with closing(sqlite3.connect(path)) as db, db:  # where each copy of the key is read from
         key = json.dumps({'{"kind": "quantum"}': 1})
         db.execute("UPDATE sessions SET counts = ?, gaze_counts = ?, wall_counts = ?", (key,) * 3)
@@ -228,7 +231,6 @@ def test_the_next_release_finds_its_composition_and_capacity_prefetched(
         "laplace", features=48, chunks=225, budget=10.0, delta=DELTA, max_m=0
     )
     events = chunk_events(ratio, 48)
-    eps = {f"f{i}": 1.0 / ratio for i in range(48)}
     on_this_thread: list[str] = []  # what the test's own thread (the release path) computed
 
     def spied(name: str, fn):  # type: ignore[no-untyped-def]
@@ -250,11 +252,11 @@ def test_the_next_release_finds_its_composition_and_capacity_prefetched(
             assert prefetch is not None
             assert prefetch.wait(60.0)
             on_this_thread.clear()
-            ledger.preview("s", eps, events=events, gaze=gaze(i))
-            got = ledger.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i))
+            ledger.preview("s", events, gaze=gaze(i))
+            got = ledger.charge("s", i, events, "t", b"x", gaze=gaze(i))
             if i:  # (the first release's figures cannot be guessed before it)
                 assert on_this_thread == [], i
-            want = plain.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i))
+            want = plain.charge("s", i, events, "t", b"x", gaze=gaze(i))
             assert got.state == want.state
 
 
@@ -271,13 +273,12 @@ def test_one_prefetch_thread_serves_a_stream_of_charges_and_ends_when_idle(
 
     monkeypatch.setattr(Prefetch, "IDLE_S", 3.0)  # far above a charge, even on a busy machine
     events = chunk_events(40.0, 48)
-    eps = {f"f{i}": 1 / 40.0 for i in range(48)}
     with Ledger(tmp_path / "l.sqlite", window_cap=10.0) as ledger:
         prefetch = ledger._prefetch
         assert prefetch is not None
         seen = set()
         for i in range(12):
-            ledger.charge("s", i, eps, "t", b"x", events=events, gaze=gaze(i))
+            ledger.charge("s", i, events, "t", b"x", gaze=gaze(i))
             assert prefetch.wait(60.0)
             seen.add(prefetch._thread)
         assert len(seen - {None}) == 1
@@ -287,7 +288,7 @@ def test_one_prefetch_thread_serves_a_stream_of_charges_and_ends_when_idle(
         while prefetch._thread is not None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert prefetch._thread is None  # ended by itself
-        ledger.charge("s", 12, eps, "t", b"x", events=events, gaze=gaze(12))
+        ledger.charge("s", 12, events, "t", b"x", gaze=gaze(12))
         assert prefetch.wait(60.0)
     assert not [t for t in threading.enumerate() if t.name == "gazeguard-ledger-prefetch"]
 
@@ -305,13 +306,12 @@ def test_a_process_that_exits_while_the_ledger_prefetches_exits_cleanly(
 
     script = f"""
 from gazeguard.privacy.accounting import LaplaceEvent
-from gazeguard.ledger import Ledger, event_key
-events = {{event_key(LaplaceEvent(40.0)): 48}}
-eps = {{f"f{{i}}": 1 / 40.0 for i in range(48)}}
+from gazeguard.ledger import Ledger
+events = {{f"f{{i}}": LaplaceEvent(40.0) for i in range(48)}}
 ledger = Ledger({str(tmp_path / "l.sqlite")!r}, window_cap=10.0)
 for i in range(2):
     t = 1.75e9 + 16 * i
-    ledger.charge("s", i, eps, "t", b"x", events=events, gaze=(t, t + 15))
+    ledger.charge("s", i, events, "t", b"x", gaze=(t, t + 15))
 if {closed!r}:
     ledger.close()
 """
@@ -357,7 +357,7 @@ def test_threads_asking_for_one_new_composition_compose_it_once(
     it on a shared core; both get the same figure."""
     import threading  # noqa: PLC0415
 
-    from gazeguard.ledger import LedgerComposer, pure_event_key  # noqa: PLC0415
+    from gazeguard.ledger import LedgerComposer  # noqa: PLC0415
     from gazeguard.ledger import _compose as compose_module  # noqa: PLC0415
 
     real = compose_module.compose
@@ -375,7 +375,7 @@ def test_threads_asking_for_one_new_composition_compose_it_once(
 
     monkeypatch.setattr(compose_module, "compose", watched)
     composer = LedgerComposer()
-    counts = {pure_event_key(0.0123): 4321}
+    counts = {event_key(PureEvent(0.0123)): 4321}
     got: dict[str, float] = {}
 
     def ask(name: str) -> None:

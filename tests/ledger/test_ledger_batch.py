@@ -17,6 +17,7 @@ from gazeguard.ledger import (
     DuplicateChargeError,
     Ledger,
     StaleStateError,
+    pure_cost,
 )
 
 EPS = {"fix_rate": 0.25, "sacc_amp": 0.25}  # 0.5 per chunk
@@ -24,7 +25,7 @@ EPS = {"fix_rate": 0.25, "sacc_amp": 0.25}  # 0.5 per chunk
 
 def req(session: str, i: int, **kw: object) -> ChargeRequest:
     topic = f"gazeguard/v1/dev/{session}/chunks"
-    return ChargeRequest(session, i, EPS, topic, f"{session}:{i}".encode(), **kw)  # type: ignore[arg-type]
+    return ChargeRequest(session, i, pure_cost(EPS), topic, f"{session}:{i}".encode(), **kw)  # type: ignore[arg-type]
 
 
 def snapshot(ledger: Ledger) -> dict[str, object]:
@@ -68,7 +69,7 @@ def test_group_charges_each_once_in_order_with_the_states_of_sequential_charges(
 
 def test_a_cap_hit_in_the_middle_withholds_exactly_the_refused_charges(tmp_path: Path) -> None:
     with Ledger(tmp_path / "a.sqlite", session_cap=1.0, composition="sequential") as ledger:
-        ledger.charge("a", 0, EPS, "t", b"a0")  # a has 0.5 of 1.0 left
+        ledger.charge("a", 0, pure_cost(EPS), "t", b"a0")  # a has 0.5 of 1.0 left
         requests = [req("b", 0), req("a", 1), req("a", 2), req("b", 1), req("c", 0)]
         results = ledger.charge_many(requests)
         kinds = [type(r).__name__ for r in results]
@@ -84,14 +85,14 @@ def test_a_cap_hit_in_the_middle_withholds_exactly_the_refused_charges(tmp_path:
 
 def test_a_duplicate_a_stale_version_and_bad_arguments_inside_a_group(tmp_path: Path) -> None:
     with Ledger(tmp_path / "a.sqlite", session_cap=10.0, composition="sequential") as ledger:
-        ledger.charge("a", 0, EPS, "t", b"a0")
-        version = ledger.preview("b", EPS).version
+        ledger.charge("a", 0, pure_cost(EPS), "t", b"a0")
+        version = ledger.preview("b", pure_cost(EPS)).version
         requests = [
             req("b", 0, version=version),
             req("a", 0),  # charged before
             req("b", 1, version=version),  # previewed before b:0 was charged: stale
-            ChargeRequest("c", -1, EPS, "t", b"x"),  # bad index
-            ChargeRequest("c", 0, EPS, "t", "not bytes"),  # type: ignore[arg-type]
+            ChargeRequest("c", -1, pure_cost(EPS), "t", b"x"),  # bad index
+            ChargeRequest("c", 0, pure_cost(EPS), "t", "not bytes"),  # type: ignore[arg-type]
             req("c", 0),
             req("c", 0),  # twice in one group
         ]
@@ -140,13 +141,22 @@ def test_property_a_group_equals_the_same_charges_one_by_one(
             Ledger(Path(tmp) / "many.sqlite", **kw) as many,  # type: ignore[arg-type]
         ):
             requests = [
-                ChargeRequest(s, i, {"f": e, "g": e}, "t", f"{s}{i}".encode(), gaze=(i, i + 1))
+                ChargeRequest(
+                    s, i, pure_cost({"f": e, "g": e}), "t", f"{s}{i}".encode(), gaze=(i, i + 1)
+                )
                 for s, i, e in items
             ]
             expected: list[str] = []
             for r in requests:
                 try:
-                    one.charge(r.session, r.chunk_index, r.epsilon, r.topic, r.payload, gaze=r.gaze)
+                    one.charge(
+                        r.session,
+                        r.chunk_index,
+                        r.cost,
+                        r.topic,
+                        r.payload,
+                        gaze=r.gaze,
+                    )
                     expected.append("Charge")
                 except (BudgetExhaustedError, DuplicateChargeError) as exc:
                     expected.append(type(exc).__name__)

@@ -8,7 +8,6 @@ race for it (cohort aggregators too).
 
 from __future__ import annotations
 
-import math
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,9 +25,10 @@ from gazeguard.ledger import (
     Ledger,
     LedgerError,
     StaleStateError,
-    event_key,
+    pure_cost,
 )
 from gazeguard.plan.cohort import STREAM
+from gazeguard.privacy.accounting import Event
 from gazeguard.runtime.cohort import CohortAggregator
 from tests._postgres import pg_server, pg_url  # noqa: F401 - fixtures
 from tests.runtime.test_cohort import _feed, small_plan
@@ -41,14 +41,14 @@ def chunk(session: str, i: int, **kw: object) -> ChargeRequest:
     gaze = (T0 + 16.0 * i, T0 + 16.0 * (i + 1))
     kw.setdefault("gaze", gaze)
     return ChargeRequest(
-        session, i, EPS, f"gv1/d/{session}/chunks", f"{session}:{i}".encode(), **kw
+        session, i, pure_cost(EPS), f"gv1/d/{session}/chunks", f"{session}:{i}".encode(), **kw
     )  # type: ignore[arg-type]
 
 
-def cohort(session: str, bucket: int, events: dict[str, int]) -> ChargeRequest:
+def cohort(session: str, bucket: int, events: dict[str, Event]) -> ChargeRequest:
     return ChargeRequest(
-        session, bucket, {STREAM: math.inf}, f"gv1/d/{session}/cohort", b"receipt",
-        events=events, gaze=(bucket * 60.0, bucket * 60.0 + 60.0), stream=STREAM,
+        session, bucket, events, f"gv1/d/{session}/cohort", b"receipt",
+        gaze=(bucket * 60.0, bucket * 60.0 + 60.0), stream=STREAM,
     )  # fmt: skip
 
 
@@ -83,10 +83,9 @@ def sequential(ledger: Ledger, requests: list[ChargeRequest]) -> list[object]:
                 ledger.charge(
                     q.session,
                     q.chunk_index,
-                    q.epsilon,
+                    q.cost,
                     q.topic,
                     q.payload,
-                    events=q.events,
                     gaze=q.gaze,
                     stream=q.stream,
                     version=q.version,
@@ -129,12 +128,12 @@ def locations(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callab
             admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-def _history(ledger: Ledger, events: dict[str, int]) -> None:
+def _history(ledger: Ledger, events: dict[str, Event]) -> None:
     """Sessions a (2 chunks), b (3 chunks, at its cap), c (1 chunk, a cohort bucket)."""
     for q in [chunk("a", 0), chunk("a", 1), chunk("b", 0), chunk("b", 1), chunk("b", 2),
               chunk("c", 0), cohort("c", 28_333_333, events)]:  # fmt: skip
         ledger.charge(
-            q.session, q.chunk_index, q.epsilon, q.topic, q.payload, events=q.events,
+            q.session, q.chunk_index, q.cost, q.topic, q.payload,
             gaze=q.gaze, stream=q.stream,
         )  # fmt: skip
 
@@ -144,7 +143,7 @@ def test_batched_charges_equal_sequential_ones(locations: Callable[[], str]) -> 
     cap, a duplicate, a stale version, a session twice, an out-of-order release, cohort events —
     charged one at a time and as one batch: the same results, rows, figures and outbox."""
     plan = small_plan(budget=5.0)
-    events = {event_key(plan.event): 1}
+    events: dict[str, Event] = {STREAM: plan.event}
     b = 28_333_334
     requests = [
         chunk("a", 2), chunk("b", 3),  # b: over its session cap, left out alone
@@ -182,7 +181,7 @@ def test_charge_all_writes_everything_or_nothing(locations: Callable[[], str]) -
     """``charge_all``: one refused request (a session over its cap, a duplicate) and nothing at
     all is written, no session row created; else all are charged as ``charge_many`` would."""
     plan = small_plan(budget=5.0)
-    events = {event_key(plan.event): 1}
+    events: dict[str, Event] = {STREAM: plan.event}
     with Ledger(locations(), session_cap=1.6) as ledger:
         _history(ledger, events)
         before = snapshot(ledger)
@@ -207,7 +206,7 @@ def test_charge_admitted_charges_what_it_told_decide_with_decides_messages(
     ``charge_many`` gives), and those are charged with the messages it returns, in its order:
     the same rows and figures as ``charge_many`` of the admitted ones with those messages."""
     plan = small_plan(budget=5.0)
-    events = {event_key(plan.event): 1}
+    events: dict[str, Event] = {STREAM: plan.event}
     b = 28_333_333
     asked = [cohort("a", b + 1, events), chunk("b", 3), chunk("new", 0), cohort("c", b, events),
              cohort("n2", b + 1, events)]  # fmt: skip
@@ -239,7 +238,7 @@ def test_charge_admitted_writes_nothing_when_decide_fails_or_miscounts(
     locations: Callable[[], str],
 ) -> None:
     plan = small_plan(budget=5.0)
-    events = {event_key(plan.event): 1}
+    events: dict[str, Event] = {STREAM: plan.event}
     asked = [cohort("a", 28_333_334, events), cohort("new", 28_333_334, events)]
 
     def fails(positions: list[int]) -> list[tuple[str, bytes]]:
@@ -263,7 +262,7 @@ def test_preview_many_equals_previews_and_names_what_was_charged(
     locations: Callable[[], str],
 ) -> None:
     plan = small_plan(budget=5.0)
-    events = {event_key(plan.event): 1}
+    events: dict[str, Event] = {STREAM: plan.event}
     with Ledger(locations(), session_cap=1.6) as ledger:
         _history(ledger, events)
         asked = [chunk("a", 2), chunk("b", 3), chunk("new", 0), cohort("c", 28_333_333, events),
@@ -275,7 +274,7 @@ def test_preview_many_equals_previews_and_names_what_was_charged(
         for q, p in zip(asked, got, strict=True):
             if isinstance(p, Exception):
                 continue
-            one = ledger.preview(q.session, q.epsilon, events=q.events, gaze=q.gaze)
+            one = ledger.preview(q.session, q.cost, gaze=q.gaze)
             assert p == one
 
 

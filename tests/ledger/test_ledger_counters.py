@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gazeguard.core.errors import BudgetExhaustedError
-from gazeguard.ledger import Ledger, LedgerError
+from gazeguard.ledger import Ledger, LedgerError, pure_cost
 from gazeguard.ledger._store import Store
 from tests._postgres import pg_server, pg_url  # noqa: F401 - fixtures
 
@@ -39,7 +39,7 @@ CHARGER = """
 import json, logging, sys, time
 logging.disable(logging.WARNING)  # (the refused items)
 from gazeguard.core.errors import BudgetExhaustedError
-from gazeguard.ledger import Ledger, _store
+from gazeguard.ledger import Ledger, _store, pure_cost
 location, start, stop_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 caps = json.loads(sys.argv[4])
 update = _store.Store.update_after_charge
@@ -58,7 +58,7 @@ with Ledger(location, **caps) as ledger:
             end = 1.7e9 + 0.5 * i - (3.0 if i % 7 == 3 else 0.0)
             _store.Store._stalling = i if 0 <= stop_at <= i else None
             try:
-                ledger.charge(session, i, {"f": 0.25, "g": 0.25}, "t", bytes(500),
+                ledger.charge(session, i, pure_cost({"f": 0.25, "g": 0.25}), "t", bytes(500),
                               gaze=(end - 0.4, end))
             except BudgetExhaustedError:
                 ledger.withhold(session, i, 0.5, "cap")
@@ -134,7 +134,7 @@ def test_sigkill_inside_a_charge_leaves_counters_equal_to_a_recount(location: st
             assert _counters_are_a_recount(ledger) == 2
             start = _next(ledger)
             try:  # one more write on the counters as they were found
-                ledger.charge("a", start, {"f": 0.25}, "t", b"x", gaze=(T0, T0 + 1e6))
+                ledger.charge("a", start, pure_cost({"f": 0.25}), "t", b"x", gaze=(T0, T0 + 1e6))
             except BudgetExhaustedError:  # (the wall-clock hour is full)
                 ledger.withhold("a", start, 0.25, "cap")
             assert _counters_are_a_recount(ledger) == 2
@@ -148,7 +148,7 @@ def test_a_ledger_of_another_schema_is_refused_naming_both_versions(tmp_path: Pa
     is refused with what to do, and is left as it was."""
     path = tmp_path / "v4.sqlite"
     with Ledger(path, **GAZE_CAPS) as ledger:
-        ledger.charge("a", 0, {"f": 0.5}, "t", b"x", gaze=(T0 - 0.4, T0))
+        ledger.charge("a", 0, pure_cost({"f": 0.5}), "t", b"x", gaze=(T0 - 0.4, T0))
     with closing(sqlite3.connect(path)) as db, db:
         db.execute("UPDATE meta SET value = '4' WHERE key = 'schema'")
     with pytest.raises(LedgerError, match=r"schema version 4; this gazeguard reads version 5"):
@@ -161,7 +161,7 @@ def test_verify_reports_counters_that_disagree_with_the_rows(tmp_path: Path) -> 
     path = tmp_path / "l.sqlite"
     with Ledger(path, **CAPS) as ledger:
         for i in range(4):
-            ledger.charge("s", i, {"f": 0.25}, "t", b"x", gaze=(T0 + i, T0 + i + 0.5))
+            ledger.charge("s", i, pure_cost({"f": 0.25}), "t", b"x", gaze=(T0 + i, T0 + i + 0.5))
         assert ledger.verify() == []
     with closing(sqlite3.connect(path)) as db, db:
         db.execute("UPDATE sessions SET pending = 3")

@@ -26,6 +26,7 @@ from gazeguard.ledger import (
     Ledger,
     LedgerError,
     StaleStateError,
+    pure_cost,
 )
 from gazeguard.ledger import _ledger as ledger_module
 from tests._postgres import pg_server, pg_url  # noqa: F401 - fixtures
@@ -51,12 +52,14 @@ def test_same_interface_persists_and_refuses_like_sqlite(url: str) -> None:
     ) as ledger:
         assert ledger.backend.kind == "postgresql"
         for i in range(2):
-            ledger.charge("s", i, EPS, "t", f"p{i}".encode(), gaze=(100.0 + i, 100.5 + i))
+            ledger.charge(
+                "s", i, pure_cost(EPS), "t", f"p{i}".encode(), gaze=(100.0 + i, 100.5 + i)
+            )
         with pytest.raises(BudgetExhaustedError, match="under the per-4-s-of-gaze cap"):
-            ledger.charge("s", 2, EPS, "t", b"x", gaze=(102.0, 102.5))
+            ledger.charge("s", 2, pure_cost(EPS), "t", b"x", gaze=(102.0, 102.5))
         ledger.withhold("s", 2, 0.5, "window cap")
         with pytest.raises(DuplicateChargeError, match="already withheld"):
-            ledger.charge("s", 2, EPS, "t", b"x")
+            ledger.charge("s", 2, pure_cost(EPS), "t", b"x")
     with Ledger.open(
         url, session_cap=1.7, window_cap=1.0, window_s=4.0, composition="sequential"
     ) as ledger:
@@ -66,11 +69,14 @@ def test_same_interface_persists_and_refuses_like_sqlite(url: str) -> None:
         assert ledger.mark_delivered(ledger.pending()[0].id) is True
         assert [p.chunk_index for p in ledger.pending()] == [1]
         with pytest.raises(DuplicateChargeError):
-            ledger.charge("s", 1, EPS, "t", b"x")
-        assert ledger.charge("s", 9, EPS, "t", b"x", gaze=(200.0, 200.5)).state.remaining == 0.2
+            ledger.charge("s", 1, pure_cost(EPS), "t", b"x")
+        assert (
+            ledger.charge("s", 9, pure_cost(EPS), "t", b"x", gaze=(200.0, 200.5)).state.remaining
+            == 0.2
+        )
         with pytest.raises(BudgetExhaustedError, match="under the session cap"):
-            ledger.charge("s", 20, EPS, "t", b"x", gaze=(300.0, 300.5))
-        last = ledger.charge("s", 20, {"f": 0.2}, "t", b"x", gaze=(300.0, 300.5))
+            ledger.charge("s", 20, pure_cost(EPS), "t", b"x", gaze=(300.0, 300.5))
+        last = ledger.charge("s", 20, pure_cost({"f": 0.2}), "t", b"x", gaze=(300.0, 300.5))
         assert last.state.remaining == 0.0
         assert ledger.mark_refused(last.outbox_id, "MQTT reason 0x87") is True
         assert [r.chunk_index for r in ledger.refused("s")] == [20]
@@ -86,7 +92,7 @@ def test_same_interface_persists_and_refuses_like_sqlite(url: str) -> None:
 
 def test_cli_reads_a_postgresql_ledger(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     with Ledger(url, session_cap=3.0, composition="sequential") as ledger:
-        ledger.charge("fleet-1", 0, EPS, "t", b"x")
+        ledger.charge("fleet-1", 0, pure_cost(EPS), "t", b"x")
     assert main(["ledger", "show", "--path", url, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(s["session"], s["spent"], s["remaining"]) for s in doc["sessions"]] == [
@@ -99,14 +105,17 @@ def test_a_stale_preview_charges_nothing(url: str) -> None:
         Ledger(url, session_cap=5.0, composition="sequential") as ledger,
         Ledger(url, session_cap=5.0, composition="sequential") as other,
     ):
-        preview = ledger.preview("s", EPS)
-        other.charge("s", 0, EPS, "t", b"other worker")
+        preview = ledger.preview("s", pure_cost(EPS))
+        other.charge("s", 0, pure_cost(EPS), "t", b"other worker")
         with pytest.raises(StaleStateError, match="preview again"):
-            ledger.charge("s", 1, EPS, "t", b"stale", version=preview.version)
+            ledger.charge("s", 1, pure_cost(EPS), "t", b"stale", version=preview.version)
         assert (ledger.state("s").chunks, len(ledger.pending())) == (1, 1)
-        fresh = ledger.preview("s", EPS)
+        fresh = ledger.preview("s", pure_cost(EPS))
         assert fresh.state.spent == 1.0
-        assert ledger.charge("s", 1, EPS, "t", b"ok", version=fresh.version).state.spent == 1.0
+        assert (
+            ledger.charge("s", 1, pure_cost(EPS), "t", b"ok", version=fresh.version).state.spent
+            == 1.0
+        )
 
 
 def test_a_schema_1_postgresql_ledger_is_refused_not_upgraded(url: str) -> None:
@@ -141,7 +150,7 @@ def test_concurrent_workers_on_one_session_never_overspend(url: str) -> None:
                 # Workers overlap on chunk indexes too: each index may be charged only once.
                 index = (w % 3) * per_worker + j
                 try:
-                    ledger.charge("s", index, EPS, "t", str(index).encode())
+                    ledger.charge("s", index, pure_cost(EPS), "t", str(index).encode())
                     with lock:
                         accepted.append(index)
                 except (BudgetExhaustedError, DuplicateChargeError):
@@ -206,7 +215,7 @@ def test_two_workers_on_the_stored_counters_decide_as_a_recount_alone(
                     picks = [(rng.choice("ab"), 1.7e9 + rng.randint(0, 200)) for _ in range(4)]
                     requests = [
                         ChargeRequest(
-                            s, rng.randint(0, 40), shapes[rng.randint(0, 1)], "t", b"x",
+                            s, rng.randint(0, 40), pure_cost(shapes[rng.randint(0, 1)]), "t", b"x",
                             gaze=(e - 1.0, e),
                         )
                         for s, e in picks[: rng.randint(1, 4)]
@@ -226,9 +235,11 @@ def test_two_workers_on_the_stored_counters_decide_as_a_recount_alone(
                 got = []
                 for ledger in (worker, plain):
                     try:
-                        version = ledger.preview(session, shape, gaze=(end - 1, end)).version
+                        version = ledger.preview(
+                            session, pure_cost(shape), gaze=(end - 1, end)
+                        ).version
                         result: object = ledger.charge(
-                            session, index, shape, "t", b"x", gaze=(end - 1, end),
+                            session, index, pure_cost(shape), "t", b"x", gaze=(end - 1, end),
                             version=version - 1 if stale and version else version,
                         )  # fmt: skip
                     except (BudgetExhaustedError, DuplicateChargeError, StaleStateError) as exc:

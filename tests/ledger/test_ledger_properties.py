@@ -24,6 +24,7 @@ from gazeguard.ledger import (
     DuplicateChargeError,
     Ledger,
     StaleStateError,
+    pure_cost,
 )
 from gazeguard.ledger import _ledger as _ledger_module
 from gazeguard.ledger._model import to_units_down, to_units_up
@@ -93,7 +94,7 @@ class LedgerMachine(RuleBasedStateMachine):
             # Chunk i's gaze ends at T0 + i s: a window of w s of gaze holds w consecutive chunks.
             gaze = (T0 + index - 0.5, T0 + index)
             payload = f"{session}{index}".encode()
-            charge = self.ledger.charge(session, index, eps, "t", payload, gaze=gaze)
+            charge = self.ledger.charge(session, index, pure_cost(eps), "t", payload, gaze=gaze)
         except DuplicateChargeError:
             outcome = "duplicate"
         except BudgetExhaustedError as exc:
@@ -276,14 +277,14 @@ def test_the_stored_counters_decide_as_a_recount_does(
                     for ledger in (workers[worker], plain):
                         version: int | None = None
                         try:
-                            p = ledger.preview(session, _SHAPES[shape], gaze=gaze)
+                            p = ledger.preview(session, pure_cost(_SHAPES[shape]), gaze=gaze)
                             version = p.version - (1 if stale and p.version else 0)
                             got.append(("preview", p.state))
                         except BudgetExhaustedError as exc:
                             got.append(("preview", type(exc).__name__))
                         try:
                             result: object = ledger.charge(
-                                session, index, _SHAPES[shape], "t", b"x", gaze=gaze,
+                                session, index, pure_cost(_SHAPES[shape]), "t", b"x", gaze=gaze,
                                 version=version,
                             )  # fmt: skip
                         except (BudgetExhaustedError, DuplicateChargeError, StaleStateError) as e:
@@ -297,7 +298,9 @@ def test_the_stored_counters_decide_as_a_recount_does(
                     _, worker, items, step = op
                     clock.now += step
                     requests = [
-                        ChargeRequest(s, i, _SHAPES[k], "t", b"x", gaze=(T0 + e - 1.0, T0 + e))
+                        ChargeRequest(
+                            s, i, pure_cost(_SHAPES[k]), "t", b"x", gaze=(T0 + e - 1.0, T0 + e)
+                        )
                         for s, i, e, k in items
                     ]
                     a, b = workers[worker].charge_many(requests), plain.charge_many(requests)

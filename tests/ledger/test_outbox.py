@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, pure_cost
 from gazeguard.ledger.outbox import DELIVERED, Delivery, Drain, SinkUnavailableError
 
 pytestmark = pytest.mark.timeout(30)
@@ -92,7 +92,9 @@ def charge(ledger: Ledger, index: int, session: str = SESSION) -> int:
     session) or ``{session}/{index}``; its outbox id."""
     payload = f"payload {index}".encode()
     topic = f"t/{index}" if session == SESSION else f"{session}/{index}"
-    return ledger.charge(session, index, {"a": 0.1}, topic=topic, payload=payload).outbox_id
+    return ledger.charge(
+        session, index, pure_cost({"a": 0.1}), topic=topic, payload=payload
+    ).outbox_id
 
 
 class GatedSink(ListSink):

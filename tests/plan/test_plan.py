@@ -38,7 +38,7 @@ from gazeguard.config import (
     Settings,
 )
 from gazeguard.core.errors import ConfigError
-from gazeguard.ledger import Ledger, event_key
+from gazeguard.ledger import Ledger
 from gazeguard.offline.eval.grid import parse_mechanism
 from gazeguard.offline.eval.harness import BudgetFactory, FeatureBounds
 from gazeguard.plan import ReleasePlan, chunk_counter, chunks_per_hour
@@ -143,7 +143,6 @@ def test_a_ledger_with_the_plan_caps_takes_the_densest_hours_and_reports_the_bud
 ) -> None:
 
     plan = ReleasePlan.build(budget=10.0, delta=DELTA)
-    events = {event_key(e): c for e, c in plan.chunks.events.items()}
     period = float(plan.chunks.period_s)
     per_hour_seen = []
     with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
@@ -151,7 +150,7 @@ def test_a_ledger_with_the_plan_caps_takes_the_densest_hours_and_reports_the_bud
         end = 1_000_000.0
         for i in range(3 * plan.chunks.per_hour):  # three hours at the densest legal rate
             ledger.charge(
-                "s", i, {"f": 1.0}, "t", b"x", events=events,
+                "s", i, plan.chunk_cost, "t", b"x",
                 gaze=(end - float(plan.chunks.summary_s), end),
             )  # fmt: skip
             ledger.mark_delivered(i + 1)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gazeguard.core.errors import BudgetExhaustedError
-from gazeguard.ledger import Ledger, event_key
+from gazeguard.ledger import Ledger
 from gazeguard.privacy.accounting import LaplaceEvent, PrivacyLoss, cache_clear, calibrate, compose
 from gazeguard.privacy.accounting import cache as disk
 
@@ -145,8 +145,7 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 # A chunk of 48 features at noise multiplier 57 (about the default plan's), one every 16 s of
 # gaze, against a session cap of ε 3 at δ 1e-6: 28 chunks fit.
 RATIO = 57.0
-EVENTS = {event_key(LaplaceEvent(RATIO)): 48}
-EPS = {f"f{i}": 1.0 / RATIO for i in range(48)}
+COST = {f"f{i}": LaplaceEvent(RATIO) for i in range(48)}
 
 
 def charge_until_refused(path: Path, chunks: int = 40) -> tuple[int, float, float]:
@@ -157,7 +156,7 @@ def charge_until_refused(path: Path, chunks: int = 40) -> tuple[int, float, floa
         for i in range(chunks):
             gaze = (1.75e9 + 16.0 * i, 1.75e9 + 16.0 * i + 15.5)
             try:
-                ledger.charge("s", i, EPS, "t", b"x", events=EVENTS, gaze=gaze)
+                ledger.charge("s", i, COST, "t", b"x", gaze=gaze)
             except BudgetExhaustedError:
                 break
             charged += 1

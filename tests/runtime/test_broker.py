@@ -13,7 +13,7 @@ import pytest
 
 from gazeguard.config import BrokerSettings
 from gazeguard.core.errors import PublishError
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, pure_cost
 from gazeguard.runtime.mqtt.broker import EmbeddedBroker
 from gazeguard.runtime.publish import Publisher
 from gazeguard.wire.message import StatusMessage
@@ -57,7 +57,11 @@ def test_publisher_falls_back_to_mqtt_311_and_delivers(
     """amqtt refuses MQTT 5; a publisher on protocol 'auto' falls back to 3.1.1 and delivers."""
     ledger = Ledger(tmp_path / "ledger.sqlite")
     ledger.charge(
-        unique_id, 0, {"a": 0.5}, topic=f"gazeguard/v1/d/{unique_id}/chunks", payload=b"c0"
+        unique_id,
+        0,
+        pure_cost({"a": 0.5}),
+        topic=f"gazeguard/v1/d/{unique_id}/chunks",
+        payload=b"c0",
     )
     status = StatusMessage(
         session=unique_id,
@@ -132,7 +136,11 @@ def test_a_login_over_mqtt_311_is_refused_unless_allowed(tmp_path: Path, unique_
         BrokerSettings(host="127.0.0.1", protocol="3.1.1", username="hmd-01")
     ledger = Ledger(tmp_path / "ledger.sqlite")
     ledger.charge(
-        unique_id, 0, {"a": 0.5}, topic=f"gazeguard/v1/d/{unique_id}/chunks", payload=b"c"
+        unique_id,
+        0,
+        pure_cost({"a": 0.5}),
+        topic=f"gazeguard/v1/d/{unique_id}/chunks",
+        payload=b"c",
     )
 
     async def scenario(allow: bool) -> int:

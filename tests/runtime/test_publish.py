@@ -35,7 +35,7 @@ from pydantic import SecretStr
 
 from gazeguard.config import BrokerSettings
 from gazeguard.core.errors import ConfigError, PublishError
-from gazeguard.ledger import Charge, Ledger
+from gazeguard.ledger import Charge, Ledger, pure_cost
 from gazeguard.runtime.publish import Publisher
 from gazeguard.wire.message import (
     ChunkMessage,
@@ -78,7 +78,7 @@ def charge_chunk(ledger: Ledger, session: str, index: int) -> Charge:
         }
     )
 
-    preview = ledger.preview(session, EPS)
+    preview = ledger.preview(session, pure_cost(EPS))
     body = ChunkMessage.build(
         session=session,
         device=DEVICE,
@@ -92,7 +92,7 @@ def charge_chunk(ledger: Ledger, session: str, index: int) -> Charge:
         unix_offset=1.7e9,
     ).to_payload()
     topic = chunk_topic(PREFIX, DEVICE, session)
-    return ledger.charge(session, index, EPS, topic, body, version=preview.version)
+    return ledger.charge(session, index, pure_cost(EPS), topic, body, version=preview.version)
 
 
 def settings_for(broker: MosquittoBroker, **kw: Any) -> BrokerSettings:
@@ -642,8 +642,10 @@ def test_an_acl_refused_chunk_is_moved_aside_and_the_queue_goes_on(
     behind it are delivered (issue 15.1: one undeliverable chunk used to block every later one)."""
     broker, files = tls_broker
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    ledger.charge(unique_id, 0, {"a": 0.1}, topic=f"denied/{unique_id}", payload=b"{}")
-    ledger.charge(unique_id, 1, {"a": 0.1}, topic=f"{PREFIX}/hmd/{unique_id}/chunks", payload=b"1")
+    ledger.charge(unique_id, 0, pure_cost({"a": 0.1}), topic=f"denied/{unique_id}", payload=b"{}")
+    ledger.charge(
+        unique_id, 1, pure_cost({"a": 0.1}), topic=f"{PREFIX}/hmd/{unique_id}/chunks", payload=b"1"
+    )
     settings = settings_for(
         broker, tls=True, ca_file=files["ca"], username="alice", password=SecretStr("s3cret")
     )

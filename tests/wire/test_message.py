@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from gazeguard.cli.schemas import main
 from gazeguard.core.errors import ConfigError
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, pure_cost
 from gazeguard.wire.kinds import SCHEMA_FILES
 from gazeguard.wire.message import (
     ChunkMessage,
@@ -245,13 +245,13 @@ def test_snapshot_from_a_real_ledger_state(tmp_path: Path) -> None:
     topic = chunk_topic("gazeguard/v1", "hmd-7", "s1")
     with Ledger(tmp_path / "ledger.sqlite", session_cap=5.0, window_cap=3.0) as led:
         for i in range(3):
-            preview = led.preview("s1", eps)
+            preview = led.preview("s1", pure_cost(eps))
             body = chunk(
                 chunk_index=i,
                 mechanism=mechanism(epsilon=list(eps.values())),
                 ledger=LedgerSnapshot.from_state(sum(eps.values()), preview.state),
             ).to_payload()
-            led.charge("s1", i, eps, topic, body, version=preview.version)
+            led.charge("s1", i, pure_cost(eps), topic, body, version=preview.version)
         items = led.pending()
         state = led.state("s1")
     assert [it.chunk_index for it in items] == [0, 1, 2]

@@ -332,17 +332,21 @@ class Mechanism:
         row = mse[int(np.flatnonzero(ks == self.k)[0])]
         return np.asarray(np.sqrt(row) / b.range, dtype=np.float64)
 
-    def events(self) -> dict[Event, int]:
-        """The accounting events of one release (one chunk): one event per released feature,
-        ``LaplaceEvent(λ/Δ1, slack)`` or ``GaussianEvent(σ/Δ2, slack)`` with Δ the effective
-        sensitivity of that feature's whole chunk (all kept coefficients together), counted.
-
-        Features with equal noise multipliers share one event (counted once per feature).
-        """
+    def feature_events(self) -> list[Event]:
+        """The accounting event of each released feature of one release (one chunk), in feature
+        order: ``LaplaceEvent(λ/Δ1, slack)`` or ``GaussianEvent(σ/Δ2, slack)`` with Δ the
+        effective sensitivity of that feature's whole chunk (all kept coefficients together)."""
         event = noise_kind(self.noise).event
+        return [
+            event(float(ratio), float(slack))
+            for ratio, slack in zip(self.noise_multiplier, self.sampler_slack, strict=True)
+        ]
+
+    def events(self) -> dict[Event, int]:
+        """The accounting events of one release (one chunk), counted: :meth:`feature_events`
+        (features with equal noise multipliers share one event, counted once per feature)."""
         out: dict[Event, int] = {}
-        for ratio, slack in zip(self.noise_multiplier, self.sampler_slack, strict=True):
-            e = event(float(ratio), float(slack))
+        for e in self.feature_events():
             out[e] = out.get(e, 0) + 1
         return out
 
