@@ -127,6 +127,9 @@ class Ledger:
             counters are kept up to date either way.
         read_only: an SQLite ledger that is only read (reports): nothing is written, so one in a
             directory this user may not write opens too.
+        caps: the caps as a typed :class:`Caps` (:meth:`Caps.of`; what
+            :meth:`gazeguard.plan.ReleasePlan.ledger_caps` gives), instead of the numbers
+            ``session_cap`` … ``wall_clock`` (ConfigError if both are given).
     """
 
     def __init__(
@@ -147,15 +150,20 @@ class Ledger:
         prefetch: bool = True,
         counters: bool = True,
         read_only: bool = False,
+        caps: Caps | None = None,
     ) -> None:
-        self._caps = Caps(
+        numbers = (session_cap, window_cap, window_s, delta, composition, wall_clock)
+        if caps is not None and numbers != (None, None, policy.HOUR_S, policy.DEFAULT_DELTA,
+                                            "pld", False):  # fmt: skip
+            raise ConfigError("caps", caps.describe(), "give caps or the cap numbers, not both")
+        self._caps = caps if caps is not None else Caps(
             _cap(session_cap, "ledger.session_cap"),
             _cap(window_cap, "ledger.window_cap"),
             float(window_s),
             float(delta),
             composition,
             bool(wall_clock),
-        )
+        )  # fmt: skip
         self._allow_increase = allow_cap_increase
         self._caps_json = self._caps.to_json()
         self._accepted: set[str] = set()  # stored caps the configured ones may bind (JSON)

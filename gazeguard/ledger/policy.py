@@ -39,6 +39,7 @@ from typing import Protocol
 
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger._model import to_units_down
+from gazeguard.privacy.accounting import Measure, PrivacyLoss
 
 Counts = Mapping[str, int]
 """Accounting-event key (canonical JSON) → number of releases charged."""
@@ -79,6 +80,10 @@ COMPOSITIONS = ("pld", "sequential")
 class Caps:
     """The caps of a session (ε at ``delta``).
 
+    Build them from typed losses with :meth:`of` (what
+    :meth:`gazeguard.plan.ReleasePlan.ledger_caps` does); the fields are their stored form
+    (:meth:`to_json`), which the policy compares figures with.
+
     Attributes:
         session: cap on the session's ε, or ``None``.
         window: cap on the ε of any ``window_s`` seconds of gaze, or ``None``.
@@ -114,6 +119,36 @@ class Caps:
             )
         if not (0.0 < self.delta < 1.0):
             raise ConfigError("ledger.delta", self.delta, "must lie in (0, 1), e.g. 1e-6")
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        session: PrivacyLoss | None = None,
+        window: PrivacyLoss | None = None,
+        window_s: float = float(HOUR_S),
+        delta: float = DEFAULT_DELTA,
+        composition: str = "pld",
+        wall_clock: bool = False,
+    ) -> Caps:
+        """Caps from typed losses: each cap an (ε, δ) loss at ``delta`` (a cap on pure ε under
+        ``composition = "sequential"`` is stated so too, and compared with the pure ε).
+
+        Raises:
+            ConfigError: a cap in another measure or at another δ, or any check of the caps.
+        """
+
+        def epsilon(field: str, loss: PrivacyLoss | None) -> float | None:
+            if loss is None:
+                return None
+            if loss.measure is not Measure.APPROX or loss.delta != delta or loss.epsilon is None:
+                raise ConfigError(field, str(loss), f"must be an (ε, δ) loss at δ = {delta:g}")
+            return loss.epsilon
+
+        return cls(
+            epsilon("ledger.session_cap", session), epsilon("ledger.window_cap", window),
+            float(window_s), float(delta), composition, bool(wall_clock),
+        )  # fmt: skip
 
     def describe(self) -> str:
         """One line for messages."""

@@ -56,11 +56,17 @@ from gazeguard.config import (
 )
 from gazeguard.core.errors import ConfigError
 from gazeguard.core.ordering import DEJITTER_CELL_S
-from gazeguard.ledger.policy import HOUR_S
+from gazeguard.ledger.policy import HOUR_S, Caps
 from gazeguard.plan.chunks import build_mechanism
 from gazeguard.plan.cohort import CohortPlan, plan_cohort
 from gazeguard.plan.labels import LabelPlan, load_label_model, plan_labels, steps_per_decision
-from gazeguard.privacy.accounting import Event, RandomizedResponseEvent, compose, releases_within
+from gazeguard.privacy.accounting import (
+    Event,
+    PrivacyLoss,
+    RandomizedResponseEvent,
+    compose,
+    releases_within,
+)
 from gazeguard.privacy.mechanisms import Bounds, Mechanism
 from gazeguard.signal.attention import AttentionGrid, AttentionLayout, load_aois
 from gazeguard.signal.events import EVENT_REACH_S, LOOKBEHIND_S
@@ -467,18 +473,22 @@ class ReleasePlan:
         """Pure ε of one chunk (``inf`` for Gaussian noise)."""
         return sum(e.pure_epsilon * c for e, c in self.chunks.events.items())
 
-    def ledger_caps(self, ledger: LedgerSettings | None = None) -> dict[str, Any]:
-        """The caps as :class:`gazeguard.ledger.Ledger` keyword arguments: the hourly budget
-        over the plan's window (every release one hour of gaze can change)."""
-        out: dict[str, Any] = {
-            "session_cap": self.session_cap,
-            "window_cap": self.budget,
-            "window_s": self.window_s,
-            "delta": self.delta,
-        }
-        if ledger is not None:
-            out |= {"composition": ledger.composition, "wall_clock": ledger.wall_clock}
-        return out
+    def ledger_caps(self, ledger: LedgerSettings | None = None) -> Caps:
+        """The caps to open :class:`gazeguard.ledger.Ledger` with (``caps=``): the hourly budget
+        over the plan's window (every release one hour of gaze can change) and the session
+        cap, each an (ε, δ) loss at :attr:`delta`; ``ledger``: its composition and wall-clock
+        setting (default: the accountant's ε, gaze time only)."""
+        hourly = None if self.budget is None else PrivacyLoss.approx(
+            self.budget, self.delta, field="ledger.budget_per_hour", delta_field="ledger.delta"
+        )  # fmt: skip
+        session = None if self.session_cap is None else PrivacyLoss.approx(
+            self.session_cap, self.delta, field="ledger.session_cap", delta_field="ledger.delta"
+        )  # fmt: skip
+        return Caps.of(
+            session=session, window=hourly, window_s=self.window_s, delta=self.delta,
+            composition="pld" if ledger is None else ledger.composition,
+            wall_clock=False if ledger is None else ledger.wall_clock,
+        )  # fmt: skip
 
     def figures(self) -> dict[str, Any]:
         """The plan's figures as JSON-ready values (what ``gazeguard plan --json`` prints)."""

@@ -174,7 +174,7 @@ class Pipeline:
             every figure); ``None``: built from ``features``, ``mechanism`` and ``labels`` for
             the ledger's caps (its hourly cap is the budget). The ledger's window must hold
             every release one hour of gaze can change (``plan.window_s``): open it with
-            ``Ledger(path, **plan.ledger_caps())``.
+            ``Ledger(path, caps=plan.ledger_caps())``.
         features, mechanism, labels: the settings a plan is built from when ``plan`` is
             ``None`` (labels: private labels when ``labels.enabled``,
             :mod:`gazeguard.runtime.labels`, charged to the same ledger and collected by
@@ -252,7 +252,7 @@ class Pipeline:
                 self.opened.window_s,
                 f"the ledger's window must hold every release one hour of gaze can change: "
                 f"{plan.window_s:g} s of release ends for this plan; open the ledger with the "
-                "plan's caps, Ledger(path, **plan.ledger_caps())",
+                "plan's caps, Ledger(path, caps=plan.ledger_caps())",
                 None,
             )
         self.plan = plan

@@ -331,7 +331,7 @@ def open_ledger(settings: LedgerSettings, plan: ReleasePlan, **kwargs: Any) -> L
     return Ledger(
         settings.url if settings.url is not None else settings.path,
         settings.synchronous,
-        **plan.ledger_caps(settings),
+        caps=plan.ledger_caps(settings),
         **kwargs,
     )
 

@@ -20,6 +20,7 @@ from gazeguard.cli import main
 from gazeguard.config import LedgerSettings, MechanismSettings
 from gazeguard.core.errors import BudgetExhaustedError, ConfigError
 from gazeguard.ledger import (
+    Caps,
     DuplicateChargeError,
     Ledger,
     LedgerError,
@@ -28,6 +29,7 @@ from gazeguard.ledger import (
     stored_caps,
 )
 from gazeguard.plan import ReleasePlan
+from gazeguard.privacy.accounting import PrivacyLoss
 from gazeguard.runtime.service import open_ledger
 from tests._postgres import pg_server, pg_url  # noqa: F401 - fixtures of the parametrised race test
 
@@ -369,6 +371,26 @@ def test_the_sidecars_ledger_caps_wall_clock_hours_by_default(tmp_path: Path) ->
         ledger.charge("s", 0, pure_cost({"f": 6.0}), TOPIC, b"x", gaze=(0.0, 1.0))
         with pytest.raises(BudgetExhaustedError, match=r"per-3679-s-of-wall-clock"):
             ledger.charge("s", 1, pure_cost({"f": 6.0}), TOPIC, b"x", gaze=(7200.0, 7201.0))
+
+
+def test_caps_are_built_from_typed_losses_and_the_plan_states_its_caps_so(tmp_path: Path) -> None:
+    caps = Caps.of(
+        session=PrivacyLoss.approx(5.0, 1e-6), window=PrivacyLoss.approx(2.0, 1e-6), window_s=60.0
+    )
+    assert caps == Caps(5.0, 2.0, 60.0, 1e-6)
+    with pytest.raises(ConfigError, match=r"ledger\.window_cap"):
+        Caps.of(window=PrivacyLoss.approx(2.0, 1e-5))  # another δ than the caps'
+    with pytest.raises(ConfigError, match=r"ledger\.session_cap"):
+        Caps.of(session=PrivacyLoss.pure(2.0))
+    with pytest.raises(ConfigError, match="not both"):
+        Ledger(tmp_path / "l.sqlite", session_cap=1.0, caps=caps)
+    with Ledger(tmp_path / "l.sqlite", caps=caps) as ledger:
+        assert ledger.caps == caps
+    settings = LedgerSettings(composition="sequential")
+    plan = ReleasePlan.build(budget=10.0, delta=1e-6, session_cap=40.0)
+    assert plan.ledger_caps(settings) == Caps(
+        40.0, 10.0, plan.window_s, 1e-6, "sequential", settings.wall_clock
+    )
 
 
 def test_bad_arguments_are_refused_with_the_field_named(tmp_path: Path) -> None:

@@ -180,7 +180,7 @@ def test_pipeline_calibrates_noise_to_the_budget_and_charges_what_it_reports(
     plan = ReleasePlan.build(
         features=features, mechanism=MechanismSettings(features=names), budget=10.0, delta=DELTA
     )
-    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
+    with Ledger(tmp_path / "l.sqlite", caps=plan.ledger_caps()) as ledger:
         pipe = Pipeline(
             ledger, session="s", device="d", rate_hz=120.0, features=features,
             mechanism=MechanismSettings(features=names), on_release=got.append,

@@ -60,7 +60,7 @@ def test_auto_takes_the_best_ranked_configuration(tmp_path: Path) -> None:
     features = FeatureSettings(window_s=30.0, step_s=0.5)
     mechanism = MechanismSettings(name="auto", features=NAMES, chunk_steps=64)
     plan = ReleasePlan.build(features=features, mechanism=mechanism, budget=10.0, delta=1e-6)
-    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
+    with Ledger(tmp_path / "l.sqlite", caps=plan.ledger_caps()) as ledger:
         pipe = Pipeline(
             ledger, session="s", device="d", rate_hz=120.0, features=features, mechanism=mechanism
         )

@@ -145,7 +145,7 @@ def test_a_ledger_with_the_plan_caps_takes_the_densest_hours_and_reports_the_bud
     plan = ReleasePlan.build(budget=10.0, delta=DELTA)
     period = float(plan.chunks.period_s)
     per_hour_seen = []
-    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
+    with Ledger(tmp_path / "l.sqlite", caps=plan.ledger_caps()) as ledger:
         ledger.open_session("s")
         end = 1_000_000.0
         for i in range(3 * plan.chunks.per_hour):  # three hours at the densest legal rate
@@ -284,7 +284,7 @@ def test_the_messages_state_the_plan_figures(tmp_path: Path) -> None:
         delta=DELTA,
     )
     got: list[ReleasedChunk] = []
-    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
+    with Ledger(tmp_path / "l.sqlite", caps=plan.ledger_caps()) as ledger:
         pipe = Pipeline(
             ledger, session="s", device="d", rate_hz=120.0, plan=plan, on_release=got.append
         )

@@ -268,7 +268,7 @@ def _open_sessions_run(tmp_path: Path, with_gaze: set[str]) -> dict[str, object]
     bucket_s = c.bucket_s
     t0 = 2 * bucket_s
     sessions = ("s-a", "s-b", "s-z")
-    with Ledger(tmp_path / f"{'-'.join(sorted(with_gaze))}.sqlite", **plan.ledger_caps()) as led:
+    with Ledger(tmp_path / f"{'-'.join(sorted(with_gaze))}.sqlite", caps=plan.ledger_caps()) as led:
         agg = CohortAggregator(c, led, cohort="lab", worker="w1", insecure_seed=3)
         for s in sessions:
             agg.open_session("hmd", s, t0 + 0.5)

@@ -3,6 +3,7 @@ pipeline (real SQLite ledger), and `gazeguard run --labels` end to end (real Mos
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -101,7 +102,7 @@ def test_labels_and_calibrated_chunks_fit_the_budget_together(tmp_path: Path) ->
     mechanism = MechanismSettings.model_validate({"features": "activity"})
     labels = LabelSettings(enabled=True, release="clock", decision_s=600.0)
     plan = _plan(labels, mechanism=mechanism)
-    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
+    with Ledger(tmp_path / "l.sqlite", caps=plan.ledger_caps()) as ledger:
         pipe = Pipeline(ledger, session="u", device="d", rate_hz=120.0, plan=plan)
     assert pipe.label_plan is plan.label_plan
     assert plan.per_hour <= 10.0
@@ -270,8 +271,8 @@ def test_labels_are_withheld_once_the_window_budget_is_spent(tmp_path: Path) -> 
             enabled=True, model=str(model), release="clock", decision_s=1.6, epsilon=0.5
         ),
     )
-    caps = {**plan.ledger_caps(), "window_cap": cap, "composition": "sequential"}
-    with Ledger(tmp_path / "l.sqlite", **caps) as ledger:
+    caps = dataclasses.replace(plan.ledger_caps(), window=cap, composition="sequential")
+    with Ledger(tmp_path / "l.sqlite", caps=caps) as ledger:
         pipe = Pipeline(
             ledger, session="u", device="hmd", rate_hz=120.0, plan=plan, clock_offset_s=1.7e9
         )

@@ -117,7 +117,7 @@ def test_flapping_activity_never_spends_more_than_the_plan(tmp_path: Path) -> No
     )  # fmt: skip
     assert plan.label_plan is not None
     assert plan.labels is not None
-    ledger = Ledger(tmp_path / "l.sqlite", **plan.ledger_caps())
+    ledger = Ledger(tmp_path / "l.sqlite", caps=plan.ledger_caps())
     ledger.open_session("s")
     stream = LabelStream(
         ledger, plan.label_plan, session="s", device="d", input_features=MODEL_FEATURES

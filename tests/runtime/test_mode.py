@@ -257,7 +257,7 @@ def test_a_fleet_workers_default_cohort_releases_the_mode(tmp_path: Path) -> Non
     assert cohort.bucket_s == 300.0
     assert plan.figures()["cohort"]["release"] == ["mode"]
     assert cohort.epsilon_per_hour <= settings.cohort.budget_share * 10.0
-    with Ledger(tmp_path / "ledger.sqlite", **plan.ledger_caps()) as ledger:
+    with Ledger(tmp_path / "ledger.sqlite", caps=plan.ledger_caps()) as ledger:
         wiring = CohortWiring.build(settings, plan, ledger, "w1", "gazeguard/v1")
         assert wiring.model is not None
         assert wiring.aggregator.mode_topic == "gazeguard/v1/cohort/lab/mode"

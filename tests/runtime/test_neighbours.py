@@ -134,7 +134,7 @@ def run(stream: Stream, tmp: Path, name: str) -> Published:
     rows, ts = stream.rows()
     out = Published([], [])
     offset = 1.7e9 - T0  # Unix time minus the stream's clock
-    with Ledger(tmp / f"{name}.sqlite", "NORMAL", **plan.ledger_caps(settings.ledger)) as ledger:
+    with Ledger(tmp / f"{name}.sqlite", "NORMAL", caps=plan.ledger_caps(settings.ledger)) as ledger:
         pipe = Pipeline(
             ledger, session="s", device="d", rate_hz=stream.rate_hz, plan=plan,
             clock_offset_s=offset, opens_at=stream.opens,

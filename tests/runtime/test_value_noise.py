@@ -43,7 +43,7 @@ def test_one_noise_figure_in_the_banner_watch_and_the_message(
     mechanism = MechanismSettings(features=FEATURES)
     plan = ReleasePlan.build(features=features, mechanism=mechanism, budget=10.0, delta=1e-6)
     got: list[ReleasedChunk] = []
-    with Ledger(tmp_path / "l.sqlite", **plan.ledger_caps()) as ledger:
+    with Ledger(tmp_path / "l.sqlite", caps=plan.ledger_caps()) as ledger:
         pipe = Pipeline(
             ledger, session="s", device="d", rate_hz=120.0, plan=plan, on_release=got.append
         )

@@ -297,7 +297,7 @@ def test_a_bucket_charges_every_session_then_enqueues_the_attention(tmp_path: Pa
     assert c is not None
     n, bucket = 60, 29_000_000
     t0 = bucket * 60.0
-    with Ledger(tmp_path / "ledger.sqlite", **plan.ledger_caps()) as ledger:
+    with Ledger(tmp_path / "ledger.sqlite", caps=plan.ledger_caps()) as ledger:
         agg = CohortAggregator(c, ledger, cohort="lab", worker="w1", insecure_seed=5)
         _gaze(agg, n, t0)
         rng = np.random.default_rng(1)
