@@ -533,22 +533,27 @@ class Ledger:
                 span, topic, payload, row, after, stored, counters,
             )  # fmt: skip
             accepted.append((i, charge, caps, after_counts, release))
-        ids = store.write_charges([a[1] for a in accepted], now)
         unused = created - {a[1].session for a in accepted}
         if unused:  # rows this transaction created for releases all refused: none, as before
             store.delete_sessions(sorted(unused))
+        with store.sql.pipeline():  # (PostgreSQL writes the rows while the figures are made)
+            outbox_ids = store.send_charges([a[1] for a in accepted], now)
+            states: list[LedgerState] = []
+            for _, charge, caps, counted, release in accepted:
+                state = self._figures(
+                    charge.session, row=charge.after, caps=caps, counts=counted,
+                    window=charge.counters.gaze, pending=charge.counters.pending,
+                )  # fmt: skip
+                states.append(state)
+                if self._prefetch is not None and not caps.sequential:
+                    self._prefetch.submit(caps, counted, charge.counters.gaze, release.events)
+        ids = outbox_ids()
         with self._enqueued_lock:
             for outbox_id in ids:
                 self._enqueued[outbox_id] = None
             while len(self._enqueued) > ENQUEUED_KEPT:
                 del self._enqueued[next(iter(self._enqueued))]
-        for (i, charge, caps, counted, release), outbox_id in zip(accepted, ids, strict=True):
-            state = self._figures(
-                charge.session, row=charge.after, caps=caps, counts=counted,
-                window=charge.counters.gaze, pending=charge.counters.pending,
-            )  # fmt: skip
-            if self._prefetch is not None and not caps.sequential:
-                self._prefetch.submit(caps, counted, charge.counters.gaze, release.events)
+        for (i, charge, _, _, release), state, outbox_id in zip(accepted, states, ids, strict=True):
             total = math.inf if release.units is None else release.units / UNITS_PER_EPSILON
             out.append((i, Charge(charge.session, charge.idx, total, state, outbox_id)))
         return out

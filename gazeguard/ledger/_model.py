@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
@@ -236,6 +236,18 @@ class Sql(Protocol):
 
     def run(self, sql: str, params: Sequence[object] = ()) -> int:
         """Execute and return the number of rows changed."""
+        ...
+
+    def send(self, sql: str, params: Sequence[object] = ()) -> Callable[[], list[tuple[Any, ...]]]:
+        """Execute, and return a function that gives its rows. Inside :meth:`pipeline` the
+        statement may still be running when this returns (PostgreSQL); its rows, or its error,
+        come by the end of the pipeline."""
+        ...
+
+    def pipeline(self) -> AbstractContextManager[None]:
+        """A span in which :meth:`send` does not wait for the server (PostgreSQL's pipeline
+        mode: the server runs the statements while the caller goes on); on leaving it every
+        statement has run, and the first error is raised. Elsewhere, nothing."""
         ...
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -46,26 +46,24 @@ CREATE TABLE IF NOT EXISTS sessions (
 CREATE TABLE IF NOT EXISTS events (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS charges (
-    session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
+    session TEXT NOT NULL, stream TEXT NOT NULL,
     idx BIGINT NOT NULL, total BIGINT, epsilon TEXT NOT NULL,
     gaze_start DOUBLE PRECISION NOT NULL, gaze_end DOUBLE PRECISION NOT NULL,
     created DOUBLE PRECISION NOT NULL, PRIMARY KEY (session, stream, idx));
 CREATE INDEX IF NOT EXISTS charges_gaze ON charges(session, gaze_end);
 CREATE TABLE IF NOT EXISTS charge_events (
     session TEXT NOT NULL, stream TEXT NOT NULL, idx BIGINT NOT NULL,
-    event_id BIGINT NOT NULL REFERENCES events(id), count BIGINT NOT NULL,
-    PRIMARY KEY (session, stream, idx, event_id),
-    FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
+    event_id BIGINT NOT NULL, count BIGINT NOT NULL,
+    PRIMARY KEY (session, stream, idx, event_id));
 CREATE TABLE IF NOT EXISTS withheld (
-    session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
+    session TEXT NOT NULL, stream TEXT NOT NULL,
     idx BIGINT NOT NULL, requested BIGINT NOT NULL, reason TEXT NOT NULL,
     created DOUBLE PRECISION NOT NULL, PRIMARY KEY (session, stream, idx));
 CREATE TABLE IF NOT EXISTS outbox (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     session TEXT NOT NULL, stream TEXT NOT NULL, idx BIGINT NOT NULL, topic TEXT NOT NULL,
     payload BYTEA, created DOUBLE PRECISION NOT NULL, delivered DOUBLE PRECISION,
-    state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
-    FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
+    state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
 """
 # Serialises schema creation by concurrent workers (CREATE TABLE IF NOT EXISTS is not atomic).
@@ -93,17 +91,42 @@ def _store_payloads_plain(sql: Sql) -> None:
 class _PgSql:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
+        self._pipeline: psycopg.Pipeline | None = None
+
+    def _execute(self, sql: str, params: Sequence[object]) -> psycopg.Cursor[Any]:
+        """Run a statement and wait for it (in a pipeline too: ``one``/``all``/``run`` block)."""
+        cur = self._conn.execute(sql.replace("?", "%s"), params)
+        if self._pipeline is not None:
+            self._pipeline.sync()
+        return cur
 
     def one(self, sql: str, params: Sequence[object] = ()) -> tuple[Any, ...] | None:
-        cur = self._conn.execute(sql.replace("?", "%s"), params)
+        cur = self._execute(sql, params)
         row = cur.fetchone() if cur.description is not None else None
         return None if row is None else tuple(row)
 
     def all(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in self._conn.execute(sql.replace("?", "%s"), params).fetchall()]
+        return [tuple(r) for r in self._execute(sql, params).fetchall()]
 
     def run(self, sql: str, params: Sequence[object] = ()) -> int:
-        return int(self._conn.execute(sql.replace("?", "%s"), params).rowcount)
+        return int(self._execute(sql, params).rowcount)
+
+    def send(self, sql: str, params: Sequence[object] = ()) -> Callable[[], list[tuple[Any, ...]]]:
+        cur = self._conn.execute(sql.replace("?", "%s"), params)
+
+        def rows() -> list[tuple[Any, ...]]:
+            return [] if cur.description is None else [tuple(r) for r in cur.fetchall()]
+
+        return rows
+
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        with self._conn.pipeline() as pipeline:
+            self._pipeline = pipeline
+            try:
+                yield
+            finally:
+                self._pipeline = None
 
 
 class PostgresBackend:

@@ -7,8 +7,8 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -44,26 +44,24 @@ CREATE TABLE IF NOT EXISTS sessions (
     counts TEXT NOT NULL DEFAULT '{}');      -- JSON: event key -> releases charged (session)
 CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS charges (
-    session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
+    session TEXT NOT NULL, stream TEXT NOT NULL,
     idx INTEGER NOT NULL, total INTEGER, epsilon TEXT NOT NULL,
     gaze_start REAL NOT NULL, gaze_end REAL NOT NULL, created REAL NOT NULL,
     PRIMARY KEY (session, stream, idx));
 CREATE INDEX IF NOT EXISTS charges_gaze ON charges(session, gaze_end);
 CREATE TABLE IF NOT EXISTS charge_events (
     session TEXT NOT NULL, stream TEXT NOT NULL, idx INTEGER NOT NULL,
-    event_id INTEGER NOT NULL REFERENCES events(id), count INTEGER NOT NULL,
-    PRIMARY KEY (session, stream, idx, event_id),
-    FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
+    event_id INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (session, stream, idx, event_id));
 CREATE TABLE IF NOT EXISTS withheld (
-    session TEXT NOT NULL REFERENCES sessions(session), stream TEXT NOT NULL,
+    session TEXT NOT NULL, stream TEXT NOT NULL,
     idx INTEGER NOT NULL, requested INTEGER NOT NULL, reason TEXT NOT NULL,
     created REAL NOT NULL, PRIMARY KEY (session, stream, idx));
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     session TEXT NOT NULL, stream TEXT NOT NULL, idx INTEGER NOT NULL, topic TEXT NOT NULL,
     payload BLOB, created REAL NOT NULL, delivered REAL,
-    state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx),
-    FOREIGN KEY (session, stream, idx) REFERENCES charges(session, stream, idx));
+    state TEXT NOT NULL DEFAULT 'pending', reason TEXT, UNIQUE (session, stream, idx));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(id) WHERE state = 'pending';
 """
 
@@ -81,6 +79,13 @@ class _SqliteSql:
 
     def run(self, sql: str, params: Sequence[object] = ()) -> int:
         return self._conn.execute(sql, params).rowcount
+
+    def send(self, sql: str, params: Sequence[object] = ()) -> Callable[[], list[tuple[Any, ...]]]:
+        rows = self.all(sql, params)
+        return lambda: rows
+
+    def pipeline(self) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -181,7 +186,6 @@ class SqliteBackend:
                     raise LedgerError(f"ledger {self.location!r}: {msg}")
                 self._conn.execute(f"PRAGMA synchronous={synchronous}")
                 self._init_schema(create)
-                self._conn.execute("PRAGMA foreign_keys=ON")
                 return
             except (sqlite3.OperationalError, LedgerError) as exc:
                 cause = exc.__cause__ if isinstance(exc, LedgerError) else exc

@@ -27,12 +27,15 @@ Tables (schema version 5; DDL in the backends):
   ``pending``, ``delivered`` (payload dropped) or ``refused`` (the broker permanently refused it:
   payload kept, reason recorded, the queue goes on). Its pending items are indexed per session
   (:data:`INDEXES`, created on every open, so older ledger files get them too).
+
+The tables declare no foreign keys: a charge's rows are written together, in one transaction,
+and :meth:`Store.verify` reports any row whose parent is missing.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,8 +86,11 @@ class Counters:
     wall_first: float | None = None
 
 
+_SORTED_JSON = json.JSONEncoder(sort_keys=True).encode  # (json.dumps builds one per call)
+
+
 def _counts_json(counts: Mapping[str, int]) -> str:
-    return json.dumps({k: int(n) for k, n in counts.items() if n}, sort_keys=True)
+    return _SORTED_JSON({k: int(n) for k, n in counts.items() if n})
 
 
 #: Which time a range of charges is selected by: their gaze end, or when they were made.
@@ -104,10 +110,34 @@ def _float(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
-def _counters_of(row: Sequence[Any]) -> Counters:
+class _BatchTexts:
+    """Event counts to and from their JSON texts for one batch of sessions, each distinct text
+    parsed (and each distinct counts written) once: a batch's sessions share few distinct
+    counts, and the keys are long. A parsed text is handed out as a fresh dict each time."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, dict[str, int]] = {}
+        self._written: dict[tuple[tuple[str, int], ...], str] = {}
+
+    def parse(self, text: str) -> dict[str, int]:
+        got = self._parsed.get(text)
+        if got is None:
+            got = self._parsed[text] = _counts_of(text)
+        return dict(got)
+
+    def dump(self, counts: Mapping[str, int]) -> str:
+        key = tuple(counts.items())
+        got = self._written.get(key)
+        if got is None:
+            got = self._written[key] = _counts_json(counts)
+        return got
+
+
+def _counters_of(row: Sequence[Any], texts: _BatchTexts | None = None) -> Counters:
     """Counters from the :data:`COUNTER_COLUMNS` of a row."""
+    parse = _counts_of if texts is None else texts.parse
     return Counters(
-        _float(row[0]), _float(row[1]), _counts_of(row[2]), _counts_of(row[3]), int(row[4]),
+        _float(row[0]), _float(row[1]), parse(row[2]), parse(row[3]), int(row[4]),
         _float(row[5]), _float(row[6]),
     )  # fmt: skip
 
@@ -173,7 +203,7 @@ def _flat(rows: Sequence[Sequence[object]]) -> list[object]:
 
 @dataclass(frozen=True, slots=True)
 class ChargeRow:
-    """One charge of a batch (:meth:`Store.write_charges`): the rows :meth:`Store.insert_charge`,
+    """One charge of a batch (:meth:`Store.send_charges`): the rows :meth:`Store.insert_charge`,
     :meth:`Store.enqueue` and :meth:`Store.update_after_charge` write for it.
 
     ``epsilon_json``: pure ε per feature (JSON); ``units`` its total in micro-ε (``None``: no
@@ -285,6 +315,7 @@ class Store:
         session order, so that two writers locking overlapping sets cannot deadlock on them);
         one statement (SQLite: per :data:`BATCH_ROWS` sessions)."""
         out: dict[str, SessionRow] = {}
+        texts = _BatchTexts()
         for rel, params in self.rows(
             [("k_session", "TEXT")], [(n,) for n in sorted(set(sessions))]
         ):
@@ -300,8 +331,8 @@ class Store:
                     str(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]),
                     int(row[6]), bool(row[7]), int(row[8]),
                     None if row[9] is None else int(row[9]),
-                    None if row[10] is None else float(row[10]), _counts_of(row[11]),
-                    _counters_of(row[12:]),
+                    None if row[10] is None else float(row[10]), texts.parse(row[11]),
+                    _counters_of(row[12:], texts),
                 )  # fmt: skip
         return out
 
@@ -351,14 +382,17 @@ class Store:
                     out[key] = str(what)
         return out
 
-    def write_charges(self, charges: Sequence[ChargeRow], now: float) -> list[int]:
+    def send_charges(self, charges: Sequence[ChargeRow], now: float) -> Callable[[], list[int]]:
         """Write a batch of charges (each of a different session, all checked): their charge
         rows, their events, their outbox items and their sessions' rows, a statement per table
-        (:meth:`rows`). Returns the outbox ids, in order (allocated in that order)."""
+        (:meth:`rows`), sent with :meth:`Sql.send`: inside the caller's :meth:`Sql.pipeline`
+        the server writes them while the caller goes on. Returns a function that gives the
+        outbox ids, in order (allocated in that order), once the statements have run."""
         if not charges:
-            return []
+            return list
         if len({c.session for c in charges}) != len(charges):
             raise LedgerError("a batch of charges holds one session twice")
+        ids = self.event_ids(sorted({k for c in charges for k in c.events}))  # (before any send)
         key = [("v_session", "TEXT"), ("v_stream", "TEXT"), ("v_idx", "BIGINT")]
         columns = [
             *key, ("v_total", "BIGINT"), ("v_epsilon", "TEXT"),
@@ -369,40 +403,40 @@ class Store:
             for c in charges
         ]
         for rel, params in self.rows(columns, rows):
-            self.sql.run(
+            self.sql.send(
                 "INSERT INTO charges (session, stream, idx, total, epsilon, gaze_start, "  # noqa: S608 - fixed names and placeholders
                 "gaze_end, created) SELECT v_session, v_stream, v_idx, v_total, v_epsilon, "
                 f"v_gaze_start, v_gaze_end, ? FROM {rel} AS v",
                 [now, *params],
             )
-        ids = self.event_ids(sorted({k for c in charges for k in c.events}))
         events = [
             (c.session, c.stream, c.idx, ids[k], int(c.events[k]))
             for c in charges
             for k in sorted(c.events)
         ]
         for rel, params in self.rows([*key, ("v_event", "BIGINT"), ("v_count", "BIGINT")], events):
-            self.sql.run(
+            self.sql.send(
                 "INSERT INTO charge_events (session, stream, idx, event_id, count) "  # noqa: S608
                 f"SELECT v_session, v_stream, v_idx, v_event, v_count FROM {rel} AS v",
                 params,
             )
         items = [(c.session, c.stream, c.idx, c.topic, c.payload) for c in charges]
-        outbox: dict[ReleaseKey, int] = {}
-        for rel, params in self.rows([*key, ("v_topic", "TEXT"), ("v_payload", "BYTEA")], items):
-            for oid, session, stream, idx in self.sql.all(
+        inserted = [
+            self.sql.send(
                 "INSERT INTO outbox (session, stream, idx, topic, payload, created, state) "  # noqa: S608
                 f"SELECT v_session, v_stream, v_idx, v_topic, v_payload, ?, 'pending' FROM {rel} "
                 "AS v RETURNING id, session, stream, idx",
                 [now, *params],
-            ):
-                outbox[str(session), str(stream), int(idx)] = int(oid)
+            )
+            for rel, params in self.rows([*key, ("v_topic", "TEXT"), ("v_payload", "BYTEA")], items)
+        ]
+        texts = _BatchTexts()
         updates = [
             (
                 c.session, c.after.chunks - c.before.chunks, c.after.spent_units,
                 c.after.pure_finite, c.after.max_units, c.after.last_chunk,
-                c.after.last_gaze_end, _counts_json(c.after.counts), c.counters.gaze_lo,
-                c.counters.wall_lo, _counts_json(c.counters.gaze), _counts_json(c.counters.wall),
+                c.after.last_gaze_end, texts.dump(c.after.counts), c.counters.gaze_lo,
+                c.counters.wall_lo, texts.dump(c.counters.gaze), texts.dump(c.counters.wall),
                 c.counters.gaze_first, c.counters.wall_first, c.caps,
             )
             for c in charges
@@ -418,7 +452,7 @@ class Store:
         ]  # fmt: skip
         for rel, params in self.rows(columns, updates):
             # one pending item each (relative: another connection may deliver meanwhile)
-            self.sql.run(
+            self.sql.send(
                 "UPDATE sessions SET version = version + 1, chunks = chunks + v_chunks, "  # noqa: S608 - fixed names and placeholders
                 "spent = v_spent, pure_finite = v_pure, max_chunk = v_max, last_chunk = v_last, "
                 "last_gaze_end = v_gaze_end, counts = v_counts, gaze_lo = v_gaze_lo, "
@@ -427,7 +461,16 @@ class Store:
                 f"caps = v_caps FROM {rel} AS v WHERE session = v_session",
                 params,
             )
-        return [outbox[c.session, c.stream, c.idx] for c in charges]
+
+        def outbox_ids() -> list[int]:
+            outbox = {
+                (str(session), str(stream), int(idx)): int(oid)
+                for rows_of in inserted
+                for oid, session, stream, idx in rows_of()
+            }
+            return [outbox[c.session, c.stream, c.idx] for c in charges]
+
+        return outbox_ids
 
     # ---- events ---------------------------------------------------------------------------
     def event_ids(self, keys: list[str]) -> dict[str, int]:
@@ -804,6 +847,11 @@ class Store:
             )
         ]
         problems += [
+            f"{what} without its {parent}: session {s!r} {st} {i}"
+            for what, parent, query in _ORPHANS
+            for s, st, i in self.sql.all(query)
+        ]
+        problems += [
             f"release both charged and withheld: session {s!r} {st} {i}"
             for s, st, i in self.sql.all(
                 "SELECT w.session, w.stream, w.idx FROM withheld w JOIN charges c "
@@ -812,6 +860,22 @@ class Store:
         ]
         return problems
 
+
+#: Rows whose parent is missing, as (what, parent, query of their keys): the tables hold no
+#: foreign keys (a charge's rows are written together in one transaction, and on PostgreSQL the
+#: per-row checks of foreign keys took a third of a batch's insert time), so :meth:`Store.verify`
+#: checks what they would have.
+_ORPHANS = (
+    ("charge", "session", "SELECT c.session, c.stream, c.idx FROM charges c LEFT JOIN sessions s "
+     "ON s.session = c.session WHERE s.session IS NULL"),
+    ("withheld release", "session", "SELECT w.session, w.stream, w.idx FROM withheld w LEFT JOIN "
+     "sessions s ON s.session = w.session WHERE s.session IS NULL"),
+    ("charge event", "charge", "SELECT e.session, e.stream, e.idx FROM charge_events e LEFT JOIN "
+     "charges c ON c.session = e.session AND c.stream = e.stream AND c.idx = e.idx "
+     "WHERE c.session IS NULL"),
+    ("charge event", "event key", "SELECT e.session, e.stream, e.idx FROM charge_events e LEFT "
+     "JOIN events k ON k.id = e.event_id WHERE k.id IS NULL"),
+)  # fmt: skip
 
 #: Indexes a charge's queries use, created on every open (a ledger written before they existed
 #: gets them then; they hold no data of their own): a session's pending outbox items (for a

@@ -172,6 +172,23 @@ def test_verify_reports_counters_that_disagree_with_the_rows(tmp_path: Path) -> 
         assert "pending=4" in problem
 
 
+def test_verify_reports_rows_whose_parent_is_missing(tmp_path: Path) -> None:
+    """The tables hold no foreign keys; verify names each row that one would have refused."""
+    path = tmp_path / "l.sqlite"
+    with Ledger(path, **CAPS) as ledger:
+        ledger.charge("s", 0, {"f": 0.25}, "t", b"x", gaze=(T0, T0 + 0.5))
+        assert ledger.verify() == []
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("INSERT INTO charge_events VALUES ('s', 'chunks', 7, 1, 1)")
+        db.execute("INSERT INTO charge_events VALUES ('s', 'chunks', 0, 99, 1)")
+        db.execute("INSERT INTO withheld VALUES ('ghost', 'chunks', 0, 1, 'cap', 0)")
+    with Ledger(path, **CAPS) as ledger:
+        problems = ledger.verify()
+    assert "charge event without its charge: session 's' chunks 7" in problems
+    assert "charge event without its event key: session 's' chunks 0" in problems
+    assert "withheld release without its session: session 'ghost' chunks 0" in problems
+
+
 def test_the_window_queries_read_only_the_charges_in_their_range(tmp_path: Path) -> None:
     """The counters take off the charges that left a window by a range query that starts from
     the charges' index on that time (SQLite would otherwise read every charge_events row of the
