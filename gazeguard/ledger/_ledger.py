@@ -716,8 +716,15 @@ class Ledger:
 
         Returns ``False`` if it was not pending (already delivered, refused or unknown).
         """
+        return self.mark_delivered_many([outbox_id]) == 1
+
+    def mark_delivered_many(self, outbox_ids: Sequence[int]) -> int:
+        """:meth:`mark_delivered` of several items in one transaction (a drain's pass); ids not
+        pending are skipped. Returns how many were marked."""
+        if not outbox_ids:
+            return 0
         with self._backend.write() as sql:
-            return Store(sql).mark_delivered(outbox_id, time.time())
+            return self._batch_store(sql).mark_delivered_many(outbox_ids, time.time())
 
     def mark_refused(self, outbox_id: int, reason: str) -> bool:
         """Move a pending item aside: the broker permanently refused it (kept, never retried).
@@ -726,7 +733,7 @@ class Ledger:
         :meth:`refused` lists it. Returns ``False`` if it was not pending.
         """
         with self._backend.write() as sql:
-            session = Store(sql).mark_refused(outbox_id, reason, time.time())
+            session = self._batch_store(sql).mark_refused(outbox_id, reason, time.time())
         if session is not None:
             log.warning(
                 "session %r: outbox item %d refused by the broker: %s", session, outbox_id, reason

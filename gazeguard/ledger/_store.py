@@ -725,33 +725,77 @@ class Store:
         assert row is not None
         return int(row[0])
 
-    def mark_delivered(self, outbox_id: int, now: float) -> bool:
-        """Pending → delivered, payload dropped, the session's pending counter decremented;
-        ``False`` if it was not pending."""
-        row = self.sql.one(
-            "UPDATE outbox SET state = 'delivered', delivered = ?, payload = NULL "
-            "WHERE id = ? AND state = 'pending' RETURNING session",
-            (now, outbox_id),
-        )
-        if row is None:
-            return False
-        self._pending_done(str(row[0]))
-        return True
+    def lock_sessions(self, sessions: Sequence[str]) -> None:
+        """Lock the rows of ``sessions`` for this transaction (PostgreSQL), in session order:
+        every writer of several sessions locks them so, before any other row, so two writers
+        of overlapping sessions cannot deadlock. (SQLite holds the database lock already.)"""
+        if not self.lock_clause:
+            return
+        for rel, params in self.rows(
+            [("k_session", "TEXT")], [(n,) for n in sorted(set(sessions))]
+        ):
+            self.sql.all(
+                "SELECT session FROM sessions WHERE session IN (SELECT k_session FROM "  # noqa: S608 - fixed names; the lock clause is the backend's constant
+                f"{rel} AS k) ORDER BY session{self.lock_clause}",
+                params,
+            )
 
-    def _pending_done(self, session: str) -> None:
-        self.sql.run("UPDATE sessions SET pending = pending - 1 WHERE session = ?", (session,))
+    def mark_delivered_many(self, outbox_ids: Sequence[int], now: float) -> int:
+        """Each pending item of ``outbox_ids``: pending → delivered, payload dropped, its
+        session's pending counter decremented (its session's row locked first,
+        :meth:`lock_sessions`); a statement per table whatever their number. Returns how many
+        were pending."""
+        ids = [(i,) for i in sorted(set(outbox_ids))]
+        sessions: set[str] = set()
+        for rel, params in self.rows([("k_id", "BIGINT")], ids):
+            sessions.update(
+                str(row[0])
+                for row in self.sql.all(
+                    "SELECT DISTINCT session FROM outbox WHERE id IN (SELECT k_id FROM "  # noqa: S608 - fixed names
+                    f"{rel} AS k) AND state = 'pending'",
+                    params,
+                )
+            )
+        if not sessions:
+            return 0
+        self.lock_sessions(sorted(sessions))
+        marked: dict[str, int] = {}
+        for rel, params in self.rows([("k_id", "BIGINT")], ids):
+            for (session,) in self.sql.all(
+                "UPDATE outbox SET state = 'delivered', delivered = ?, payload = NULL WHERE id IN "  # noqa: S608 - fixed names
+                f"(SELECT k_id FROM {rel} AS k) AND state = 'pending' RETURNING session",
+                [now, *params],
+            ):
+                marked[str(session)] = marked.get(str(session), 0) + 1
+        if not marked:
+            return 0
+        for rel, params in self.rows(
+            [("v_session", "TEXT"), ("v_n", "BIGINT")], sorted(marked.items())
+        ):
+            self.sql.run(
+                "UPDATE sessions SET pending = pending - v_n FROM "  # noqa: S608 - fixed names
+                f"{rel} AS v WHERE session = v_session",
+                params,
+            )
+        return sum(marked.values())
 
     def mark_refused(self, outbox_id: int, reason: str, now: float) -> str | None:
-        """Pending → refused (payload kept); returns the item's session, or ``None``."""
+        """Pending → refused (payload kept; its session's row locked first,
+        :meth:`lock_sessions`); returns the item's session, or ``None`` if it was not
+        pending."""
         row = self.sql.one(
             "SELECT session FROM outbox WHERE id = ? AND state = 'pending'", (outbox_id,)
         )
         if row is None:
             return None
-        self.sql.run(
-            "UPDATE outbox SET state = 'refused', delivered = ?, reason = ? WHERE id = ?",
+        self.lock_sessions([str(row[0])])
+        row = self.sql.one(
+            "UPDATE outbox SET state = 'refused', delivered = ?, reason = ? "
+            "WHERE id = ? AND state = 'pending' RETURNING session",
             (now, reason, outbox_id),
         )
+        if row is None:
+            return None
         self.sql.run(
             "UPDATE sessions SET refused = refused + 1, pending = pending - 1 WHERE session = ?",
             (row[0],),

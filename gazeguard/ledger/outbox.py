@@ -5,14 +5,15 @@ SQLite transaction (:mod:`gazeguard.ledger`), then calls :meth:`Drain.notify`. T
 the outbox's undelivered items oldest first, a pass (at most ``batch`` items) at a time: every
 item of the pass is handed to the :class:`Sink` at once, in order (one connection keeps that
 order on the wire: MQTT delivers a connection's QoS 1 messages in the order sent), then their
-acknowledgements (MQTT: the broker's PUBACKs) are taken in order, each followed by
-``ledger.mark_delivered(id)``. So a group of chunks charged on one tick waits for one round trip,
-not one each; the bytes sent are exactly the bytes that were charged.
+acknowledgements (MQTT: the broker's PUBACKs) are taken in order, and the pass's acknowledged
+items are marked delivered in one ledger transaction (``ledger.mark_delivered_many(ids)``). So a
+group of chunks charged on one tick waits for one round trip and one commit, not one each; the
+bytes sent are exactly the bytes that were charged.
 
 **Delivery is at least once.** If the connection (or the process) dies after the receiver got
 an item but before its acknowledgement was recorded, the item is sent again, after the
 reconnect, from the outbox table in order. The window is one pass: items whose acknowledgement
-arrived are never re-sent by a running drain (they are remembered until ``mark_delivered`` has
+arrived are never re-sent by a running drain (they are remembered until their mark has
 committed), so a duplicate needs a lost acknowledgement or a crash between it and the commit.
 The first copy of each item still arrives in outbox order. Consumers deduplicate by
 ``(session, chunk_index)``, which every chunk message carries.
@@ -85,7 +86,7 @@ class Outbox(Protocol):
 
     def pending(self, limit: int | None = None) -> Sequence[PendingEntry]: ...
     def enqueued_here(self, outbox_id: int) -> bool: ...
-    def mark_delivered(self, outbox_id: int) -> object: ...
+    def mark_delivered_many(self, outbox_ids: Sequence[int]) -> object: ...
     def mark_refused(self, outbox_id: int, reason: str) -> object: ...
 
 
@@ -181,7 +182,7 @@ class Drain:
     ``{name}.drain`` and ``{name}.watch`` per connection) in a TaskGroup.
 
     Args:
-        outbox: the ledger; ``pending``, ``mark_delivered`` and ``mark_refused`` run in worker
+        outbox: the ledger; ``pending``, ``mark_delivered_many`` and ``mark_refused`` run in worker
             threads, or on the event loop with ``inline``.
         sink: where to deliver.
         connect_timeout: if set, entering waits up to this many seconds for the first
@@ -191,7 +192,7 @@ class Drain:
         batch: outbox items fetched per query.
         reconnect_max_s: cap of the jittered backoff between connection attempts, s.
         on_acked: called on the event loop with each outbox item right after the sink
-            acknowledged it (before ``mark_delivered`` commits), e.g. to measure latency; must
+            acknowledged it (before its mark commits), e.g. to measure latency; must
             not raise.
         name: prefix of the task names.
         logger: where connections, retries and refusals are logged.
@@ -231,7 +232,7 @@ class Drain:
         self._last_idle_pass = -1
         self._connected = asyncio.Event()
         self._refused = asyncio.Event()
-        self._acked: set[int] = set()  # acknowledged, mark_delivered not yet committed
+        self._acked: set[int] = set()  # acknowledged, the mark not yet committed
         self._handed: dict[int, OutboxEntry] = {}  # charged here, handed over by notify()
         # Delivered lately (oldest first, at most 2 × batch): a table read can deliver an item
         # between its charge's commit and the notify() that hands it over (a push that charges
@@ -485,12 +486,14 @@ class Drain:
         self, connection: SinkConnection, items: Sequence[OutboxEntry]
     ) -> None:
         """Send ``items`` (those not acknowledged already) all at once, in order, then take their
-        answers in order: each marked delivered, or moved aside when the sink refused it.
+        answers in order, and mark the acknowledged ones delivered in one ledger transaction
+        (one refused by the sink is moved aside at its turn).
 
         A pass's items are in flight together (the sink sends them in the order they were
-        started), so a group of chunks charged on one tick waits for one round trip, not one
-        each. If the connection is lost, the answers not yet taken are dropped and their items
-        sent again after the reconnect (at least once, as for a single lost acknowledgement)."""
+        started), so a group of chunks charged on one tick waits for one round trip and one
+        commit, not one each. If the connection is lost, the answers not yet taken are dropped
+        and their items sent again after the reconnect (at least once, as for a single lost
+        acknowledgement); those acknowledged are remembered and marked by the next pass."""
         sends: list[asyncio.Future[Delivery] | None] = []
         for item in items:
             if item.id in self._acked:
@@ -500,8 +503,18 @@ class Drain:
             sent.add_done_callback(functools.partial(self._note_ack, item.id))
             sends.append(sent)
         try:
+            acked: list[OutboxEntry] = []
             for item, send in zip(items, sends, strict=True):
-                await self._deliver_item(item, None if send is None else await send)
+                delivery = None if send is None else await send
+                if delivery is not None and delivery.refused is not None:
+                    await self._refuse(item, delivery.refused)
+                    continue
+                if delivery is not None:
+                    self._acked.add(item.id)
+                    if self._on_acked is not None:
+                        self._on_acked(item)
+                acked.append(item)
+            await self._mark_delivered(acked)
         finally:
             _settle(sends)
 
@@ -511,34 +524,32 @@ class Drain:
         if not send.cancelled() and send.exception() is None and send.result().delivered:
             self._acked.add(outbox_id)
 
-    async def _deliver_item(self, item: OutboxEntry, delivery: Delivery | None) -> None:
-        """Take the sink's answer to one outbox item (``None``: acknowledged before): mark it
-        delivered, or move it aside when the sink refused it."""
-        if delivery is not None:
-            if delivery.refused is not None:
-                # Never retried, never blocking the queue: kept in the ledger as refused (its ε
-                # stays spent), counted, logged once; the next item goes on.
-                reason = (
-                    f"broker refused chunk {item.chunk_index} of session {item.session!r} on "
-                    f"topic {item.topic!r}: {delivery.refused}"
-                )
-                await self._call(self._outbox.mark_refused, item.id, reason)
-                self._handed.pop(item.id, None)
-                self.refused_items += 1
-                self.refusals += 1
-                self.last_error = reason
-                self._log.error("%s; moved aside, the queue goes on", reason)
-                return
-            self._acked.add(item.id)
-            if self._on_acked is not None:
-                self._on_acked(item)
-        await self._call(self._outbox.mark_delivered, item.id)
-        self._acked.discard(item.id)
+    async def _refuse(self, item: OutboxEntry, refused: str) -> None:
+        """Move an item the sink refused aside: never retried, never blocking the queue; kept in
+        the ledger as refused (its ε stays spent), counted, logged once."""
+        reason = (
+            f"broker refused chunk {item.chunk_index} of session {item.session!r} on "
+            f"topic {item.topic!r}: {refused}"
+        )
+        await self._call(self._outbox.mark_refused, item.id, reason)
         self._handed.pop(item.id, None)
-        self._done[item.id] = None
-        if len(self._done) > 2 * self._batch:
+        self.refused_items += 1
+        self.refusals += 1
+        self.last_error = reason
+        self._log.error("%s; moved aside, the queue goes on", reason)
+
+    async def _mark_delivered(self, items: Sequence[OutboxEntry]) -> None:
+        """Mark acknowledged items delivered, in one ledger transaction."""
+        if not items:
+            return
+        await self._call(self._outbox.mark_delivered_many, [item.id for item in items])
+        for item in items:
+            self._acked.discard(item.id)
+            self._handed.pop(item.id, None)
+            self._done[item.id] = None
+        while len(self._done) > 2 * self._batch:
             del self._done[next(iter(self._done))]
-        self.delivered += 1
+        self.delivered += len(items)
 
     async def _deliver_latest(self, connection: SinkConnection) -> None:
         """Send the latest value of every topic not sent since it changed or since connecting."""

@@ -198,6 +198,28 @@ def test_charge_all_writes_everything_or_nothing(locations: Callable[[], str]) -
         assert ledger.verify() == []
 
 
+def test_mark_delivered_many_marks_the_pending_ones_in_one_transaction(
+    locations: Callable[[], str],
+) -> None:
+    """A drain's pass is marked in one call: the pending items become delivered (payloads
+    dropped), ids already delivered, refused or unknown are skipped, and every session's
+    pending counter follows (verify recounts them from the rows)."""
+    plan = small_plan(budget=5.0)
+    events = {event_key(plan.event): 1}
+    with Ledger(locations(), session_cap=1.6) as ledger:
+        _history(ledger, events)
+        items = ledger.pending()
+        assert len(items) == 7
+        assert ledger.mark_delivered(items[0].id) is True
+        assert ledger.mark_refused(items[1].id, "not authorised") is True
+        asked = [items[k].id for k in (0, 1, 2, 4, 6)] + [10_000]
+        assert ledger.mark_delivered_many(asked) == 3
+        assert [p.id for p in ledger.pending()] == [items[k].id for k in (3, 5)]
+        assert ledger.mark_delivered_many(asked) == 0
+        assert {s: ledger.state(s).pending for s in "abc"} == {"a": 0, "b": 1, "c": 1}
+        assert ledger.verify() == []
+
+
 def test_charge_admitted_charges_what_it_told_decide_with_decides_messages(
     locations: Callable[[], str],
 ) -> None:

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +82,9 @@ class ThreadNotingLedger(Ledger):
         self.threads.add(threading.current_thread().name)
         return super().pending(*args, **kwargs)
 
-    def mark_delivered(self, *args: Any, **kwargs: Any) -> Any:
+    def mark_delivered_many(self, *args: Any, **kwargs: Any) -> Any:
         self.threads.add(threading.current_thread().name)
-        return super().mark_delivered(*args, **kwargs)
+        return super().mark_delivered_many(*args, **kwargs)
 
 
 def charge(ledger: Ledger, index: int, session: str = SESSION) -> int:
@@ -119,8 +119,15 @@ class GatedSink(ListSink):
 def test_a_pass_is_in_flight_together_and_arrives_in_order(tmp_path: Path) -> None:
     """Five items charged together are all handed to the sink before the first answer comes
     back (one round trip for the group, not one each), in outbox order, and are marked
-    delivered in that order once the answers come."""
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+    delivered in that order, in one ledger transaction, once the answers come."""
+    marks: list[list[int]] = []
+
+    class MarkNotingLedger(Ledger):
+        def mark_delivered_many(self, outbox_ids: Sequence[int]) -> int:
+            marks.append(list(outbox_ids))
+            return super().mark_delivered_many(outbox_ids)
+
+    ledger = MarkNotingLedger(tmp_path / "ledger.sqlite")
     ids = [charge(ledger, i) for i in range(5)]
     sink = GatedSink(expect=5)
     acked: list[int] = []
@@ -139,6 +146,7 @@ def test_a_pass_is_in_flight_together_and_arrives_in_order(tmp_path: Path) -> No
     assert sink.attempts == [f"t/{i}" for i in range(5)]
     assert [t for t, _, _ in sink.received] == [f"t/{i}" for i in range(5)]
     assert acked == ids
+    assert marks == [ids], "the pass is marked delivered in one ledger transaction"
     assert ledger.pending() == []
     ledger.close()
 

@@ -324,16 +324,16 @@ _CHILD = textwrap.dedent(
     from gazeguard.runtime.publish import Publisher
 
     class SlowDisk:
-        # The real ledger, with a slow commit after each PUBACK (as on a busy SD card).
+        # The real ledger, with a slow commit after each pass's PUBACKs (as on a busy SD card).
         def __init__(self, ledger):
             self.ledger = ledger
         def pending(self, limit=None):
             return self.ledger.pending(limit)
         def enqueued_here(self, outbox_id):
             return self.ledger.enqueued_here(outbox_id)
-        def mark_delivered(self, outbox_id):
-            time.sleep(0.05)
-            return self.ledger.mark_delivered(outbox_id)
+        def mark_delivered_many(self, outbox_ids):
+            time.sleep(0.2)
+            return self.ledger.mark_delivered_many(outbox_ids)
 
     async def main():
         ledger = Ledger(sys.argv[1])
