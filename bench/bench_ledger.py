@@ -64,7 +64,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import math
 import os
 import platform
 import pwd
@@ -84,12 +83,12 @@ from typing import Any
 
 import numpy as np
 
-from gazeguard.ledger import Ledger
+from gazeguard.ledger import Ledger, pure_cost
 from gazeguard.plan import ReleasePlan
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ledger.json"
 N_FEATURES, N_STEPS = 52, 32
-EPS = {f"feature_{k:02d}": 0.05 for k in range(N_FEATURES)}
+EPS = pure_cost({f"feature_{k:02d}": 0.05 for k in range(N_FEATURES)})
 
 
 def make_payload() -> bytes:
@@ -251,22 +250,20 @@ def fleet_seed(path: Path, sessions: int, history: int) -> None:
     """A ledger with ``history`` delivered chunks per session, as the ledger writes them (rows
     straight into the tables: seconds instead of minutes of charges)."""
     from gazeguard.config import Settings  # noqa: PLC0415
-    from gazeguard.ledger import to_units_up  # noqa: PLC0415
+    from gazeguard.ledger._request import checked_release  # noqa: PLC0415
     from gazeguard.ledger.policy import Caps  # noqa: PLC0415
 
     settings = Settings()
     caps = ReleasePlan.from_settings(settings).ledger_caps(settings.ledger)
     with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "x.sqlite", **caps) as scratch:
-        probe = _fleet_pipeline(scratch, "probe")
-        events, eps = dict(probe._events), dict(probe._eps_map)
+        release = checked_release(_fleet_pipeline(scratch, "probe")._cost)
     with Ledger(path, **caps):
         pass  # the tables
     caps_json = Caps(
         caps["session_cap"], caps["window_cap"], caps["window_s"], caps["delta"],
         caps["composition"], caps["wall_clock"],
     ).to_json()  # fmt: skip
-    units = sum(to_units_up(v) for v in eps.values())
-    eps_json = json.dumps(eps)
+    events, units, eps_json = release.events, release.units, release.epsilon_json
     with closing(sqlite3.connect(path)) as db, db:
         # a ledger as written before the per-session pending index (the "before" code lacks it;
         # the code under test creates it on open)
@@ -482,7 +479,7 @@ def print_by_position(rows: dict[str, dict[str, float]]) -> None:
 # ---- batched charges ----------------------------------------------------------------------
 
 BATCH_RESULTS = Path(__file__).resolve().parent / "results" / "ledger_batch.json"
-BATCH_EPS = {f"feature_{k:02d}": 0.0005 for k in range(N_FEATURES)}  # 0.026 ε per chunk
+BATCH_EPS = pure_cost({f"feature_{k:02d}": 0.0005 for k in range(N_FEATURES)})  # 0.026 ε per chunk
 
 
 def _batch_plan() -> Any:
@@ -513,23 +510,23 @@ class _Population:
             for s in self.names
         ]  # fmt: skip
 
-    def cohort_requests(self, events: dict[str, int], receipt: bytes) -> list[Any]:
+    def cohort_requests(self, cost: Any, receipt: bytes) -> list[Any]:
         from gazeguard.ledger import ChargeRequest  # noqa: PLC0415
 
         b = self.bucket
         return [
-            ChargeRequest(s, b, {"cohort": math.inf}, f"gazeguard/v1/hmd/{s}/cohort", receipt,
-                          events=events, gaze=(b * 60.0, b * 60.0 + 60.0), stream="cohort")
+            ChargeRequest(s, b, cost, f"gazeguard/v1/hmd/{s}/cohort", receipt,
+                          gaze=(b * 60.0, b * 60.0 + 60.0), stream="cohort")
             for s in self.names
         ]  # fmt: skip
 
 
 def batch_bench(location: str | Path, sync: str, n: int, rounds: int) -> dict[str, Any]:
     """Sequential against batched charges on one ledger (see the module docstring)."""
-    from gazeguard.ledger import Charge, event_key  # noqa: PLC0415
+    from gazeguard.ledger import Charge  # noqa: PLC0415
 
     plan = _batch_plan()
-    events = {event_key(plan.event): 1}
+    events = {"cohort": plan.event}
     payload, receipt = make_payload(), json.dumps({"receipt": "x" * 200}).encode()
     t0 = time.time() - 3600.0
     pops = {
@@ -569,7 +566,7 @@ def batch_bench(location: str | Path, sync: str, n: int, rounds: int) -> dict[st
                     assert all(isinstance(c, Charge) for c in got), got[:1]
                 else:
                     for q in chunks:
-                        ledger.charge(q.session, q.chunk_index, q.epsilon, q.topic, q.payload,
+                        ledger.charge(q.session, q.chunk_index, q.cost, q.topic, q.payload,
                                       gaze=q.gaze)  # fmt: skip
                 steps[name]["chunk"].append(time.perf_counter() - t)
                 t = time.perf_counter()
@@ -581,9 +578,9 @@ def batch_bench(location: str | Path, sync: str, n: int, rounds: int) -> dict[st
                     assert all(isinstance(c, Charge) for c in got), got[:1]
                 else:
                     for q in cohort:
-                        ledger.preview(q.session, q.epsilon, events=events, gaze=q.gaze)
-                        ledger.charge(q.session, q.chunk_index, q.epsilon, q.topic, q.payload,
-                                      events=events, gaze=q.gaze, stream="cohort")  # fmt: skip
+                        ledger.preview(q.session, q.cost, gaze=q.gaze)
+                        ledger.charge(q.session, q.chunk_index, q.cost, q.topic, q.payload,
+                                      gaze=q.gaze, stream="cohort")  # fmt: skip
                 steps[name]["cohort"].append(time.perf_counter() - t)
                 pop.chunk += 1
                 pop.bucket += 1

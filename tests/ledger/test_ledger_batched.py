@@ -205,7 +205,7 @@ def test_mark_delivered_many_marks_the_pending_ones_in_one_transaction(
     dropped), ids already delivered, refused or unknown are skipped, and every session's
     pending counter follows (verify recounts them from the rows)."""
     plan = small_plan(budget=5.0)
-    events = {event_key(plan.event): 1}
+    events: dict[str, Event] = {STREAM: plan.event}
     with Ledger(locations(), session_cap=1.6) as ledger:
         _history(ledger, events)
         items = ledger.pending()
