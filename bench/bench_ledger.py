@@ -251,18 +251,14 @@ def fleet_seed(path: Path, sessions: int, history: int) -> None:
     straight into the tables: seconds instead of minutes of charges)."""
     from gazeguard.config import Settings  # noqa: PLC0415
     from gazeguard.ledger._request import checked_release  # noqa: PLC0415
-    from gazeguard.ledger.policy import Caps  # noqa: PLC0415
 
     settings = Settings()
     caps = ReleasePlan.from_settings(settings).ledger_caps(settings.ledger)
-    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "x.sqlite", **caps) as scratch:
+    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "x.sqlite", caps=caps) as scratch:
         release = checked_release(_fleet_pipeline(scratch, "probe")._cost)
-    with Ledger(path, **caps):
+    with Ledger(path, caps=caps):
         pass  # the tables
-    caps_json = Caps(
-        caps["session_cap"], caps["window_cap"], caps["window_s"], caps["delta"],
-        caps["composition"], caps["wall_clock"],
-    ).to_json()  # fmt: skip
+    caps_json = caps.to_json()
     events, units, eps_json = release.events, release.units, release.epsilon_json
     with closing(sqlite3.connect(path)) as db, db:
         # a ledger as written before the per-session pending index (the "before" code lacks it;
@@ -324,7 +320,7 @@ def fleet_worker(path: Path, sessions: int, history: int) -> None:
     clock.now = _gaze_end(0, history, sessions)
     ledger_module.time = clock  # type: ignore[assignment]
     settings = Settings()
-    ledger = Ledger(path, **ReleasePlan.from_settings(settings).ledger_caps(settings.ledger))
+    ledger = Ledger(path, caps=ReleasePlan.from_settings(settings).ledger_caps(settings.ledger))
     pipes = [_fleet_pipeline(ledger, f"s{i:04d}") for i in range(sessions)]
     rng = np.random.default_rng(7)
     sizes = random.Random(7)
