@@ -176,7 +176,7 @@ def test_verify_reports_rows_whose_parent_is_missing(tmp_path: Path) -> None:
     """The tables hold no foreign keys; verify names each row that one would have refused."""
     path = tmp_path / "l.sqlite"
     with Ledger(path, **CAPS) as ledger:
-        ledger.charge("s", 0, {"f": 0.25}, "t", b"x", gaze=(T0, T0 + 0.5))
+        ledger.charge("s", 0, pure_cost({"f": 0.25}), "t", b"x", gaze=(T0, T0 + 0.5))
         assert ledger.verify() == []
     with closing(sqlite3.connect(path)) as db, db:
         db.execute("INSERT INTO charge_events VALUES ('s', 'chunks', 7, 1, 1)")
