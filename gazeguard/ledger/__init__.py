@@ -45,11 +45,11 @@ so). The statements are batched: the sessions' rows are read and locked (in sess
 one statement, their duplicates looked up by one, the checks run in memory, and each table is
 written by one multi-row statement (PostgreSQL: ``unnest`` of one array per column; SQLite:
 ``VALUES`` lists), so a group of hundreds of sessions costs a handful of round trips, not
-several per session. :meth:`Ledger.charge_all` does the same all or nothing;
-:meth:`Ledger.charge_admitted` reads and checks a group, lets the caller write its messages
-knowing who was admitted, and charges those, in one transaction with their rows locked (a cohort
-bucket: its sum holds exactly the sessions charged for it); :meth:`Ledger.preview_many`
-previews a group in one snapshot, naming the releases already charged.
+several per session. :meth:`Ledger.charge_admitted` reads and checks a group, lets the caller
+write its messages knowing who was admitted, and charges those, in one transaction with their
+rows locked (a cohort bucket: its sum holds exactly the sessions charged for it);
+:meth:`Ledger.preview_many` previews a group in one snapshot, naming the releases already
+charged.
 
 Prefetch. Reporting ε at δ composes the session's counts (milliseconds to tens of milliseconds
 of FFTs for a new count), and admission near a cap runs a capacity search the first time a

@@ -356,38 +356,10 @@ class Ledger:
         with self._backend.write() as sql:
             store = self._batch_store(sql)
             for segment in _segments(requests, checked):
-                for i, result in self._charge_batch(store, segment, atomic=False):
+                for i, result in self._charge_batch(store, segment):
                     out[i] = result
         assert all(r is not None for r in out)
         return [r for r in out if r is not None]
-
-    def charge_all(self, requests: Sequence[ChargeRequest]) -> list[Charge]:
-        """Charge every request in ONE durable transaction, or none of them: as
-        :meth:`charge_many`, but the first refusal is raised and nothing at all is written
-        (a release that needs every one of its payers: a cohort bucket).
-
-        Returns:
-            The committed :class:`Charge` of each request, in order.
-
-        Raises:
-            BudgetExhaustedError, DuplicateChargeError, StaleStateError, ConfigError,
-            TypeError: a request was refused; nothing was written.
-            LedgerError: the transaction failed: nothing was written.
-        """
-        # (a bad request raises here: nothing written)
-        checked: list[tuple[Release, tuple[float, float]] | LedgerRefusal] = [
-            validated_request(request, time.time()) for request in requests
-        ]
-        out: list[Charge | None] = [None] * len(requests)
-        if not requests:
-            return []
-        with self._backend.write() as sql:
-            store = self._batch_store(sql)
-            for segment in _segments(requests, checked):
-                for i, result in self._charge_batch(store, segment, atomic=True):
-                    assert isinstance(result, Charge)
-                    out[i] = result
-        return [c for c in out if c is not None]
 
     def charge_admitted(
         self, requests: Sequence[ChargeRequest], decide: Decide
@@ -428,7 +400,7 @@ class Ledger:
             items = segments[0] if segments else []
             if not items:
                 decide([])
-            for i, result in self._charge_batch(store, items, atomic=False, decide=decide):
+            for i, result in self._charge_batch(store, items, decide=decide):
                 out[i] = result
         assert all(r is not None for r in out)
         return [r for r in out if r is not None]
@@ -494,21 +466,19 @@ class Ledger:
         store: Store,
         items: Sequence[tuple[int, ChargeRequest, Release, tuple[float, float]]],
         *,
-        atomic: bool,
         decide: Decide | None = None,
     ) -> list[tuple[int, Charge | LedgerRefusal]]:
         """Charge releases of distinct sessions inside the caller's write transaction, each
         with every check :meth:`charge` makes, with a few multi-row statements whatever their
         number: their session rows read (and locked) together, their duplicates looked up
         together, the checks in memory, then every table written with multi-row statements.
-        A refused release writes nothing (``atomic``: it is raised, and the caller's
-        transaction rolls back). ``decide``: called with the positions admitted, after the
+        A refused release writes nothing. ``decide``: called with the positions admitted, after the
         checks and before any write, for their (topic, payload)s (:meth:`charge_admitted`).
         Returns ``(position, Charge or refusal)`` per item."""
         if not items:
             return []
         now = time.time()
-        out, admitted, created = self._check_batch(store, items, now, atomic=atomic)
+        out, admitted, created = self._check_batch(store, items, now)
         carried = [(r.topic, bytes(r.payload)) for _, r, *_ in admitted]
         if decide is not None:
             carried = list(decide([i for i, *_ in admitted]))
@@ -563,12 +533,10 @@ class Ledger:
         store: Store,
         items: Sequence[tuple[int, ChargeRequest, Release, tuple[float, float]]],
         now: float,
-        *,
-        atomic: bool,
     ) -> tuple[list[tuple[int, Charge | LedgerRefusal]], list[_Admitted], set[str]]:
-        """:meth:`_charge_batch`'s reads and checks: the refusals (``atomic``: the first one is
-        raised), the admitted releases with their rows, caps and counters after them, and the
-        sessions whose rows this transaction created."""
+        """:meth:`_charge_batch`'s reads and checks: the refusals, the admitted releases with
+        their rows, caps and counters after them, and the sessions whose rows this transaction
+        created."""
         sessions = [r.session for _, r, _, _ in items]
         rows = store.sessions_many(sessions, lock=True)
         missing = [s for s in sessions if s not in rows]
@@ -598,8 +566,6 @@ class Ledger:
                     now=now,
                 )  # fmt: skip
             except (BudgetExhaustedError, DuplicateChargeError, StaleStateError, ConfigError) as e:
-                if atomic:
-                    raise
                 refused.append((i, e))
                 continue
             admitted.append((i, request, release, span, row, caps, counters))

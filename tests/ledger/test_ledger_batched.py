@@ -1,5 +1,5 @@
-"""Batched charges (multi-row statements: ``Ledger.charge_many``, ``Ledger.charge_all``,
-``Ledger.charge_admitted``, ``Ledger.preview_many``) on real SQLite files and a real PostgreSQL
+"""Batched charges (multi-row statements: ``Ledger.charge_many``, ``Ledger.charge_admitted``,
+``Ledger.preview_many``) on real SQLite files and a real PostgreSQL
 server: they charge exactly what the same requests charged one ``Ledger.charge`` at a time do
 (same rows, same figures, same refusals), a session over its cap is left out alone, and a
 (session, stream, index) is charged at most once when two ledgers on one PostgreSQL database
@@ -177,27 +177,6 @@ def test_batched_charges_equal_sequential_ones(locations: Callable[[], str]) -> 
     assert snaps["sequential"]["verify"] == []
 
 
-def test_charge_all_writes_everything_or_nothing(locations: Callable[[], str]) -> None:
-    """``charge_all``: one refused request (a session over its cap, a duplicate) and nothing at
-    all is written, no session row created; else all are charged as ``charge_many`` would."""
-    plan = small_plan(budget=5.0)
-    events: dict[str, Event] = {STREAM: plan.event}
-    with Ledger(locations(), session_cap=1.6) as ledger:
-        _history(ledger, events)
-        before = snapshot(ledger)
-        for bad in (chunk("b", 3), chunk("a", 0)):
-            with pytest.raises((BudgetExhaustedError, DuplicateChargeError)):
-                ledger.charge_all([chunk("new", 0), chunk("a", 2), bad, chunk("c", 1)])
-            assert snapshot(ledger) == before
-        got = ledger.charge_all([chunk("new", 0), chunk("a", 2), chunk("c", 1), chunk("new", 1)])
-        assert [(c.session, c.chunk_index) for c in got] == [
-            ("new", 0), ("a", 2), ("c", 1), ("new", 1),
-        ]  # fmt: skip
-        ids = [c.outbox_id for c in got]
-        assert ids == sorted(ids)
-        assert ledger.verify() == []
-
-
 def test_mark_delivered_many_marks_the_pending_ones_in_one_transaction(
     locations: Callable[[], str],
 ) -> None:
@@ -302,45 +281,35 @@ def test_preview_many_equals_previews_and_names_what_was_charged(
 
 def test_two_ledgers_racing_charge_a_release_once(pg_url: str) -> None:  # noqa: F811
     """Two workers (two ledgers, two connections) charge overlapping groups of one PostgreSQL
-    database at once, again and again: each (session, index) is charged exactly once; a group
-    that lost the race for one of its releases is refused whole (``charge_all``) or just that
-    release (``charge_many``)."""
+    database at once, again and again (``charge_many``): each (session, index) is charged
+    exactly once, and a group that lost the race for one of its releases is refused just that
+    release."""
     sessions = [f"s{i:03d}" for i in range(60)]
     with Ledger(pg_url) as one, Ledger(pg_url) as two:
         won: dict[str, list[tuple[str, int]]] = {"one": [], "two": []}
         errors: list[BaseException] = []
 
-        def work(name: str, ledger: Ledger, mine: list[str], atomic: bool) -> None:
+        def work(name: str, ledger: Ledger, mine: list[str]) -> None:
             try:
                 for i in range(8):
-                    group = [chunk(s, i) for s in mine]
-                    if atomic:
-                        try:
-                            got: list[object] = list(ledger.charge_all(group))
-                        except DuplicateChargeError:
-                            continue
-                    else:
-                        got = list(ledger.charge_many(group))
+                    got = ledger.charge_many([chunk(s, i) for s in mine])
                     won[name] += [(c.session, c.chunk_index) for c in got if isinstance(c, Charge)]
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
-        for atomic in (True, False):
-            won = {"one": [], "two": []}
-            threads = [
-                threading.Thread(target=work, args=("one", one, sessions[:40], atomic)),
-                threading.Thread(target=work, args=("two", two, sessions[20:][::-1], atomic)),
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert errors == []
-            both = won["one"] + won["two"]
-            assert len(both) == len(set(both)), "a release charged twice"
-            if not atomic:  # every release was charged by one of them
-                assert sorted(both) == sorted((s, i) for s in sessions for i in range(8))
-            sessions = [f"t{s}" for s in sessions]  # fresh ones for the second pass
+        threads = [
+            threading.Thread(target=work, args=("one", one, sessions[:40])),
+            threading.Thread(target=work, args=("two", two, sessions[20:][::-1])),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        both = won["one"] + won["two"]
+        assert len(both) == len(set(both)), "a release charged twice"
+        # every release was charged by one of them
+        assert sorted(both) == sorted((s, i) for s in sessions for i in range(8))
         for s in one.sessions():
             assert [c.chunk_index for c in one.charges(s)] == sorted(
                 {c.chunk_index for c in one.charges(s)}
