@@ -18,7 +18,7 @@ from gazeguard.privacy.mechanisms import (
     OsRandom,
     random_source,
 )
-from gazeguard.privacy.mechanisms.calibration import calibrate
+from gazeguard.privacy.mechanisms.calibration import calibrate_laplace
 from gazeguard.privacy.mechanisms.discrete_laplace import ETA, SAMPLER_LOSS_PER_COORDINATE, T_MAX
 
 IntArray = npt.NDArray[np.int64]
@@ -122,7 +122,7 @@ def test_calibration_charges_grid_and_sampler_honestly() -> None:
     l1 = np.array([10.0, 0.001, 4000.0])
     eps = np.array([1.0, 0.48, 48.0])
     m = 15
-    cal = calibrate(l1, m, eps, input_error=np.full(3, 1e-14))
+    cal = calibrate_laplace(l1, m, eps, input_error=np.full(3, 1e-14))
     budget = eps - m * cal.slack
     np.testing.assert_allclose(cal.scale, (l1 + 2 * m * cal.grid) / budget, rtol=1e-15)
     # The privacy loss of the integers, (Δ1/γ + 2m)/t, plus the sampler's and the discrete
@@ -139,9 +139,9 @@ def test_calibration_charges_grid_and_sampler_honestly() -> None:
 
 
 def test_calibration_keeps_the_grid_above_rounding_error() -> None:
-    cal = calibrate(np.array([1.0]), 1, np.array([1.0]), input_error=np.array([1e-9]))
+    cal = calibrate_laplace(np.array([1.0]), 1, np.array([1.0]), input_error=np.array([1e-9]))
     assert cal.grid[0] >= 2e-9
     with pytest.raises(ConfigError, match=r"'epsilon'.*too large"):
-        calibrate(np.array([1.0]), 1, np.array([1e9]), input_error=np.array([1e-9]))
+        calibrate_laplace(np.array([1.0]), 1, np.array([1e9]), input_error=np.array([1e-9]))
     with pytest.raises(ConfigError, match=r"'epsilon'.*too small"):
-        calibrate(np.array([1.0]), 10_000, np.array([1e-3]), input_error=np.array([1e-15]))
+        calibrate_laplace(np.array([1.0]), 10_000, np.array([1e-3]), input_error=np.array([1e-15]))

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from gazeguard.core.errors import ConfigError
 from gazeguard.privacy.mechanisms.bounds import Bounds
-from gazeguard.privacy.mechanisms.calibration import calibrate
+from gazeguard.privacy.mechanisms.calibration import calibrate_laplace
 from gazeguard.privacy.mechanisms.prior import PriorSpectrum, cumsum_gain, default_prior
 from gazeguard.privacy.mechanisms.registry import MechanismKind, TransformName, mechanism_kind
 from gazeguard.privacy.mechanisms.sensitivity import sensitivity_of
@@ -134,7 +134,7 @@ def _laplace_variance(
     def variance(k: int, m: int) -> FloatArray | None:
         sens = sensitivity_of(kind, bounds, n, k, transform)
         try:
-            cal = calibrate(sens.l1, m, epsilon, fft_error_bound(n, sens.signal_norm))
+            cal = calibrate_laplace(sens.l1, m, epsilon, fft_error_bound(n, sens.signal_norm))
         except ConfigError:
             return None
         return np.asarray(2.0 * cal.scale**2, dtype=np.float64)

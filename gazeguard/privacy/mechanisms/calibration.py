@@ -15,11 +15,11 @@ separately so that an accountant adds it to ε (pure loss, composes by addition)
 Two ways in:
 
 * ``epsilon`` (Laplace): the classic per-release ε, ``λ = (Δ1 + 2mγ)/(ε − m·slack_coord)``
-  (:func:`calibrate`), so the stated ε holds exactly.
+  (:func:`calibrate_laplace`), so the stated ε holds exactly.
 * ``ratio``: a noise multiplier chosen by the accountant for a budget per hour
   (:mod:`gazeguard.privacy.accounting`): ``scale = ratio·(Δ + 2mγ)``.
 
-The grid and its cost, charged honestly (:func:`calibrate`; the samplers are
+The grid and its cost, charged honestly (:func:`calibrate_laplace`; the samplers are
 :mod:`~gazeguard.privacy.mechanisms.discrete_laplace` and
 :mod:`~gazeguard.privacy.mechanisms.discrete_gaussian`)
     * Rounding moves each coordinate by at most ``γ/2``; the floating-point transform moves it by
@@ -158,7 +158,7 @@ def calibrate_noise(
     # Per release: the sampler's inexactness and the discrete Laplace's distance from the
     # continuous pair the accountant composes, per coordinate (loss.py, "Sampler slack").
     if epsilon is not None:
-        cal = calibrate(sensitivity_l1, m, epsilon, input_error)
+        cal = calibrate_laplace(sensitivity_l1, m, epsilon, input_error)
         grid = cal.grid
         r = cal.scale / (sensitivity_l1 + 2.0 * m * grid)
         slack = m * cal.slack  # what the calibration paid for, within ε
@@ -261,7 +261,20 @@ class GridCalibration:
     slack: FloatArray
 
 
-def calibrate(
+def _check_budget(budget: FloatArray, epsilon: FloatArray, m: int) -> None:
+    """Refuse an ε whose ``budget`` (ε less the slack of ``m`` coordinates) is under half of it
+    or too small for the sampler's parameter range (``2m/budget ≥ T_MAX/4``)."""
+    if np.any(budget < epsilon / 2) or np.any(2.0 * m / budget >= T_MAX / 4):
+        i = int(np.argmin(budget / epsilon))
+        raise ConfigError(
+            "epsilon",
+            float(epsilon[i]),
+            f"too small for {m} noised coefficients per feature; use a smaller k "
+            "(fewer coefficients) or a larger epsilon",
+        )
+
+
+def calibrate_laplace(
     l1_sensitivity: FloatArray, m: int, epsilon: FloatArray, input_error: FloatArray
 ) -> GridCalibration:
     """Grid and scale per feature so that the released integers are ε-DP (derivation above).
@@ -278,14 +291,7 @@ def calibrate(
             coefficients, or so large that the grid would be coarser than ``λ·2^-10``.
     """
     budget = epsilon - m * SAMPLER_LOSS_PER_COORDINATE
-    if np.any(budget < epsilon / 2) or np.any(2.0 * m / budget >= T_MAX / 4):
-        i = int(np.argmin(budget / epsilon))
-        raise ConfigError(
-            "epsilon",
-            float(epsilon[i]),
-            f"too small for {m} noised coefficients per feature; use a smaller k "
-            "(fewer coefficients) or a larger epsilon",
-        )
+    _check_budget(budget, epsilon, m)
     lam0 = l1_sensitivity / budget
     grid = np.exp2(np.floor(np.log2(lam0)) - GRID_LOG2_BELOW_SCALE)
     grid = np.maximum(grid, np.exp2(np.ceil(np.log2(2.0 * input_error))))
@@ -295,14 +301,7 @@ def calibrate(
     t0 = (l1_sensitivity + 2.0 * m * grid) / budget / grid
     slack = SAMPLER_LOSS_PER_COORDINATE + laplace_slack(np.maximum(t0, 1.0))
     budget = epsilon - m * slack
-    if np.any(budget < epsilon / 2) or np.any(2.0 * m / budget >= T_MAX / 4):
-        i = int(np.argmin(budget / epsilon))
-        raise ConfigError(
-            "epsilon",
-            float(epsilon[i]),
-            f"too small for {m} noised coefficients per feature; use a smaller k "
-            "(fewer coefficients) or a larger epsilon",
-        )
+    _check_budget(budget, epsilon, m)
     scale = (l1_sensitivity + 2.0 * m * grid) / budget
     while np.any(scale / grid >= T_MAX):  # only when 2m/budget is large: coarsen the grid
         grid = np.where(scale / grid >= T_MAX, 2.0 * grid, grid)
@@ -369,7 +368,7 @@ def calibrate_gaussian(
     """Grid and discrete Gaussian parameter per feature for a requested noise multiplier.
 
     The accountant asked for ``σ = r·Δ2`` (``r`` = ``noise_multiplier``). What the integers see
-    (the derivation of :func:`calibrate`, in L2): rounding moves each coordinate by at most
+    (the derivation of :func:`calibrate_laplace`, in L2): rounding moves each coordinate by at most
     ``γ/2`` and the floating-point transform by at most ``δ ≤ γ/2`` (``input_error``), so
     ``|u_i − u'_i| ≤ |c_i − c'_i|/γ + 2`` and, by the triangle inequality in ℝ^m,
     ``‖u − u'‖₂ ≤ Δ2/γ + 2√m =: Δ_int``. We set ``σ_int = r·Δ_int`` — the integer mechanism

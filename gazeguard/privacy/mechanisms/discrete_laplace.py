@@ -12,7 +12,7 @@ What we do instead (the approach of OpenDP and Google's DP library)
     integer. We add an integer ``Z`` from the *discrete Laplace* distribution
     ``P(Z = z) ∝ exp(−|z|/t)`` and release ``γ·(u + Z)``. Arithmetic is exact on integers, so the
     output set never depends on the input: the attack has nothing to read. The grid, the scale
-    and their cost are :func:`gazeguard.privacy.mechanisms.calibration.calibrate`'s.
+    and their cost are :func:`gazeguard.privacy.mechanisms.calibration.calibrate_laplace`'s.
 
 The sampler's inexactness, charged
     Our sampler is exact up to floating-point error in ``log`` and in the 64-bit uniforms; we

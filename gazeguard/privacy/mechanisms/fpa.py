@@ -21,7 +21,7 @@ Why ``λ = √m·Δ2/ε`` (FPA on a vector of length n)
     This is Bozkir et al.'s corrected scaling ``λ = √n·√k·Δ2/ε`` written in orthonormal units
     (their DFT is unnormalised, ``F = √n·c``); noising the real *and* imaginary part of each kept
     frequency is what makes ``m = 2k − 1`` (the DC term is real) rather than k. The discrete
-    sampler adds a tiny, honestly charged inflation of λ (see ``noise.calibrate``).
+    sampler adds a tiny, honestly charged inflation of λ (see ``calibration.calibrate_laplace``).
 
 Sensitivities (``bounds``)
     Raw chunk (FPA over a whole recording, CFPA per chunk): ``Δ2 = √n·R``. LPA is the same
@@ -468,7 +468,7 @@ class Mechanism:
     def _perturb(self, p: _Prepared, c: FloatArray) -> FloatArray:
         """The private step: coefficients → integers on the grid + discrete Laplace, × γ."""
         v = np.multiply(c, p.inv_grid, out=c)  # exact: γ is a power of two
-        np.rint(v, out=v)  # |v| ≤ ‖s‖₂/γ < 2^46 since γ ≥ 2δ (noise.calibrate): exact integers
+        np.rint(v, out=v)  # |v| ≤ ‖s‖₂/γ < 2^46 since γ ≥ 2δ (calibrate_laplace): exact integers
         v += p.noise.sample(self._source)  # integer + integer: exact in float64
         v *= p.grid  # exact again; every output is an integer multiple of γ
         return v

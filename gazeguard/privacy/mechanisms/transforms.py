@@ -77,7 +77,8 @@ def fft_error_bound(n: int, l2_max: FloatArray) -> FloatArray:
     constant ``c`` and ``u = 2^-53`` (Higham, *Accuracy and Stability of Numerical Algorithms*,
     §24.1); we take ``16·2^-52·(⌈log2 n⌉ + 2)·‖s‖₂``, generous by an order of magnitude, and it
     also covers the scaling multiplications. ``l2_max`` is the largest ``‖s‖₂`` the (clipped)
-    input can have. The noise grid is kept at least twice this coarse (see ``noise.calibrate``).
+    input can have. The noise grid is kept at least twice this coarse (see
+    ``calibration.calibrate_laplace``).
     """
     factor = 16.0 * 2.0**-52 * (math.ceil(math.log2(max(n, 2))) + 2)
     return np.asarray(factor * np.asarray(l2_max, dtype=np.float64), dtype=np.float64)
