@@ -22,6 +22,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
+from gazeguard.core.errors import GazeguardError
+
 if sys.platform != "win32":  # uvloop is a dependency everywhere but on Windows (pyproject.toml)
     import uvloop
 
@@ -286,7 +288,7 @@ EXTRAS = {
 }
 
 
-class MissingExtraError(Exception):
+class MissingExtraError(GazeguardError):
     """A command needs an optional dependency that is not installed."""
 
     def __init__(self, what: str, extra: str) -> None:

@@ -34,6 +34,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from gazeguard.config import BrokerSettings
+from gazeguard.core.errors import GazeguardError
 from gazeguard.runtime.dashboard.board import Board
 from gazeguard.runtime.dashboard.feed import follow
 from gazeguard.runtime.mqtt.client import ClientFactory
@@ -104,7 +105,7 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class BadRequestError(Exception):
+class BadRequestError(GazeguardError):
     """The client sent something that is not an HTTP/1.x request head we take."""
 
 
