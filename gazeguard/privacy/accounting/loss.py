@@ -303,8 +303,36 @@ class GaussianEvent:
         return f"Gaussian(σ/Δ2={self.ratio:.6g}{s})"
 
 
+class _PureEpsilonEvent:
+    """What an event stated by its pure ε alone reports: that ε (with or without slack, which
+    is 0: any inexactness is folded into ε) and ``ρ = ε²/2``."""
+
+    __slots__ = ()
+    epsilon: float
+
+    @property
+    def ideal_epsilon(self) -> float:
+        """ε."""
+        return self.epsilon
+
+    @property
+    def pure_epsilon(self) -> float:
+        """ε."""
+        return self.epsilon
+
+    @property
+    def rho(self) -> float:
+        """``ε²/2``."""
+        return self.epsilon**2 / 2.0
+
+    @property
+    def slack(self) -> float:
+        """Always 0 (fold any inexactness into ε)."""
+        return 0.0
+
+
 @dataclass(frozen=True, slots=True)
-class RandomizedResponseEvent:
+class RandomizedResponseEvent(_PureEpsilonEvent):
     """One release of k-ary randomized response with parameter ε (exact PLD).
 
     Reports the true class with probability ``e^ε/(e^ε + k − 1)`` and each other class with
@@ -330,30 +358,10 @@ class RandomizedResponseEvent:
             )
 
     @property
-    def ideal_epsilon(self) -> float:
-        """ε."""
-        return self.epsilon
-
-    @property
-    def pure_epsilon(self) -> float:
-        """ε."""
-        return self.epsilon
-
-    @property
-    def rho(self) -> float:
-        """``ε²/2``."""
-        return self.epsilon**2 / 2.0
-
-    @property
     def noise_parameter(self) -> float:
         """dp-accounting's ``p`` (probability of a uniformly random report): ``k/(e^ε+k−1)``."""
         x = math.exp(-self.epsilon)  # no overflow for large ε
         return self.classes * x / (1.0 + (self.classes - 1) * x)
-
-    @property
-    def slack(self) -> float:
-        """Always 0 (fold any inexactness into ε)."""
-        return 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """``{"kind": "randomized_response", "epsilon": ε, "classes": k}``."""
@@ -364,7 +372,7 @@ class RandomizedResponseEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class PureEvent:
+class PureEvent(_PureEpsilonEvent):
     """Any ε-DP release, accounted by the canonical dominating pair of ε-DP.
 
     That pair is binary randomized response with parameter ε (Kairouz, Oh & Viswanath 2015:
@@ -379,26 +387,6 @@ class PureEvent:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", _positive("PureEvent.epsilon", self.epsilon, "ε"))
-
-    @property
-    def ideal_epsilon(self) -> float:
-        """ε."""
-        return self.epsilon
-
-    @property
-    def pure_epsilon(self) -> float:
-        """ε."""
-        return self.epsilon
-
-    @property
-    def rho(self) -> float:
-        """``ε²/2``."""
-        return self.epsilon**2 / 2.0
-
-    @property
-    def slack(self) -> float:
-        """Always 0 (fold any inexactness into ε)."""
-        return 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """``{"kind": "pure", "epsilon": ε}``."""
