@@ -521,6 +521,47 @@ def user_epsilon(
     }
 
 
+def configuration_mechanisms(
+    spec: MechanismSpec,
+    epsilon: float | None,
+    factory: MechanismFactory,
+    settings: EvalSettings,
+    job_seed: int,
+) -> tuple[float, MechanismCache | None]:
+    """ε as a number (0 for the clean release) and the mechanisms of one (mechanism, ε)
+    configuration: None for the clean release (``none``, or ``epsilon`` None). ``job_seed``
+    makes the insecure noise seeds differ between configurations."""
+    eps = 0.0 if epsilon is None else float(epsilon)
+    if spec.family == "none" or epsilon is None:
+        return eps, None
+    seed = None if settings.insecure_seed is None else settings.insecure_seed + 1_000_003 * job_seed
+    return eps, MechanismCache(spec, eps, factory, seed)
+
+
+def configuration_head(
+    spec: MechanismSpec,
+    eps: float,
+    mechanisms: MechanismCache | None,
+    n_feat: int,
+    chunks: list[int],
+) -> dict[str, Any]:
+    """The first fields of a configuration's JSON row: the mechanism, ε (None for the clean
+    release), the user-level ε of a recording (:func:`user_epsilon`) and the features
+    released."""
+    return {
+        "mechanism": spec.key,
+        "label": spec.label,
+        "family": spec.family,
+        "n": spec.n,
+        "transform": spec.transform,
+        "epsilon": None if mechanisms is None else eps,
+        "epsilon_user": None
+        if mechanisms is None
+        else user_epsilon(mechanisms, eps, n_feat, chunks),
+        "features_released": n_feat,
+    }
+
+
 def evaluate_configuration(
     table: FeatureTable,
     cols: IntArray,
@@ -539,11 +580,9 @@ def evaluate_configuration(
     ``job_seed`` makes classifier seeds (and insecure noise seeds) differ between configurations.
     """
     t0 = time.perf_counter()
-    clean = spec.family == "none" or epsilon is None
-    eps = 0.0 if epsilon is None else float(epsilon)
+    eps, mechanisms = configuration_mechanisms(spec, epsilon, factory, settings, job_seed)
+    clean = mechanisms is None
     reps = settings.clf_reps if clean else max(settings.utility_reps, settings.clf_reps)
-    seed = None if settings.insecure_seed is None else settings.insecure_seed + 1_000_003 * job_seed
-    mechanisms = None if clean else MechanismCache(spec, eps, factory, seed)
     acc = _run_reps(
         table,
         cols,
@@ -555,18 +594,8 @@ def evaluate_configuration(
         job_seed=job_seed,
     )
     chunks = acc.chunks
-    n_feat = int(cols.size)
     return {
-        "mechanism": spec.key,
-        "label": spec.label,
-        "family": spec.family,
-        "n": spec.n,
-        "transform": spec.transform,
-        "epsilon": None if clean else eps,
-        "epsilon_user": None
-        if mechanisms is None
-        else user_epsilon(mechanisms, eps, n_feat, chunks),
-        "features_released": n_feat,
+        **configuration_head(spec, eps, mechanisms, int(cols.size), chunks),
         "rows_released": acc.released_rows,
         "rows_dropped": int(table.n_rows - acc.released_rows),
         "chunks_per_recording": {"min": min(chunks, default=0), "max": max(chunks, default=0)},

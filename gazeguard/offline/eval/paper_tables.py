@@ -47,14 +47,14 @@ from gazeguard.offline.eval.grid import MechanismSpec, parse_mechanism
 from gazeguard.offline.eval.harness import (
     EvalSettings,
     FeatureBounds,
-    MechanismCache,
     MechanismFactory,
     ScoreLists,
     collect_scores,
+    configuration_head,
+    configuration_mechanisms,
     gazeguard_factory,
     release_table,
     summarise_scores,
-    user_epsilon,
 )
 from gazeguard.offline.eval.paper import NOT_PRIVATE, paper_factory
 from gazeguard.offline.eval.report import json_safe
@@ -215,10 +215,7 @@ def evaluate_targets(
     """
     del bounds
     t0 = time.perf_counter()
-    clean = spec.family == "none" or epsilon is None
-    eps = 0.0 if epsilon is None else float(epsilon)
-    seed = None if settings.insecure_seed is None else settings.insecure_seed + 1_000_003 * job_seed
-    mechanisms = None if clean else MechanismCache(spec, eps, factory, seed)
+    eps, mechanisms = configuration_mechanisms(spec, epsilon, factory, settings, job_seed)
     extra = dict(labels or {})
     acc: dict[str, ScoreLists] = {name: {} for name in ("task", *extra, "reid")}
     chunks: list[int] = []
@@ -245,18 +242,8 @@ def evaluate_targets(
             every=settings.every_reid, seed=rep_seed, block=block,
         )  # fmt: skip
         collect_scores(acc["reid"], scores)
-    n_feat = int(cols.size)
     return {
-        "mechanism": spec.key,
-        "label": spec.label,
-        "family": spec.family,
-        "n": spec.n,
-        "transform": spec.transform,
-        "epsilon": None if clean else eps,
-        "epsilon_user": None
-        if mechanisms is None
-        else user_epsilon(mechanisms, eps, n_feat, chunks),
-        "features_released": n_feat,
+        **configuration_head(spec, eps, mechanisms, int(cols.size), chunks),
         "rows_released": released,
         "k": None if mechanisms is None else mechanisms.k(),
         "reps": {"clf": reps},
