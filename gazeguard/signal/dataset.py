@@ -72,6 +72,18 @@ class FeatureTable:
         for rec in self.recording[np.sort(first)]:
             yield str(rec), np.flatnonzero(self.recording == rec)
 
+    def take(self, rows: npt.NDArray[np.intp]) -> FeatureTable:
+        """The rows at the indices ``rows``, in that order."""
+        return FeatureTable(
+            self.X[rows],
+            self.t[rows],
+            self.person[rows],
+            self.task[rows],
+            self.recording[rows],
+            self.feature_names,
+            self.feature_units,
+        )
+
     def with_values(self, X: npt.NDArray[np.float64]) -> FeatureTable:
         """The same labels with new values (e.g. privatized), shape (N, F)."""
         if X.shape != self.X.shape:

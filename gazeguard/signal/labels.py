@@ -933,7 +933,7 @@ def lopo_probabilities(
     for who in sorted(set(table.person.tolist())):
         test = table.person == who
         train = np.flatnonzero(~test)
-        sub = _table_rows(table, train)
+        sub = table.take(train)
         model = train_model(sub, features, name="lopo", regularization=regularization, every=every)
         cols = np.array([table.feature_names.index(f) for f in model.features], dtype=np.intp)
         p = model.predict_proba(table.X[np.ix_(np.flatnonzero(test), cols)])
@@ -942,19 +942,6 @@ def lopo_probabilities(
         if progress is not None:
             progress(f"leave-one-person-out: {who} done")
     return out
-
-
-def _table_rows(table: FeatureTable, rows: npt.NDArray[np.intp]) -> FeatureTable:
-
-    return FeatureTable(
-        table.X[rows],
-        table.t[rows],
-        table.person[rows],
-        table.task[rows],
-        table.recording[rows],
-        table.feature_names,
-        table.feature_units,
-    )
 
 
 # =========================================================================== the release

@@ -642,10 +642,7 @@ def lopo_models(
     out: dict[str, LabelModel] = {}
     for who in sorted(set(table.person.tolist())):
         rows = np.flatnonzero(keep & (table.person != who))
-        sub = FeatureTable(
-            table.X[rows], table.t[rows], table.person[rows], table.task[rows],
-            table.recording[rows], table.feature_names, table.feature_units,
-        )  # fmt: skip
+        sub = table.take(rows)
         weight = None
         if balance:
             _, inv, counts = np.unique(y[rows], return_inverse=True, return_counts=True)

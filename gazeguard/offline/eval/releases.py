@@ -44,18 +44,6 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.intp]
 
 
-def _rows(table: FeatureTable, rows: IntArray) -> FeatureTable:
-    return FeatureTable(
-        table.X[rows],
-        table.t[rows],
-        table.person[rows],
-        table.task[rows],
-        table.recording[rows],
-        table.feature_names,
-        table.feature_units,
-    )
-
-
 def _columns(table: FeatureTable, cols: IntArray) -> FeatureTable:
     return FeatureTable(
         table.X[:, cols],
@@ -210,7 +198,7 @@ def _run_reps(
     ``table`` is the full feature table, ``sub`` its released columns.
     """
     train_rows, test_rows = half_split(table.recording)
-    first = _rows(sub, train_rows)
+    first = sub.take(train_rows)
     te = subsample(test_rows, table.recording, settings.every_reid)
     has_tasks = np.unique(table.task).size > 1
     acc = _Reps()

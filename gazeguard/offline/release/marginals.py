@@ -320,15 +320,7 @@ def marginals_release(  # noqa: PLR0915 - numeric: the plausible-deniability syn
     kept = kept[order]
     bins_out = (np.concatenate(keep_bins) if keep_bins else np.empty((0, f), np.int32))[order]
     values = from_bins(bins_out, ranges.lo, ranges.hi, n_bins, rng)
-    out = FeatureTable(
-        values,
-        table.t[kept],
-        table.person[kept],
-        table.task[kept],
-        table.recording[kept],
-        table.feature_names,
-        table.feature_units,
-    )
+    out = table.take(kept).with_values(values)
     tested = sum(t["candidates_tested"] for t in per_task.values())
     dropped = sum(t["rows_dropped"] for t in per_task.values())
     statement = (

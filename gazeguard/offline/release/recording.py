@@ -89,15 +89,7 @@ def recording_release(
     mechanisms = _Mechanisms(setup, seed)
     done = _release_recordings(setup, table, mechanisms, progress)
     keep_rows = np.flatnonzero(done.released)
-    out_table = FeatureTable(
-        done.X[keep_rows],
-        table.t[keep_rows],
-        table.person[keep_rows],
-        table.task[keep_rows],
-        table.recording[keep_rows],
-        table.feature_names,
-        table.feature_units,
-    )
+    out_table = table.take(keep_rows).with_values(done.X[keep_rows])
     return Release(out_table, _manifest(setup, table, done, mechanisms, seed))
 
 
