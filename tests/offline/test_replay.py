@@ -3,7 +3,6 @@ outlet (a separate `gazeguard replay` process) and received by gazeguard's own i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -16,28 +15,11 @@ import pytest
 from gazeguard.cli import build_parser
 from gazeguard.config import IngestSettings
 from gazeguard.core.samples import GazeSamples
-from gazeguard.runtime.ingest import GazeStream
+from tests.runtime.test_simulate import read_blocks
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "recordings"
 TRUTH = np.load(DATA / "truth.npz")
 GEOMETRY = json.loads((DATA / "geometry.json").read_text())
-FIELDS = ("timestamps", "x_deg", "y_deg", "pupil_mm", "valid")
-
-
-def receive(settings: IngestSettings, n: int, timeout: float = 30.0) -> GazeSamples:
-    """The first ``n`` samples of the LSL stream ``settings`` resolves, through ingest."""
-
-    async def run() -> GazeSamples:
-        blocks: list[GazeSamples] = []
-        async with GazeStream(settings, poll_interval_s=0.02) as stream:
-            async with asyncio.timeout(timeout):
-                async for block in stream:
-                    blocks.append(block)
-                    if sum(map(len, blocks)) >= n:
-                        break
-        return GazeSamples(*(np.concatenate([getattr(b, f) for b in blocks]) for f in FIELDS))
-
-    return asyncio.run(run())
 
 
 def replay(args: list[str], source_id: str, n: int) -> tuple[GazeSamples, str, str]:
@@ -52,7 +34,7 @@ def replay(args: list[str], source_id: str, n: int) -> tuple[GazeSamples, str, s
         first = proc.stdout.readline()
         assert "replaying" in first, proc.stderr.read() if proc.stderr else first
         # dejitter off: the test checks the spacing the outlet sent, not the smoothed one
-        got = receive(IngestSettings(source_id=source_id, dejitter=False), n)
+        got = read_blocks(IngestSettings(source_id=source_id, dejitter=False), n, timeout=30.0)
         assert proc.wait(20) == 0
         out, err = proc.communicate()
     finally:

@@ -35,6 +35,7 @@ from gazeguard.privacy.accounting import (
     releases_within,
     rho_to_epsilon,
 )
+from tests.privacy.test_accounting import laplace_delta
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -42,15 +43,6 @@ DELTA = 1e-6
 
 
 # --------------------------------------------------------------- multi-dimensional Laplace
-def laplace_delta(eps: float, shift: float) -> float:
-    """Exact δ(ε) of (Lap(0, 1), Lap(shift, 1))."""
-    if eps >= shift:
-        return 0.0
-    if eps >= -shift:
-        return -math.expm1((eps - shift) / 2)
-    return -math.expm1(eps)
-
-
 def split_delta_quadrature(eps: float, s1: float, s2: float) -> float:
     """δ(ε) of (Lap(0)⊗Lap(0), Lap(s1)⊗Lap(s2)) by conditioning on the first coordinate.
 

@@ -160,6 +160,8 @@ def test_bad_arguments_are_refused() -> None:
 
 # -- the simulated headset over real LSL -------------------------------------------------------
 def read_blocks(settings: IngestSettings, n: int, timeout: float = 20.0) -> GazeSamples:
+    """The first ``n`` samples of the LSL stream ``settings`` resolves, through ingest."""
+
     async def run() -> GazeSamples:
         blocks: list[GazeSamples] = []
         async with GazeStream(settings, poll_interval_s=0.02) as stream:
