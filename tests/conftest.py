@@ -123,6 +123,18 @@ class MosquittoBroker:
             self.proc = None
 
 
+def publish(broker: MosquittoBroker, topic: str, payload: bytes) -> None:
+    """Publish one message with QoS 1 and wait for its PUBACK (as a test's own client)."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        client.publish(topic, payload, qos=1).wait_for_publish(10)
+    finally:
+        client.disconnect()  # first: the network thread then ends at once
+        client.loop_stop()
+
+
 class Subscriber:
     """A paho-mqtt client collecting every message on ``#`` (persistent session, QoS 1)."""
 

@@ -28,7 +28,7 @@ from gazeguard.wire.cohort import (
 from gazeguard.wire.label import LabelMessage
 from gazeguard.wire.message import StatusMessage
 from tests.cli.test_cli import Proc
-from tests.conftest import MosquittoBroker
+from tests.conftest import MosquittoBroker, publish
 from tests.runtime.test_label_stream import MODEL_FEATURES, fast_model
 
 FAST = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32"]
@@ -291,17 +291,6 @@ def test_watch_run_and_ledger_show_count_labels_on_a_clock(
 
 
 # ------------------------------------------------------------------ cohort messages, visible
-def _publish(broker: MosquittoBroker, topic: str, payload: bytes) -> None:
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
-    client.connect(broker.host, broker.port)
-    client.loop_start()
-    try:
-        client.publish(topic, payload, qos=1).wait_for_publish(10)
-    finally:
-        client.disconnect()
-        client.loop_stop()
-
-
 def _cohort_messages() -> tuple[CohortMessage, AttentionMessage]:
     """An aggregate of a few sessions (count 0.14: nothing readable) and a 2 × 4 heatmap."""
     aggregate = CohortMessage(
@@ -381,10 +370,10 @@ def test_watch_shows_cohort_messages_from_a_real_broker(
     watch = Proc("watch", "--broker", mosquitto.address, cwd=tmp_path)
     try:
         watch.wait_for(f"^watching gazeguard/v1/\\+/\\+/\\+ on {mosquitto.address}")
-        _publish(mosquitto, "gazeguard/v1/cohort/lab/aggregates", aggregate.to_payload())
-        _publish(mosquitto, "gazeguard/v1/cohort/lab/attention", attention.to_payload())
-        _publish(mosquitto, "gazeguard/v1/cohort/lab/mode", _mode().to_payload())
-        _publish(mosquitto, "gazeguard/v1/hmd/s/cohort", receipt.to_payload())
+        publish(mosquitto, "gazeguard/v1/cohort/lab/aggregates", aggregate.to_payload())
+        publish(mosquitto, "gazeguard/v1/cohort/lab/attention", attention.to_payload())
+        publish(mosquitto, "gazeguard/v1/cohort/lab/mode", _mode().to_payload())
+        publish(mosquitto, "gazeguard/v1/hmd/s/cohort", receipt.to_payload())
         watch.wait_for("^receipt s: charged for cohort 'lab' bucket 7 \\(attention")
         code, text = watch.finish(signal.SIGINT)
     finally:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
-import paho.mqtt.client as mqtt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,7 +52,7 @@ from gazeguard.wire.cohort import (
     CohortMessage,
     ModeMessage,
 )
-from tests.conftest import MosquittoBroker, Subscriber, free_port
+from tests.conftest import MosquittoBroker, Subscriber, free_port, publish
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -142,19 +141,6 @@ def get(
         conn.close()
 
 
-def publish(broker: MosquittoBroker, topic: str, payload: bytes) -> None:
-    """Publish one message with QoS 1 and wait for its PUBACK (the test publishes; the
-    dashboard never does)."""
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
-    client.connect(broker.host, broker.port)
-    client.loop_start()
-    try:
-        client.publish(topic, payload, qos=1).wait_for_publish(10)
-    finally:
-        client.disconnect()  # first: the network thread then ends at once
-        client.loop_stop()
-
-
 def synthetic_aggregate(cohort: str = "reading", bucket: int = 10) -> CohortMessage:
     """A valid aggregate with classes (the fleet run publishes none: the shipped label model
     needs 30-s windows, too slow for this test)."""
@@ -227,14 +213,20 @@ def browser() -> Iterator[Any]:
         yield driver
 
 
-#: The card of one (cohort, worker) as the page shows it: every figure's text.
-READ_CARD = """
+#: Finds ``card``, the card of one (cohort, worker) (null when there is none), for a script.
+FIND_CARD = """
 const [cohort, worker] = arguments;
 const section = [...document.querySelectorAll('section.cohort')]
   .find(s => s.dataset.cohort === cohort);
 if (!section) return null;
 const card = [...section.querySelectorAll('.worker')].find(c => c.dataset.worker === worker);
 if (!card) return null;
+"""
+
+#: The card of one (cohort, worker) as the page shows it: every figure's text.
+READ_CARD = (
+    FIND_CARD
+    + """
 const text = (root, sel) => { const n = root.querySelector(sel); return n ? n.textContent : null; };
 const mark = (root) => {
   const m = root && root.querySelector('.readability');
@@ -258,16 +250,13 @@ return {
     mark: mark(r)})),
 };
 """
+)
 
 BROKER_STATE = "return document.getElementById('broker').dataset.state"
 
-READ_ATTENTION = """
-const [cohort, worker] = arguments;
-const section = [...document.querySelectorAll('section.cohort')]
-  .find(s => s.dataset.cohort === cohort);
-if (!section) return null;
-const card = [...section.querySelectorAll('.worker')].find(c => c.dataset.worker === worker);
-if (!card) return null;
+READ_ATTENTION = (
+    FIND_CARD
+    + """
 const a = card.querySelector('.attention');
 const svg = a.querySelector('svg.heatmap');
 const nodata = a.querySelector('.nodata');
@@ -286,6 +275,7 @@ return {
                                           : null})),
 };
 """
+)
 
 #: Every noisy figure on the page (an element with a 95 % band, a heatmap) without a
 #: readability marker beside it: its description.
@@ -304,13 +294,9 @@ return out;
 """
 
 
-READ_MODE = """
-const [cohort, worker] = arguments;
-const section = [...document.querySelectorAll('section.cohort')]
-  .find(s => s.dataset.cohort === cohort);
-if (!section) return null;
-const card = [...section.querySelectorAll('.worker')].find(c => c.dataset.worker === worker);
-if (!card) return null;
+READ_MODE = (
+    FIND_CARD
+    + """
 const m = card.querySelector('.mode');
 const mark = m.querySelector('.latest .readability');
 return {
@@ -322,6 +308,7 @@ return {
   nodata: m.querySelector('.nodata') ? m.querySelector('.nodata').textContent : null,
 };
 """
+)
 
 
 def close(text: str | None, value: float, rel: float = 1e-3) -> bool:
