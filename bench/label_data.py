@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from validate_events import andersson_gaze
 
 from gazeguard.core.samples import GazeSamples
 from gazeguard.offline.eval.datasets import Recording, code_version, open_dataset
@@ -121,23 +122,6 @@ def gazegraph(data_dir: Path | None = None) -> list[Recording]:
     return list(open_dataset("gazegraph", data_dir=data_dir).recordings())
 
 
-def _andersson_file(path: Path) -> tuple[FloatArray, FloatArray, float]:
-    import scipy.io  # noqa: PLC0415 - build time only
-
-    et = scipy.io.loadmat(path)["ETdata"]
-    pos = et["pos"][0, 0]
-    width_m, height_m = et["screenDim"][0, 0].ravel()
-    res_x, res_y = et["screenRes"][0, 0].ravel()
-    dist_m = float(et["viewDist"][0, 0].ravel()[0])
-    rate = float(et["sampFreq"][0, 0].ravel()[0])
-    lost = (pos[:, 3] == 0) & (pos[:, 4] == 0)
-    x = np.degrees(np.arctan((pos[:, 3] - res_x / 2) * (width_m / res_x) / dist_m))
-    y = -np.degrees(np.arctan((pos[:, 4] - res_y / 2) * (height_m / res_y) / dist_m))
-    x[lost] = np.nan
-    y[lost] = np.nan
-    return x, y, rate
-
-
 def andersson2017(root: Path) -> list[Recording]:
     """Two pseudo-sessions (``images``, ``videos``): each stimulus type's trials back to back.
 
@@ -154,7 +138,7 @@ def andersson2017(root: Path) -> list[Recording]:
         xs, ys = [], []
         rate = 0.0
         for _key, f in sorted(seen.items()):
-            x, y, rate = _andersson_file(f)
+            _, x, y, rate = andersson_gaze(f)
             xs.append(x)
             ys.append(y)
         x, y = np.concatenate(xs), np.concatenate(ys)

@@ -84,9 +84,9 @@ def cohen_kappa(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:
     return 1.0 if pe == 1.0 else (po - pe) / (1 - pe)
 
 
-def load_andersson(path: Path) -> Labelled:
-    """One ``*_labelled_{coder}.mat`` file; time from the sample index (the stored timestamps
-    are NaN or wrap in some files), gaze in degrees from the stored screen geometry."""
+def andersson_gaze(path: Path) -> tuple[npt.NDArray[Any], FloatArray, FloatArray, float]:
+    """One Andersson et al. 2017 ``.mat`` file: its sample rows (``ETdata.pos``), the gaze in
+    degrees from the stored screen geometry (NaN where lost) and the sampling rate, Hz."""
     import scipy.io  # noqa: PLC0415 - only this loader needs it
 
     et = scipy.io.loadmat(path)["ETdata"]
@@ -100,6 +100,13 @@ def load_andersson(path: Path) -> Labelled:
     y = -np.degrees(np.arctan((pos[:, 4] - res_y / 2) * (height_m / res_y) / dist_m))
     x[lost] = np.nan
     y[lost] = np.nan
+    return pos, x, y, rate
+
+
+def load_andersson(path: Path) -> Labelled:
+    """One ``*_labelled_{coder}.mat`` file; time from the sample index (the stored timestamps
+    are NaN or wrap in some files), gaze in degrees from the stored screen geometry."""
+    pos, x, y, rate = andersson_gaze(path)
     stem = path.stem  # e.g. TH34_img_Europe_labelled_MN
     return Labelled(
         "andersson2017",
