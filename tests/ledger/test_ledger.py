@@ -508,14 +508,6 @@ print(json.dumps(accepted))
 """
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh ledger location on each backend (PostgreSQL: a database on a real server)."""
-    if request.param == "sqlite":
-        return str(tmp_path / "l.sqlite")
-    return str(request.getfixturevalue("pg_url"))
-
-
 def test_processes_never_overspend_and_never_lose_a_committed_charge(location: str) -> None:
     Ledger(location).close()  # create the tables (and WAL mode) once
     procs = [

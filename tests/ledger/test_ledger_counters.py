@@ -72,14 +72,6 @@ with Ledger(location, **caps) as ledger:
 """
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh ledger location on each backend (PostgreSQL: a database on a real server)."""
-    if request.param == "sqlite":
-        return str(tmp_path / "l.sqlite")
-    return str(request.getfixturevalue("pg_url"))
-
-
 def _charger(location: str, start: int, stop_at: int) -> subprocess.Popen[bytes]:
     import json  # noqa: PLC0415
 

@@ -12,7 +12,6 @@ import math
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pylsl
@@ -24,32 +23,15 @@ from gazeguard.ledger import Ledger
 from gazeguard.runtime.jetstream import JetStreamSender
 from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.wire.cohort import CohortMessage
-from tests._nats_cluster import NatsNode, WorkerProc, balanced, single_node, stop_all, worker_env
+from tests._nats_cluster import NatsNode, WorkerProc, balanced, stop_all, worker_env
 from tests.conftest import MosquittoBroker, Subscriber, until
+from tests.runtime.test_jetstream import wait_for
 
 BUCKET_S = 4.0
 ARGS = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--budget-per-hour", "200",
         "--features", "fixation_rate,saccade_rate,pupil_mean", "--cohort", "lab",
         "--bucket-s", f"{BUCKET_S:g}", "--cohort-release", "means"]  # fmt: skip
 TOPIC = "gazeguard/v1/cohort/lab/aggregates"
-
-
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[NatsNode]:
-    server = single_node(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def wait_for(predicate: object, within_s: float, what: object) -> None:
-    """Poll ``predicate()`` every 50 ms; fail with ``what()`` after ``within_s`` seconds."""
-    deadline = time.monotonic() + within_s
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within_s:g} s\n{what()}")  # type: ignore[operator]
-        time.sleep(0.05)
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +63,6 @@ from tests._nats_cluster import drained as acknowledged
 from tests.conftest import MosquittoBroker, Subscriber, until
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[NatsNode]:
-    server = single_node(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def wait_for(predicate: Callable[[], bool], within_s: float, what: Callable[[], str]) -> None:
