@@ -116,6 +116,16 @@ def test_privacy_loss_constructors_and_str() -> None:
         assert hash(PrivacyLoss.from_dict(x.to_dict())) == hash(x)
 
 
+def assert_refused_naming(build: Callable[[], object], field: str, value: object) -> ConfigError:
+    """``build()`` raises a :class:`ConfigError` naming ``field`` and quoting ``value``; it is
+    returned."""
+    with pytest.raises(ConfigError) as info:
+        build()
+    assert info.value.field == field
+    assert repr(value) in str(info.value)
+    return info.value
+
+
 @pytest.mark.parametrize(
     ("build", "field", "value"),
     [
@@ -137,14 +147,11 @@ def test_privacy_loss_constructors_and_str() -> None:
 def test_privacy_loss_validation_names_field_and_value(
     build: Callable[[], object], field: str, value: object
 ) -> None:
-    with pytest.raises(ConfigError) as info:
-        build()
-    assert info.value.field == field
-    assert repr(value) in str(info.value)
+    error = assert_refused_naming(build, field, value)
     if isinstance(value, float) and math.isnan(value):
-        assert math.isnan(info.value.value)  # type: ignore[arg-type]
+        assert math.isnan(error.value)  # type: ignore[arg-type]
     else:
-        assert info.value.value == value
+        assert error.value == value
 
 
 # ---------------------------------------------------------------------------------------- events
@@ -206,10 +213,7 @@ def test_event_serialisation_round_trip(event: object) -> None:
 def test_event_validation_names_field_and_value(
     build: Callable[[], object], field: str, value: object
 ) -> None:
-    with pytest.raises(ConfigError) as info:
-        build()
-    assert info.value.field == field
-    assert repr(value) in str(info.value)
+    assert_refused_naming(build, field, value)
 
 
 # ------------------------------------------------------------------------------------ compose
@@ -452,10 +456,7 @@ def test_compose_is_cached_by_multiset() -> None:
 def test_compose_validation_names_field_and_value(
     call: Callable[[], object], field: str, value: object
 ) -> None:
-    with pytest.raises(ConfigError) as info:
-        call()
-    assert info.value.field == field
-    assert repr(value) in str(info.value)
+    assert_refused_naming(call, field, value)
 
 
 # ----------------------------------------------------------------------------------- capacity

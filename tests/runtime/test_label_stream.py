@@ -182,19 +182,24 @@ def _run(pipe: Pipeline, seconds: float) -> tuple[list[object], list[object]]:
     return chunks, labels
 
 
+def _clock_pipeline(ledger: Ledger, model: Path, label_epsilon: float, **kw: object) -> Pipeline:
+    """A pipeline of session "u" releasing chunks at ε 0.5 and a label every 1.6 s at
+    ``label_epsilon`` (``kw``: more of :class:`Pipeline`'s arguments)."""
+    return Pipeline(
+        ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
+        mechanism=MechanismSettings.model_validate({"features": MODEL_FEATURES, "epsilon": 0.5}),
+        labels=LabelSettings(
+            enabled=True, model=str(model), release="clock", decision_s=1.6,
+            epsilon=label_epsilon,
+        ),
+        **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
 def test_labels_are_charged_before_they_are_handed_on(tmp_path: Path) -> None:
     model = fast_model(tmp_path / "m.json")
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        pipe = Pipeline(
-            ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
-            mechanism=MechanismSettings.model_validate(
-                {"features": MODEL_FEATURES, "epsilon": 0.5}
-            ),
-            labels=LabelSettings(
-                enabled=True, model=str(model), release="clock", decision_s=1.6, epsilon=1.0
-            ),
-            clock_offset_s=1.7e9,
-        )  # fmt: skip
+        pipe = _clock_pipeline(ledger, model, 1.0, clock_offset_s=1.7e9)
         chunks, labels = _run(pipe, 20.0)
         assert len(labels) >= 10
         charges = ledger.charges("u", STREAM)
@@ -220,15 +225,7 @@ def test_labels_are_charged_before_they_are_handed_on(tmp_path: Path) -> None:
         assert state.spent == pytest.approx(1.5 * len(chunks) + 1.0 * len(labels))
         assert state.epsilon > compose({pipe.label_plan.event: len(labels)}, 1e-6).epsilon
         # a restart continues the decision numbering
-        again = Pipeline(
-            ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
-            mechanism=MechanismSettings.model_validate(
-                {"features": MODEL_FEATURES, "epsilon": 0.5}
-            ),
-            labels=LabelSettings(
-                enabled=True, model=str(model), release="clock", decision_s=1.6, epsilon=1.0
-            ),
-        )  # fmt: skip
+        again = _clock_pipeline(ledger, model, 1.0)
         assert again.labels is not None
         assert again.labels.next_index == len(labels)
 
@@ -238,15 +235,7 @@ def test_a_label_at_the_largest_epsilon_is_published_not_dropped(tmp_path: Path)
     refused it, so every label of such a plan was dropped (fail closed) instead of published."""
     model = fast_model(tmp_path / "m.json")
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        pipe = Pipeline(
-            ledger, session="u", device="hmd", rate_hz=120.0, features=FAST,
-            mechanism=MechanismSettings.model_validate(
-                {"features": MODEL_FEATURES, "epsilon": 0.5}
-            ),
-            labels=LabelSettings(
-                enabled=True, model=str(model), release="clock", decision_s=1.6, epsilon=50.0
-            ),
-        )  # fmt: skip
+        pipe = _clock_pipeline(ledger, model, 50.0)
         _, labels = _run(pipe, 12.0)
     assert pipe.labels is not None
     assert pipe.labels.stats.dropped == 0
