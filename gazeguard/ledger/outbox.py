@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import ParamSpec, Protocol, Self, TypeVar
 
-from gazeguard.core.errors import PublishError
+from gazeguard.core.errors import GazeguardError, PublishError
 from gazeguard.core.words import ended
 
 P = ParamSpec("P")
@@ -107,7 +107,7 @@ DELIVERED = Delivery()
 """The answer of a sink that acknowledged a message."""
 
 
-class SinkUnavailableError(Exception):
+class SinkUnavailableError(GazeguardError):
     """The sink cannot take messages now: no connection could be made, or it was lost.
 
     The drain reconnects after a backoff and sends again what was not acknowledged.
