@@ -29,12 +29,12 @@ from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.rawgaze import decode_gaze, decode_many, encode_gaze
 from tests._nats_cluster import NatsNode, expected_chunks, fleet_settings
 from tests.conftest import MosquittoBroker, Subscriber, until
-from tests.runtime.test_jetstream import blocks_of, nats_server, send_blocks  # noqa: F401
+from tests.runtime.test_jetstream import blocks_of, send_blocks
 from tests.runtime.test_label_stream import fast_model
 
 
 async def serve_backlog(
-    nats_server: NatsNode,  # noqa: F811 - the fixture's value
+    nats_server: NatsNode,
     settings: Settings,
     gaze: dict[str, GazeSamples],
     then: Callable[[], Awaitable[None]] | None = None,
@@ -66,7 +66,7 @@ async def serve_backlog(
 @pytest.mark.network
 def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
     tmp_path: Path,
-    nats_server: NatsNode,  # noqa: F811 - the fixture
+    nats_server: NatsNode,
     mosquitto: MosquittoBroker,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -118,7 +118,7 @@ def test_a_backlog_is_processed_in_batches_each_chunk_charged_once_in_order(
 @pytest.mark.network
 def test_a_burst_is_fed_a_slice_at_a_time_and_the_loop_runs_between_slices(
     tmp_path: Path,
-    nats_server: NatsNode,  # noqa: F811 - the fixture
+    nats_server: NatsNode,
     mosquitto: MosquittoBroker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -224,7 +224,7 @@ def test_decode_many_equals_decode_gaze_block_by_block(
 @pytest.mark.network
 def test_a_fleet_worker_releases_private_labels(
     tmp_path: Path,
-    nats_server: NatsNode,  # noqa: F811 - the fixture
+    nats_server: NatsNode,
     mosquitto: MosquittoBroker,
 ) -> None:
     """With labels enabled, a JetStream worker decides, charges and publishes each session's
