@@ -621,12 +621,7 @@ async def _ingest(
             # Releases follow the clock: every window that ended late_after_s ago, gaze or not.
             watermark = float(pylsl.local_clock()) - late_after
             released = await to_thread_to_the_end(pipeline.advance, watermark)
-            labels = pipeline.take_labels()
-            if on_label is not None:
-                for label in labels:
-                    on_label(label, publisher.connected)
-            if released or labels:
-                publisher.notify([*released, *labels])
+            _hand_on(pipeline, publisher, released, on_label)
             idle = stream.idle_s
             if (idle > lost_after) != quiet:
                 quiet = not quiet
@@ -647,3 +642,21 @@ async def _ingest(
             last_status, last_state = now, state
     finally:
         pending.cancel()
+        # A stop that lands while ``advance`` runs waits for it (to_thread_to_the_end) but
+        # skips the hand-off above: the labels it charged are said and handed on here.
+        _hand_on(pipeline, publisher, [], on_label)
+
+
+def _hand_on(
+    pipeline: Pipeline,
+    publisher: Publisher,
+    released: list[ReleasedChunk],
+    on_label: Callable[[ReleasedLabel, bool], None] | None,
+) -> None:
+    """Say the labels charged since the last call; wake the publisher for them and ``released``."""
+    labels = pipeline.take_labels()
+    if on_label is not None:
+        for label in labels:
+            on_label(label, publisher.connected)
+    if released or labels:
+        publisher.notify([*released, *labels])

@@ -35,6 +35,7 @@ from gazeguard.runtime.simulate import SimulatedHeadset
 from gazeguard.wire.egress import STATUS
 from gazeguard.wire.message import ChunkMessage, StatusMessage, json_schema
 from tests.conftest import MosquittoBroker, Subscriber, free_port
+from tests.runtime.test_label_stream import MODEL_FEATURES, fast_model
 
 pytestmark = pytest.mark.network
 
@@ -228,6 +229,75 @@ def test_a_chunk_being_charged_when_the_run_stops_is_delivered_before_the_summar
     assert summary.pending == 0
     assert summary.stats.released == 1
     assert summary.spent == pytest.approx(spent)
+
+
+@pytest.mark.slow
+def test_a_label_charged_when_the_run_stops_is_said_like_the_others(
+    tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop that lands while the clock's ``advance`` charges a label waits for the charge,
+    and used to skip the hand-off after it: the label was delivered and counted in the summary
+    but never said (CI: `run` printed labels 0–19 of 21). Every charged label reaches
+    ``on_label`` now, the last one too."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    settings = load_settings(
+        None,
+        device="hmd",
+        session="s1",
+        ingest={
+            "source": "simulated",
+            "source_id": unique_id,
+            "pull_every_s": 0.25,
+            "late_after_s": 0.5,
+        },
+        features={"window_s": 2.0, "step_s": 0.02},
+        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": MODEL_FEATURES},
+        labels={
+            "enabled": True,
+            "model": str(fast_model(tmp_path / "m.json", window_s=2.0, step_s=0.02)),
+            "decision_s": 0.64,
+            "epsilon": 8.0,
+        },
+        ledger={"path": str(ledger_path), "budget_per_hour": None, "composition": "sequential"},
+        broker={"host": mosquitto.host, "port": mosquitto.port},
+    )
+    advance = Pipeline.advance
+    asked = threading.Event()
+    stop = asyncio.Event()
+    loop: asyncio.AbstractEventLoop | None = None
+    said: list[int] = []
+
+    def slow_advance(self: Pipeline, until_s: float) -> list[ReleasedChunk]:
+        out = advance(self, until_s)
+        if self._labels_ready and not asked.is_set():  # a label charged: stop meanwhile
+            asked.set()
+            assert loop is not None
+            loop.call_soon_threadsafe(stop.set)
+            time.sleep(0.5)
+        return out
+
+    monkeypatch.setattr(Pipeline, "advance", slow_advance)
+
+    async def main() -> RunSummary:
+        nonlocal loop
+        loop = asyncio.get_running_loop()
+        return await serve(
+            settings,
+            stop=stop,
+            duration_s=60,
+            on_label=lambda label, _: said.append(label.message.decision_index),
+        )
+
+    summary = asyncio.run(main())
+    with Ledger(ledger_path, create=False) as ledger:
+        charged = [c.chunk_index for c in ledger.charges("s1", stream="labels")]
+        pending = ledger.pending(session="s1")
+    assert asked.is_set()
+    assert charged
+    assert said == charged
+    assert pending == []
+    assert summary.labels is not None
+    assert summary.labels.released == len(charged)
 
 
 @pytest.mark.slow
