@@ -509,6 +509,8 @@ TAIL = (
     "gazeguard_loop_stall_seconds",
     "gazeguard_chunk_charge_seconds",
     "gazeguard_release_seconds",
+    "gazeguard_outbox_wait_seconds",
+    "gazeguard_broker_ack_seconds",
 )
 
 

@@ -194,6 +194,8 @@ class Drain:
         on_acked: called on the event loop with each outbox item right after the sink
             acknowledged it (before its mark commits), e.g. to measure latency; must
             not raise.
+        on_sent: called on the event loop with each outbox item as its send starts (after
+            waiting in the drain's queue); must not raise.
         name: prefix of the task names.
         logger: where connections, retries and refusals are logged.
         inline: make the outbox calls on the event loop: for a local ledger
@@ -211,6 +213,7 @@ class Drain:
         batch: int = 64,
         reconnect_max_s: float = 30.0,
         on_acked: Callable[[OutboxEntry], None] | None = None,
+        on_sent: Callable[[OutboxEntry], None] | None = None,
         name: str = "gazeguard.ledger.outbox",
         logger: logging.Logger = _log,
         inline: bool = False,
@@ -223,6 +226,7 @@ class Drain:
         self._batch = batch
         self._reconnect_max_s = reconnect_max_s
         self._on_acked = on_acked
+        self._on_sent = on_sent
         self._name = name
         self._log = logger
 
@@ -502,6 +506,8 @@ class Drain:
             sent = asyncio.ensure_future(connection.deliver(item.topic, item.payload, retain=False))
             sent.add_done_callback(functools.partial(self._note_ack, item.id))
             sends.append(sent)
+            if self._on_sent is not None:
+                self._on_sent(item)
         try:
             acked: list[OutboxEntry] = []
             for item, send in zip(items, sends, strict=True):

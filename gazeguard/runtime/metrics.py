@@ -22,7 +22,7 @@ pipeline is made and closed (the sidecar's :func:`~gazeguard.runtime.service.ser
 :class:`SessionMetrics`, a no-op when the endpoint is off); the counters are read from the
 pipelines' own counters when Prometheus scrapes, and the two latency histograms are observed
 as chunks are charged (:attr:`Pipeline.on_release <gazeguard.runtime.pipeline.Pipeline>`) and
-acknowledged (the publisher's ``on_acked``).
+acknowledged (the publisher's ``on_acked``; its ``on_sent`` too, for the tail profile).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from gazeguard.runtime.cohort import CohortRelease
     from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
     from gazeguard.runtime.publish import Publisher
+    from gazeguard.runtime.tail import TailProfile
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class Metrics(SessionMetrics, Collector):
             buckets=RELEASE_BUCKETS,
             registry=self.registry,
         )
+        self.tail: TailProfile | None = None
+        """The tail profile (``metrics.tail``), fed the publisher's sends and acknowledgements."""
         self.registry.register(self)
         ProcessCollector(registry=self.registry)
 
@@ -171,9 +174,16 @@ class Metrics(SessionMetrics, Collector):
                 kind = r.message.schema_.split("/")[0].removeprefix("gazeguard.")
                 self._totals.cohort[kind] = self._totals.cohort.get(kind, 0) + 1
 
+    def sent(self, item: OutboxEntry) -> None:
+        """The publisher's ``on_sent``: timed by the tail profile, when it is on."""
+        if self.tail is not None:
+            self.tail.sent(item)
+
     def acked(self, item: OutboxEntry) -> None:
         """The publisher's ``on_acked``: a chunk charged in this run that the broker
         acknowledged (items of an earlier run carry no due time and are not timed)."""
+        if self.tail is not None:
+            self.tail.acked(item)
         completed = getattr(item, "completed_at", None)
         if isinstance(completed, float):
             self.release_seconds.observe(max(time.perf_counter() - completed, 0.0))

@@ -40,6 +40,8 @@ class Publisher(Drain):
         batch: outbox items fetched per query.
         on_acked: called on the event loop with each outbox item right after its positive
             PUBACK (before ``mark_delivered`` commits), e.g. to measure latency; must not raise.
+        on_sent: called on the event loop with each outbox item as its PUBLISH is started;
+            must not raise.
         name: prefix of the task names.
         inline: see :class:`~gazeguard.ledger.outbox.Drain`.
 
@@ -57,6 +59,7 @@ class Publisher(Drain):
         poll_interval_s: float = 1.0,
         batch: int = 64,
         on_acked: Callable[[OutboxEntry], None] | None = None,
+        on_sent: Callable[[OutboxEntry], None] | None = None,
         name: str = "gazeguard.runtime.publish",
         inline: bool = False,
     ) -> None:
@@ -76,6 +79,7 @@ class Publisher(Drain):
             batch=batch,
             reconnect_max_s=settings.reconnect_max_s,
             on_acked=on_acked,
+            on_sent=on_sent,
             name=name,
             logger=log,
             inline=inline,

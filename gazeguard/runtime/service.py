@@ -228,6 +228,7 @@ async def _outbound(
             Publisher(
                 broker, ledger, name="gazeguard.runtime.publish", inline=inline,
                 on_acked=None if metrics is None else metrics.acked,
+                on_sent=None if metrics is None else metrics.sent,
             ) as publisher,
         ):  # fmt: skip
             if metrics is not None:
@@ -523,7 +524,7 @@ async def serve_fleet(
             fleet.metrics, metrics.worker = metrics, fleet.worker_id
             metrics.bind(ledger, publisher, lambda: fleet.refused)
             if settings.metrics.tail:
-                fleet.tail = TailProfile(metrics.registry)
+                fleet.tail = metrics.tail = TailProfile(metrics.registry)
         freeze_startup_objects()
         log.info(
             "fleet worker %s: %s sessions, publishing to %s",

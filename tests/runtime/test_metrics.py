@@ -89,6 +89,8 @@ def test_a_running_sidecar_serves_its_metrics(tmp_path: Path, unique_id: str) ->
     assert samples[("gazeguard_outbox_pending", ())] >= 0
     assert samples[("gazeguard_chunk_charge_seconds_count", ())] >= 2
     assert samples[("gazeguard_release_seconds_count", ())] >= 1
+    # the tail profile's figures are not served without metrics.tail
+    assert ("gazeguard_broker_ack_seconds_count", ()) not in samples
     assert samples[("gazeguard_info", (("role", "sidecar"), ("worker", _device(text))))] == 1
     assert_public_only(names)
     assert dashboard_metrics() <= names  # every figure the Grafana dashboard plots is served

@@ -31,12 +31,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from gazeguard.config import BrokerSettings
 from gazeguard.core.errors import ConfigError, PublishError
 from gazeguard.ledger import Charge, Ledger, pure_cost
+from gazeguard.ledger.outbox import OutboxEntry
 from gazeguard.runtime.publish import Publisher
+from gazeguard.runtime.tail import TailProfile
 from gazeguard.wire.message import (
     ChunkMessage,
     LedgerSnapshot,
@@ -167,17 +170,27 @@ def test_delivers_outbox_in_order_after_puback(
     async def scenario() -> None:
         topic = chunk_topic(PREFIX, DEVICE, unique_id)
         acked: list[int] = []
+        sent: list[int] = []
+
+        def on_sent(item: OutboxEntry) -> None:
+            sent.append(item.id)
+            tail.sent(item)
+
+        def on_acked(item: OutboxEntry) -> None:
+            assert item.id in sent  # each acknowledgement after its send
+            acked.append(item.id)
+            tail.acked(item)
+
         async with (
             subscribed(mosquitto.port, topic) as sub,
             Publisher(
-                settings_for(mosquitto),
-                ledger,
-                connect_timeout=5,
-                on_acked=lambda item: acked.append(item.id),
+                settings_for(mosquitto), ledger, connect_timeout=5, on_sent=on_sent,
+                on_acked=on_acked,
             ) as pub,
-        ):
+        ):  # fmt: skip
             await pub.flush(10)
             assert acked == [c.outbox_id for c in charged]
+            assert sent == acked
             assert ledger.pending() == []
             assert pub.delivered == 10
             for i in range(10, 15):
@@ -195,10 +208,15 @@ def test_delivers_outbox_in_order_after_puback(
         assert last.ledger.session_spent == pytest.approx(state.spent)
         assert last.ledger.chunk_epsilon == pytest.approx(sum(EPS.values()))
 
+    tail = TailProfile(registry := CollectorRegistry())
     asyncio.run(scenario())
     assert ledger.pending() == []
     assert ledger.state(unique_id).pending == 0
     assert [c.chunk_index for c in charged] == list(range(15))
+    # the tail profile timed every acknowledgement from its send; these items were read from
+    # the table (no charge time in hand), so none was timed from its charge
+    assert registry.get_sample_value("gazeguard_broker_ack_seconds_count") == 15
+    assert registry.get_sample_value("gazeguard_outbox_wait_seconds_count") == 0
     ledger.close()
 
 
