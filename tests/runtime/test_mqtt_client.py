@@ -172,6 +172,31 @@ def test_mqtt_client_round_trips_and_reconnects_on_either_loop(
     assert runner(main()) == [b"ping", b"ping"]
 
 
+def test_mqtt_client_sends_without_nagle_and_many_publishes_are_acknowledged(
+    mosquitto: MosquittoBroker,
+) -> None:
+    """The socket sends each packet at once (TCP_NODELAY), and 16 QoS 1 publishes in flight at
+    once each get their own PUBACK from a Mosquitto with its default Nagle setting (the stall
+    that quick_ack removes is timed in bench/bench_mqtt_burst.py, not here)."""
+
+    async def main() -> tuple[int, list[int]]:
+        async with MqttClient(mosquitto.host, mosquitto.port, identifier="burst") as c:
+            sock = c._client.socket()
+            assert isinstance(sock, socket.socket)
+            nodelay = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            codes = await asyncio.gather(
+                *(
+                    c.publish_acked(f"t/burst/{i}", b"x" * 4000, retain=False, timeout=10)
+                    for i in range(16)
+                )
+            )
+            return nodelay, [code.value for code in codes]
+
+    nodelay, codes = asyncio.run(main())
+    assert nodelay != 0
+    assert codes == [0] * 16  # each accepted (reason code 0: success)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("client_class", [aiomqtt.Client, MqttClient], ids=["aiomqtt", "ours"])
 def test_a_socket_the_loop_stopped_watching_still_notices_its_broker_go(

@@ -31,8 +31,10 @@ be watched (``on_socket_open``, ``on_socket_register_write``), and aiomqtt regis
   skips a deferred registration whose socket is no longer paho's, and unregisters both
   directions when the socket closes (aiomqtt removed only the reader).
 
-It also returns each QoS 1 publish's own PUBACK reason code (aiomqtt discards it), and it
-closes paho's socket when a connect attempt is cancelled or fails (aiomqtt leaves it open).
+It also returns each QoS 1 publish's own PUBACK reason code (aiomqtt discards it), closes
+paho's socket when a connect attempt is cancelled or fails (aiomqtt leaves it open), and turns
+off the TCP delays that made several publishes in flight wait about 40 ms for their PUBACKs
+(:func:`no_delay`, :func:`quick_ack`).
 
 :class:`ClientFactory` builds them from :class:`~gazeguard.config.BrokerSettings`, with the TLS
 context (:func:`tls_context`) and the login (:func:`credentials`) those settings describe.
@@ -44,6 +46,7 @@ import asyncio
 import contextlib
 import logging
 import select
+import socket
 import ssl
 import threading
 from collections.abc import Callable
@@ -59,6 +62,32 @@ from gazeguard.config import BrokerSettings
 from gazeguard.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+#: Linux's ``TCP_QUICKACK`` (``None`` elsewhere).
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+
+
+def no_delay(sock: Any) -> None:
+    """Send each MQTT packet at once (``TCP_NODELAY``): no Nagle wait behind an unacknowledged
+    packet. A socket without the option (a websocket wrapper) is left as it is."""
+    with contextlib.suppress(AttributeError, OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def quick_ack(sock: Any) -> None:
+    """Acknowledge what was just read at once (Linux ``TCP_QUICKACK``, which the kernel turns
+    off again by itself: set after every read).
+
+    A broker with Nagle's algorithm on (Mosquitto's default, ``set_tcp_nodelay false``) holds
+    its second PUBACK until the first one's TCP acknowledgement arrives, and a client that
+    delays its acknowledgements (Linux: 40 ms) holds that: a pass of several QoS 1 publishes
+    waited about 43 ms for its answers instead of about 1 ms (measured on loopback, 2 to 16
+    publishes, Mosquitto 2.0 with its defaults).
+    """
+    if _QUICKACK is not None:
+        with contextlib.suppress(AttributeError, OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
 
 class MqttClient(aiomqtt.Client):
@@ -186,6 +215,8 @@ class MqttClient(aiomqtt.Client):
     def _on_socket_open(self, client: Any, userdata: Any, sock: Any) -> None:
         self.socket_opened = True
 
+        no_delay(sock)
+
         def read() -> None:
             try:
                 while True:
@@ -195,6 +226,7 @@ class MqttClient(aiomqtt.Client):
                     if isinstance(sock, ssl.SSLSocket) and sock.pending() > 0:
                         continue
                     break
+                quick_ack(sock)
             except Exception as exc:  # e.g. a broken pipe: the connection is gone
                 self._lost(exc)
 
