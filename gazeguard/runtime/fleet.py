@@ -31,6 +31,7 @@ import math
 import os
 import socket
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -295,31 +296,48 @@ def ledger_calls_on_loop(settings: Settings, ledger: Ledger) -> bool:
     return mode == "loop" or (mode == "auto" and ledger.local)
 
 
+#: A thaw (:class:`LongLived`) at the latest after this many session closes, or 8 × the open
+#: sessions if more: a backstop for cyclic garbage that is not a session's pipeline.
+THAW_BACKSTOP = 1024
+
+
 class LongLived:
     """Keeps the garbage collector off the sessions' long-lived objects.
 
     A session's pipeline (its detector, extractor, chunker, ledger views) lives as long as the
     session, and a full collection walks every such object: ~45 ms at 600 sessions (the tail
     profile, ``bench_fleet.py``), a stall every chunk due meanwhile waits behind. So what is
-    alive when a session has opened is frozen (``gc.freeze``: exempt from collections). Frozen
-    objects are still freed by reference counting; only cyclic garbage of sessions closed since
-    would wait, so after closes adding up to a quarter of the open sessions (at least 16) they
-    are thawed (``gc.unfreeze``) for the next full collection to take, then frozen again with
-    the next session opened."""
+    alive when a session has opened is frozen (``gc.freeze``: exempt from collections).
+
+    Frozen objects are still freed by reference counting, and a closed session's pipeline is
+    (``test_closed_sessions_are_freed_without_the_collector``). Only cyclic garbage would wait.
+    A thaw (``gc.unfreeze``) hands everything frozen back to the next full collection, which
+    then walks every open session's objects too: > 100 ms at 900 sessions, seen as the fleet's
+    worst chunks while sessions closed. So the pipelines closed are watched (weak references):
+    after closes adding up to a quarter of the open sessions (at least 16), it thaws only if
+    one of them outlived its close (held by a cycle), or as a backstop after
+    :data:`THAW_BACKSTOP` closes (or 8 × the open sessions); the next session opened freezes
+    again."""
 
     def __init__(self) -> None:
-        self._closed = 0
+        self._closed: list[weakref.ref[object]] = []  # pipelines closed since the last check
+        self._since_thaw = 0
 
     def opened(self) -> None:
         """A session opened: freeze what is alive."""
         gc.freeze()
 
-    def closed(self, still_open: int) -> None:
-        """A session closed (``still_open`` remain): thaw once enough have closed."""
-        self._closed += 1
-        if self._closed >= max(16, still_open // 4):
-            self._closed = 0
-            gc.unfreeze()
+    def closed(self, pipeline: object, still_open: int) -> None:
+        """``pipeline``'s session closed (``still_open`` remain; the caller may still hold
+        ``pipeline``: it is looked at with the next check, not this one)."""
+        self._since_thaw += 1
+        if len(self._closed) >= max(16, still_open // 4):
+            leaked = any(ref() is not None for ref in self._closed)
+            self._closed.clear()
+            if leaked or self._since_thaw >= max(THAW_BACKSTOP, 8 * still_open):
+                self._since_thaw = 0
+                gc.unfreeze()
+        self._closed.append(weakref.ref(pipeline))
 
 
 class Fleet:
@@ -425,7 +443,7 @@ class Fleet:
             return
         self._release_held_of(entry.pipeline)
         entry.pipeline.close()
-        self._heap.closed(len(self.sessions))
+        self._heap.closed(entry.pipeline, len(self.sessions))
         self.metrics.closed(entry.pipeline)
         if self.cohort is not None:
             self.cohort.aggregator.close_session(entry.pipeline.device, session, time.time())

@@ -6,6 +6,8 @@ session's detector and extractor."""
 from __future__ import annotations
 
 import ast
+import gc
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +19,7 @@ from gazeguard.config import Settings
 from gazeguard.plan import ReleasePlan
 from gazeguard.runtime.fleet import Fleet
 from gazeguard.runtime.service import open_ledger
+from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.signal.compiled import load_kernels
 
 PACKAGE = Path(gazeguard.__file__).parent
@@ -88,3 +91,64 @@ def test_the_workers_kernels_reach_every_sessions_detector_and_extractor(
         fleet.close_session("s1")  # nothing: not open
         assert fleet.closed == ["s1"]
         assert fleet.sessions == {}
+
+
+def test_closed_sessions_are_freed_without_the_collector(tmp_path: Path) -> None:
+    """A closed session's pipeline (having released chunks) is freed by reference counting
+    alone, with the collector off, so the worker's ``LongLived`` need not thaw what it froze
+    when sessions close: 40 closes (two checks' worth) leave the frozen objects frozen. A thaw
+    made the next full collection walk every open session (> 100 ms at 900 sessions)."""
+    settings = Settings.model_validate({"ledger": {"path": str(tmp_path / "l.sqlite")}})
+    plan = ReleasePlan.from_settings(settings)
+    gaze = simulate_gaze(80.0, 120.0, seed=3)
+    with open_ledger(settings.ledger, plan) as ledger:
+        fleet = Fleet(settings, plan, ledger, _Publisher(), None)  # type: ignore[arg-type]
+        gc.collect()
+        gc.disable()
+        try:
+            refs = []
+            for i in range(40):
+                entry = fleet.open_session(f"s{i}", 120.0)
+                assert entry is not None
+                if i < 4:
+                    assert entry.pipeline.push(gaze)  # a session that released chunks
+                refs.append(weakref.ref(entry.pipeline))
+            del entry
+            frozen = gc.get_freeze_count()
+            assert frozen > 0
+            for i in range(40):
+                fleet.close_session(f"s{i}")
+            assert [r() is None for r in refs] == [True] * 40
+            # nothing thawed (a thaw empties the permanent generation; the closed pipelines'
+            # frozen objects left it as they were freed)
+            assert 0 < gc.get_freeze_count() < frozen
+        finally:
+            gc.enable()
+            gc.unfreeze()
+
+
+def test_a_closed_pipeline_that_outlives_its_close_is_thawed_for_the_collector(
+    tmp_path: Path,
+) -> None:
+    """A pipeline still alive after its close (as one held by a reference cycle would be) makes
+    ``LongLived`` thaw at its next check, so a full collection can take that garbage."""
+    settings = Settings.model_validate({"ledger": {"path": str(tmp_path / "l.sqlite")}})
+    plan = ReleasePlan.from_settings(settings)
+    with open_ledger(settings.ledger, plan) as ledger:
+        fleet = Fleet(settings, plan, ledger, _Publisher(), None)  # type: ignore[arg-type]
+        try:
+            kept = []
+            for i in range(20):
+                entry = fleet.open_session(f"s{i}", 120.0)
+                assert entry is not None
+                if i == 0:
+                    kept.append(entry.pipeline)  # outlives its close
+            del entry
+            for i in range(16):  # the first check comes at the 17th close
+                fleet.close_session(f"s{i}")
+            assert gc.get_freeze_count() > 0
+            fleet.close_session("s16")
+            assert gc.get_freeze_count() == 0  # thawed
+            assert kept
+        finally:
+            gc.unfreeze()
