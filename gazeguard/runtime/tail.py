@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Histogram
 if TYPE_CHECKING:
     from gazeguard.ledger.outbox import OutboxEntry
 
-#: Histogram buckets of the three figures, s.
+#: Histogram buckets of the figures, s.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 #: The loop-stall probe's period, s.
 PROBE_S = 0.05
