@@ -15,12 +15,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
 
 from gazeguard.cli import ExitCode
-from gazeguard.config import BrokerSettings, load_settings
+from gazeguard.config import BrokerSettings, Settings, load_settings
 from gazeguard.ledger import Ledger
 from gazeguard.runtime.pipeline import Chunk, Pipeline, ReleasedChunk
 from gazeguard.runtime.service import (
@@ -171,6 +172,53 @@ def test_broker_outage_loses_and_duplicates_nothing(
         sub.close()
 
 
+def quick_clock(
+    unique_id: str, broker: MosquittoBroker, ledger_path: Path, features: list[str], **extra: Any
+) -> Settings:
+    """``serve`` settings for the simulated headset on a quick clock: a 2 s window, a step every
+    20 ms, chunks of 32 steps (0.64 s of gaze), pulls every 0.25 s (less than one chunk),
+    ε 0.5 per feature, no hourly budget; ``extra``: more sections, and ``ledger`` entries."""
+    ledger = {"path": str(ledger_path), "budget_per_hour": None, **extra.pop("ledger", {})}
+    return load_settings(
+        None,
+        device="hmd",
+        session="s1",
+        ingest={
+            "source": "simulated",
+            "source_id": unique_id,
+            "pull_every_s": 0.25,
+            "late_after_s": 0.5,
+        },
+        features={"window_s": 2.0, "step_s": 0.02},
+        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": features},
+        ledger=ledger,
+        broker={"host": broker.host, "port": broker.port},
+        **extra,
+    )
+
+
+class StopFromThread:
+    """A run's stop, asked for from a worker thread in the middle of a call (:meth:`now`), as
+    a signal may land while a charge runs; :meth:`serve` runs the service with it."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.asked = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def now(self) -> None:
+        self.asked.set()
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self.stop.set)
+
+    def serve(self, settings: Settings, **kw: Any) -> RunSummary:
+        async def main() -> RunSummary:
+            self._loop = asyncio.get_running_loop()
+            return await serve(settings, stop=self.stop, duration_s=60, **kw)
+
+        return asyncio.run(main())
+
+
 @pytest.mark.slow
 def test_a_chunk_being_charged_when_the_run_stops_is_delivered_before_the_summary(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str, monkeypatch: pytest.MonkeyPatch
@@ -181,49 +229,24 @@ def test_a_chunk_being_charged_when_the_run_stops_is_delivered_before_the_summar
     arrived). A charge that takes a second (a slow disk) and a stop asked for meanwhile: the run
     now waits for the charge, delivers it, and counts it."""
     ledger_path = tmp_path / "ledger.sqlite"
-    settings = load_settings(
-        None,
-        device="hmd",
-        session="s1",
-        # a pull holds less than one chunk (0.64 s of gaze): the stop comes while the first
-        # chunk alone is being charged
-        ingest={
-            "source": "simulated",
-            "source_id": unique_id,
-            "pull_every_s": 0.25,
-            "late_after_s": 0.5,
-        },
-        features={"window_s": 2.0, "step_s": 0.02},
-        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": FEATURES.split(",")},
-        ledger={"path": str(ledger_path), "budget_per_hour": None},
-        broker={"host": mosquitto.host, "port": mosquitto.port},
-    )
+    # a pull holds less than one chunk: the stop comes while the first chunk alone is charged
+    settings = quick_clock(unique_id, mosquitto, ledger_path, FEATURES.split(","))
     release = Pipeline.release
-    asked = threading.Event()
-    stop = asyncio.Event()
-    loop: asyncio.AbstractEventLoop | None = None
+    stopper = StopFromThread()
 
     def slow_release(self: Pipeline, chunk: Chunk) -> ReleasedChunk | None:
-        if not asked.is_set():  # the first chunk: the run is asked to stop while it is charged
-            asked.set()
-            assert loop is not None
-            loop.call_soon_threadsafe(stop.set)
+        if not stopper.asked.is_set():  # the first chunk: the run is asked to stop meanwhile
+            stopper.now()
             time.sleep(1.0)
         return release(self, chunk)
 
     monkeypatch.setattr(Pipeline, "release", slow_release)
-
-    async def main() -> RunSummary:
-        nonlocal loop
-        loop = asyncio.get_running_loop()
-        return await serve(settings, stop=stop, duration_s=60)
-
-    summary = asyncio.run(main())
+    summary = stopper.serve(settings)
     with Ledger(ledger_path, create=False) as ledger:
         charged = [c.chunk_index for c in ledger.charges("s1")]
         pending = ledger.pending(session="s1")
         spent = ledger.state("s1").epsilon
-    assert asked.is_set()
+    assert stopper.asked.is_set()
     assert charged == [0]
     assert pending == []
     assert summary.pending == 0
@@ -240,59 +263,35 @@ def test_a_label_charged_when_the_run_stops_is_said_like_the_others(
     but never said (CI: `run` printed labels 0–19 of 21). Every charged label reaches
     ``on_label`` now, the last one too."""
     ledger_path = tmp_path / "ledger.sqlite"
-    settings = load_settings(
-        None,
-        device="hmd",
-        session="s1",
-        ingest={
-            "source": "simulated",
-            "source_id": unique_id,
-            "pull_every_s": 0.25,
-            "late_after_s": 0.5,
-        },
-        features={"window_s": 2.0, "step_s": 0.02},
-        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": MODEL_FEATURES},
+    settings = quick_clock(
+        unique_id, mosquitto, ledger_path, MODEL_FEATURES,
         labels={
             "enabled": True,
             "model": str(fast_model(tmp_path / "m.json", window_s=2.0, step_s=0.02)),
             "decision_s": 0.64,
             "epsilon": 8.0,
         },
-        ledger={"path": str(ledger_path), "budget_per_hour": None, "composition": "sequential"},
-        broker={"host": mosquitto.host, "port": mosquitto.port},
-    )
+        ledger={"composition": "sequential"},
+    )  # fmt: skip
     advance = Pipeline.advance
-    asked = threading.Event()
-    stop = asyncio.Event()
-    loop: asyncio.AbstractEventLoop | None = None
+    stopper = StopFromThread()
     said: list[int] = []
 
     def slow_advance(self: Pipeline, until_s: float) -> list[ReleasedChunk]:
         out = advance(self, until_s)
-        if self._labels_ready and not asked.is_set():  # a label charged: stop meanwhile
-            asked.set()
-            assert loop is not None
-            loop.call_soon_threadsafe(stop.set)
+        if self._labels_ready and not stopper.asked.is_set():  # a label charged: stop meanwhile
+            stopper.now()
             time.sleep(0.5)
         return out
 
     monkeypatch.setattr(Pipeline, "advance", slow_advance)
-
-    async def main() -> RunSummary:
-        nonlocal loop
-        loop = asyncio.get_running_loop()
-        return await serve(
-            settings,
-            stop=stop,
-            duration_s=60,
-            on_label=lambda label, _: said.append(label.message.decision_index),
-        )
-
-    summary = asyncio.run(main())
+    summary = stopper.serve(
+        settings, on_label=lambda label, _: said.append(label.message.decision_index)
+    )
     with Ledger(ledger_path, create=False) as ledger:
         charged = [c.chunk_index for c in ledger.charges("s1", stream="labels")]
         pending = ledger.pending(session="s1")
-    assert asked.is_set()
+    assert stopper.asked.is_set()
     assert charged
     assert said == charged
     assert pending == []
