@@ -442,7 +442,7 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
         assert sum(att["cells"]) == pytest.approx(1.0, abs=1e-6), "shares of the dwell"
         assert att["fills"] > 3, att
         assert att["labels"] == ["+13.5°", "−13.5°", "−24°", "0°", "+24°"]
-        shot = browser.find_element("css selector", ".worker svg.heatmap").screenshot_as_png
+        shot = element_png(browser, ".worker svg.heatmap")
         (tmp_path / "heatmap.png").write_bytes(shot)
         browser.save_screenshot(str(tmp_path / "dashboard.png"))
         coloured, colours = heatmap_pixels(shot)
@@ -527,7 +527,7 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
             logs,
         )
         assert browser.execute_script(READ_MODE, "lab", _worker_id(worker))["nodata"]
-        shot = browser.find_element("css selector", ".mode svg.timeline").screenshot_as_png
+        shot = element_png(browser, ".mode svg.timeline")
         coloured, colours = heatmap_pixels(shot)
         assert coloured > 0.3, coloured  # 4 columns of 5 and the times below them
         assert colours >= 3, colours
@@ -600,6 +600,24 @@ def least_sessions(readable: Callable[[int], bool], top: int = 10**7) -> int:
         else:
             lo = mid + 1
     return lo
+
+
+def element_png(browser: Any, selector: str, attempts: int = 10) -> bytes:
+    """A screenshot (PNG) of the element `selector` names. The page redraws a worker's card with
+    every message (a bucket every 2 s), so the element found can be replaced before its picture
+    is taken (StaleElementReferenceException, CI at 0b783ef): find it again and retake. Each retry
+    needs another redraw inside the few milliseconds between find and screenshot."""
+    from selenium.common.exceptions import StaleElementReferenceException  # noqa: PLC0415
+
+    for attempt in range(attempts):
+        try:
+            png: bytes = browser.find_element("css selector", selector).screenshot_as_png
+        except StaleElementReferenceException:
+            if attempt == attempts - 1:
+                raise
+            continue
+        return png
+    raise AssertionError("unreachable")
 
 
 def heatmap_pixels(png: bytes) -> tuple[float, int]:
