@@ -113,6 +113,7 @@ TARGET_PER_CORE = 1500  # sessions per busy core, in the slowest run
 MOONSHOT_PER_CORE = 2000
 ROOT = Path(__file__).resolve().parents[1]  # this checkout
 LOGS = RESULTS / "logs"  # raw py-spy profiles (collapsed stacks, for flame graphs)
+WARNINGS_KEPT = 20  # a worker's first warning lines kept in its run's result
 DEVICE = "gen"
 OPENED = re.compile(r"session '([^']+)' opened")
 METRICS_URL = re.compile(r"operator metrics .* on (http://\S+/metrics)")
@@ -258,6 +259,7 @@ class Worker:
         self.ready = threading.Event()
         self.tail: collections.deque[str] = collections.deque(maxlen=30)
         self.warnings = 0
+        self.warning_lines: list[str] = []  # the first few, each with its Unix time
         self.sessions: set[str] = set()  # sessions this worker opened
         self.partitions: set[int] = set()  # partitions it holds (its last balance report)
         self.metrics_url: str | None = None  # its operator endpoint (a --baseline may have none)
@@ -277,6 +279,8 @@ class Worker:
                 self.partitions = {int(x) for x in m[1].split(",") if x.strip()}
             if "WARNING" in line or "ERROR" in line:
                 self.warnings += 1
+                if len(self.warning_lines) < WARNINGS_KEPT:
+                    self.warning_lines.append(f"{time.time():.1f} {line.rstrip()}")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -493,6 +497,9 @@ def _run_level(
         "generator_cpu_pct": [f.cpu_pct for f in other_fp[2:]],
         "cpu_window_s": worker_fp[0].wall_s,
         "worker_warnings": sum(w.warnings for w in pool),
+        # the first warnings, as Unix time and line (a long collection says when it came)
+        "worker_warning_lines": [x for w in pool for x in w.warning_lines],
+        "gaze_from": start_at,  # Unix s: the generators' first block
         "no_loss": no_loss,
         "generator_kept_up": kept_up,
         "sustained": no_loss and kept_up and lat["p99_ms"] <= P99_TARGET_MS,

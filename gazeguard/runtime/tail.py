@@ -9,7 +9,9 @@ the gaze, for a trusted operator diagnosing the tail, never for export:
   to its chunks handed to the publisher (:meth:`Fleet.process_many
   <gazeguard.runtime.fleet.Fleet.process_many>`): the unit of work every block waits behind;
 * ``gazeguard_gc_pause_seconds{generation}``: every collection of the cyclic garbage collector,
-  by generation (``gc.callbacks``), which stops the loop for its duration;
+  by generation (``gc.callbacks``), which stops the loop for its duration; one of
+  :data:`GC_WARN_S` or more is also said in the local log, with what it freed and what is
+  frozen, so that when it came can be read beside the sessions' opens and closes;
 * ``gazeguard_loop_stall_seconds``: how late a 50 ms timer of the event loop fires (a stall of
   the loop: a long batch, a collection, a blocking call);
 * ``gazeguard_outbox_wait_seconds`` and ``gazeguard_broker_ack_seconds``: the path after the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +37,12 @@ from prometheus_client import CollectorRegistry, Histogram
 if TYPE_CHECKING:
     from gazeguard.ledger.outbox import OutboxEntry
 
+log = logging.getLogger(__name__)
+
 #: Histogram buckets of the figures, s.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: A collection at least this long, s, is said in the local log.
+GC_WARN_S = 0.05
 #: The loop-stall probe's period, s.
 PROBE_S = 0.05
 #: Sends awaiting their acknowledgement kept for ``gazeguard_broker_ack_seconds``; beyond this
@@ -116,9 +123,19 @@ class TailProfile:
         if phase == "start":
             self._gc_started = time.perf_counter()
         else:
-            self._by_generation[min(int(info["generation"]), 2)].observe(
-                time.perf_counter() - self._gc_started
-            )
+            took = time.perf_counter() - self._gc_started
+            generation = min(int(info["generation"]), 2)
+            self._by_generation[generation].observe(took)
+            if took >= GC_WARN_S:
+                log.warning(
+                    "a generation-%d garbage collection stopped the loop for %.0f ms "
+                    "(%d objects freed; %d frozen; generation counts %s)",
+                    generation,
+                    1e3 * took,
+                    int(info.get("collected", 0)),
+                    gc.get_freeze_count(),
+                    gc.get_count(),
+                )
 
     async def probe_loop(self) -> None:
         """Observe the loop's stall every :data:`PROBE_S` until cancelled."""

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
+from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from gazeguard.runtime.tail import TailProfile
@@ -34,6 +37,39 @@ def test_every_collection_is_timed_by_its_generation_until_uninstalled() -> None
     summed = registry.get_sample_value("gazeguard_gc_pause_seconds_sum", {"generation": "2"})
     assert summed is not None
     assert 0.0 < summed < 5.0
+
+
+def test_a_long_collection_is_said_in_the_log_a_short_one_is_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A young collection that takes 60 ms (a callback after the profile's sleeps at its start)
+    is one warning with its generation and what is frozen; a quick one is none (generation 0:
+    a full collection of this test process's heap can itself take 50 ms)."""
+    tail = TailProfile(CollectorRegistry())
+
+    def slow(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            time.sleep(0.06)
+
+    tail.install()
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the two collections below: none of the allocations' own
+    try:
+        with caplog.at_level(logging.WARNING, logger="gazeguard.runtime.tail"):
+            gc.collect(0)
+            assert caplog.messages == []
+            gc.callbacks.append(slow)
+            try:
+                gc.collect(0)
+            finally:
+                gc.callbacks.remove(slow)
+    finally:
+        tail.uninstall()
+        if was_enabled:
+            gc.enable()
+    assert len(caplog.messages) == 1, caplog.messages
+    assert caplog.messages[0].startswith("a generation-0 garbage collection stopped the loop for ")
+    assert f"{gc.get_freeze_count()} frozen" in caplog.messages[0]
 
 
 def test_a_blocked_loop_is_seen_as_a_stall() -> None:
