@@ -22,6 +22,7 @@ PostgreSQL so that every worker charges one ledger.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import heapq
@@ -299,6 +300,9 @@ def ledger_calls_on_loop(settings: Settings, ledger: Ledger) -> bool:
 #: A thaw (:class:`LongLived`) at the latest after this many session closes, or 8 × the open
 #: sessions if more: a backstop for cyclic garbage that is not a session's pipeline.
 THAW_BACKSTOP = 1024
+#: A closed pipeline still alive this long after its close, s, is held by something other than
+#: its closer (a reference cycle): :class:`LongLived` thaws for the collector.
+OUTLIVED_AFTER_S = 5.0
 
 
 class LongLived:
@@ -312,15 +316,23 @@ class LongLived:
     Frozen objects are still freed by reference counting, and a closed session's pipeline is
     (``test_closed_sessions_are_freed_without_the_collector``). Only cyclic garbage would wait.
     A thaw (``gc.unfreeze``) hands everything frozen back to the next full collection, which
-    then walks every open session's objects too: > 100 ms at 900 sessions, seen as the fleet's
-    worst chunks while sessions closed. So the pipelines closed are watched (weak references):
-    after closes adding up to a quarter of the open sessions (at least 16), it thaws only if
-    one of them outlived its close (held by a cycle), or as a backstop after
-    :data:`THAW_BACKSTOP` closes (or 8 × the open sessions); the next session opened freezes
-    again."""
+    then walks every open session's objects too: > 100 ms at 900 sessions. So the pipelines
+    closed are watched (weak references) and each is judged once :data:`OUTLIVED_AFTER_S` has
+    passed since its close: whoever closed it (a sweep closing many sessions holds them all
+    until it ends) has let it go by then. After closes adding up to a quarter of the open
+    sessions (at least 16), it thaws only if one of them outlived its close, or as a backstop
+    after :data:`THAW_BACKSTOP` closes (or 8 × the open sessions); the next session opened
+    freezes again.
 
-    def __init__(self) -> None:
-        self._closed: list[weakref.ref[object]] = []  # pipelines closed since the last check
+    Args:
+        clock: monotonic seconds (``time.monotonic``; a test's own clock).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # pipelines closed and not judged yet: (when, s of clock; a weak reference), oldest first
+        self._closed: collections.deque[tuple[float, weakref.ref[object]]] = collections.deque()
+        self._outlived = False  # a judged pipeline was alive: thaw at the next check
         self._since_thaw = 0
 
     def opened(self) -> None:
@@ -329,15 +341,19 @@ class LongLived:
 
     def closed(self, pipeline: object, still_open: int) -> None:
         """``pipeline``'s session closed (``still_open`` remain; the caller may still hold
-        ``pipeline``: it is looked at with the next check, not this one)."""
+        ``pipeline``: it is judged :data:`OUTLIVED_AFTER_S` later, at a later close)."""
+        now = self._clock()
+        while self._closed and now - self._closed[0][0] >= OUTLIVED_AFTER_S:
+            _, ref = self._closed.popleft()
+            self._outlived = self._outlived or ref() is not None
+        self._closed.append((now, weakref.ref(pipeline)))
         self._since_thaw += 1
-        if len(self._closed) >= max(16, still_open // 4):
-            leaked = any(ref() is not None for ref in self._closed)
-            self._closed.clear()
-            if leaked or self._since_thaw >= max(THAW_BACKSTOP, 8 * still_open):
-                self._since_thaw = 0
-                gc.unfreeze()
-        self._closed.append(weakref.ref(pipeline))
+        if self._since_thaw >= max(16, still_open // 4) and (
+            self._outlived or self._since_thaw >= max(THAW_BACKSTOP, 8 * still_open)
+        ):
+            self._since_thaw = 0
+            self._outlived = False
+            gc.unfreeze()
 
 
 class Fleet:
