@@ -22,6 +22,9 @@ run``
    With ``--baseline PATH`` (a checkout of earlier code, e.g. a git worktree), that code runs as
    a fourth kind in every round, and its own first start beside this code's, each with its own
    empty composition cache (``PYTHONPATH=PATH``): the before and after of a change in one run.
+   Its latency is measured too: after each latency run of this code, one of the baseline's
+   (this file's ``latency_run`` in a child process with ``PYTHONPATH=PATH``, against the same
+   outlet and broker).
 
 3. **Where the latency goes** (context, offline, same process): the same ``Pipeline`` fed
    ``simulate_gaze`` with the fast settings; per chunk, ``Pipeline.release`` in total, the
@@ -244,6 +247,33 @@ def latency_run(
     return out
 
 
+def baseline_latency_run(
+    baseline: Path, sid: str, broker: Broker, workdir: Path, chunks: int
+) -> dict[str, Any]:
+    """:func:`latency_run` of the code at ``baseline``: this file in a child process with
+    ``PYTHONPATH=baseline`` (and its working directory there), on the same outlet and broker."""
+    out = workdir / f"baseline-latency-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--chunks", str(chunks)]
+    cmd += ["--latency-child", sid, broker.address, str(out)]
+    env = {**os.environ, "PYTHONPATH": str(baseline)}
+    subprocess.run(cmd, env=env, cwd=baseline, check=True)
+    res: dict[str, Any] = json.loads(out.read_text())
+    return res
+
+
+def latency_child(sid: str, address: str, out: Path, chunks: int) -> None:
+    """One :func:`latency_run` (``--latency-child``) with whatever ``gazeguard`` this process
+    imports, against the running outlet ``sid`` and broker ``address``; written to ``out``."""
+    import gazeguard  # noqa: PLC0415 - which code runs is the point
+
+    host, port = address.rsplit(":", 1)
+    broker = Broker(host, int(port), None)  # type: ignore[arg-type] - not ours to account
+    with tempfile.TemporaryDirectory() as tmp:
+        res = latency_run(sid, broker, Path(tmp), chunks)
+    res["code"] = str(Path(gazeguard.__file__).resolve().parent.parent)
+    out.write_text(json.dumps(res))
+
+
 # ------------------------------------------------------------------------------ breakdown
 def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
     """Per chunk, offline: release in total, mechanism, ledger charge, bare append + fsync."""
@@ -440,10 +470,17 @@ def main() -> None:
         "--baseline",
         type=Path,
         default=None,
-        help="a checkout of earlier code (e.g. a git worktree) whose sidecar footprint is "
-        "measured in the same rounds (first start and restarts) as this code's",
+        help="a checkout of earlier code (e.g. a git worktree) whose sidecar footprint and "
+        "latency are measured in the same rounds as this code's",
+    )
+    ap.add_argument(
+        "--latency-child", nargs=3, metavar=("SID", "BROKER", "OUT"), help=argparse.SUPPRESS
     )
     args = ap.parse_args()
+    if args.latency_child:
+        sid, address, out = args.latency_child
+        latency_child(sid, address, Path(out), args.chunks)
+        return
     baseline: Path | None = args.baseline.resolve() if args.baseline else None
     if baseline is not None and not (baseline / "gazeguard" / "__init__.py").is_file():
         ap.error(f"--baseline {args.baseline}: no gazeguard/ package there")
@@ -452,6 +489,7 @@ def main() -> None:
     load_before = load_now()
     print(f"load average before: {load_before}")
     latency: list[dict[str, Any]] = []
+    base_latency: list[dict[str, Any]] = []
     footprint: list[dict[str, Any]] = []
     cold: list[dict[str, Any]] = []
     before: list[dict[str, Any]] = []
@@ -471,6 +509,15 @@ def main() -> None:
                     f"(load {load_now()})",
                     flush=True,
                 )
+                if baseline is not None:
+                    res = baseline_latency_run(baseline, sid, broker, work, args.chunks)
+                    base_latency.append(res)
+                    s = res["completion_to_puback"]
+                    print(
+                        f"  baseline {r + 1}: {res['chunks']} chunks, completion→PUBACK "
+                        f"p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} max {s['max_ms']:.2f} ms",
+                        flush=True,
+                    )
             parts_offline = breakdown(work, args.chunks)
             # the first run starts with an empty composition cache (a device's first start
             # ever), the others with what it kept (every restart after)
@@ -520,6 +567,11 @@ def main() -> None:
         ],
     }
     base_median = median_of(base_runs, fp_keys) if base_runs else None
+    base_lat_median = (
+        {p: median_of([r[p] for r in base_latency], ("p50_ms", "p99_ms", "max_ms")) for p in parts}
+        if base_latency
+        else None
+    )
     if base_runs:
         comparison["baseline_cpu_pct"] = [g["cpu_pct"] for g in base_runs]
         comparison["gazeguard_over_baseline"] = [
@@ -569,6 +621,12 @@ def main() -> None:
             f"RSS max {base_cold[0]['rss_max_mb']:.1f} MB, peak "
             f"{base_cold[0]['with_startup_rss_peak_mb']:.1f} MB"
         )
+    if base_lat_median is not None:
+        b, m = base_lat_median["completion_to_puback"], lat_median["completion_to_puback"]
+        print(
+            f"latency completion→PUBACK (median of runs): this code p50 {m['p50_ms']:.2f} / "
+            f"p99 {m['p99_ms']:.2f} ms, baseline p50 {b['p50_ms']:.2f} / p99 {b['p99_ms']:.2f} ms"
+        )
     for k, t in targets.items():
         print(f"target {k} {t['target']}: {t['value']:.2f} → {'met' if t['met'] else 'MISSED'}")
     path = write_results(
@@ -616,6 +674,8 @@ def main() -> None:
                 "cold_start": base_cold[0],
                 "runs": base_runs,
                 "median": base_median,
+                "latency_runs": base_latency,
+                "latency_median": base_lat_median,
             },
             "targets": targets,
         },
