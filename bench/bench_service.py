@@ -75,7 +75,7 @@ from _harness import (
 
 import gazeguard.runtime.service
 from gazeguard.config import FeatureSettings, LedgerSettings, Settings, load_settings
-from gazeguard.ledger import Ledger, pure_cost
+from gazeguard.ledger import Ledger
 from gazeguard.ledger.outbox import OutboxEntry
 from gazeguard.plan import ReleasePlan
 from gazeguard.runtime.pipeline import Pipeline, ReleasedChunk
@@ -290,6 +290,9 @@ def breakdown(workdir: Path, chunks: int) -> dict[str, dict[str, float]]:
         (workdir / "append.log").open("ab") as log,
     ):
         pipe = Pipeline(ledger, session="breakdown", device="bench", rate_hz=120.0, features=fast)
+        # (imported here: a --baseline's latency child imports this file with older code)
+        from gazeguard.ledger import pure_cost  # noqa: PLC0415
+
         cost = pure_cost(dict.fromkeys(pipe.feature_names, 1.0))
         for chunk in pipe.feed(gaze)[:chunks]:
             t0 = time.perf_counter()
