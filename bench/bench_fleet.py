@@ -116,6 +116,7 @@ LOGS = RESULTS / "logs"  # raw py-spy profiles (collapsed stacks, for flame grap
 WARNINGS_KEPT = 20  # a worker's first warning lines kept in its run's result
 DEVICE = "gen"
 OPENED = re.compile(r"session '([^']+)' opened")
+REFUSED = re.compile(r"refusing session '([^']+)'")
 METRICS_URL = re.compile(r"operator metrics .* on (http://\S+/metrics)")
 #: A worker's balance report: the partitions it holds (logged when that changes).
 HOLDS = re.compile(r"holds partitions \[([\d, ]*)\]; assigned")
@@ -233,7 +234,7 @@ class Worker:
 
     def __init__(
         self, broker: Broker, nats: NatsServer, partitions: int, ledger: Path, extra: list[str],
-        code: Path = ROOT, cpu: int | None = None,
+        code: Path = ROOT, cpu: int | None = None, max_sessions: int = 1000,
     ) -> None:  # fmt: skip
         cmd = [
             sys.executable, "-m", "gazeguard", "-v", "run", "--fleet", "--source", "jetstream",
@@ -247,6 +248,10 @@ class Worker:
             # the operator endpoint with the tail profile (batches, GC pauses, loop stalls)
             "GAZEGUARD_METRICS__PORT": "0",
             "GAZEGUARD_METRICS__TAIL": "true",
+            # every session of the level may land on this worker: none refused by the cap
+            # (fleet.max_sessions, 1,000 by default, refused 200 of 1,200 sessions: their
+            # chunks were counted missing before 12-08)
+            "GAZEGUARD_FLEET__MAX_SESSIONS": str(max_sessions),
         }
         # cwd=code as well: `python -m` puts the working directory first on sys.path, before
         # PYTHONPATH, so a worker started from another checkout ran that checkout's code (every
@@ -261,6 +266,7 @@ class Worker:
         self.warnings = 0
         self.warning_lines: list[str] = []  # the first few, each with its Unix time
         self.sessions: set[str] = set()  # sessions this worker opened
+        self.refused: set[str] = set()  # sessions it refused (fleet.max_sessions reached)
         self.partitions: set[int] = set()  # partitions it holds (its last balance report)
         self.metrics_url: str | None = None  # its operator endpoint (a --baseline may have none)
         threading.Thread(target=self._read, daemon=True).start()
@@ -277,6 +283,8 @@ class Worker:
                 self.sessions.add(m[1])
             if (m := HOLDS.search(line)) is not None:
                 self.partitions = {int(x) for x in m[1].split(",") if x.strip()}
+            if (m := REFUSED.search(line)) is not None:
+                self.refused.add(m[1])
             if "WARNING" in line or "ERROR" in line:
                 self.warnings += 1
                 if len(self.warning_lines) < WARNINGS_KEPT:
@@ -400,7 +408,8 @@ def _run_level(
             pin_process(broker.proc.pid, OTHER_CPU)
             pin_process(nats.proc.pid, OTHER_CPU)
         pool = [
-            Worker(broker, nats, args.partitions, ledger, extra, code, cpu) for _ in range(workers)
+            Worker(broker, nats, args.partitions, ledger, extra, code, cpu, max(1000, sessions))
+            for _ in range(workers)
         ]
         try:
             for w in pool:
@@ -497,6 +506,7 @@ def _run_level(
         "generator_cpu_pct": [f.cpu_pct for f in other_fp[2:]],
         "cpu_window_s": worker_fp[0].wall_s,
         "worker_warnings": sum(w.warnings for w in pool),
+        "sessions_refused": len(set().union(*(w.refused for w in pool))),
         # the first warnings, as Unix time and line (a long collection says when it came)
         "worker_warning_lines": [x for w in pool for x in w.warning_lines],
         "gaze_from": start_at,  # Unix s: the generators' first block
