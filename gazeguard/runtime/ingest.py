@@ -593,6 +593,8 @@ class LslFleetIngest:
         async with asyncio.TaskGroup() as tg:
             while not stop.is_set():
                 found = await asyncio.to_thread(pylsl.resolve_bypred, pred, 0, 1.0)
+                if stop.is_set():  # it came while resolving: its sessions are ending, take none
+                    break
                 for info in found:
                     sid = info.source_id() or info.name()
                     if sid in tasks and not tasks[sid].done():

@@ -7,18 +7,26 @@ everything else is the product's default selection."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
+import pylsl
 import pytest
 
 from gazeguard.cli._common import ExitCode
+from gazeguard.config import load_settings
 from gazeguard.ledger import Ledger
+from gazeguard.runtime.fleet import Fleet
+from gazeguard.runtime.service import serve_fleet
 from gazeguard.runtime.simulate import SimulatedHeadset
 from tests.conftest import MosquittoBroker, Subscriber
 
@@ -198,3 +206,56 @@ def test_fleet_lsl_worker_serves_only_its_selection_and_logs_each_stream(
         skipped = [ln for ln in lines if "skipping LSL stream" in ln and f"source_id {sid!r}" in ln]
         assert len(skipped) == 1, err  # once, however many discovery rounds
         assert f"does not match ingest.source_id '{unique_id}-lab-*'" in skipped[0]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_stop_while_discovery_resolves_takes_no_stream_again(
+    tmp_path: Path,
+    mosquitto: MosquittoBroker,
+    unique_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stop that lands while a discovery round resolves ends the streams' sessions; that round
+    must take no stream again (CI, 12-08: a stopped worker said "taking LSL stream" twice for
+    one stream). The resolve is the real one: once a session is fed, the next round sets the
+    stop and returns only after the session closed, the order that raced."""
+    settings = load_settings(
+        None,
+        device="fleet",
+        fleet={"enabled": True, "discover_every_s": 0.2},
+        ingest={"source": "lsl", "stream_type": unique_id},
+        features={"window_s": 2.0, "step_s": 0.05},
+        mechanism={"chunk_steps": 32, "epsilon": 0.5, "features": ["fixation_rate"]},
+        ledger={"path": str(tmp_path / "l.sqlite"), "budget_per_hour": None},
+        broker={"host": mosquitto.host, "port": mosquitto.port},
+    )
+    closed = threading.Event()
+    fleets: list[Fleet] = []
+    real_resolve = pylsl.resolve_bypred
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def resolve(*args: Any) -> list[pylsl.StreamInfo]:
+            found: list[pylsl.StreamInfo] = real_resolve(*args)
+            fed = fleets and any(e.samples for e in list(fleets[0].sessions.values()))
+            if fed and not stop.is_set():
+                loop.call_soon_threadsafe(stop.set)
+                assert closed.wait(30), "the session did not close after the stop"
+            return found
+
+        def ready(fleet: Fleet) -> None:
+            fleets.append(fleet)
+            fleet.on_session = lambda e: closed.set() if e.event == "closed" else None
+
+        monkeypatch.setattr(pylsl, "resolve_bypred", resolve)
+        await asyncio.wait_for(serve_fleet(settings, stop=stop, ready=ready), 90)
+
+    with headsets(unique_id, f"{unique_id}-1"), caplog.at_level(logging.WARNING):
+        asyncio.run(main())
+    taken = [m for m in caplog.messages if m.startswith(f"worker {fleets[0].worker_id}: taking")]
+    assert len(taken) == 1, caplog.messages
+    assert fleets[0].closed == [f"{unique_id}-1"]
