@@ -247,6 +247,15 @@ def latency_run(
     return out
 
 
+def latency_line(res: dict[str, Any]) -> str:
+    """One latency run in words: its chunks and completion → PUBACK p50, p99 and max."""
+    s = res["completion_to_puback"]
+    return (
+        f"{res['chunks']} chunks, completion→PUBACK "
+        f"p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} max {s['max_ms']:.2f} ms"
+    )
+
+
 def baseline_latency_run(
     baseline: Path, sid: str, broker: Broker, workdir: Path, chunks: int
 ) -> dict[str, Any]:
@@ -505,22 +514,11 @@ def main() -> None:
             for r in range(args.repeats):
                 res = latency_run(sid, broker, work, args.chunks)
                 latency.append(res)
-                s = res["completion_to_puback"]
-                print(
-                    f"latency run {r + 1}: {res['chunks']} chunks, completion→PUBACK "
-                    f"p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} max {s['max_ms']:.2f} ms "
-                    f"(load {load_now()})",
-                    flush=True,
-                )
+                print(f"latency run {r + 1}: {latency_line(res)} (load {load_now()})", flush=True)
                 if baseline is not None:
                     res = baseline_latency_run(baseline, sid, broker, work, args.chunks)
                     base_latency.append(res)
-                    s = res["completion_to_puback"]
-                    print(
-                        f"  baseline {r + 1}: {res['chunks']} chunks, completion→PUBACK "
-                        f"p50 {s['p50_ms']:.2f} p99 {s['p99_ms']:.2f} max {s['max_ms']:.2f} ms",
-                        flush=True,
-                    )
+                    print(f"  baseline {r + 1}: {latency_line(res)}", flush=True)
             parts_offline = breakdown(work, args.chunks)
             # the first run starts with an empty composition cache (a device's first start
             # ever), the others with what it kept (every restart after)

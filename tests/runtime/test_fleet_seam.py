@@ -6,8 +6,10 @@ session's detector and extractor."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import gc
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -93,16 +95,23 @@ def test_the_workers_kernels_reach_every_sessions_detector_and_extractor(
         assert fleet.sessions == {}
 
 
+@contextlib.contextmanager
+def _default_fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """A worker at the default settings, its ledger in ``tmp_path``, numpy passes, publishing
+    to :class:`_Publisher`."""
+    settings = Settings.model_validate({"ledger": {"path": str(tmp_path / "l.sqlite")}})
+    plan = ReleasePlan.from_settings(settings)
+    with open_ledger(settings.ledger, plan) as ledger:
+        yield Fleet(settings, plan, ledger, _Publisher(), None)  # type: ignore[arg-type]
+
+
 def test_closed_sessions_are_freed_without_the_collector(tmp_path: Path) -> None:
     """A closed session's pipeline (having released chunks) is freed by reference counting
     alone, with the collector off, so the worker's ``LongLived`` need not thaw what it froze
     when sessions close: 40 closes (two checks' worth) leave the frozen objects frozen. A thaw
     made the next full collection walk every open session (> 100 ms at 900 sessions)."""
-    settings = Settings.model_validate({"ledger": {"path": str(tmp_path / "l.sqlite")}})
-    plan = ReleasePlan.from_settings(settings)
     gaze = simulate_gaze(80.0, 120.0, seed=3)
-    with open_ledger(settings.ledger, plan) as ledger:
-        fleet = Fleet(settings, plan, ledger, _Publisher(), None)  # type: ignore[arg-type]
+    with _default_fleet(tmp_path) as fleet:
         gc.collect()
         gc.disable()
         try:
@@ -132,10 +141,7 @@ def test_a_sweep_holding_the_sessions_it_closes_thaws_nothing(tmp_path: Path) ->
     outlived its close (it is let go when the sweep ends), so nothing is thawed. Judged at
     once, the 17th close thawed and the next full collection walked every open session
     (124 ms at 900 sessions, bench_fleet at 6858edb, as the sessions closed)."""
-    settings = Settings.model_validate({"ledger": {"path": str(tmp_path / "l.sqlite")}})
-    plan = ReleasePlan.from_settings(settings)
-    with open_ledger(settings.ledger, plan) as ledger:
-        fleet = Fleet(settings, plan, ledger, _Publisher(), None)  # type: ignore[arg-type]
+    with _default_fleet(tmp_path) as fleet:
         try:
             for i in range(40):
                 assert fleet.open_session(f"s{i}", 120.0) is not None
