@@ -132,6 +132,7 @@ class EventKind(IntEnum):
 
 
 _K_UNDEFINED, _K_FIXATION, _K_SACCADE, _K_BLINK, _K_LOSS = EventKind  # no class lookups per event
+_KINDS = tuple(EventKind)
 
 _EVENT_FIELDS = (
     "t_start",
@@ -430,7 +431,10 @@ class EventDetector:
         self._g0 = 0  # global index of buffer[0]
         self._next = 0  # buffer index of the first unclassified sample
         self._last_invalid = -1  # global index of the newest invalid sample (-1: none yet)
-        self._open: _OpenRun | None = None
+        self._open: _OpenRun | None = None  # numpy; the compiled pass keeps it packed:
+        self._ri = np.zeros(compiled.RUN_I, dtype=np.int64)  # (ri[0] = 1: a run is open)
+        self._rf = np.empty(compiled.RUN_F)
+        self._counts = np.zeros(6, dtype=np.int64)  # the compiled pass's gaps, events by kind
         self._finished = False
         self.last_classified_t: float | None = None  # time of the newest classified sample, s
 
@@ -484,8 +488,9 @@ class EventDetector:
         if self._finished:
             return []
         rows = self._classify(self._n, final=True)
-        if self._open is not None:  # the end of the stream follows it
-            self._close(rows, self._open, -1, True, None, np.nan, np.nan)
+        run = self._open_run()
+        if run is not None:  # the end of the stream follows it
+            self._close(rows, run, -1, True, None, np.nan, np.nan)
             self._open = None
         self._finished = True
         return rows
@@ -646,39 +651,36 @@ class EventDetector:
 
     def _classify_compiled(self, kernel: Callable[..., Any], stop: int, final: bool) -> list[Row]:
         """:meth:`_classify` by the compiled pass (:mod:`gazeguard.signal.compiled`): the same
-        rows, bit
-        for bit; the open run goes to the kernel packed and comes back as an :class:`_OpenRun`."""
+        rows, bit for bit. The open run stays packed between calls in ``_ri``/``_rf``, where
+        the kernel reads and leaves it (:meth:`_open_run` unpacks it)."""
         assert self.dt is not None
-        ri = np.zeros(compiled.RUN_I, dtype=np.int64)
-        rf = np.empty(compiled.RUN_F)
-        run = self._open
-        if run is not None:
-            ri[:] = (1, run.cls, run.start, run.prev_cls, run.gap_before, run.n, run.sx, run.sy)
-            rf[:] = (
-                run.t_start, run.t_last, run.x_before, run.y_before,
-                run.xmin, run.xmax, run.ymin, run.ymax, run.vmax, run.anchor,
-            )  # fmt: skip
-        counts = np.zeros(6, dtype=np.int64)
+        counts = self._counts
+        counts.fill(0)
         out = kernel(
             self._t, self._xy, self._ok, self._n, self._next, stop, self.h,
             self.velocity_threshold_deg_s, self.max_gap_s, self._g0, self.dt, SPLIT_GRID_S,
-            self._limits, ri, rf, counts,
-        )  # fmt: skip
-        _, cls, start, prev_cls, gap_before, n, sx, sy = ri.tolist()
-        t_start, t_last, x_before, y_before, *stat, anchor = rf.tolist()
-        self._open = _OpenRun(
-            cls, start, t_start, t_last, prev_cls, bool(gap_before), x_before, y_before, anchor,
-            n, sx, sy, *stat,
+            self._limits, self._ri, self._rf, counts,
         )  # fmt: skip
         gaps, *per_kind = counts.tolist()
         stats = self.stats
         stats.gaps += gaps
-        for kind, c in zip(EventKind, per_kind, strict=True):
+        for kind, c in zip(_KINDS, per_kind, strict=True):
             if c:
                 stats.events[kind] += c
         self._next = self._n if final else stop
         self.last_classified_t = float(self._t[stop - 1])
         return [tuple(row) for row in out.tolist()]
+
+    def _open_run(self) -> _OpenRun | None:
+        """The open run (``None``: none yet), unpacked where the compiled pass keeps it."""
+        if self.kernels is None or not self._ri[0]:
+            return self._open
+        _, cls, start, prev_cls, gap_before, n, sx, sy = self._ri.tolist()
+        t_start, t_last, x_before, y_before, *stat, anchor = self._rf.tolist()
+        return _OpenRun(
+            cls, start, t_start, t_last, prev_cls, bool(gap_before), x_before, y_before, anchor,
+            n, sx, sy, *stat,
+        )  # fmt: skip
 
     def _runs(self, stop: int, next_: int, segs: _Segments) -> list[Row]:
         """Extend or open runs from the segments of classified samples [self._next, stop) and

@@ -481,6 +481,12 @@ assert all(
     NAMES[i : i + len(_WORD_STATS)] == tuple(f"wordbook{n}_{st}" for st in _WORD_STATS)
     for i, n in zip(_WORDBOOK_AT, WORDBOOK_NS, strict=True)
 )
+# The ratios and the wordbook statistics each fill one run of NAMES (one slice assignment a step).
+_RATIO_AT = min(i for i, _ in _RATIOS)
+_RATIO_COUNTERS = tuple(c for _, c in sorted(_RATIOS))
+assert [i for i, _ in sorted(_RATIOS)] == list(range(_RATIO_AT, _RATIO_AT + len(_RATIOS)))
+_WORDBOOKS_AT = _WORDBOOK_AT[0]
+assert tuple(range(_WORDBOOKS_AT, len(NAMES), len(_WORD_STATS))) == _WORDBOOK_AT  # the last ones
 # Detector row fields (EventDetector rows, the order of Events.from_rows).
 _R_KIND, _R_TEND, _R_DUR, _R_DX, _R_DY, _R_AMP, _R_VPK, _R_DISP = 0, 4, 5, 8, 9, 10, 11, 12
 
@@ -708,6 +714,9 @@ class FeatureExtractor:
         self._b_counts: tuple[array[int], ...] = tuple(array("q") for _ in range(4))
         self._b_min: array[float] = array("d")
         self._b_max: array[float] = array("d")
+        # Numpy views of these six columns (_views), dropped before the columns are resized
+        # (an exported buffer cannot be).
+        self._b_views: tuple[npt.NDArray[Any], ...] | None = None
         self._bin_base = 0  # bin id of entry 0
         # The counts summed over the bins [2 k, _sums_to) (integers: sliding sums are exact).
         self._sums = [0, 0, 0, 0]
@@ -871,7 +880,7 @@ class FeatureExtractor:
         newest = self.detector.newest_t
         if newest is not None and float(ts[0]) - newest > gap:
             return False
-        return len(ts) < 2 or float((ts[1:] - ts[:-1]).max()) <= gap
+        return len(ts) < 2 or float(np.maximum.reduce(ts[1:] - ts[:-1])) <= gap
 
     def _after_rows(
         self, piece: GazeSamples, rows: list[Row], xs: list[FloatArray], times: list[float]
@@ -951,18 +960,28 @@ class FeatureExtractor:
 
     def _bin_compiled(self, kernel: Callable[..., Any], piece: GazeSamples) -> None:
         """:meth:`_bin_samples` by the compiled pass (:mod:`gazeguard.signal.compiled`), on the bin
-        columns themselves (numpy views of them, dropped before they can grow again)."""
+        columns themselves (numpy views of them, ``_b_views``)."""
         assert self._t0 is not None
         ts = piece.timestamps
         top = self._bin_id(float(ts[-1]))
         if top - self._bin_base >= len(self._b_counts[0]):
             self._ensure_bins(top)
-        nv, npu, s1, s2 = (np.frombuffer(c, dtype=np.int64) for c in self._b_counts)
         self.stats.pupil_out_of_range += kernel(
             ts, piece.valid, piece.pupil_mm, self._t0, self.step_s, self._r, self._bin_base,
-            _PUPIL_Q, _PUPIL_LO, _PUPIL_HI, nv, npu, s1, s2,
-            np.frombuffer(self._b_min), np.frombuffer(self._b_max),
+            _PUPIL_Q, _PUPIL_LO, _PUPIL_HI, *self._views(),
         )  # fmt: skip
+
+    def _views(self) -> tuple[npt.NDArray[Any], ...]:
+        """Numpy views of the bin columns (the four counts, pupil min, pupil max), made once
+        and dropped before the columns are resized (:meth:`_ensure_bins`)."""
+        views = self._b_views
+        if views is None:
+            views = self._b_views = (
+                *(np.frombuffer(c, dtype=np.int64) for c in self._b_counts),
+                np.frombuffer(self._b_min),
+                np.frombuffer(self._b_max),
+            )
+        return views
 
     def _bin_valid(self, piece: GazeSamples, all_valid: bool) -> tuple[list[int], list[int]]:
         """Make the bins of ``piece`` and count its valid samples in them; return their list
@@ -1025,6 +1044,7 @@ class FeatureExtractor:
         """Make bins up to id ``top`` and 32 more (so that most passes make none); first drop
         the bins older than the next window (bin id ``2 k``; no later sample can fall in them)
         once there are 64 of them."""
+        self._b_views = None  # (the columns are resized below)
         drop = 2 * self._k - self._bin_base
         counts = self._b_counts
         if drop >= 64:
@@ -1063,12 +1083,13 @@ class FeatureExtractor:
 
     def _add_saccades(self, rows: list[Row]) -> None:
         ring, letters = self._sac, self._letters
-        for row in rows:
-            # Direction, deg in (-180, 180], 0 = right. numpy's arctan2, not math.atan2: on
-            # AVX-512 machines numpy's SIMD arctan2 and libm's differ in the last bit, which
-            # could move a saccade across a sector edge; numpy gives the same result for a
-            # scalar as for any element of an array. degrees() is x * (180 / pi) in both.
-            theta = math.degrees(float(np.arctan2(row[_R_DY], row[_R_DX])))
+        # Direction, deg in (-180, 180], 0 = right. numpy's arctan2, not math.atan2: on
+        # AVX-512 machines numpy's SIMD arctan2 and libm's differ in the last bit, which
+        # could move a saccade across a sector edge; numpy gives the same result for a
+        # scalar as for any element of an array. degrees() is x * (180 / pi) in both.
+        radians = np.arctan2([r[_R_DY] for r in rows], [r[_R_DX] for r in rows]).tolist()
+        for row, rad in zip(rows, radians, strict=True):
+            theta = math.degrees(rad)
             amp = _cap(row[_R_AMP], SACCADE_AMPLITUDE_MAX_DEG)
             i = ring.slot()
             ring.vals[0, i] = amp
@@ -1168,8 +1189,9 @@ class FeatureExtractor:
             s1, s2 = float(s1_int), float(s2_int)  # exact: below 2**53
             v[_I_PUPIL_MEAN] = s1 / n / _PUPIL_Q
             v[_I_PUPIL_VAR] = max(0.0, (s2 - s1 * s1 / n) / n) / _PUPIL_Q**2
-            v[_I_PUPIL_MIN] = min(self._b_min[b0:b1])  # no NaN: a bin's min is inf or in range
-            v[_I_PUPIL_MAX] = max(self._b_max[b0:b1])
+            *_, b_min, b_max = self._views()  # no NaN: a bin's min is inf or in range
+            v[_I_PUPIL_MIN] = float(np.minimum.reduce(b_min[b0:b1]))
+            v[_I_PUPIL_MAX] = float(np.maximum.reduce(b_max[b0:b1]))
         for i, col in enumerate(self._b_counts):  # bins 2 k and 2 k + 1 leave at step k + 1
             sums[i] -= sum(col[b0 : b0 + 2])
         v[_I_VALID_FRACTION] = valid_fraction
@@ -1271,20 +1293,23 @@ class FeatureExtractor:
         statistics of the window, into ``v`` (:data:`NAMES` order)."""
         if ns:
             count = self._sac_count
-            for i, c in _RATIOS:
-                v[i] = count[c] / ns
-        for at, n, book in zip(_WORDBOOK_AT, WORDBOOK_NS, self._books, strict=True):
+            v[_RATIO_AT : _RATIO_AT + len(_RATIO_COUNTERS)] = [
+                count[c] / ns for c in _RATIO_COUNTERS
+            ]
+        stats: list[float] = []
+        for n, book in zip(WORDBOOK_NS, self._books, strict=True):
             if ns < n:  # an empty wordbook is defined: all its statistics are 0
-                v[at : at + 5] = [0.0] * 5
+                stats += (0.0, 0.0, 0.0, 0.0, 0.0)
                 continue
             distinct = len(book.counts)
-            v[at : at + 5] = [
+            stats += (
                 float(distinct),
                 float(book.hi),
                 float(book.lo),
                 float(book.hi - book.lo),
                 (ns - n + 1) / distinct,  # the mean count: n-grams in the window / distinct
-            ]
+            )
+        v[_WORDBOOKS_AT:] = stats
 
 
 class _Staging:
@@ -1344,7 +1369,7 @@ def _stack(xs: list[FloatArray], times: list[float]) -> tuple[FloatArray, FloatA
         return np.empty((0, _F)), np.empty(0)
     if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
         return xs[0].copy(), np.array(times)
-    return np.vstack(xs), np.array(times)
+    return np.concatenate(xs), np.array(times)
 
 
 def _run_starts(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
