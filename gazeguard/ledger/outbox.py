@@ -47,9 +47,9 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from types import TracebackType
 from typing import ParamSpec, Protocol, Self, TypeVar
 
+from gazeguard.core.closing import AsyncClosing
 from gazeguard.core.errors import GazeguardError, PublishError
 from gazeguard.core.words import ended
 
@@ -175,7 +175,7 @@ class Sink(Protocol):
         ...
 
 
-class Drain:
+class Drain(AsyncClosing):
     """Deliver the ledger's outbox and the latest values of some topics through a sink.
 
     An async context manager owning one named task (``{name}.connection``, which runs
@@ -329,16 +329,11 @@ class Drain:
             try:
                 await self._wait_first_connection(self._connect_timeout)
             except BaseException:
-                await self.__aexit__(None, None, None)
+                await self.aclose()
                 raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
         """Stop the connection task; undelivered items stay in the outbox for the next run.
 
         The body's own exception propagates unchanged; a failure of the drain's task

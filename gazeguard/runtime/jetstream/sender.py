@@ -7,13 +7,13 @@ import asyncio
 import contextlib
 import logging
 import math
-from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 import nats
 import nats.errors
 import nats.js.errors
 
+from gazeguard.core.closing import AsyncClosing
 from gazeguard.core.errors import PublishError
 from gazeguard.core.samples import GazeSamples
 from gazeguard.runtime.jetstream.wire import (
@@ -48,7 +48,7 @@ _PUBLISH_AGAIN = (
 )
 
 
-class JetStreamSender:
+class JetStreamSender(AsyncClosing):
     """Device side of JetStream raw-gaze ingest: publish blocks with JetStream acknowledgements.
 
     ``async with JetStreamSender(nats_settings, "hmd-7", "s1") as sender:
@@ -166,12 +166,8 @@ class JetStreamSender:
                 log.debug("%s: publish not acknowledged (%s); retrying", self.subject, exc)
                 await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Drain and close the NATS connection."""
         nc, self._nc, self._js = self._nc, None, None
         if nc is not None:
             with contextlib.suppress(nats.errors.Error, TimeoutError):

@@ -21,12 +21,12 @@ import logging
 import re
 import socket
 import sys
-from types import TracebackType
 from typing import Any, Self
 
 from amqtt.broker import Broker
 
 from gazeguard.config import BrokerSettings
+from gazeguard.core.closing import AsyncClosing
 from gazeguard.core.errors import PublishError
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class ProtocolKnockFilter(logging.Filter):
         return False
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(AsyncClosing):
     """An in-process MQTT 3.1.1 broker (amqtt) on ``host:port``; an async context manager.
 
     Args:
@@ -158,12 +158,8 @@ class EmbeddedBroker:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Shut the broker down and free its port."""
         broker, self._broker = self._broker, None
         if broker is not None:
             # Shutdown closes client sessions and waits for amqtt's broadcast loop; shield it so

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import time
-from types import TracebackType
 from typing import Self
 
 import aiomqtt
@@ -35,6 +34,7 @@ from aiomqtt.exceptions import MqttConnectError
 from paho.mqtt.reasoncodes import ReasonCode
 
 from gazeguard.config import BrokerSettings
+from gazeguard.core.closing import AsyncClosing
 from gazeguard.ledger.outbox import DELIVERED, Delivery, SinkUnavailableError
 from gazeguard.runtime.mqtt.client import ClientFactory, MqttClient
 
@@ -126,7 +126,7 @@ class MqttSink:
         return f"{self.name} (MQTT {version}{tls})"
 
 
-class MqttConnection:
+class MqttConnection(AsyncClosing):
     """One connection of an :class:`MqttSink`: an async context manager that connects on
     entering (falling back to 3.1.1 at once when allowed) and disconnects on leaving.
 
@@ -162,17 +162,13 @@ class MqttConnection:
             self.label = self._sink.label()
             return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Disconnect the client (aiomqtt's leaving does not look at the body's exception)."""
         client, self._client = self._client, None
         if client is None:
             return
         try:
-            await client.__aexit__(exc_type, exc, tb)
+            await client.__aexit__(None, None, None)
         except _CONNECTION_ERRORS as failure:
             raise self._sink.unavailable(failure) from failure
 
