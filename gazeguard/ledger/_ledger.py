@@ -552,14 +552,7 @@ class Ledger:
             row = rows[session]
             try:
                 caps = self._binding(session, row)
-                what = done.get((session, stream, index))
-                if what is not None:
-                    raise DuplicateChargeError(session, index, what)
-                if request.version is not None and request.version != row.version:
-                    raise StaleStateError(
-                        f"session {session!r} changed since the preview (version "
-                        f"{request.version} → {row.version}); preview again"
-                    )
+                _check_unchanged(request, row, done.get((session, stream, index)))
                 view = self._view(store, session, row)
                 counters = self._windows(
                     view, caps=caps, row=row, counts=row.counts, release=release, span=span,
@@ -579,14 +572,7 @@ class Ledger:
         session, chunk_index, stream = request.session, request.chunk_index, request.stream
         now = time.time()
         row, caps = self._lock(store, session, now)
-        done = store.charged_or_withheld(session, stream, chunk_index)
-        if done is not None:
-            raise DuplicateChargeError(session, chunk_index, done)
-        if request.version is not None and request.version != row.version:
-            raise StaleStateError(
-                f"session {session!r} changed since the preview (version {request.version} → "
-                f"{row.version}); preview again"
-            )
+        _check_unchanged(request, row, store.charged_or_withheld(session, stream, chunk_index))
         view = self._view(store, session, row)
         counts = row.counts
         after_counters = self._windows(
@@ -900,6 +886,24 @@ def _earliest(first: float | None, t: float) -> float:
 def _cap(value: float | None, field: str) -> float | None:
     """A cap rounded down to whole micro-ε (a cap never allows more than configured)."""
     return None if value is None else to_units_down(value, field) / UNITS_PER_EPSILON
+
+
+def _check_unchanged(request: ChargeRequest, row: SessionRow, done: str | None) -> None:
+    """Raise if ``request``'s release was recorded before (``done``: ``"charged"`` or
+    ``"withheld"``, ``None`` if not), or if its session's ``row`` changed since the preview
+    ``request.version`` was read from.
+
+    Raises:
+        DuplicateChargeError: ``done`` is set.
+        StaleStateError: the session's version is no longer the request's.
+    """
+    if done is not None:
+        raise DuplicateChargeError(request.session, request.chunk_index, done)
+    if request.version is not None and request.version != row.version:
+        raise StaleStateError(
+            f"session {request.session!r} changed since the preview (version "
+            f"{request.version} → {row.version}); preview again"
+        )
 
 
 def _empty_row(caps: Caps) -> SessionRow:
