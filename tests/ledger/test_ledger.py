@@ -305,32 +305,17 @@ def test_restart_never_refills_a_cap(tmp_path: Path) -> None:
         path, session_cap=1.0, window_cap=1.0, window_s=8.0, composition="sequential"
     ) as ledger:  # stricter
         assert ledger.charge("s", 1, pure_cost(EPS), TOPIC, b"x").state.session_cap == 1.0
-    with (
-        Ledger(
-            path, session_cap=2.0, window_cap=1.0, window_s=8.0, composition="sequential"
-        ) as ledger,
-        pytest.raises(ConfigError, match="session_cap"),  # the lower cap was recorded
-    ):
-        ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"x")
-    with (
-        Ledger(
-            path, session_cap=1.0, window_cap=1.0, window_s=2.0, composition="sequential"
-        ) as ledger,
-        pytest.raises(ConfigError, match="window_s"),  # a shorter window is looser
-    ):
-        ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"x")
-    with (
-        Ledger(
-            path,
-            session_cap=1.0,
-            window_cap=1.0,
-            window_s=8.0,
-            delta=1e-5,
-            composition="sequential",
-        ) as ledger,
-        pytest.raises(ConfigError, match=r"ledger\.delta"),  # a larger δ is looser
-    ):
-        ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"x")
+    looser: list[tuple[dict[str, float], str]] = [  # (caps, the setting named)
+        ({"session_cap": 2.0, "window_s": 8.0}, "session_cap"),  # the lower cap was recorded
+        ({"session_cap": 1.0, "window_s": 2.0}, "window_s"),  # a shorter window is looser
+        ({"session_cap": 1.0, "window_s": 8.0, "delta": 1e-5}, r"ledger\.delta"),  # larger δ
+    ]
+    for caps, setting in looser:
+        with (
+            Ledger(path, window_cap=1.0, composition="sequential", **caps) as ledger,  # type: ignore[arg-type]
+            pytest.raises(ConfigError, match=setting),
+        ):
+            ledger.charge("s", 2, pure_cost(EPS), TOPIC, b"x")
     with Ledger(path, session_cap=5.0, allow_cap_increase=True, composition="sequential") as ledger:
         charge = ledger.charge("s", 2, pure_cost({"f": 0.1}), TOPIC, b"x")
         assert (charge.state.session_cap, charge.state.window_cap) == (5.0, None)
@@ -661,17 +646,20 @@ def test_cli_show_prints_both_views_and_json(
         ledger.charge("sess-b", 0, pure_cost({"f": 0.1}), "t/b", b"b")
     assert main(["ledger", "show", "--path", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "2 session(s), 2 outbox item(s) pending" in out
-    assert "session sess-a" in out
-    assert "chunks released      2   withheld 1   refused 0   pending delivery 1" in out
-    assert "user-level ε         1 at δ 1e-06   (composition of every release" in out
-    assert "per hour of gaze    1 at δ 1e-06" in out
-    assert "pure sequential ε    1   (the conservative view" in out
-    assert "session cap          1.2   remaining 0.2" in out
-    assert "per-chunk ε          0.5 per chunk, 0.25 per feature" in out
-    assert "window cap           1 over any hour of gaze:" in out
-    assert "withheld chunk 2: requested ε 0.5: session cap reached" in out
-    assert f"chunk 1 -> {TOPIC} (7 bytes)" in out
+    for shown in (
+        "2 session(s), 2 outbox item(s) pending",
+        "session sess-a",
+        "chunks released      2   withheld 1   refused 0   pending delivery 1",
+        "user-level ε         1 at δ 1e-06   (composition of every release",
+        "per hour of gaze    1 at δ 1e-06",
+        "pure sequential ε    1   (the conservative view",
+        "session cap          1.2   remaining 0.2",
+        "per-chunk ε          0.5 per chunk, 0.25 per feature",
+        "window cap           1 over any hour of gaze:",
+        "withheld chunk 2: requested ε 0.5: session cap reached",
+        f"chunk 1 -> {TOPIC} (7 bytes)",
+    ):
+        assert shown in out
 
     assert main(["ledger", "show", "--path", str(path), "--session", "sess-a", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
