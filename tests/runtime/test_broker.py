@@ -23,6 +23,15 @@ from tests.conftest import MosquittoBroker
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
 
+def _ledger_with_chunk_0(path: Path, session: str, payload: bytes) -> Ledger:
+    """A ledger at ``path`` with chunk 0 of ``session`` (ε 0.5, device ``d``) charged and its
+    ``payload`` pending in the outbox."""
+    ledger = Ledger(path)
+    topic = f"gazeguard/v1/d/{session}/chunks"
+    ledger.charge(session, 0, pure_cost({"a": 0.5}), topic=topic, payload=payload)
+    return ledger
+
+
 def test_plain_aiomqtt_clients_get_qos1_and_retained_messages(unique_id: str) -> None:
     async def scenario() -> tuple[int, list[aiomqtt.Message]]:
         async with EmbeddedBroker(port=0) as broker:
@@ -55,14 +64,7 @@ def test_publisher_falls_back_to_mqtt_311_and_delivers(
     tmp_path: Path, unique_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """amqtt refuses MQTT 5; a publisher on protocol 'auto' falls back to 3.1.1 and delivers."""
-    ledger = Ledger(tmp_path / "ledger.sqlite")
-    ledger.charge(
-        unique_id,
-        0,
-        pure_cost({"a": 0.5}),
-        topic=f"gazeguard/v1/d/{unique_id}/chunks",
-        payload=b"c0",
-    )
+    ledger = _ledger_with_chunk_0(tmp_path / "ledger.sqlite", unique_id, b"c0")
     status = StatusMessage(
         session=unique_id,
         device="d",
@@ -134,14 +136,7 @@ def test_a_login_over_mqtt_311_is_refused_unless_allowed(tmp_path: Path, unique_
     back to 3.1.1 with a login refuses to start, naming the setting that accepts it."""
     with pytest.raises(ValueError, match="allow_311_with_login"):
         BrokerSettings(host="127.0.0.1", protocol="3.1.1", username="hmd-01")
-    ledger = Ledger(tmp_path / "ledger.sqlite")
-    ledger.charge(
-        unique_id,
-        0,
-        pure_cost({"a": 0.5}),
-        topic=f"gazeguard/v1/d/{unique_id}/chunks",
-        payload=b"c",
-    )
+    ledger = _ledger_with_chunk_0(tmp_path / "ledger.sqlite", unique_id, b"c")
 
     async def scenario(allow: bool) -> int:
         async with EmbeddedBroker(port=0) as broker:
