@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 
 class AsyncClosing:
     """An async context manager that leaves by awaiting :meth:`aclose`.
@@ -16,10 +14,5 @@ class AsyncClosing:
         """Release what entering took; a second call, or one without entering, does nothing."""
         raise NotImplementedError
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
