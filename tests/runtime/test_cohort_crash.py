@@ -25,7 +25,7 @@ from gazeguard.runtime.simulate import simulate_gaze
 from gazeguard.wire.cohort import CohortMessage
 from tests._nats_cluster import NatsNode, WorkerProc, balanced, stop_all, worker_env
 from tests.conftest import MosquittoBroker, Subscriber, until
-from tests.runtime.test_jetstream import wait_for
+from tests.runtime.test_jetstream import kill_the_one, wait_for
 
 BUCKET_S = 4.0
 ARGS = ["--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32", "--budget-per-hour", "200",
@@ -81,13 +81,10 @@ def test_a_worker_killed_mid_bucket_leaves_the_bucket_to_the_survivor_charged_on
             await until(lambda: len(aggregates()) >= 1, 20)  # a bucket released before
             # the middle of a bucket: its start + 2 s
             await asyncio.sleep((2.0 - time.time() % BUCKET_S) % BUCKET_S)
-            pinned = [w for w in workers if w.pinned() == {0}]
-            assert len(pinned) == 1, logs()
             killed_bucket = math.floor(time.time() / BUCKET_S)
-            pinned[0].proc.send_signal(signal.SIGKILL)
-            pinned[0].proc.wait()
+            killed = kill_the_one(workers, lambda w: w.pinned() == {0}, logs)
             await asyncio.gather(*tasks)
-            return workers.index(pinned[0])
+            return killed
 
         killed = asyncio.run(asyncio.wait_for(devices_and_kill(), 60))
         other = workers[1 - killed]

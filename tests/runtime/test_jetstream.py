@@ -74,6 +74,18 @@ def wait_for(predicate: Callable[[], bool], within_s: float, what: Callable[[], 
         time.sleep(0.05)
 
 
+def kill_the_one(
+    workers: list[WorkerProc], chosen: Callable[[WorkerProc], bool], what: Callable[[], str]
+) -> int:
+    """SIGKILL the one worker ``chosen`` picks (failing with ``what()`` unless exactly one is) and
+    reap it; returns its index in ``workers``."""
+    picked = [w for w in workers if chosen(w)]
+    assert len(picked) == 1, what()
+    picked[0].proc.send_signal(signal.SIGKILL)
+    picked[0].proc.wait()
+    return workers.index(picked[0])
+
+
 async def is_drained(server: NatsNode, partitions: int, login: NatsSettings | None = None) -> bool:
     """:func:`_nats_cluster.drained` over a connection of its own (``login``: with it)."""
     opts = {"servers": [server.url]} if login is None else connect_options(login, "check")
@@ -179,12 +191,9 @@ def test_a_killed_pinned_workers_partition_moves_and_nothing_is_lost_or_charged_
         async def devices_and_kill() -> int:
             tasks = [asyncio.create_task(device(s, i)) for i, s in enumerate(sessions)]
             await until(lambda: min(charged(s) for s in sessions) >= 3, 30)
-            pinned = [w for w in workers if "pinned on partition 0" in w.text()]
-            assert len(pinned) == 1, logs()
-            pinned[0].proc.send_signal(signal.SIGKILL)
-            pinned[0].proc.wait()
+            killed = kill_the_one(workers, lambda w: "pinned on partition 0" in w.text(), logs)
             await asyncio.gather(*tasks)
-            return workers.index(pinned[0])
+            return killed
 
         killed = asyncio.run(asyncio.wait_for(devices_and_kill(), 40))
         other = workers[1 - killed]
