@@ -19,8 +19,9 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,6 +69,22 @@ def broker_of(mosquitto: MosquittoBroker) -> str:
 
 def joined(workers: Sequence[WorkerProc]) -> str:
     return "\n=====\n".join(w.text() for w in workers)
+
+
+def run_then_stop(
+    run: Callable[[], Coroutine[Any, Any, None]],
+    workers: Sequence[WorkerProc],
+    nodes: Sequence[NatsNode],
+) -> list[int]:
+    """``asyncio.run(run())``, then, whatever happened, stop ``workers`` (read when it ended: a
+    list ``run`` appended to counts) and SIGTERM ``nodes``; the workers' exit codes."""
+    try:
+        asyncio.run(run())
+    finally:
+        codes = stop_all(workers)
+        for node in nodes:
+            node.kill(signal.SIGTERM)
+    return codes
 
 
 def assert_clean(report: dict[str, object]) -> None:
@@ -197,12 +214,7 @@ def test_a_worker_started_before_the_servers_waits_for_jetstream_then_serves(
         async with admin(urls) as nc:
             await poll(lambda: drained(nc, 2), 30, "every block read")
 
-    try:
-        asyncio.run(run())
-    finally:
-        codes = stop_all([worker])
-        for n in nodes:
-            n.kill(signal.SIGTERM)
+    codes = run_then_stop(run, [worker], nodes)
     text = worker.text()
     assert codes == [0], text
     assert_clean(audit(ledger_path, [text], devices.samples(), gaze_s))
@@ -240,11 +252,7 @@ def test_a_session_idle_closed_then_resuming_keeps_its_feature_window(
             await poll(lambda: drained(nc, 2), 30, "every block read")
         await poll(lambda: len(closed_counts(worker.text())[key]) == 2, 30, "idle again")
 
-    try:
-        asyncio.run(run())
-    finally:
-        codes = stop_all([worker])
-        node.kill(signal.SIGTERM)
+    codes = run_then_stop(run, [worker], [node])
     text = worker.text()
     assert codes == [0], text
     assert_clean(audit(ledger_path, [text], devices.samples(), gaze_s))
@@ -376,11 +384,7 @@ def test_a_server_outage_longer_than_three_heartbeats_moves_no_partition(
         await poll(lambda: balanced(texts(), 4, held=True), 20, "each holds its share again")
         ends.extend(len(t) for t in texts())
 
-    try:
-        asyncio.run(run())
-    finally:
-        codes = stop_all(workers)
-        node.kill(signal.SIGTERM)
+    codes = run_then_stop(run, workers, [node])
     logs = texts()
     assert codes == [0, 0], joined(workers)
     before = [balance_report(t[:m]) for t, m in zip(logs, marks, strict=True)]
@@ -428,11 +432,7 @@ def test_a_joining_worker_pulls_once_the_live_workers_have_answered_its_hello(
             await poll(lambda: drained(nc, 4), 30, "every block read")
         await poll(lambda: balanced(texts(), 4, held=True), 30, "three workers balanced")
 
-    try:
-        asyncio.run(run())
-    finally:
-        codes = stop_all(workers)
-        node.kill(signal.SIGTERM)
+    codes = run_then_stop(run, workers, [node])
     logs = texts()
     assert codes == [0, 0, 0], joined(workers)
     settled = re.search(r"heard (\d+) other live workers in ([\d.]+) s", logs[2])
