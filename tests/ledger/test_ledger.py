@@ -493,20 +493,30 @@ print(json.dumps(accepted))
 """
 
 
-def test_processes_never_overspend_and_never_lose_a_committed_charge(location: str) -> None:
-    Ledger(location).close()  # create the tables (and WAL mode) once
+def _ready_processes(
+    argvs: list[list[str]], stderr: int | None = None
+) -> list[subprocess.Popen[str]]:
+    """One ``python -c`` process per list of arguments (a script above and its ``sys.argv``),
+    stdin and stdout piped as text; returned once each has printed ``ready``."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, location, "s", str(p * 50), "50", "60"],
+            [sys.executable, "-c", *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=stderr,
             text=True,
         )
-        for p in range(4)
+        for argv in argvs
     ]
     for proc in procs:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
+    return procs
+
+
+def test_processes_never_overspend_and_never_lose_a_committed_charge(location: str) -> None:
+    Ledger(location).close()  # create the tables (and WAL mode) once
+    procs = _ready_processes([[WORKER, location, "s", str(p * 50), "50", "60"] for p in range(4)])
     accepted = []
     for proc in procs:
         out, _ = proc.communicate("go\n", timeout=120)
@@ -541,19 +551,7 @@ def test_processes_opening_one_new_file_together_all_get_the_ledger(tmp_path: Pa
     retry about one file in three failed here."""
     for trial in range(6):
         path = tmp_path / f"new-{trial}.sqlite"
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", OPENER, str(path), "10"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(4)
-        ]
-        for proc in procs:
-            assert proc.stdout is not None
-            assert proc.stdout.readline() == "ready\n"
+        procs = _ready_processes([[OPENER, str(path), "10"]] * 4, stderr=subprocess.PIPE)
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
