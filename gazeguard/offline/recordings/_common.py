@@ -321,6 +321,15 @@ def parse_number(
     return v
 
 
+def is_number(text: str) -> bool:
+    """True when ``float`` reads ``text`` (a header sniff: a first line of numbers is data)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _decimal_comma(s: str) -> float | None:
     if s.count(",") != 1 or "." in s:
         return None

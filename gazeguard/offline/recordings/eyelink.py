@@ -36,6 +36,7 @@ from gazeguard.offline.recordings._common import (
     RecordingError,
     build_samples,
     check_time,
+    is_number,
     open_text,
     to_degrees,
 )
@@ -199,19 +200,11 @@ def _declared_layout(words: list[str], path: Path, lineno: int) -> _Layout:
 def _infer_layout(fields: list[str]) -> _Layout:
     numeric = 0
     for f in fields[1:]:
-        if f == "." or _is_float(f):
+        if f == "." or is_number(f):
             numeric += 1
         else:
             break
     return _Layout(("L", "R") if numeric >= 6 else ("L",), declared=False)
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 _EYE_NAMES = {"L": "left", "R": "right"}

@@ -27,6 +27,7 @@ from gazeguard.offline.recordings._common import (
     build_samples,
     check_time,
     did_you_mean,
+    is_number,
     median_step,
     open_text,
     read_table,
@@ -80,7 +81,7 @@ def read_csv(path: Path, opts: ReadOptions) -> list[GazeRecording]:
         raise RecordingError(path, "the file is empty (no header line, no samples)")
     if header is None:
         fields = [f.strip() for f in first[1].split(sniff_delimiter(first[1]))]
-        if all(_is_number(f) for f in fields):
+        if all(is_number(f) for f in fields):
             raise RecordingError(
                 path,
                 "no header line; name the columns in a first line such as t,x,y (or pass "
@@ -89,14 +90,6 @@ def read_csv(path: Path, opts: ReadOptions) -> list[GazeRecording]:
             )
     table = read_table(path, header=header, first=first, lines=lines)
     return _recordings(table, opts)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,21 +144,9 @@ def _gaze_columns(
             header[iy],
         )
     unit = stated.pop() if stated else None
-    if unit is not None and unit not in GAZE_UNITS:
-        raise RecordingError(
-            path,
-            f"column {header[ix]!r}: gaze unit {unit!r} is not supported; use deg, norm or px",
-            table.header_line or None,
-            header[ix],
-        )
-    if unit is not None and opts.units is not None and unit != opts.units:
-        raise RecordingError(
-            path,
-            f"column {header[ix]!r} states the unit {unit} but --units {opts.units} was given; "
-            "drop one of them",
-            table.header_line or None,
-            header[ix],
-        )
+    _check_stated_unit(
+        table, ix, unit, kind="gaze", supported=GAZE_UNITS, flag="--units", given=opts.units
+    )
     gaze_unit = unit or opts.units or "deg"
     return ix, iy, unit, gaze_unit, implied is not None or gaze_unit == "deg"
 
@@ -190,22 +171,54 @@ def _time_column(table: Table, cols: _Columns, opts: ReadOptions) -> tuple[int |
             )
         return None, None
     time_unit = cols.parsed[it][1]
-    if time_unit is not None and time_unit not in TIME_UNITS:
-        raise RecordingError(
-            path,
-            f"column {header[it]!r}: time unit {time_unit!r} is not supported; use s, ms, us or ns",
-            table.header_line or None,
-            header[it],
-        )
-    if time_unit is not None and opts.time_unit is not None and time_unit != opts.time_unit:
-        raise RecordingError(
-            path,
-            f"column {header[it]!r} states the unit {time_unit} but --time-unit "
-            f"{opts.time_unit} was given; drop one of them",
-            table.header_line or None,
-            header[it],
-        )
+    _check_stated_unit(
+        table,
+        it,
+        time_unit,
+        kind="time",
+        supported=TIME_UNITS,
+        flag="--time-unit",
+        given=opts.time_unit,
+    )
     return it, time_unit
+
+
+def _check_stated_unit(
+    table: Table,
+    column: int,
+    unit: str | None,
+    *,
+    kind: str,
+    supported: tuple[str, ...],
+    flag: str,
+    given: str | None,
+) -> None:
+    """Check the unit ``unit`` that the header of ``column`` (an index) states (``None``: none)
+    for a ``kind`` (gaze or time) column against ``supported`` and the option ``flag``'s value
+    ``given`` (``None``: not given).
+
+    Raises:
+        RecordingError: an unknown unit, or one that the option states otherwise.
+    """
+    if unit is None:
+        return
+    name = table.header[column]
+    if unit not in supported:
+        use = f"{', '.join(supported[:-1])} or {supported[-1]}"
+        raise RecordingError(
+            table.path,
+            f"column {name!r}: {kind} unit {unit!r} is not supported; use {use}",
+            table.header_line or None,
+            name,
+        )
+    if given is not None and unit != given:
+        raise RecordingError(
+            table.path,
+            f"column {name!r} states the unit {unit} but {flag} {given} was given; drop one of "
+            "them",
+            table.header_line or None,
+            name,
+        )
 
 
 def _validity(table: Table, cols: _Columns, opts: ReadOptions) -> BoolArray:
