@@ -57,7 +57,7 @@ from gazeguard.offline.eval.harness import (
     summarise_scores,
 )
 from gazeguard.offline.eval.paper import NOT_PRIVATE, paper_factory
-from gazeguard.offline.eval.report import json_safe
+from gazeguard.offline.eval.report import json_rows, json_safe
 from gazeguard.offline.eval.runner import (
     GridConfig,
     Progress,
@@ -529,11 +529,7 @@ def write_results(result: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
     for i, run in enumerate(runs):
         head = {k: v for k, v in run.items() if k != "rows"}
         lines.append(json.dumps(head, ensure_ascii=False)[:-1] + ', "rows": [')
-        rows = run["rows"]
-        lines += [
-            " " + json.dumps(r, ensure_ascii=False) + ("," if j < len(rows) - 1 else "")
-            for j, r in enumerate(rows)
-        ]
+        lines += json_rows(run["rows"])
         lines.append("]}" + ("," if i < len(runs) - 1 else ""))
     lines.append("]}")
     path.write_text("\n".join(lines) + "\n")

@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from gazeguard.offline.eval.attacks import fit_and_score, half_split_protocol, task_recognition
+from gazeguard.offline.eval.attacks import (
+    Scores,
+    fit_and_score,
+    half_split_protocol,
+    task_recognition,
+)
 from gazeguard.offline.eval.grid import MechanismSpec
 from gazeguard.offline.eval.harness import (
     EvalSettings,
@@ -36,7 +41,7 @@ from gazeguard.offline.eval.harness import (
     summarise_scores,
 )
 from gazeguard.offline.eval.metrics import half_split
-from gazeguard.signal.dataset import FeatureTable, subsample
+from gazeguard.signal.dataset import FeatureTable, StrArray, subsample
 
 if TYPE_CHECKING:
     from gazeguard.offline.release import ReleaseMechanism
@@ -103,6 +108,14 @@ def _score_release_view(
     """
     clfs = settings.classifiers
     view = {"release": R.X}
+
+    def halves(labels: npt.ArrayLike) -> dict[str, dict[str, Scores]]:
+        """Predict ``labels`` ((N,), per row of ``R``): each recording's first half trains, its
+        second half tests."""
+        return half_split_protocol(
+            R.X, view, labels, R.recording, classifiers=clfs, every=settings.every_reid, seed=seed
+        )
+
     if has_tasks:
         collect_scores(
             acc.task_acc,
@@ -117,30 +130,8 @@ def _score_release_view(
                 seed=seed,
             ),
         )
-        collect_scores(
-            acc.half_acc,
-            half_split_protocol(
-                R.X,
-                view,
-                R.task,
-                R.recording,
-                classifiers=clfs,
-                every=settings.every_reid,
-                seed=seed,
-            ),
-        )
-    collect_scores(
-        acc.reid_acc,
-        half_split_protocol(
-            R.X,
-            view,
-            R.person,
-            R.recording,
-            classifiers=clfs,
-            every=settings.every_reid,
-            seed=seed,
-        ),
-    )
+        collect_scores(acc.half_acc, halves(R.task))
+    collect_scores(acc.reid_acc, halves(R.person))
 
 
 def _score_raw_view(
@@ -161,27 +152,18 @@ def _score_raw_view(
     clfs = settings.classifiers
     tr = subsample(np.arange(H.n_rows), H.recording, settings.every_reid)
     raw = sub.X[te]
-    collect_scores(
-        acc.reid_acc,
-        fit_and_score(
-            H.X[tr],
-            H.person[tr],
-            {"raw": (raw, sub.person[te], sub.recording[te])},
-            classifiers=clfs,
-            seed=seed,
-        ),
-    )
-    if has_tasks:
+
+    def score(into: ScoreLists, released: StrArray, truth: StrArray) -> None:
+        """Train on ``H`` with ``released`` (one label per row of ``H``), test on the raw rows
+        with ``truth`` (one per row of ``sub``); add the scores to ``into``."""
+        tests = {"raw": (raw, truth[te], sub.recording[te])}
         collect_scores(
-            acc.half_acc,
-            fit_and_score(
-                H.X[tr],
-                H.task[tr],
-                {"raw": (raw, sub.task[te], sub.recording[te])},
-                classifiers=clfs,
-                seed=seed,
-            ),
+            into, fit_and_score(H.X[tr], released[tr], tests, classifiers=clfs, seed=seed)
         )
+
+    score(acc.reid_acc, H.person, sub.person)
+    if has_tasks:
+        score(acc.half_acc, H.task, sub.task)
 
 
 def _run_reps(

@@ -35,6 +35,16 @@ def json_safe(obj: Any) -> Any:
     return obj
 
 
+def comma_lines(lines: Sequence[str]) -> list[str]:
+    """``lines`` with a comma after each but the last (the items of a JSON list or object)."""
+    return [line + ("," if j < len(lines) - 1 else "") for j, line in enumerate(lines)]
+
+
+def json_rows(rows: Sequence[Any]) -> list[str]:
+    """The items of a JSON list, one a line: each of ``rows`` as JSON after a space."""
+    return comma_lines([" " + json.dumps(r, ensure_ascii=False) for r in rows])
+
+
 def write_json(results: Sequence[Result], path: Path) -> Path:
     """Write every dataset's results as one JSON document ``{"datasets": [...]}``: one line per
     result row (and per correlation feature), so the file stays small and diffs stay readable."""
@@ -47,17 +57,11 @@ def write_json(results: Sequence[Result], path: Path) -> Path:
         lines.append(json.dumps(head, ensure_ascii=False)[:-1] + ', "correlation": {')
         lines.append(f' "max_lag": {corr["max_lag"]}, "step_s": {corr["step_s"]}, "features": {{')
         feats = list(corr["features"].items())
-        lines += [
-            f"  {json.dumps(n)}: {json.dumps(v, ensure_ascii=False)}"
-            + ("," if j < len(feats) - 1 else "")
-            for j, (n, v) in enumerate(feats)
-        ]
+        lines += comma_lines(
+            [f"  {json.dumps(n)}: {json.dumps(v, ensure_ascii=False)}" for n, v in feats]
+        )
         lines.append(' }}, "rows": [')
-        rows = clean["rows"]
-        lines += [
-            " " + json.dumps(r, ensure_ascii=False) + ("," if j < len(rows) - 1 else "")
-            for j, r in enumerate(rows)
-        ]
+        lines += json_rows(clean["rows"])
         lines.append("]}" + ("," if i < len(results) - 1 else ""))
     lines.append("]}")
     path.write_text("\n".join(lines) + "\n")

@@ -153,26 +153,19 @@ def _job(index: int, spec: MechanismSpec, epsilon: float | None) -> dict[str, An
     sh: _Shared = _STATE["shared"]
     t0 = time.perf_counter()
     try:
-        if spec.is_release:
-            return evaluate_release_configuration(
-                sh.table,
-                sh.cols,
-                spec,
-                epsilon,
-                settings=sh.settings,
-                bounds=sh.bounds,
-                job_seed=index,
-            )
-        return sh.evaluate(
+        evaluate: Evaluate = sh.evaluate
+        extra: dict[str, Any] = {"factory": sh.factory, **sh.extra}
+        if spec.is_release:  # a dataset release takes no mechanism factory, no extra arguments
+            evaluate, extra = evaluate_release_configuration, {}
+        return evaluate(
             sh.table,
             sh.cols,
             spec,
             epsilon,
-            factory=sh.factory,
             settings=sh.settings,
             bounds=sh.bounds,
             job_seed=index,
-            **sh.extra,
+            **extra,
         )
     except GazeguardError as exc:  # e.g. k-same with k above the number of people
         return {
