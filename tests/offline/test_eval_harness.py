@@ -25,6 +25,7 @@ from gazeguard.offline.eval.runner import best_configuration, public_bounds, sel
 from gazeguard.privacy.accounting import compose
 from gazeguard.privacy.mechanisms import Bounds, make_mechanism
 from gazeguard.signal.dataset import FeatureTable
+from tests.offline._eval_cli import synthetic_eval_args
 
 PEOPLE = 6
 # 30 s window + 256 steps of 0.5 s: every recording fills exactly 8 chunks of 32 steps.
@@ -184,30 +185,15 @@ def test_cli_writes_json_markdown_and_plots(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    args = [
-        "eval",
-        "--dataset",
-        "synthetic",
-        "--synthetic-people",
-        "3",
-        "--synthetic-duration",
-        "62",
-        "--mechanisms",
+    args = synthetic_eval_args(
+        tmp_path,
         "none,dcfpa-32-dct,ksame-2,expdp",
-        "--epsilons",
-        "2.4",
         "--per-chunk",  # the paper's axis: ε per feature per chunk
         "--utility-reps",
         "2",
-        "--clf-reps",
-        "1",
         "--insecure-seed",
         "5",
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--out",
-        str(out),
-    ]
+    )
     assert main(args) == 0
     text = capsys.readouterr()
     assert "[1/4] synthetic: clean (no privacy)" in text.out

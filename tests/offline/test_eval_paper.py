@@ -18,6 +18,7 @@ from gazeguard.offline.eval.paper import OracleK, paper_factory, paper_sensitivi
 from gazeguard.privacy.mechanisms import Bounds, make_mechanism
 from gazeguard.privacy.mechanisms.bounds import chunk_sensitivity
 from gazeguard.signal.dataset import FeatureTable
+from tests.offline._eval_cli import synthetic_eval_args
 
 
 def _table() -> FeatureTable:
@@ -94,12 +95,9 @@ def test_cli_paper_mode_says_it_is_not_private_everywhere(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    args = [
-        "eval", "--dataset", "synthetic", "--synthetic-people", "3", "--synthetic-duration", "62",
-        "--mechanisms", "none,cfpa-32-dct,lpa-32", "--epsilons", "2.4", "--utility-reps", "1",
-        "--clf-reps", "1", "--sensitivity", "paper", "--cache-dir", str(tmp_path / "cache"),
-        "--out", str(out),
-    ]  # fmt: skip
+    args = synthetic_eval_args(
+        tmp_path, "none,cfpa-32-dct,lpa-32", "--utility-reps", "1", "--sensitivity", "paper"
+    )
     assert main(args) == 0
     text = capsys.readouterr()
     assert "NOT differentially private" in text.err

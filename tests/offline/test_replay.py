@@ -58,6 +58,12 @@ def pair(v: list[float]) -> str:
     return f"{v[0]:g},{v[1]:g}"
 
 
+def screen_args(device: str) -> list[str]:
+    """``--screen W,H --distance D`` (mm) of ``device``'s recording geometry."""
+    geometry = GEOMETRY[device]
+    return ["--screen", pair(geometry["screen_mm"]), "--distance", str(geometry["distance_mm"])]
+
+
 @pytest.mark.network
 @pytest.mark.parametrize(
     ("file", "args", "name"),
@@ -67,26 +73,12 @@ def pair(v: list[float]) -> str:
         ("pupil_core_2d/exports/000", ["--fov", pair(GEOMETRY["pupil_fov_deg"])], "pupil_core_2d"),
         (
             "tobii_pro_lab.tsv",
-            [
-                "--recording",
-                "Recording2",
-                "--screen",
-                pair(GEOMETRY["tobii"]["screen_mm"]),
-                "--distance",
-                str(GEOMETRY["tobii"]["distance_mm"]),
-            ],
+            ["--recording", "Recording2", *screen_args("tobii")],
             "tobii_P02",
         ),
         (
             "eyelink_mono_area.asc",
-            [
-                "--screen",
-                pair(GEOMETRY["eyelink"]["screen_mm"]),
-                "--distance",
-                str(GEOMETRY["eyelink"]["distance_mm"]),
-                "--pupil-scale",
-                str(GEOMETRY["eyelink_pupil_scale"]),
-            ],
+            [*screen_args("eyelink"), "--pupil-scale", str(GEOMETRY["eyelink_pupil_scale"])],
             "eyelink_mono_area",
         ),
         (
