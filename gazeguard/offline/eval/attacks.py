@@ -225,26 +225,6 @@ def half_split_protocol(
     return fit_and_score(X_train[tr], y[tr], tests, classifiers=classifiers, seed=seed)
 
 
-def reidentification(
-    X_train: FloatArray,
-    views: Mapping[str, FloatArray],
-    person: npt.ArrayLike,
-    recording: npt.ArrayLike,
-    *,
-    classifiers: Sequence[str] = CLASSIFIERS,
-    every: int = 5,
-    seed: int = 0,
-    block: int = 1,
-) -> dict[str, dict[str, Scores]]:
-    """Person re-identification: train on first halves, test on second halves (paper: every 5th
-    window). Chance level is 1/(number of persons). See :func:`half_split_protocol`."""
-    return half_split_protocol(
-        X_train,
-        views,
-        person,
-        recording,
-        classifiers=classifiers,
-        every=every,
-        seed=seed,
-        block=block,
-    )
+#: Person re-identification: :func:`half_split_protocol` with ``labels`` = person, (N,) per row
+#: (paper: every 5th window). Chance level is 1/(number of persons).
+reidentification = half_split_protocol
