@@ -25,7 +25,7 @@ from gazeguard.offline.eval.runner import best_configuration, public_bounds, sel
 from gazeguard.privacy.accounting import compose
 from gazeguard.privacy.mechanisms import Bounds, make_mechanism
 from gazeguard.signal.dataset import FeatureTable
-from tests.offline._eval_cli import synthetic_eval_args
+from tests.offline._eval_cli import SyntheticEval
 
 PEOPLE = 6
 # 30 s window + 256 steps of 0.5 s: every recording fills exactly 8 chunks of 32 steps.
@@ -182,11 +182,9 @@ def test_best_configuration_picks_the_best_task_at_chance() -> None:
 
 @pytest.mark.slow
 def test_cli_writes_json_markdown_and_plots(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], synthetic_eval: SyntheticEval
 ) -> None:
-    out = tmp_path / "out"
-    args = synthetic_eval_args(
-        tmp_path,
+    run = synthetic_eval(
         "none,dcfpa-32-dct,ksame-2,expdp",
         "--per-chunk",  # the paper's axis: ε per feature per chunk
         "--utility-reps",
@@ -194,11 +192,10 @@ def test_cli_writes_json_markdown_and_plots(
         "--insecure-seed",
         "5",
     )
-    assert main(args) == 0
-    text = capsys.readouterr()
-    assert "[1/4] synthetic: clean (no privacy)" in text.out
-    assert "ETA" in text.out
-    assert "NOT private" in text.err
+    out = run.out
+    assert "[1/4] synthetic: clean (no privacy)" in run.stdout
+    assert "ETA" in run.stdout
+    assert "NOT private" in run.stderr
     doc = json.loads((out / "results.json").read_text())
     (res,) = doc["datasets"]
     assert res["meta"]["people"] == ["sim01", "sim02", "sim03"]
@@ -221,7 +218,7 @@ def test_cli_writes_json_markdown_and_plots(
     assert (again / "results.md").read_text() == md
     assert (again / "synthetic-reid.png").stat().st_size > 10_000
     # Second run: features come from the cache.
-    assert main([*args[:-2], "--out", str(tmp_path / "again"), "--mechanisms", "none"]) == 0
+    assert main([*run.args[:-2], "--out", str(tmp_path / "again"), "--mechanisms", "none"]) == 0
     assert "features from cache" in capsys.readouterr().out
 
 

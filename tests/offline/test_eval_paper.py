@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gazeguard.cli import main
 from gazeguard.core.errors import ConfigError
 from gazeguard.offline.eval.grid import MechanismSpec
 from gazeguard.offline.eval.harness import FeatureBounds
@@ -18,7 +16,7 @@ from gazeguard.offline.eval.paper import OracleK, paper_factory, paper_sensitivi
 from gazeguard.privacy.mechanisms import Bounds, make_mechanism
 from gazeguard.privacy.mechanisms.bounds import chunk_sensitivity
 from gazeguard.signal.dataset import FeatureTable
-from tests.offline._eval_cli import synthetic_eval_args
+from tests.offline._eval_cli import SyntheticEval
 
 
 def _table() -> FeatureTable:
@@ -91,20 +89,13 @@ def test_oracle_k_reconstructs_at_negligible_noise_and_picks_k_1_for_a_constant(
 
 
 @pytest.mark.slow
-def test_cli_paper_mode_says_it_is_not_private_everywhere(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "out"
-    args = synthetic_eval_args(
-        tmp_path, "none,cfpa-32-dct,lpa-32", "--utility-reps", "1", "--sensitivity", "paper"
-    )
-    assert main(args) == 0
-    text = capsys.readouterr()
-    assert "NOT differentially private" in text.err
-    assert "SKIPPED" in text.out  # LPA has no paper-sensitivity variant here
-    (res,) = json.loads((out / "results.json").read_text())["datasets"]
+def test_cli_paper_mode_says_it_is_not_private_everywhere(synthetic_eval: SyntheticEval) -> None:
+    run = synthetic_eval("none,cfpa-32-dct,lpa-32", "--utility-reps", "1", "--sensitivity", "paper")
+    assert "NOT differentially private" in run.stderr
+    assert "SKIPPED" in run.stdout  # LPA has no paper-sensitivity variant here
+    (res,) = json.loads((run.out / "results.json").read_text())["datasets"]
     assert "NOT differentially private" in res["meta"]["sensitivity"]
-    assert "NOT differentially private" in (out / "results.md").read_text()
+    assert "NOT differentially private" in (run.out / "results.md").read_text()
 
 
 @settings(max_examples=40, deadline=None)
