@@ -90,6 +90,7 @@ import numpy.typing as npt
 
 from gazeguard.config import FeatureSettings
 from gazeguard.core.errors import ConfigError
+from gazeguard.core.samples import FloatArray
 from gazeguard.plan import releases_per_hour
 from gazeguard.plan.cohort import MODE_GRID, MODE_SENSITIVITY, CohortPlan, plan_cohort
 from gazeguard.privacy.accounting import GaussianEvent, PrivacyLoss, calibrate, compose
@@ -106,7 +107,6 @@ from gazeguard.signal.dataset import FeatureTable
 from gazeguard.signal.features import FEATURES, feature_bounds
 from gazeguard.signal.labels import lopo_probabilities
 
-FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
 #: Cohort sizes measured by default (``--quick``: the first two).

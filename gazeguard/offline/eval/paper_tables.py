@@ -47,6 +47,7 @@ from gazeguard.offline.eval.grid import MechanismSpec, parse_mechanism
 from gazeguard.offline.eval.harness import (
     EvalSettings,
     FeatureBounds,
+    IntArray,
     MechanismFactory,
     ScoreLists,
     collect_scores,
@@ -67,9 +68,6 @@ from gazeguard.offline.eval.runner import (
     select_features,
 )
 from gazeguard.signal.dataset import FeatureTable
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.intp]
 
 #: The paper's grid: LPA (not in its classification tables), FPA, CFPA and DCFPA with the DFT.
 PAPER_MECHANISMS: tuple[str, ...] = (
