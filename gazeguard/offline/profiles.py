@@ -548,6 +548,21 @@ class _Sweep:
     chance: float  # 1/people
 
 
+# The BuildSettings fields every evaluate_point call of a build passes on as they are.
+_POINT_SETTINGS = ("classifiers", "every_task", "every_reid", "k", "window_s", "step_s")
+
+
+def _evaluate(
+    job: _Job, cols: IntArray, epsilon: float | None, *, reps: int, seed: int | None, job_seed: int
+) -> FrontierPoint:
+    """:func:`evaluate_point` of the ``cols`` features at ``epsilon`` (per feature per chunk),
+    ``reps`` releases, with the job's :data:`_POINT_SETTINGS`."""
+    same = {name: getattr(job.st, name) for name in _POINT_SETTINGS}
+    return evaluate_point(
+        job.table, cols, job.spec, epsilon, reps=reps, seed=seed, job_seed=job_seed, **same
+    )
+
+
 def _sweep(job: _Job) -> _Sweep:
     """Rank the candidate features at each noise level and evaluate every profile size."""
     table, spec, st, progress = job.table, job.spec, job.st, job.progress
@@ -586,20 +601,8 @@ def _sweep(job: _Job) -> _Sweep:
             + (" …" if len(ranking) > 6 else "")
         )
         for size in range(1, max_size + 1):
-            pt = evaluate_point(
-                table,
-                order[:size],
-                spec,
-                eps,
-                reps=st.reps,
-                classifiers=st.classifiers,
-                every_task=st.every_task,
-                every_reid=st.every_reid,
-                k=st.k,
-                window_s=st.window_s,
-                step_s=st.step_s,
-                seed=seed,
-                job_seed=1 + 100 * i + size,
+            pt = _evaluate(
+                job, order[:size], eps, reps=st.reps, seed=seed, job_seed=1 + 100 * i + size
             )
             frontier.append(pt)
             ok = "at chance" if pt.reid <= limit else ""
@@ -618,7 +621,7 @@ def _choose(job: _Job, sweep: _Sweep) -> tuple[FrontierPoint, FrontierPoint, lis
     Raises:
         ConfigError: no point keeps re-identification at chance, or none is confirmed.
     """
-    table, spec, st, eps_list, progress = job.table, job.spec, job.st, job.eps_list, job.progress
+    spec, st, eps_list, progress = job.spec, job.st, job.eps_list, job.progress
     frontier, limit, seed = sweep.frontier, sweep.limit, st.insecure_seed
 
     def cost(p: FrontierPoint) -> float:
@@ -645,18 +648,11 @@ def _choose(job: _Job, sweep: _Sweep) -> tuple[FrontierPoint, FrontierPoint, lis
     confirmations: list[dict[str, Any]] = []
     for j, cand in enumerate(candidates[:3]):
         key = "clean" if cand.epsilon is None else f"{cand.epsilon:g}"
-        confirm = evaluate_point(
-            table,
+        confirm = _evaluate(
+            job,
             sweep.ordered_cols[key][: cand.size],
-            spec,
             cand.epsilon,
             reps=st.confirm_reps,
-            classifiers=st.classifiers,
-            every_task=st.every_task,
-            every_reid=st.every_reid,
-            k=st.k,
-            window_s=st.window_s,
-            step_s=st.step_s,
             seed=None if seed is None else seed + 31337,
             job_seed=9000 + j,
         )
