@@ -103,6 +103,7 @@ from gazeguard.privacy.mechanisms.exact import uniform_below
 from gazeguard.privacy.mechanisms.randomness import OsRandom, RandomSource
 from gazeguard.signal.dataset import FeatureTable, subsample
 from gazeguard.signal.files import check_feature_names, read_named_json, validation_error
+from gazeguard.signal.profiles import unique_names
 
 if TYPE_CHECKING:
     from gazeguard.signal.profiles import Profile
@@ -405,11 +406,7 @@ class ModelFile(_Strict):
     @field_validator("features", "classes")
     @classmethod
     def _unique(cls, v: list[str]) -> list[str]:
-        dup = sorted({f for f in v if v.count(f) > 1})
-        if dup:
-            msg = f"duplicate names: {dup}"
-            raise ValueError(msg)
-        return v
+        return unique_names(v, "duplicate names")
 
     @model_validator(mode="after")
     def _shapes(self) -> ModelFile:

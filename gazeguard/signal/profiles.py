@@ -28,6 +28,19 @@ Name = Annotated[str, Field(min_length=1, max_length=200)]
 Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 
 
+def unique_names(names: list[str], message: str) -> list[str]:
+    """``names`` unchanged, a validator's check that none repeats.
+
+    Raises:
+        ValueError: ``"{message}: {the repeated names, sorted}"``.
+    """
+    dup = sorted({f for f in names if names.count(f) > 1})
+    if dup:
+        msg = f"{message}: {dup}"
+        raise ValueError(msg)
+    return names
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -98,11 +111,7 @@ class Profile(_Strict):
     @field_validator("features", "classes")
     @classmethod
     def _unique(cls, v: list[str]) -> list[str]:
-        dup = sorted({f for f in v if v.count(f) > 1})
-        if dup:
-            msg = f"listed more than once: {dup}"
-            raise ValueError(msg)
-        return v
+        return unique_names(v, "listed more than once")
 
     @property
     def source(self) -> str:
