@@ -59,7 +59,13 @@ from gazeguard.core.ordering import DEJITTER_CELL_S
 from gazeguard.ledger.policy import HOUR_S, Caps
 from gazeguard.plan.chunks import build_mechanism
 from gazeguard.plan.cohort import CohortPlan, plan_cohort
-from gazeguard.plan.labels import LabelPlan, load_label_model, plan_labels, steps_per_decision
+from gazeguard.plan.labels import (
+    LabelPlan,
+    load_fitting_model,
+    load_label_model,
+    plan_labels,
+    steps_per_decision,
+)
 from gazeguard.privacy.accounting import (
     Event,
     PrivacyLoss,
@@ -71,7 +77,7 @@ from gazeguard.privacy.mechanisms import Bounds, Mechanism
 from gazeguard.signal.attention import AttentionGrid, AttentionLayout, load_aois
 from gazeguard.signal.events import EVENT_REACH_S, LOOKBEHIND_S
 from gazeguard.signal.features import FEATURES, feature_bounds
-from gazeguard.signal.labels import LabelModel, load_model
+from gazeguard.signal.labels import LabelModel
 
 __all__ = [
     "HOUR_S",
@@ -772,18 +778,13 @@ def _cohort_model(cohort: CohortSettings, features: FeatureSettings) -> LabelMod
     if cohort.model is None or not {"shares", "mode"} & set(cohort_release(cohort)):
         return None
 
-    model = load_model(cohort.model)
-    if not (
-        math.isclose(model.spec.window_s, features.window_s)
-        and math.isclose(model.spec.step_s, features.step_s)
-    ):
-        raise ConfigError(
-            "cohort.model",
-            cohort.model,
+    def mismatch(model: LabelModel) -> str:
+        return (
             f"model {model.name!r} was trained on {model.spec.window_s:g} s windows every "
             f"{model.spec.step_s:g} s; features here are {features.window_s:g} s every "
             f"{features.step_s:g} s (its classes are what cohort.release "
             f"{list(cohort_release(cohort))} releases: release 'means' or 'attention' instead, "
-            "or use the model's window and step)",
+            "or use the model's window and step)"
         )
-    return model
+
+    return load_fitting_model("cohort.model", cohort.model, features, mismatch)

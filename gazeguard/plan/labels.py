@@ -17,6 +17,7 @@ refused (:func:`gazeguard.signal.labels.check_stateless`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -38,6 +39,7 @@ __all__ = [
     "clean_accuracy_of",
     "decision_epsilon",
     "label_events",
+    "load_fitting_model",
     "load_label_model",
     "plan_labels",
     "steps_per_decision",
@@ -205,6 +207,25 @@ def decision_epsilon(share: float, decisions: int, classes: int, delta: float) -
     return lo
 
 
+def load_fitting_model(
+    field: str, path: str, features: FeatureSettings, mismatch: Callable[[LabelModel], str]
+) -> LabelModel:
+    """The label model at ``path`` (the setting ``field``), checked against the feature window
+    and step (s).
+
+    Raises:
+        ConfigError: the model cannot be loaded, reads unknown features, or was trained with
+            another window or step (then ``mismatch(model)`` is the reason).
+    """
+    model = load_model(path)
+    if not (
+        math.isclose(model.spec.window_s, features.window_s)
+        and math.isclose(model.spec.step_s, features.step_s)
+    ):
+        raise ConfigError(field, path, mismatch(model))
+    return model
+
+
 def load_label_model(labels: LabelSettings, features: FeatureSettings) -> LabelModel:
     """The label model the settings name, checked against the sidecar's feature window/step.
 
@@ -212,21 +233,17 @@ def load_label_model(labels: LabelSettings, features: FeatureSettings) -> LabelM
         ConfigError: the model cannot be loaded, reads unknown features, or was trained with
             another window or step.
     """
-    model = load_model(labels.model)
-    if not (
-        math.isclose(model.spec.window_s, features.window_s)
-        and math.isclose(model.spec.step_s, features.step_s)
-    ):
-        raise ConfigError(
-            "labels.model",
-            labels.model,
+
+    def mismatch(model: LabelModel) -> str:
+        return (
             f"model {model.name!r} ({model.source}) was trained on features of window "
             f"{model.spec.window_s:g} s and step {model.spec.step_s:g} s, but the sidecar computes "
             f"features.window_s = {features.window_s:g} s, step_s = {features.step_s:g} s: its "
             "features would not match; train a model with these settings (`gazeguard profile "
-            "train-model --window W --step S`) or set the feature window and step it expects",
+            "train-model --window W --step S`) or set the feature window and step it expects"
         )
-    return model
+
+    return load_fitting_model("labels.model", labels.model, features, mismatch)
 
 
 def steps_per_decision(labels: LabelSettings, features: FeatureSettings) -> int:
