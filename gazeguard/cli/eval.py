@@ -513,13 +513,7 @@ def run(args: argparse.Namespace) -> int:
     args.per_hour = _axis(args)
     grid = _grid(args, settings, quick)
     datasets = _datasets(args, quick)
-    console = get_console()
-    if args.sensitivity == "paper":
-        console.warn(f"WARNING: --sensitivity paper: {NOT_PRIVATE}")
-    if args.insecure_seed is not None:
-        console.warn(
-            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
-        )
+    _warn_not_private(args)
     if args.frontier:
         return run_frontier(
             datasets,
@@ -549,6 +543,17 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _warn_not_private(args: argparse.Namespace) -> None:
+    """Warn where ``--sensitivity paper`` or ``--insecure-seed`` makes the releases not private."""
+    console = get_console()
+    if args.sensitivity == "paper":
+        console.warn(f"WARNING: --sensitivity paper: {NOT_PRIVATE}")
+    if args.insecure_seed is not None:
+        console.warn(
+            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
+        )
+
+
 def _paper_tables(args: argparse.Namespace, settings: EvalSettings) -> int:
     """``--paper-tables``: Bozkir et al.'s MPIIDPEye tables, ours beside the paper's."""
     if args.frontier or args.per_hour:
@@ -559,13 +564,7 @@ def _paper_tables(args: argparse.Namespace, settings: EvalSettings) -> int:
     datasets = (
         _datasets(args, False) if args.dataset else [open_dataset("mpiidpeye", args.data_dir)]
     )
-    console = get_console()
-    if args.sensitivity == "paper":
-        console.warn(f"WARNING: --sensitivity paper: {NOT_PRIVATE}")
-    if args.insecure_seed is not None:
-        console.warn(
-            f"WARNING: --insecure-seed {args.insecure_seed}: noise is reproducible and NOT private"
-        )
+    _warn_not_private(args)
     for ds in datasets:
         if not isinstance(ds, MpiiDpEye):
             raise ConfigError(
