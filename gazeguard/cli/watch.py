@@ -213,17 +213,32 @@ def readable_text(figure: dict[str, object] | None) -> str:
     return f"too noisy, needs ≥ {figure['sessions']:,} sessions"
 
 
+def _bucket_head(kind: str, m: CohortMessage | AttentionMessage, gaze: str) -> str:
+    """``{kind} 'cohort' bucket N (worker W, {gaze}to HH:MM:SS): about N sessions``: how a
+    cohort or attention message's description starts (``gaze``: the span of gaze, or "")."""
+    about = max(round(m.noisy_count), 0)
+    return (
+        f"{kind} {m.cohort!r} bucket {m.bucket} (worker {m.worker}, {gaze}to "
+        f"{clock(m.bucket_end)}): about {about} sessions"
+    )
+
+
+def _noise_words(m: CohortMessage | AttentionMessage) -> str:
+    """The Gaussian σ of a cohort or attention message and its ε per hour at δ, in words."""
+    return (
+        f"Gaussian σ {m.sigma:.3g}, {m.epsilon_per_hour:.3g} ε per hour of buckets at δ {m.delta:g}"
+    )
+
+
 def describe_aggregate(m: CohortMessage, shown: int) -> list[str]:
     """A cohort aggregate for people: the bucket, about how many sessions, each figure with its
     95 % noise band (± 1.96 sd, as the dashboard draws it) and whether it is readable."""
     read = aggregate_readability(m)
-    about = max(round(m.noisy_count), 0)
     lines = [
-        f"cohort {m.cohort!r} bucket {m.bucket} (worker {m.worker}, "
-        f"{span(m.bucket_end - m.bucket_start)} of gaze to {clock(m.bucket_end)}): about "
-        f"{about} sessions (noisy count {m.noisy_count:.3g} ± {Z95 * count_sd(m):.3g}, "
-        f"{readable_text(read['count'])}); Gaussian σ {m.sigma:.3g}, {m.epsilon_per_hour:.3g} ε "
-        f"per hour of buckets at δ {m.delta:g}{'' if m.noise == 'os-csprng' else ' — ' + m.noise}"
+        _bucket_head("cohort", m, f"{span(m.bucket_end - m.bucket_start)} of gaze ")
+        + f" (noisy count {m.noisy_count:.3g} ± {Z95 * count_sd(m):.3g}, "
+        f"{readable_text(read['count'])}); {_noise_words(m)}"
+        + ("" if m.noise == "os-csprng" else " — " + m.noise)
     ]
     if m.features:
         lines.append(f"  feature means, ± 95 % band ({readable_text(read['means'])}):")
@@ -250,12 +265,7 @@ def describe_attention(m: AttentionMessage) -> list[str]:
     """An attention message for people: the heatmap as rows of shades (row 0 on top, scaled to
     the hottest cell), its hottest cell, the AOI shares, each with whether it is readable."""
     read = attention_readability(m)
-    about = max(round(m.noisy_count), 0)
-    lines = [
-        f"attention {m.cohort!r} bucket {m.bucket} (worker {m.worker}, to {clock(m.bucket_end)}): "
-        f"about {about} sessions' gaze on the field; Gaussian σ {m.sigma:.3g}, "
-        f"{m.epsilon_per_hour:.3g} ε per hour of buckets at δ {m.delta:g}"
-    ]
+    lines = [_bucket_head("attention", m, "") + f"' gaze on the field; {_noise_words(m)}"]
     if m.heatmap is not None and m.fov_deg is not None:
         top = max(max(row) for row in m.heatmap)
         r, c = max(
