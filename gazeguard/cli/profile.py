@@ -376,25 +376,26 @@ def _check_fractions(args: argparse.Namespace) -> None:
             raise ConfigError(name, v, "must be in [0, 1)", "argument")
 
 
+#: The BuildSettings fields that the ``profile build`` option of the same name gives as it is.
+_SAME_NAMED = (
+    "criterion",
+    "max_size",
+    "reps",
+    "confirm_reps",
+    "tolerance",
+    "margin",
+    "every_task",
+    "every_reid",
+    "k",
+    "insecure_seed",
+)
+
+
 def _build_settings(args: argparse.Namespace, classifiers: tuple[str, ...]) -> Any:
     """The selection settings of ``profile build``
     (:class:`gazeguard.offline.profiles.BuildSettings`)."""
-
-    return BuildSettings(
-        criterion=args.criterion,
-        max_size=args.max_size,
-        reps=args.reps,
-        confirm_reps=args.confirm_reps,
-        tolerance=args.tolerance,
-        margin=args.margin,
-        classifiers=classifiers,
-        every_task=args.every_task,
-        every_reid=args.every_reid,
-        k=args.k,
-        window_s=args.window,
-        step_s=args.step,
-        insecure_seed=args.insecure_seed,
-    )
+    same = {name: getattr(args, name) for name in _SAME_NAMED}
+    return BuildSettings(classifiers=classifiers, window_s=args.window, step_s=args.step, **same)
 
 
 def _build_command_line(
