@@ -43,7 +43,7 @@ The grid and its cost, charged honestly (:func:`calibrate_laplace`; the samplers
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -491,16 +491,4 @@ def calibrate_gaussian_epsilon_delta(
     reduced_delta = delta * math.exp(-m * (math.log1p(GAUSS_ETA) + GAUSS_KAPPA_MAX)) * (1 - 2**-40)
     r = np.array([analytic_gaussian_sigma(float(b), reduced_delta, 1.0) for b in budget])
     cal = calibrate_gaussian(delta2, m, r, input_error)
-    return GaussianCalibration(
-        noise_multiplier=cal.noise_multiplier,
-        sigma=cal.sigma,
-        grid=cal.grid,
-        sigma_int=cal.sigma_int,
-        sensitivity_l2=cal.sensitivity_l2,
-        integer_sensitivity=cal.integer_sensitivity,
-        rho=cal.rho,
-        m=cal.m,
-        slack_epsilon_per_coordinate=cal.slack_epsilon_per_coordinate,
-        epsilon=eps,
-        delta=float(delta),
-    )
+    return replace(cal, epsilon=eps, delta=float(delta))
