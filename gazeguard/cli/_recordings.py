@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from gazeguard.offline.recordings import ReadOptions, parse_pair
+from gazeguard.offline.recordings import FORMATS, GAZE_UNITS, TIME_UNITS, ReadOptions, parse_pair
 
 
 class PairAction(argparse.Action):
@@ -54,6 +54,30 @@ class PairHelpFormatter(argparse.RawDescriptionHelpFormatter):
         if isinstance(action, PairAction):
             return str(action.metavar)
         return super()._format_args(action, default_metavar)
+
+
+def add_reading_arguments(
+    group: argparse._ArgumentGroup,
+    fov: type[PairAction],
+    one: str,
+    formats: str,
+    units_alias: str | None = None,
+) -> None:
+    """``--format`` (``formats``: its help), ``--units`` (also ``units_alias``), ``--time-unit``
+    and :func:`add_geometry_arguments`' options: all :func:`read_options` reads (``fov``: the
+    command's pair action; ``one``: "the file" or "a file", for the help)."""
+    group.add_argument("--format", choices=FORMATS, default="auto", help=formats)
+    group.add_argument(
+        *("--units", *([units_alias] if units_alias else [])),
+        choices=GAZE_UNITS,
+        help=f"gaze units where {one} does not state them (default deg)",
+    )
+    group.add_argument(
+        "--time-unit",
+        choices=TIME_UNITS,
+        help=f"time unit where {one} does not state it (default s)",
+    )
+    add_geometry_arguments(group, fov, one)
 
 
 def add_geometry_arguments(group: argparse._ArgumentGroup, fov: type[PairAction], one: str) -> None:

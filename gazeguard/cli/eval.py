@@ -20,7 +20,7 @@ from gazeguard.cli._common import ExitCode, epsilon_list, get_console, stdout
 from gazeguard.cli._recordings import (
     PairAction,
     PairHelpFormatter,
-    add_geometry_arguments,
+    add_reading_arguments,
     read_options,
 )
 from gazeguard.core.errors import ConfigError
@@ -65,12 +65,7 @@ from gazeguard.offline.eval.report import (
     write_plots,
 )
 from gazeguard.offline.eval.runner import GridConfig, evaluate_dataset
-from gazeguard.offline.recordings import (
-    FORMAT_HELP,
-    FORMATS,
-    GAZE_UNITS,
-    TIME_UNITS,
-)
+from gazeguard.offline.recordings import FORMAT_HELP
 from gazeguard.signal.profiles import load_profile
 
 DESCRIPTION = """\
@@ -359,22 +354,13 @@ def _data(parser: argparse.ArgumentParser) -> None:
 def _csv_reading(parser: argparse.ArgumentParser) -> None:
     """How ``csv:PATH`` recordings are read."""
     c = parser.add_argument_group("reading csv:PATH recordings (formats below)")
-    c.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="auto",
-        help="auto (default: from each file's content), csv, pupil, tobii, eyelink or mpiidpeye",
+    add_reading_arguments(
+        c,
+        PairAction,
+        "a file",
+        "auto (default: from each file's content), csv, pupil, tobii, eyelink or mpiidpeye",
+        units_alias="--csv-units",
     )
-    c.add_argument(
-        "--units",
-        "--csv-units",
-        choices=GAZE_UNITS,
-        help="gaze units where a header does not state them (default deg)",
-    )
-    c.add_argument(
-        "--time-unit", choices=TIME_UNITS, help="time unit where a header does not state it (s)"
-    )
-    add_geometry_arguments(c, PairAction, "a file")
     c.add_argument(
         "--labels",
         metavar="PATTERN",

@@ -11,7 +11,7 @@ from pathlib import Path
 from gazeguard.cli._recordings import (
     PairAction,
     PairHelpFormatter,
-    add_geometry_arguments,
+    add_reading_arguments,
     read_options,
 )
 from gazeguard.core.errors import ConfigError, DatasetError
@@ -19,9 +19,6 @@ from gazeguard.core.samples import GazeSamples
 from gazeguard.core.words import counted
 from gazeguard.offline.recordings import (
     FORMAT_HELP,
-    FORMATS,
-    GAZE_UNITS,
-    TIME_UNITS,
     ReadOptions,
     read_recording,
 )
@@ -63,24 +60,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "EyeLink .asc or an .xdf",
     )
     r = parser.add_argument_group("reading the recording (see below)")
-    r.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="auto",
-        help="auto (default: from the content), csv, pupil, tobii or eyelink",
+    add_reading_arguments(
+        r, _PairAction, "the file", "auto (default: from the content), csv, pupil, tobii or eyelink"
     )
     r.add_argument("--recording", metavar="ID", help="which recording of a file that holds several")
-    r.add_argument(
-        "--units",
-        choices=GAZE_UNITS,
-        help="gaze units where the header does not state them (default deg)",
-    )
-    r.add_argument(
-        "--time-unit",
-        choices=TIME_UNITS,
-        help="time unit where the header does not state it (default s)",
-    )
-    add_geometry_arguments(r, _PairAction, "the file")
     r.add_argument(
         "--columns",
         default=None,
