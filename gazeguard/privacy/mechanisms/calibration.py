@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -261,14 +262,21 @@ class GridCalibration:
     slack: FloatArray
 
 
+def _refuse_least(field: str, given: FloatArray, least: FloatArray, reason: str) -> NoReturn:
+    """Refuse ``field``, naming the ``given`` value (F,) of the feature whose ``least`` (F,) is
+    smallest: the one furthest out of range."""
+    i = int(np.argmin(least))
+    raise ConfigError(field, float(given[i]), reason)
+
+
 def _check_budget(budget: FloatArray, epsilon: FloatArray, m: int) -> None:
     """Refuse an ε whose ``budget`` (ε less the slack of ``m`` coordinates) is under half of it
     or too small for the sampler's parameter range (``2m/budget ≥ T_MAX/4``)."""
     if np.any(budget < epsilon / 2) or np.any(2.0 * m / budget >= T_MAX / 4):
-        i = int(np.argmin(budget / epsilon))
-        raise ConfigError(
+        _refuse_least(
             "epsilon",
-            float(epsilon[i]),
+            epsilon,
+            budget / epsilon,
             f"too small for {m} noised coefficients per feature; use a smaller k "
             "(fewer coefficients) or a larger epsilon",
         )
@@ -308,10 +316,10 @@ def calibrate_laplace(
         scale = (l1_sensitivity + 2.0 * m * grid) / budget
     t = scale / grid
     if np.any(t < T_MIN):
-        i = int(np.argmin(t))
-        raise ConfigError(
+        _refuse_least(
             "epsilon",
-            float(epsilon[i]),
+            epsilon,
+            t,
             "too large: the noise would be smaller than the transform's rounding error allows; "
             "use a smaller epsilon",
         )
@@ -477,10 +485,10 @@ def calibrate_gaussian_epsilon_delta(
     slack = m * (GAUSS_SAMPLER_LOSS_PER_COORDINATE + 2.0 * GAUSS_KAPPA_MAX)
     budget = eps - slack
     if not np.all(np.isfinite(eps)) or np.any(budget < eps / 2):
-        i = int(np.argmin(np.where(np.isfinite(eps), budget / eps, -np.inf)))
-        raise ConfigError(
+        _refuse_least(
             "epsilon",
-            float(eps[i]),
+            eps,
+            np.where(np.isfinite(eps), budget / eps, -np.inf),
             f"too small for {m} noised coefficients per feature (the sampler alone costs "
             f"{slack:.3g}); use a smaller k or a larger epsilon",
         )
