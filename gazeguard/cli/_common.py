@@ -20,6 +20,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from gazeguard.core.errors import GazeguardError
@@ -395,3 +396,39 @@ def epsilon_list(example: str) -> Callable[[str], list[float]]:
         return vals
 
     return epsilons
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        v = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1") from exc
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return v
+
+
+def kept_coefficients(text: str) -> int | str:
+    """The argparse type of ``--k``: ``auto`` or a whole number >= 1 of kept coefficients."""
+    if text == "auto":
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 'auto' or an integer >= 1") from exc
+
+
+def add_feature_arguments(group: argparse._ArgumentGroup, cache: str) -> None:
+    """``--window`` and ``--step`` (s) of the feature extraction and ``--cache-dir`` and
+    ``--no-cache`` of its cache, shared by ``eval`` and ``profile`` (``cache``: the cache's
+    help, before its default)."""
+    group.add_argument("--window", type=float, default=30.0, help="feature window W, s (30)")
+    group.add_argument("--step", type=float, default=0.5, help="feature step, s (0.5)")
+    group.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path.home() / ".cache" / "gazeguard" / "eval",
+        help=f"{cache} (default ~/.cache/gazeguard/eval)",
+    )
+    group.add_argument("--no-cache", action="store_true", help="always extract features afresh")

@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gazeguard.cli._common import ExitCode, epsilon_list, get_console, stdout
+from gazeguard.cli._common import (
+    ExitCode,
+    add_feature_arguments,
+    epsilon_list,
+    get_console,
+    kept_coefficients,
+    stdout,
+)
 from gazeguard.cli._recordings import (
     PairAction,
     PairHelpFormatter,
@@ -144,18 +151,6 @@ def _int_list(text: str) -> list[int]:
     return vals
 
 
-def _k(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        k = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 'auto' or an integer") from exc
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: k must be >= 1")
-    return k
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``gazeguard eval``."""
     parser.description = DESCRIPTION
@@ -271,7 +266,7 @@ def _what_to_evaluate(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--k",
-        type=_k,
+        type=kept_coefficients,
         default="auto",
         help="kept frequency coefficients: 'auto' (from the package's public prior spectrum, "
         "never from the data; default) or an integer <= n/2",
@@ -335,15 +330,7 @@ def _data(parser: argparse.ArgumentParser) -> None:
         help="where the public recordings are (default: $GAZEGUARD_DATA, else ., ./data and "
         "../shared/data)",
     )
-    d.add_argument("--window", type=float, default=30.0, help="feature window W, s (30)")
-    d.add_argument("--step", type=float, default=0.5, help="feature step, s (0.5)")
-    d.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path.home() / ".cache" / "gazeguard" / "eval",
-        help="feature cache (default ~/.cache/gazeguard/eval)",
-    )
-    d.add_argument("--no-cache", action="store_true", help="always extract features afresh")
+    add_feature_arguments(d, "feature cache")
     d.add_argument("--synthetic-people", type=int, help="simulated people (8; quick 6)")
     d.add_argument(
         "--synthetic-duration", type=float, help="seconds per simulated recording (300; quick 150)"

@@ -31,7 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from gazeguard.cli._common import epsilon_list
+from gazeguard.cli._common import (
+    add_feature_arguments,
+    epsilon_list,
+    kept_coefficients,
+    positive_int,
+)
 from gazeguard.config import FeatureSettings, LabelSettings
 from gazeguard.core.errors import ConfigError
 from gazeguard.core.words import counted
@@ -72,20 +77,6 @@ examples:
 _floats = epsilon_list("2.4,4.8")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1") from exc
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
-    return v
-
-
-def _k(text: str) -> int | str:
-    return text if text == "auto" else _positive_int(text)
-
-
 def _pair(text: str) -> tuple[float, float]:
     try:
         a, b = (float(p) for p in text.split(","))
@@ -108,16 +99,8 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="recorded datasets (default: $GAZEGUARD_DATA, ./data or ../shared/data)",
     )
-    d.add_argument("--window", type=float, default=30.0, help="feature window W, s (30)")
-    d.add_argument("--step", type=float, default=0.5, help="feature step, s (0.5)")
-    d.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path.home() / ".cache" / "gazeguard" / "eval",
-        help="feature cache, shared with `gazeguard eval` (default ~/.cache/gazeguard/eval)",
-    )
-    d.add_argument("--no-cache", action="store_true", help="always extract features afresh")
-    d.add_argument("--synthetic-people", type=_positive_int, default=8, help="(8)")
+    add_feature_arguments(d, "feature cache, shared with `gazeguard eval`")
+    d.add_argument("--synthetic-people", type=positive_int, default=8, help="(8)")
     d.add_argument("--synthetic-duration", type=float, default=300.0, help="s per recording (300)")
     d.add_argument("--synthetic-rate", type=float, default=60.0, help="Hz (60)")
     d.add_argument("--csv-units", choices=("deg", "norm"), default="deg")
@@ -167,7 +150,9 @@ def _noise_level(p: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="ε per feature per chunk to consider, comma-separated (2.4,4.8,9.6)",
     )
-    n.add_argument("--k", type=_k, default="auto", help="kept coefficients: auto or an integer")
+    n.add_argument(
+        "--k", type=kept_coefficients, default="auto", help="kept coefficients: auto or an integer"
+    )
 
 
 def _selection(p: argparse.ArgumentParser) -> None:
@@ -180,15 +165,13 @@ def _selection(p: argparse.ArgumentParser) -> None:
         help="ranking: info-ratio (task over identity information under the noise; default) "
         "or f-ratio (clean ANOVA F of task over F of person)",
     )
+    s.add_argument("--max-size", type=positive_int, help="largest profile evaluated (default: all)")
     s.add_argument(
-        "--max-size", type=_positive_int, help="largest profile evaluated (default: all)"
-    )
-    s.add_argument(
-        "--reps", type=_positive_int, default=3, help="noisy releases per frontier point (3)"
+        "--reps", type=positive_int, default=3, help="noisy releases per frontier point (3)"
     )
     s.add_argument(
         "--confirm-reps",
-        type=_positive_int,
+        type=positive_int,
         default=5,
         help="fresh releases confirming the pick (5)",
     )
@@ -205,8 +188,8 @@ def _selection(p: argparse.ArgumentParser) -> None:
         help="task accuracies within this of the best are equal; the cheapest wins (0.01)",
     )
     s.add_argument("--classifiers", default="knn,svm,dt,rf", help="subset of knn,svm,dt,rf")
-    s.add_argument("--every-task", type=_positive_int, default=10, help="(10)")
-    s.add_argument("--every-reid", type=_positive_int, default=5, help="(5)")
+    s.add_argument("--every-task", type=positive_int, default=10, help="(10)")
+    s.add_argument("--every-reid", type=positive_int, default=5, help="(5)")
     s.add_argument(
         "--insecure-seed",
         type=int,
@@ -238,7 +221,7 @@ def _train_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         default=1.0,
         help="inverse L2 strength C of the logistic regression (1.0)",
     )
-    t.add_argument("--every", type=_positive_int, default=1, help="train on every n-th window")
+    t.add_argument("--every", type=positive_int, default=1, help="train on every n-th window")
     t.add_argument(
         "--features",
         choices=("profile", "usable"),
