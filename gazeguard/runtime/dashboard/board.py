@@ -25,8 +25,9 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -79,6 +80,48 @@ def _first(exc: ValidationError) -> str:
     return f"{where + ': ' if where else ''}{errors[0]['msg']}{more}"
 
 
+_Message = TypeVar("_Message", CohortMessage, AttentionMessage, ModeMessage)
+_Bucketed = TypeVar("_Bucketed", CohortMessage, ModeMessage)
+
+
+@dataclass(frozen=True)
+class _BucketedKind(Generic[_Bucketed]):
+    """A message kind of which the board keeps the recent buckets per (cohort, worker): its
+    model, what an invalid one is called, its readability and its event's name."""
+
+    model: type[_Bucketed]
+    what: str
+    readability: Callable[[_Bucketed], dict[str, Any]]
+    event: str
+
+
+_AGGREGATE: Final = _BucketedKind(
+    CohortMessage, "gazeguard.cohort/1 aggregate", aggregate_readability, "aggregate"
+)
+_MODE: Final = _BucketedKind(ModeMessage, "gazeguard.mode/1 message", mode_readability, "mode")
+
+
+def _document(
+    message: CohortMessage | AttentionMessage | ModeMessage, readability: dict[str, Any], topic: str
+) -> dict[str, Any]:
+    """What the page gets of a message: its JSON fields, ``readability``, ``received_at`` (Unix
+    seconds) and ``topic``."""
+    doc = message.model_dump(mode="json", by_alias=True)
+    doc["readability"] = readability
+    doc["received_at"] = time.time()
+    doc["topic"] = topic
+    return doc
+
+
+def _keep_in_order(kept: deque[dict[str, Any]], doc: dict[str, Any]) -> None:
+    """Append ``doc`` to ``kept``, keeping the buckets in order when it arrives late."""
+    kept.append(doc)
+    if len(kept) > 1 and kept[-2]["bucket"] > doc["bucket"]:
+        ordered = sorted(kept, key=lambda d: int(d["bucket"]))
+        kept.clear()
+        kept.extend(ordered)
+
+
 class Board:
     """The dashboard's state and its listeners (one asyncio loop; not thread-safe).
 
@@ -114,41 +157,14 @@ class Board:
             self._mode(topic, payload)
 
     def _aggregate(self, topic: str, payload: bytes) -> None:
-        try:
-            message = CohortMessage.model_validate_json(payload)
-        except ValidationError as exc:
-            self._invalid(topic, f"not a valid gazeguard.cohort/1 aggregate: {_first(exc)}")
-            return
-        key = (message.cohort, message.worker)
-        kept = self.aggregates.get(key)
-        if kept is None:
-            if len(self.aggregates) >= MAX_STREAMS:
-                self.dropped += 1
-                return
-            kept = self.aggregates[key] = deque(maxlen=self.history)
-        if any(a["bucket"] == message.bucket for a in kept):
-            return  # a second delivery (QoS 1 is at least once)
-        doc = message.model_dump(mode="json", by_alias=True)
-        doc["readability"] = aggregate_readability(message)
-        doc["received_at"] = time.time()
-        doc["topic"] = topic
-        if len(kept) == kept.maxlen and message.bucket < kept[0]["bucket"]:
-            return  # older than every bucket kept: nothing to draw
-        kept.append(doc)
-        if len(kept) > 1 and kept[-2]["bucket"] > message.bucket:  # late: keep buckets in order
-            ordered = sorted(kept, key=lambda a: int(a["bucket"]))
-            kept.clear()
-            kept.extend(ordered)
-        self._emit(Event("aggregate", doc))
+        self._bucketed(topic, payload, _AGGREGATE, self.aggregates)
 
     def _attention(self, topic: str, payload: bytes) -> None:
         if len(payload) > MAX_PAYLOAD:
             self._invalid(topic, f"{len(payload)} bytes: more than the {MAX_PAYLOAD} drawn")
             return
-        try:
-            message = AttentionMessage.model_validate_json(payload)
-        except ValidationError as exc:
-            self._invalid(topic, f"not a valid gazeguard.attention/1 message: {_first(exc)}")
+        message = self._parse(AttentionMessage, topic, payload, "gazeguard.attention/1 message")
+        if message is None:
             return
         key = (message.cohort, message.worker)
         kept = self.attention.get(key)
@@ -157,40 +173,63 @@ class Board:
             return
         if kept is not None and kept["bucket"] >= message.bucket:
             return  # a second delivery, or older than the one drawn
-        doc = message.model_dump(mode="json", by_alias=True)
-        doc["readability"] = attention_readability(message)
-        doc["received_at"] = time.time()
-        doc["topic"] = topic
+        doc = _document(message, attention_readability(message), topic)
         self.attention[key] = doc
         self._emit(Event("attention", doc))
 
     def _mode(self, topic: str, payload: bytes) -> None:
-        try:
-            message = ModeMessage.model_validate_json(payload)
-        except ValidationError as exc:
-            self._invalid(topic, f"not a valid gazeguard.mode/1 message: {_first(exc)}")
+        self._bucketed(topic, payload, _MODE, self.modes)
+
+    def _bucketed(
+        self,
+        topic: str,
+        payload: bytes,
+        kind: _BucketedKind[_Bucketed],
+        store: dict[tuple[str, str], deque[dict[str, Any]]],
+    ) -> None:
+        """Keep in ``store`` a message of which the page draws the recent buckets and emit it,
+        unless it is invalid or there is nothing to draw (see :meth:`_history`)."""
+        message = self._parse(kind.model, topic, payload, kind.what)
+        if message is None:
             return
-        key = (message.cohort, message.worker)
-        kept = self.modes.get(key)
+        kept = self._history(store, message)
         if kept is None:
-            if len(self.modes) >= MAX_STREAMS:
+            return
+        doc = _document(message, kind.readability(message), topic)
+        _keep_in_order(kept, doc)
+        self._emit(Event(kind.event, doc))
+
+    def _parse(
+        self, model: type[_Message], topic: str, payload: bytes, what: str
+    ) -> _Message | None:
+        """``payload`` validated as ``model``; ``None``, counted and logged as invalid, if not."""
+        try:
+            return model.model_validate_json(payload)
+        except ValidationError as exc:
+            self._invalid(topic, f"not a valid {what}: {_first(exc)}")
+            return None
+
+    def _history(
+        self,
+        store: dict[tuple[str, str], deque[dict[str, Any]]],
+        message: CohortMessage | ModeMessage,
+    ) -> deque[dict[str, Any]] | None:
+        """The kept buckets of ``message``'s (cohort, worker) in ``store``, made if new; ``None``
+        when there is nothing to draw: a new stream beyond :data:`MAX_STREAMS` (counted in
+        ``dropped``), a second delivery (QoS 1 is at least once), or a bucket older than every
+        bucket kept."""
+        key = (message.cohort, message.worker)
+        kept = store.get(key)
+        if kept is None:
+            if len(store) >= MAX_STREAMS:
                 self.dropped += 1
-                return
-            kept = self.modes[key] = deque(maxlen=self.history)
-        if any(m["bucket"] == message.bucket for m in kept) or (
+                return None
+            kept = store[key] = deque(maxlen=self.history)
+        if any(d["bucket"] == message.bucket for d in kept) or (
             len(kept) == kept.maxlen and message.bucket < kept[0]["bucket"]
         ):
-            return  # a second delivery, or older than every bucket kept
-        doc = message.model_dump(mode="json", by_alias=True)
-        doc["readability"] = mode_readability(message)
-        doc["received_at"] = time.time()
-        doc["topic"] = topic
-        kept.append(doc)
-        if len(kept) > 1 and kept[-2]["bucket"] > message.bucket:
-            ordered = sorted(kept, key=lambda m: int(m["bucket"]))
-            kept.clear()
-            kept.extend(ordered)
-        self._emit(Event("mode", doc))
+            return None
+        return kept
 
     def _invalid(self, topic: str, why: str) -> None:
         self.invalid += 1
