@@ -33,6 +33,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -51,8 +52,11 @@ from gazeguard.ledger.outbox import OutboxEntry
 from gazeguard.privacy.accounting import cache_clear
 from gazeguard.privacy.accounting.cache import flush
 from gazeguard.runtime.publish import Publisher
-from gazeguard.wire.message import ChunkMessage, LedgerSnapshot, MechanismParams
+from gazeguard.wire.message import ChunkMessage, LedgerSnapshot
 from gazeguard.wire.topics import chunk_topic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "wire"))
+from _params import mechanism_params
 
 RESULTS = Path(__file__).resolve().parent / "results" / "publish.json"
 N_FEATURES, N_STEPS = 52, 32
@@ -105,24 +109,14 @@ def mosquitto(workdir: Path) -> Iterator[int]:
 
 
 def chunk_payload(index: int, state: LedgerState, rng: np.random.Generator) -> bytes:
-    mechanism = MechanismParams.model_validate(
-        {
-            "name": "dcfpa",
-            "transform": "dft",
-            "n": N_STEPS,
-            "k": 8,
-            "m": 15,
-            "epsilon": list(EPS.values()),
-            "noise_scale": [3.0] * N_FEATURES,
-            "sensitivity": [0.7] * N_FEATURES,
-            "noise_multiplier": [2.0] * N_FEATURES,
-            "noise": "laplace",
-            "randomness": "os-csprng",
-            "value_noise_sd": [1.0] * N_FEATURES,
-            "value_noise_range": [0.1] * N_FEATURES,
-            "lower": [0.0] * N_FEATURES,
-            "upper": [10.0] * N_FEATURES,
-        }
+    mechanism = mechanism_params(
+        N_FEATURES,
+        N_STEPS,
+        k=8,
+        m=15,
+        epsilon=list(EPS.values()),
+        noise_scale=[3.0] * N_FEATURES,
+        sensitivity=[0.7] * N_FEATURES,
     )
     return ChunkMessage.build(
         session=SESSION,

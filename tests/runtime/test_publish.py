@@ -43,12 +43,12 @@ from gazeguard.runtime.tail import TailProfile
 from gazeguard.wire.message import (
     ChunkMessage,
     LedgerSnapshot,
-    MechanismParams,
     StatusMessage,
     shipped_schema,
 )
 from gazeguard.wire.topics import chunk_topic, status_topic
 from tests.conftest import MosquittoBroker, free_port
+from tests.wire._params import mechanism_params
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
@@ -61,24 +61,15 @@ EPS = {f"feature_{i}": 0.25 for i in range(F)}
 def charge_chunk(ledger: Ledger, session: str, index: int) -> Charge:
     """Charge chunk ``index`` of ``session`` with a schema-valid chunk message as payload."""
     rng = np.random.default_rng(index)
-    mechanism = MechanismParams.model_validate(
-        {
-            "name": "dcfpa",
-            "transform": "dft",
-            "n": N,
-            "k": 2,
-            "m": 3,
-            "epsilon": list(EPS.values()),
-            "noise_scale": [2.0] * F,
-            "sensitivity": [1.5] * F,
-            "noise_multiplier": [2.0] * F,
-            "noise": "laplace",
-            "randomness": "INSECURE-seeded",
-            "value_noise_sd": [1.0] * F,
-            "value_noise_range": [0.1] * F,
-            "lower": [0.0] * F,
-            "upper": [10.0] * F,
-        }
+    mechanism = mechanism_params(
+        F,
+        N,
+        k=2,
+        m=3,
+        epsilon=list(EPS.values()),
+        noise_scale=[2.0] * F,
+        sensitivity=[1.5] * F,
+        randomness="INSECURE-seeded",
     )
 
     preview = ledger.preview(session, pure_cost(EPS))

@@ -31,6 +31,7 @@ from gazeguard.wire.message import (
     MechanismParams,
     value_noise_text,
 )
+from tests.wire._params import mechanism_params
 
 FEATURES = ["fixation_rate", "saccade_rate", "pupil_mean"]
 F, N = 3, 8
@@ -78,14 +79,14 @@ def test_one_noise_figure_in_the_banner_watch_and_the_message(
 
 def params(**over: Any) -> MechanismParams:
     fields: dict[str, Any] = {
-        "name": "dcfpa", "transform": "dft", "n": N, "k": 1, "m": 1, "noise": "laplace",
-        "epsilon": [0.5] * F, "noise_scale": [1.0] * F, "sensitivity": [0.3] * F,
-        "noise_multiplier": [2.0] * F, "randomness": "os-csprng",
-        "value_noise_sd": [2.0, 4.0, 0.5], "value_noise_range": [0.2, 0.4, 0.25],
-        "lower": [0.0, 0.0, 1.0], "upper": [10.0, 10.0, 3.0],
-    }  # fmt: skip
-    fields.update(over)
-    return MechanismParams.model_validate(fields)
+        "k": 1,
+        "m": 1,
+        "value_noise_sd": [2.0, 4.0, 0.5],
+        "value_noise_range": [0.2, 0.4, 0.25],
+        "lower": [0.0, 0.0, 1.0],
+        "upper": [10.0, 10.0, 3.0],
+    }
+    return mechanism_params(F, N, **{**fields, **over})
 
 
 def chunk(values: Any, mechanism: MechanismParams | None = None, index: int = 0) -> ChunkMessage:

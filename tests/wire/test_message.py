@@ -27,30 +27,13 @@ from gazeguard.wire.message import (
     shipped_schema,
 )
 from gazeguard.wire.topics import chunk_topic, name_problem, session_id_for, status_topic
+from tests.wire._params import mechanism_params
 
 F, N = 4, 16
 
 
 def mechanism(**over: Any) -> MechanismParams:
-    fields: dict[str, Any] = {
-        "name": "dcfpa",
-        "transform": "dft",
-        "n": N,
-        "k": 3,
-        "m": 5,
-        "epsilon": [0.5] * F,
-        "noise_scale": [1.0, 2.0, 3.0, 4.0],
-        "sensitivity": [0.3] * F,
-        "noise_multiplier": [2.0] * F,
-        "noise": "laplace",
-        "randomness": "os-csprng",
-        "value_noise_sd": [1.0] * F,
-        "value_noise_range": [0.1] * F,
-        "lower": [0.0] * F,
-        "upper": [10.0] * F,
-    }
-    fields.update(over)
-    return MechanismParams.model_validate(fields)
+    return mechanism_params(F, N, **{"noise_scale": [1.0, 2.0, 3.0, 4.0], **over})
 
 
 def snapshot(**over: Any) -> LedgerSnapshot:
