@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,50 @@ def _special() -> Any:
 
 
 _BISECT = 200  # bisection steps: far more than needed to reach adjacent doubles
+
+
+def _largest_within(
+    f: Callable[[float], float],
+    limit: float,
+    *,
+    start: tuple[float, float],
+    factors: tuple[float, float],
+    midpoint: Callable[[float, float], float | None],
+    too_small: Callable[[], ConfigError],
+) -> float:
+    """The largest ``x > 0`` found with ``f(x) ≤ limit``, for ``f`` increasing: the bracket
+    ``start = (lo, hi)`` is widened (``lo`` divided by ``factors[0]`` while ``f(lo) > limit``,
+    raising ``too_small()`` below 1e-300; ``hi`` multiplied by ``factors[1]`` while
+    ``f(hi) ≤ limit``), then bisected at ``midpoint(lo, hi)`` (``None``: close enough) until
+    adjacent doubles. Returns the bracket's ``lo``, which satisfies the bound as evaluated."""
+    lo, hi = start
+    while f(lo) > limit:
+        lo /= factors[0]
+        if lo < 1e-300:
+            raise too_small()
+    while f(hi) <= limit:
+        lo, hi = hi, hi * factors[1]
+    return _bisect(lo, hi, lambda x: f(x) <= limit, midpoint)[0]
+
+
+def _bisect(
+    lo: float,
+    hi: float,
+    goes_low: Callable[[float], bool],
+    midpoint: Callable[[float, float], float | None] = lambda lo, hi: 0.5 * (lo + hi),
+) -> tuple[float, float]:
+    """The bracket ``(lo, hi)`` narrowed: ``midpoint(lo, hi)`` replaces ``lo`` where
+    ``goes_low`` holds there, else ``hi``; at most :data:`_BISECT` steps, until the midpoint is
+    ``None`` (close enough) or no longer strictly inside (adjacent doubles)."""
+    for _ in range(_BISECT):
+        mid = midpoint(lo, hi)
+        if mid is None or mid <= lo or mid >= hi:
+            break
+        if goes_low(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
 
 
 def _check(field: str, value: float, *, lo: float = 0.0, strict: bool = True) -> float:
@@ -93,36 +138,19 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
     hi = mu * mu / 2.0 + mu * float(-_special().ndtri(delta))
     while gaussian_delta(hi, mu) > delta:  # guard against rounding in the bound
         hi = hi * 1.0625 + 1e-12
-    lo = 0.0
-    for _ in range(_BISECT):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if gaussian_delta(mid, mu) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return _bisect(0.0, hi, lambda eps: gaussian_delta(eps, mu) > delta)[1]
 
 
 def mu_for(epsilon: float, delta: float) -> float:
     """Largest ``μ`` with ``gaussian_delta(ε, μ) ≤ δ`` (δ increases with μ)."""
-    lo, hi = 1e-3, 1.0
-    while gaussian_delta(epsilon, lo) > delta:
-        lo /= 16.0
-        if lo < 1e-300:
-            raise ConfigError("delta", delta, "too small to be met by any Gaussian noise")
-    while gaussian_delta(epsilon, hi) <= delta:
-        lo, hi = hi, hi * 16.0
-    for _ in range(_BISECT):
-        mid = math.sqrt(lo * hi) if hi / lo > 1.5 else 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if gaussian_delta(epsilon, mid) <= delta:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _largest_within(
+        lambda mu: gaussian_delta(epsilon, mu),
+        delta,
+        start=(1e-3, 1.0),
+        factors=(16.0, 16.0),
+        midpoint=lambda lo, hi: math.sqrt(lo * hi) if hi / lo > 1.5 else 0.5 * (lo + hi),
+        too_small=lambda: ConfigError("delta", delta, "too small to be met by any Gaussian noise"),
+    )
 
 
 def _log_phi(x: float) -> float:
@@ -244,19 +272,11 @@ def epsilon_to_rho(epsilon: float, delta: float) -> float:
     """
     epsilon = _check("epsilon", epsilon)
     delta = _check_delta(delta)
-    lo, hi = 1e-12, 1.0
-    while rho_to_epsilon(lo, delta) > epsilon:
-        lo /= 1e3
-        if lo < 1e-300:
-            raise ConfigError("epsilon", epsilon, "too small for any ρ at this δ")
-    while rho_to_epsilon(hi, delta) <= epsilon:
-        lo, hi = hi, hi * 4.0
-    for _ in range(_BISECT):
-        mid = math.sqrt(lo * hi)
-        if hi / lo - 1.0 < 1e-13 or mid <= lo or mid >= hi:
-            break
-        if rho_to_epsilon(mid, delta) <= epsilon:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _largest_within(
+        lambda rho: rho_to_epsilon(rho, delta),
+        epsilon,
+        start=(1e-12, 1.0),
+        factors=(1e3, 4.0),
+        midpoint=lambda lo, hi: None if hi / lo - 1.0 < 1e-13 else math.sqrt(lo * hi),
+        too_small=lambda: ConfigError("epsilon", epsilon, "too small for any ρ at this δ"),
+    )
