@@ -62,6 +62,17 @@ def _epsilon(value: float) -> float:
 Epsilon = Annotated[float, AfterValidator(_epsilon)]
 
 
+def _finite(why: str) -> AfterValidator:
+    """A check, after the field's own, that refuses an infinite float setting with ``why``."""
+
+    def check(value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError(why)
+        return value
+
+    return AfterValidator(check)
+
+
 class Section(BaseModel):
     """A section of :class:`Settings`: unknown keys are refused, values are frozen."""
 
@@ -190,7 +201,9 @@ class FeatureSettings(Section):
     """Sliding-window feature extraction."""
 
     window_s: float = Field(30.0, gt=0, description="window length W, s")
-    step_s: float = Field(0.5, gt=0, description="step s between feature vectors, s")
+    step_s: Annotated[float, _finite("must be finite")] = Field(
+        0.5, gt=0, description="step s between feature vectors, s"
+    )
     saccade_threshold_deg_s: float = Field(
         30.0, gt=0, description="I-VT angular velocity threshold, deg/s"
     )
@@ -204,13 +217,6 @@ class FeatureSettings(Section):
         description="a value repeated for a low-quality window or an undefined value repeats "
         "for at most this long; then the feature's public default is released (None: window_s)",
     )
-
-    @field_validator("step_s")
-    @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError("must be finite")
-        return v
 
 
 class MechanismSettings(Section):
@@ -371,7 +377,7 @@ class LabelSettings(Section):
         "clock",
         description="clock: one label per decision_s (the only way; 'change' was retired)",
     )
-    decision_s: float = Field(
+    decision_s: Annotated[float, _finite("must be a finite number of seconds > 0")] = Field(
         120.0,
         gt=0,
         description="seconds of gaze per label: each label decides on that block and holds "
@@ -400,13 +406,6 @@ class LabelSettings(Section):
                 "quarter of each label's ε on noise); use 'clock' (one label per decision_s, "
                 "the default) or remove the setting"
             )
-        return v
-
-    @field_validator("decision_s")
-    @classmethod
-    def _finite_decision(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError("must be a finite number of seconds > 0")
         return v
 
 
