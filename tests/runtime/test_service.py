@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,18 @@ def persistent_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
     broker.start()
     yield broker
     broker.stop()
+
+
+@contextmanager
+def subscribed(broker: MosquittoBroker, unique_id: str) -> Iterator[Subscriber]:
+    """A :class:`Subscriber` to every topic of ``broker``, asserted connected within 5 s, closed
+    after."""
+    sub = Subscriber(broker, f"sub-{unique_id}")
+    try:
+        assert sub.wait_for(sub.client.is_connected, 5)
+        yield sub
+    finally:
+        sub.close()
 
 
 def gazeguard_run(
@@ -149,9 +162,7 @@ def test_end_to_end_chunks_are_schema_valid_and_match_the_ledger(
 def test_broker_outage_loses_and_duplicates_nothing(
     tmp_path: Path, persistent_broker: MosquittoBroker, unique_id: str
 ) -> None:
-    sub = Subscriber(persistent_broker, f"sub-{unique_id}")
-    try:
-        assert sub.wait_for(sub.client.is_connected, 5)
+    with subscribed(persistent_broker, unique_id) as sub:
         proc = gazeguard_run(tmp_path, persistent_broker, unique_id, "--duration", "11")
         assert sub.wait_for(lambda: len(sub.chunks()) >= 1, 15)
         persistent_broker.stop()  # chunks charged now wait in the outbox
@@ -168,8 +179,6 @@ def test_broker_outage_loses_and_duplicates_nothing(
             f"missing {sorted(set(indices) - set(received))}\n"
             f"broker:\n{broker_story(persistent_broker)}\nsidecar:\n{err[-3000:]}"
         )
-    finally:
-        sub.close()
 
 
 def quick_clock(
@@ -328,9 +337,7 @@ def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
         assert len(ledger.pending(session="s1")) == len(before)
 
     # Run 2: same session, reachable broker. The outbox goes out first, the budget continues.
-    sub = Subscriber(mosquitto, f"sub-{unique_id}")
-    try:
-        assert sub.wait_for(sub.client.is_connected, 5)
+    with subscribed(mosquitto, unique_id) as sub:
         err = finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "20",
                                    "--duration", "8"), status=ExitCode.BUDGET)  # fmt: skip
         # Issue 35.6: the restart says that the backlog goes out first.
@@ -353,17 +360,13 @@ def test_sigkill_then_restart_keeps_budget_and_delivers_outbox(
         last = sub.statuses()[-1]
         assert last.chunks_withheld >= 1
         assert "budget" in err or "cap" in err
-    finally:
-        sub.close()
 
 
 @pytest.mark.slow
 def test_budget_exhaustion_withholds_and_nothing_raw_is_published(
     tmp_path: Path, mosquitto: MosquittoBroker, unique_id: str
 ) -> None:
-    sub = Subscriber(mosquitto, f"sub-{unique_id}")
-    try:
-        assert sub.wait_for(sub.client.is_connected, 5)
+    with subscribed(mosquitto, unique_id) as sub:
         finish(gazeguard_run(tmp_path, mosquitto, unique_id, "--session-cap", "6",
                              "--duration", "6"), status=ExitCode.BUDGET)  # fmt: skip
         assert ledger_indices(tmp_path) == [0, 1]  # 2 × 2.5 ≤ 6 < 3 × 2.5
@@ -387,8 +390,6 @@ def test_budget_exhaustion_withholds_and_nothing_raw_is_published(
                 assert set(json.loads(payload)) == set(STATUS.fields)
                 assert status.state in ("starting", "running", "budget_exhausted", "stopped")
         assert len(sub.chunks()) == 2
-    finally:
-        sub.close()
 
 
 @pytest.mark.slow
