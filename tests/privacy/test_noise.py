@@ -20,6 +20,7 @@ from gazeguard.privacy.mechanisms import (
 )
 from gazeguard.privacy.mechanisms.calibration import calibrate_laplace
 from gazeguard.privacy.mechanisms.discrete_laplace import ETA, SAMPLER_LOSS_PER_COORDINATE, T_MAX
+from tests.privacy._sampling import opendp_measurement, pooled_chi2, two_sample_p
 
 IntArray = npt.NDArray[np.int64]
 
@@ -31,16 +32,9 @@ def exact_pmf(z: npt.NDArray[np.int64], t: float) -> npt.NDArray[np.float64]:
 
 def chi2_against_pmf(draws: IntArray, t: float) -> float:
     """p-value of a χ² goodness-of-fit test of ``draws`` against the exact pmf (tails pooled)."""
-    n = draws.size
-    half = int(np.ceil(t * math.log(n / 5)))  # keep cells with expected count ≥ ~5
+    half = int(np.ceil(t * math.log(draws.size / 5)))  # keep cells with expected count ≥ ~5
     z = np.arange(-half, half + 1)
-    expected = exact_pmf(z, t) * n
-    observed = np.array([np.count_nonzero(draws == v) for v in z], dtype=np.float64)
-    tail = n - expected.sum()
-    observed = np.append(observed, n - observed.sum())
-    expected = np.append(expected, tail)
-    keep = expected > 0
-    return float(stats.chisquare(observed[keep], expected[keep]).pvalue)
+    return pooled_chi2(draws, z, exact_pmf(z, t))
 
 
 @pytest.mark.parametrize("stage_length", [11.0, 1.0])
@@ -58,17 +52,10 @@ def test_sampler_matches_the_exact_discrete_laplace(t: float, stage_length: floa
 def test_sampler_matches_opendp() -> None:
     """Two-sample χ² against OpenDP's discrete Laplace (OpenDP draws with its own entropy, so
     this test is random: it fails with probability about 1e-4 when both samplers are right)."""
-    dp = pytest.importorskip("opendp.prelude")
-    dp.enable_features("contrib")
     t = 3.7
-    space = dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int)
-    opendp_draws = np.array(dp.m.make_laplace(*space, scale=t)([0] * 20_000), dtype=np.int64)
+    opendp_draws = np.array(opendp_measurement("laplace", t)([0] * 20_000), dtype=np.int64)
     ours = DiscreteLaplace(np.full(20_000, t)).sample(OsRandom())
-    edges = np.concatenate([[-1000], np.arange(-12, 13) + 0.5, [1000]])
-    a, _ = np.histogram(ours, edges)
-    b, _ = np.histogram(opendp_draws, edges)
-    _, p, _, _ = stats.chi2_contingency(np.stack([a, b]))
-    assert p > 1e-4
+    assert two_sample_p(ours, opendp_draws) > 1e-4
 
 
 def test_large_scale_is_laplace_on_a_fine_grid() -> None:
