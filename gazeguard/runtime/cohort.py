@@ -128,6 +128,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -224,17 +225,34 @@ def privatize_sum(
     return out
 
 
-def build_message(
-    plan: CohortPlan,
-    noisy: FloatArray,
-    *,
-    cohort: str,
-    worker: str,
-    bucket: int,
-    profile: str,
-    model: str | None,
-    insecure: bool,
-) -> CohortMessage:
+@dataclass(frozen=True)
+class MessageHead:
+    """Who publishes a cohort message, for which bucket, with what: the cohort, the worker, the
+    bucket's index, the profile and label model named in it, and whether its noise was seeded
+    (tests) or drawn from the OS CSPRNG."""
+
+    cohort: str
+    worker: str
+    bucket: int
+    profile: str
+    model: str | None
+    insecure: bool
+
+    def fields(self, bucket_s: float) -> dict[str, Any]:
+        """The fields every cohort message shares: ``cohort``, ``worker``, ``bucket``,
+        ``bucket_start`` and ``bucket_end`` (Unix s, buckets of ``bucket_s`` seconds) and
+        ``noise``."""
+        return {
+            "cohort": self.cohort,
+            "worker": self.worker,
+            "bucket": self.bucket,
+            "bucket_start": self.bucket * bucket_s,
+            "bucket_end": (self.bucket + 1) * bucket_s,
+            "noise": "INSECURE-seeded" if self.insecure else "os-csprng",
+        }
+
+
+def build_message(plan: CohortPlan, noisy: FloatArray, head: MessageHead) -> CohortMessage:
     """Post-process one noisy sum into the published :class:`CohortMessage`."""
     f, c = len(plan.features), len(plan.classes)
     part = plan.part("aggregates")
@@ -249,11 +267,7 @@ def build_message(
     pos = np.maximum(hist, 0.0)
     shares = pos / pos.sum() if pos.sum() > 0 else pos
     return CohortMessage(
-        cohort=cohort,
-        worker=worker,
-        bucket=bucket,
-        bucket_start=bucket * plan.bucket_s,
-        bucket_end=(bucket + 1) * plan.bucket_s,
+        **head.fields(plan.bucket_s),
         noisy_count=noisy_count,
         count=count,
         features=[
@@ -269,9 +283,8 @@ def build_message(
         sensitivity_l2=part.sensitivity_l2,
         epsilon_per_hour=plan.epsilon_per_hour,
         delta=plan.delta,
-        profile=profile,
-        model=model,
-        noise="INSECURE-seeded" if insecure else "os-csprng",
+        profile=head.profile,
+        model=head.model,
     )
 
 
@@ -302,29 +315,18 @@ def choose_mode(part: CohortPart, total: npt.ArrayLike, source: RandomSource) ->
     return permute_and_flip(mode_scores(total), part.epsilon, MODE_SENSITIVITY, source)
 
 
-def build_mode_message(
-    plan: CohortPlan,
-    choice: int,
-    *,
-    cohort: str,
-    worker: str,
-    bucket: int,
-    profile: str,
-    model: str | None,
-    insecure: bool,
-) -> ModeMessage:
+def build_mode_message(plan: CohortPlan, choice: int, head: MessageHead) -> ModeMessage:
     """The published :class:`ModeMessage` of one choice (an index into ``plan.mode_classes``)."""
     part = plan.part("mode")
     assert part is not None, "the plan releases no mode"
     assert part.epsilon is not None
     eps = float(part.epsilon)
     return ModeMessage(
-        cohort=cohort, worker=worker, bucket=bucket, bucket_start=bucket * plan.bucket_s,
-        bucket_end=(bucket + 1) * plan.bucket_s, classes=list(plan.mode_classes),
+        **head.fields(plan.bucket_s), classes=list(plan.mode_classes),
         mode=plan.mode_classes[choice], mode_index=choice, epsilon=eps,
         lead_for_90=lead_for(0.9, eps, len(plan.mode_classes)),
-        epsilon_per_hour=plan.epsilon_per_hour, delta=plan.delta, profile=profile,
-        model=model or "custom", noise="INSECURE-seeded" if insecure else "os-csprng",
+        epsilon_per_hour=plan.epsilon_per_hour, delta=plan.delta, profile=head.profile,
+        model=head.model or "custom",
     )  # fmt: skip
 
 
@@ -336,13 +338,7 @@ def attention_contribution(plan: CohortPlan, tally: npt.ArrayLike) -> FloatArray
 
 
 def build_attention_message(
-    plan: CohortPlan,
-    noisy: FloatArray,
-    *,
-    cohort: str,
-    worker: str,
-    bucket: int,
-    insecure: bool,
+    plan: CohortPlan, noisy: FloatArray, head: MessageHead
 ) -> AttentionMessage:
     """Post-process one noisy attention sum into the published :class:`AttentionMessage`."""
     layout, part = plan.attention, plan.part("attention")
@@ -372,12 +368,11 @@ def build_attention_message(
             for n, d, sh in zip(names, dwell, attention_shares(dwell), strict=True)
         ]
     return AttentionMessage(
-        cohort=cohort, worker=worker, bucket=bucket, bucket_start=bucket * plan.bucket_s,
-        bucket_end=(bucket + 1) * plan.bucket_s, rows=rows, cols=cols, fov_deg=fov, grid=grid,
+        **head.fields(plan.bucket_s), rows=rows, cols=cols, fov_deg=fov, grid=grid,
         heatmap=heat, noisy_count=noisy_count, aois=aois,
         aoi_file=layout.aois.source if layout.aois is not None else None, sigma=part.sigma,
         sensitivity_l2=part.sensitivity_l2, epsilon_per_hour=plan.epsilon_per_hour,
-        delta=plan.delta, noise="INSECURE-seeded" if insecure else "os-csprng",
+        delta=plan.delta,
     )  # fmt: skip
 
 
@@ -759,26 +754,17 @@ class CohortAggregator:
     ) -> tuple[CohortMessage | AttentionMessage | ModeMessage, str]:
         """The part's message for the sum of ``admitted``'s contributions, and its topic."""
         plan = self.plan
+        head = MessageHead(
+            self.cohort, self.worker, bucket, self.profile, self.model, self._insecure
+        )
         total = exact_sum(self._contributions(part, data, admitted))
         if part.name == "mode":
-            mode = build_mode_message(
-                plan, choose_mode(part, total, self._source), cohort=self.cohort,
-                worker=self.worker, bucket=bucket, profile=self.profile, model=self.model,
-                insecure=self._insecure,
-            )  # fmt: skip
-            return mode, self.mode_topic
+            choice = choose_mode(part, total, self._source)
+            return build_mode_message(plan, choice, head), self.mode_topic
         noisy = privatize_sum(part, total, self._source)
         if part.name == "attention":
-            attention = build_attention_message(
-                plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
-                insecure=self._insecure,
-            )  # fmt: skip
-            return attention, self.attention_topic
-        aggregate = build_message(
-            plan, noisy, cohort=self.cohort, worker=self.worker, bucket=bucket,
-            profile=self.profile, model=self.model, insecure=self._insecure,
-        )  # fmt: skip
-        return aggregate, self.topic
+            return build_attention_message(plan, noisy, head), self.attention_topic
+        return build_message(plan, noisy, head), self.topic
 
     def _receipt(self, session: str, bucket: int, part: CohortPart) -> bytes:
         """What a charged session's own topic learns: that it paid, and how much (public
