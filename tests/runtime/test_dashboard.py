@@ -115,6 +115,29 @@ class Proc:
         return code
 
 
+def cohort_worker(
+    tmp_path: Path,
+    broker: MosquittoBroker,
+    stream: str,
+    features: str,
+    releases: str,
+    *extra: str,
+    extra_env: dict[str, str] | None = None,
+) -> Proc:
+    """A verbose ``gazeguard run --fleet`` worker over the LSL streams named ``stream``: chunks of
+    ``features`` (a 2 s window, a step every 50 ms, 200 ε per hour) and, per 2-s bucket after a
+    1-s grace, cohort ``lab``'s ``releases`` (``--cohort-release``); ``extra`` flags and
+    ``extra_env`` added."""
+    return Proc(
+        tmp_path, "worker", "-v", "run", "--fleet", "--source", "lsl", "--stream-name", stream,
+        "--device", "fleet", "--broker", broker.address, "--ledger", str(tmp_path / "l.sqlite"),
+        "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
+        "--budget-per-hour", "200", "--features", features,
+        "--cohort", "lab", "--bucket-s", "2", "--cohort-release", releases, *extra,
+        extra_env={"GAZEGUARD_COHORT__GRACE_S": "1", **(extra_env or {})},
+    )  # fmt: skip
+
+
 def start_dashboard(tmp_path: Path, broker: str, *more: str) -> tuple[Proc, str]:
     """The dashboard on a free port, and the URL its start line names."""
     dash = Proc(tmp_path, "dashboard", "dashboard", "--port", "0", "--broker", broker, *more)
@@ -379,14 +402,7 @@ def test_the_page_shows_a_fleets_cohort_aggregates_as_they_arrive(
         ]
         for h in heads:
             h.start()
-        worker = Proc(
-            tmp_path, "worker", "-v", "run", "--fleet", "--source", "lsl", "--stream-name", name,
-            "--device", "fleet", "--broker", broker.address, "--ledger", str(tmp_path / "l.sqlite"),
-            "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
-            "--budget-per-hour", "200", "--features", FLEET_FEATURES,
-            "--cohort", "lab", "--bucket-s", "2", "--cohort-release", "means,attention",
-            extra_env={"GAZEGUARD_COHORT__GRACE_S": "1"},
-        )  # fmt: skip
+        worker = cohort_worker(tmp_path, broker, name, FLEET_FEATURES, "means,attention")
         logs = lambda: f"--- worker\n{worker.text()}\n--- dashboard\n{dash.text()}"  # noqa: E731
 
         # one worker's card appears with a bucket and its heatmap; read both at once (buckets

@@ -39,7 +39,7 @@ from gazeguard.signal.attention import (
 from gazeguard.wire.cohort import AttentionMessage
 from gazeguard.wire.kinds import ATTENTION
 from tests.conftest import MosquittoBroker, Subscriber
-from tests.runtime.test_dashboard import Proc, wait_for
+from tests.runtime.test_dashboard import Proc, cohort_worker, wait_for
 
 DEMO = Path(__file__).resolve().parents[2] / "gazeguard/data/attention/demo_aois.json"
 SQUARE = Aoi("a", ((0.0, 0.0), (4.0, 0.0), (4.0, 4.0), (0.0, 4.0)))
@@ -364,15 +364,16 @@ def test_a_fleet_worker_publishes_schema_valid_attention(tmp_path: Path, unique_
     try:
         for h in heads:
             h.start()
-        worker = Proc(
-            tmp_path, "worker", "-v", "run", "--fleet", "--source", "lsl", "--stream-name", name,
-            "--device", "fleet", "--broker", broker.address, "--ledger", str(tmp_path / "l.sqlite"),
-            "--window-s", "2", "--step-s", "0.05", "--chunk-steps", "32",
-            "--budget-per-hour", "200", "--features", "fixation_rate,pupil_mean",
-            "--cohort", "lab", "--bucket-s", "2", "--cohort-release", "means,attention,aois",
-            "--attention-aois", str(DEMO),
-            extra_env={"GAZEGUARD_COHORT__GRACE_S": "1", "GAZEGUARD_FLEET__COMPILED": "false"},
-        )  # fmt: skip
+        worker = cohort_worker(
+            tmp_path,
+            broker,
+            name,
+            "fixation_rate,pupil_mean",
+            "means,attention,aois",
+            "--attention-aois",
+            str(DEMO),
+            extra_env={"GAZEGUARD_FLEET__COMPILED": "false"},
+        )
 
         def both() -> tuple[list[dict[str, object]], list[str]] | None:
             """The attention messages so far, once an aggregate has arrived too."""
