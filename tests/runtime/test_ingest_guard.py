@@ -118,6 +118,22 @@ def cat(blocks: list[GazeSamples]) -> GazeSamples:
     return GazeSamples.concat(blocks)
 
 
+def outlet_pipeline(
+    ledger: Ledger, session: str, rate: float, window_s: float, step_s: float, chunk_steps: int
+) -> Pipeline:
+    """A pipeline of device ``hmd`` for an outlet declared at ``rate`` Hz: windows of
+    ``window_s`` s, a feature vector every ``step_s`` s, chunks of ``chunk_steps`` vectors at ε 1
+    per feature."""
+    return Pipeline(
+        ledger,
+        session=session,
+        device="hmd",
+        rate_hz=rate,
+        features=FeatureSettings(window_s=window_s, step_s=step_s),
+        mechanism=MechanismSettings(chunk_steps=chunk_steps, epsilon=1.0),
+    )
+
+
 async def read(
     settings: IngestSettings,
     until: Callable[[GazeSamples], bool],
@@ -263,14 +279,7 @@ def test_30_percent_nonfinite_in_any_channel_still_releases_chunks(
     due = np.arange(n) / RATE
     released: list[int] = []
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        pipe = Pipeline(
-            ledger,
-            session=unique_id,
-            device="hmd",
-            rate_hz=RATE,  # the outlet's declared rate
-            features=FeatureSettings(window_s=2.0, step_s=0.25),
-            mechanism=MechanismSettings(chunk_steps=4, epsilon=1.0),
-        )
+        pipe = outlet_pipeline(ledger, unique_id, RATE, 2.0, 0.25, 4)
 
         def push(block: GazeSamples) -> None:
             released.extend(c.chunk_index for c in pipe.push(block))
@@ -299,14 +308,7 @@ def test_a_burst_stamped_408_s_ahead_is_refused_and_counted(unique_id: str, tmp_
     released: list[float] = []
     watch_s = 3.0
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        pipe = Pipeline(
-            ledger,
-            session=unique_id,
-            device="hmd",
-            rate_hz=rate,  # the outlet's declared rate
-            features=FeatureSettings(window_s=window, step_s=step),
-            mechanism=MechanismSettings(chunk_steps=steps, epsilon=1.0),
-        )
+        pipe = outlet_pipeline(ledger, unique_id, rate, window, step, steps)
 
         def push(block: GazeSamples) -> None:
             released.extend(time.monotonic() for _ in pipe.push(block))
