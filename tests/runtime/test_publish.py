@@ -442,17 +442,32 @@ def test_retained_status_latest_wins(
     ledger.close()
 
 
+def assert_refused(
+    settings: BrokerSettings, ledger: Ledger, timeout_s: float, match: str, connected: str
+) -> None:
+    """A publisher with ``settings`` fails to connect within ``timeout_s`` seconds with a
+    :class:`PublishError` matching ``match``; had it connected, the test fails saying
+    ``connected``."""
+
+    async def scenario() -> None:
+        async with Publisher(settings, ledger, connect_timeout=timeout_s):
+            pytest.fail(connected)
+
+    with pytest.raises(PublishError, match=match):
+        asyncio.run(scenario())
+
+
 def test_unreachable_broker_fails_fast_naming_host_port(tmp_path: Path) -> None:
     port = free_port()  # nothing listens here
     ledger = Ledger(tmp_path / "ledger.sqlite")
-
-    async def scenario() -> None:
-        settings = BrokerSettings(host="127.0.0.1", port=port, reconnect_max_s=0.2)
-        async with Publisher(settings, ledger, connect_timeout=1.0):
-            pytest.fail("connected to a port where nothing listens")
-
-    with pytest.raises(PublishError, match=rf"127\.0\.0\.1:{port} within 1 s .*refused"):
-        asyncio.run(scenario())
+    settings = BrokerSettings(host="127.0.0.1", port=port, reconnect_max_s=0.2)
+    assert_refused(
+        settings,
+        ledger,
+        1.0,
+        rf"127\.0\.0\.1:{port} within 1 s .*refused",
+        "connected to a port where nothing listens",
+    )
     ledger.close()
 
 
@@ -585,16 +600,16 @@ def test_client_certificate_delivers(tls_broker: Any, tmp_path: Path, unique_id:
         async with Publisher(settings, ledger, connect_timeout=5) as pub:
             await pub.flush(10)
 
-    async def without_certificate() -> None:
-        anonymous = settings.model_copy(update={"cert_file": None, "key_file": None})
-        async with Publisher(anonymous, ledger, connect_timeout=2):
-            pytest.fail("connected without the required client certificate")
-
     asyncio.run(deliver())
     assert ledger.pending() == []
     assert ledger.state(unique_id).chunks == 1
-    with pytest.raises(PublishError, match=rf"127\.0\.0\.1:{files['mtls_port']}"):
-        asyncio.run(without_certificate())
+    assert_refused(
+        settings.model_copy(update={"cert_file": None, "key_file": None}),
+        ledger,
+        2,
+        rf"127\.0\.0\.1:{files['mtls_port']}",
+        "connected without the required client certificate",
+    )
     ledger.close()
 
 
@@ -611,18 +626,15 @@ def test_wrong_password_is_a_clear_error(tls_broker: Any, tmp_path: Path, protoc
         protocol=protocol,
         allow_311_with_login=True,  # the login is refused anyway: that is what is tested
     )
-
-    async def scenario() -> None:
-        async with Publisher(settings, ledger, connect_timeout=5):
-            pytest.fail("logged in with a wrong password")
-
     started = time.monotonic()
-    with pytest.raises(
-        PublishError,
-        match=rf"127\.0\.0\.1:{broker.port} refused gazeguard: login refused for user 'alice'"
+    assert_refused(
+        settings,
+        ledger,
+        5,
+        rf"127\.0\.0\.1:{broker.port} refused gazeguard: login refused for user 'alice'"
         r".*check broker\.username and broker\.password",
-    ):
-        asyncio.run(scenario())
+        "logged in with a wrong password",
+    )
     assert time.monotonic() - started < 4  # refused at once, not after the timeout
     ledger.close()
 
@@ -633,13 +645,13 @@ def test_untrusted_broker_certificate_is_a_clear_error(tls_broker: Any, tmp_path
     settings = settings_for(
         broker, tls=True, ca_file=files["other_ca"], username="alice", password=SecretStr("s3cret")
     )
-
-    async def scenario() -> None:
-        async with Publisher(settings, ledger, connect_timeout=5):
-            pytest.fail("trusted a certificate from an unknown CA")
-
-    with pytest.raises(PublishError, match=r"TLS handshake failed.*check broker\.ca_file"):
-        asyncio.run(scenario())
+    assert_refused(
+        settings,
+        ledger,
+        5,
+        r"TLS handshake failed.*check broker\.ca_file",
+        "trusted a certificate from an unknown CA",
+    )
     ledger.close()
 
 
