@@ -48,7 +48,7 @@ from gazeguard.wire.message import (
 )
 from gazeguard.wire.topics import chunk_topic, status_topic
 from tests.conftest import MosquittoBroker, free_port
-from tests.wire._params import mechanism_params
+from tests.wire._params import mechanism_params, status_message
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
@@ -273,18 +273,7 @@ def test_broker_restart_loses_nothing_duplicates_nothing(
     broker.start()
     ledger = Ledger(tmp_path / "ledger.sqlite")
     topic = chunk_topic(PREFIX, DEVICE, unique_id)
-    status = StatusMessage(
-        session=unique_id,
-        device=DEVICE,
-        state="running",
-        time=time.time(),
-        spent=0.0,
-        remaining=None,
-        session_cap=None,
-        chunks_charged=0,
-        chunks_withheld=0,
-        chunks_dropped=0,
-    )
+    status = status_message(unique_id, DEVICE)
 
     async def scenario() -> None:
         # A persistent subscriber session: the broker keeps its queue across the restart.

@@ -38,6 +38,7 @@ from gazeguard.wire.egress import STATUS
 from gazeguard.wire.message import ChunkMessage, StatusMessage, json_schema
 from tests.conftest import MosquittoBroker, Subscriber, free_port
 from tests.runtime.test_label_stream import MODEL_FEATURES, fast_model
+from tests.wire._params import status_message
 
 pytestmark = pytest.mark.network
 
@@ -429,10 +430,7 @@ def _retain_status(broker: MosquittoBroker, session: str, state: str, age_s: flo
     """Publish a retained status of ``hmd``/``session`` made ``age_s`` seconds ago."""
     import paho.mqtt.client as mqtt  # noqa: PLC0415
 
-    status = StatusMessage(
-        session=session, device="hmd", state=state, time=time.time() - age_s, spent=0.0,
-        remaining=None, session_cap=None, chunks_charged=0, chunks_withheld=0, chunks_dropped=0,
-    )  # type: ignore[arg-type]  # fmt: skip
+    status = status_message(session, "hmd", state=state, time=time.time() - age_s)
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
     client.connect(broker.host, broker.port)
     client.loop_start()

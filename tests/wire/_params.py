@@ -1,10 +1,11 @@
-"""A schema-valid :class:`MechanismParams` for the tests and benchmarks building chunk messages."""
+"""Schema-valid message parts for the tests and benchmarks: chunk mechanism parameters, statuses."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from gazeguard.wire.message import MechanismParams
+from gazeguard.wire.message import MechanismParams, StatusMessage
 
 
 def mechanism_params(features: int, steps: int, **over: Any) -> MechanismParams:
@@ -30,3 +31,22 @@ def mechanism_params(features: int, steps: int, **over: Any) -> MechanismParams:
     }
     fields.update(over)
     return MechanismParams.model_validate(fields)
+
+
+def status_message(session: str, device: str, **over: Any) -> StatusMessage:
+    """The status of ``device``'s ``session``: running now (Unix s), nothing spent or charged, no
+    remaining budget or session cap stated; ``over`` replaces any field."""
+    fields: dict[str, Any] = {
+        "session": session,
+        "device": device,
+        "state": "running",
+        "time": time.time(),
+        "spent": 0.0,
+        "remaining": None,
+        "session_cap": None,
+        "chunks_charged": 0,
+        "chunks_withheld": 0,
+        "chunks_dropped": 0,
+    }
+    fields.update(over)
+    return StatusMessage.model_validate(fields)

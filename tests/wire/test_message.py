@@ -27,7 +27,7 @@ from gazeguard.wire.message import (
     shipped_schema,
 )
 from gazeguard.wire.topics import chunk_topic, name_problem, session_id_for, status_topic
-from tests.wire._params import mechanism_params
+from tests.wire._params import mechanism_params, status_message
 
 F, N = 4, 16
 
@@ -121,16 +121,13 @@ def test_real_payloads_validate_against_the_schema() -> None:
     ):
         assert not validator.is_valid(broken)
 
-    status = StatusMessage(
-        session="s1",
-        device="hmd-7",
+    status = status_message(
+        "s1",
+        "hmd-7",
         state="stopped",
         time=1.7e9,
         spent=6.0,
-        remaining=None,
-        session_cap=None,
         chunks_charged=3,
-        chunks_withheld=0,
         chunks_dropped=1,
         reason="session ended with 11 steps of a partial chunk (dropped)",
     )
