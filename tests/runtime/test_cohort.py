@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import jsonschema
@@ -22,7 +24,7 @@ from gazeguard.config import FeatureSettings
 from gazeguard.core.errors import ConfigError
 from gazeguard.ledger import Ledger
 from gazeguard.plan import releases_per_hour
-from gazeguard.plan.cohort import STREAM, plan_cohort
+from gazeguard.plan.cohort import STREAM, CohortPlan, plan_cohort
 from gazeguard.privacy.accounting import compose
 from gazeguard.privacy.mechanisms.randomness import random_source
 from gazeguard.runtime.cohort import CohortAggregator, contribution, exact_sum, privatize_sum
@@ -37,6 +39,19 @@ def small_plan(budget: float = 5.0, classes: tuple[str, ...] = CLASSES, bucket_s
         ["fixation_rate", "pupil_mean"], [0.0, 2.0], [5.0, 8.0], ["1/s", "mm"], classes,
         bucket_s=bucket_s, per_hour=per_hour(bucket_s), budget=budget, delta=5e-7,
     )  # fmt: skip
+
+
+@contextmanager
+def lab_aggregator(
+    tmp_path: Path, plan: CohortPlan, insecure_seed: int
+) -> Iterator[tuple[Ledger, CohortAggregator]]:
+    """A ledger in ``tmp_path`` and, charging it, cohort ``lab``'s aggregator on worker ``w1``
+    (profile and label model ``activity``, noise seeded with ``insecure_seed``)."""
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        yield ledger, CohortAggregator(
+            plan, ledger, cohort="lab", worker="w1", profile="activity", model="activity",
+            insecure_seed=insecure_seed,
+        )  # fmt: skip
 
 
 def per_hour(bucket_s: float) -> int:
@@ -128,11 +143,7 @@ def test_a_bucket_charges_every_session_then_enqueues_the_aggregate(tmp_path: Pa
     n, bucket = 400, 29_000_000
     t0 = bucket * 60.0
     rng = np.random.default_rng(3)
-    with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        agg = CohortAggregator(
-            plan, ledger, cohort="lab", worker="w1", profile="activity", model="activity",
-            insecure_seed=11,
-        )  # fmt: skip
+    with lab_aggregator(tmp_path, plan, insecure_seed=11) as (ledger, agg):
         truth = _feed(agg, n, rng, t0)
         assert agg.release_due(t0 + 60.0) == []  # the grace period has not passed
         (rel,) = agg.release_due(t0 + 66.0)

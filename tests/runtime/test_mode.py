@@ -34,10 +34,11 @@ from gazeguard.privacy.mechanisms.selection import (
     probabilities,
     shuffled,
 )
-from gazeguard.runtime.cohort import CohortAggregator, mode_contribution, mode_scores
+from gazeguard.runtime.cohort import mode_contribution, mode_scores
 from gazeguard.wire.cohort import CohortReceipt, ModeMessage
 from gazeguard.wire.egress import MASK, field_paths, public_view, released_paths
 from gazeguard.wire.kinds import MODE
+from tests.runtime.test_cohort import lab_aggregator
 
 CLASSES = ("read", "watch", "browse", "search")
 
@@ -177,11 +178,7 @@ def test_the_aggregator_releases_a_mode_through_a_real_ledger(tmp_path: Path) ->
     n, bucket = 40, 29_000_000
     t0 = bucket * 60.0
     rng = np.random.default_rng(5)
-    with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        agg = CohortAggregator(
-            plan, ledger, cohort="lab", worker="w1", profile="activity", model="activity",
-            insecure_seed=2,
-        )  # fmt: skip
+    with lab_aggregator(tmp_path, plan, insecure_seed=2) as (ledger, agg):
         for i in range(n):
             probs = np.full((10, 4), 0.05)
             probs[:, 1 if i % 4 else 2] = 0.85  # 30 sessions watch, 10 browse
