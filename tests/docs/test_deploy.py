@@ -249,6 +249,33 @@ def assert_only_sentinel_arrives(observer: Client, sentinel: bytes) -> None:
     assert observer.messages.empty()
 
 
+def assert_only_the_device_arrives(
+    clients: list[Client], broker: ExampleBroker, observer: Client, session: str
+) -> None:
+    """The device, logged in as itself, publishes a sentinel on its session's chunks topic: the
+    observer gets it and nothing before it (:func:`assert_only_sentinel_arrives`)."""
+    device = connect(clients, broker, DEVICE)
+    sentinel = f"sentinel {session}".encode()
+    assert not device.publish(f"{PREFIX}/{DEVICE}/{session}/chunks", sentinel).is_failure
+    assert_only_sentinel_arrives(observer, sentinel)
+
+
+#: Each test so marked runs over MQTT 5 and 3.1.1.
+PROTOCOLS = pytest.mark.parametrize(
+    "protocol", [MQTTProtocolVersion.MQTTv5, MQTTProtocolVersion.MQTTv311], ids=["v5", "v3.1.1"]
+)
+
+
+def forge(client: Client, topics: list[str], protocol: MQTTProtocolVersion) -> None:
+    """``client`` publishes ``b"forged"`` on each of ``topics`` (retained on a status topic);
+    over MQTT 5 the broker refuses each (not authorized). Over 3.1.1 a refusal is silent: the
+    test's observer tells."""
+    for topic in topics:
+        rc = client.publish(topic, b"forged", retain=topic.endswith("status"))
+        if protocol == MQTTProtocolVersion.MQTTv5:
+            assert rc.value == NOT_AUTHORIZED, f"{topic}: {rc}"
+
+
 # ---------------------------------------------------------------------------------------------
 # (1) the sidecar publishes with its credentials; a consumer receives privatized chunks over TLS
 
@@ -416,19 +443,14 @@ def test_sidecar_with_another_devices_login_is_refused_and_its_chunks_moved_asid
     assert state.refused + state.pending == state.chunks  # charged; none delivered
     assert state.refused >= 1
     assert all("Not authorized" in r.reason for r in refused)
-    device = connect(clients, example_broker, DEVICE)
-    sentinel = f"sentinel {unique_id}".encode()
-    assert not device.publish(f"{PREFIX}/{DEVICE}/{unique_id}/chunks", sentinel).is_failure
-    assert_only_sentinel_arrives(observer, sentinel)
+    assert_only_the_device_arrives(clients, example_broker, observer, unique_id)
 
 
 # ---------------------------------------------------------------------------------------------
 # (2) wrong credentials are refused on both listeners, with a clear CONNACK / error
 
 
-@pytest.mark.parametrize(
-    "protocol", [MQTTProtocolVersion.MQTTv5, MQTTProtocolVersion.MQTTv311], ids=["v5", "v3.1.1"]
-)
+@PROTOCOLS
 @pytest.mark.parametrize("tls", [False, True], ids=["loopback", "tls"])
 @pytest.mark.parametrize(
     ("user", "password"),
@@ -485,9 +507,7 @@ def test_tls_listener_is_refused_without_the_dev_ca(example_broker: ExampleBroke
 # (3) consumers read only privatized topics and can never write
 
 
-@pytest.mark.parametrize(
-    "protocol", [MQTTProtocolVersion.MQTTv5, MQTTProtocolVersion.MQTTv311], ids=["v5", "v3.1.1"]
-)
+@PROTOCOLS
 def test_consumer_cannot_write(
     example_broker: ExampleBroker,
     clients: list[Client],
@@ -504,14 +524,8 @@ def test_consumer_cannot_write(
         f"{PREFIX}/{DEVICE}/{unique_id}/raw",
         f"consumer-notes/{unique_id}",
     ]
-    for topic in targets:
-        rc = consumer.publish(topic, b"forged", retain=topic.endswith("status"))
-        if protocol == MQTTProtocolVersion.MQTTv5:
-            assert rc.value == NOT_AUTHORIZED, f"{topic}: {rc}"
-    device = connect(clients, example_broker, DEVICE)
-    sentinel = f"sentinel {unique_id}".encode()
-    assert not device.publish(f"{PREFIX}/{DEVICE}/{unique_id}/chunks", sentinel).is_failure
-    assert_only_sentinel_arrives(observer, sentinel)
+    forge(consumer, targets, protocol)
+    assert_only_the_device_arrives(clients, example_broker, observer, unique_id)
     # Nothing was retained either: a new subscriber to the status topic gets no message.
     fresh = connect(clients, example_broker, OBSERVER)
     fresh.subscribe(f"{PREFIX}/{DEVICE}/{unique_id}/status")
@@ -555,9 +569,7 @@ def test_consumer_reads_only_the_privatized_releases_and_status(
 # (4) a device writes only its own topics
 
 
-@pytest.mark.parametrize(
-    "protocol", [MQTTProtocolVersion.MQTTv5, MQTTProtocolVersion.MQTTv311], ids=["v5", "v3.1.1"]
-)
+@PROTOCOLS
 def test_device_cannot_write_another_devices_topics(
     example_broker: ExampleBroker,
     clients: list[Client],
@@ -567,14 +579,12 @@ def test_device_cannot_write_another_devices_topics(
     observer = connect(clients, example_broker, OBSERVER)
     observer.subscribe("#")
     intruder = connect(clients, example_broker, OTHER_DEVICE, protocol=protocol)
-    for topic in (
+    targets = [
         f"{PREFIX}/{DEVICE}/{unique_id}/chunks",
         f"{PREFIX}/{DEVICE}/{unique_id}/status",
         f"{PREFIX}/{unique_id}/{OTHER_DEVICE}/chunks",  # its name one level too deep
-    ):
-        rc = intruder.publish(topic, b"forged", retain=topic.endswith("status"))
-        if protocol == MQTTProtocolVersion.MQTTv5:
-            assert rc.value == NOT_AUTHORIZED, f"{topic}: {rc}"
+    ]
+    forge(intruder, targets, protocol)
     # Its own subtree it may write (the positive control, and the sentinel).
     sentinel = f"sentinel {unique_id}".encode()
     rc = intruder.publish(f"{PREFIX}/{OTHER_DEVICE}/{unique_id}/chunks", sentinel)
