@@ -23,6 +23,14 @@ URL = r"operator metrics \(local, public figures only\) on (http://127\.0\.0\.1:
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
+def metrics_url(proc: Proc) -> str:
+    """The metrics endpoint's URL, once ``proc``'s log names it."""
+    proc.wait_for(URL)
+    match = re.search(URL, proc.text)
+    assert match is not None
+    return match.group(1)
+
+
 def scrape(url: str) -> tuple[Samples, set[str]]:
     """Every sample of the endpoint by (name, labels), and the metric families' names."""
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -67,10 +75,7 @@ def test_a_running_sidecar_serves_its_metrics(tmp_path: Path, unique_id: str) ->
         env={"GAZEGUARD_BROKER__PORT": "0"},
     )  # fmt: skip
     try:
-        run.wait_for(URL)
-        match = re.search(URL, run.text)
-        assert match is not None
-        url = match.group(1)
+        url = metrics_url(run)
         run.wait_for(r"^chunk +1 charged")
         samples = scrape_until(
             url,
@@ -133,10 +138,7 @@ def test_a_fleet_worker_serves_its_metrics_and_counts_its_samples(
         env={"GAZEGUARD_FLEET__IDLE_TIMEOUT_S": "2"},
     )  # fmt: skip
     try:
-        worker.wait_for(URL)
-        match = re.search(URL, worker.text)
-        assert match is not None
-        url = match.group(1)
+        url = metrics_url(worker)
         samples = scrape_until(
             url, lambda s: released(s) >= 1 and s.get(("gazeguard_sessions_open", ())) == 1
         )
