@@ -237,6 +237,13 @@ def connect(
     return c
 
 
+def observe_everything(clients: list[Client], broker: ExampleBroker) -> Client:
+    """The observer, connected and subscribed to every topic (``#``)."""
+    observer = connect(clients, broker, OBSERVER)
+    observer.subscribe("#")
+    return observer
+
+
 def assert_only_sentinel_arrives(observer: Client, sentinel: bytes) -> None:
     """The observer's next message is ``sentinel`` and nothing came before it.
 
@@ -428,8 +435,7 @@ def test_sidecar_with_another_devices_login_is_refused_and_its_chunks_moved_asid
 ) -> None:
     """device = hmd-01 but logged in as hmd-02: every publish is refused and says why; each
     refused chunk is moved aside in the ledger (its ε stays spent), never delivered."""
-    observer = connect(clients, example_broker, OBSERVER)
-    observer.subscribe("#")
+    observer = observe_everything(clients, example_broker)
     ledger_path = tmp_path / "ledger.sqlite"
     with Sidecar(example_broker, ledger_path, unique_id, username=OTHER_DEVICE) as sidecar:
         line = sidecar.wait_for_line(r"broker refused chunk 0 ", 40)
@@ -514,8 +520,7 @@ def test_consumer_cannot_write(
     protocol: MQTTProtocolVersion,
     unique_id: str,
 ) -> None:
-    observer = connect(clients, example_broker, OBSERVER)
-    observer.subscribe("#")
+    observer = observe_everything(clients, example_broker)
     consumer = connect(clients, example_broker, CONSUMER, tls=True, protocol=protocol)
     targets = [
         f"{PREFIX}/{DEVICE}/{unique_id}/chunks",  # forging a device's chunks
@@ -576,8 +581,7 @@ def test_device_cannot_write_another_devices_topics(
     protocol: MQTTProtocolVersion,
     unique_id: str,
 ) -> None:
-    observer = connect(clients, example_broker, OBSERVER)
-    observer.subscribe("#")
+    observer = observe_everything(clients, example_broker)
     intruder = connect(clients, example_broker, OTHER_DEVICE, protocol=protocol)
     targets = [
         f"{PREFIX}/{DEVICE}/{unique_id}/chunks",

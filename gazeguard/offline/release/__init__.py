@@ -31,6 +31,7 @@ via :mod:`gazeguard.cli.release`) does it for a file.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -57,49 +58,28 @@ class ReleaseMechanism(Protocol):
         ...
 
 
-def _dp(name: str) -> ReleaseMechanism:
-    def run(
-        table: FeatureTable,
-        params: Mapping[str, object],
-        seed: int | None = None,
-        progress: Progress = no_progress,
-    ) -> Release:
-        return recording_release(name, table, params, seed=seed, progress=progress)
-
-    run.__name__ = f"{name}_release"
-    run.__doc__ = f"{name.upper()} per recording: see :mod:`gazeguard.offline.release.recording`."
-    return run
-
-
 RELEASE_MECHANISMS: dict[str, ReleaseMechanism] = {
     "ksame": ksame_release,
     "marginals": marginals_release,
     "expdp": expdp_release,
-    **{name: _dp(name) for name in DP_MECHANISMS},
+    **{name: functools.partial(recording_release, name) for name in DP_MECHANISMS},
 }
 
 
-def release(
-    name: str,
-    table: FeatureTable,
-    params: Mapping[str, object],
-    seed: int | None = None,
-    progress: Progress = no_progress,
-) -> Release:
-    """Run the mechanism called ``name`` (see :data:`RELEASE_MECHANISMS`).
+def mechanism_named(name: str) -> ReleaseMechanism:
+    """The mechanism called ``name`` (see :data:`RELEASE_MECHANISMS`).
 
     Raises:
-        ConfigError: unknown mechanism name, or a bad parameter.
+        ConfigError: unknown mechanism name.
     """
     try:
-        mechanism = RELEASE_MECHANISMS[name]
+        return RELEASE_MECHANISMS[name]
     except KeyError:
         raise ConfigError(
             "mechanism",
             name,
             f"unknown release mechanism; use one of {', '.join(RELEASE_MECHANISMS)}",
         ) from None
-    return mechanism(table, params, seed=seed, progress=progress)
 
 
 __all__ = [
@@ -107,5 +87,5 @@ __all__ = [
     "Release",
     "ReleaseMechanism",
     "ReleaseRandom",
-    "release",
+    "mechanism_named",
 ]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gazeguard.core.errors import ConfigError
-from gazeguard.offline.release import Release, release
+from gazeguard.offline.release import Release, mechanism_named
 from gazeguard.offline.release._common import Progress, no_progress
 from gazeguard.offline.release.manifest import build_manifest, manifest_path_for, write_manifest
 from gazeguard.signal.dataset import FeatureTable
@@ -99,7 +99,7 @@ def write_release(
     """
     check_output(output)
     started = datetime.now(UTC)
-    result = release(mechanism, table, params, seed=seed, progress=progress)
+    result = mechanism_named(mechanism)(table, params, seed=seed, progress=progress)
     finished = datetime.now(UTC)
 
     output.parent.mkdir(parents=True, exist_ok=True)
