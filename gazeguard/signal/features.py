@@ -1367,7 +1367,7 @@ def _stack(xs: list[FloatArray], times: list[float]) -> tuple[FloatArray, FloatA
     """``X`` (k, F) and ``t`` (k,) from k vectors (1, F) and their times (s)."""
     if not xs:
         return np.empty((0, _F)), np.empty(0)
-    if len(xs) == 1:  # the common case; a copy, as vstack makes (the vector is kept)
+    if len(xs) == 1:  # the common case; a copy, as concatenate makes (the vector is kept)
         return xs[0].copy(), np.array(times)
     return np.concatenate(xs), np.array(times)
 
